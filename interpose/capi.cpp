@@ -1,0 +1,28 @@
+// interpose/capi.cpp: the small pagefast_* C API that the library exports
+// besides the driver entry points (declared in interpose/pagefast.h).
+#include <cstring>
+#include <string>
+
+#include "interpose/runtime.h"
+#include "interpose/stats.h"
+
+#define PF_EXPORT extern "C" __attribute__((visibility("default")))
+
+PF_EXPORT const char* pagefast_version(void) { return PAGEFAST_VERSION; }
+
+PF_EXPORT int pagefast_is_active(void) { return pagefast::runtime::passthrough() ? 0 : 1; }
+
+PF_EXPORT size_t pagefast_stats_json(char* buffer, size_t buffer_bytes) {
+  std::string text;
+  try {
+    text = pagefast::stats::document();
+  } catch (...) {
+    return 0;
+  }
+  if (buffer && buffer_bytes) {
+    const size_t n = text.size() < buffer_bytes - 1 ? text.size() : buffer_bytes - 1;
+    std::memcpy(buffer, text.data(), n);
+    buffer[n] = '\0';
+  }
+  return text.size() + 1;
+}

@@ -1,0 +1,139 @@
+// interpose/entries.h: THE table of driver entry points that pagefast
+// replaces. Every door (exported symbols, the dlsym override, the
+// cuGetProcAddress wrapper), the real-driver table, the stats names and the
+// hook declarations are derived from this one list; nothing else names them.
+//
+// Columns:
+//   symbol   the name libcuda.so.1 exports (and pagefast exports too)
+//   proc     the name cuGetProcAddress takes for it
+//   since    the lowest cudaVersion for which the driver hands out this
+//            variant of `proc` ...
+//   until    ... and the version from which it hands out a newer one
+//   ptds     1: the per-thread-default-stream variant (_ptsz/_ptds), chosen
+//            with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+//   pfn      the exact prototype, as a typedef from <cudaTypedefs.h>
+//   params / args   the parameter list and the forwarding argument list
+#pragma once
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+// The v1 cuGetProcAddress is declared only for the driver itself; cuda.h
+// renames the plain name to _v2. pagefast defines both, so drop the macros.
+#undef cuGetProcAddress
+#undef cuStreamBeginCapture
+#undef cuStreamEndCapture
+#undef cuStreamBeginCaptureToGraph
+
+#define PF_NO_LIMIT 0x7fffffff
+
+// cudaTypedefs.h declares the pre-10.1 variants only for the driver's own
+// build; these two have the same shape as there.
+typedef CUresult(CUDAAPI* PFN_cuStreamBeginCapture_v10000)(CUstream stream);
+typedef CUresult(CUDAAPI* PFN_cuStreamBeginCapture_v10000_ptsz)(CUstream stream);
+
+// clang-format off
+#define PAGEFAST_ENTRIES(X)                                                                     \
+  X(cuMemAlloc_v2, "cuMemAlloc", 3020, PF_NO_LIMIT, 0, PFN_cuMemAlloc_v3020,                    \
+    (CUdeviceptr* dptr, size_t bytesize), (dptr, bytesize))                                     \
+  X(cuMemFree_v2, "cuMemFree", 3020, PF_NO_LIMIT, 0, PFN_cuMemFree_v3020,                       \
+    (CUdeviceptr dptr), (dptr))                                                                 \
+  X(cuMemAllocPitch_v2, "cuMemAllocPitch", 3020, PF_NO_LIMIT, 0, PFN_cuMemAllocPitch_v3020,     \
+    (CUdeviceptr* dptr, size_t* pitch, size_t width_bytes, size_t height, unsigned element_bytes), \
+    (dptr, pitch, width_bytes, height, element_bytes))                                          \
+  X(cuMemGetInfo_v2, "cuMemGetInfo", 3020, PF_NO_LIMIT, 0, PFN_cuMemGetInfo_v3020,              \
+    (size_t* free_bytes, size_t* total_bytes), (free_bytes, total_bytes))                       \
+  X(cuMemGetAddressRange_v2, "cuMemGetAddressRange", 3020, PF_NO_LIMIT, 0,                      \
+    PFN_cuMemGetAddressRange_v3020,                                                             \
+    (CUdeviceptr* pbase, size_t* psize, CUdeviceptr dptr), (pbase, psize, dptr))                \
+  X(cuPointerGetAttribute, "cuPointerGetAttribute", 4000, PF_NO_LIMIT, 0,                       \
+    PFN_cuPointerGetAttribute_v4000,                                                            \
+    (void* data, CUpointer_attribute attribute, CUdeviceptr ptr), (data, attribute, ptr))       \
+  X(cuPointerGetAttributes, "cuPointerGetAttributes", 7000, PF_NO_LIMIT, 0,                     \
+    PFN_cuPointerGetAttributes_v7000,                                                           \
+    (unsigned count, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr),            \
+    (count, attributes, data, ptr))                                                             \
+  X(cuIpcGetMemHandle, "cuIpcGetMemHandle", 4010, PF_NO_LIMIT, 0, PFN_cuIpcGetMemHandle_v4010,  \
+    (CUipcMemHandle* handle, CUdeviceptr dptr), (handle, dptr))                                 \
+  X(cuStreamBeginCapture, "cuStreamBeginCapture", 10000, 10010, 0,                              \
+    PFN_cuStreamBeginCapture_v10000, (CUstream stream), (stream))                               \
+  X(cuStreamBeginCapture_ptsz, "cuStreamBeginCapture", 10000, 10010, 1,                         \
+    PFN_cuStreamBeginCapture_v10000_ptsz, (CUstream stream), (stream))                          \
+  X(cuStreamBeginCapture_v2, "cuStreamBeginCapture", 10010, PF_NO_LIMIT, 0,                     \
+    PFN_cuStreamBeginCapture_v10010, (CUstream stream, CUstreamCaptureMode mode),               \
+    (stream, mode))                                                                             \
+  X(cuStreamBeginCapture_v2_ptsz, "cuStreamBeginCapture", 10010, PF_NO_LIMIT, 1,                \
+    PFN_cuStreamBeginCapture_v10010_ptsz, (CUstream stream, CUstreamCaptureMode mode),          \
+    (stream, mode))                                                                             \
+  X(cuStreamBeginCaptureToGraph, "cuStreamBeginCaptureToGraph", 12030, PF_NO_LIMIT, 0,          \
+    PFN_cuStreamBeginCaptureToGraph_v12030,                                                     \
+    (CUstream stream, CUgraph graph, const CUgraphNode* deps, const CUgraphEdgeData* edges,     \
+     size_t deps_count, CUstreamCaptureMode mode),                                              \
+    (stream, graph, deps, edges, deps_count, mode))                                             \
+  X(cuStreamBeginCaptureToGraph_ptsz, "cuStreamBeginCaptureToGraph", 12030, PF_NO_LIMIT, 1,     \
+    PFN_cuStreamBeginCaptureToGraph_v12030_ptsz,                                                \
+    (CUstream stream, CUgraph graph, const CUgraphNode* deps, const CUgraphEdgeData* edges,     \
+     size_t deps_count, CUstreamCaptureMode mode),                                              \
+    (stream, graph, deps, edges, deps_count, mode))                                             \
+  X(cuStreamEndCapture, "cuStreamEndCapture", 10000, PF_NO_LIMIT, 0,                            \
+    PFN_cuStreamEndCapture_v10000, (CUstream stream, CUgraph* graph), (stream, graph))          \
+  X(cuStreamEndCapture_ptsz, "cuStreamEndCapture", 10000, PF_NO_LIMIT, 1,                       \
+    PFN_cuStreamEndCapture_v10000_ptsz, (CUstream stream, CUgraph* graph), (stream, graph))     \
+  X(cuGetProcAddress, "cuGetProcAddress", 11030, 12000, 0, PFN_cuGetProcAddress_v11030,         \
+    (const char* symbol, void** pfn, int cuda_version, cuuint64_t flags),                       \
+    (symbol, pfn, cuda_version, flags))                                                         \
+  X(cuGetProcAddress_v2, "cuGetProcAddress", 12000, PF_NO_LIMIT, 0, PFN_cuGetProcAddress_v12000, \
+    (const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,                        \
+     CUdriverProcAddressQueryResult* status),                                                   \
+    (symbol, pfn, cuda_version, flags, status))
+// clang-format on
+
+// Driver functions pagefast calls but does not replace. The VMM provider is
+// the only user of the cuMem* ones.
+#define PAGEFAST_REAL_ONLY(X)                                             \
+  X(cuInit, PFN_cuInit_v2000)                                             \
+  X(cuDriverGetVersion, PFN_cuDriverGetVersion_v2020)                     \
+  X(cuDeviceGet, PFN_cuDeviceGet_v2000)                                   \
+  X(cuDeviceGetCount, PFN_cuDeviceGetCount_v2000)                         \
+  X(cuDeviceGetAttribute, PFN_cuDeviceGetAttribute_v2000)                 \
+  X(cuDeviceTotalMem_v2, PFN_cuDeviceTotalMem_v3020)                      \
+  X(cuDeviceGetPCIBusId, PFN_cuDeviceGetPCIBusId_v4010)                   \
+  X(cuCtxGetCurrent, PFN_cuCtxGetCurrent_v4000)                           \
+  X(cuCtxSetCurrent, PFN_cuCtxSetCurrent_v4000)                           \
+  X(cuCtxGetDevice, PFN_cuCtxGetDevice_v2000)                             \
+  X(cuCtxSynchronize, PFN_cuCtxSynchronize_v2000)                         \
+  X(cuCtxPushCurrent_v2, PFN_cuCtxPushCurrent_v4000)                      \
+  X(cuCtxPopCurrent_v2, PFN_cuCtxPopCurrent_v4000)                        \
+  X(cuGetErrorName, PFN_cuGetErrorName_v6000)                             \
+  X(cuStreamIsCapturing, PFN_cuStreamIsCapturing_v10000)                  \
+  X(cuMemAddressReserve, PFN_cuMemAddressReserve_v10020)                  \
+  X(cuMemAddressFree, PFN_cuMemAddressFree_v10020)                        \
+  X(cuMemCreate, PFN_cuMemCreate_v10020)                                  \
+  X(cuMemRelease, PFN_cuMemRelease_v10020)                                \
+  X(cuMemMap, PFN_cuMemMap_v10020)                                        \
+  X(cuMemUnmap, PFN_cuMemUnmap_v10020)                                    \
+  X(cuMemSetAccess, PFN_cuMemSetAccess_v10020)                            \
+  X(cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020)
+
+namespace pagefast {
+
+enum class Entry : int {
+#define PF_ENUM(symbol, ...) symbol,
+  PAGEFAST_ENTRIES(PF_ENUM)
+#undef PF_ENUM
+  kCount
+};
+constexpr int kEntryCount = int(Entry::kCount);
+
+struct EntryInfo {
+  const char* symbol;
+  const char* proc;
+  int since;
+  int until;
+  bool ptds;
+};
+
+// Indexed by Entry.
+extern const EntryInfo kEntryInfo[kEntryCount];
+
+}  // namespace pagefast

@@ -1,0 +1,203 @@
+// interpose/hooks.cpp: what pagefast does in place of each table entry.
+// Each hook counts the call, then either lets the pool answer or forwards
+// to the real driver with the same arguments. Pass-through mode forwards
+// everything untouched and counts nothing.
+#include "interpose/hooks.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "interpose/pool_api.h"
+#include "interpose/real_driver.h"
+#include "interpose/runtime.h"
+#include "interpose/stats.h"
+
+namespace pagefast::hook {
+namespace {
+
+// The answer when the real driver lacks a function (an older driver).
+constexpr CUresult kMissing = CUDA_ERROR_NOT_FOUND;
+
+#define PF_FORWARD(symbol, args)                      \
+  do {                                                \
+    const RealDriver* real = real_driver();           \
+    if (!real || !real->symbol) return kMissing;      \
+    return real->symbol args;                         \
+  } while (0)
+
+inline bool active(Entry entry) {
+  if (runtime::passthrough()) return false;
+  stats::count_call(entry);
+  return true;
+}
+
+std::atomic<bool> g_first_alloc_done{false};
+
+// Streams being captured into a graph. Capture begin/end are rare; a lock
+// is fine here and keeps the count exact per stream.
+std::mutex g_capture_mutex;
+std::vector<CUstream>& capturing() {
+  static auto* streams = new std::vector<CUstream>();  // never destroyed: used at exit
+  return *streams;
+}
+
+void capture_began(CUstream stream) {
+  std::lock_guard<std::mutex> lock(g_capture_mutex);
+  capturing().push_back(stream);
+  pool::on_capture_begin();
+}
+
+void capture_maybe_ended(CUstream stream) {
+  const RealDriver* real = real_driver();
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (real && real->cuStreamIsCapturing && real->cuStreamIsCapturing(stream, &status) == CUDA_SUCCESS &&
+      status == CU_STREAM_CAPTURE_STATUS_ACTIVE)
+    return;
+  std::lock_guard<std::mutex> lock(g_capture_mutex);
+  std::vector<CUstream>& streams = capturing();
+  auto it = std::find(streams.begin(), streams.end(), stream);
+  if (it == streams.end()) return;
+  streams.erase(it);
+  pool::on_capture_end();
+}
+
+}  // namespace
+
+CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  if (active(Entry::cuMemAlloc_v2)) {
+    if (__builtin_expect(!g_first_alloc_done.load(std::memory_order_relaxed), 0) &&
+        !g_first_alloc_done.exchange(true))
+      runtime::on_first_alloc();
+    // NULL and 0 are answered by the driver itself, byte for byte.
+    CUresult result;
+    if (dptr && bytesize && pool::try_alloc(dptr, bytesize, &result)) return result;
+  }
+  PF_FORWARD(cuMemAlloc_v2, (dptr, bytesize));
+}
+
+CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  if (active(Entry::cuMemFree_v2) && dptr) {
+    CUresult result;
+    if (pool::try_free(dptr, &result)) return result;
+  }
+  PF_FORWARD(cuMemFree_v2, (dptr));
+}
+
+CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width_bytes, size_t height,
+                            unsigned element_bytes) {
+  // Pitched memory keeps the driver's own layout rules: never pooled.
+  active(Entry::cuMemAllocPitch_v2);
+  PF_FORWARD(cuMemAllocPitch_v2, (dptr, pitch, width_bytes, height, element_bytes));
+}
+
+CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
+  const bool on = active(Entry::cuMemGetInfo_v2);
+  const RealDriver* real = real_driver();
+  if (!real || !real->cuMemGetInfo_v2) return kMissing;
+  const CUresult result = real->cuMemGetInfo_v2(free_bytes, total_bytes);
+  if (on && result == CUDA_SUCCESS) pool::adjust_mem_info(free_bytes, total_bytes);
+  return result;
+}
+
+CUresult cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr dptr) {
+  if (active(Entry::cuMemGetAddressRange_v2)) {
+    CUresult result;
+    if (pool::try_address_range(pbase, psize, dptr, &result)) return result;
+  }
+  PF_FORWARD(cuMemGetAddressRange_v2, (pbase, psize, dptr));
+}
+
+CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  const bool on = active(Entry::cuPointerGetAttribute);
+  const RealDriver* real = real_driver();
+  if (!real || !real->cuPointerGetAttribute) return kMissing;
+  const CUresult result = real->cuPointerGetAttribute(data, attribute, ptr);
+  if (on && result == CUDA_SUCCESS && data) pool::patch_pointer_attribute(data, attribute, ptr);
+  return result;
+}
+
+CUresult cuPointerGetAttributes(unsigned count, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr) {
+  const bool on = active(Entry::cuPointerGetAttributes);
+  const RealDriver* real = real_driver();
+  if (!real || !real->cuPointerGetAttributes) return kMissing;
+  const CUresult result = real->cuPointerGetAttributes(count, attributes, data, ptr);
+  if (on && result == CUDA_SUCCESS && attributes && data)
+    for (unsigned i = 0; i < count; ++i)
+      if (data[i]) pool::patch_pointer_attribute(data[i], attributes[i], ptr);
+  return result;
+}
+
+CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr dptr) {
+  if (active(Entry::cuIpcGetMemHandle)) {
+    CUresult result;
+    if (pool::try_ipc_get_mem_handle(handle, dptr, &result)) return result;
+  }
+  PF_FORWARD(cuIpcGetMemHandle, (handle, dptr));
+}
+
+// Capture entry points: forwarded, and tracked so that the pool never
+// synchronises while a graph is being captured.
+#define PF_CAPTURE_BEGIN(symbol, params, args)                          \
+  CUresult symbol params {                                             \
+    const bool on = active(Entry::symbol);                             \
+    const RealDriver* real = real_driver();                            \
+    if (!real || !real->symbol) return kMissing;                       \
+    const CUresult result = real->symbol args;                         \
+    if (on && result == CUDA_SUCCESS) capture_began(stream);           \
+    return result;                                                     \
+  }
+PF_CAPTURE_BEGIN(cuStreamBeginCapture, (CUstream stream), (stream))
+PF_CAPTURE_BEGIN(cuStreamBeginCapture_ptsz, (CUstream stream), (stream))
+PF_CAPTURE_BEGIN(cuStreamBeginCapture_v2, (CUstream stream, CUstreamCaptureMode mode), (stream, mode))
+PF_CAPTURE_BEGIN(cuStreamBeginCapture_v2_ptsz, (CUstream stream, CUstreamCaptureMode mode), (stream, mode))
+PF_CAPTURE_BEGIN(cuStreamBeginCaptureToGraph,
+                 (CUstream stream, CUgraph graph, const CUgraphNode* deps, const CUgraphEdgeData* edges,
+                  size_t deps_count, CUstreamCaptureMode mode),
+                 (stream, graph, deps, edges, deps_count, mode))
+PF_CAPTURE_BEGIN(cuStreamBeginCaptureToGraph_ptsz,
+                 (CUstream stream, CUgraph graph, const CUgraphNode* deps, const CUgraphEdgeData* edges,
+                  size_t deps_count, CUstreamCaptureMode mode),
+                 (stream, graph, deps, edges, deps_count, mode))
+#undef PF_CAPTURE_BEGIN
+
+#define PF_CAPTURE_END(symbol)                                          \
+  CUresult symbol(CUstream stream, CUgraph* graph) {                   \
+    const bool on = active(Entry::symbol);                             \
+    const RealDriver* real = real_driver();                            \
+    if (!real || !real->symbol) return kMissing;                       \
+    const CUresult result = real->symbol(stream, graph);               \
+    if (on) capture_maybe_ended(stream);                               \
+    return result;                                                     \
+  }
+PF_CAPTURE_END(cuStreamEndCapture)
+PF_CAPTURE_END(cuStreamEndCapture_ptsz)
+#undef PF_CAPTURE_END
+
+CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult* status) {
+  const bool on = active(Entry::cuGetProcAddress_v2);
+  const RealDriver* real = real_driver();
+  if (!real || !real->cuGetProcAddress_v2) return kMissing;
+  const CUresult result = real->cuGetProcAddress_v2(symbol, pfn, cuda_version, flags, status);
+  if (on && result == CUDA_SUCCESS && pfn && *pfn && symbol)
+    if (void* replacement = proc_address_replacement(symbol, *pfn, cuda_version, flags)) *pfn = replacement;
+  return result;
+}
+
+CUresult cuGetProcAddress(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags) {
+  const bool on = active(Entry::cuGetProcAddress);
+  const RealDriver* real = real_driver();
+  if (!real) return kMissing;
+  CUresult result;
+  if (real->cuGetProcAddress) result = real->cuGetProcAddress(symbol, pfn, cuda_version, flags);
+  else if (real->cuGetProcAddress_v2) result = real->cuGetProcAddress_v2(symbol, pfn, cuda_version, flags, nullptr);
+  else return kMissing;
+  if (on && result == CUDA_SUCCESS && pfn && *pfn && symbol)
+    if (void* replacement = proc_address_replacement(symbol, *pfn, cuda_version, flags)) *pfn = replacement;
+  return result;
+}
+
+}  // namespace pagefast::hook

@@ -1,0 +1,77 @@
+// interpose/loader.cpp: finds the real driver and the real dlsym at run
+// time. Never calls a CUDA function: opening libcuda.so.1 is all it does.
+#include <dlfcn.h>
+
+#include <atomic>
+#include <mutex>
+
+#include "interpose/real_driver.h"
+
+namespace pagefast {
+
+const EntryInfo kEntryInfo[kEntryCount] = {
+#define PF_INFO(symbol, proc, since, until, ptds, ...) {#symbol, proc, since, until, ptds != 0},
+    PAGEFAST_ENTRIES(PF_INFO)
+#undef PF_INFO
+};
+
+// Read by the dlsym trampoline (interpose/dlsym_trampoline.S) as a plain
+// pointer, hence C linkage and a fixed name.
+extern "C" {
+__attribute__((visibility("hidden"))) DlsymFn pf_real_dlsym_ptr = nullptr;
+}
+
+DlsymFn real_dlsym() {
+  DlsymFn fn = __atomic_load_n(&pf_real_dlsym_ptr, __ATOMIC_ACQUIRE);
+  if (fn) return fn;
+  // glibc 2.34 moved dlsym into libc with a new version; older ones only
+  // have the 2.2.5 one. dlvsym is not overridden, so this cannot recurse.
+  void* found = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+  if (!found) found = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+  if (!found) found = dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.34");
+  if (!found) found = dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.2.5");
+  fn = reinterpret_cast<DlsymFn>(found);
+  __atomic_store_n(&pf_real_dlsym_ptr, fn, __ATOMIC_RELEASE);
+  return fn;
+}
+
+namespace {
+
+RealDriver g_driver;
+std::atomic<int> g_state{0};  // 0 not tried, 1 loaded, 2 unavailable
+std::mutex g_load_mutex;
+
+bool load(RealDriver* d) {
+  DlsymFn sym = real_dlsym();
+  if (!sym) return false;
+  // The program has normally loaded the driver already; NOLOAD first keeps
+  // pagefast from choosing a different copy than the program did.
+  void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+  if (!handle) handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (!handle) return false;
+  d->handle = handle;
+  int i = 0;
+#define PF_RESOLVE(symbol, proc, since, until, ptds, pfn, ...)  \
+  d->symbol = reinterpret_cast<pfn>(sym(handle, #symbol));      \
+  d->entry_address[i++] = reinterpret_cast<void*>(d->symbol);
+  PAGEFAST_ENTRIES(PF_RESOLVE)
+#undef PF_RESOLVE
+#define PF_RESOLVE_ONLY(symbol, pfn) d->symbol = reinterpret_cast<pfn>(sym(handle, #symbol));
+  PAGEFAST_REAL_ONLY(PF_RESOLVE_ONLY)
+#undef PF_RESOLVE_ONLY
+  return true;
+}
+
+}  // namespace
+
+const RealDriver* real_driver() {
+  const int state = g_state.load(std::memory_order_acquire);
+  if (state == 1) return &g_driver;
+  if (state == 2) return nullptr;
+  std::lock_guard<std::mutex> lock(g_load_mutex);
+  if (g_state.load(std::memory_order_relaxed) == 0)
+    g_state.store(load(&g_driver) ? 1 : 2, std::memory_order_release);
+  return g_state.load(std::memory_order_relaxed) == 1 ? &g_driver : nullptr;
+}
+
+}  // namespace pagefast

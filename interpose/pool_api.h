@@ -1,0 +1,49 @@
+// interpose/pool_api.h: the contract between the driver entry points
+// (hooks.cpp) and the pool (pool.cpp, on top of policy/ and the VMM
+// provider). Each try_* function returns true when the pool answered the
+// call (the answer is in *result); false means "not mine": the entry point
+// then forwards the call to the real driver untouched.
+//
+// All functions are safe to call from any thread, never throw, and never
+// call CUDA from a static constructor or destructor.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <string>
+
+#include "policy/config.h"
+
+namespace pagefast::pool {
+
+// Called once, before any other function, with the parsed configuration.
+// When config.enabled is false, every try_* returns false.
+void configure(const PoolConfig& config, LogSink log);
+
+// cuMemAlloc_v2. false: not poolable here (pool off, failed to start,
+// no current context error is answered by the driver, ...).
+bool try_alloc(CUdeviceptr* dptr, size_t bytes, CUresult* result);
+// cuMemFree_v2. false when dptr is not inside any pool range.
+bool try_free(CUdeviceptr dptr, CUresult* result);
+// cuMemGetAddressRange_v2 for an address inside a pool range.
+bool try_address_range(CUdeviceptr* base, size_t* bytes, CUdeviceptr dptr, CUresult* result);
+// cuPointerGetAttribute(s): the pool answers RANGE_START_ADDR, RANGE_SIZE,
+// BUFFER_ID, IS_LEGACY_CUDA_IPC_CAPABLE for its blocks after the real call.
+// Called after the real driver answered CUDA_SUCCESS; patches *data.
+void patch_pointer_attribute(void* data, CUpointer_attribute attribute, CUdeviceptr dptr);
+// cuIpcGetMemHandle on pool memory: a clear error.
+bool try_ipc_get_mem_handle(CUipcMemHandle* handle, CUdeviceptr dptr, CUresult* result);
+// cuMemGetInfo_v2, after the real call succeeded: add idle bytes to free,
+// apply the limit to total. Either pointer may be NULL.
+void adjust_mem_info(size_t* free_bytes, size_t* total_bytes);
+// Stream capture began / ended somewhere in the process: while any capture
+// is active the pool never synchronises.
+void on_capture_begin();
+void on_capture_end();
+
+// The "pool" object of the stats JSON (an object text: {"devices": ...}).
+// Reads counters only; no CUDA.
+std::string stats_json();
+
+}  // namespace pagefast::pool

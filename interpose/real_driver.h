@@ -1,0 +1,35 @@
+// interpose/real_driver.h: the real CUDA driver, found at run time.
+//
+// libpagefast.so never links libcuda: the first hook that needs the driver
+// opens libcuda.so.1 (normally already loaded by the program) and resolves
+// every function below with the real dlsym, by its exact exported name.
+// A function the driver lacks stays NULL; callers must check.
+#pragma once
+
+#include "interpose/entries.h"
+
+namespace pagefast {
+
+struct RealDriver {
+#define PF_REAL_FIELD(symbol, proc, since, until, ptds, pfn, ...) pfn symbol;
+  PAGEFAST_ENTRIES(PF_REAL_FIELD)
+#undef PF_REAL_FIELD
+#define PF_REAL_ONLY_FIELD(symbol, pfn) pfn symbol;
+  PAGEFAST_REAL_ONLY(PF_REAL_ONLY_FIELD)
+#undef PF_REAL_ONLY_FIELD
+  void* handle;
+  // The real address of each replaced entry, indexed by Entry, to recognise
+  // what the driver's own cuGetProcAddress hands out.
+  void* entry_address[kEntryCount];
+};
+
+// The loaded driver, or NULL when libcuda.so.1 cannot be opened. Loads on
+// first use; thread-safe; never calls a CUDA function.
+const RealDriver* real_driver();
+
+// The real dlsym (glibc's), found with dlvsym so that pagefast's own dlsym
+// override is never re-entered.
+using DlsymFn = void* (*)(void*, const char*);
+DlsymFn real_dlsym();
+
+}  // namespace pagefast

@@ -1,0 +1,98 @@
+// interpose/runtime.cpp: start-up and exit of the shim.
+//
+// At load (constructor): read the configuration once, start the logger,
+// bind NUMA (no CUDA call). At exit (destructor): write the stats document
+// with plain file I/O and call no driver function: the driver may already
+// be shutting down, and a pool that is not released is reclaimed by the OS.
+#include "interpose/runtime.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <mutex>
+
+#include "interpose/log.h"
+#include "interpose/pool_api.h"
+#include "interpose/real_driver.h"
+#include "interpose/stats.h"
+#if PAGEFAST_HAVE_NUMA
+#include "numa/numa.h"
+#endif
+
+namespace pagefast::runtime {
+
+std::atomic<bool> g_ready{false};
+bool g_passthrough = true;
+
+namespace {
+
+// The constructor below may run before this file's dynamic initialisers,
+// so no global here has a constructor: state lives on the heap, made at
+// first use, and is never destroyed (late calls at exit still read it).
+struct State {
+  Config config;
+  std::string numa_json = "null";
+};
+State* g_state = nullptr;
+std::recursive_mutex g_init_mutex;  // constant-initialised
+
+const char* env_lookup(const char* name, void*) { return std::getenv(name); }
+
+}  // namespace
+
+void init_slow() {
+  // Recursive: a hook reached from inside init (a logger sink, say) must
+  // not deadlock; it sees pass-through until init is complete.
+  std::lock_guard<std::recursive_mutex> lock(g_init_mutex);
+  static bool started = false;
+  if (started) return;
+  started = true;
+  g_state = new State();
+  Config& g_config = g_state->config;
+  g_config = parse_config(&env_lookup, nullptr);
+  log::init(g_config);
+  if (!g_config.error.empty()) {
+    log::write(LogLevel::Error, "{}; running as pass-through", g_config.error);
+  } else if (!g_config.passthrough) {
+#if PAGEFAST_HAVE_NUMA
+    numa::BindReport report = numa::bind_at_start(g_config.numa, log::sink());
+    g_state->numa_json = report.json();
+#endif
+    pool::configure(g_config.pool, log::sink());
+  }
+  g_passthrough = g_config.passthrough;
+  g_ready.store(true, std::memory_order_release);
+}
+
+const Config& config() {
+  ensure_init();
+  return g_state->config;
+}
+
+std::string numa_json() {
+  ensure_init();
+  return g_state->numa_json;
+}
+
+void on_first_alloc() {
+  log::write(LogLevel::Info, "active (pid {}, version {}): {}", getpid(), PAGEFAST_VERSION, describe(g_state->config));
+#if PAGEFAST_HAVE_NUMA
+  const RealDriver* real = real_driver();
+  CUdevice device;
+  char bus_id[32] = {0};
+  if (real && real->cuCtxGetDevice && real->cuDeviceGetPCIBusId && real->cuCtxGetDevice(&device) == CUDA_SUCCESS &&
+      real->cuDeviceGetPCIBusId(bus_id, sizeof bus_id - 1, device) == CUDA_SUCCESS)
+    numa::check_device(bus_id, g_state->config.numa, log::sink());
+#endif
+}
+
+namespace {
+
+__attribute__((constructor)) void on_load() { init_slow(); }
+
+__attribute__((destructor)) void on_unload() {
+  if (g_ready.load(std::memory_order_acquire)) stats::write_if_requested();
+}
+
+}  // namespace
+}  // namespace pagefast::runtime

@@ -1,0 +1,192 @@
+// interpose/stats.cpp: per-thread counter blocks and the stats document.
+#include "interpose/stats.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "interpose/log.h"
+#include "interpose/pool_api.h"
+#include "interpose/runtime.h"
+
+namespace pagefast::stats {
+namespace {
+
+constexpr int kDoorCount = int(Door::kCount);
+constexpr int kCounterCount = kEntryCount + kDoorCount;
+
+// One block per live thread; only its owner writes, so a relaxed load and
+// store replace an atomic read-modify-write.
+struct alignas(64) Block {
+  std::atomic<uint64_t> counter[kCounterCount];
+  std::atomic<bool> owned;
+  Block* next;
+};
+
+std::atomic<Block*> g_blocks{nullptr};
+pthread_key_t g_key;
+pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
+thread_local Block* t_block = nullptr;
+
+void release_block(void* block) { static_cast<Block*>(block)->owned.store(false, std::memory_order_release); }
+void make_key() { pthread_key_create(&g_key, &release_block); }
+
+Block* acquire_block() {
+  for (Block* b = g_blocks.load(std::memory_order_acquire); b; b = b->next) {
+    bool expected = false;
+    if (!b->owned.load(std::memory_order_relaxed) &&
+        b->owned.compare_exchange_strong(expected, true, std::memory_order_acq_rel))
+      return b;
+  }
+  // Once per thread, never on the steady-state path. Never freed.
+  void* memory = std::calloc(1, sizeof(Block));
+  if (!memory) return nullptr;
+  Block* b = new (memory) Block();
+  for (auto& c : b->counter) c.store(0, std::memory_order_relaxed);
+  b->owned.store(true, std::memory_order_relaxed);
+  Block* head = g_blocks.load(std::memory_order_relaxed);
+  do {
+    b->next = head;
+  } while (!g_blocks.compare_exchange_weak(head, b, std::memory_order_release, std::memory_order_relaxed));
+  return b;
+}
+
+// A fallback for threads whose block could not be made: shared, atomic.
+std::atomic<uint64_t> g_overflow[kCounterCount];
+
+inline void bump(int index) {
+  Block* b = t_block;
+  if (__builtin_expect(b == nullptr, 0)) {
+    pthread_once(&g_key_once, make_key);
+    b = acquire_block();
+    if (!b) {
+      g_overflow[index].fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    t_block = b;
+    pthread_setspecific(g_key, b);
+  }
+  auto& c = b->counter[index];
+  c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+uint64_t sum(int index) {
+  uint64_t total = g_overflow[index].load(std::memory_order_relaxed);
+  for (Block* b = g_blocks.load(std::memory_order_acquire); b; b = b->next)
+    total += b->counter[index].load(std::memory_order_relaxed);
+  return total;
+}
+
+void append_escaped(std::string& out, const std::string& text) {
+  out += '"';
+  for (char ch : text) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  out += '"';
+}
+
+bool write_all(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += size_t(n);
+  }
+  return true;
+}
+
+std::string expand_path(const std::string& path) {
+  std::string out;
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (path[i] == '%' && i + 1 < path.size() && path[i + 1] == 'p') {
+      out += std::to_string(getpid());
+      ++i;
+    } else {
+      out += path[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void count_call(Entry entry) { bump(int(entry)); }
+void count_door(Door door) { bump(kEntryCount + int(door)); }
+uint64_t calls(Entry entry) { return sum(int(entry)); }
+uint64_t doors(Door door) { return sum(kEntryCount + int(door)); }
+
+std::string document() {
+  const Config& config = runtime::config();
+  std::string out = "{\n  \"pagefast\": {\"version\": \"" PAGEFAST_VERSION "\", \"pid\": ";
+  out += std::to_string(getpid());
+  out += ", \"mode\": ";
+  out += config.passthrough ? "\"passthrough\"" : (config.pool.enabled ? "\"pool\"" : "\"forward\"");
+  out += ", \"config\": ";
+  append_escaped(out, describe(config));
+  out += "},\n  \"calls\": {";
+  for (int i = 0; i < kEntryCount; ++i) {
+    out += i ? ", " : "";
+    out += '"';
+    out += kEntryInfo[i].symbol;
+    out += "\": " + std::to_string(calls(Entry(i)));
+  }
+  out += "},\n  \"doors\": {\"symbol\": " + std::to_string(doors(Door::Symbol)) +
+         ", \"dlsym\": " + std::to_string(doors(Door::Dlsym)) +
+         ", \"proc_address\": " + std::to_string(doors(Door::ProcAddress)) + "},\n";
+  out += "  \"pool\": " + pool::stats_json() + ",\n";
+  out += "  \"numa\": " + runtime::numa_json() + "\n}\n";
+  return out;
+}
+
+void write_if_requested() {
+  const std::string& target = runtime::config().stats_path;
+  if (target.empty()) return;
+  std::string text;
+  try {
+    text = document();
+  } catch (...) {
+    return;
+  }
+  if (target == "stderr") {
+    write_all(2, text);
+    return;
+  }
+  const std::string path = expand_path(target);
+  // O_NOFOLLOW: a symbolic link planted at the path is refused, never
+  // followed; a file made here is the user's alone.
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    log::write(LogLevel::Warn, "PAGEFAST_STATS: cannot open '{}': {}", path, std::strerror(errno));
+    return;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+    log::write(LogLevel::Warn, "PAGEFAST_STATS: '{}' is not a regular file of this user; not written", path);
+    ::close(fd);
+    return;
+  }
+  if ((st.st_mode & 0777) != 0600) fchmod(fd, 0600);
+  if (ftruncate(fd, 0) != 0 || !write_all(fd, text))
+    log::write(LogLevel::Warn, "PAGEFAST_STATS: writing '{}' failed: {}", path, std::strerror(errno));
+  ::close(fd);
+}
+
+}  // namespace pagefast::stats

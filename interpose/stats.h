@@ -1,0 +1,29 @@
+// interpose/stats.h: call and door counters, and the stats document
+// written at exit (PAGEFAST_STATS). Counting costs a thread-local add: each
+// thread owns a block of counters that readers sum; blocks of exited
+// threads are kept and re-used, so no count is ever lost.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "interpose/entries.h"
+
+namespace pagefast::stats {
+
+enum class Door : int { Symbol = 0, Dlsym = 1, ProcAddress = 2, kCount };
+
+void count_call(Entry entry);
+void count_door(Door door);
+uint64_t calls(Entry entry);
+uint64_t doors(Door door);
+
+// The whole stats document as JSON text. Reads counters only: safe at exit.
+std::string document();
+
+// Writes document() to PAGEFAST_STATS ("stderr", or a path; "%p" in the
+// path becomes the pid). A path is created with mode 0600 and never opened
+// through a symbolic link. Uses only open/write: safe in a destructor.
+void write_if_requested();
+
+}  // namespace pagefast::stats

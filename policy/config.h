@@ -1,0 +1,73 @@
+// policy/config.h: pagefast's configuration, parsed once from the
+// environment through one table of keys (config.cpp). Pure C++: no CUDA.
+//
+// PAGEFAST=0|1           0 turns the shim into a pure pass-through.
+// PAGEFAST_CONF="k:v,.." pool and NUMA keys, in the style of
+//                        PYTORCH_CUDA_ALLOC_CONF; sizes take K/M/G/T.
+// PAGEFAST_LOG, PAGEFAST_LOG_FILE, PAGEFAST_STATS: logging and stats.
+//
+// A bad key or value yields one message naming it and what is accepted;
+// the caller then runs as pass-through (Config::passthrough).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "policy/log_sink.h"
+
+namespace pagefast {
+
+constexpr uint64_t kKiB = 1024;
+constexpr uint64_t kMiB = 1024 * kKiB;
+constexpr uint64_t kGiB = 1024 * kMiB;
+constexpr uint64_t kUnlimited = UINT64_MAX;
+
+struct PoolConfig {
+  bool enabled = true;                      // pool:on|off
+  uint64_t chunk_bytes = 256 * kMiB;        // chunk_size: physical growth step
+  uint64_t release_threshold_bytes = kUnlimited;  // release_threshold
+  uint64_t limit_bytes = 0;                 // limit: 0 means none
+  uint64_t prewarm_bytes = 0;               // prewarm
+  uint64_t reserve_bytes = 0;               // reserve: VA per range, 0 = auto
+};
+
+enum class NumaMode { Auto, Bind, Force, Off };
+
+struct NumaConfig {
+  NumaMode mode = NumaMode::Auto;  // numa:auto|bind|force|off
+  int gpu = -1;                    // numa:gpu=<n>; -1 = from the local rank
+};
+
+struct Config {
+  // PAGEFAST=0, or a configuration error: forward every call untouched.
+  bool passthrough = false;
+  PoolConfig pool;
+  NumaConfig numa;
+  LogLevel log_level = LogLevel::Warn;
+  bool log_off = false;
+  std::string log_file;    // PAGEFAST_LOG_FILE; empty = stderr
+  std::string stats_path;  // PAGEFAST_STATS; "stderr", a path, empty = none
+  std::string conf_text;   // PAGEFAST_CONF as given, for the banner
+  std::string error;       // the one message for a bad setting, if any
+};
+
+// Reads the variables through `lookup` (getenv in production, a map in
+// tests). Never fails: errors land in Config::error and set passthrough.
+using EnvLookup = const char* (*)(const char* name, void* user);
+Config parse_config(EnvLookup lookup, void* user);
+
+// Parses "123", "64K", "2M", "1G", "1T" (binary units, optional "B"/"iB").
+bool parse_bytes(const std::string& text, uint64_t* bytes);
+
+// A one-line description of the effective settings, for the info banner.
+std::string describe(const Config& config);
+
+// The keys of PAGEFAST_CONF with what each accepts, for docs and errors.
+struct ConfKeyInfo {
+  const char* name;
+  const char* accepts;
+  const char* meaning;
+};
+const ConfKeyInfo* conf_keys(int* count);
+
+}  // namespace pagefast
