@@ -1,0 +1,138 @@
+// tests/config/config_test.cpp: the PAGEFAST / PAGEFAST_CONF parser.
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <string>
+
+#include "policy/config.h"
+
+using namespace pagefast;
+
+namespace {
+
+struct Env {
+  std::map<std::string, std::string> vars;
+  static const char* lookup(const char* name, void* user) {
+    auto& vars = static_cast<Env*>(user)->vars;
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  }
+  Config parse() { return parse_config(&Env::lookup, this); }
+};
+
+Config with_conf(const std::string& conf) {
+  Env env;
+  env.vars["PAGEFAST_CONF"] = conf;
+  return env.parse();
+}
+
+}  // namespace
+
+TEST_CASE("sizes take K/M/G/T in binary units") {
+  uint64_t b = 0;
+  CHECK((parse_bytes("123", &b) && b == 123));
+  CHECK((parse_bytes("64K", &b) && b == 64 * kKiB));
+  CHECK((parse_bytes("2m", &b) && b == 2 * kMiB));
+  CHECK((parse_bytes("1GiB", &b) && b == kGiB));
+  CHECK((parse_bytes("3GB", &b) && b == 3 * kGiB));
+  CHECK((parse_bytes("1T", &b) && b == 1024 * kGiB));
+  CHECK_FALSE(parse_bytes("", &b));
+  CHECK_FALSE(parse_bytes("G", &b));
+  CHECK_FALSE(parse_bytes("-1", &b));
+  CHECK_FALSE(parse_bytes("1.5G", &b));
+  CHECK_FALSE(parse_bytes("12X", &b));
+  CHECK_FALSE(parse_bytes("99999999999999999999", &b));
+  CHECK_FALSE(parse_bytes("20000000000T", &b));
+}
+
+TEST_CASE("defaults: pool on, warn, nothing to report") {
+  Env env;
+  Config c = env.parse();
+  CHECK_FALSE(c.passthrough);
+  CHECK(c.error.empty());
+  CHECK(c.pool.enabled);
+  CHECK(c.pool.chunk_bytes == 256 * kMiB);
+  CHECK(c.pool.release_threshold_bytes == kUnlimited);
+  CHECK(c.pool.limit_bytes == 0);
+  CHECK(c.numa.mode == NumaMode::Auto);
+  CHECK(c.numa.gpu == -1);
+  CHECK(c.log_level == LogLevel::Warn);
+}
+
+TEST_CASE("every key is read") {
+  Config c = with_conf("pool:off,chunk_size:64M,release_threshold:8G,limit:40G,prewarm:1G,reserve:512G,numa:bind,numa:gpu=3");
+  REQUIRE(c.error.empty());
+  CHECK_FALSE(c.pool.enabled);
+  CHECK(c.pool.chunk_bytes == 64 * kMiB);
+  CHECK(c.pool.release_threshold_bytes == 8 * kGiB);
+  CHECK(c.pool.limit_bytes == 40 * kGiB);
+  CHECK(c.pool.prewarm_bytes == kGiB);
+  CHECK(c.pool.reserve_bytes == 512 * kGiB);
+  CHECK(c.numa.mode == NumaMode::Bind);
+  CHECK(c.numa.gpu == 3);
+  CHECK(with_conf("release_threshold:max").pool.release_threshold_bytes == kUnlimited);
+  CHECK(with_conf(" chunk_size : 2M ,, ").pool.chunk_bytes == 2 * kMiB);
+}
+
+TEST_CASE("a bad key or value: one message naming it and what is accepted, then pass-through") {
+  struct Case {
+    const char* conf;
+    const char* needle;
+    const char* accepted;
+  };
+  const Case cases[] = {
+      {"bogus:1", "unknown key 'bogus'", "chunk_size"},
+      {"chunk_size:3M", "'chunk_size'", "multiple of 2M"},
+      {"chunk_size:1K", "'chunk_size'", "2M..1T"},
+      {"limit:lots", "'limit'", "a size"},
+      {"numa:gpu=x", "'numa'", "gpu=<n>"},
+      {"pool:maybe", "'pool'", "on|off"},
+      {"prewarm", "has no value", "a size"},
+      {"reserve:3M", "'reserve'", "multiple of 2M"},
+  };
+  for (const Case& k : cases) {
+    INFO(k.conf);
+    Config c = with_conf(k.conf);
+    CHECK(c.passthrough);
+    CHECK(c.error.find(k.needle) != std::string::npos);
+    CHECK(c.error.find(k.accepted) != std::string::npos);
+    CHECK(c.error.find('\n') == std::string::npos);
+  }
+}
+
+TEST_CASE("PAGEFAST=0 is a pass-through; other values are an error") {
+  Env env;
+  env.vars["PAGEFAST"] = "0";
+  Config c = env.parse();
+  CHECK(c.passthrough);
+  CHECK(c.error.empty());
+  env.vars["PAGEFAST"] = "1";
+  CHECK_FALSE(env.parse().passthrough);
+  env.vars["PAGEFAST"] = "yes please";
+  c = env.parse();
+  CHECK(c.passthrough);
+  CHECK(c.error.find("0 or 1") != std::string::npos);
+}
+
+TEST_CASE("log levels") {
+  Env env;
+  env.vars["PAGEFAST_LOG"] = "debug";
+  CHECK(env.parse().log_level == LogLevel::Debug);
+  env.vars["PAGEFAST_LOG"] = "off";
+  CHECK(env.parse().log_off);
+  env.vars["PAGEFAST_LOG"] = "chatty";
+  CHECK(env.parse().error.find("PAGEFAST_LOG") != std::string::npos);
+}
+
+TEST_CASE("the key table documents every key") {
+  int count = 0;
+  const ConfKeyInfo* keys = conf_keys(&count);
+  REQUIRE(count >= 7);
+  for (int i = 0; i < count; ++i) {
+    CHECK(std::string(keys[i].name).size() > 0);
+    CHECK(std::string(keys[i].accepts).size() > 0);
+    CHECK(std::string(keys[i].meaning).size() > 0);
+  }
+  CHECK(describe(with_conf("chunk_size:64M")).find("chunk_size 64M") != std::string::npos);
+}

@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""tests/interpose/cases.py: integration cases for the doors, pass-through,
+configuration errors, logging, stats and the launcher, each run as a
+separate meson test: `cases.py CASE --build DIR`.
+
+Every case runs real programs against the fake driver (a test double of
+libcuda.so.1), with and without libpagefast.so preloaded, and compares
+what they print; pagefast's own view comes from its PAGEFAST_STATS file.
+"""
+import argparse
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+import tempfile
+
+ARGS = None
+FAILURES = []
+
+
+def check(condition, what):
+    if not condition:
+        FAILURES.append(what)
+        print("FAIL:", what)
+    else:
+        print("ok:", what)
+
+
+def paths():
+    b = ARGS.build
+    return {
+        "lib": os.path.join(b, "interpose", "libpagefast.so"),
+        "fake": os.path.join(b, "tests", "fakecuda"),
+        "bin": os.path.join(b, "tests", "interpose"),
+        "run": os.path.join(b, "tools", "pagefast-run"),
+    }
+
+
+def run(argv, preload=None, env_extra=None, timeout=120):
+    p = paths()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PAGEFAST") and k != "LD_PRELOAD"}
+    env["LD_LIBRARY_PATH"] = p["fake"] + ":" + p["bin"]
+    env.setdefault("FAKECUDA_TOTAL_MEM", "8G")
+    if preload:
+        env["LD_PRELOAD"] = preload
+    if env_extra:
+        env.update(env_extra)
+    return subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+
+
+def with_stats(argv, env_extra=None, preload=None):
+    """Runs argv with pagefast preloaded and returns (result, stats)."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "stats.json")
+        env = dict(env_extra or {})
+        env["PAGEFAST_STATS"] = path
+        r = run(argv, preload=preload or paths()["lib"], env_extra=env)
+        stats = None
+        if os.path.exists(path):
+            with open(path) as f:
+                stats = json.load(f)
+        return r, stats
+
+
+def made_counts(stdout):
+    m = re.search(r"^made (.*)$", stdout, re.M)
+    if not m:
+        return {}
+    return {k: int(v) for k, v in (item.split("=") for item in m.group(1).split())}
+
+
+def door_case(argv, expect_doors):
+    p = paths()
+    base = run(argv)
+    check(base.returncode == 0, f"{argv[0]} runs on the fake driver without pagefast (rc {base.returncode}) {base.stderr[-300:]}")
+    made = made_counts(base.stdout)
+    check(len(made) == 7, "the workload reports its call counts")
+    for conf in ["", "pool:off"]:
+        env = {"PAGEFAST_CONF": conf} if conf else {}
+        r, stats = with_stats(argv, env)
+        label = f"[{conf or 'default'}]"
+        check(r.returncode == 0, f"{label} rc 0 under pagefast (got {r.returncode}; stderr {r.stderr[-300:]})")
+        check(r.stdout == base.stdout, f"{label} output identical to the run without pagefast")
+        if r.stdout != base.stdout:
+            import difflib
+            print("".join(difflib.unified_diff(base.stdout.splitlines(1), r.stdout.splitlines(1), "without", "with")))
+        check(stats is not None, f"{label} stats written")
+        if not stats:
+            continue
+        for name, count in made.items():
+            check(stats["calls"].get(name) == count,
+                  f"{label} pagefast handled every {name}: {stats['calls'].get(name)} of {count}")
+        for door, want in expect_doors(stats).items():
+            check(want, f"{label} doors: {door} ({stats['doors']})")
+    # PAGEFAST=0: a pure pass-through that counts nothing.
+    r, stats = with_stats(argv, {"PAGEFAST": "0"})
+    check(r.stdout == base.stdout and r.returncode == base.returncode, "PAGEFAST=0: identical output")
+    check(stats and stats["pagefast"]["mode"] == "passthrough", "PAGEFAST=0: mode passthrough")
+    check(stats and all(v == 0 for v in stats["calls"].values()) and all(v == 0 for v in stats["doors"].values()),
+          "PAGEFAST=0: nothing handled, no door opened")
+
+
+def case_door_linked():
+    door_case([os.path.join(paths()["bin"], "door_linked")],
+              lambda s: {"symbol used for the 7 entries": s["doors"]["symbol"] == 7,
+                         "no dlsym door": s["doors"]["dlsym"] == 0,
+                         "no proc door": s["doors"]["proc_address"] == 0})
+
+
+def case_door_dlsym():
+    door_case([os.path.join(paths()["bin"], "door_dlsym")],
+              lambda s: {"dlsym handed out the 7 entries": s["doors"]["dlsym"] == 7,
+                         "no symbol door": s["doors"]["symbol"] == 0})
+
+
+def case_door_proc_11030():
+    door_case([os.path.join(paths()["bin"], "door_proc"), "11030"],
+              lambda s: {"dlsym handed out cuGetProcAddress_v2 only": s["doors"]["dlsym"] == 1,
+                         "the chain handed out itself (v1) and the 7 entries": s["doors"]["proc_address"] == 9,
+                         "v1 wrapper answered the chain": s["calls"]["cuGetProcAddress"] == 18,
+                         "v2 wrapper answered the first call only": s["calls"]["cuGetProcAddress_v2"] == 1})
+
+
+def case_door_proc_12000():
+    door_case([os.path.join(paths()["bin"], "door_proc"), "12000"],
+              lambda s: {"dlsym handed out cuGetProcAddress_v2 only": s["doors"]["dlsym"] == 1,
+                         "the chain handed out itself (v2) and the 7 entries": s["doors"]["proc_address"] == 9,
+                         "v2 wrapper answered everything": s["calls"]["cuGetProcAddress_v2"] == 19,
+                         "v1 wrapper unused": s["calls"]["cuGetProcAddress"] == 0})
+
+
+def case_dlsym_scope():
+    argv = [os.path.join(paths()["bin"], "dlsym_scope"), "libscope.so"]
+    base = run(argv)
+    check("finds its own symbol: 1" in base.stdout and "RTLD_NEXT from a local library: 2" in base.stdout,
+          "baseline resolves relative to the caller")
+    r = run(argv, preload=paths()["lib"])
+    check(r.returncode == 0 and r.stdout == base.stdout, "names outside the table resolve exactly as without pagefast")
+    print(r.stdout)
+
+
+def case_malloc_interposer():
+    p = paths()
+    hook = os.path.join(p["bin"], "libmallochook.so")
+    argv = [os.path.join(p["bin"], "door_dlsym")]
+    base = run(argv)
+    for order in [f"{hook}:{p['lib']}", f"{p['lib']}:{hook}"]:
+        try:
+            r = run(argv, preload=order, timeout=60)
+            check(r.returncode == 0 and r.stdout == base.stdout, f"stacked with a malloc interposer ({order.count(':')} sep): same output")
+        except subprocess.TimeoutExpired:
+            check(False, f"stacked with a malloc interposer: hung ({order})")
+
+
+def pagefast_lines(stderr):
+    return [l for l in stderr.splitlines() if l.startswith("pagefast:")]
+
+
+def case_config_errors():
+    argv = [os.path.join(paths()["bin"], "door_linked")]
+    base = run(argv)
+    cases = [
+        ({"PAGEFAST_CONF": "bogus:1"}, ["unknown key 'bogus'", "chunk_size"]),
+        ({"PAGEFAST_CONF": "chunk_size:3M"}, ["bad value '3M'", "'chunk_size'", "multiple of 2M"]),
+        ({"PAGEFAST_CONF": "release_threshold:lots"}, ["'release_threshold'", "max"]),
+        ({"PAGEFAST_CONF": "numa:sideways"}, ["'numa'", "auto|bind|force|off"]),
+        ({"PAGEFAST_CONF": "pool"}, ["'pool' has no value"]),
+        ({"PAGEFAST": "2"}, ["PAGEFAST", "0 or 1"]),
+        ({"PAGEFAST_LOG": "loud"}, ["PAGEFAST_LOG", "debug"]),
+    ]
+    for env, needles in cases:
+        r, stats = with_stats(argv, env)
+        lines = pagefast_lines(r.stderr)
+        check(len(lines) == 1, f"{env}: exactly one message (got {lines})")
+        check(lines and all(n in lines[0] for n in needles), f"{env}: message names {needles}")
+        check(lines and "pass-through" in lines[0], f"{env}: says it runs as pass-through")
+        check(r.stdout == base.stdout and r.returncode == 0, f"{env}: program runs on unchanged")
+        check(stats and stats["pagefast"]["mode"] == "passthrough", f"{env}: stats say passthrough")
+    r, stats = with_stats(argv, {"PAGEFAST_CONF": " chunk_size : 64M , release_threshold:8G,limit:0,prewarm:0,pool:on "})
+    check(not pagefast_lines(r.stderr) and stats and stats["pagefast"]["mode"] == "pool", "valid keys with spaces accepted")
+    check(stats and "chunk_size 64M" in stats["pagefast"]["config"], "configuration reported in stats")
+
+
+def case_logging():
+    argv = [os.path.join(paths()["bin"], "door_linked")]
+    r = run(argv, preload=paths()["lib"], env_extra={"PAGEFAST_LOG": "info"})
+    active = [l for l in pagefast_lines(r.stderr) if l.startswith("pagefast: info: active")]
+    check(len(active) == 1, f"info: one 'active' line at the first allocation ({active})")
+    check(active and "chunk_size" in active[0], "the banner says how it is configured")
+    r = run(argv, preload=paths()["lib"])
+    check(not [l for l in pagefast_lines(r.stderr) if ": info:" in l], "default level warn: no info lines")
+    with tempfile.TemporaryDirectory() as d:
+        log = os.path.join(d, "pf.log")
+        r = run(argv, preload=paths()["lib"], env_extra={"PAGEFAST_LOG": "info", "PAGEFAST_LOG_FILE": log})
+        text = open(log).read() if os.path.exists(log) else ""
+        check("pagefast: info: active" in text and "pagefast:" not in r.stderr, "PAGEFAST_LOG_FILE receives the lines")
+    r = run(argv, preload=paths()["lib"], env_extra={"PAGEFAST_LOG": "off", "PAGEFAST_CONF": "bogus:1"})
+    check(not pagefast_lines(r.stderr), "PAGEFAST_LOG=off: silent")
+
+
+def case_stats_file():
+    argv = [os.path.join(paths()["bin"], "door_linked")]
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "s.json")
+        old = os.umask(0)
+        try:
+            run(argv, preload=paths()["lib"], env_extra={"PAGEFAST_STATS": path})
+        finally:
+            os.umask(old)
+        check(os.path.exists(path) and stat.S_IMODE(os.stat(path).st_mode) == 0o600, "stats file created 0600")
+        doc = json.load(open(path))
+        check(set(["calls", "doors", "pool", "numa", "pagefast"]) <= set(doc), "stats document has its sections")
+        victim = os.path.join(d, "victim")
+        open(victim, "w").write("keep")
+        link = os.path.join(d, "link.json")
+        os.symlink(victim, link)
+        r = run(argv, preload=paths()["lib"], env_extra={"PAGEFAST_STATS": link})
+        check(open(victim).read() == "keep", "a symbolic link at the stats path is not followed")
+        check("PAGEFAST_STATS" in r.stderr, "and that is reported")
+        run(argv, preload=paths()["lib"], env_extra={"PAGEFAST_STATS": os.path.join(d, "p-%p.json")})
+        check(any(re.match(r"p-\d+\.json$", n) for n in os.listdir(d)), "%p becomes the pid")
+    r = run(argv, preload=paths()["lib"], env_extra={"PAGEFAST_STATS": "stderr"})
+    check('"calls"' in r.stderr, "PAGEFAST_STATS=stderr")
+
+
+def case_launcher():
+    p = paths()
+    r = subprocess.run([p["run"], "--help"], stdout=subprocess.PIPE, text=True)
+    check(r.returncode == 0 and "usage:" in r.stdout, "--help")
+    r = run([p["run"], "--", "sh", "-c", "exit 7"])
+    check(r.returncode == 7, "returns the program's exit status")
+    r = run([p["run"], "--lib", "/nonexistent/libpagefast.so", "--", "true"])
+    check(r.returncode == 127 and "error" in r.stderr, "fails loudly if the library is missing")
+    r = run([p["run"], "--", "sh", "-c", 'echo "$LD_PRELOAD"'], env_extra={"LD_PRELOAD": "libm.so.6 libz.so.1"})
+    out = r.stdout.strip()
+    check(out.startswith("libm.so.6 libz.so.1:") and out.endswith("libpagefast.so"), f"keeps LD_PRELOAD and appends ({out})")
+    r = run([p["run"], "--", p["run"], "--", "sh", "-c", 'echo "$LD_PRELOAD"'])
+    check(r.stdout.count("libpagefast.so") == 1, "adds the library once")
+    r = run([p["run"], "--if-enabled", "--", "sh", "-c", 'echo "[$LD_PRELOAD]"'])
+    check(r.stdout.strip() == "[]", "--if-enabled without PAGEFAST=1 preloads nothing")
+    r = run([p["run"], "--if-enabled", "--", "sh", "-c", 'echo "[$LD_PRELOAD]"'], env_extra={"PAGEFAST": "1"})
+    check("libpagefast.so" in r.stdout, "--if-enabled with PAGEFAST=1 preloads")
+    r = run([p["run"], "--no-pool", "--numa", "off", "--log", "info", "--", "sh", "-c", 'echo "$PAGEFAST_CONF $PAGEFAST_LOG"'])
+    check(r.stdout.strip() == "pool:off,numa:off info", f"options become variables ({r.stdout.strip()})")
+    r = run([p["run"], "--bogus", "--", "true"])
+    check(r.returncode != 0 and "unknown option" in r.stderr, "unknown option refused")
+    with tempfile.TemporaryDirectory() as d:
+        stats = os.path.join(d, "s.json")
+        r = run([p["run"], "--stats", stats, "--", os.path.join(p["bin"], "door_linked")])
+        check(r.returncode == 0 and os.path.exists(stats) and json.load(open(stats))["calls"]["cuMemAlloc_v2"] > 0,
+              "a program run through the launcher goes through pagefast")
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser()
+    parser.add_argument("case")
+    parser.add_argument("--build", required=True)
+    ARGS = parser.parse_args()
+    fn = globals().get("case_" + ARGS.case)
+    if not fn:
+        print("unknown case", ARGS.case)
+        return 2
+    fn()
+    print(f"{ARGS.case}: {len(FAILURES)} failed checks")
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,2 @@
+/* tests/interpose/scope_next.c: the definition after scope_lib's. */
+int shared_name(void) { return 2; }

@@ -1,0 +1,41 @@
+#!/usr/bin/env python3
+"""tools/bench/seed.py: the seed benchmark. 1000 x torch.randn(1024, 1024)
+on the GPU, synchronised: first pass, second pass (cached), and a pass after
+torch.cuda.empty_cache(). Prints one RESULT line with the three times and
+PyTorch's own count of device allocations (num_device_alloc / free), which
+the GPU check compares with pagefast's stats, and a checksum of the data."""
+import sys
+import time
+
+import torch
+
+
+def one_pass():
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    xs = [torch.randn(1024, 1024, device="cuda") for _ in range(1000)]
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    checksum = float(sum(x[0, 0].item() for x in xs[:10]))
+    del xs
+    return dt, checksum
+
+
+def main():
+    torch.manual_seed(0)
+    torch.cuda.init()
+    torch.empty(1, device="cuda")  # context and caching allocator up
+    first, c1 = one_pass()
+    second, c2 = one_pass()
+    torch.cuda.empty_cache()
+    after, c3 = one_pass()
+    torch.cuda.synchronize()
+    stats = torch.cuda.memory_stats()
+    label = sys.argv[1] if len(sys.argv) > 1 else "run"
+    print(f"RESULT label={label} first_s={first:.5f} second_s={second:.5f} after_empty_cache_s={after:.5f} "
+          f"num_device_alloc={stats.get('num_device_alloc', -1)} num_device_free={stats.get('num_device_free', -1)}")
+    print(f"checksum {c1:.6f} {c2:.6f} {c3:.6f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+// tools/gpu/alloc_bench.cu: allocation latency on the GPU, for
+// tools/bench-alloc. One process measures one allocator (the program's own
+// cudaMalloc, which pagefast serves when preloaded, or cudaMallocAsync with a
+// warm pool) in one mode and prints RESULT lines:
+//   pairs   alloc+free pair latency per size, p50 and p99 (ns)
+//   threads aggregate pairs/s with T threads at once (and with 1)
+//   cold    16 GiB in 20 MiB requests in a fresh process (total ms)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+using Clock = std::chrono::steady_clock;
+
+static bool g_async = false;
+static cudaStream_t g_stream = nullptr;
+
+#define CK(call)                                                                   \
+  do {                                                                             \
+    cudaError_t e_ = (call);                                                       \
+    if (e_ != cudaSuccess) {                                                       \
+      std::printf("error %s at %s:%d\n", cudaGetErrorName(e_), __FILE__, __LINE__); \
+      std::exit(1);                                                                \
+    }                                                                              \
+  } while (0)
+
+static inline void* alloc(size_t bytes) {
+  void* p = nullptr;
+  if (g_async) CK(cudaMallocAsync(&p, bytes, g_stream));
+  else CK(cudaMalloc(&p, bytes));
+  return p;
+}
+static inline void release(void* p) {
+  if (g_async) CK(cudaFreeAsync(p, g_stream));
+  else CK(cudaFree(p));
+}
+
+static double pct(std::vector<double>& v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, size_t(q * double(v.size())))];
+}
+
+static void pairs(const char* label, int repeats) {
+  const size_t sizes[] = {512, 4096, 65536, 1u << 20, 2u << 20, 4u << 20, 20u << 20, 64u << 20, 256u << 20, 1u << 30};
+  for (size_t bytes : sizes) {
+    const int n = bytes >= (256u << 20) ? std::max(20, repeats / 10) : repeats;
+    for (int i = 0; i < 20; ++i) release(alloc(bytes));  // warm
+    std::vector<double> ns(n);
+    for (int i = 0; i < n; ++i) {
+      auto t0 = Clock::now();
+      void* p = alloc(bytes);
+      release(p);
+      ns[i] = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+    }
+    std::printf("RESULT alloc=%s mode=pairs bytes=%zu p50_ns=%.1f p99_ns=%.1f\n", label, bytes, pct(ns, 0.5),
+                pct(ns, 0.99));
+  }
+}
+
+static double throughput(int threads, size_t bytes, int per_thread) {
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&] {
+      CK(cudaSetDevice(0));
+      for (int i = 0; i < 100; ++i) release(alloc(bytes));
+      ready++;
+      while (!go.load()) std::this_thread::yield();
+      for (int i = 0; i < per_thread; ++i) release(alloc(bytes));
+    });
+  while (ready.load() < threads) std::this_thread::yield();
+  auto t0 = Clock::now();
+  go = true;
+  for (auto& th : pool) th.join();
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  return double(threads) * per_thread / s;
+}
+
+int main(int argc, char** argv) {
+  std::string api = argc > 1 ? argv[1] : "cudaMalloc";
+  std::string mode = argc > 2 ? argv[2] : "pairs";
+  const char* label_env = std::getenv("BENCH_LABEL");
+  std::string label = label_env ? label_env : api;
+  g_async = api == "cudaMallocAsync";
+  CK(cudaSetDevice(0));
+  CK(cudaFree(nullptr));  // context up before timing
+  if (g_async) {
+    CK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
+    cudaMemPool_t pool;
+    CK(cudaDeviceGetDefaultMemPool(&pool, 0));
+    uint64_t threshold = UINT64_MAX;
+    CK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+  }
+  if (mode == "pairs") {
+    pairs(label.c_str(), api == "cudaMalloc" && !std::getenv("LD_PRELOAD") ? 300 : 3000);
+  } else if (mode == "threads") {
+    const int threads = argc > 3 ? std::atoi(argv[3]) : 16;
+    const size_t bytes = 64 << 10;
+    const int per = api == "cudaMalloc" && !std::getenv("LD_PRELOAD") ? 300 : 20000;
+    const double one = throughput(1, bytes, per);
+    const double many = throughput(threads, bytes, per);
+    std::printf("RESULT alloc=%s mode=threads threads=%d bytes=%zu one_pairs_per_s=%.0f many_pairs_per_s=%.0f scale=%.2f\n",
+                label.c_str(), threads, bytes, one, many, many / one);
+  } else if (mode == "cold") {
+    const size_t request = 20u << 20, total = 16ull << 30;
+    std::vector<void*> held;
+    auto t0 = Clock::now();
+    for (size_t done = 0; done < total; done += request) held.push_back(alloc(request));
+    if (g_async) CK(cudaStreamSynchronize(g_stream));
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    for (void* p : held) release(p);
+    CK(cudaDeviceSynchronize());
+    std::printf("RESULT alloc=%s mode=cold bytes=%zu requests=%zu total_ms=%.3f\n", label.c_str(), total,
+                held.size(), ms);
+  }
+  if (g_async) CK(cudaStreamSynchronize(g_stream));
+  return 0;
+}
