@@ -6,7 +6,9 @@
  * made it. So this entry asks pf_dlsym_decide (C++) for a replacement and,
  * when there is none, jumps to the real dlsym with the caller's own return
  * address and arguments untouched: every name outside the table behaves
- * exactly as without pagefast.
+ * exactly as without pagefast. pf_dlsym_decide returns 1 when the answer
+ * is NULL (a table name whose only definition is pagefast's own, while no
+ * driver is loaded: without pagefast the lookup would find nothing).
  */
 #if defined(__x86_64__)
         .text
@@ -33,6 +35,10 @@ dlsym:
         jnz     1f
         jmp     *pf_real_dlsym_ptr(%rip)
 1:
+        cmpq    $1, %rax        /* 1: the answer is NULL */
+        jne     2f
+        xorl    %eax, %eax
+2:
         ret
         .cfi_endproc
         .size   dlsym, .-dlsym

@@ -92,8 +92,21 @@ void* const kExportedAddress[kEntryCount] = {
 }  // namespace
 
 // Door 2: called by the dlsym trampoline for every dlsym call. Returns the
-// replacement for a table name, or NULL to let the real dlsym answer with
-// the caller's own context (see dlsym_trampoline.S).
+// replacement for a table name; NULL to let the real dlsym answer with the
+// caller's own context (see dlsym_trampoline.S); kAnswerNull to answer NULL.
+namespace {
+void* const kAnswerNull = reinterpret_cast<void*>(1);
+
+// Whether the program has loaded a driver: pagefast never loads one from
+// inside a lookup that, without it, would have found nothing.
+bool driver_loaded() {
+  void* handle = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  if (!handle) return false;
+  dlclose(handle);
+  return true;
+}
+}  // namespace
+
 extern "C" __attribute__((visibility("hidden"))) void* pf_dlsym_decide(void* handle, const char* name) {
   DlsymFn real_lookup = real_dlsym();
   if (!real_lookup || !name || name[0] != 'c' || name[1] != 'u') return nullptr;
@@ -105,6 +118,7 @@ extern "C" __attribute__((visibility("hidden"))) void* pf_dlsym_decide(void* han
   void* found = real_lookup(handle, name);
   if (!found) return nullptr;
   const bool ours = found == kExportedAddress[index];
+  if (ours && !driver_loaded()) return kAnswerNull;
   const RealDriver* real = real_driver();
   const bool drivers = real && found == real->entry_address[index];
   if (!ours && !drivers) return nullptr;  // someone else's function of that name
@@ -121,7 +135,7 @@ extern "C" DlsymFn pf_real_dlsym_ptr;
 // Without the trampoline, RTLD_NEXT/RTLD_DEFAULT lookups of other names
 // are resolved as if made from libpagefast.so (a documented limit).
 PF_EXPORT void* dlsym(void* handle, const char* name) {
-  if (void* replacement = pf_dlsym_decide(handle, name)) return replacement;
+  if (void* replacement = pf_dlsym_decide(handle, name)) return replacement == kAnswerNull ? nullptr : replacement;
   return real_dlsym()(handle, name);
 }
 #endif

@@ -1,0 +1,73 @@
+/* tests/fakecuda/fakecuda.h: the test-only extension API of the fake driver
+ * (libcuda.so.1 built from tests/fakecuda/). Nothing here exists in the real
+ * driver; tests that call it link the fake directly (fakecuda_dep) or look
+ * the names up with dlsym on the fake's handle.
+ *
+ * The fake emulates devices in host memory: a CUdeviceptr is a host address
+ * the test may read and write directly once the memory is accessible
+ * (cuMemAlloc memory at once, VMM memory after cuMemSetAccess).
+ * See tests/fakecuda/README.md for the emulated behaviour and its limits. */
+#ifndef PAGEFAST_TESTS_FAKECUDA_H
+#define PAGEFAST_TESTS_FAKECUDA_H
+
+#include <cuda.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FAKECUDA_API_EXPORT __attribute__((visibility("default")))
+
+/* Calls of the exported driver function `function` (the exported name, e.g.
+ * "cuMemAlloc_v2", "cuMemcpyHtoD_v2_ptds") since the process started or
+ * since the last fakecuda_reset_counts(); -1 if the fake has no such
+ * function. FAKECUDA_COUNTS=<path> writes the same counters at exit. */
+FAKECUDA_API_EXPORT int fakecuda_call_count(const char* function);
+
+/* Zeroes every counter fakecuda_call_count() reads. FAKECUDA_FAIL keeps its
+ * own, never reset, count. */
+FAKECUDA_API_EXPORT void fakecuda_reset_counts(void);
+
+/* Replaces the failure plan, same syntax as FAKECUDA_FAIL
+ * ("cuMemCreate:5,cuMemMap:2"), counting from now: "cuMemMap:1" fails the
+ * next cuMemMap with CUDA_ERROR_OUT_OF_MEMORY. NULL or "" clears the plan.
+ * Returns 0, or -1 if some entry was bad (it is skipped, the rest applies). */
+FAKECUDA_API_EXPORT int fakecuda_set_fail(const char* spec);
+
+/* An asynchronous "kernel" on `stream` (0 and CU_STREAM_LEGACY mean the
+ * current context's legacy default stream, CU_STREAM_PER_THREAD the calling
+ * thread's per-thread default stream): after the
+ * work queued before it on that stream, it waits delay_ms and then sets
+ * dst..dst+bytes to `value`. At the moment it writes it checks that the range
+ * is still the same live device memory (the same cuMemAlloc allocation or
+ * the same VMM mappings, readable and writable by the stream's device) as at
+ * launch; if not, it writes nothing and counts a use-after-free violation
+ * (fakecuda_violations), with one line on stderr. Until it has run it is
+ * pending work: cuStreamQuery answers CUDA_ERROR_NOT_READY, and
+ * cuStreamSynchronize, cuCtxSynchronize, cuEventRecord + cuEventSynchronize
+ * and cuMemFree_v2 (which synchronizes, as the real one does) wait for it.
+ * cuMemUnmap and cuMemRelease do not wait, as on a GPU.
+ * Returns CUDA_ERROR_INVALID_VALUE if the range is not valid device memory
+ * at launch; on a capturing stream the launch is captured, not run. */
+FAKECUDA_API_EXPORT CUresult fakecuda_launch_delayed_fill(CUstream stream, CUdeviceptr dst,
+                                                          size_t bytes, unsigned char value,
+                                                          unsigned delay_ms);
+
+/* Like fakecuda_launch_delayed_fill, but reads: when it runs it stores 1 in
+ * *ok_out if every byte of src..src+bytes equals `expected`, else 0 (also 0,
+ * and a violation, if the memory is no longer the same live memory).
+ * *ok_out must stay valid until the stream has been synchronized. */
+FAKECUDA_API_EXPORT CUresult fakecuda_launch_delayed_check(CUstream stream, CUdeviceptr src,
+                                                           size_t bytes, unsigned char expected,
+                                                           unsigned delay_ms, int* ok_out);
+
+/* Use-after-free violations seen by delayed kernels and asynchronous copies
+ * since the process started. */
+FAKECUDA_API_EXPORT unsigned long long fakecuda_violations(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PAGEFAST_TESTS_FAKECUDA_H */
