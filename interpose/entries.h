@@ -79,6 +79,21 @@ typedef CUresult(CUDAAPI* PFN_cuStreamBeginCapture_v10000_ptsz)(CUstream stream)
     PFN_cuStreamEndCapture_v10000, (CUstream stream, CUgraph* graph), (stream, graph))          \
   X(cuStreamEndCapture_ptsz, "cuStreamEndCapture", 10000, PF_NO_LIMIT, 1,                       \
     PFN_cuStreamEndCapture_v10000_ptsz, (CUstream stream, CUgraph* graph), (stream, graph))     \
+  /* The program's own VMM calls: counted and forwarded untouched, so that  \
+     the stats show what a program that manages VMM itself (JAX's platform \
+     allocator, PyTorch's expandable segments) does. */                    \
+  X(cuMemCreate, "cuMemCreate", 10020, PF_NO_LIMIT, 0, PFN_cuMemCreate_v10020,                 \
+    (CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAllocationProp* prop,       \
+     unsigned long long flags),                                                                 \
+    (handle, bytes, prop, flags))                                                               \
+  X(cuMemRelease, "cuMemRelease", 10020, PF_NO_LIMIT, 0, PFN_cuMemRelease_v10020,              \
+    (CUmemGenericAllocationHandle handle), (handle))                                            \
+  X(cuMemMap, "cuMemMap", 10020, PF_NO_LIMIT, 0, PFN_cuMemMap_v10020,                          \
+    (CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAllocationHandle handle,         \
+     unsigned long long flags),                                                                 \
+    (ptr, bytes, offset, handle, flags))                                                        \
+  X(cuMemUnmap, "cuMemUnmap", 10020, PF_NO_LIMIT, 0, PFN_cuMemUnmap_v10020,                    \
+    (CUdeviceptr ptr, size_t bytes), (ptr, bytes))                                              \
   X(cuGetProcAddress, "cuGetProcAddress", 11030, 12000, 0, PFN_cuGetProcAddress_v11030,         \
     (const char* symbol, void** pfn, int cuda_version, cuuint64_t flags),                       \
     (symbol, pfn, cuda_version, flags))                                                         \
@@ -108,10 +123,6 @@ typedef CUresult(CUDAAPI* PFN_cuStreamBeginCapture_v10000_ptsz)(CUstream stream)
   X(cuStreamIsCapturing, PFN_cuStreamIsCapturing_v10000)                  \
   X(cuMemAddressReserve, PFN_cuMemAddressReserve_v10020)                  \
   X(cuMemAddressFree, PFN_cuMemAddressFree_v10020)                        \
-  X(cuMemCreate, PFN_cuMemCreate_v10020)                                  \
-  X(cuMemRelease, PFN_cuMemRelease_v10020)                                \
-  X(cuMemMap, PFN_cuMemMap_v10020)                                        \
-  X(cuMemUnmap, PFN_cuMemUnmap_v10020)                                    \
   X(cuMemSetAccess, PFN_cuMemSetAccess_v10020)                            \
   X(cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020)
 

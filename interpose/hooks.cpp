@@ -176,6 +176,24 @@ PF_CAPTURE_END(cuStreamEndCapture)
 PF_CAPTURE_END(cuStreamEndCapture_ptsz)
 #undef PF_CAPTURE_END
 
+// The program's own VMM calls: counted, then forwarded untouched.
+#define PF_COUNTED(symbol, params, args) \
+  CUresult symbol params {               \
+    active(Entry::symbol);               \
+    PF_FORWARD(symbol, args);            \
+  }
+PF_COUNTED(cuMemCreate,
+           (CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAllocationProp* prop,
+            unsigned long long flags),
+           (handle, bytes, prop, flags))
+PF_COUNTED(cuMemRelease, (CUmemGenericAllocationHandle handle), (handle))
+PF_COUNTED(cuMemMap,
+           (CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAllocationHandle handle,
+            unsigned long long flags),
+           (ptr, bytes, offset, handle, flags))
+PF_COUNTED(cuMemUnmap, (CUdeviceptr ptr, size_t bytes), (ptr, bytes))
+#undef PF_COUNTED
+
 CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
                              CUdriverProcAddressQueryResult* status) {
   const bool on = active(Entry::cuGetProcAddress_v2);

@@ -31,7 +31,7 @@ namespace {
 // first use, and is never destroyed (late calls at exit still read it).
 struct State {
   Config config;
-  std::string numa_json = "null";
+  bool numa_ran = false;  // the binding's report is numa::last_report()
 };
 State* g_state = nullptr;
 std::recursive_mutex g_init_mutex;  // constant-initialised
@@ -55,8 +55,8 @@ void init_slow() {
     log::write(LogLevel::Error, "{}; running as pass-through", g_config.error);
   } else if (!g_config.passthrough) {
 #if PAGEFAST_HAVE_NUMA
-    numa::BindReport report = numa::bind_at_start(g_config.numa, log::sink());
-    g_state->numa_json = report.json();
+    numa::bind_at_start(g_config.numa, log::sink());
+    g_state->numa_ran = true;
 #endif
     pool::configure(g_config.pool, log::sink());
   }
@@ -71,7 +71,11 @@ const Config& config() {
 
 std::string numa_json() {
   ensure_init();
-  return g_state->numa_json;
+#if PAGEFAST_HAVE_NUMA
+  // The latest word: check_device may have rebound after the first context.
+  if (g_state->numa_ran) return numa::last_report().json();
+#endif
+  return "null";
 }
 
 void on_first_alloc() {

@@ -21,18 +21,21 @@ def cupy_case():
     import cupy
 
     # No pool: every allocation is one cudaMalloc made by a cupy Memory
-    # object, and its release one cudaFree. Count them as CuPy makes them.
+    # object, released when the last pointer to it goes. Count them as CuPy
+    # makes them (Memory itself cannot be weakly referenced: count through a
+    # pointer subclass that owns it).
     counts = {"alloc": 0, "free": 0}
 
-    def on_free():
-        counts["free"] += 1
+    class CountedPointer(cupy.cuda.memory.MemoryPointer):
+        def __del__(self):
+            counts["free"] += 1
 
     def plain_malloc(size):
         mem = cupy.cuda.memory.Memory(size)
-        if size:
-            counts["alloc"] += 1
-            weakref.finalize(mem, on_free)
-        return cupy.cuda.memory.MemoryPointer(mem, 0)
+        if not size:
+            return cupy.cuda.memory.MemoryPointer(mem, 0)
+        counts["alloc"] += 1
+        return CountedPointer(mem, 0)
 
     cupy.cuda.set_allocator(plain_malloc)
     total = 0.0
@@ -62,7 +65,10 @@ def numba_case():
             n += 1
             total += float(d.copy_to_host().sum())
             del d
-    cuda.current_context().deallocations.clear()
+    import gc
+
+    gc.collect()
+    cuda.current_context().deallocations.clear()  # Numba defers frees; flush them
     cuda.synchronize()
     print(f"own allocations {n} frees {n}")
     print(f"checksum {total:.1f}")

@@ -12,6 +12,7 @@ import argparse
 import csv
 import datetime
 import os
+import random
 import re
 import statistics
 import subprocess
@@ -73,9 +74,18 @@ def main():
         ("pagefast", [bench, "cudaMalloc"], dict(pf, BENCH_LABEL="pagefast")),
         ("pagefast-forward", [bench, "cudaMalloc"], dict(pf, PAGEFAST_CONF="pool:off", BENCH_LABEL="forward")),
     ]
+    # Each repeat runs the configurations in a fresh random order, so that a
+    # drift of the card over the run does not favour one of them.
+    rng = random.Random(12345)
+
+    def shuffled(items):
+        items = list(items)
+        rng.shuffle(items)
+        return items
+
     if "alloc" in only:
         for _ in range(args.repeats):
-            for name, argv, env in alloc_configs:
+            for name, argv, env in shuffled(alloc_configs):
                 for res in results(run(argv + ["pairs"], env).stdout):
                     t.add("pairs", name, res["bytes"], "p50_ns", res["p50_ns"])
                     t.add("pairs", name, res["bytes"], "p99_ns", res["p99_ns"])
@@ -96,7 +106,7 @@ def main():
 
     if "threads" in only:
         for _ in range(args.repeats):
-            for name, argv, env in alloc_configs[:3]:
+            for name, argv, env in shuffled(alloc_configs[:3]):
                 for res in results(run(argv + ["threads", "16"], env).stdout):
                     t.add("threads", name, "64K", "one", res["one_pairs_per_s"])
                     t.add("threads", name, "64K", "many", res["many_pairs_per_s"])
@@ -109,7 +119,7 @@ def main():
 
     if "cold" in only:
         for _ in range(args.repeats):
-            for name, argv, env in alloc_configs[:3]:
+            for name, argv, env in shuffled(alloc_configs[:3]):
                 for res in results(run(argv + ["cold"], env).stdout):
                     t.add("cold", name, "16G", "total_ms", res["total_ms"])
         md += ["### cold growth: 16 GiB in 20 MiB requests, fresh process (ms, median)", "",
@@ -122,7 +132,7 @@ def main():
 
     if "gather" in only:
         for _ in range(args.repeats):
-            for name, env in [("cudaMalloc", {}), ("pagefast", pf)]:
+            for name, env in shuffled([("cudaMalloc", {}), ("pagefast", pf)]):
                 for res in results(run([os.path.join(gpu, "gather_bench")], env).stdout):
                     t.add("gather", name, "32G", "gloads", res["gloads_per_s"])
         a, b = t.median("gather", "cudaMalloc", "32G", "gloads"), t.median("gather", "pagefast", "32G", "gloads")
@@ -139,8 +149,8 @@ def main():
         ]
         seed = [py, os.path.join(HERE, "seed.py")]
         for _ in range(args.repeats):
-            for name, env in torch_configs:
-                for label, extra in [("without", {}), ("with", pf)]:
+            for name, env in shuffled(torch_configs):
+                for label, extra in shuffled([("without", {}), ("with", pf)]):
                     for res in results(run(seed, dict(env, **extra)).stdout):
                         for metric in ["first_s", "second_s", "after_empty_cache_s"]:
                             t.add("seed", f"{name}/{label}", "1000x4MiB", metric, res[metric])
@@ -174,8 +184,9 @@ def main():
             md.append(f"| {model} | {a:.5f} | {b:.5f} | {b / a:.3f} | {'yes' if same else 'NO'} |")
         md.append("")
 
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True).stdout.strip() or "unknown"
+    commit = os.environ.get("PAGEFAST_COMMIT") or subprocess.run(
+        ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        text=True).stdout.strip() or "unknown"
     smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout.strip()
     head = [f"Benchmarks, {datetime.date.today()}, commit {commit}, {smi}, {args.repeats} fresh processes per configuration",
