@@ -245,6 +245,9 @@ def case_launcher():
     check("libpagefast.so" in r.stdout, "--if-enabled with PAGEFAST=1 preloads")
     r = run([p["run"], "--no-pool", "--numa", "off", "--log", "info", "--", "sh", "-c", 'echo "$PAGEFAST_CONF $PAGEFAST_LOG"'])
     check(r.stdout.strip() == "pool:off,numa:off info", f"options become variables ({r.stdout.strip()})")
+    r = run([p["run"], "--numa-report"])
+    check(r.returncode == 0 and "pagefast NUMA report" in r.stdout and "local ranks" in r.stdout,
+          "--numa-report prints the GPUs' nodes and what each rank would get")
     r = run([p["run"], "--bogus", "--", "true"])
     check(r.returncode != 0 and "unknown option" in r.stderr, "unknown option refused")
     with tempfile.TemporaryDirectory() as d:
@@ -252,6 +255,24 @@ def case_launcher():
         r = run([p["run"], "--stats", stats, "--", os.path.join(p["bin"], "door_linked")])
         check(r.returncode == 0 and os.path.exists(stats) and json.load(open(stats))["calls"]["cuMemAlloc_v2"] > 0,
               "a program run through the launcher goes through pagefast")
+
+
+def case_exports():
+    """Only the table's entry points, dlsym and pagefast_* leave the library;
+    it needs nothing but glibc (no libcuda, libcudart, spdlog, fmt, libstdc++)."""
+    lib = paths()["lib"]
+    nm = subprocess.run(["nm", "-D", "--defined-only", lib], stdout=subprocess.PIPE, text=True).stdout
+    names = sorted(line.split()[-1] for line in nm.splitlines() if line.strip())
+    table = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "interpose", "entries.h")).read()
+    table = table[table.index("#define PAGEFAST_ENTRIES"):table.index("#define PAGEFAST_REAL_ONLY")]
+    entries = set(re.findall(r"^\s*X\((cu\w+),", table, re.M))
+    unexpected = [n for n in names if n not in entries and n != "dlsym" and not n.startswith("pagefast_")]
+    check(not unexpected, f"no unexpected exports ({unexpected})")
+    check(entries <= set(names), f"every table entry is exported ({sorted(entries - set(names))})")
+    needed = subprocess.run(["readelf", "-d", lib], stdout=subprocess.PIPE, text=True).stdout
+    libs = re.findall(r"Shared library: \[([^\]]+)\]", needed)
+    allowed = re.compile(r"^(libc|libm|libdl|libpthread|librt|ld-linux[-\w]*)\.so")
+    check(all(allowed.match(l) for l in libs), f"depends on glibc only ({libs})")
 
 
 def main():
