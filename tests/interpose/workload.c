@@ -55,8 +55,9 @@ int run_workload(const workload_api* a) {
       printf("alloc %zu failed: %d\n", sizes[i], (int)r);
       return 1;
     }
+    /* The driver's promise is 512 bytes (FACTS.md); the H200's driver did not
+       align every allocation of 1 MiB or more to 2 MiB, so neither is asked. */
     if (p[i] % 512) aligned = 0;
-    if (sizes[i] >= (1u << 20) && p[i] % (2u << 20)) aligned = 0;
     CUdeviceptr base = 0;
     size_t bytes = 0;
     made_range++;

@@ -70,7 +70,10 @@ def numba_case():
     gc.collect()
     cuda.current_context().deallocations.clear()  # Numba defers frees; flush them
     cuda.synchronize()
-    print(f"own allocations {n} frees {n}")
+    # Numba defers frees and leaves some to the context's teardown at exit,
+    # which releases memory without cuMemFree: it has no count of its own
+    # frees to compare, so only allocations are compared.
+    print(f"own allocations {n} frees -1")
     print(f"checksum {total:.1f}")
 
 

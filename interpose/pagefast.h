@@ -1,0 +1,63 @@
+/* interpose/pagefast.h: the public C API of libpagefast.so, for programs
+ * that want to ask the shim something while it is preloaded into them.
+ * Every function has the pagefast_ prefix; look them up with
+ * dlsym(RTLD_DEFAULT, "pagefast_...") when the library may be absent.
+ *
+ * Pool stats and trim are per CUDA device ordinal. */
+#ifndef PAGEFAST_PAGEFAST_H
+#define PAGEFAST_PAGEFAST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The library's version, e.g. "0.1.0". */
+const char* pagefast_version(void);
+/* 1 when the shim is active, 0 when it runs as a pure pass-through. */
+int pagefast_is_active(void);
+/* The stats document as JSON into buffer (always NUL-terminated when
+ * buffer_bytes > 0); returns the bytes the whole document needs,
+ * including the NUL, or 0 on failure. */
+size_t pagefast_stats_json(char* buffer, size_t buffer_bytes);
+
+/* The numbers of one device's pool, as in the "pool" object of the stats
+ * document. Byte counts are of device memory. */
+typedef struct pagefast_pool_stats {
+  uint64_t reserved_bytes;     /* virtual address space reserved */
+  uint64_t mapped_bytes;       /* physical memory created and mapped */
+  uint64_t in_use_bytes;       /* handed out to the program (rounded up) */
+  uint64_t idle_bytes;         /* mapped and not in use */
+  uint64_t peak_in_use_bytes;  /* highest in_use_bytes seen */
+  uint64_t hits;               /* allocations served without growing */
+  uint64_t growths;            /* chunks created */
+  uint64_t stitches;           /* stitched mappings made */
+  uint64_t releases;           /* chunks released to the driver */
+  uint64_t synchronizations;   /* cuCtxSynchronize calls made by the pool */
+  uint64_t passthroughs;       /* allocations handed to the real driver */
+  uint64_t quarantined_bytes;  /* freed, waiting for a synchronisation */
+  uint64_t cached_bytes;       /* retired blocks held by thread caches */
+  uint64_t ooms;               /* requests the pool could not serve */
+  uint64_t growth_ns;          /* time spent creating and mapping chunks */
+  uint64_t synchronization_ns; /* time spent synchronising */
+  uint64_t release_ns;         /* time spent unmapping and releasing */
+} pagefast_pool_stats;
+
+/* Fills *out for the pool of CUDA device `device`. 0 on success, -1 when
+ * that device has no pool (no allocation yet, pool off, not poolable). */
+int pagefast_pool_stats_get(int device, pagefast_pool_stats* out);
+
+/* Releases the idle memory of the device's pool to the driver now:
+ * retires freed blocks (synchronising unless a stream capture is active),
+ * empties thread caches, and releases every chunk left wholly free. Calls
+ * the CUDA driver; never call it from a destructor or atexit handler.
+ * 0 on success, -1 when that device has no pool. */
+int pagefast_pool_trim(int device);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PAGEFAST_PAGEFAST_H */

@@ -1,0 +1,393 @@
+// interpose/pool/pool.cpp: interpose/pool_api.h over the policy. Owns the
+// process-wide pool state: one DevicePool (with its VmmProvider) per
+// device, made at the first allocation on that device; per thread, the
+// last (context -> pool, cache) binding and a ThreadCache per device.
+//
+// The hot path (try_alloc/try_free of a cached size) is: one relaxed load
+// of the on-switch, cuCtxGetCurrent (a thread-local read in the driver, no
+// system call), a compare with the thread's last context, and the policy's
+// thread-cache pop or quarantine push. The context's device is re-read
+// with cuCtxGetDevice when the context changes and every
+// kRevalidateEvery allocations, so a context destroyed and re-created at
+// the same address for another device is noticed within that many calls
+// (docs/POOL.md: a cuCtxDestroy hook would make this exact).
+//
+// Nothing here runs CUDA from a static constructor or destructor: every
+// global is constant-initialised, pools are made on first use and never
+// destroyed (process exit leaks them; the OS reclaims the memory).
+// fork(): the child has the parent's memory but not its CUDA contexts;
+// the pool switches itself off there and forwards everything.
+#include <pthread.h>
+#include <sched.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <new>
+#include <string>
+
+#include "interpose/pool/pool_internal.h"
+#include "interpose/pool/vmm_provider.h"
+#include "interpose/pool_api.h"
+#include "interpose/real_driver.h"
+#include "policy/clock.h"
+#include "policy/device_pool.h"
+#include "policy/page_map.h"
+
+namespace pagefast::pool {
+namespace {
+
+using policy::AllocStatus;
+using policy::DevicePool;
+using policy::FreeStatus;
+using policy::ThreadCache;
+
+// CUdevice ordinals the pool serves; a larger one is forwarded.
+constexpr int kMaxDevices = 64;
+// A thread re-checks its context's device this often (see above).
+constexpr uint32_t kRevalidateEvery = 1024;
+constexpr size_t kLogLineBytes = 512;
+
+// Constant-initialised process state (no dynamic initialiser may run: a
+// hook can be reached from another library's constructor before ours).
+std::atomic<bool> g_active{false};  // configured on, and not a forked child
+PoolConfig g_config;
+LogSink g_log = nullptr;
+CaptureGate g_gate;
+std::atomic<const RealDriver*> g_real{nullptr};
+std::mutex g_create_mutex;
+std::atomic<DevicePool*> g_pools[kMaxDevices];
+std::atomic<bool> g_unpoolable[kMaxDevices];
+VmmProvider* g_providers[kMaxDevices];
+// For a thread that cannot get a cache of its own (host out of memory).
+ThreadCache* g_fallback_caches[kMaxDevices];
+std::mutex g_fallback_mutex;
+policy::MonotonicClock* g_clock = nullptr;
+std::atomic<bool> g_ipc_warned{false};
+pthread_key_t g_thread_key;
+pthread_once_t g_thread_key_once = PTHREAD_ONCE_INIT;
+pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+
+struct ThreadState {
+  CUcontext last_context;
+  DevicePool* last_pool;
+  ThreadCache* last_cache;
+  uint32_t allocs_since_check;
+  ThreadCache* caches[kMaxDevices];
+};
+// initial-exec: one %fs-relative load; an 8-byte slot fits glibc's static
+// TLS reserve even if the library is dlopen'ed rather than preloaded.
+__attribute__((tls_model("initial-exec"))) thread_local ThreadState* t_state = nullptr;
+
+void log_line(LogLevel level, const char* format, ...) __attribute__((format(printf, 2, 3)));
+void log_line(LogLevel level, const char* format, ...) {
+  if (!g_log) return;
+  char line[kLogLineBytes];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(line, sizeof line, format, args);
+  va_end(args);
+  g_log(level, line);
+}
+
+std::string human_bytes(uint64_t bytes) {
+  if (bytes == kUnlimited) return "max";
+  const char* units[] = {"B", "K", "M", "G", "T"};
+  int u = 0;
+  while (u < 4 && bytes >= 1024 && bytes % 1024 == 0) bytes /= 1024, ++u;
+  return std::to_string(bytes) + units[u];
+}
+
+const RealDriver* driver() {
+  const RealDriver* real = g_real.load(std::memory_order_acquire);
+  if (__builtin_expect(!real, 0)) {
+    real = real_driver();
+    g_real.store(real, std::memory_order_release);
+  }
+  return real;
+}
+
+void on_thread_exit(void* state) {
+  ThreadState* ts = static_cast<ThreadState*>(state);
+  t_state = nullptr;
+  // No driver call here: a flush only moves blocks between host lists.
+  if (g_active.load(std::memory_order_acquire))
+    for (ThreadCache* cache : ts->caches)
+      if (cache) cache->pool->detach_thread(cache);
+  std::free(ts);
+}
+
+void make_thread_key() { pthread_key_create(&g_thread_key, &on_thread_exit); }
+
+void child_after_fork() { g_active.store(false, std::memory_order_release); }
+void register_atfork() { pthread_atfork(nullptr, nullptr, &child_after_fork); }
+
+ThreadState* thread_state() {
+  if (t_state) return t_state;
+  pthread_once(&g_thread_key_once, &make_thread_key);
+  ThreadState* ts = static_cast<ThreadState*>(std::calloc(1, sizeof(ThreadState)));
+  if (!ts) return nullptr;
+  pthread_setspecific(g_thread_key, ts);
+  t_state = ts;
+  return ts;
+}
+
+DevicePool* pool_of(const RealDriver* real, CUdevice device) {
+  if (DevicePool* p = g_pools[device].load(std::memory_order_acquire)) return p;
+  if (g_unpoolable[device].load(std::memory_order_acquire)) return nullptr;
+  std::lock_guard<std::mutex> guard(g_create_mutex);
+  if (DevicePool* p = g_pools[device].load(std::memory_order_acquire)) return p;
+  if (g_unpoolable[device].load(std::memory_order_relaxed)) return nullptr;
+  std::string why;
+  VmmProvider* provider = VmmProvider::create(real, device, &g_gate, &why);
+  if (!g_clock) g_clock = new (std::nothrow) policy::MonotonicClock();
+  if (!provider || !g_clock) {
+    g_unpoolable[device].store(true, std::memory_order_release);
+    log_line(LogLevel::Info, "device %d is not pooled: %s; its allocations go to the driver", int(device),
+             provider ? "out of host memory" : why.c_str());
+    return nullptr;
+  }
+  policy::PoolSettings settings;
+  settings.config = g_config;
+  settings.device_total_bytes = provider->device_total_bytes();
+  settings.device = int(device);
+  DevicePool* pool =
+      new (std::nothrow) DevicePool(*provider, *g_clock, policy::global_page_map(), settings, g_log);
+  ThreadCache* fallback = pool ? pool->attach_thread() : nullptr;
+  if (!fallback) {
+    g_unpoolable[device].store(true, std::memory_order_release);
+    log_line(LogLevel::Info, "device %d is not pooled: out of host memory", int(device));
+    return nullptr;  // leaked: a few bytes, once
+  }
+  g_providers[device] = provider;
+  g_fallback_caches[device] = fallback;
+  pool->prewarm();
+  g_pools[device].store(pool, std::memory_order_release);
+  log_line(LogLevel::Info, "device %d pooled: chunk %s, release threshold %s, limit %s, prewarm %s, reserve %s",
+           int(device), human_bytes(g_config.chunk_bytes).c_str(),
+           human_bytes(g_config.release_threshold_bytes).c_str(),
+           g_config.limit_bytes ? human_bytes(g_config.limit_bytes).c_str() : "none",
+           human_bytes(g_config.prewarm_bytes).c_str(),
+           g_config.reserve_bytes ? human_bytes(g_config.reserve_bytes).c_str() : "auto");
+  return pool;
+}
+
+ThreadCache* cache_of(ThreadState* ts, DevicePool* pool, int device) {
+  if (!ts->caches[device]) ts->caches[device] = pool->attach_thread();
+  return ts->caches[device];
+}
+
+// The slow half of the context lookup: the context changed, or it is time
+// to re-check its device.
+bool bind(const RealDriver* real, CUcontext context, DevicePool** pool, ThreadCache** cache) {
+  CUdevice device = 0;
+  if (!real->cuCtxGetDevice || real->cuCtxGetDevice(&device) != CUDA_SUCCESS) return false;
+  if (device < 0 || device >= kMaxDevices) return false;
+  DevicePool* p = pool_of(real, device);
+  if (!p) return false;
+  ThreadState* ts = thread_state();
+  if (!ts) return false;
+  ThreadCache* c = cache_of(ts, p, int(device));
+  if (!c) return false;
+  g_providers[device]->note_context(context);
+  ts->last_context = context;
+  ts->last_pool = p;
+  ts->last_cache = c;
+  ts->allocs_since_check = 0;
+  *pool = p;
+  *cache = c;
+  return true;
+}
+
+CUresult free_result(FreeStatus status) {
+  return status == FreeStatus::Ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+}  // namespace
+
+DevicePool* pool_for_device(int device) {
+  if (device < 0 || device >= kMaxDevices || !g_active.load(std::memory_order_acquire)) return nullptr;
+  return g_pools[device].load(std::memory_order_acquire);
+}
+
+void configure(const PoolConfig& config, LogSink log) {
+  g_config = config;
+  g_log = log;
+  if (!config.enabled) return;
+  pthread_once(&g_atfork_once, &register_atfork);
+  g_active.store(true, std::memory_order_release);
+}
+
+bool try_alloc(CUdeviceptr* dptr, size_t bytes, CUresult* result) {
+  if (__builtin_expect(!g_active.load(std::memory_order_acquire), 0)) return false;
+  if (!dptr || bytes == 0) {
+    // The driver's answers (FACTS.md), should an entry point not have.
+    if (dptr) *dptr = 0;
+    *result = CUDA_ERROR_INVALID_VALUE;
+    return true;
+  }
+  const RealDriver* real = driver();
+  if (!real || !real->cuCtxGetCurrent) return false;
+  CUcontext context = nullptr;
+  // No current context: the driver answers CUDA_ERROR_INVALID_CONTEXT.
+  if (real->cuCtxGetCurrent(&context) != CUDA_SUCCESS || !context) return false;
+  DevicePool* pool;
+  ThreadCache* cache;
+  ThreadState* ts = t_state;
+  if (__builtin_expect(ts && ts->last_context == context && ++ts->allocs_since_check < kRevalidateEvery, 1)) {
+    pool = ts->last_pool;
+    cache = ts->last_cache;
+  } else if (!bind(real, context, &pool, &cache)) {
+    return false;
+  }
+  uint64_t addr = 0;
+  switch (pool->alloc(*cache, bytes, &addr)) {
+    case AllocStatus::Ok:
+      *dptr = addr;
+      *result = CUDA_SUCCESS;
+      return true;
+    case AllocStatus::OutOfMemory:
+      *result = CUDA_ERROR_OUT_OF_MEMORY;
+      return true;
+    case AllocStatus::Forward:
+      break;
+  }
+  return false;
+}
+
+// The driver answers CUDA_ERROR_INVALID_CONTEXT to these calls on a thread
+// without a current context; so does the pool, by leaving them to it.
+static bool has_context() {
+  const RealDriver* real = driver();
+  CUcontext context = nullptr;
+  return real && real->cuCtxGetCurrent && real->cuCtxGetCurrent(&context) == CUDA_SUCCESS && context;
+}
+
+bool try_free(CUdeviceptr dptr, CUresult* result) {
+  if (__builtin_expect(!g_active.load(std::memory_order_acquire), 0)) return false;
+  policy::Span* span = policy::global_page_map().lookup(dptr);
+  if (!span || !has_context()) return false;
+  DevicePool* pool = span->pool;
+  const int device = pool->device();
+  ThreadState* ts = t_state;
+  ThreadCache* cache = ts ? ts->caches[device] : nullptr;
+  if (__builtin_expect(!cache, 0)) {
+    // First free on this thread for this device (a cross-thread free).
+    ts = thread_state();
+    cache = ts ? cache_of(ts, pool, device) : nullptr;
+    if (!cache) {
+      std::lock_guard<std::mutex> guard(g_fallback_mutex);
+      *result = free_result(pool->free(*g_fallback_caches[device], span, dptr));
+      return true;
+    }
+  }
+  *result = free_result(pool->free(*cache, span, dptr));
+  return true;
+}
+
+bool try_address_range(CUdeviceptr* base, size_t* bytes, CUdeviceptr dptr, CUresult* result) {
+  if (!g_active.load(std::memory_order_acquire)) return false;
+  policy::Span* span = policy::global_page_map().lookup(dptr);
+  if (!span || !has_context()) return false;
+  policy::RangeInfo info{};
+  if (!DevicePool::range_of(span, dptr, &info)) {
+    // Pool memory that is in no live allocation: freed, as far as the
+    // program is concerned.
+    *result = CUDA_ERROR_NOT_FOUND;
+    return true;
+  }
+  if (base) *base = info.base_addr;
+  if (bytes) *bytes = info.bytes;
+  *result = CUDA_SUCCESS;
+  return true;
+}
+
+void patch_pointer_attribute(void* data, CUpointer_attribute attribute, CUdeviceptr dptr) {
+  if (!g_active.load(std::memory_order_acquire)) return;
+  policy::Span* span = policy::global_page_map().lookup(dptr);
+  if (!span) return;
+  policy::RangeInfo info{};
+  if (!DevicePool::range_of(span, dptr, &info)) return;
+  switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      *static_cast<CUdeviceptr*>(data) = info.base_addr;
+      break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      *static_cast<size_t*>(data) = info.bytes;
+      break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+      *static_cast<unsigned long long*>(data) = info.buffer_id;
+      break;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+      // Truthful: pool memory cannot be shared with cuIpcGetMemHandle.
+      *static_cast<int*>(data) = 0;
+      break;
+    default:
+      break;
+  }
+}
+
+bool try_ipc_get_mem_handle(CUipcMemHandle* handle, CUdeviceptr dptr, CUresult* result) {
+  (void)handle;
+  if (!g_active.load(std::memory_order_acquire)) return false;
+  if (!policy::global_page_map().lookup(dptr)) return false;
+  if (!g_ipc_warned.exchange(true))
+    log_line(LogLevel::Warn,
+             "cuIpcGetMemHandle on pool memory is not supported (pool memory is not legacy-IPC capable); "
+             "run this program with PAGEFAST_CONF=pool:off to use CUDA IPC");
+  *result = CUDA_ERROR_INVALID_VALUE;
+  return true;
+}
+
+void adjust_mem_info(size_t* free_bytes, size_t* total_bytes) {
+  if (!g_active.load(std::memory_order_acquire)) return;
+  const RealDriver* real = driver();
+  CUdevice device = 0;
+  if (!real || !real->cuCtxGetDevice || real->cuCtxGetDevice(&device) != CUDA_SUCCESS) return;
+  DevicePool* pool = pool_for_device(int(device));
+  // Before the first allocation there is no pool yet, but the limit holds.
+  const uint64_t limit = pool ? pool->limit_bytes() : g_config.limit_bytes;
+  if (!pool && !limit) return;
+  const uint64_t idle = pool ? pool->idle_bytes() : 0;
+  if (limit) {
+    const uint64_t in_use = pool ? pool->in_use_bytes() : 0;
+    uint64_t left = limit > in_use ? limit - in_use : 0;
+    // Never more than the device could actually back.
+    if (free_bytes && *free_bytes + idle < left) left = *free_bytes + idle;
+    if (free_bytes) *free_bytes = left;
+    if (total_bytes) *total_bytes = limit;
+    return;
+  }
+  if (free_bytes) {
+    uint64_t free_now = *free_bytes + idle;
+    if (total_bytes && free_now > *total_bytes) free_now = *total_bytes;
+    *free_bytes = free_now;
+  }
+}
+
+void on_capture_begin() {
+  g_gate.captures.fetch_add(1, std::memory_order_seq_cst);
+  // A sync that started before this capture was announced may still run:
+  // wait for it, so none overlaps the capture from here on.
+  while (g_gate.syncs_in_flight.load(std::memory_order_seq_cst) > 0) sched_yield();
+}
+
+void on_capture_end() {
+  if (g_gate.captures.load(std::memory_order_relaxed) > 0) g_gate.captures.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+std::string stats_json() {
+  std::string text = "{\"devices\": {";
+  bool first = true;
+  for (int d = 0; d < kMaxDevices; ++d) {
+    DevicePool* pool = pool_for_device(d);
+    if (!pool) continue;
+    text += first ? "\"" : ", \"";
+    text += std::to_string(d) + "\": " + policy::stats_json_object(pool->stats());
+    first = false;
+  }
+  return text + "}}";
+}
+
+}  // namespace pagefast::pool

@@ -1,0 +1,40 @@
+// interpose/pool/pool_capi.cpp: the pool's part of the public C API
+// (interpose/pagefast.h): pagefast_pool_stats_get and pagefast_pool_trim.
+// The C struct is checked against the policy's stats field table, field by
+// field, so the two can never drift apart.
+#include <cstddef>
+
+#include "interpose/pagefast.h"
+#include "interpose/pool/pool_internal.h"
+#include "policy/pool_stats.h"
+
+#define PF_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+#define PF_CHECK_FIELD(name, meaning)                                                              \
+  static_assert(offsetof(pagefast_pool_stats, name) == offsetof(pagefast::policy::PoolStats, name), \
+                "pagefast_pool_stats." #name " is out of step with PoolStats");
+PAGEFAST_POOL_STATS_FIELDS(PF_CHECK_FIELD)
+#undef PF_CHECK_FIELD
+static_assert(sizeof(pagefast_pool_stats) == sizeof(pagefast::policy::PoolStats),
+              "pagefast_pool_stats and PoolStats have different fields");
+
+}  // namespace
+
+PF_EXPORT int pagefast_pool_stats_get(int device, pagefast_pool_stats* out) {
+  pagefast::policy::DevicePool* pool = pagefast::pool::pool_for_device(device);
+  if (!pool || !out) return -1;
+  const pagefast::policy::PoolStats s = pool->stats();
+#define PF_COPY_FIELD(name, meaning) out->name = s.name;
+  PAGEFAST_POOL_STATS_FIELDS(PF_COPY_FIELD)
+#undef PF_COPY_FIELD
+  return 0;
+}
+
+PF_EXPORT int pagefast_pool_trim(int device) {
+  pagefast::policy::DevicePool* pool = pagefast::pool::pool_for_device(device);
+  if (!pool) return -1;
+  pool->trim();
+  return 0;
+}

@@ -1,0 +1,13 @@
+// interpose/pool/pool_internal.h: what the C API (pool_capi.cpp) needs
+// from the glue (pool.cpp) beyond interpose/pool_api.h.
+#pragma once
+
+#include "policy/device_pool.h"
+
+namespace pagefast::pool {
+
+// The pool of a device ordinal, or NULL when none was made (no allocation
+// there yet, pool off, device not poolable, or a forked child).
+policy::DevicePool* pool_for_device(int device);
+
+}  // namespace pagefast::pool

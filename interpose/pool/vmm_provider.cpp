@@ -1,0 +1,178 @@
+// interpose/pool/vmm_provider.cpp: cuMemAddressReserve, cuMemCreate,
+// cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemRelease and cuCtxSynchronize,
+// with their results mapped onto the policy's three outcomes.
+#include "interpose/pool/vmm_provider.h"
+
+#include <new>
+#include <sched.h>
+
+namespace pagefast::pool {
+namespace {
+
+using policy::Granules;
+using policy::kGranuleBytes;
+using policy::ProviderStatus;
+
+ProviderStatus status_of(CUresult r) {
+  if (r == CUDA_SUCCESS) return ProviderStatus::Ok;
+  // Releasing memory can help with these; nothing helps with the rest.
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) return ProviderStatus::OutOfMemory;
+  return ProviderStatus::Failed;
+}
+
+bool dead_context(CUresult r) {
+  return r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_CONTEXT_IS_DESTROYED || r == CUDA_ERROR_DEINITIALIZED;
+}
+
+}  // namespace
+
+VmmProvider::VmmProvider(const RealDriver* real, CUdevice device, CaptureGate* gate)
+    : real_(real), device_(device), gate_(gate) {}
+
+VmmProvider* VmmProvider::create(const RealDriver* real, CUdevice device, CaptureGate* gate, std::string* why) {
+  if (!real || !real->cuMemAddressReserve || !real->cuMemCreate || !real->cuMemMap || !real->cuMemSetAccess ||
+      !real->cuMemUnmap || !real->cuMemRelease || !real->cuMemGetAllocationGranularity || !real->cuCtxSynchronize ||
+      !real->cuDeviceGetAttribute || !real->cuDeviceTotalMem_v2) {
+    *why = "the driver lacks the virtual memory management calls";
+    return nullptr;
+  }
+  int supported = 0;
+  if (real->cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device) !=
+          CUDA_SUCCESS ||
+      !supported) {
+    *why = "the device does not support virtual memory management";
+    return nullptr;
+  }
+  VmmProvider* p = new (std::nothrow) VmmProvider(real, device, gate);
+  if (!p) {
+    *why = "out of host memory";
+    return nullptr;
+  }
+  p->prop_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  p->prop_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  p->prop_.location.id = int(device);
+  int rdma = 0;
+  if (real->cuDeviceGetAttribute(&rdma, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, device) ==
+          CUDA_SUCCESS &&
+      rdma)
+    p->prop_.allocFlags.gpuDirectRDMACapable = 1;
+  size_t granularity = 0;
+  if (real->cuMemGetAllocationGranularity(&granularity, &p->prop_, CU_MEM_ALLOC_GRANULARITY_MINIMUM) !=
+          CUDA_SUCCESS ||
+      granularity == 0 || kGranuleBytes % granularity != 0) {
+    *why = "the VMM granularity (" + std::to_string(granularity) + " bytes) does not divide 2 MiB";
+    delete p;
+    return nullptr;
+  }
+  size_t total = 0;
+  if (real->cuDeviceTotalMem_v2(&total, device) != CUDA_SUCCESS || total == 0) {
+    *why = "cuDeviceTotalMem failed";
+    delete p;
+    return nullptr;
+  }
+  p->total_bytes_ = total;
+  p->access_.location = p->prop_.location;
+  p->access_.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return p;
+}
+
+void VmmProvider::note_context(CUcontext context) {
+  std::lock_guard<std::mutex> guard(contexts_mutex_);
+  for (int i = 0; i < context_count_; ++i)
+    if (contexts_[i] == context) return;
+  if (context_count_ < kMaxContexts) contexts_[context_count_++] = context;
+  else contexts_[kMaxContexts - 1] = context;  // the newest matters most
+}
+
+void VmmProvider::forget_context(CUcontext context) {
+  std::lock_guard<std::mutex> guard(contexts_mutex_);
+  for (int i = 0; i < context_count_; ++i)
+    if (contexts_[i] == context) {
+      contexts_[i] = contexts_[--context_count_];
+      return;
+    }
+}
+
+ProviderStatus VmmProvider::reserve_address(uint64_t bytes, uint64_t* base_addr) {
+  CUdeviceptr base = 0;
+  const CUresult r = real_->cuMemAddressReserve(&base, bytes, kGranuleBytes, 0, 0);
+  if (r != CUDA_SUCCESS) return status_of(r);
+  *base_addr = base;
+  return ProviderStatus::Ok;
+}
+
+ProviderStatus VmmProvider::create_chunk(Granules granules, policy::ChunkHandle* chunk) {
+  CUmemGenericAllocationHandle handle = 0;
+  CUresult r = real_->cuMemCreate(&handle, granules.bytes(), &prop_, 0);
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY && prop_.allocFlags.gpuDirectRDMACapable) {
+    // A driver that reports RDMA support but refuses the flag: drop it.
+    prop_.allocFlags.gpuDirectRDMACapable = 0;
+    r = real_->cuMemCreate(&handle, granules.bytes(), &prop_, 0);
+  }
+  if (r != CUDA_SUCCESS) return status_of(r);
+  chunk->value = handle;
+  return ProviderStatus::Ok;
+}
+
+bool VmmProvider::release_chunk(policy::ChunkHandle chunk) { return real_->cuMemRelease(chunk.value) == CUDA_SUCCESS; }
+
+ProviderStatus VmmProvider::map(uint64_t addr, policy::ChunkHandle chunk, Granules offset, Granules granules) {
+  return status_of(real_->cuMemMap(addr, granules.bytes(), offset.bytes(), chunk.value, 0));
+}
+
+bool VmmProvider::unmap(uint64_t addr, Granules granules) {
+  return real_->cuMemUnmap(addr, granules.bytes()) == CUDA_SUCCESS;
+}
+
+ProviderStatus VmmProvider::set_access(uint64_t addr, Granules granules) {
+  return status_of(real_->cuMemSetAccess(addr, granules.bytes(), &access_, 1));
+}
+
+policy::SyncStatus VmmProvider::synchronize() {
+  // Announce the sync, then look for captures: a capture that announced
+  // itself first is seen here; one that comes later waits for us.
+  gate_->syncs_in_flight.fetch_add(1, std::memory_order_seq_cst);
+  if (gate_->captures.load(std::memory_order_seq_cst) > 0) {
+    gate_->syncs_in_flight.fetch_sub(1, std::memory_order_seq_cst);
+    return policy::SyncStatus::NotAllowed;
+  }
+  CUcontext contexts[kMaxContexts];
+  int count = 0;
+  {
+    std::lock_guard<std::mutex> guard(contexts_mutex_);
+    for (int i = 0; i < context_count_; ++i) contexts[count++] = contexts_[i];
+  }
+  CUcontext current = nullptr;
+  if (real_->cuCtxGetCurrent) real_->cuCtxGetCurrent(&current);
+  policy::SyncStatus status = policy::SyncStatus::Done;
+  if (count == 0) {
+    // Nothing remembered (cannot happen after an allocation): the current
+    // context, if any, is the best there is.
+    if (!current || real_->cuCtxSynchronize() != CUDA_SUCCESS) status = policy::SyncStatus::Failed;
+  }
+  for (int i = 0; i < count; ++i) {
+    CUresult r;
+    if (contexts[i] == current) {
+      r = real_->cuCtxSynchronize();
+    } else {
+      if (!real_->cuCtxPushCurrent_v2 || !real_->cuCtxPopCurrent_v2) {
+        status = policy::SyncStatus::Failed;
+        continue;
+      }
+      r = real_->cuCtxPushCurrent_v2(contexts[i]);
+      if (r == CUDA_SUCCESS) {
+        r = real_->cuCtxSynchronize();
+        CUcontext popped = nullptr;
+        real_->cuCtxPopCurrent_v2(&popped);
+      }
+    }
+    if (r == CUDA_SUCCESS) continue;
+    // A destroyed context runs no work any more: forget it, it is done.
+    if (dead_context(r)) forget_context(contexts[i]);
+    else status = policy::SyncStatus::Failed;
+  }
+  gate_->syncs_in_flight.fetch_sub(1, std::memory_order_seq_cst);
+  return status;
+}
+
+}  // namespace pagefast::pool

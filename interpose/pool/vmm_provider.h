@@ -1,0 +1,72 @@
+// interpose/pool/vmm_provider.h: the policy's Provider over the CUDA
+// driver's virtual memory management. The only code in pagefast that calls
+// cuMem* VMM functions (mimalloc's narrow OS layer: the rest never does).
+//
+// One per device. Physical chunks are pinned device memory of that device
+// (cuMemCreate), marked GPUDirect-RDMA capable where the device supports
+// it (as cuMemAlloc memory is, for NCCL/UCX registration); every range is
+// opened read-write for that device only (cuMemSetAccess).
+//
+// synchronize() waits for every context that has used the pool on this
+// device (cuCtxSynchronize, pushing a context that is not current), and
+// refuses while any stream capture is active in the process: a sync then
+// would invalidate the capture. The capture count and the count of syncs
+// in flight form a handshake with on_capture_begin (pool.cpp): a capture
+// that announces itself first waits for syncs already running.
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <mutex>
+#include <string>
+
+#include "interpose/real_driver.h"
+#include "policy/provider.h"
+
+namespace pagefast::pool {
+
+struct CaptureGate {
+  std::atomic<int> captures{0};
+  std::atomic<int> syncs_in_flight{0};
+};
+
+class VmmProvider final : public policy::Provider {
+ public:
+  // Contexts remembered per device; more than this many distinct contexts
+  // using one device's pool is unusual (the primary context is the rule).
+  static constexpr int kMaxContexts = 16;
+
+  // Probes the device. NULL, with the reason in *why, when the pool cannot
+  // run there (no VMM, a granularity that does not divide 2 MiB, ...).
+  static VmmProvider* create(const RealDriver* real, CUdevice device, CaptureGate* gate, std::string* why);
+
+  uint64_t device_total_bytes() const { return total_bytes_; }
+  // Remembers a context that allocates from or frees to this pool.
+  void note_context(CUcontext context);
+
+  policy::ProviderStatus reserve_address(uint64_t bytes, uint64_t* base_addr) override;
+  policy::ProviderStatus create_chunk(policy::Granules granules, policy::ChunkHandle* chunk) override;
+  bool release_chunk(policy::ChunkHandle chunk) override;
+  policy::ProviderStatus map(uint64_t addr, policy::ChunkHandle chunk, policy::Granules offset,
+                             policy::Granules granules) override;
+  bool unmap(uint64_t addr, policy::Granules granules) override;
+  policy::ProviderStatus set_access(uint64_t addr, policy::Granules granules) override;
+  policy::SyncStatus synchronize() override;
+
+ private:
+  VmmProvider(const RealDriver* real, CUdevice device, CaptureGate* gate);
+  void forget_context(CUcontext context);
+
+  const RealDriver* const real_;
+  const CUdevice device_;
+  CaptureGate* const gate_;
+  uint64_t total_bytes_ = 0;
+  CUmemAllocationProp prop_{};
+  CUmemAccessDesc access_{};
+  std::mutex contexts_mutex_;
+  CUcontext contexts_[kMaxContexts] = {};
+  int context_count_ = 0;
+};
+
+}  // namespace pagefast::pool

@@ -1,0 +1,140 @@
+// policy/arena.h: the physical memory of one device's pool and where it is
+// mapped. Owns the chunks (physical allocations made in chunk_bytes steps,
+// each mapped once at a "home" address with one set_access call), the
+// blocks cut from the home runs (free ones coalesce, across chunk
+// boundaries too, since chunks grown in turn sit side by side), and the
+// stitches.
+//
+// Stitching (GMLake) is why physical memory is never stranded by address-
+// space fragmentation: when no free run is long enough but enough free
+// granules exist, the physical memory behind free home pieces is mapped
+// again, contiguously, at fresh addresses (VMM allows one physical range
+// mapped at two places). The pieces become Lent: still mapped at home,
+// but not handed out there until the stitch is dissolved. A freed stitch
+// is kept whole for a request of the same length (a training step repeats
+// its sizes) and dissolved when its memory is wanted elsewhere.
+//
+// Release is per chunk (cuMemRelease frees nothing until every mapping of
+// the allocation is gone), so only chunks lying wholly inside a free run,
+// with nothing lent, are released.
+//
+// Not thread-safe: the device lock is held around every call. Provider
+// calls are made under it (growth and release are slow paths; the sync,
+// which can block for long, never is).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "policy/address_space.h"
+#include "policy/blocks.h"
+#include "policy/free_bins.h"
+#include "policy/page_map.h"
+#include "policy/provider.h"
+
+namespace pagefast::policy {
+
+constexpr Granules kNoLimitGranules = Granules(~uint64_t(0) >> kGranuleShift);
+
+struct ArenaSettings {
+  Granules chunk_granules;                     // growth step
+  Granules limit_granules = kNoLimitGranules;  // most physical memory held
+  uint64_t range_bytes = 0;                    // address space reserved at a time
+};
+
+struct ArenaCounters {
+  uint64_t growths = 0;
+  uint64_t stitches = 0;
+  uint64_t dissolves = 0;
+  uint64_t releases = 0;  // chunks released
+  uint64_t leaks = 0;     // driver refused an unmap or release
+};
+
+class Arena {
+ public:
+  Arena(Provider& provider, PageMap& page_map, DevicePool* owner, const ArenaSettings& settings);
+  ~Arena();  // host records only; device memory is the provider's
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+  // A free home block of exactly `granules`, now in `state` (Used or
+  // SlabBacking), every granule of it in the page map. NULL if no free run
+  // is long enough.
+  Block* take(Granules granules, BlockState state = BlockState::Used);
+  // A free stitch of exactly `granules`, now in `state`. NULL if none.
+  Block* take_stitch(Granules granules, BlockState state = BlockState::Used);
+  // REQUIRES: the block came from take/take_stitch/stitch and is no longer
+  // used by anyone (retired). Coalesces home blocks with free neighbours.
+  void give_back(Block* block);
+
+  // Creates, maps and opens a chunk of max(chunk, min_granules) granules,
+  // clipped to the limit; on OutOfMemory retries with exactly min_granules.
+  // Any failure leaves nothing behind (no mapping, no handle, no block).
+  ProviderStatus grow(Granules min_granules);
+
+  // A block in `state` at fresh addresses, backed by the physical memory
+  // of free home pieces, largest first. NULL if free memory is short, if
+  // more than max_pieces pieces would be needed (0: no bound), or if a
+  // provider call failed (then nothing changed).
+  Block* stitch(Granules granules, int max_pieces = 0, BlockState state = BlockState::Used);
+  // Unmaps every stitch that is free; its pieces return to the home runs.
+  int dissolve_free_stitches();
+
+  // Releases up to `max_chunks` chunks that lie wholly in free home runs.
+  int release_free_chunks(int max_chunks);
+
+  Granules mapped() const { return mapped_; }
+  Granules free_home() const { return bins_.total(); }
+  Granules free_stitched() const { return free_stitched_; }
+  Granules lent() const { return lent_; }
+  uint64_t chunk_count() const { return chunks_.size(); }
+  uint64_t reserved_bytes() const { return address_space_.reserved_bytes(); }
+  uint64_t free_block_count() const { return bins_.block_count(); }
+  const ArenaCounters& counters() const { return counters_; }
+  Granules limit() const { return settings_.limit_granules; }
+  // Granules that growth may still add under the limit (all if none).
+  Granules headroom() const;
+
+  // Consistency check for tests: links, page map, counts. Empty = fine.
+  std::string check() const;
+  // One line of numbers, for tests and debugging.
+  std::string describe() const;
+
+ private:
+  struct Chunk {
+    ChunkHandle handle;
+    Granules granules;
+    bool unreleasable = false;  // an unmap of it failed once
+  };
+
+  Block* new_block(uint64_t addr, Granules granules, BlockState state);
+  void recycle(Block* block);
+  // Cuts `block` (free, not on the bins) into `front` granules, returned,
+  // and a free rest put on the bins.
+  Block* split_front(Block* block, Granules front);
+  void mark_ends(Block* block);
+  void insert_free(Block* block);  // coalesce, then put on the bins
+  bool map_pieces(uint64_t stitch_addr, Block* const* pieces, int piece_count, Granules total,
+                  StitchInfo* info);
+  // false if an unmap failed (its chunk is then never released).
+  bool unmap_all(const StitchInfo& info);
+  Block* neighbour_ending_at(uint64_t addr) const;
+  Block* neighbour_starting_at(uint64_t addr) const;
+
+  Provider& provider_;
+  PageMap& page_map_;
+  DevicePool* const owner_;
+  const ArenaSettings settings_;
+  AddressSpace address_space_;
+  FreeBins bins_;
+  MetaPool<Block> spare_blocks_;
+  std::map<uint64_t, Chunk> chunks_;  // home address -> chunk
+  Block* free_stitches_ = nullptr;    // list of Free stitches (list_next)
+  Granules free_stitched_;
+  Granules lent_;
+  Granules mapped_;
+  ArenaCounters counters_;
+};
+
+}  // namespace pagefast::policy

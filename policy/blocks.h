@@ -1,0 +1,186 @@
+// policy/blocks.h: the host-side records of pool memory: a Block is a run
+// of whole granules (a large allocation, a slab's backing, a free range, a
+// piece lent to a stitch, or a stitch); a Slab cuts a block into equal
+// small blocks. Device memory cannot hold our links (the host cannot touch
+// it), so every record lives here.
+//
+// Records are type-stable: they are recycled through MetaPool and never
+// handed back to malloc, because the lock-free free path may read a stale
+// page-map entry (see page_map.h) and must always find a valid object.
+// Fields that lock-free readers look at are relaxed atomics; the rest
+// change only under the device lock.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <new>
+#include <vector>
+
+#include "policy/page_map.h"
+#include "policy/units.h"
+
+namespace pagefast::policy {
+
+enum class BlockState : uint8_t {
+  Spare,        // in the MetaPool
+  Free,         // in the arena's free bins (or the free-stitch list)
+  Used,         // handed out to the program
+  Quarantined,  // freed by the program; device work may still use it
+  Cached,       // retired, held by a thread cache for reuse
+  Lent,         // a home range whose physical memory a stitch maps now
+  SlabBacking,  // cut into small blocks by a Slab
+};
+
+struct Slab;
+struct StitchInfo;
+
+struct Block : Span {
+  Block() : Span{SpanKind::Block, nullptr} {}
+
+  uint64_t addr() const { return addr_.load(std::memory_order_relaxed); }
+  Granules granules() const { return Granules(granules_.load(std::memory_order_relaxed)); }
+  uint64_t end_addr() const { return addr() + granules().bytes(); }
+  void set_range(uint64_t addr, Granules granules) {
+    addr_.store(addr, std::memory_order_relaxed);
+    granules_.store(granules.count(), std::memory_order_relaxed);
+  }
+  BlockState load_state() const { return BlockState(state.load(std::memory_order_acquire)); }
+  void store_state(BlockState s) { state.store(uint8_t(s), std::memory_order_release); }
+  // The one transition the free path makes, atomically: it is what turns a
+  // racing double free into exactly one success.
+  bool quarantine_if_used() {
+    uint8_t expected = uint8_t(BlockState::Used);
+    return state.compare_exchange_strong(expected, uint8_t(BlockState::Quarantined), std::memory_order_acq_rel);
+  }
+
+  std::atomic<uint64_t> addr_{0};
+  std::atomic<uint64_t> granules_{0};
+  std::atomic<uint8_t> state{uint8_t(BlockState::Spare)};
+  // Of the live allocation, for cuMemGetAddressRange and BUFFER_ID.
+  std::atomic<uint64_t> requested_bytes{0};
+  std::atomic<uint64_t> buffer_id{0};
+
+  // Address neighbours in the same contiguous mapped run of home memory
+  // (chunks mapped next to each other form one run). Device lock.
+  Block* addr_prev = nullptr;
+  Block* addr_next = nullptr;
+  // Links of the free bin or list the block is on. Device lock.
+  Block* list_prev = nullptr;
+  Block* list_next = nullptr;
+  int bin = -1;
+  // Set on a stitched block: its pieces and maps. Device lock.
+  StitchInfo* stitch = nullptr;
+  // Set on a Lent piece: the stitch that maps it.
+  Block* lent_to = nullptr;
+  Slab* slab = nullptr;
+};
+
+// A stitch: fresh address space mapping the physical memory of free home
+// pieces from several places (GMLake). Physical memory may be mapped at two
+// addresses at once in VMM; the pieces' home addresses stay mapped and are
+// simply not handed out while the stitch holds them.
+struct StitchInfo {
+  struct Map {
+    uint64_t addr;
+    Granules granules;
+    uint64_t chunk_home_addr;  // the chunk whose memory it maps
+  };
+  std::vector<Block*> pieces;  // Lent home blocks, in stitch order
+  std::vector<Map> maps;       // one per provider map() (per chunk segment)
+};
+
+// Per small block, written on the hot path by whoever allocates or frees it.
+struct SlabBlockInfo {
+  std::atomic<uint64_t> buffer_id{0};
+  std::atomic<uint32_t> requested_bytes{0};
+  std::atomic<uint8_t> live{0};  // 1 while the program owns it
+};
+
+struct Slab : Span {
+  Slab() : Span{SpanKind::Slab, nullptr} {}
+
+  uint64_t base_addr() const { return base_addr_.load(std::memory_order_relaxed); }
+
+  std::atomic<uint64_t> base_addr_{0};
+  std::atomic<uint8_t> active{0};  // 0 once handed back to the arena
+  uint8_t class_index = 0;
+  uint32_t block_bytes = 0;
+  uint32_t block_count = 0;
+  Block* backing = nullptr;  // the arena block cut by this slab
+  SlabBlockInfo* info = nullptr;  // block_count entries
+
+  // Central state, under the class lock: which blocks sit in the slab.
+  uint64_t* free_bits = nullptr;
+  uint32_t free_count = 0;
+  Slab* list_prev = nullptr;
+  Slab* list_next = nullptr;
+  bool on_list = false;
+  Slab* all_next = nullptr;  // every record of the class, for teardown
+};
+
+// A free list of records, refilled in batches on slow paths, linked
+// through the record's own list_next (no container that could throw). Not
+// thread-safe: the owner's lock protects it.
+template <typename T>
+class MetaPool {
+ public:
+  static constexpr int kBatch = 64;
+
+  MetaPool() = default;
+  MetaPool(const MetaPool&) = delete;
+  MetaPool& operator=(const MetaPool&) = delete;
+  // Production pools live as long as the process; this runs in tests.
+  ~MetaPool() {
+    while (Batch* b = batches_) {
+      batches_ = b->next;
+      delete b;
+    }
+  }
+
+  // NULL only when the host is out of memory.
+  T* take() {
+    if (!spare_ && !refill()) return nullptr;
+    T* t = spare_;
+    spare_ = t->list_next;
+    t->list_next = nullptr;
+    --spare_count_;
+    return t;
+  }
+  void give(T* t) {
+    t->list_next = spare_;
+    spare_ = t;
+    ++spare_count_;
+  }
+  // Makes sure the next `count` take() calls succeed without allocating,
+  // so that a multi-step change cannot fail half-way.
+  bool reserve(int count) {
+    while (spare_count_ < count)
+      if (!refill()) return false;
+    return true;
+  }
+  // Every record ever made, spare or not (for teardown in tests).
+  template <typename Visit>
+  void for_each_record(Visit visit) {
+    for (Batch* b = batches_; b; b = b->next)
+      for (T& t : b->records) visit(&t);
+  }
+
+ private:
+  struct Batch {
+    T records[kBatch];
+    Batch* next = nullptr;
+  };
+  bool refill() {
+    Batch* batch = new (std::nothrow) Batch();
+    if (!batch) return false;
+    batch->next = batches_;
+    batches_ = batch;
+    for (T& t : batch->records) give(&t);
+    return true;
+  }
+  T* spare_ = nullptr;
+  int spare_count_ = 0;
+  Batch* batches_ = nullptr;
+};
+
+}  // namespace pagefast::policy

@@ -1,0 +1,388 @@
+// policy/device_pool.cpp: allocation and free, hot and slow paths, and the
+// search for arena memory (obtain). The quarantine, draining, trimming and
+// stats are in device_pool_retire.cpp.
+#include "policy/device_pool.h"
+
+#include <climits>
+
+namespace pagefast::policy {
+namespace {
+
+// Buffer ids are process-wide: unique over all devices, never reused.
+std::atomic<uint64_t> g_next_buffer_id{kBufferIdBase};
+
+// Attempts of a slow path before it gives up: another thread can take the
+// blocks a refill just made before this one gets them.
+constexpr int kSlowAttempts = 4;
+
+ArenaSettings arena_settings(const PoolSettings& s) {
+  ArenaSettings a;
+  a.chunk_granules = max_granules(granules_ceil(s.config.chunk_bytes), Granules(1));
+  if (s.config.limit_bytes) a.limit_granules = granules_floor(s.config.limit_bytes);
+  uint64_t range = s.config.reserve_bytes;
+  if (!range) {
+    range = kAutoReserveFactor * s.device_total_bytes;
+    if (range < kMinReserveBytes) range = kMinReserveBytes;
+  }
+  a.range_bytes = granules_ceil(range).bytes();
+  return a;
+}
+
+}  // namespace
+
+DevicePool::DevicePool(Provider& provider, Clock& clock, PageMap& page_map, const PoolSettings& settings,
+                       LogSink log)
+    : provider_(provider),
+      clock_(clock),
+      page_map_(page_map),
+      settings_(settings),
+      log_(log),
+      arena_(provider, page_map, this, arena_settings(settings)) {
+  for (int c = 0; c < kClassCount; ++c) centrals_[c].init(c);
+}
+
+void DevicePool::prewarm() {
+  uint64_t target = settings_.config.prewarm_bytes;
+  if (settings_.config.limit_bytes && target > settings_.config.limit_bytes) target = settings_.config.limit_bytes;
+  std::lock_guard<std::mutex> guard(arena_mutex_);
+  while (arena_.mapped().bytes() < target) {
+    const Granules missing = granules_ceil(target - arena_.mapped().bytes());
+    const Granules step = min_granules(missing, max_granules(granules_ceil(settings_.config.chunk_bytes), Granules(1)));
+    if (grow_locked(step) != ProviderStatus::Ok) break;
+  }
+}
+
+uint64_t DevicePool::next_buffer_id(ThreadCache& cache) {
+  if (__builtin_expect(cache.next_buffer_id == cache.buffer_id_end, 0)) {
+    cache.next_buffer_id = g_next_buffer_id.fetch_add(kBufferIdBatch, std::memory_order_relaxed);
+    cache.buffer_id_end = cache.next_buffer_id + kBufferIdBatch;
+  }
+  return cache.next_buffer_id++;
+}
+
+// ---- small blocks --------------------------------------------------------
+
+bool DevicePool::pop_small(ThreadCache& cache, int class_index, uint64_t request_bytes, uint64_t* addr) {
+  cache.lock.lock();
+  SmallBin& bin = cache.bins[class_index];
+  if (__builtin_expect(bin.count == 0, 0)) {
+    cache.lock.unlock();
+    return false;
+  }
+  const SmallSlot slot = bin.slots[--bin.count];
+  Slab* slab = slot.slab;
+  SlabBlockInfo& info = slab->info[slot.index];
+  info.requested_bytes.store(uint32_t(request_bytes), std::memory_order_relaxed);
+  info.buffer_id.store(next_buffer_id(cache), std::memory_order_relaxed);
+  info.live.store(1, std::memory_order_release);
+  owner_add(cache.hits, 1);
+  owner_add(cache.in_use_delta, slab->block_bytes);
+  owner_add(cache.cached_bytes, uint64_t(0) - slab->block_bytes);
+  cache.lock.unlock();
+  *addr = slot.addr();
+  return true;
+}
+
+AllocStatus DevicePool::alloc(ThreadCache& cache, uint64_t request_bytes, uint64_t* addr) {
+  if (request_bytes >= kSmallLimitBytes) return alloc_large(cache, request_bytes, addr);
+  const int class_index = class_of(request_bytes);
+  if (__builtin_expect(pop_small(cache, class_index, request_bytes, addr), 1)) return AllocStatus::Ok;
+  return alloc_small_slow(cache, class_index, request_bytes, addr);
+}
+
+bool DevicePool::refill_small(ThreadCache& cache, int class_index) {
+  const SizeClass& sc = kSizeClasses[class_index];
+  SmallSlot slots[kMaxCacheBlocks];
+  const int n = centrals_[class_index].pop(slots, int(sc.batch_blocks));
+  if (n == 0) return false;
+  cache.lock.lock();
+  SmallBin& bin = cache.bins[class_index];
+  int kept = 0;
+  while (kept < n && bin.count < sc.cache_blocks) bin.slots[bin.count++] = slots[kept++];
+  owner_add(cache.cached_bytes, uint64_t(kept) * sc.block_bytes);
+  cache.lock.unlock();
+  if (kept < n) return_small(slots + kept, n - kept, class_index);
+  return true;
+}
+
+bool DevicePool::new_slab(ThreadCache& cache, int class_index, AllocStatus* status) {
+  const SizeClass& sc = kSizeClasses[class_index];
+  const Granules granules(sc.slab_granules);
+  bool fresh = false;
+  Block* backing = obtain(&cache, granules, true, status, &fresh);
+  if (!backing) return false;
+  Slab* slab = centrals_[class_index].take_record(this);
+  if (!slab) {
+    give_back_large(backing);
+    *status = AllocStatus::Forward;
+    passthroughs_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  slab->base_addr_.store(backing->addr(), std::memory_order_relaxed);
+  slab->backing = backing;
+  backing->slab = slab;
+  const uint32_t words = (slab->block_count + 63) / 64;
+  for (uint32_t w = 0; w < words; ++w) slab->free_bits[w] = ~uint64_t(0);
+  if (slab->block_count % 64) slab->free_bits[words - 1] = (uint64_t(1) << (slab->block_count % 64)) - 1;
+  slab->free_count = slab->block_count;
+  // backing is set before the entries name the slab: the arena resolves a
+  // slab entry through it.
+  page_map_.set(backing->addr(), granules, slab);
+  slab->active.store(1, std::memory_order_release);
+  centrals_[class_index].add(slab);
+  return true;
+}
+
+AllocStatus DevicePool::alloc_small_slow(ThreadCache& cache, int class_index, uint64_t request_bytes,
+                                         uint64_t* addr) {
+  fold(cache);
+  AllocStatus status = AllocStatus::OutOfMemory;
+  for (int attempt = 0; attempt < kSlowAttempts; ++attempt) {
+    retire_local(cache, true);
+    if (pop_small(cache, class_index, request_bytes, addr)) return AllocStatus::Ok;
+    if (quarantine_due(cache) && sync_and_retire(&cache, true) &&
+        pop_small(cache, class_index, request_bytes, addr))
+      return AllocStatus::Ok;
+    if (refill_small(cache, class_index) && pop_small(cache, class_index, request_bytes, addr))
+      return AllocStatus::Ok;
+    if (!new_slab(cache, class_index, &status)) return status;
+    if (refill_small(cache, class_index) && pop_small(cache, class_index, request_bytes, addr))
+      return AllocStatus::Ok;
+  }
+  return status;
+}
+
+// ---- large blocks --------------------------------------------------------
+
+void DevicePool::hand_out_large(ThreadCache& cache, Block* block, uint64_t request_bytes, bool hit) {
+  // REQUIRES: cache.lock held (the counters are written under it).
+  block->requested_bytes.store(request_bytes, std::memory_order_relaxed);
+  block->buffer_id.store(next_buffer_id(cache), std::memory_order_relaxed);
+  block->store_state(BlockState::Used);
+  if (hit) owner_add(cache.hits, 1);
+  owner_add(cache.in_use_delta, block->granules().bytes());
+}
+
+bool DevicePool::pop_large(ThreadCache& cache, Granules granules, uint64_t request_bytes, uint64_t* addr) {
+  cache.lock.lock();
+  // Newest first: a loop takes back what it retired last.
+  for (int i = cache.large_count - 1; i >= 0; --i) {
+    if (cache.large[i].granules != granules) continue;
+    Block* block = cache.large[i].block;
+    // Keep the slots in age order (retire_entries evicts the oldest).
+    for (int k = i + 1; k < cache.large_count; ++k) cache.large[k - 1] = cache.large[k];
+    --cache.large_count;
+    cache.large_granules -= granules;
+    owner_add(cache.cached_bytes, uint64_t(0) - granules.bytes());
+    hand_out_large(cache, block, request_bytes, true);
+    cache.lock.unlock();
+    *addr = block->addr();
+    return true;
+  }
+  cache.lock.unlock();
+  return false;
+}
+
+AllocStatus DevicePool::alloc_large(ThreadCache& cache, uint64_t request_bytes, uint64_t* addr) {
+  const Granules granules = granules_ceil(request_bytes);
+  if (granules <= kLargeCacheMaxGranules && pop_large(cache, granules, request_bytes, addr)) return AllocStatus::Ok;
+  return alloc_large_slow(cache, granules, request_bytes, addr);
+}
+
+AllocStatus DevicePool::alloc_large_slow(ThreadCache& cache, Granules granules, uint64_t request_bytes,
+                                         uint64_t* addr) {
+  // Requests no pool on this device could ever hold: the driver answers,
+  // and idle memory is not thrown away for them.
+  if (settings_.config.limit_bytes && granules.bytes() > settings_.config.limit_bytes) {
+    ooms_.fetch_add(1, std::memory_order_relaxed);
+    return AllocStatus::OutOfMemory;
+  }
+  if (settings_.device_total_bytes && granules.bytes() > settings_.device_total_bytes) {
+    passthroughs_.fetch_add(1, std::memory_order_relaxed);
+    return AllocStatus::Forward;
+  }
+  fold(cache);
+  retire_local(cache, true);
+  const bool cacheable = granules <= kLargeCacheMaxGranules;
+  if (cacheable && pop_large(cache, granules, request_bytes, addr)) return AllocStatus::Ok;
+  if (quarantine_due(cache) && sync_and_retire(&cache, cacheable) && cacheable &&
+      pop_large(cache, granules, request_bytes, addr))
+    return AllocStatus::Ok;
+  AllocStatus status = AllocStatus::OutOfMemory;
+  bool fresh = false;
+  Block* block = obtain(&cache, granules, false, &status, &fresh);
+  if (!block) return status;
+  cache.lock.lock();
+  hand_out_large(cache, block, request_bytes, !fresh);
+  cache.lock.unlock();
+  *addr = block->addr();
+  return AllocStatus::Ok;
+}
+
+// ---- arena memory ----------------------------------------------------------
+
+ProviderStatus DevicePool::grow_locked(Granules granules) {
+  const uint64_t start = clock_.now_ns();
+  const ProviderStatus status = arena_.grow(granules);
+  const uint64_t end = clock_.now_ns();
+  growth_ns_.fetch_add(end - start, std::memory_order_relaxed);
+  mapped_bytes_.store(arena_.mapped().bytes(), std::memory_order_relaxed);
+  if (status == ProviderStatus::Ok) last_growth_ns_.store(end, std::memory_order_relaxed);
+  return status;
+}
+
+Block* DevicePool::obtain(ThreadCache* cache, Granules granules, bool for_slab, AllocStatus* status, bool* fresh) {
+  const BlockState state = for_slab ? BlockState::SlabBacking : BlockState::Used;
+  auto take_existing = [&]() -> Block* {
+    Block* b = arena_.take(granules, state);
+    return b ? b : arena_.take_stitch(granules, state);
+  };
+  *fresh = false;
+  {
+    std::lock_guard<std::mutex> guard(arena_mutex_);
+    if (Block* b = take_existing()) return b;
+  }
+  // Blocks of other sizes in this thread's own cache are the cheapest
+  // memory to get back (no driver call): the cache follows current use.
+  if (cache && flush_large_cache(*cache)) {
+    std::lock_guard<std::mutex> guard(arena_mutex_);
+    if (Block* b = take_existing()) return b;
+  }
+  // Growing would be next: retire the quarantine first, it may hold enough.
+  if (quarantine_nonempty(cache) && sync_and_retire(cache, false)) {
+    std::lock_guard<std::mutex> guard(arena_mutex_);
+    if (Block* b = take_existing()) return b;
+  }
+  {
+    std::lock_guard<std::mutex> guard(arena_mutex_);
+    if (Block* b = take_existing()) return b;
+    *fresh = true;
+    // Idle memory that is enough but scattered is stitched rather than
+    // grown around, as long as the stitch stays cheap.
+    if (arena_.free_home() >= granules)
+      if (Block* b = arena_.stitch(granules, kStitchPiecesBeforeGrowth, state)) return b;
+    if (arena_.free_home() < granules && arena_.free_home() + arena_.free_stitched() >= granules) {
+      arena_.dissolve_free_stitches();
+      if (Block* b = arena_.take(granules, state)) return b;
+      if (Block* b = arena_.stitch(granules, kStitchPiecesBeforeGrowth, state)) return b;
+    }
+    if (grow_locked(granules) == ProviderStatus::Ok)
+      if (Block* b = arena_.take(granules, state)) return b;
+  }
+  return obtain_under_pressure(cache, granules, for_slab, status);
+}
+
+Block* DevicePool::obtain_under_pressure(ThreadCache* cache, Granules granules, bool for_slab,
+                                         AllocStatus* status) {
+  const BlockState state = for_slab ? BlockState::SlabBacking : BlockState::Used;
+  // Everything idle goes back where this request can reach it.
+  drain_all();
+  sync_and_retire(cache, false);
+  release_all_empty_slabs();
+  {
+    std::lock_guard<std::mutex> guard(arena_mutex_);
+    Block* b = arena_.take(granules, state);
+    if (!b) b = arena_.take_stitch(granules, state);
+    if (!b) {
+      arena_.dissolve_free_stitches();
+      b = arena_.take(granules, state);
+    }
+    if (!b && arena_.free_home() >= granules) b = arena_.stitch(granules, 0, state);
+    if (!b && arena_.free_home() < granules) {
+      // Idle memory plus a chunk of the shortfall: the largest request that
+      // succeeds is bounded by idle plus device memory, not by the layout.
+      const Granules shortfall = granules - arena_.free_home();
+      if (shortfall <= arena_.headroom() && grow_locked(shortfall) == ProviderStatus::Ok) {
+        b = arena_.take(granules, state);
+        if (!b) b = arena_.stitch(granules, 0, state);
+      }
+    }
+    if (b) return b;
+    // Out of memory for this request. Idle chunks go back to the driver:
+    // without a limit the driver gets the request next and may serve it.
+    const uint64_t start = clock_.now_ns();
+    arena_.release_free_chunks(INT_MAX);
+    release_ns_.fetch_add(clock_.now_ns() - start, std::memory_order_relaxed);
+    mapped_bytes_.store(arena_.mapped().bytes(), std::memory_order_relaxed);
+  }
+  ooms_.fetch_add(1, std::memory_order_relaxed);
+  if (settings_.config.limit_bytes) {
+    *status = AllocStatus::OutOfMemory;
+  } else {
+    *status = AllocStatus::Forward;
+    passthroughs_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return nullptr;
+}
+
+// ---- free and queries --------------------------------------------------------
+
+FreeStatus DevicePool::free(ThreadCache& cache, Span* span, uint64_t addr) {
+  uint64_t bytes;
+  if (span->kind == SpanKind::Slab) {
+    Slab* slab = static_cast<Slab*>(span);
+    if (!slab->active.load(std::memory_order_acquire)) return FreeStatus::Invalid;
+    const uint64_t base = slab->base_addr();
+    if (addr < base) return FreeStatus::Invalid;
+    const uint64_t offset = addr - base;
+    const uint64_t index = offset / slab->block_bytes;
+    if (index >= slab->block_count || index * slab->block_bytes != offset) return FreeStatus::Invalid;
+    // The exchange makes two racing frees of one block one success.
+    if (slab->info[index].live.exchange(0, std::memory_order_acq_rel) != 1) return FreeStatus::Invalid;
+    bytes = slab->block_bytes;
+  } else {
+    Block* block = static_cast<Block*>(span);
+    if (block->addr() != addr || !block->quarantine_if_used()) return FreeStatus::Invalid;
+    bytes = block->granules().bytes();
+  }
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    cache.lock.lock();
+    QuarantineBatch* q = cache.quarantine;
+    if (__builtin_expect(!q->full(), 1)) {
+      q->entries[q->count++] = QuarantineEntry{addr, span, tickets_.stamp()};
+      q->bytes += bytes;
+      owner_add(cache.in_use_delta, uint64_t(0) - bytes);
+      owner_add(cache.quarantined_bytes, bytes);
+      const bool seal = q->full() || q->bytes >= kLocalQuarantineBytes;
+      cache.lock.unlock();
+      if (seal) seal_local_quarantine(cache);
+      return FreeStatus::Ok;
+    }
+    cache.lock.unlock();
+    seal_local_quarantine(cache);
+  }
+  // No host memory for another batch and no sync allowed: the block can
+  // never be proven idle, so it is never reused (counted, not lost track of).
+  cache.lock.lock();
+  owner_add(cache.in_use_delta, uint64_t(0) - bytes);
+  cache.lock.unlock();
+  lost_blocks_.fetch_add(1, std::memory_order_relaxed);
+  return FreeStatus::Ok;
+}
+
+bool DevicePool::range_of(const Span* span, uint64_t addr, RangeInfo* info) {
+  if (span->kind == SpanKind::Slab) {
+    const Slab* slab = static_cast<const Slab*>(span);
+    if (!slab->active.load(std::memory_order_acquire)) return false;
+    const uint64_t base = slab->base_addr();
+    if (addr < base) return false;
+    const uint64_t index = (addr - base) / slab->block_bytes;
+    if (index >= slab->block_count) return false;
+    const SlabBlockInfo& block = slab->info[index];
+    if (block.live.load(std::memory_order_acquire) != 1) return false;
+    const uint64_t block_base = base + index * slab->block_bytes;
+    const uint64_t requested = block.requested_bytes.load(std::memory_order_relaxed);
+    if (addr >= block_base + requested) return false;
+    *info = RangeInfo{block_base, requested, block.buffer_id.load(std::memory_order_relaxed)};
+    return true;
+  }
+  const Block* block = static_cast<const Block*>(span);
+  if (block->load_state() != BlockState::Used) return false;
+  const uint64_t base = block->addr();
+  const uint64_t requested = block->requested_bytes.load(std::memory_order_relaxed);
+  if (addr < base || addr >= base + requested) return false;
+  *info = RangeInfo{base, requested, block->buffer_id.load(std::memory_order_relaxed)};
+  return true;
+}
+
+}  // namespace pagefast::policy

@@ -1,0 +1,233 @@
+// policy/device_pool.h: one device's pool: the policy that ties the thread
+// caches, the size-class centres, the quarantine and the arena together.
+// Pure C++: every side effect goes through the Provider and Clock it is
+// given, so the same object runs on the GPU (interpose/pool/pool.cpp) and
+// under fakes in tests/policy.
+//
+// Allocation, fastest first:
+//  1. the thread cache's bin of the size class, or its large slots (hit);
+//  2. the thread's quarantine entries that someone's sync already retired;
+//  3. a sync-and-retire when the quarantine is due (kRetireBlocks blocks or
+//     retire_bytes() bytes, own plus shared): one sync per batch;
+//  4. the size-class centre (small) or the arena's free runs (large);
+//  5. before growing: retire the quarantine (if no capture is active),
+//     then stitch free memory if that suffices, then grow by
+//     max(chunk_bytes, request);
+//  6. out of memory: drain every thread cache, retire, hand empty slabs
+//     back, dissolve free stitches, stitch with growth of the shortfall;
+//     then release idle chunks and answer OutOfMemory (with a limit) or
+//     Forward (let the real driver try: it may have memory we do not).
+//
+// Free: page-map lookup, one atomic exchange or CAS that rejects interior
+// pointers and double frees, then a push on the thread's quarantine.
+//
+// Thread safety: alloc/free take the calling thread's ThreadCache (from
+// attach_thread). Any thread may free any block. Everything else is safe
+// from any thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "policy/arena.h"
+#include "policy/config.h"
+#include "policy/log_sink.h"
+#include "policy/pool_stats.h"
+#include "policy/provider.h"
+#include "policy/quarantine.h"
+#include "policy/slab_central.h"
+#include "policy/thread_cache.h"
+
+namespace pagefast::policy {
+
+struct PoolSettings {
+  PoolConfig config;
+  uint64_t device_total_bytes = 0;  // for the automatic reserve size
+  int device = 0;                   // ordinal, for stats and messages
+};
+
+// A sync is due once the quarantine holds this many blocks ...
+constexpr uint64_t kRetireBlocks = kQuarantineBatchEntries;
+// ... or this many bytes, or 1/kRetireMappedFraction of the mapped memory,
+// whichever is more: large blocks are retired in batches too.
+constexpr uint64_t kRetireMinBytes = 256 * kMiB;
+constexpr uint64_t kRetireMappedFraction = 16;
+// A thread's batch is sealed once it holds this much even if not full, so
+// that large blocks are retired in batches of about this size.
+constexpr uint64_t kLocalQuarantineBytes = 256 * kMiB;
+// Automatic reserve: this many times the device's memory per range.
+constexpr uint64_t kAutoReserveFactor = 2;
+constexpr uint64_t kMinReserveBytes = 1 * kGiB;
+// A stitch made instead of growing may have at most this many pieces
+// (each is one map call); under memory pressure there is no bound.
+constexpr int kStitchPiecesBeforeGrowth = 64;
+// Trimming beyond release_threshold: at most one chunk per step, steps
+// this far apart, and none this soon after a growth (a loop that frees
+// and re-allocates every step must not pay a release and a growth).
+constexpr uint64_t kTrimIntervalNs = 10 * 1000 * 1000;
+constexpr uint64_t kTrimGraceAfterGrowthNs = 100 * 1000 * 1000;
+// Buffer ids of pool blocks start here, far above the driver's own, so an
+// id never names both a pool block and a driver allocation.
+constexpr uint64_t kBufferIdBase = uint64_t(0x5046) << 48;  // "PF"
+
+// stats() gives up on a busy lock after this many tries (see stats()).
+constexpr int kStatsLockAttempts = 100;
+
+enum class AllocStatus { Ok, OutOfMemory, Forward };
+enum class FreeStatus { Ok, Invalid };
+
+// What cuMemGetAddressRange and the pointer attributes answer for a live
+// pool allocation.
+struct RangeInfo {
+  uint64_t base_addr;
+  uint64_t bytes;  // as requested
+  uint64_t buffer_id;
+};
+
+class DevicePool {
+ public:
+  DevicePool(Provider& provider, Clock& clock, PageMap& page_map, const PoolSettings& settings, LogSink log);
+  // Frees host records. Production pools are never destroyed (process exit
+  // must not touch them); tests destroy theirs once no thread uses them.
+  ~DevicePool();
+  DevicePool(const DevicePool&) = delete;
+  DevicePool& operator=(const DevicePool&) = delete;
+
+  // Creates and maps prewarm_bytes (in chunk steps, within the limit).
+  // Called once by whoever made the pool, before the first allocation.
+  void prewarm();
+
+  // NULL on host out-of-memory. The cache belongs to the calling thread.
+  ThreadCache* attach_thread();
+  // Flushes the cache (no provider call) and recycles it. Any thread.
+  void detach_thread(ThreadCache* cache);
+
+  // REQUIRES: request_bytes > 0.
+  AllocStatus alloc(ThreadCache& cache, uint64_t request_bytes, uint64_t* addr);
+  // REQUIRES: span == page_map.lookup(addr), span->pool == this.
+  FreeStatus free(ThreadCache& cache, Span* span, uint64_t addr);
+  // Lock-free; false when addr is pool memory but in no live allocation.
+  static bool range_of(const Span* span, uint64_t addr, RangeInfo* info);
+
+  // Releases all idle memory that can be: retires the quarantine (sync
+  // if allowed), drains thread caches, empty slabs, free stitches, and
+  // every chunk left wholly free. May call the provider. Never call it
+  // from a destructor.
+  void trim();
+
+  // Never blocks for long: safe at process exit (no provider call).
+  PoolStats stats();
+  int device() const { return settings_.device; }
+  const PoolSettings& settings() const { return settings_; }
+  // Idle bytes for cuMemGetInfo and in-use bytes for the limit.
+  uint64_t idle_bytes();
+  uint64_t in_use_bytes();
+  uint64_t limit_bytes() const { return settings_.config.limit_bytes; }
+
+  // For tests: arena and accounting consistency. Empty = fine.
+  std::string check();
+  // The arena's and the size classes' numbers in one line.
+  std::string describe();
+
+ private:
+  // alloc paths
+  AllocStatus alloc_small_slow(ThreadCache& cache, int class_index, uint64_t request_bytes, uint64_t* addr);
+  AllocStatus alloc_large(ThreadCache& cache, uint64_t request_bytes, uint64_t* addr);
+  AllocStatus alloc_large_slow(ThreadCache& cache, Granules granules, uint64_t request_bytes, uint64_t* addr);
+  bool pop_small(ThreadCache& cache, int class_index, uint64_t request_bytes, uint64_t* addr);
+  bool pop_large(ThreadCache& cache, Granules granules, uint64_t request_bytes, uint64_t* addr);
+  void hand_out_large(ThreadCache& cache, Block* block, uint64_t request_bytes, bool hit);
+  uint64_t next_buffer_id(ThreadCache& cache);
+  bool refill_small(ThreadCache& cache, int class_index);
+  bool new_slab(ThreadCache& cache, int class_index, AllocStatus* status);
+  // Arena memory of `granules`, Used; NULL with *status set on failure.
+  Block* obtain(ThreadCache* cache, Granules granules, bool for_slab, AllocStatus* status, bool* fresh);
+  Block* obtain_under_pressure(ThreadCache* cache, Granules granules, bool for_slab, AllocStatus* status);
+  ProviderStatus grow_locked(Granules granules);
+
+  // quarantine and retirement
+  bool quarantine_due(ThreadCache& cache);
+  bool quarantine_nonempty(ThreadCache* cache);
+  // Syncs and retires the shared quarantine and the cache's own. With
+  // into_cache, retired blocks refill the cache first (the caller pops
+  // next); without, all go central (the caller searches the arena next).
+  bool sync_and_retire(ThreadCache* cache, bool into_cache);
+  // Waits for a sync already running that covers the cache's oldest batch,
+  // instead of starting another (many threads missing at once share one
+  // driver call). true: that batch is retired now.
+  bool join_running_sync(ThreadCache& cache);
+  void retire_shared(ThreadCache* route);
+  void retire_local(ThreadCache& cache, bool into_cache);
+  void retire_entries(ThreadCache* route, const QuarantineEntry* entries, int count);
+  // After a free filled the cache's batch: seal it (kept by the thread).
+  void seal_local_quarantine(ThreadCache& cache);
+  // Sealed and filling batches go to the device (drain, trim, threshold).
+  void share_local_quarantine(ThreadCache& cache, bool may_trim);
+  void push_shared(QuarantineBatch* batch, const ThreadCache* owner);
+  QuarantineBatch* take_batch();
+  void give_batch(QuarantineBatch* batch);
+  QuarantineBatch* take_cache_batch(ThreadCache& cache);
+  void keep_or_give_batch(ThreadCache& cache, QuarantineBatch* batch);
+
+  // returning memory
+  void return_small(const SmallSlot* slots, int count, int class_index);
+  void release_slabs(Slab** slabs, int count);
+  void give_back_large(Block* block);
+  void drain(ThreadCache& cache);
+  // Gives the cache's large blocks back to the arena; false if it had none.
+  bool flush_large_cache(ThreadCache& cache);
+  void drain_all();
+  void release_all_empty_slabs();
+  void maybe_trim();
+
+  // accounting
+  void fold(ThreadCache& cache);
+  void note_peak(uint64_t in_use);
+
+  Provider& provider_;
+  Clock& clock_;
+  PageMap& page_map_;
+  const PoolSettings settings_;
+  const LogSink log_;
+
+  SlabCentral centrals_[kClassCount];
+
+  std::mutex arena_mutex_;  // the device lock
+  Arena arena_;
+  std::atomic<uint64_t> mapped_bytes_{0};  // mirror of arena_.mapped(), lock-free reads
+  std::atomic<uint64_t> last_growth_ns_{0};
+  std::atomic<uint64_t> last_trim_ns_{0};
+
+  alignas(64) SyncTickets tickets_;
+  std::mutex sync_wait_mutex_;  // with sync_wait_cv_: waiting for a running sync
+  std::condition_variable sync_wait_cv_;
+  std::mutex shared_mutex_;  // the shared quarantine and the batch pool
+  QuarantineBatch* shared_ = nullptr;
+  QuarantineBatch* shared_tail_ = nullptr;
+  QuarantineBatch* spare_batches_ = nullptr;
+  QuarantineBatch* all_batches_ = nullptr;
+  alignas(64) std::atomic<uint64_t> shared_blocks_{0};
+  std::atomic<uint64_t> shared_bytes_{0};
+
+  alignas(64) std::mutex registry_mutex_;
+  ThreadCache* registry_ = nullptr;
+  ThreadCache* spare_caches_ = nullptr;
+  ThreadCache* all_caches_ = nullptr;
+
+  // Folded counters: of detached caches, and of slow paths.
+  std::atomic<uint64_t> folded_in_use_{0};
+  std::atomic<uint64_t> folded_hits_{0};
+  std::atomic<uint64_t> peak_in_use_{0};
+  std::atomic<uint64_t> synchronizations_{0};
+  std::atomic<uint64_t> passthroughs_{0};
+  std::atomic<uint64_t> ooms_{0};
+  std::atomic<uint64_t> growth_ns_{0};
+  std::atomic<uint64_t> synchronization_ns_{0};
+  std::atomic<uint64_t> release_ns_{0};
+  std::atomic<uint64_t> lost_blocks_{0};  // could not be quarantined (host OOM)
+};
+
+}  // namespace pagefast::policy

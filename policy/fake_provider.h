@@ -1,0 +1,131 @@
+// policy/fake_provider.h: a Provider for tests, beside the interface it
+// fakes (Temeraire's mock_virtual_allocator). It emulates one device:
+//  - "physical memory" of capacity_bytes, handed out in 2 MiB pages, so
+//    that chunk creation fails when the device is full, as cuMemCreate does;
+//  - address space reserved from the host (PROT_NONE, never touched);
+//  - with Backing::Host, physical pages are pages of one memfd and map()
+//    really maps them (MAP_SHARED|MAP_FIXED): a chunk mapped at two
+//    addresses aliases for real, and memory is unreadable until
+//    set_access() (mprotect), so tests can fill and check device memory
+//    from the host. With Backing::None nothing is mapped: large
+//    capacities for accounting tests, no fills;
+//  - the VMM rules checked on every call (map inside a reservation, on
+//    unmapped addresses, within the chunk; unmap of exactly one map;
+//    set_access over a fully mapped range; release with no mapping left):
+//    a broken rule is counted in violations() instead of crashing;
+//  - fault injection per operation (the Nth call, or every call from the
+//    Nth on), synchronize() refusals (a capture) and failures;
+//  - device work: launch() marks a range busy until the next successful
+//    synchronize(); assert_idle() counts a violation if the pool hands out
+//    memory that is still busy (reuse before completion).
+// Thread-safe (one mutex): the pool calls synchronize() without its locks.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "policy/provider.h"
+
+namespace pagefast::policy {
+
+class FakeProvider final : public Provider {
+ public:
+  enum class Backing { None, Host };
+  enum class Op { Reserve, Create, Map, SetAccess, Unmap, Release, Sync, kCount };
+
+  FakeProvider(uint64_t capacity_bytes, Backing backing);
+  ~FakeProvider() override;
+  FakeProvider(const FakeProvider&) = delete;
+  FakeProvider& operator=(const FakeProvider&) = delete;
+
+  // Provider
+  ProviderStatus reserve_address(uint64_t bytes, uint64_t* base_addr) override;
+  ProviderStatus create_chunk(Granules granules, ChunkHandle* chunk) override;
+  bool release_chunk(ChunkHandle chunk) override;
+  ProviderStatus map(uint64_t addr, ChunkHandle chunk, Granules offset, Granules granules) override;
+  bool unmap(uint64_t addr, Granules granules) override;
+  ProviderStatus set_access(uint64_t addr, Granules granules) override;
+  SyncStatus synchronize() override;
+
+  // Fault injection: the call number `nth` (0-based, counted per op from
+  // now) fails with `status`; with persistent, every later call too.
+  void fail(Op op, uint64_t nth, ProviderStatus status = ProviderStatus::OutOfMemory, bool persistent = false);
+  void clear_faults();
+  void set_sync_allowed(bool allowed);  // false: synchronize() answers NotAllowed
+  void set_sync_fails(bool fails);
+
+  // Device work and its checks.
+  void launch(uint64_t addr, uint64_t bytes);
+  // Counts a violation if [addr, addr + bytes) overlaps busy work.
+  void assert_idle(uint64_t addr, uint64_t bytes);
+
+  // Inspection.
+  uint64_t calls(Op op) const;
+  uint64_t used_bytes() const;  // physical memory in live chunks
+  uint64_t capacity_bytes() const { return capacity_bytes_; }
+  uint64_t live_chunks() const;
+  uint64_t live_maps() const;
+  uint64_t violations() const;
+  std::string violation_log() const;
+  // What a driver would still give a program directly (cuMemAlloc): the
+  // capacity left. take_direct() takes it, as a pass-through allocation.
+  bool take_direct(uint64_t bytes);
+  void give_direct(uint64_t bytes);
+
+ private:
+  struct PageRun {
+    uint64_t page;  // first physical page (2 MiB) in the memfd
+    uint64_t pages;
+  };
+  struct Chunk {
+    std::vector<PageRun> runs;
+    uint64_t granules = 0;
+    int maps = 0;
+  };
+  struct Mapping {
+    uint64_t chunk;
+    uint64_t offset_granules;
+    uint64_t granules;
+    bool accessible = false;
+  };
+
+  bool inject(Op op, ProviderStatus* status);  // true: this call fails
+  void violation(const std::string& what);
+  bool inside_reservation(uint64_t addr, uint64_t bytes) const;
+  bool range_unmapped(uint64_t addr, uint64_t bytes) const;
+  bool take_pages(uint64_t pages, std::vector<PageRun>* runs);
+  void give_pages(const std::vector<PageRun>& runs);
+  void host_map(uint64_t addr, const Chunk& chunk, uint64_t offset_granules, uint64_t granules);
+  void host_protect(uint64_t addr, uint64_t bytes, bool accessible);
+
+  struct Fault {
+    bool armed = false;
+    uint64_t at = 0;
+    bool persistent = false;
+    ProviderStatus status = ProviderStatus::OutOfMemory;
+  };
+
+  mutable std::mutex mutex_;
+  const uint64_t capacity_bytes_;
+  const Backing backing_;
+  int memfd_ = -1;
+  uint64_t direct_bytes_ = 0;
+  std::map<uint64_t, uint64_t> free_pages_;  // first page -> count
+  uint64_t free_page_count_ = 0;
+  std::map<uint64_t, uint64_t> reservations_;  // addr -> bytes
+  std::map<uint64_t, Chunk> chunks_;
+  uint64_t next_chunk_ = 1;
+  std::map<uint64_t, Mapping> maps_;  // addr -> mapping
+  std::map<uint64_t, uint64_t> busy_;  // addr -> end of device work
+  uint64_t calls_[int(Op::kCount)] = {};
+  Fault faults_[int(Op::kCount)];
+  bool sync_allowed_ = true;
+  bool sync_fails_ = false;
+  uint64_t violations_ = 0;
+  std::string violation_log_;
+};
+
+}  // namespace pagefast::policy

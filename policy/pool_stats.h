@@ -1,0 +1,41 @@
+// policy/pool_stats.h: the numbers one device's pool reports, named once
+// in a field table from which the struct, the JSON object and the C API's
+// copy (interpose/pool/pool_capi.cpp, checked field by field) are derived.
+// One code path, two outputs (jemalloc's emitter).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace pagefast::policy {
+
+// X(name, meaning)
+#define PAGEFAST_POOL_STATS_FIELDS(X)                                                     \
+  X(reserved_bytes, "virtual address space reserved")                                    \
+  X(mapped_bytes, "physical memory created and mapped")                                  \
+  X(in_use_bytes, "handed out to the program (size classes and granules rounded up)")    \
+  X(idle_bytes, "mapped and not in use: free, cached, quarantined")                      \
+  X(peak_in_use_bytes, "highest in_use_bytes seen (sampled on slow paths and reads)")    \
+  X(hits, "allocations served without growing")                                          \
+  X(growths, "chunks created")                                                           \
+  X(stitches, "stitched mappings made from scattered free memory")                       \
+  X(releases, "chunks released to the driver")                                           \
+  X(synchronizations, "cuCtxSynchronize calls made to retire the quarantine")            \
+  X(passthroughs, "allocations handed to the real driver")                               \
+  X(quarantined_bytes, "freed, waiting for a synchronisation")                           \
+  X(cached_bytes, "retired blocks held by thread caches")                                \
+  X(ooms, "requests the pool could not serve after releasing what it could")             \
+  X(growth_ns, "time spent creating and mapping chunks")                                 \
+  X(synchronization_ns, "time spent in cuCtxSynchronize")                                \
+  X(release_ns, "time spent unmapping and releasing")
+
+struct PoolStats {
+#define PF_STATS_FIELD(name, meaning) uint64_t name = 0;
+  PAGEFAST_POOL_STATS_FIELDS(PF_STATS_FIELD)
+#undef PF_STATS_FIELD
+};
+
+// {"reserved_bytes": 1, ...} in table order.
+std::string stats_json_object(const PoolStats& stats);
+
+}  // namespace pagefast::policy

@@ -1,0 +1,71 @@
+// policy/provider.h: every side effect of one device's pool, as an
+// interface the policy is given (jemalloc's extent hooks, Temeraire's
+// injected allocator and clock). Production: interpose/pool/vmm_provider.*
+// over the CUDA VMM calls. Tests: policy/fake_provider.* (host memory, fault
+// injection, a fake clock). The policy never calls anything else.
+//
+// Conventions, uniform over the table:
+//  - every call that can fail returns a ProviderStatus; OutOfMemory means
+//    "releasing memory may help", Failed means it will not;
+//  - sizes and offsets are whole granules, addresses granule-aligned;
+//  - nothing here is called on the allocation hot path: each call is a
+//    driver call of 1-600 us (FACTS.md).
+#pragma once
+
+#include <cstdint>
+
+#include "policy/units.h"
+
+namespace pagefast::policy {
+
+enum class ProviderStatus { Ok, OutOfMemory, Failed };
+
+// An opaque physical allocation (a CUmemGenericAllocationHandle).
+struct ChunkHandle {
+  uint64_t value = 0;
+};
+
+enum class SyncStatus {
+  Done,        // all device work submitted before the call has finished
+  NotAllowed,  // a stream capture is active: synchronising would break it
+  Failed,      // the driver reported an error (e.g. a sticky kernel fault)
+};
+
+class Provider {
+ public:
+  virtual ~Provider() = default;
+
+  // Reserves address space; *base_addr is granule-aligned. Never returned:
+  // ranges live as long as the process.
+  virtual ProviderStatus reserve_address(uint64_t bytes, uint64_t* base_addr) = 0;
+
+  // Physical memory of the device, not yet mapped anywhere.
+  virtual ProviderStatus create_chunk(Granules granules, ChunkHandle* chunk) = 0;
+  // REQUIRES: no mapping of the chunk remains. false: the driver refused
+  // (the chunk is then leaked; nothing else can be done).
+  virtual bool release_chunk(ChunkHandle chunk) = 0;
+
+  // Maps granules [offset, offset + granules) of `chunk` at addr, inside a
+  // reserved range. One chunk may be mapped at several addresses at once
+  // (that is what stitching does).
+  virtual ProviderStatus map(uint64_t addr, ChunkHandle chunk, Granules offset, Granules granules) = 0;
+  // REQUIRES: [addr, addr + granules) is exactly one earlier map().
+  virtual bool unmap(uint64_t addr, Granules granules) = 0;
+  // Opens a fully mapped range (possibly several maps) for read and write
+  // by the device. One call per range: it is the dominant cost of a
+  // mapping, paid per call, not per byte.
+  virtual ProviderStatus set_access(uint64_t addr, Granules granules) = 0;
+
+  // Waits until all device work that may use pool memory has finished.
+  // Called with no lock of the pool held.
+  virtual SyncStatus synchronize() = 0;
+};
+
+// Monotonic time, injected so that time-dependent policy is testable.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual uint64_t now_ns() = 0;
+};
+
+}  // namespace pagefast::policy

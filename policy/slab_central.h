@@ -1,0 +1,75 @@
+// policy/slab_central.h: the shared store of retired small blocks of one
+// size class: the slabs that have blocks in them, as a free bitmap per
+// slab. Thread caches refill from it and return to it in batches, under
+// its own lock (one per class, so classes never contend with each other).
+//
+// A slab whose blocks are all back is empty; one empty slab per class is
+// kept (a loop that frees its last block and allocates again must not
+// cost an arena round trip), the rest are handed back to the arena, so
+// small-class memory does not stay pinned after a burst.
+//
+// Slab records are recycled within their class only, so their block size,
+// block count and per-block arrays never change after construction: the
+// lock-free free path may read a stale one safely.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+
+#include "policy/blocks.h"
+#include "policy/size_classes.h"
+#include "policy/thread_cache.h"
+
+namespace pagefast::policy {
+
+constexpr int kKeptEmptySlabs = 1;
+
+class SlabCentral {
+ public:
+  SlabCentral() = default;
+  SlabCentral(const SlabCentral&) = delete;
+  SlabCentral& operator=(const SlabCentral&) = delete;
+  ~SlabCentral();  // tests only: production pools are never destroyed
+
+  void init(int class_index) { class_index_ = class_index; }
+
+  // Moves up to `max` blocks into `out`; returns how many.
+  int pop(SmallSlot* out, int max);
+  // Puts retired blocks back. Slabs that became empty beyond the kept one
+  // are unlisted and returned in `released` (up to `count` of them): the
+  // caller hands their backing to the arena without this lock held.
+  int push(const SmallSlot* blocks, int count, Slab** released);
+  // A new slab, all blocks free, from a freshly taken arena block.
+  void add(Slab* slab);
+  // Empty slabs, all of them (pool pressure). Returns how many.
+  int take_empty(Slab** out, int max);
+
+  // A slab record of this class: recycled, or new (NULL on host OOM).
+  Slab* take_record(DevicePool* pool);
+  void give_record(Slab* slab);
+
+  uint64_t slab_count() {
+    std::lock_guard<std::mutex> guard(mutex_);
+    return slab_count_;
+  }
+  uint64_t free_blocks() {
+    std::lock_guard<std::mutex> guard(mutex_);
+    return free_blocks_;
+  }
+
+ private:
+  void link(Slab* slab);
+  void unlink(Slab* slab);
+  bool empty(const Slab* slab) const { return slab->free_count == slab->block_count; }
+
+  std::mutex mutex_;
+  int class_index_ = 0;
+  Slab* partial_ = nullptr;  // slabs with at least one free block
+  Slab* spare_records_ = nullptr;
+  Slab* all_records_ = nullptr;
+  int empty_count_ = 0;
+  uint64_t slab_count_ = 0;
+  uint64_t free_blocks_ = 0;
+};
+
+}  // namespace pagefast::policy

@@ -1,0 +1,128 @@
+// tests/policy/harness.h: a DevicePool on a FakeProvider with a FakeClock
+// and a private page map, plus the helpers every policy test uses. One
+// constructor for every configuration the conformance suite runs.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "policy/clock.h"
+#include "policy/device_pool.h"
+#include "policy/fake_provider.h"
+
+namespace pagefast::policy::test {
+
+struct PoolUnderTest {
+  PoolUnderTest(uint64_t capacity_bytes, FakeProvider::Backing backing, const PoolConfig& config,
+                uint64_t device_total_bytes = 0)
+      : provider(capacity_bytes, backing),
+        page_map(new PageMap()),
+        pool(provider, clock, *page_map, settings(config, device_total_bytes ? device_total_bytes : capacity_bytes),
+             nullptr) {
+    pool.prewarm();
+  }
+  ~PoolUnderTest() { page_map->destroy_leaves_for_tests(); }
+
+  static PoolSettings settings(const PoolConfig& config, uint64_t device_total_bytes) {
+    PoolSettings s;
+    s.config = config;
+    s.device_total_bytes = device_total_bytes;
+    s.device = 0;
+    return s;
+  }
+
+  // Allocation as try_alloc does it: Ok with an address, or the status.
+  AllocStatus alloc(ThreadCache& cache, uint64_t bytes, uint64_t* addr) { return pool.alloc(cache, bytes, addr); }
+  FreeStatus free(ThreadCache& cache, uint64_t addr) {
+    Span* span = page_map->lookup(addr);
+    if (!span) return FreeStatus::Invalid;  // not pool memory: the driver would say INVALID_VALUE
+    return pool.free(cache, span, addr);
+  }
+  bool range(uint64_t addr, RangeInfo* info) {
+    Span* span = page_map->lookup(addr);
+    return span && DevicePool::range_of(span, addr, info);
+  }
+
+  FakeProvider provider;
+  FakeClock clock;
+  std::unique_ptr<PageMap> page_map;
+  DevicePool pool;
+};
+
+// A thread cache released when the scope ends.
+struct Attached {
+  explicit Attached(DevicePool& p) : pool(p), cache(p.attach_thread()) {}
+  ~Attached() {
+    if (cache) pool.detach_thread(cache);
+  }
+  ThreadCache& operator*() { return *cache; }
+  DevicePool& pool;
+  ThreadCache* cache;
+};
+
+inline PoolConfig config_with(uint64_t chunk_bytes, uint64_t limit_bytes = 0, uint64_t release_threshold = kUnlimited,
+                              uint64_t prewarm_bytes = 0) {
+  PoolConfig c;
+  c.chunk_bytes = chunk_bytes;
+  c.limit_bytes = limit_bytes;
+  c.release_threshold_bytes = release_threshold;
+  c.prewarm_bytes = prewarm_bytes;
+  return c;
+}
+
+// Fill and check patterns that depend on address and a seed, so a block
+// that aliases another, or is handed out twice, is caught. Large blocks
+// are sampled: both ends and one page in every granule.
+constexpr uint64_t kSampleBytes = 4096;
+constexpr uint64_t kFullFillLimit = 64 * kKiB;
+
+inline uint64_t pattern_word(uint64_t addr, uint64_t seed) { return (addr * 0x9E3779B97F4A7C15ull) ^ seed; }
+// The byte at any address is that byte of the word pattern of its aligned
+// word (little-endian), so overlapping samples always agree.
+inline uint8_t pattern_byte(uint64_t addr, uint64_t seed) {
+  return uint8_t(pattern_word(addr & ~uint64_t(7), seed) >> (8 * (addr & 7)));
+}
+
+template <typename Visit>
+void for_each_sample(uint64_t addr, uint64_t bytes, Visit visit) {
+  if (bytes <= kFullFillLimit) {
+    visit(addr, bytes);
+    return;
+  }
+  visit(addr, kSampleBytes);
+  for (uint64_t g = (addr / kGranuleBytes + 1) * kGranuleBytes; g + kSampleBytes < addr + bytes; g += kGranuleBytes)
+    visit(g, kSampleBytes);
+  visit(addr + bytes - kSampleBytes, kSampleBytes);
+}
+
+// Calls word(a) for each aligned word and byte(a) for the bytes around.
+template <typename Word, typename Byte>
+void for_each_unit(uint64_t at, uint64_t n, Word word, Byte byte) {
+  uint64_t a = at;
+  const uint64_t end = at + n;
+  for (; a < end && (a & 7); ++a) byte(a);
+  for (; a + 8 <= end; a += 8) word(a);
+  for (; a < end; ++a) byte(a);
+}
+
+inline void fill(uint64_t addr, uint64_t bytes, uint64_t seed) {
+  for_each_sample(addr, bytes, [&](uint64_t at, uint64_t n) {
+    for_each_unit(
+        at, n, [&](uint64_t a) { *reinterpret_cast<uint64_t*>(a) = pattern_word(a, seed); },
+        [&](uint64_t a) { *reinterpret_cast<uint8_t*>(a) = pattern_byte(a, seed); });
+  });
+}
+
+inline bool check(uint64_t addr, uint64_t bytes, uint64_t seed) {
+  bool ok = true;
+  for_each_sample(addr, bytes, [&](uint64_t at, uint64_t n) {
+    for_each_unit(
+        at, n, [&](uint64_t a) { ok &= *reinterpret_cast<const uint64_t*>(a) == pattern_word(a, seed); },
+        [&](uint64_t a) { ok &= *reinterpret_cast<const uint8_t*>(a) == pattern_byte(a, seed); });
+  });
+  return ok;
+}
+
+}  // namespace pagefast::policy::test

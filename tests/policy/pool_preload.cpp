@@ -1,0 +1,319 @@
+// tests/policy/pool_preload.cpp: a CUDA driver program for the pool's
+// integration tests: linked with the fake libcuda.so.1, run by
+// preload_cases.py with and without LD_PRELOAD=libpagefast.so. Each
+// subcommand checks what it can itself and prints one "ok ..." line, or
+// "FAIL ..." and exits 1. The pool's C API is looked up with dlsym, so the
+// program also runs without pagefast.
+//
+//   reuse      freed memory is not reused while a delayed kernel may still
+//              write it (data of the next owner survives)
+//   capture    alloc/free during a stream capture never invalidates it
+//   ipc        cuIpcGetMemHandle on pool memory: INVALID_VALUE
+//   fork       a forked child may touch the parent's pointers without crash
+//   threads    blocks freed on other threads; threads exit; nothing leaks
+//   meminfo    cuMemGetInfo counts idle pool memory as free (and the limit)
+//   capacity   N-byte blocks until out of memory, per size (prints counts)
+//   faults     driver calls failing (fakecuda_set_fail) never break data
+//   capi       pagefast_pool_stats_get / pagefast_pool_trim
+#include <cuda.h>
+#include <dlfcn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fakecuda.h"
+#include "interpose/pagefast.h"
+
+namespace {
+
+int fail(const char* what) {
+  std::printf("FAIL %s\n", what);
+  return 1;
+}
+
+#define CHECK_CU(call)                                                   \
+  do {                                                                   \
+    CUresult r_ = (call);                                                \
+    if (r_ != CUDA_SUCCESS) {                                            \
+      std::printf("FAIL %s -> %d (line %d)\n", #call, int(r_), __LINE__); \
+      return 1;                                                          \
+    }                                                                    \
+  } while (0)
+
+using StatsGet = int (*)(int, pagefast_pool_stats*);
+using Trim = int (*)(int);
+
+StatsGet stats_get() { return reinterpret_cast<StatsGet>(dlsym(RTLD_DEFAULT, "pagefast_pool_stats_get")); }
+Trim trim_fn() { return reinterpret_cast<Trim>(dlsym(RTLD_DEFAULT, "pagefast_pool_trim")); }
+
+CUcontext g_context = nullptr;
+
+int start() {
+  CHECK_CU(cuInit(0));
+  CUdevice device;
+  CHECK_CU(cuDeviceGet(&device, 0));
+  CHECK_CU(cuDevicePrimaryCtxRetain(&g_context, device));
+  CHECK_CU(cuCtxSetCurrent(g_context));
+  return 0;
+}
+
+bool all_bytes(CUdeviceptr p, size_t bytes, unsigned char value) {
+  const unsigned char* b = reinterpret_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < bytes; i += (bytes > 65536 ? 4093 : 1))
+    if (b[i] != value) return false;
+  return b[bytes - 1] == value;
+}
+
+int reuse() {
+  const size_t sizes[] = {4096, 100000, 3u << 20, 40u << 20};
+  for (size_t bytes : sizes) {
+    std::vector<CUdeviceptr> kept;
+    for (int round = 0; round < 40; ++round) {
+      CUdeviceptr p;
+      CHECK_CU(cuMemAlloc_v2(&p, bytes));
+      // A kernel that writes 0xAA into p a little later; then p is freed.
+      CHECK_CU(fakecuda_launch_delayed_fill(0, p, bytes, 0xAA, 1));
+      CHECK_CU(cuMemFree_v2(p));
+      // The next owner writes its own data at once, from the host.
+      CUdeviceptr q;
+      CHECK_CU(cuMemAlloc_v2(&q, bytes));
+      std::memset(reinterpret_cast<void*>(q), round & 0x7f, bytes);
+      kept.push_back(q);
+    }
+    CHECK_CU(cuCtxSynchronize());
+    for (size_t i = 0; i < kept.size(); ++i)
+      if (!all_bytes(kept[i], bytes, (unsigned char)(i & 0x7f))) return fail("reuse: a delayed kernel wrote into the next owner's block");
+    for (CUdeviceptr q : kept) CHECK_CU(cuMemFree_v2(q));
+  }
+  if (fakecuda_violations()) return fail("reuse: fake driver saw a use after free");
+  std::printf("ok reuse\n");
+  return 0;
+}
+
+int capture() {
+  CUstream stream;
+  CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(cuStreamBeginCapture_v2(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  // As PyTorch does: relaxed mode around allocator calls during capture.
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  CHECK_CU(cuThreadExchangeStreamCaptureMode(&mode));
+  // Relaxed mode lets the fake accept a sync from this thread; the count
+  // shows whether the pool made one (it must not, during a capture).
+  const int syncs_before = fakecuda_call_count("cuCtxSynchronize");
+  std::vector<CUdeviceptr> blocks;
+  for (int i = 0; i < 400; ++i) {
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc_v2(&p, (i % 10 == 0) ? (5u << 20) : 4096));
+    blocks.push_back(p);
+    if (blocks.size() > 8) {
+      CHECK_CU(cuMemFree_v2(blocks.front()));
+      blocks.erase(blocks.begin());
+    }
+  }
+  const int syncs_during = fakecuda_call_count("cuCtxSynchronize") - syncs_before;
+  CHECK_CU(cuThreadExchangeStreamCaptureMode(&mode));
+  if (syncs_during) return fail("capture: the pool synchronised during a capture");
+  CUgraph graph = nullptr;
+  const CUresult end = cuStreamEndCapture(stream, &graph);
+  if (end != CUDA_SUCCESS) {
+    std::printf("FAIL capture: end capture answered %d (invalidated by a synchronisation?)\n", int(end));
+    return 1;
+  }
+  for (CUdeviceptr p : blocks) CHECK_CU(cuMemFree_v2(p));
+  // After the capture the quarantine is retired again.
+  for (int i = 0; i < 400; ++i) {
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc_v2(&p, (i % 10 == 0) ? (5u << 20) : 4096));
+    CHECK_CU(cuMemFree_v2(p));
+  }
+  std::printf("ok capture syncs after %d\n", fakecuda_call_count("cuCtxSynchronize") - syncs_before);
+  return 0;
+}
+
+int ipc() {
+  CUdeviceptr p;
+  CHECK_CU(cuMemAlloc_v2(&p, 4096));
+  CUipcMemHandle handle;
+  const CUresult first = cuIpcGetMemHandle(&handle, p);
+  const CUresult second = cuIpcGetMemHandle(&handle, p);
+  std::printf("ok ipc %d %d\n", int(first), int(second));
+  CHECK_CU(cuMemFree_v2(p));
+  return 0;
+}
+
+int fork_case() {
+  CUdeviceptr p;
+  CHECK_CU(cuMemAlloc_v2(&p, 4096));
+  CUdeviceptr big;
+  CHECK_CU(cuMemAlloc_v2(&big, 8u << 20));
+  const pid_t child = fork();
+  if (child == 0) {
+    // Whatever the driver answers here, nothing may crash.
+    cuMemFree_v2(p);
+    CUdeviceptr q = 0;
+    cuMemAlloc_v2(&q, 4096);
+    size_t free_bytes = 0, total = 0;
+    cuMemGetInfo_v2(&free_bytes, &total);
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return fail("fork: the child crashed");
+  CHECK_CU(cuMemFree_v2(p));
+  CHECK_CU(cuMemFree_v2(big));
+  std::printf("ok fork\n");
+  return 0;
+}
+
+int threads() {
+  constexpr int kThreads = 8, kBlocks = 2000;
+  std::vector<std::vector<CUdeviceptr>> made(kThreads);
+  std::vector<int> errors(kThreads, 0);
+  auto run = [&](int t) {
+    cuCtxSetCurrent(g_context);
+    for (int i = 0; i < kBlocks; ++i) {
+      CUdeviceptr p;
+      if (cuMemAlloc_v2(&p, (i % 100 == 0) ? (3u << 20) : 64 + (i % 50) * 700) != CUDA_SUCCESS) ++errors[t];
+      else made[t].push_back(p);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 0; t < kThreads; ++t) pool.emplace_back(run, t);
+  for (auto& th : pool) th.join();
+  pool.clear();
+  // Every thread frees what its neighbour allocated, then exits.
+  for (int t = 0; t < kThreads; ++t)
+    pool.emplace_back([&, t] {
+      cuCtxSetCurrent(g_context);
+      for (CUdeviceptr p : made[(t + 1) % kThreads])
+        if (cuMemFree_v2(p) != CUDA_SUCCESS) ++errors[t];
+    });
+  for (auto& th : pool) th.join();
+  for (int e : errors)
+    if (e) return fail("threads: an allocation or free failed");
+  if (StatsGet get = stats_get()) {
+    pagefast_pool_stats s;
+    if (get(0, &s) != 0) return fail("threads: no pool stats");
+    if (s.in_use_bytes != 0) return fail("threads: in_use_bytes not 0 after every block was freed");
+    if (s.cached_bytes != 0) return fail("threads: exited threads still hold cached blocks");
+  }
+  std::printf("ok threads\n");
+  return 0;
+}
+
+int meminfo() {
+  size_t free0 = 0, total0 = 0, free1 = 0, total1 = 0, free2 = 0, total2 = 0;
+  CHECK_CU(cuMemGetInfo_v2(&free0, &total0));
+  CUdeviceptr p;
+  CHECK_CU(cuMemAlloc_v2(&p, 100u << 20));
+  CHECK_CU(cuMemGetInfo_v2(&free1, &total1));
+  CHECK_CU(cuMemFree_v2(p));
+  CHECK_CU(cuMemGetInfo_v2(&free2, &total2));
+  std::printf("ok meminfo total %zu free0 %zu free1 %zu free2 %zu\n", total0, free0, free1, free2);
+  if (free1 > free0 - (100u << 20) + (2u << 20)) return fail("meminfo: allocation not counted");
+  if (free2 + (2u << 20) < free0) return fail("meminfo: idle pool memory not counted as free");
+  return 0;
+}
+
+int capacity(const char* list) {
+  std::string sizes = list;
+  size_t pos = 0;
+  while (pos < sizes.size()) {
+    size_t comma = sizes.find(',', pos);
+    if (comma == std::string::npos) comma = sizes.size();
+    const size_t bytes = std::strtoull(sizes.substr(pos, comma - pos).c_str(), nullptr, 10);
+    pos = comma + 1;
+    std::vector<CUdeviceptr> blocks;
+    CUdeviceptr p;
+    while (cuMemAlloc_v2(&p, bytes) == CUDA_SUCCESS) blocks.push_back(p);
+    std::printf("count %zu %zu\n", bytes, blocks.size());
+    for (CUdeviceptr b : blocks) CHECK_CU(cuMemFree_v2(b));
+  }
+  std::printf("ok capacity\n");
+  return 0;
+}
+
+int faults() {
+  struct Live {
+    CUdeviceptr p;
+    size_t bytes;
+    unsigned char v;
+  };
+  std::vector<Live> live;
+  const char* plans[] = {"cuMemCreate:1", "cuMemMap:1", "cuMemSetAccess:1", "cuMemAddressReserve:1",
+                         "cuMemCreate:2,cuMemCreate:3,cuMemMap:2", "cuCtxSynchronize:1"};
+  int refused = 0;
+  for (const char* plan : plans) {
+    fakecuda_set_fail(plan);
+    for (int i = 0; i < 60; ++i) {
+      const size_t bytes = (i % 3 == 0) ? (size_t(1 + i % 7) << 20) * 5 : size_t(100 + i * 977);
+      CUdeviceptr p;
+      if (cuMemAlloc_v2(&p, bytes) != CUDA_SUCCESS) {
+        ++refused;
+        continue;
+      }
+      const unsigned char v = (unsigned char)(i * 7 + 1);
+      std::memset(reinterpret_cast<void*>(p), v, bytes);
+      live.push_back({p, bytes, v});
+      if (live.size() > 20) {
+        if (!all_bytes(live.front().p, live.front().bytes, live.front().v)) return fail("faults: data changed");
+        CHECK_CU(cuMemFree_v2(live.front().p));
+        live.erase(live.begin());
+      }
+    }
+  }
+  fakecuda_set_fail(nullptr);
+  for (const Live& l : live) {
+    if (!all_bytes(l.p, l.bytes, l.v)) return fail("faults: data changed");
+    CHECK_CU(cuMemFree_v2(l.p));
+  }
+  if (fakecuda_violations()) return fail("faults: fake driver saw a use after free");
+  std::printf("ok faults refused %d\n", refused);
+  return 0;
+}
+
+int capi() {
+  StatsGet get = stats_get();
+  Trim trim = trim_fn();
+  if (!get || !trim) return fail("capi: pagefast_pool_* not exported");
+  pagefast_pool_stats s;
+  if (get(0, &s) != -1) return fail("capi: stats before any allocation");
+  CUdeviceptr p, q;
+  CHECK_CU(cuMemAlloc_v2(&p, 10u << 20));
+  CHECK_CU(cuMemAlloc_v2(&q, 1000));
+  CHECK_CU(cuMemFree_v2(p));
+  if (get(0, &s) != 0 || s.mapped_bytes == 0 || s.growths == 0) return fail("capi: stats after allocating");
+  if (get(7, &s) != -1 || trim(7) != -1) return fail("capi: a device without a pool");
+  if (trim(0) != 0) return fail("capi: trim");
+  if (get(0, &s) != 0) return fail("capi: stats after trim");
+  // Only the chunk that holds q may stay.
+  if (s.mapped_bytes > (256u << 20)) return fail("capi: trim kept idle chunks");
+  CHECK_CU(cuMemFree_v2(q));
+  if (trim(0) != 0 || get(0, &s) != 0 || s.mapped_bytes != 0) return fail("capi: trim after the last free");
+  std::printf("ok capi releases %llu\n", (unsigned long long)s.releases);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return fail("usage: pool_preload <case> [args]");
+  if (start()) return 1;
+  const std::string c = argv[1];
+  if (c == "reuse") return reuse();
+  if (c == "capture") return capture();
+  if (c == "ipc") return ipc();
+  if (c == "fork") return fork_case();
+  if (c == "threads") return threads();
+  if (c == "meminfo") return meminfo();
+  if (c == "capacity") return capacity(argc > 2 ? argv[2] : "20971520");
+  if (c == "faults") return faults();
+  if (c == "capi") return capi();
+  return fail("unknown case");
+}

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""tests/policy/preload_cases.py: the pool's integration cases. Runs
+pool_preload (linked with the fake libcuda.so.1) with and without
+LD_PRELOAD=libpagefast.so and checks what it prints.
+
+Usage: preload_cases.py <case> --build <build dir>
+"""
+import os
+import re
+import subprocess
+import sys
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+def paths(build):
+    return {
+        "lib": os.path.join(build, "interpose", "libpagefast.so"),
+        "fake": os.path.join(build, "tests", "fakecuda"),
+        "exe": os.path.join(build, "tests", "policy", "pool_preload"),
+    }
+
+
+def run(build, args, preload=True, env=None):
+    p = paths(build)
+    e = dict(os.environ)
+    for k in list(e):
+        if k.startswith("PAGEFAST") or k.startswith("FAKECUDA") or k == "LD_PRELOAD":
+            del e[k]
+    e["LD_LIBRARY_PATH"] = p["fake"]
+    if preload:
+        e["LD_PRELOAD"] = p["lib"]
+    e.update(env or {})
+    return subprocess.run([p["exe"]] + args, env=e, capture_output=True, text=True, timeout=300)
+
+
+failures = []
+
+
+def check(ok, what):
+    print(("PASS " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def expect_ok(r, name, label):
+    check(r.returncode == 0 and f"ok {name}" in r.stdout,
+          f"{label}: {name} (rc {r.returncode}) {r.stdout[-400:]} {r.stderr[-400:]}")
+
+
+def case_simple(build, name, confs):
+    r = run(build, [name], preload=False)
+    expect_ok(r, name, "without pagefast")
+    for conf in confs:
+        r = run(build, [name], env={"PAGEFAST_CONF": conf} if conf else {})
+        expect_ok(r, name, f"pagefast [{conf or 'default'}]")
+
+
+def case_ipc(build):
+    r = run(build, ["ipc"], env={"PAGEFAST_LOG": "warn"})
+    m = re.search(r"ok ipc (-?\d+) (-?\d+)", r.stdout)
+    check(m is not None, f"ipc ran ({r.stdout} {r.stderr})")
+    if m:
+        check(m.group(1) == "1" and m.group(2) == "1", "cuIpcGetMemHandle on pool memory: INVALID_VALUE twice")
+    lines = [l for l in r.stderr.splitlines() if "PAGEFAST_CONF=pool:off" in l]
+    check(len(lines) == 1, f"one warning line naming PAGEFAST_CONF=pool:off (got {len(lines)}: {r.stderr[-300:]})")
+    r = run(build, ["ipc"], env={"PAGEFAST_CONF": "pool:off"})
+    m = re.search(r"ok ipc (-?\d+) (-?\d+)", r.stdout)
+    check(m is not None and m.group(1) == "0", "pool:off: the driver's own IPC handle again")
+
+
+def case_meminfo(build):
+    case_simple(build, "meminfo", [""])
+    r = run(build, ["meminfo"], env={"PAGEFAST_CONF": "limit:1G"})
+    m = re.search(r"total (\d+) free0 (\d+) free1 (\d+) free2 (\d+)", r.stdout)
+    check(m is not None, f"meminfo with a limit ran ({r.stdout} {r.stderr})")
+    if m:
+        total, free0, free1, free2 = map(int, m.groups())
+        check(total == GiB, f"with limit:1G, cuMemGetInfo total is the limit ({total})")
+        check(free0 == GiB and free2 == GiB, f"with limit:1G, free is limit - in use ({free0}, {free2})")
+        check(free1 == GiB - 100 * MiB, f"with limit:1G, free after 100 MiB is limit - 100 MiB ({free1})")
+
+
+def counts(text):
+    return {int(b): int(n) for b, n in re.findall(r"^count (\d+) (\d+)$", text, re.M)}
+
+
+def case_capacity(build):
+    sizes = [20 * MiB, 700 * MiB, 3 * MiB, 64 * 1024, 2 * MiB, 1000, 5 * MiB + 1]
+    arg = ",".join(map(str, sizes))
+    env = {"FAKECUDA_TOTAL_MEM": "2G"}
+    without = counts(run(build, ["capacity", arg], preload=False, env=env).stdout)
+    check(len(without) == len(sizes), f"capacity without pagefast ran ({without})")
+    for conf in ["", "chunk_size:2M", "chunk_size:1G"]:
+        e = dict(env)
+        if conf:
+            e["PAGEFAST_CONF"] = conf
+        r = run(build, ["capacity", arg], env=e)
+        with_pool = counts(r.stdout)
+        for b in sizes:
+            n0, n1 = without.get(b, 0), with_pool.get(b, -1)
+            check(n1 * 100 >= n0 * 99,
+                  f"[{conf or 'default'}] {b}-byte blocks: {n1} with the pool, {n0} without (>= 99%, also after free-alls)")
+
+
+def case_faults(build):
+    case_simple(build, "faults", ["", "chunk_size:2M"])
+
+
+def main():
+    name = sys.argv[1]
+    build = sys.argv[sys.argv.index("--build") + 1]
+    if name == "ipc":
+        case_ipc(build)
+    elif name == "meminfo":
+        case_meminfo(build)
+    elif name == "capacity":
+        case_capacity(build)
+    elif name == "faults":
+        case_faults(build)
+    elif name in ("reuse", "threads"):
+        case_simple(build, name, ["", "release_threshold:0", "chunk_size:2M"])
+    elif name in ("capture", "fork", "capi"):
+        case_simple(build, name, [""]) if name != "capi" else expect_ok(run(build, ["capi"]), "capi", "pagefast")
+    else:
+        print("unknown case " + name)
+        return 2
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+// tests/policy/test_device_pool.cpp: the cuMemAlloc/cuMemFree semantics
+// of one device's pool: alignment, interior and double frees, address
+// ranges and buffer ids, hits and the cost of a steady loop in syncs.
+#include <catch2/catch.hpp>
+
+#include <set>
+#include <vector>
+
+#include "harness.h"
+
+using namespace pagefast;
+using namespace pagefast::policy;
+using namespace pagefast::policy::test;
+using Op = FakeProvider::Op;
+
+TEST_CASE("alignment follows the driver: 512 bytes, 2 MiB from 1 MiB on", "[pool][semantics]") {
+  PoolUnderTest t(512 * kMiB, FakeProvider::Backing::None, config_with(64 * kMiB));
+  Attached cache(t.pool);
+  uint64_t a = 0, b = 0;
+  REQUIRE(t.alloc(*cache, 100, &a) == AllocStatus::Ok);
+  REQUIRE(t.alloc(*cache, 100, &b) == AllocStatus::Ok);
+  CHECK(a % 512 == 0);
+  CHECK(b % 512 == 0);
+  CHECK(a != b);
+  for (uint64_t bytes : {uint64_t(1), uint64_t(511), uint64_t(513), uint64_t(4097), uint64_t(65536),
+                         uint64_t(700 * kKiB), kSmallLimitBytes - 1}) {
+    uint64_t p = 0;
+    REQUIRE(t.alloc(*cache, bytes, &p) == AllocStatus::Ok);
+    CHECK(p % kMinAlignBytes == 0);
+  }
+  for (uint64_t bytes : {kSmallLimitBytes, 2 * kMiB, 2 * kMiB + 1, 33 * kMiB}) {
+    uint64_t p = 0;
+    REQUIRE(t.alloc(*cache, bytes, &p) == AllocStatus::Ok);
+    CHECK(p % (2 * kMiB) == 0);
+  }
+  CHECK(t.pool.check() == "");
+}
+
+TEST_CASE("interior pointers and double frees are rejected without damage", "[pool][semantics]") {
+  PoolUnderTest t(512 * kMiB, FakeProvider::Backing::None, config_with(64 * kMiB));
+  Attached cache(t.pool);
+  for (uint64_t bytes : {uint64_t(100), uint64_t(64 * kKiB), 3 * kMiB}) {
+    uint64_t p = 0, q = 0;
+    REQUIRE(t.alloc(*cache, bytes, &p) == AllocStatus::Ok);
+    REQUIRE(t.alloc(*cache, bytes, &q) == AllocStatus::Ok);
+    CHECK(t.free(*cache, p + 512) == FreeStatus::Invalid);
+    CHECK(t.free(*cache, p + 1) == FreeStatus::Invalid);
+    CHECK(t.free(*cache, p) == FreeStatus::Ok);
+    CHECK(t.free(*cache, p) == FreeStatus::Invalid);  // double free
+    CHECK(t.free(*cache, q) == FreeStatus::Ok);
+    CHECK(t.free(*cache, q) == FreeStatus::Invalid);
+    // The pool still hands out and takes back memory normally.
+    uint64_t r = 0;
+    REQUIRE(t.alloc(*cache, bytes, &r) == AllocStatus::Ok);
+    CHECK(t.free(*cache, r) == FreeStatus::Ok);
+  }
+  // Addresses the pool never mapped are not pool memory at all.
+  CHECK(t.page_map->lookup(0x1000) == nullptr);
+  CHECK(t.pool.check() == "");
+}
+
+TEST_CASE("address ranges and buffer ids answer per allocation", "[pool][semantics]") {
+  PoolUnderTest t(512 * kMiB, FakeProvider::Backing::None, config_with(64 * kMiB));
+  Attached cache(t.pool);
+  std::set<uint64_t> ids;
+  for (uint64_t bytes : {uint64_t(100), uint64_t(5000), uint64_t(200 * kKiB), 1 * kMiB + 3, 9 * kMiB}) {
+    uint64_t p = 0;
+    REQUIRE(t.alloc(*cache, bytes, &p) == AllocStatus::Ok);
+    RangeInfo info{};
+    REQUIRE(t.range(p + bytes / 2, &info));
+    CHECK(info.base_addr == p);
+    CHECK(info.bytes == bytes);
+    CHECK(info.buffer_id >= kBufferIdBase);
+    CHECK(ids.insert(info.buffer_id).second);
+    RangeInfo again{};
+    REQUIRE(t.range(p, &again));
+    CHECK(again.buffer_id == info.buffer_id);
+    CHECK_FALSE(t.range(p + bytes, &again));  // past the allocation
+    REQUIRE(t.free(*cache, p) == FreeStatus::Ok);
+    CHECK_FALSE(t.range(p, &again));  // freed
+  }
+  // Reused memory gets a new id every time.
+  for (int i = 0; i < 3000; ++i) {
+    uint64_t p = 0;
+    REQUIRE(t.alloc(*cache, 777, &p) == AllocStatus::Ok);
+    RangeInfo info{};
+    REQUIRE(t.range(p, &info));
+    CHECK(ids.insert(info.buffer_id).second);
+    REQUIRE(t.free(*cache, p) == FreeStatus::Ok);
+  }
+}
+
+TEST_CASE("a steady loop of one size hits and syncs once per batch", "[pool][hot]") {
+  for (uint64_t bytes : {uint64_t(100), uint64_t(64 * kKiB), 2 * kMiB, 8 * kMiB, 64 * kMiB}) {
+    INFO("bytes " << bytes);
+    PoolUnderTest t(4 * kGiB, FakeProvider::Backing::None, PoolConfig());
+    Attached cache(t.pool);
+    constexpr int kPairs = 2000;
+    for (int i = 0; i < kPairs; ++i) {
+      uint64_t p = 0;
+      REQUIRE(t.alloc(*cache, bytes, &p) == AllocStatus::Ok);
+      REQUIRE(t.free(*cache, p) == FreeStatus::Ok);
+    }
+    const PoolStats s = t.pool.stats();
+    CHECK(s.growths <= 2);
+    CHECK(s.hits >= kPairs - 4);
+    // One sync per batch: at least 4 pairs per sync even at 64 MiB.
+    CHECK(s.synchronizations * 4 <= kPairs);
+    if (bytes < kSmallLimitBytes) CHECK(s.synchronizations * 32 <= kPairs);
+    CHECK(s.mapped_bytes <= 512 * kMiB);
+    CHECK(t.provider.violations() == 0);
+  }
+}
+
+TEST_CASE("stats add up and have every key", "[pool][stats]") {
+  PoolUnderTest t(1 * kGiB, FakeProvider::Backing::None, config_with(64 * kMiB));
+  Attached cache(t.pool);
+  std::vector<uint64_t> live;
+  for (int i = 0; i < 50; ++i) {
+    uint64_t p = 0;
+    REQUIRE(t.alloc(*cache, (i % 2) ? 3000 : 3 * kMiB, &p) == AllocStatus::Ok);
+    live.push_back(p);
+  }
+  PoolStats s = t.pool.stats();
+  CHECK(s.in_use_bytes == 25 * 3072 + 25 * 4 * kMiB);
+  CHECK(s.mapped_bytes >= s.in_use_bytes);
+  CHECK(s.idle_bytes == s.mapped_bytes - s.in_use_bytes);
+  CHECK(s.peak_in_use_bytes >= s.in_use_bytes);
+  CHECK(s.reserved_bytes >= s.mapped_bytes);
+  for (uint64_t p : live) REQUIRE(t.free(*cache, p) == FreeStatus::Ok);
+  s = t.pool.stats();
+  CHECK(s.in_use_bytes == 0);
+  CHECK(s.quarantined_bytes + s.cached_bytes <= s.idle_bytes);
+  const std::string json = stats_json_object(s);
+  for (const char* key : {"reserved_bytes", "mapped_bytes", "in_use_bytes", "idle_bytes", "peak_in_use_bytes", "hits",
+                          "growths", "stitches", "releases", "synchronizations", "passthroughs"})
+    CHECK(json.find(std::string("\"") + key + "\": ") != std::string::npos);
+}

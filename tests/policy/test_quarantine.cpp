@@ -1,0 +1,156 @@
+// tests/policy/test_quarantine.cpp: no reuse before completion. Freed
+// memory that device work may still use is never handed out before a
+// synchronisation that began after the free; no sync while a capture is
+// active (the pool grows instead); a failing sync retires nothing.
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "harness.h"
+
+using namespace pagefast;
+using namespace pagefast::policy;
+using namespace pagefast::policy::test;
+using Op = FakeProvider::Op;
+
+namespace {
+
+// Allocates, "launches" work on each block, frees, over mixed sizes; every
+// block handed out is checked against the fake's busy ranges.
+void churn(PoolUnderTest& t, ThreadCache& cache, int rounds, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const uint64_t sizes[] = {100, 4096, 70000, 900 * kKiB, 2 * kMiB, 5 * kMiB, 40 * kMiB};
+  std::vector<std::pair<uint64_t, uint64_t>> live;
+  for (int i = 0; i < rounds; ++i) {
+    const uint64_t bytes = sizes[rng() % 7];
+    uint64_t p = 0;
+    const AllocStatus status = t.alloc(cache, bytes, &p);
+    if (status == AllocStatus::Ok) {
+      t.provider.assert_idle(p, bytes);
+      t.provider.launch(p, bytes);
+      live.push_back({p, bytes});
+    }
+    if (live.size() > 8 || (status != AllocStatus::Ok && !live.empty())) {
+      const size_t k = rng() % live.size();
+      REQUIRE(t.free(cache, live[k].first) == FreeStatus::Ok);
+      live.erase(live.begin() + long(k));
+    }
+  }
+  for (auto& [p, bytes] : live) REQUIRE(t.free(cache, p) == FreeStatus::Ok);
+}
+
+}  // namespace
+
+TEST_CASE("sync tickets: a stamp is retired only by a sync that began after it", "[quarantine]") {
+  SyncTickets tickets;
+  const uint64_t before = tickets.stamp();
+  CHECK_FALSE(tickets.covered_by_running(before));
+  const uint64_t t1 = tickets.begin();
+  const uint64_t during = tickets.stamp();  // freed while sync t1 runs
+  CHECK(tickets.covered_by_running(before));
+  CHECK_FALSE(tickets.covered_by_running(during));
+  CHECK_FALSE(tickets.retired(before));
+  CHECK_FALSE(tickets.finished(before));
+  tickets.finish(t1, true);
+  CHECK(tickets.retired(before));
+  CHECK(tickets.finished(before));
+  CHECK_FALSE(tickets.retired(during));
+  const uint64_t t2 = tickets.begin();
+  const uint64_t t3 = tickets.begin();
+  tickets.finish(t3, true);  // out of order: t3 began after t2, covers more
+  CHECK(tickets.retired(during));
+  tickets.finish(t2, true);
+  CHECK(tickets.retired(during));
+  CHECK_FALSE(tickets.retired(tickets.stamp()));
+  // A failed sync finishes without retiring.
+  const uint64_t after = tickets.stamp();
+  tickets.finish(tickets.begin(), false);
+  CHECK(tickets.finished(after));
+  CHECK_FALSE(tickets.retired(after));
+}
+
+TEST_CASE("freed memory is not reused before the device work finished", "[quarantine]") {
+  PoolUnderTest t(2 * kGiB, FakeProvider::Backing::None, config_with(32 * kMiB));
+  Attached cache(t.pool);
+  churn(t, *cache, 20000, 1);
+  CHECK(t.provider.violations() == 0);
+  CHECK(t.pool.stats().synchronizations > 0);
+  CHECK(t.pool.check() == "");
+}
+
+TEST_CASE("no sync while a capture is active: the pool grows instead", "[quarantine][capture]") {
+  PoolUnderTest t(4 * kGiB, FakeProvider::Backing::None, config_with(32 * kMiB));
+  Attached cache(t.pool);
+  t.provider.set_sync_allowed(false);
+  const uint64_t syncs_before = t.pool.stats().synchronizations;
+  churn(t, *cache, 3000, 2);
+  CHECK(t.provider.violations() == 0);
+  CHECK(t.pool.stats().synchronizations == syncs_before);
+  const uint64_t grown = t.pool.stats().mapped_bytes;
+  CHECK(grown > 32 * kMiB);
+  // Capture over: the quarantine retires and memory is reused, not grown.
+  t.provider.set_sync_allowed(true);
+  churn(t, *cache, 3000, 3);
+  CHECK(t.provider.violations() == 0);
+  CHECK(t.pool.stats().synchronizations > syncs_before);
+  CHECK(t.pool.check() == "");
+}
+
+TEST_CASE("a failing sync retires nothing and ends in out-of-memory, not reuse", "[quarantine]") {
+  PoolUnderTest t(256 * kMiB, FakeProvider::Backing::None, config_with(32 * kMiB));
+  Attached cache(t.pool);
+  t.provider.set_sync_fails(true);
+  int forwarded = 0;
+  for (int i = 0; i < 400; ++i) {
+    uint64_t p = 0;
+    const AllocStatus status = t.alloc(*cache, 3 * kMiB, &p);
+    if (status != AllocStatus::Ok) {
+      ++forwarded;
+      CHECK(status == AllocStatus::Forward);
+      continue;
+    }
+    t.provider.assert_idle(p, 3 * kMiB);
+    t.provider.launch(p, 3 * kMiB);
+    REQUIRE(t.free(*cache, p) == FreeStatus::Ok);
+  }
+  CHECK(forwarded > 0);
+  CHECK(t.provider.violations() == 0);
+}
+
+TEST_CASE("a thread keeps one sealed batch; the next full one is shared and others retire it",
+          "[quarantine][threads]") {
+  PoolUnderTest t(2 * kGiB, FakeProvider::Backing::None, config_with(64 * kMiB));
+  Attached mine(t.pool);
+  std::vector<uint64_t> blocks;
+  for (int i = 0; i < int(2 * kQuarantineBatchEntries); ++i) {
+    uint64_t p = 0;
+    REQUIRE(t.alloc(*mine, 4096, &p) == AllocStatus::Ok);
+    blocks.push_back(p);
+  }
+  for (uint64_t p : blocks) {
+    t.provider.launch(p, 4096);
+    REQUIRE(t.free(*mine, p) == FreeStatus::Ok);
+  }
+  // Two full batches: the older is shared with the device.
+  CHECK(t.pool.stats().quarantined_bytes == 2 * kQuarantineBatchEntries * 4096);
+  const uint64_t syncs = t.pool.stats().synchronizations;
+  std::thread other([&] {
+    Attached theirs(t.pool);
+    uint64_t p = 0;
+    REQUIRE(t.alloc(*theirs, 4096, &p) == AllocStatus::Ok);  // due: syncs, retires the shared batch
+    t.provider.assert_idle(p, 4096);
+  });
+  other.join();
+  CHECK(t.pool.stats().synchronizations == syncs + 1);
+  CHECK(t.pool.stats().quarantined_bytes == kQuarantineBatchEntries * 4096);  // mine's sealed one
+  // Mine retires its sealed batch at its own next miss, into its cache.
+  for (int i = 0; i < 200; ++i) {
+    uint64_t p = 0;
+    REQUIRE(t.alloc(*mine, 4096, &p) == AllocStatus::Ok);
+    t.provider.assert_idle(p, 4096);
+    REQUIRE(t.free(*mine, p) == FreeStatus::Ok);
+  }
+  CHECK(t.provider.violations() == 0);
+}

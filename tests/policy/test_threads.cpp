@@ -1,0 +1,142 @@
+// tests/policy/test_threads.cpp: blocks freed on another thread than the
+// one that allocated them, the flush of a thread's cache when it detaches
+// (thread exit), and memory held by an idle thread's cache taken back when
+// another thread runs out.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "harness.h"
+
+using namespace pagefast;
+using namespace pagefast::policy;
+using namespace pagefast::policy::test;
+
+TEST_CASE("blocks allocated on one thread and freed on another", "[threads]") {
+  PoolUnderTest t(1 * kGiB, FakeProvider::Backing::Host, config_with(32 * kMiB));
+  struct Item {
+    uint64_t addr, bytes, seed;
+  };
+  std::mutex mutex;
+  std::condition_variable ready;
+  std::deque<Item> queue;
+  bool done = false;
+  std::atomic<int> bad{0};
+  constexpr int kItems = 20000;
+
+  std::thread consumer([&] {
+    Attached cache(t.pool);
+    while (true) {
+      std::unique_lock<std::mutex> lock(mutex);
+      ready.wait(lock, [&] { return !queue.empty() || done; });
+      if (queue.empty()) return;
+      Item item = queue.front();
+      queue.pop_front();
+      lock.unlock();
+      if (!check(item.addr, item.bytes, item.seed)) ++bad;
+      if (t.free(*cache, item.addr) != FreeStatus::Ok) ++bad;
+    }
+  });
+  {
+    Attached cache(t.pool);
+    std::mt19937_64 rng(5);
+    for (int i = 0; i < kItems; ++i) {
+      const uint64_t bytes = (i % 50 == 0) ? 1 + rng() % (6 * kMiB) : 1 + rng() % 20000;
+      uint64_t p = 0;
+      REQUIRE(t.alloc(*cache, bytes, &p) == AllocStatus::Ok);
+      t.provider.assert_idle(p, bytes);
+      fill(p, bytes, uint64_t(i));
+      t.provider.launch(p, bytes);
+      std::lock_guard<std::mutex> lock(mutex);
+      queue.push_back({p, bytes, uint64_t(i)});
+      ready.notify_one();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      done = true;
+      ready.notify_one();
+    }
+    consumer.join();
+  }
+  CHECK(bad == 0);
+  CHECK(t.pool.stats().in_use_bytes == 0);
+  CHECK(t.provider.violations() == 0);
+  CHECK(t.pool.check() == "");
+  t.pool.trim();
+  CHECK(t.provider.used_bytes() == 0);
+}
+
+TEST_CASE("a detached thread's cache and quarantine are flushed", "[threads]") {
+  PoolUnderTest t(1 * kGiB, FakeProvider::Backing::None, config_with(32 * kMiB));
+  std::thread worker([&] {
+    Attached cache(t.pool);
+    std::vector<uint64_t> blocks;
+    for (int i = 0; i < 3000; ++i) {
+      uint64_t p = 0;
+      REQUIRE(t.alloc(*cache, 100 + (i % 7) * 1000, &p) == AllocStatus::Ok);
+      blocks.push_back(p);
+      if (blocks.size() > 100) {
+        REQUIRE(t.free(*cache, blocks.front()) == FreeStatus::Ok);
+        blocks.erase(blocks.begin());
+      }
+    }
+    for (uint64_t p : blocks) REQUIRE(t.free(*cache, p) == FreeStatus::Ok);
+    CHECK(t.pool.stats().cached_bytes > 0);
+  });
+  worker.join();
+  const PoolStats s = t.pool.stats();
+  CHECK(s.cached_bytes == 0);
+  CHECK(s.in_use_bytes == 0);
+  CHECK(s.hits > 0);  // the detached thread's counts are kept
+  t.pool.trim();
+  CHECK(t.provider.used_bytes() == 0);
+}
+
+TEST_CASE("an idle thread's cached memory is taken back under pressure", "[threads][oom]") {
+  PoolUnderTest t(128 * kMiB, FakeProvider::Backing::None, config_with(32 * kMiB));
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool filled = false, release = false;
+  std::thread idle([&] {
+    Attached cache(t.pool);
+    std::vector<uint64_t> blocks;
+    for (int i = 0; i < 8; ++i) {
+      uint64_t p = 0;
+      REQUIRE(t.alloc(*cache, 24 * kMiB, &p) == AllocStatus::Ok);
+      blocks.push_back(p);
+      if (blocks.size() == 4) break;
+    }
+    for (uint64_t p : blocks) REQUIRE(t.free(*cache, p) == FreeStatus::Ok);
+    uint64_t p = 0;  // a miss retires the quarantine into this thread's cache
+    REQUIRE(t.alloc(*cache, 24 * kMiB, &p) == AllocStatus::Ok);
+    REQUIRE(t.free(*cache, p) == FreeStatus::Ok);
+    std::unique_lock<std::mutex> lock(mutex);
+    filled = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+  });
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    cv.wait(lock, [&] { return filled; });
+  }
+  {
+    Attached cache(t.pool);
+    uint64_t p = 0;
+    REQUIRE(t.alloc(*cache, 120 * kMiB, &p) == AllocStatus::Ok);
+    REQUIRE(t.free(*cache, p) == FreeStatus::Ok);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    release = true;
+    cv.notify_all();
+  }
+  idle.join();
+  CHECK(t.provider.violations() == 0);
+  CHECK(t.pool.check() == "");
+}
