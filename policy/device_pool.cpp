@@ -210,7 +210,22 @@ AllocStatus DevicePool::alloc_large_slow(ThreadCache& cache, Granules granules, 
     return AllocStatus::Ok;
   AllocStatus status = AllocStatus::OutOfMemory;
   bool fresh = false;
-  Block* block = obtain(&cache, granules, false, &status, &fresh);
+  auto take_existing = [&]() -> Block* {
+    std::lock_guard<std::mutex> guard(arena_mutex_);
+    Block* b = arena_.take(granules);
+    return b ? b : arena_.take_stitch(granules);
+  };
+  Block* block = take_existing();
+  // Cached blocks of other sizes (this was a miss) make way first: without
+  // that, stale blocks can pin the memory a loop of this size needs.
+  if (!block && flush_large_cache(cache)) block = take_existing();
+  // The arena is out of fitting runs: the quarantine comes back into this
+  // thread's cache (obtain() would send it central, and a steady loop
+  // would then never return to its cache).
+  if (!block && cacheable && quarantine_nonempty(&cache) && sync_and_retire(&cache, true) &&
+      pop_large(cache, granules, request_bytes, addr))
+    return AllocStatus::Ok;
+  if (!block) block = obtain(&cache, granules, false, &status, &fresh);
   if (!block) return status;
   cache.lock.lock();
   hand_out_large(cache, block, request_bytes, !fresh);
@@ -343,7 +358,10 @@ FreeStatus DevicePool::free(ThreadCache& cache, Span* span, uint64_t addr) {
       q->bytes += bytes;
       owner_add(cache.in_use_delta, uint64_t(0) - bytes);
       owner_add(cache.quarantined_bytes, bytes);
-      const bool seal = q->full() || q->bytes >= kLocalQuarantineBytes;
+      // A batch over the byte mark is retired by this thread's next miss
+      // (quarantine_due), so that the seal and the sync land on one pair;
+      // only a full batch, or twice the mark, is sealed here.
+      const bool seal = q->full() || q->bytes >= 2 * kLocalQuarantineBytes;
       cache.lock.unlock();
       if (seal) seal_local_quarantine(cache);
       return FreeStatus::Ok;

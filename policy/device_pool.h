@@ -6,10 +6,13 @@
 //
 // Allocation, fastest first:
 //  1. the thread cache's bin of the size class, or its large slots (hit);
-//  2. the thread's quarantine entries that someone's sync already retired;
-//  3. a sync-and-retire when the quarantine is due (kRetireBlocks blocks or
-//     retire_bytes() bytes, own plus shared): one sync per batch;
-//  4. the size-class centre (small) or the arena's free runs (large);
+//  2. the thread's quarantine entries that some sync already retired;
+//  3. a sync-and-retire into the cache when the thread's own batch is due
+//     (sealed, or holding kLocalQuarantineBytes) or the shared quarantine
+//     is (kRetireBlocks blocks, or max(kRetireMinBytes, mapped / 16));
+//  4. the size-class centre (small) or the arena's free runs (large; then
+//     the thread's cached blocks of other sizes go back, then its
+//     quarantine is retired into its cache);
 //  5. before growing: retire the quarantine (if no capture is active),
 //     then stitch free memory if that suffices, then grow by
 //     max(chunk_bytes, request);
@@ -55,8 +58,8 @@ constexpr uint64_t kRetireBlocks = kQuarantineBatchEntries;
 // whichever is more: large blocks are retired in batches too.
 constexpr uint64_t kRetireMinBytes = 256 * kMiB;
 constexpr uint64_t kRetireMappedFraction = 16;
-// A thread's batch is sealed once it holds this much even if not full, so
-// that large blocks are retired in batches of about this size.
+// A thread's batch holding this much is due for retirement even if not
+// full, so that large blocks are retired in batches of about this size.
 constexpr uint64_t kLocalQuarantineBytes = 256 * kMiB;
 // Automatic reserve: this many times the device's memory per range.
 constexpr uint64_t kAutoReserveFactor = 2;
@@ -73,6 +76,9 @@ constexpr uint64_t kTrimGraceAfterGrowthNs = 100 * 1000 * 1000;
 // id never names both a pool block and a driver allocation.
 constexpr uint64_t kBufferIdBase = uint64_t(0x5046) << 48;  // "PF"
 
+// A thread waiting for another's sync spins this many pauses (~40 ns
+// each, about 80 us) before it sleeps.
+constexpr int kSyncSpins = 2000;
 // stats() gives up on a busy lock after this many tries (see stats()).
 constexpr int kStatsLockAttempts = 100;
 
@@ -155,10 +161,11 @@ class DevicePool {
   // into_cache, retired blocks refill the cache first (the caller pops
   // next); without, all go central (the caller searches the arena next).
   bool sync_and_retire(ThreadCache* cache, bool into_cache);
-  // Waits for a sync already running that covers the cache's oldest batch,
-  // instead of starting another (many threads missing at once share one
-  // driver call). true: that batch is retired now.
-  bool join_running_sync(ThreadCache& cache);
+  // The stamp a sync must cover for this caller (see the .cpp).
+  uint64_t newest_stamp(ThreadCache* cache);
+  // Returns once a successful sync covers `stamp` (false: it failed or was
+  // refused). Threads share syncs: one runs at a time.
+  bool synchronize_covering(uint64_t stamp);
   void retire_shared(ThreadCache* route);
   void retire_local(ThreadCache& cache, bool into_cache);
   void retire_entries(ThreadCache* route, const QuarantineEntry* entries, int count);
@@ -202,8 +209,9 @@ class DevicePool {
   std::atomic<uint64_t> last_trim_ns_{0};
 
   alignas(64) SyncTickets tickets_;
-  std::mutex sync_wait_mutex_;  // with sync_wait_cv_: waiting for a running sync
+  std::mutex sync_wait_mutex_;  // guards sync_running_; with sync_wait_cv_
   std::condition_variable sync_wait_cv_;
+  std::atomic<bool> sync_running_{false};  // written under sync_wait_mutex_
   std::mutex shared_mutex_;  // the shared quarantine and the batch pool
   QuarantineBatch* shared_ = nullptr;
   QuarantineBatch* shared_tail_ = nullptr;

@@ -23,6 +23,15 @@
 
 namespace pagefast::policy {
 
+// A spin-wait hint to the processor (x86 pause, Arm yield).
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 class OwnerLock {
  public:
   // Spins before yielding: the holder never waits on anything while holding.
@@ -31,8 +40,10 @@ class OwnerLock {
   void lock() {
     int spins = 0;
     while (held_.exchange(1, std::memory_order_acquire)) {
-      while (held_.load(std::memory_order_relaxed))
+      while (held_.load(std::memory_order_relaxed)) {
         if (++spins > kSpinsBeforeYield) sched_yield();
+        else cpu_relax();
+      }
     }
   }
   void unlock() { held_.store(0, std::memory_order_release); }

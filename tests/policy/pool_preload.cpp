@@ -15,6 +15,7 @@
 //   capacity   N-byte blocks until out of memory, per size (prints counts)
 //   faults     driver calls failing (fakecuda_set_fail) never break data
 //   capi       pagefast_pool_stats_get / pagefast_pool_trim
+//   devices    two devices, a pool each, memory usable by its own device
 #include <cuda.h>
 #include <dlfcn.h>
 #include <sys/wait.h>
@@ -300,6 +301,36 @@ int capi() {
   return 0;
 }
 
+int devices() {
+  // Two devices: each context's allocations come from its own device's
+  // pool, and that device's "kernels" may use them.
+  CUdevice second;
+  CHECK_CU(cuDeviceGet(&second, 1));
+  CUcontext other;
+  CHECK_CU(cuDevicePrimaryCtxRetain(&other, second));
+  CUdeviceptr on0, on1;
+  CHECK_CU(cuMemAlloc_v2(&on0, 3u << 20));
+  CHECK_CU(cuCtxSetCurrent(other));
+  CHECK_CU(cuMemAlloc_v2(&on1, 3u << 20));
+  CHECK_CU(fakecuda_launch_delayed_fill(0, on1, 3u << 20, 0x5A, 1));
+  CHECK_CU(cuCtxSynchronize());
+  if (!all_bytes(on1, 3u << 20, 0x5A)) return fail("devices: device 1's kernel could not write its memory");
+  int ordinal = -1;
+  CHECK_CU(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, on1));
+  if (ordinal != 1) return fail("devices: memory allocated under device 1 is not device 1's");
+  CHECK_CU(cuMemFree_v2(on0));  // freed under the other device's context
+  CHECK_CU(cuCtxSetCurrent(g_context));
+  CHECK_CU(cuMemFree_v2(on1));
+  if (StatsGet get = stats_get()) {
+    pagefast_pool_stats s0, s1;
+    if (get(0, &s0) != 0 || get(1, &s1) != 0) return fail("devices: a pool per device");
+    if (s0.in_use_bytes || s1.in_use_bytes) return fail("devices: blocks still in use");
+  }
+  if (fakecuda_violations()) return fail("devices: fake driver saw a use after free");
+  std::printf("ok devices\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -315,5 +346,6 @@ int main(int argc, char** argv) {
   if (c == "capacity") return capacity(argc > 2 ? argv[2] : "20971520");
   if (c == "faults") return faults();
   if (c == "capi") return capi();
+  if (c == "devices") return devices();
   return fail("unknown case");
 }
