@@ -44,10 +44,18 @@ std::vector<CUstream>& capturing() {
   return *streams;
 }
 
-void capture_began(CUstream stream) {
+// Called before the real begin: from this point the pool starts no new
+// synchronisation, and one already running has finished (on_capture_begin
+// waits for it), so no sync can overlap the capture's first call.
+void capture_announce() { pool::on_capture_begin(); }
+
+void capture_began(CUstream stream, CUresult result) {
+  if (result != CUDA_SUCCESS) {
+    pool::on_capture_end();  // the capture never started
+    return;
+  }
   std::lock_guard<std::mutex> lock(g_capture_mutex);
   capturing().push_back(stream);
-  pool::on_capture_begin();
 }
 
 void capture_maybe_ended(CUstream stream) {
@@ -145,8 +153,9 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr dptr) {
     const bool on = active(Entry::symbol);                             \
     const RealDriver* real = real_driver();                            \
     if (!real || !real->symbol) return kMissing;                       \
+    if (on) capture_announce();                                        \
     const CUresult result = real->symbol args;                         \
-    if (on && result == CUDA_SUCCESS) capture_began(stream);           \
+    if (on) capture_began(stream, result);                             \
     return result;                                                     \
   }
 PF_CAPTURE_BEGIN(cuStreamBeginCapture, (CUstream stream), (stream))
