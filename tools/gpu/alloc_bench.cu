@@ -7,6 +7,8 @@
 //   cold    16 GiB in 20 MiB requests in a fresh process (total ms)
 #include <cuda_runtime.h>
 
+#include "check.cuh"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -23,14 +25,6 @@ using Clock = std::chrono::steady_clock;
 static bool g_async = false;
 static cudaStream_t g_stream = nullptr;
 
-#define CK(call)                                                                   \
-  do {                                                                             \
-    cudaError_t e_ = (call);                                                       \
-    if (e_ != cudaSuccess) {                                                       \
-      std::printf("error %s at %s:%d\n", cudaGetErrorName(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                \
-    }                                                                              \
-  } while (0)
 
 static inline void* alloc(size_t bytes) {
   void* p = nullptr;

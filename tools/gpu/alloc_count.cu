@@ -5,6 +5,8 @@
 // nvcc's default static runtime and with -cudart shared.
 #include <cuda_runtime.h>
 
+#include "check.cuh"
+
 #include <cstdint>
 #include <cstdio>
 #include <vector>
@@ -19,14 +21,6 @@ __global__ void check(const uint32_t* p, size_t words, uint32_t seed, unsigned l
     if (p[i] != (seed ^ uint32_t(i * 2654435761u))) atomicAdd(bad, 1ull);
 }
 
-#define CK(call)                                                                   \
-  do {                                                                             \
-    cudaError_t e_ = (call);                                                       \
-    if (e_ != cudaSuccess) {                                                       \
-      std::printf("error %s at %s:%d\n", cudaGetErrorName(e_), __FILE__, __LINE__); \
-      return 1;                                                                    \
-    }                                                                              \
-  } while (0)
 
 int main() {
   const size_t sizes[] = {512, 4096, 65536, 1 << 20, 3 << 20, 20 << 20, 64 << 20, 100, 7 << 20, 256 << 20};

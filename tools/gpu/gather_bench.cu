@@ -3,6 +3,8 @@
 // it is preloaded); prints the median rate of 10 timed launches in G loads/s.
 #include <cuda_runtime.h>
 
+#include "check.cuh"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -26,14 +28,6 @@ __global__ void gather(const uint32_t* data, size_t words, uint64_t seed, size_t
   if (acc == 0x12345678u) atomicAdd(sink, 1ull);
 }
 
-#define CK(call)                                                                   \
-  do {                                                                             \
-    cudaError_t e_ = (call);                                                       \
-    if (e_ != cudaSuccess) {                                                       \
-      std::printf("error %s at %s:%d\n", cudaGetErrorName(e_), __FILE__, __LINE__); \
-      return 1;                                                                    \
-    }                                                                              \
-  } while (0)
 
 int main() {
   const size_t bytes = 32ull << 30, words = bytes / 4;

@@ -5,6 +5,8 @@
 // sum must be right.
 #include <cuda_runtime.h>
 
+#include "check.cuh"
+
 #include <cstdint>
 #include <cstdio>
 
@@ -26,14 +28,6 @@ __global__ void ones(uint32_t* p, size_t words) {
     p[i] = 1;
 }
 
-#define CK(call)                                                                   \
-  do {                                                                             \
-    cudaError_t e_ = (call);                                                       \
-    if (e_ != cudaSuccess) {                                                       \
-      std::printf("error %s at %s:%d\n", cudaGetErrorName(e_), __FILE__, __LINE__); \
-      return 1;                                                                    \
-    }                                                                              \
-  } while (0)
 
 int main() {
   int failures = 0;

@@ -9,6 +9,8 @@
 //   stress [operations] [threads]
 #include <cuda_runtime.h>
 
+#include "check.cuh"
+
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -20,14 +22,6 @@
 #include <thread>
 #include <vector>
 
-#define CK(call)                                                                   \
-  do {                                                                             \
-    cudaError_t e_ = (call);                                                       \
-    if (e_ != cudaSuccess) {                                                       \
-      std::printf("error %s at %s:%d\n", cudaGetErrorName(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                \
-    }                                                                              \
-  } while (0)
 
 __device__ __forceinline__ unsigned char pattern(uint64_t seed, size_t i) {
   return (unsigned char)((seed * 0x9E3779B97F4A7C15ull + i * 0x632BE59BD9B4E019ull) >> 56);
