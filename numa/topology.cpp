@@ -108,6 +108,19 @@ GpuInfo read_gpu(const SysfsReader& reader, const std::string& dir_name, bool re
   return gpu;
 }
 
+// The lines of a /proc or /sys text file, without their newlines.
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
+
 // The cpuset the process's cgroup grants: cgroup v1's cpuset hierarchy when
 // it is listed, else v2's unified one. A cgroup without the cpuset
 // controller has no file of its own; its nearest ancestor's applies.
@@ -116,12 +129,7 @@ bool read_cgroup_cpus(const SysfsReader& reader, CpuSet* cpus) {
   if (!reader.read_file(kCgroupPath, &text)) return false;
   std::string v1_path, v2_path;
   bool have_v1 = false, have_v2 = false;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(start, end - start);
-    start = end + 1;
+  for (const std::string& line : split_lines(text)) {
     size_t c1 = line.find(':'), c2 = c1 == std::string::npos ? c1 : line.find(':', c1 + 1);
     if (c2 == std::string::npos) continue;
     std::string controllers = line.substr(c1 + 1, c2 - c1 - 1);
@@ -214,12 +222,7 @@ bool normalize_bdf(const std::string& text, std::string* bdf) {
 }
 
 std::string information_value(const std::string& text, const std::string& key) {
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(start, end - start);
-    start = end + 1;
+  for (const std::string& line : split_lines(text)) {
     size_t colon = line.find(':');
     if (colon == std::string::npos) continue;
     if (trim(line.substr(0, colon)) == key) return trim(line.substr(colon + 1));
