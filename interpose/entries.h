@@ -94,6 +94,13 @@ typedef CUresult(CUDAAPI* PFN_cuStreamBeginCapture_v10000_ptsz)(CUstream stream)
     (ptr, bytes, offset, handle, flags))                                                        \
   X(cuMemUnmap, "cuMemUnmap", 10020, PF_NO_LIMIT, 0, PFN_cuMemUnmap_v10020,                    \
     (CUdeviceptr ptr, size_t bytes), (ptr, bytes))                                              \
+  /* Peer access: forwarded, then the peer's pool opens its mappings to  \
+     (or closes them to) the calling context's device. */                 \
+  X(cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess", 4000, PF_NO_LIMIT, 0,                       \
+    PFN_cuCtxEnablePeerAccess_v4000, (CUcontext peerContext, unsigned int Flags),               \
+    (peerContext, Flags))                                                                       \
+  X(cuCtxDisablePeerAccess, "cuCtxDisablePeerAccess", 4000, PF_NO_LIMIT, 0,                     \
+    PFN_cuCtxDisablePeerAccess_v4000, (CUcontext peerContext), (peerContext))                   \
   X(cuGetProcAddress, "cuGetProcAddress", 11030, 12000, 0, PFN_cuGetProcAddress_v11030,         \
     (const char* symbol, void** pfn, int cuda_version, cuuint64_t flags),                       \
     (symbol, pfn, cuda_version, flags))                                                         \

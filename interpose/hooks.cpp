@@ -203,6 +203,51 @@ PF_COUNTED(cuMemMap,
 PF_COUNTED(cuMemUnmap, (CUdeviceptr ptr, size_t bytes), (ptr, bytes))
 #undef PF_COUNTED
 
+// Peer access: the driver decides; on success the owner's pool follows
+// (VMM memory is not opened to a peer by the driver's peer access).
+namespace {
+
+// The device of the current context and of `peer`; false if either is
+// unknown (the pool then does nothing: the driver's answer stands).
+bool peer_devices(CUcontext peer, int* accessor, int* owner) {
+  const RealDriver* real = real_driver();
+  if (!real || !real->cuCtxGetDevice || !real->cuCtxPushCurrent_v2 || !real->cuCtxPopCurrent_v2) return false;
+  CUdevice mine = 0, theirs = 0;
+  if (real->cuCtxGetDevice(&mine) != CUDA_SUCCESS) return false;
+  if (real->cuCtxPushCurrent_v2(peer) != CUDA_SUCCESS) return false;
+  const CUresult r = real->cuCtxGetDevice(&theirs);
+  CUcontext popped = nullptr;
+  real->cuCtxPopCurrent_v2(&popped);
+  if (r != CUDA_SUCCESS) return false;
+  *accessor = int(mine);
+  *owner = int(theirs);
+  return true;
+}
+
+}  // namespace
+
+CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags) {
+  const bool on = active(Entry::cuCtxEnablePeerAccess);
+  const RealDriver* real = real_driver();
+  if (!real || !real->cuCtxEnablePeerAccess) return kMissing;
+  const CUresult result = real->cuCtxEnablePeerAccess(peerContext, Flags);
+  int accessor, owner;
+  if (on && result == CUDA_SUCCESS && peer_devices(peerContext, &accessor, &owner))
+    pool::on_peer_access_enabled(accessor, owner);
+  return result;
+}
+
+CUresult cuCtxDisablePeerAccess(CUcontext peerContext) {
+  const bool on = active(Entry::cuCtxDisablePeerAccess);
+  const RealDriver* real = real_driver();
+  if (!real || !real->cuCtxDisablePeerAccess) return kMissing;
+  const CUresult result = real->cuCtxDisablePeerAccess(peerContext);
+  int accessor, owner;
+  if (on && result == CUDA_SUCCESS && peer_devices(peerContext, &accessor, &owner))
+    pool::on_peer_access_disabled(accessor, owner);
+  return result;
+}
+
 CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
                              CUdriverProcAddressQueryResult* status) {
   const bool on = active(Entry::cuGetProcAddress_v2);

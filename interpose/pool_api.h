@@ -42,6 +42,16 @@ void adjust_mem_info(size_t* free_bytes, size_t* total_bytes);
 void on_capture_begin();
 void on_capture_end();
 
+// Peer access, after the real cuCtxEnablePeerAccess / cuCtxDisablePeerAccess
+// succeeded: device `accessor` (the caller's current context) may now / may
+// no longer access memory of device `owner` (the peer context's). The
+// owner's pool re-applies access on every mapping and opens future ones
+// to the new set; a pool made later starts with it. A mapping that refuses
+// is logged once per call (a warning) and skipped: the driver's success
+// stands (docs/POOL.md "Peer access").
+void on_peer_access_enabled(int accessor, int owner);
+void on_peer_access_disabled(int accessor, int owner);
+
 // The "pool" object of the stats JSON (an object text: {"devices": ...}).
 // Reads counters only; no CUDA.
 std::string stats_json();

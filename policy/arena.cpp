@@ -184,11 +184,13 @@ ProviderStatus Arena::grow(Granules min_granules) {
     address_space_.give(addr, step);
     return status;
   }
-  status = provider_.set_access(addr, step);
+  status = provider_.set_access(addr, step, AccessSet{peers_, 0});
   if (status == ProviderStatus::Ok) {
     try {
       chunks_.emplace(addr, Chunk{handle, step});
+      opened_.emplace(addr, step);
     } catch (const std::bad_alloc&) {
+      chunks_.erase(addr);  // addr is fresh: no other chunk there
       status = ProviderStatus::OutOfMemory;
     }
   }
@@ -284,8 +286,9 @@ Block* Arena::stitch(Granules granules, int max_pieces, BlockState state) {
     have_addr = true;
     if (!page_map_.ensure(addr, granules) ||
         !map_pieces(addr, pieces.data(), int(pieces.size()), granules, info) ||
-        provider_.set_access(addr, granules) != ProviderStatus::Ok)
+        provider_.set_access(addr, granules, AccessSet{peers_, 0}) != ProviderStatus::Ok)
       throw std::bad_alloc();
+    opened_.emplace(addr, granules);
 
     Block* stitched = new_block(addr, granules, state);
     stitched->stitch = info;
@@ -321,6 +324,7 @@ int Arena::dissolve_free_stitches() {
     s->list_next = nullptr;
     free_stitched_ -= s->granules();
     StitchInfo* info = s->stitch;
+    opened_.erase(s->addr());
     const bool unmapped = unmap_all(*info);
     page_map_.set(s->addr(), s->granules(), nullptr);
     // Address space still mapped (a failed unmap) is never handed out again.
@@ -362,6 +366,7 @@ int Arena::release_free_chunks(int max_chunks) {
       ++counters_.leaks;
       continue;
     }
+    opened_.erase(chunk_addr);
     if (!provider_.release_chunk(chunk->second.handle)) ++counters_.leaks;
 
     // Cut the chunk out of its free host block; the run splits in two.
@@ -398,6 +403,15 @@ int Arena::release_free_chunks(int max_chunks) {
     ++released;
   }
   return released;
+}
+
+int Arena::set_peers(uint64_t peers) {
+  const AccessSet access{peers, peers_ & ~peers};
+  peers_ = peers;
+  int refused = 0;
+  for (const auto& range : opened_)
+    if (provider_.set_access(range.first, range.second, access) != ProviderStatus::Ok) ++refused;
+  return refused;
 }
 
 std::string Arena::describe() const {
@@ -445,6 +459,21 @@ std::string Arena::check() const {
   if (covered != mapped_) return "mapped count differs from chunks";
   if (free_seen != bins_.total()) return "free count differs from the bins";
   if (lent_seen != lent_) return "lent count differs";
+  // Every chunk's home mapping is an opened range (peer access re-applies
+  // to them); the other opened ranges are stitches, each at its address.
+  for (const auto& chunk : chunks_) {
+    auto opened = opened_.find(chunk.first);
+    if (opened == opened_.end() || opened->second != chunk.second.granules) return "a chunk is not an opened range";
+  }
+  for (const auto& range : opened_) {
+    if (chunks_.count(range.first)) continue;
+    Span* span = page_map_.lookup(range.first);
+    const Block* b = !span                           ? nullptr
+                     : span->kind == SpanKind::Slab ? static_cast<const Slab*>(span)->backing
+                                                    : static_cast<const Block*>(span);
+    if (!b || !b->stitch || b->addr() != range.first || b->granules() != range.second)
+      return "an opened range is neither a chunk nor a stitch";
+  }
   return "";
 }
 

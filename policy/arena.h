@@ -84,6 +84,16 @@ class Arena {
   // Releases up to `max_chunks` chunks that lie wholly in free home runs.
   int release_free_chunks(int max_chunks);
 
+  // Peer access: the devices besides the pool's own that every mapping is
+  // open to. Re-applies access on every opened range (chunks at home and
+  // stitches), granting the new peers and revoking the dropped ones;
+  // later growth and stitches open to the new set. Returns how many
+  // ranges refused (those keep their old access; the set changes anyway).
+  int set_peers(uint64_t peers);
+  uint64_t peers() const { return peers_; }
+  // Ranges opened with set_access and still mapped.
+  uint64_t opened_range_count() const { return opened_.size(); }
+
   Granules mapped() const { return mapped_; }
   Granules free_home() const { return bins_.total(); }
   Granules free_stitched() const { return free_stitched_; }
@@ -130,6 +140,10 @@ class Arena {
   FreeBins bins_;
   MetaPool<Block> spare_blocks_;
   std::map<uint64_t, Chunk> chunks_;  // home address -> chunk
+  // Every range opened by one set_access call (a chunk's home mapping or a
+  // stitch), still mapped: what a change of the peer set re-applies to.
+  std::map<uint64_t, Granules> opened_;
+  uint64_t peers_ = 0;  // AccessSet::peers of every opened range
   Block* free_stitches_ = nullptr;    // list of Free stitches (list_next)
   Granules free_stitched_;
   Granules lent_;

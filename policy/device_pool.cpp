@@ -52,6 +52,27 @@ void DevicePool::prewarm() {
   }
 }
 
+// ---- peer access -------------------------------------------------------------
+
+int DevicePool::add_peer(int peer) {
+  if (peer < 0 || peer >= kMaxPeerDevices || peer == settings_.device) return 0;
+  std::lock_guard<std::mutex> guard(arena_mutex_);
+  const uint64_t peers = arena_.peers() | (uint64_t(1) << peer);
+  return peers == arena_.peers() ? 0 : arena_.set_peers(peers);
+}
+
+int DevicePool::remove_peer(int peer) {
+  if (peer < 0 || peer >= kMaxPeerDevices || peer == settings_.device) return 0;
+  std::lock_guard<std::mutex> guard(arena_mutex_);
+  const uint64_t peers = arena_.peers() & ~(uint64_t(1) << peer);
+  return peers == arena_.peers() ? 0 : arena_.set_peers(peers);
+}
+
+uint64_t DevicePool::peers() {
+  std::lock_guard<std::mutex> guard(arena_mutex_);
+  return arena_.peers();
+}
+
 uint64_t DevicePool::next_buffer_id(ThreadCache& cache) {
   if (__builtin_expect(cache.next_buffer_id == cache.buffer_id_end, 0)) {
     cache.next_buffer_id = g_next_buffer_id.fetch_add(kBufferIdBatch, std::memory_order_relaxed);

@@ -124,6 +124,17 @@ class DevicePool {
   // from a destructor.
   void trim();
 
+  // Peer access (docs/POOL.md): device `peer` may now access / may no
+  // longer access this pool's memory. Re-applies access on every mapping
+  // under the device lock (a slow path; the hot path is untouched) and
+  // opens later growth to the new set. Returns how many ranges refused
+  // (the set changes anyway); 0 also when nothing changed. An ordinal
+  // out of [0, kMaxPeerDevices) or the pool's own device is ignored.
+  int add_peer(int peer);
+  int remove_peer(int peer);
+  // Bit d set: device d has access besides the pool's own.
+  uint64_t peers();
+
   // Never blocks for long: safe at process exit (no provider call).
   PoolStats stats();
   int device() const { return settings_.device; }

@@ -253,7 +253,7 @@ bool FakeProvider::unmap(uint64_t addr, Granules granules) {
   return true;
 }
 
-ProviderStatus FakeProvider::set_access(uint64_t addr, Granules granules) {
+ProviderStatus FakeProvider::set_access(uint64_t addr, Granules granules, const AccessSet& access) {
   std::lock_guard<std::mutex> guard(mutex_);
   ProviderStatus status;
   if (inject(Op::SetAccess, &status)) return status;
@@ -267,6 +267,7 @@ ProviderStatus FakeProvider::set_access(uint64_t addr, Granules granules) {
       return ProviderStatus::Failed;
     }
     it->second.accessible = true;
+    it->second.peers = (it->second.peers & ~access.revoked) | access.peers;
     cursor += it->second.granules * kPage;
   }
   if (cursor != end) violation("set_access ends inside a map");
@@ -319,6 +320,15 @@ uint64_t FakeProvider::live_chunks() const {
 uint64_t FakeProvider::live_maps() const {
   std::lock_guard<std::mutex> guard(mutex_);
   return maps_.size();
+}
+
+uint64_t FakeProvider::peers_at(uint64_t addr) const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  auto it = maps_.upper_bound(addr);
+  if (it == maps_.begin()) return 0;
+  --it;
+  if (addr >= it->first + it->second.granules * kPage || !it->second.accessible) return 0;
+  return it->second.peers;
 }
 
 uint64_t FakeProvider::violations() const {

@@ -47,7 +47,7 @@ class FakeProvider final : public Provider {
   bool release_chunk(ChunkHandle chunk) override;
   ProviderStatus map(uint64_t addr, ChunkHandle chunk, Granules offset, Granules granules) override;
   bool unmap(uint64_t addr, Granules granules) override;
-  ProviderStatus set_access(uint64_t addr, Granules granules) override;
+  ProviderStatus set_access(uint64_t addr, Granules granules, const AccessSet& access) override;
   SyncStatus synchronize() override;
 
   // Fault injection: the call number `nth` (0-based, counted per op from
@@ -68,6 +68,9 @@ class FakeProvider final : public Provider {
   uint64_t capacity_bytes() const { return capacity_bytes_; }
   uint64_t live_chunks() const;
   uint64_t live_maps() const;
+  // The peer devices (AccessSet bits) the map holding addr is open to; 0
+  // for an address in no map or one never opened.
+  uint64_t peers_at(uint64_t addr) const;
   uint64_t violations() const;
   std::string violation_log() const;
   // What a driver would still give a program directly (cuMemAlloc): the
@@ -90,6 +93,7 @@ class FakeProvider final : public Provider {
     uint64_t offset_granules;
     uint64_t granules;
     bool accessible = false;
+    uint64_t peers = 0;  // AccessSet bits granted, besides the device
   };
 
   bool inject(Op op, ProviderStatus* status);  // true: this call fails

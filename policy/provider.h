@@ -20,6 +20,16 @@ namespace pagefast::policy {
 
 enum class ProviderStatus { Ok, OutOfMemory, Failed };
 
+// Which devices set_access opens a range to, besides the pool's own: bit d
+// stands for device ordinal d (peer access, docs/POOL.md "Peer access").
+// Revoked devices lose their access to the range (a device in both sets is
+// granted).
+struct AccessSet {
+  uint64_t peers = 0;
+  uint64_t revoked = 0;
+};
+constexpr int kMaxPeerDevices = 64;
+
 // An opaque physical allocation (a CUmemGenericAllocationHandle).
 struct ChunkHandle {
   uint64_t value = 0;
@@ -52,9 +62,11 @@ class Provider {
   // REQUIRES: [addr, addr + granules) is exactly one earlier map().
   virtual bool unmap(uint64_t addr, Granules granules) = 0;
   // Opens a fully mapped range (possibly several maps) for read and write
-  // by the device. One call per range: it is the dominant cost of a
-  // mapping, paid per call, not per byte.
-  virtual ProviderStatus set_access(uint64_t addr, Granules granules) = 0;
+  // by the device and every device in access.peers, and closes it to
+  // every device in access.revoked (only). One call per range: it is the
+  // dominant cost of a mapping, paid per call, not per byte. Called again
+  // on an open range when the peer set changes.
+  virtual ProviderStatus set_access(uint64_t addr, Granules granules, const AccessSet& access) = 0;
 
   // Waits until all device work that may use pool memory has finished.
   // Called with no lock of the pool held.

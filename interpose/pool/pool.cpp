@@ -47,6 +47,7 @@ using policy::ThreadCache;
 constexpr int kMaxDevices = 64;
 // A thread re-checks its context's device this often (see above).
 constexpr uint32_t kRevalidateEvery = 1024;
+static_assert(kMaxDevices <= policy::kMaxPeerDevices, "every pooled device must fit in a peer set");
 constexpr size_t kLogLineBytes = 512;
 
 // Constant-initialised process state (no dynamic initialiser may run: a
@@ -65,6 +66,10 @@ ThreadCache* g_fallback_caches[kMaxDevices];
 std::mutex g_fallback_mutex;
 policy::MonotonicClock* g_clock = nullptr;
 std::atomic<bool> g_ipc_warned{false};
+// Peer access granted: g_peer_grants[owner][accessor] counts the context
+// pairs (accessor's context -> owner's context) with peer access enabled.
+// Under g_create_mutex, so a pool being made sees every grant.
+int g_peer_grants[kMaxDevices][kMaxDevices];
 pthread_key_t g_thread_key;
 pthread_once_t g_thread_key_once = PTHREAD_ONCE_INIT;
 pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
@@ -162,6 +167,8 @@ DevicePool* pool_of(const RealDriver* real, CUdevice device) {
   }
   g_providers[device] = provider;
   g_fallback_caches[device] = fallback;
+  for (int accessor = 0; accessor < kMaxDevices; ++accessor)
+    if (g_peer_grants[device][accessor] > 0) pool->add_peer(accessor);  // no mapping yet: no driver call
   pool->prewarm();
   g_pools[device].store(pool, std::memory_order_release);
   log_line(LogLevel::Info, "device %d pooled: chunk %s, release threshold %s, limit %s, prewarm %s, reserve %s",
@@ -365,6 +372,29 @@ void adjust_mem_info(size_t* free_bytes, size_t* total_bytes) {
     *free_bytes = free_now;
   }
 }
+
+static void change_peer_access(int accessor, int owner, bool enabled) {
+  if (!g_active.load(std::memory_order_acquire)) return;
+  if (accessor < 0 || accessor >= kMaxDevices || owner < 0 || owner >= kMaxDevices || accessor == owner) return;
+  std::lock_guard<std::mutex> guard(g_create_mutex);
+  int& grants = g_peer_grants[owner][accessor];
+  if (enabled) {
+    if (grants++ > 0) return;  // another context pair granted it already
+  } else {
+    if (grants == 0 || --grants > 0) return;  // still granted through another pair
+  }
+  DevicePool* pool = g_pools[owner].load(std::memory_order_acquire);
+  if (!pool) return;  // made later, with the grants
+  const int refused = enabled ? pool->add_peer(accessor) : pool->remove_peer(accessor);
+  if (refused)
+    log_line(LogLevel::Warn, "peer access: %d mapping(s) of device %d's pool refused to %s device %d; %s", refused,
+             owner, enabled ? "open to" : "close to", accessor,
+             enabled ? "peer copies and kernels on them may fault (run with PAGEFAST_CONF=pool:off if so)"
+                     : "that device keeps access to them");
+}
+
+void on_peer_access_enabled(int accessor, int owner) { change_peer_access(accessor, owner, true); }
+void on_peer_access_disabled(int accessor, int owner) { change_peer_access(accessor, owner, false); }
 
 void on_capture_begin() {
   g_gate.captures.fetch_add(1, std::memory_order_seq_cst);

@@ -124,8 +124,22 @@ bool VmmProvider::unmap(uint64_t addr, Granules granules) {
   return real_->cuMemUnmap(addr, granules.bytes()) == CUDA_SUCCESS;
 }
 
-ProviderStatus VmmProvider::set_access(uint64_t addr, Granules granules) {
-  return status_of(real_->cuMemSetAccess(addr, granules.bytes(), &access_, 1));
+ProviderStatus VmmProvider::set_access(uint64_t addr, Granules granules, const policy::AccessSet& access) {
+  if (!access.peers && !access.revoked) return status_of(real_->cuMemSetAccess(addr, granules.bytes(), &access_, 1));
+  // Peers (rare, a slow path): the device itself, then one descriptor per
+  // granted or revoked peer, in one call.
+  CUmemAccessDesc descs[1 + policy::kMaxPeerDevices];
+  size_t count = 0;
+  descs[count++] = access_;
+  for (int d = 0; d < policy::kMaxPeerDevices; ++d) {
+    const uint64_t bit = uint64_t(1) << d;
+    if (d == int(device_) || !((access.peers | access.revoked) & bit)) continue;
+    CUmemAccessDesc& desc = descs[count++];
+    desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    desc.location.id = d;
+    desc.flags = (access.peers & bit) ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  }
+  return status_of(real_->cuMemSetAccess(addr, granules.bytes(), descs, count));
 }
 
 policy::SyncStatus VmmProvider::synchronize() {

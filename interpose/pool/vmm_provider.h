@@ -51,7 +51,8 @@ class VmmProvider final : public policy::Provider {
   policy::ProviderStatus map(uint64_t addr, policy::ChunkHandle chunk, policy::Granules offset,
                              policy::Granules granules) override;
   bool unmap(uint64_t addr, policy::Granules granules) override;
-  policy::ProviderStatus set_access(uint64_t addr, policy::Granules granules) override;
+  policy::ProviderStatus set_access(uint64_t addr, policy::Granules granules,
+                                    const policy::AccessSet& access) override;
   policy::SyncStatus synchronize() override;
 
  private:

@@ -16,6 +16,10 @@
 //   faults     driver calls failing (fakecuda_set_fail) never break data
 //   capi       pagefast_pool_stats_get / pagefast_pool_trim
 //   devices    two devices, a pool each, memory usable by its own device
+//   peers      two devices: pools do not mix (also freed from the other
+//              device's thread), and peer access enabled from device 1 to
+//              device 0 reaches device 0's pool memory, mapped before and
+//              after, stitched too, until it is disabled
 #include <cuda.h>
 #include <dlfcn.h>
 #include <sys/wait.h>
@@ -331,6 +335,152 @@ int devices() {
   return 0;
 }
 
+// Device `device`'s access flags on a VMM address (pool memory only: the
+// driver's cuMemAlloc memory has none to answer).
+unsigned long long access_of(CUdeviceptr p, int device) {
+  CUmemLocation where{};
+  where.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  where.id = device;
+  unsigned long long flags = ~0ull;
+  if (cuMemGetAccess(&flags, &where, p) != CUDA_SUCCESS) return ~0ull;
+  return flags;
+}
+
+int ordinal_of(CUdeviceptr p) {
+  int ordinal = -1;
+  if (cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p) != CUDA_SUCCESS) return -2;
+  return ordinal;
+}
+
+// A "kernel" on the current context's device (stream 0) reading p: 1 if it
+// saw `value` everywhere, 0 if not, -1 if the launch was refused (the fake
+// refuses memory the device may not access).
+int kernel_reads(CUdeviceptr p, size_t bytes, unsigned char value) {
+  int ok = -1;
+  if (fakecuda_launch_delayed_check(0, p, bytes, value, 1, &ok) != CUDA_SUCCESS) return -1;
+  if (cuCtxSynchronize() != CUDA_SUCCESS) return -1;
+  return ok;
+}
+
+int peers() {
+  constexpr size_t kMiB = 1u << 20;
+  constexpr unsigned long long kRW = CU_MEM_ACCESS_FLAGS_PROT_READWRITE, kNone = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  StatsGet get = stats_get();
+  Trim trim = trim_fn();
+  const bool pooled = get != nullptr;
+  CUcontext ctx0 = g_context, ctx1 = nullptr;
+  CUdevice second;
+  CHECK_CU(cuDeviceGet(&second, 1));
+  CHECK_CU(cuDevicePrimaryCtxRetain(&ctx1, second));
+
+  // Device 0, first allocations (the first chunk): a stitch if pooled,
+  // made from two holes of 2 MiB (run with chunk_size:8M).
+  CUdeviceptr b[4], stitched;
+  for (CUdeviceptr& p : b) CHECK_CU(cuMemAlloc_v2(&p, 2 * kMiB));
+  CHECK_CU(cuMemFree_v2(b[0]));
+  CHECK_CU(cuMemFree_v2(b[2]));
+  pagefast_pool_stats s0{}, s1{};
+  if (pooled && trim(0) != 0) return fail("peers: trim");
+  CHECK_CU(cuMemAlloc_v2(&stitched, 4 * kMiB));
+  const bool made_stitch = pooled && get(0, &s0) == 0 && s0.stitches == 1;
+  CUdeviceptr before0, small0, moved;
+  CHECK_CU(cuMemAlloc_v2(&before0, 3 * kMiB));
+  CHECK_CU(cuMemAlloc_v2(&small0, 1000));
+  CHECK_CU(cuMemAlloc_v2(&moved, 5 * kMiB));
+
+  // Device 1, from its own context.
+  CHECK_CU(cuCtxSetCurrent(ctx1));
+  CUdeviceptr on1;
+  CHECK_CU(cuMemAlloc_v2(&on1, 3 * kMiB));
+  for (CUdeviceptr p : {b[1], b[3], stitched, before0, small0, moved})
+    if (ordinal_of(p) != 0) return fail("peers: memory allocated under device 0 is not device 0's");
+  if (ordinal_of(on1) != 1) return fail("peers: memory allocated under device 1 is not device 1's");
+
+  // A free from a thread whose current context is device 1 returns device
+  // 0's block to device 0's pool.
+  uint64_t in_use0 = 0, in_use1 = 0;
+  if (pooled) {
+    if (get(0, &s0) != 0 || get(1, &s1) != 0) return fail("peers: a pool per device");
+    in_use0 = s0.in_use_bytes;
+    in_use1 = s1.in_use_bytes;
+  }
+  CUresult freed = CUDA_ERROR_UNKNOWN;
+  std::thread([&] {
+    if (cuCtxSetCurrent(ctx1) == CUDA_SUCCESS) freed = cuMemFree_v2(moved);
+  }).join();
+  CHECK_CU(freed);
+  if (pooled) {
+    if (get(0, &s0) != 0 || get(1, &s1) != 0) return fail("peers: stats");
+    if (s0.in_use_bytes != in_use0 - 6 * kMiB || s1.in_use_bytes != in_use1)
+      return fail("peers: a free under device 1 did not go back to device 0's pool");
+  }
+
+  // Before peer access: device 0's pool memory is device 0's only.
+  if (pooled) {
+    for (CUdeviceptr p : {b[1], before0, small0})
+      if (access_of(p, 0) != kRW || access_of(p, 1) != kNone)
+        return fail("peers: device 0's pool memory before peer access");
+  }
+
+  // Device 1 may access device 0's memory from here on.
+  CHECK_CU(cuCtxEnablePeerAccess(ctx0, 0));
+  CHECK_CU(cuCtxSetCurrent(ctx0));
+  CUdeviceptr after0, big0;
+  CHECK_CU(cuMemAlloc_v2(&after0, 3 * kMiB));
+  CHECK_CU(cuMemAlloc_v2(&big0, 40 * kMiB));  // beyond every chunk so far: growth
+  CHECK_CU(cuMemsetD8_v2(before0, 0x11, 3 * kMiB));
+  CHECK_CU(cuMemsetD8_v2(after0, 0x22, 3 * kMiB));
+  CHECK_CU(cuMemsetD8_v2(big0, 0x33, 40 * kMiB));
+  CHECK_CU(cuMemsetD8_v2(stitched, 0x44, 4 * kMiB));
+  if (pooled) {
+    for (CUdeviceptr p : {b[1], b[3], before0, small0, after0, big0})
+      if (access_of(p, 1) != kRW || access_of(p, 0) != kRW)
+        return fail("peers: device 0's pool memory is not open to device 1 after cuCtxEnablePeerAccess");
+    if (made_stitch && access_of(stitched, 1) != kRW)
+      return fail("peers: a stitch of device 0's pool is not open to device 1");
+    // Device 1's own pool is unaffected: still its own only.
+    if (access_of(on1, 1) != kRW || access_of(on1, 0) != kNone)
+      return fail("peers: device 1's pool changed");
+  }
+  // Device 1's kernels read device 0's memory, before and after the enable.
+  CHECK_CU(cuCtxSetCurrent(ctx1));
+  if (kernel_reads(before0, 3 * kMiB, 0x11) != 1 || kernel_reads(after0, 3 * kMiB, 0x22) != 1 ||
+      kernel_reads(big0, 40 * kMiB, 0x33) != 1 || kernel_reads(stitched, 4 * kMiB, 0x44) != 1)
+    return fail("peers: a kernel on device 1 could not read device 0's memory with peer access");
+  if (fakecuda_violations()) return fail("peers: violations with peer access");
+
+  // Disabled: device 1 has no access any more; its launch is refused.
+  CHECK_CU(cuCtxDisablePeerAccess(ctx0));
+  if (pooled) {
+    for (CUdeviceptr p : {b[1], before0, small0, after0, big0})
+      if (access_of(p, 1) != kNone || access_of(p, 0) != kRW)
+        return fail("peers: device 1 keeps access to device 0's pool memory after cuCtxDisablePeerAccess");
+    if (made_stitch && access_of(stitched, 1) != kNone)
+      return fail("peers: device 1 keeps access to a stitch after cuCtxDisablePeerAccess");
+  }
+  if (kernel_reads(after0, 3 * kMiB, 0x22) != -1 || kernel_reads(before0, 3 * kMiB, 0x11) != -1)
+    return fail("peers: a kernel on device 1 may read device 0's memory after disable");
+  if (fakecuda_violations()) return fail("peers: violations after disable");
+
+  // Enabling twice is the driver's error, and changes nothing.
+  if (cuCtxDisablePeerAccess(ctx0) != CUDA_ERROR_PEER_ACCESS_NOT_ENABLED) return fail("peers: disable twice");
+  CHECK_CU(cuCtxEnablePeerAccess(ctx0, 0));
+  if (cuCtxEnablePeerAccess(ctx0, 0) != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) return fail("peers: enable twice");
+  if (pooled && access_of(before0, 1) != kRW) return fail("peers: enabled again");
+  CHECK_CU(cuCtxDisablePeerAccess(ctx0));
+
+  // Frees under the other device's context, each to its own pool.
+  for (CUdeviceptr p : {b[1], b[3], stitched, before0, small0, after0, big0}) CHECK_CU(cuMemFree_v2(p));
+  CHECK_CU(cuCtxSetCurrent(ctx0));
+  CHECK_CU(cuMemFree_v2(on1));
+  if (pooled) {
+    if (get(0, &s0) != 0 || get(1, &s1) != 0) return fail("peers: stats at the end");
+    if (s0.in_use_bytes || s1.in_use_bytes) return fail("peers: blocks still in use");
+  }
+  std::printf("ok peers stitch %d\n", made_stitch ? 1 : 0);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -347,5 +497,6 @@ int main(int argc, char** argv) {
   if (c == "faults") return faults();
   if (c == "capi") return capi();
   if (c == "devices") return devices();
+  if (c == "peers") return peers();
   return fail("unknown case");
 }

@@ -143,6 +143,14 @@ def main():
         for preload in (False, True):
             expect_ok(run(build, ["devices"], preload=preload, env={"FAKECUDA_DEVICES": "2"}), "devices",
                       "pagefast" if preload else "without pagefast")
+    elif name == "peers":
+        env = {"FAKECUDA_DEVICES": "2"}
+        expect_ok(run(build, ["peers"], preload=False, env=env), "peers", "without pagefast")
+        for conf in ["", "chunk_size:8M"]:
+            r = run(build, ["peers"], env=dict(env, PAGEFAST_CONF=conf) if conf else env)
+            expect_ok(r, "peers", f"pagefast [{conf or 'default'}]")
+            if conf:
+                check("ok peers stitch 1" in r.stdout, f"[{conf}] the peer case covered a stitch ({r.stdout[-200:]})")
     elif name in ("capture", "fork", "capi"):
         case_simple(build, name, [""]) if name != "capi" else expect_ok(run(build, ["capi"]), "capi", "pagefast")
     else:
