@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "interpose/report.h"
 #include "interpose/runtime.h"
 #include "interpose/stats.h"
 
@@ -25,4 +26,11 @@ PF_EXPORT size_t pagefast_stats_json(char* buffer, size_t buffer_bytes) {
     buffer[n] = '\0';
   }
   return text.size() + 1;
+}
+
+PF_EXPORT int pagefast_report(const char* path_or_null) {
+  // The same text as report:exit; the same file rules as PAGEFAST_STATS.
+  return pagefast::report::write(path_or_null ? std::string(path_or_null) : std::string("stderr"), "pagefast_report")
+             ? 0
+             : -1;
 }

@@ -56,6 +56,15 @@ int pagefast_pool_stats_get(int device, pagefast_pool_stats* out);
  * 0 on success, -1 when that device has no pool. */
 int pagefast_pool_trim(int device);
 
+/* Writes the human-readable memory report (docs/STATS.md "Memory report":
+ * per device the pool's figures, size-class and arena occupancy,
+ * fragmentation, the largest block allocatable without growing, and the
+ * last out-of-memory answer) to standard error when path_or_null is NULL,
+ * else to that path ("%p" = pid; created 0600, never through a symbolic
+ * link, only a regular file of this user). Calls no CUDA function and
+ * never waits for a lock held elsewhere. 0 on success, -1 on failure. */
+int pagefast_report(const char* path_or_null);
+
 #ifdef __cplusplus
 }
 #endif

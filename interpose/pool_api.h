@@ -56,4 +56,9 @@ void on_peer_access_disabled(int accessor, int owner);
 // Reads counters only; no CUDA.
 std::string stats_json();
 
+// The memory report's per-device blocks (policy/pool_report.h), one per
+// pool made so far; empty when there is none. Try-locks only; no CUDA:
+// safe at exit.
+std::string report_text();
+
 }  // namespace pagefast::pool

@@ -2,7 +2,7 @@
 //
 // At load (constructor): read the configuration once, start the logger,
 // bind NUMA (no CUDA call). At exit (destructor): write the stats document
-// with plain file I/O and call no driver function: the driver may already
+// and the memory report (report:exit) with plain file I/O and call no driver function: the driver may already
 // be shutting down, and a pool that is not released is reclaimed by the OS.
 #include "interpose/runtime.h"
 
@@ -14,6 +14,7 @@
 #include "interpose/log.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
+#include "interpose/report.h"
 #include "interpose/stats.h"
 #if PAGEFAST_HAVE_NUMA
 #include "numa/numa.h"
@@ -95,7 +96,9 @@ namespace {
 __attribute__((constructor)) void on_load() { init_slow(); }
 
 __attribute__((destructor)) void on_unload() {
-  if (g_ready.load(std::memory_order_acquire)) stats::write_if_requested();
+  if (!g_ready.load(std::memory_order_acquire)) return;
+  stats::write_if_requested();
+  report::write_at_exit_if_requested();
 }
 
 }  // namespace

@@ -165,28 +165,38 @@ void write_if_requested() {
   } catch (...) {
     return;
   }
-  if (target == "stderr") {
-    write_all(2, text);
-    return;
+  write_text(target, text, "PAGEFAST_STATS");
+}
+
+bool write_text(const std::string& target, const std::string& text, const char* variable) {
+  if (target == "stderr") return write_all(2, text);
+  std::string path;
+  try {
+    path = expand_path(target);
+  } catch (...) {
+    return false;
   }
-  const std::string path = expand_path(target);
   // O_NOFOLLOW: a symbolic link planted at the path is refused, never
   // followed; a file made here is the user's alone.
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
-    log::write(LogLevel::Warn, "PAGEFAST_STATS: cannot open '{}': {}", path, std::strerror(errno));
-    return;
+    log::write(LogLevel::Warn, "{}: cannot open '{}': {}", variable, path, std::strerror(errno));
+    return false;
   }
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
-    log::write(LogLevel::Warn, "PAGEFAST_STATS: '{}' is not a regular file of this user; not written", path);
+    log::write(LogLevel::Warn, "{}: '{}' is not a regular file of this user; not written", variable, path);
     ::close(fd);
-    return;
+    return false;
   }
   if ((st.st_mode & 0777) != 0600) fchmod(fd, 0600);
-  if (ftruncate(fd, 0) != 0 || !write_all(fd, text))
-    log::write(LogLevel::Warn, "PAGEFAST_STATS: writing '{}' failed: {}", path, std::strerror(errno));
+  bool ok = true;
+  if (ftruncate(fd, 0) != 0 || !write_all(fd, text)) {
+    log::write(LogLevel::Warn, "{}: writing '{}' failed: {}", variable, path, std::strerror(errno));
+    ok = false;
+  }
   ::close(fd);
+  return ok;
 }
 
 }  // namespace pagefast::stats

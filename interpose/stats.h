@@ -26,4 +26,11 @@ std::string document();
 // through a symbolic link. Uses only open/write: safe in a destructor.
 void write_if_requested();
 
+// Writes `text` to `target`: "stderr", or a path in which "%p" becomes the
+// pid, created with mode 0600, opened with O_NOFOLLOW, and written only if
+// it is a regular file of this user (truncated first). `variable` names the
+// setting in warnings. The one safe writer of the stats document and the
+// memory report; plain open/write, safe in a destructor. true: written.
+bool write_text(const std::string& target, const std::string& text, const char* variable);
+
 }  // namespace pagefast::stats

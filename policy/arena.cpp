@@ -414,6 +414,20 @@ int Arena::set_peers(uint64_t peers) {
   return refused;
 }
 
+Granules Arena::largest_free() const {
+  // Bins are ordered by length, so the longest run lies in the first
+  // non-empty bin visited; a bin holds a range of lengths, so all of it is read.
+  Granules largest;
+  int top_bin = -1;
+  bins_.for_each_largest_first([&](Block* b) {
+    if (top_bin < 0) top_bin = b->bin;
+    if (b->bin != top_bin) return false;
+    if (b->granules() > largest) largest = b->granules();
+    return true;
+  });
+  return largest;
+}
+
 std::string Arena::describe() const {
   return "mapped " + std::to_string(mapped_.count()) + " free " + std::to_string(bins_.total().count()) + " in " +
          std::to_string(bins_.block_count()) + " blocks, lent " + std::to_string(lent_.count()) + ", free stitched " +

@@ -101,6 +101,8 @@ class Arena {
   uint64_t chunk_count() const { return chunks_.size(); }
   uint64_t reserved_bytes() const { return address_space_.reserved_bytes(); }
   uint64_t free_block_count() const { return bins_.block_count(); }
+  // The longest free home run: scans only the highest non-empty bin.
+  Granules largest_free() const;
   const ArenaCounters& counters() const { return counters_; }
   Granules limit() const { return settings_.limit_granules; }
   // Granules that growth may still add under the limit (all if none).

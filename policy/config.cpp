@@ -74,6 +74,14 @@ const ConfKey kKeys[] = {
     {{"numa", "auto|bind|force|off|gpu=<n>",
       "NUMA binding at start: mode, or which GPU to bind for"},
      apply_numa},
+    {{"report", "exit|off",
+      "exit: write the memory report (docs/STATS.md) at exit, to PAGEFAST_REPORT or stderr"},
+     [](Config& c, const std::string& v) {
+       if (v == "exit") c.report_at_exit = true;
+       else if (v == "off") c.report_at_exit = false;
+       else return false;
+       return true;
+     }},
 };
 
 constexpr int kKeyCount = sizeof(kKeys) / sizeof(kKeys[0]);
@@ -172,6 +180,7 @@ Config parse_config(EnvLookup lookup, void* user) {
     c.error = "PAGEFAST_LOG: bad value '" + level + "' (accepted: off, error, warn, info, debug)";
   c.log_file = get("PAGEFAST_LOG_FILE");
   c.stats_path = get("PAGEFAST_STATS");
+  c.report_path = get("PAGEFAST_REPORT");
   c.conf_text = get("PAGEFAST_CONF");
   if (c.error.empty()) parse_conf(c, c.conf_text);
   if (!c.error.empty()) c.passthrough = true;

@@ -4,7 +4,8 @@
 // PAGEFAST=0|1           0 turns the shim into a pure pass-through.
 // PAGEFAST_CONF="k:v,.." pool and NUMA keys, in the style of
 //                        PYTORCH_CUDA_ALLOC_CONF; sizes take K/M/G/T.
-// PAGEFAST_LOG, PAGEFAST_LOG_FILE, PAGEFAST_STATS: logging and stats.
+// PAGEFAST_LOG, PAGEFAST_LOG_FILE, PAGEFAST_STATS, PAGEFAST_REPORT: logging,
+//                        stats and the memory report's destination.
 //
 // A bad key or value yields one message naming it and what is accepted;
 // the caller then runs as pass-through (Config::passthrough).
@@ -47,6 +48,8 @@ struct Config {
   bool log_off = false;
   std::string log_file;    // PAGEFAST_LOG_FILE; empty = stderr
   std::string stats_path;  // PAGEFAST_STATS; "stderr", a path, empty = none
+  bool report_at_exit = false;  // report:exit|off: the memory report at exit
+  std::string report_path;      // PAGEFAST_REPORT; "stderr", a path, empty = stderr
   std::string conf_text;   // PAGEFAST_CONF as given, for the banner
   std::string error;       // the one message for a bad setting, if any
 };

@@ -166,7 +166,10 @@ AllocStatus DevicePool::alloc_small_slow(ThreadCache& cache, int class_index, ui
       return AllocStatus::Ok;
     if (refill_small(cache, class_index) && pop_small(cache, class_index, request_bytes, addr))
       return AllocStatus::Ok;
-    if (!new_slab(cache, class_index, &status)) return status;
+    if (!new_slab(cache, class_index, &status)) {
+      note_oom_request(request_bytes);
+      return status;
+    }
     if (refill_small(cache, class_index) && pop_small(cache, class_index, request_bytes, addr))
       return AllocStatus::Ok;
   }
@@ -216,6 +219,11 @@ AllocStatus DevicePool::alloc_large_slow(ThreadCache& cache, Granules granules, 
   // and idle memory is not thrown away for them.
   if (settings_.config.limit_bytes && granules.bytes() > settings_.config.limit_bytes) {
     ooms_.fetch_add(1, std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> guard(arena_mutex_);
+      note_oom_locked(granules, false, 0, false);
+    }
+    note_oom_request(request_bytes);
     return AllocStatus::OutOfMemory;
   }
   if (settings_.device_total_bytes && granules.bytes() > settings_.device_total_bytes) {
@@ -247,7 +255,10 @@ AllocStatus DevicePool::alloc_large_slow(ThreadCache& cache, Granules granules, 
       pop_large(cache, granules, request_bytes, addr))
     return AllocStatus::Ok;
   if (!block) block = obtain(&cache, granules, false, &status, &fresh);
-  if (!block) return status;
+  if (!block) {
+    note_oom_request(request_bytes);
+    return status;
+  }
   cache.lock.lock();
   hand_out_large(cache, block, request_bytes, !fresh);
   cache.lock.unlock();
@@ -337,11 +348,13 @@ Block* DevicePool::obtain_under_pressure(ThreadCache* cache, Granules granules, 
     // Out of memory for this request. Idle chunks go back to the driver:
     // without a limit the driver gets the request next and may serve it.
     const uint64_t start = clock_.now_ns();
+    const Granules mapped_before = arena_.mapped();
     arena_.release_free_chunks(INT_MAX);
     release_ns_.fetch_add(clock_.now_ns() - start, std::memory_order_relaxed);
     mapped_bytes_.store(arena_.mapped().bytes(), std::memory_order_relaxed);
+    ooms_.fetch_add(1, std::memory_order_relaxed);
+    note_oom_locked(granules, for_slab, (mapped_before - arena_.mapped()).bytes(), !settings_.config.limit_bytes);
   }
-  ooms_.fetch_add(1, std::memory_order_relaxed);
   if (settings_.config.limit_bytes) {
     *status = AllocStatus::OutOfMemory;
   } else {

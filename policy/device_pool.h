@@ -93,6 +93,42 @@ struct RangeInfo {
   uint64_t buffer_id;
 };
 
+// The pool's last out-of-memory answer, kept for the memory report
+// (policy/pool_report.h). A fixed struct, written in place under its own
+// lock on the OOM path: recording it can never fail or allocate.
+struct OomRecord {
+  uint64_t count = 0;            // OOM answers so far; 0: none recorded
+  uint64_t request_bytes = 0;    // the program's request; 0: not known yet
+  uint64_t needed_bytes = 0;     // what the arena could not give (granules or a slab)
+  bool for_slab = false;         // a small request that needed a new slab
+  bool request_pending = false;  // needed_bytes noted, request_bytes not yet
+  uint64_t limit_bytes = 0;      // the limit then; 0: none
+  uint64_t released_bytes = 0;   // idle memory released to the driver first
+  uint64_t free_bytes = 0;       // free in the pool after that (its own view)
+  uint64_t headroom_bytes = 0;   // growth still allowed by the limit; kUnlimited: none
+  bool forwarded = false;        // no limit: the real driver got the request
+};
+
+// What the memory report shows for one pool, read without waiting: a part
+// whose lock is held (at exit, by a thread stopped anywhere) is marked busy
+// and left at zero.
+struct ClassOccupancy {
+  uint32_t block_bytes = 0;
+  uint64_t slabs = 0;
+  uint64_t blocks_in_use = 0;  // not free in the centre, nor in a thread's bin
+  uint64_t free_blocks = 0;    // free in the centre or a thread's bin
+};
+struct PoolReport {
+  PoolStats stats;
+  bool arena_busy = false, classes_busy = false, caches_busy = false, oom_busy = false;
+  uint64_t chunks = 0;
+  Granules mapped, free_home, free_stitched, lent, largest_free_run;
+  uint64_t free_blocks = 0;  // free home runs
+  int class_count = 0;       // entries of `classes` used: classes with slabs
+  ClassOccupancy classes[kClassCount];
+  OomRecord last_oom;
+};
+
 class DevicePool {
  public:
   DevicePool(Provider& provider, Clock& clock, PageMap& page_map, const PoolSettings& settings, LogSink log);
@@ -143,6 +179,10 @@ class DevicePool {
   uint64_t idle_bytes();
   uint64_t in_use_bytes();
   uint64_t limit_bytes() const { return settings_.config.limit_bytes; }
+
+  // The memory report's figures (policy/pool_report.cpp). Try-locks only,
+  // no provider call: safe at process exit.
+  PoolReport report();
 
   // For tests: arena and accounting consistency. Empty = fine.
   std::string check();
@@ -202,6 +242,10 @@ class DevicePool {
   void maybe_trim();
 
   // accounting
+  // The OOM record: the arena's side under the device lock (REQUIRES: it
+  // held), then the program's request once the answer is known.
+  void note_oom_locked(Granules granules, bool for_slab, uint64_t released_bytes, bool forwarded);
+  void note_oom_request(uint64_t request_bytes);
   void fold(ThreadCache& cache);
   void note_peak(uint64_t in_use);
 
@@ -247,6 +291,8 @@ class DevicePool {
   std::atomic<uint64_t> synchronization_ns_{0};
   std::atomic<uint64_t> release_ns_{0};
   std::atomic<uint64_t> lost_blocks_{0};  // could not be quarantined (host OOM)
+  std::mutex oom_mutex_;  // last_oom_; taken on OOM paths only, never at exit
+  OomRecord last_oom_;
 };
 
 }  // namespace pagefast::policy

@@ -56,6 +56,14 @@ class SlabCentral {
     std::lock_guard<std::mutex> guard(mutex_);
     return free_blocks_;
   }
+  // Both counts without waiting; false when the lock is busy (at exit).
+  bool try_counts(uint64_t* slabs, uint64_t* free_blocks) {
+    std::unique_lock<std::mutex> guard(mutex_, std::try_to_lock);
+    if (!guard.owns_lock()) return false;
+    *slabs = slab_count_;
+    *free_blocks = free_blocks_;
+    return true;
+  }
 
  private:
   void link(Slab* slab);

@@ -47,6 +47,8 @@ class OwnerLock {
     }
   }
   void unlock() { held_.store(0, std::memory_order_release); }
+  // For readers that must never wait (the report at process exit).
+  bool try_lock() { return held_.exchange(1, std::memory_order_acquire) == 0; }
 
  private:
   std::atomic<uint32_t> held_{0};

@@ -34,6 +34,7 @@
 #include "policy/clock.h"
 #include "policy/device_pool.h"
 #include "policy/page_map.h"
+#include "policy/pool_report.h"
 
 namespace pagefast::pool {
 namespace {
@@ -418,6 +419,13 @@ std::string stats_json() {
     first = false;
   }
   return text + "}}";
+}
+
+std::string report_text() {
+  std::string text;
+  for (int d = 0; d < kMaxDevices; ++d)
+    if (DevicePool* pool = pool_for_device(d)) text += policy::report_text(d, pool->report());
+  return text;
 }
 
 }  // namespace pagefast::pool

@@ -90,6 +90,7 @@ TEST_CASE("a bad key or value: one message naming it and what is accepted, then 
       {"pool:maybe", "'pool'", "on|off"},
       {"prewarm", "has no value", "a size"},
       {"reserve:3M", "'reserve'", "multiple of 2M"},
+      {"report:sideways", "'report'", "exit|off"},
   };
   for (const Case& k : cases) {
     INFO(k.conf);
@@ -99,6 +100,22 @@ TEST_CASE("a bad key or value: one message naming it and what is accepted, then 
     CHECK(c.error.find(k.accepted) != std::string::npos);
     CHECK(c.error.find('\n') == std::string::npos);
   }
+}
+
+TEST_CASE("report: off by default, exit accepted, PAGEFAST_REPORT read") {
+  Env env;
+  CHECK_FALSE(env.parse().report_at_exit);
+  CHECK(env.parse().report_path.empty());
+  Config c = with_conf("report:exit");
+  CHECK(c.error.empty());
+  CHECK_FALSE(c.passthrough);
+  CHECK(c.report_at_exit);
+  CHECK_FALSE(with_conf("report:exit,report:off").report_at_exit);
+  env.vars["PAGEFAST_REPORT"] = "/tmp/r-%p.txt";
+  CHECK(env.parse().report_path == "/tmp/r-%p.txt");
+  Config bad = with_conf("report:sideways");
+  CHECK(bad.passthrough);
+  CHECK(bad.error.find("'report'") != std::string::npos);
 }
 
 TEST_CASE("PAGEFAST=0 is a pass-through; other values are an error") {

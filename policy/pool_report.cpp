@@ -1,0 +1,202 @@
+// policy/pool_report.cpp: DevicePool::report() (the figures, read without
+// waiting) and the text of the memory report (policy/pool_report.h).
+#include "policy/pool_report.h"
+
+#include <sched.h>
+
+#include <cstdio>
+
+namespace pagefast::policy {
+
+PoolReport DevicePool::report() {
+  // Every lock is tried, never waited for: at exit a thread may have been
+  // stopped while holding one. A busy part is reported as busy.
+  PoolReport r;
+  r.stats = stats();
+  {
+    std::unique_lock<std::mutex> guard(arena_mutex_, std::try_to_lock);
+    if (guard.owns_lock()) {
+      r.chunks = arena_.chunk_count();
+      r.mapped = arena_.mapped();
+      r.free_home = arena_.free_home();
+      r.free_stitched = arena_.free_stitched();
+      r.lent = arena_.lent();
+      r.free_blocks = arena_.free_block_count();
+      r.largest_free_run = arena_.largest_free();
+    } else {
+      r.arena_busy = true;
+    }
+  }
+  // Blocks sitting in the threads' bins are free too, only not central.
+  uint64_t in_bins[kClassCount] = {};
+  {
+    std::unique_lock<std::mutex> guard(registry_mutex_, std::try_to_lock);
+    if (guard.owns_lock()) {
+      for (ThreadCache* c = registry_; c; c = c->registry_next) {
+        if (!c->lock.try_lock()) {
+          r.caches_busy = true;
+          continue;
+        }
+        for (int k = 0; k < kClassCount; ++k) in_bins[k] += c->bins[k].count;
+        c->lock.unlock();
+      }
+    } else {
+      r.caches_busy = true;
+    }
+  }
+  for (int k = 0; k < kClassCount; ++k) {
+    uint64_t slabs = 0, central_free = 0;
+    if (!centrals_[k].try_counts(&slabs, &central_free)) {
+      r.classes_busy = true;
+      continue;
+    }
+    if (slabs == 0) continue;
+    ClassOccupancy& o = r.classes[r.class_count++];
+    o.block_bytes = kSizeClasses[k].block_bytes;
+    o.slabs = slabs;
+    const uint64_t total = slabs * kSizeClasses[k].blocks_per_slab;
+    o.free_blocks = central_free + in_bins[k];
+    if (o.free_blocks > total) o.free_blocks = total;  // counts read at different moments
+    o.blocks_in_use = total - o.free_blocks;
+  }
+  {
+    std::unique_lock<std::mutex> guard(oom_mutex_, std::try_to_lock);
+    if (guard.owns_lock()) r.last_oom = last_oom_;
+    else r.oom_busy = true;
+  }
+  return r;
+}
+
+void DevicePool::note_oom_locked(Granules granules, bool for_slab, uint64_t released_bytes, bool forwarded) {
+  // Off the hot path (an out-of-memory answer); the record is written in
+  // place, so nothing here can fail.
+  std::lock_guard<std::mutex> guard(oom_mutex_);
+  OomRecord& o = last_oom_;
+  o.count = ooms_.load(std::memory_order_relaxed);
+  o.request_bytes = 0;
+  o.needed_bytes = granules.bytes();
+  o.for_slab = for_slab;
+  o.request_pending = true;
+  o.limit_bytes = settings_.config.limit_bytes;
+  o.released_bytes = released_bytes;
+  o.free_bytes = (arena_.free_home() + arena_.free_stitched()).bytes();
+  o.headroom_bytes = settings_.config.limit_bytes ? arena_.headroom().bytes() : kUnlimited;
+  o.forwarded = forwarded;
+}
+
+void DevicePool::note_oom_request(uint64_t request_bytes) {
+  // Only after an OOM was noted: a failure for another reason (host out of
+  // memory) leaves the record alone.
+  std::lock_guard<std::mutex> guard(oom_mutex_);
+  if (!last_oom_.request_pending) return;
+  last_oom_.request_bytes = request_bytes;
+  last_oom_.request_pending = false;
+}
+
+std::string report_bytes(uint64_t bytes) {
+  char buf[32];
+  if (bytes >= kGiB) std::snprintf(buf, sizeof buf, "%.1f GiB", double(bytes) / double(kGiB));
+  else std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / double(kMiB));
+  return buf;
+}
+
+double fragmentation(const PoolReport& r) {
+  if (r.free_home.count() == 0) return 0.0;
+  return 1.0 - double(r.largest_free_run.count()) / double(r.free_home.count());
+}
+
+namespace {
+
+// One "  name   value" line; names padded to one column.
+void line(std::string& out, const char* name, const std::string& value) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "  %-26s %s\n", name, value.c_str());
+  out += buf;
+}
+
+std::string count(uint64_t n) { return std::to_string(n); }
+
+}  // namespace
+
+std::string report_text(int device, const PoolReport& r) {
+  const PoolStats& s = r.stats;
+  std::string out = "device " + std::to_string(device) + "\n";
+  line(out, "reserved", report_bytes(s.reserved_bytes));
+  line(out, "mapped", report_bytes(s.mapped_bytes));
+  line(out, "in use", report_bytes(s.in_use_bytes));
+  line(out, "idle", report_bytes(s.idle_bytes));
+  line(out, "quarantined", report_bytes(s.quarantined_bytes));
+  line(out, "cached", report_bytes(s.cached_bytes));
+  line(out, "peak in use", report_bytes(s.peak_in_use_bytes));
+  line(out, "hits", count(s.hits));
+  line(out, "growths", count(s.growths));
+  line(out, "stitches", count(s.stitches));
+  line(out, "releases", count(s.releases));
+  line(out, "synchronisations", count(s.synchronizations));
+  line(out, "pass-throughs", count(s.passthroughs));
+  line(out, "out-of-memory answers", count(s.ooms));
+
+  out += "  size classes";
+  out += r.classes_busy || r.caches_busy ? " (busy: some counts could not be read)\n" : "\n";
+  if (r.class_count == 0) {
+    out += "    none with slabs\n";
+  } else {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "    %10s %8s %14s %12s\n", "block", "slabs", "blocks in use", "free blocks");
+    out += buf;
+    for (int i = 0; i < r.class_count; ++i) {
+      const ClassOccupancy& c = r.classes[i];
+      const std::string block =
+          c.block_bytes >= kKiB && c.block_bytes % kKiB == 0 ? std::to_string(c.block_bytes / kKiB) + " KiB"
+                                                             : std::to_string(c.block_bytes) + " B";
+      std::snprintf(buf, sizeof buf, "    %10s %8llu %14llu %12llu\n", block.c_str(), (unsigned long long)c.slabs,
+                    (unsigned long long)c.blocks_in_use, (unsigned long long)c.free_blocks);
+      out += buf;
+    }
+  }
+
+  if (r.arena_busy) {
+    out += "  arena                      busy (its lock was held; figures above are the lock-free ones)\n";
+  } else {
+    out += "  arena\n";
+    line(out, "  chunks", count(r.chunks));
+    line(out, "  mapped granules", count(r.mapped.count()) + " (" + report_bytes(r.mapped.bytes()) + ")");
+    line(out, "  free granules", count(r.free_home.count()) + " in " + count(r.free_blocks) + " free blocks (" +
+                                     report_bytes(r.free_home.bytes()) + ")");
+    line(out, "  lent / free stitched", count(r.lent.count()) + " / " + count(r.free_stitched.count()) + " granules");
+    char frag[32];
+    std::snprintf(frag, sizeof frag, "%.1f%%", 100.0 * fragmentation(r));
+    line(out, "fragmentation", std::string(frag) + " (1 - largest free run / free bytes)");
+    // A stitch can map every free home granule together, so the largest
+    // block without growing is the longer of the run and all free granules.
+    if (r.free_home > r.largest_free_run)
+      line(out, "largest block, no growth",
+           report_bytes(r.free_home.bytes()) + " by stitching free granules (largest free run " +
+               report_bytes(r.largest_free_run.bytes()) + ")");
+    else
+      line(out, "largest block, no growth", report_bytes(r.largest_free_run.bytes()) + " (the largest free run)");
+  }
+
+  const OomRecord& o = r.last_oom;
+  if (r.oom_busy) {
+    line(out, "last out-of-memory", "busy (its record was being written)");
+  } else if (o.count == 0) {
+    line(out, "last out-of-memory", "none");
+  } else {
+    out += "  last out-of-memory (answer " + count(o.count) + ")\n";
+    line(out, "  request", o.request_bytes ? report_bytes(o.request_bytes) + " (" + count(o.request_bytes) + " bytes)"
+                                             : std::string("unknown"));
+    if (o.for_slab) line(out, "  needed", report_bytes(o.needed_bytes) + " for a new slab of its size class");
+    line(out, "  limit", o.limit_bytes ? report_bytes(o.limit_bytes) : std::string("none"));
+    line(out, "  idle released first", report_bytes(o.released_bytes));
+    line(out, "  left (pool's view)",
+         report_bytes(o.free_bytes) + " free in the pool" +
+             (o.headroom_bytes == kUnlimited ? std::string(", growth not limited")
+                                             : ", " + report_bytes(o.headroom_bytes) + " under the limit"));
+    line(out, "  answer", o.forwarded ? "handed to the driver (no limit: it may have memory the pool has not)"
+                                      : "CUDA_ERROR_OUT_OF_MEMORY");
+  }
+  return out;
+}
+
+}  // namespace pagefast::policy
