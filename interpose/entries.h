@@ -24,6 +24,8 @@
 #undef cuStreamBeginCapture
 #undef cuStreamEndCapture
 #undef cuStreamBeginCaptureToGraph
+#undef cuDevicePrimaryCtxReset
+#undef cuDevicePrimaryCtxRelease
 
 #define PF_NO_LIMIT 0x7fffffff
 
@@ -31,6 +33,8 @@
 // build; these two have the same shape as there.
 typedef CUresult(CUDAAPI* PFN_cuStreamBeginCapture_v10000)(CUstream stream);
 typedef CUresult(CUDAAPI* PFN_cuStreamBeginCapture_v10000_ptsz)(CUstream stream);
+typedef CUresult(CUDAAPI* PFN_cuDevicePrimaryCtxReset_v7000)(CUdevice device);
+typedef CUresult(CUDAAPI* PFN_cuDevicePrimaryCtxRelease_v7000)(CUdevice device);
 
 // clang-format off
 #define PAGEFAST_ENTRIES(X)                                                                     \
@@ -101,6 +105,17 @@ typedef CUresult(CUDAAPI* PFN_cuStreamBeginCapture_v10000_ptsz)(CUstream stream)
     (peerContext, Flags))                                                                       \
   X(cuCtxDisablePeerAccess, "cuCtxDisablePeerAccess", 4000, PF_NO_LIMIT, 0,                     \
     PFN_cuCtxDisablePeerAccess_v4000, (CUcontext peerContext), (peerContext))                   \
+  /* A primary context reset (cudaDeviceReset), or the release that       \
+     destroys it, frees the device's memory: the pool of that device is   \
+     retired and the device served by the driver from then on. */         \
+  X(cuDevicePrimaryCtxReset, "cuDevicePrimaryCtxReset", 7000, 11000, 0,                        \
+    PFN_cuDevicePrimaryCtxReset_v7000, (CUdevice device), (device))                             \
+  X(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset", 11000, PF_NO_LIMIT, 0,              \
+    PFN_cuDevicePrimaryCtxReset_v11000, (CUdevice device), (device))                            \
+  X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", 7000, 11000, 0,                    \
+    PFN_cuDevicePrimaryCtxRelease_v7000, (CUdevice device), (device))                           \
+  X(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease", 11000, PF_NO_LIMIT, 0,          \
+    PFN_cuDevicePrimaryCtxRelease_v11000, (CUdevice device), (device))                          \
   X(cuGetProcAddress, "cuGetProcAddress", 11030, 12000, 0, PFN_cuGetProcAddress_v11030,         \
     (const char* symbol, void** pfn, int cuda_version, cuuint64_t flags),                       \
     (symbol, pfn, cuda_version, flags))                                                         \
@@ -121,6 +136,7 @@ typedef CUresult(CUDAAPI* PFN_cuStreamBeginCapture_v10000_ptsz)(CUstream stream)
   X(cuDeviceTotalMem_v2, PFN_cuDeviceTotalMem_v3020)                      \
   X(cuDeviceGetPCIBusId, PFN_cuDeviceGetPCIBusId_v4010)                   \
   X(cuCtxGetCurrent, PFN_cuCtxGetCurrent_v4000)                           \
+  X(cuDevicePrimaryCtxGetState, PFN_cuDevicePrimaryCtxGetState_v7000)     \
   X(cuCtxSetCurrent, PFN_cuCtxSetCurrent_v4000)                           \
   X(cuCtxGetDevice, PFN_cuCtxGetDevice_v2000)                             \
   X(cuCtxSynchronize, PFN_cuCtxSynchronize_v2000)                         \

@@ -248,6 +248,38 @@ CUresult cuCtxDisablePeerAccess(CUcontext peerContext) {
   return result;
 }
 
+// Primary context reset and release: forwarded; when the device's primary
+// context is gone afterwards, so is its memory, and the pool steps aside.
+#define PF_PRIMARY_RESET(symbol)                                       \
+  CUresult symbol(CUdevice device) {                                   \
+    const bool on = active(Entry::symbol);                             \
+    const RealDriver* real = real_driver();                            \
+    if (!real || !real->symbol) return kMissing;                       \
+    const CUresult result = real->symbol(device);                      \
+    if (on && result == CUDA_SUCCESS) pool::on_device_reset(int(device)); \
+    return result;                                                     \
+  }
+PF_PRIMARY_RESET(cuDevicePrimaryCtxReset)
+PF_PRIMARY_RESET(cuDevicePrimaryCtxReset_v2)
+#undef PF_PRIMARY_RESET
+
+#define PF_PRIMARY_RELEASE(symbol)                                     \
+  CUresult symbol(CUdevice device) {                                   \
+    const bool on = active(Entry::symbol);                             \
+    const RealDriver* real = real_driver();                            \
+    if (!real || !real->symbol) return kMissing;                       \
+    const CUresult result = real->symbol(device);                      \
+    unsigned flags = 0;                                                \
+    int still_active = 1;                                              \
+    if (on && result == CUDA_SUCCESS && real->cuDevicePrimaryCtxGetState && \
+        real->cuDevicePrimaryCtxGetState(device, &flags, &still_active) == CUDA_SUCCESS && !still_active) \
+      pool::on_device_reset(int(device));                              \
+    return result;                                                     \
+  }
+PF_PRIMARY_RELEASE(cuDevicePrimaryCtxRelease)
+PF_PRIMARY_RELEASE(cuDevicePrimaryCtxRelease_v2)
+#undef PF_PRIMARY_RELEASE
+
 CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
                              CUdriverProcAddressQueryResult* status) {
   const bool on = active(Entry::cuGetProcAddress_v2);

@@ -52,6 +52,13 @@ void on_capture_end();
 void on_peer_access_enabled(int accessor, int owner);
 void on_peer_access_disabled(int accessor, int owner);
 
+// The primary context of `device` was reset or destroyed: the driver has
+// freed that device's memory. The device's pool is retired (never touched
+// again: its chunks may no longer exist) and the device is served by the
+// driver from then on; addresses of the retired pool are no longer the
+// pool's (calls on them go to the driver, which answers for them).
+void on_device_reset(int device);
+
 // The "pool" object of the stats JSON (an object text: {"devices": ...}).
 // Reads counters only; no CUDA.
 std::string stats_json();

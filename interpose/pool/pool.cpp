@@ -61,6 +61,9 @@ std::atomic<const RealDriver*> g_real{nullptr};
 std::mutex g_create_mutex;
 std::atomic<DevicePool*> g_pools[kMaxDevices];
 std::atomic<bool> g_unpoolable[kMaxDevices];
+// Devices whose primary context was reset or destroyed: their pool is
+// retired for good (on_device_reset) and never touched again.
+std::atomic<bool> g_retired[kMaxDevices];
 VmmProvider* g_providers[kMaxDevices];
 // For a thread that cannot get a cache of its own (host out of memory).
 ThreadCache* g_fallback_caches[kMaxDevices];
@@ -212,11 +215,39 @@ CUresult free_result(FreeStatus status) {
   return status == FreeStatus::Ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+inline bool retired(const DevicePool* pool) {
+  const int device = pool->device();
+  return device >= 0 && device < kMaxDevices && g_retired[device].load(std::memory_order_relaxed);
+}
+
+// The pool's record of an address, or NULL when the address is not pool
+// memory any more: never made by the pool, or made by a retired pool,
+// whose memory the driver freed with the context.
+policy::Span* live_span(CUdeviceptr dptr) {
+  policy::Span* span = policy::global_page_map().lookup(dptr);
+  return span && !retired(span->pool) ? span : nullptr;
+}
+
 }  // namespace
 
 DevicePool* pool_for_device(int device) {
   if (device < 0 || device >= kMaxDevices || !g_active.load(std::memory_order_acquire)) return nullptr;
   return g_pools[device].load(std::memory_order_acquire);
+}
+
+void on_device_reset(int device) {
+  if (device < 0 || device >= kMaxDevices || !g_active.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> guard(g_create_mutex);
+  if (g_retired[device].exchange(true)) return;
+  g_unpoolable[device].store(true, std::memory_order_release);
+  // The old pool object stays (leaked on purpose): another thread may be
+  // inside it right now, and its chunks may be gone with the context, so
+  // nothing is unmapped or released through it.
+  if (g_pools[device].exchange(nullptr, std::memory_order_acq_rel))
+    log_line(LogLevel::Warn,
+             "the primary context of device %d was reset or destroyed, and with it the device's memory: "
+             "pagefast's pool of that device is retired and its allocations go to the driver from now on",
+             device);
 }
 
 void configure(const PoolConfig& config, LogSink log) {
@@ -249,6 +280,7 @@ bool try_alloc(CUdeviceptr* dptr, size_t bytes, CUresult* result) {
   } else if (!bind(real, context, &pool, &cache)) {
     return false;
   }
+  if (__builtin_expect(retired(pool), 0)) return false;
   uint64_t addr = 0;
   switch (pool->alloc(*cache, bytes, &addr)) {
     case AllocStatus::Ok:
@@ -274,7 +306,7 @@ static bool has_context() {
 
 bool try_free(CUdeviceptr dptr, CUresult* result) {
   if (__builtin_expect(!g_active.load(std::memory_order_acquire), 0)) return false;
-  policy::Span* span = policy::global_page_map().lookup(dptr);
+  policy::Span* span = live_span(dptr);
   if (!span || !has_context()) return false;
   DevicePool* pool = span->pool;
   const int device = pool->device();
@@ -296,7 +328,7 @@ bool try_free(CUdeviceptr dptr, CUresult* result) {
 
 bool try_address_range(CUdeviceptr* base, size_t* bytes, CUdeviceptr dptr, CUresult* result) {
   if (!g_active.load(std::memory_order_acquire)) return false;
-  policy::Span* span = policy::global_page_map().lookup(dptr);
+  policy::Span* span = live_span(dptr);
   if (!span || !has_context()) return false;
   policy::RangeInfo info{};
   if (!DevicePool::range_of(span, dptr, &info)) {
@@ -313,7 +345,7 @@ bool try_address_range(CUdeviceptr* base, size_t* bytes, CUdeviceptr dptr, CUres
 
 void patch_pointer_attribute(void* data, CUpointer_attribute attribute, CUdeviceptr dptr) {
   if (!g_active.load(std::memory_order_acquire)) return;
-  policy::Span* span = policy::global_page_map().lookup(dptr);
+  policy::Span* span = live_span(dptr);
   if (!span) return;
   policy::RangeInfo info{};
   if (!DevicePool::range_of(span, dptr, &info)) return;
@@ -339,7 +371,7 @@ void patch_pointer_attribute(void* data, CUpointer_attribute attribute, CUdevice
 bool try_ipc_get_mem_handle(CUipcMemHandle* handle, CUdeviceptr dptr, CUresult* result) {
   (void)handle;
   if (!g_active.load(std::memory_order_acquire)) return false;
-  if (!policy::global_page_map().lookup(dptr)) return false;
+  if (!live_span(dptr)) return false;
   if (!g_ipc_warned.exchange(true))
     log_line(LogLevel::Warn,
              "cuIpcGetMemHandle on pool memory is not supported (pool memory is not legacy-IPC capable); "

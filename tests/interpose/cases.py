@@ -257,6 +257,23 @@ def case_launcher():
               "a program run through the launcher goes through pagefast")
 
 
+def case_ctx_reset():
+    """cudaDeviceReset mid-run: the device's pool is retired, the driver
+    serves the device from then on, and the program sees the driver's answers."""
+    argv = [os.path.join(paths()["bin"], "ctx_reset")]
+    base = run(argv)
+    check(base.returncode == 0 and "done" in base.stdout, f"runs without pagefast ({base.stdout[-200:]})")
+    r, stats = with_stats(argv, {"PAGEFAST_LOG": "warn"})
+    check(r.returncode == 0 and r.stdout == base.stdout, "identical output under pagefast")
+    if r.stdout != base.stdout:
+        print(base.stdout, "---", r.stdout)
+    check("b is pool memory 0" in r.stdout, "after the reset, allocations are the driver's")
+    warned = [l for l in pagefast_lines(r.stderr) if "retired" in l]
+    check(len(warned) == 1, f"one warning says the pool was retired ({pagefast_lines(r.stderr)})")
+    check(stats and stats["calls"]["cuDevicePrimaryCtxReset_v2"] == 1, "the reset went through pagefast")
+    check(stats and "0" not in stats["pool"]["devices"], "the retired pool is not reported as live")
+
+
 def case_exports():
     """Only the table's entry points, dlsym and pagefast_* leave the library;
     it needs nothing but glibc (no libcuda, libcudart, spdlog, fmt, libstdc++)."""
