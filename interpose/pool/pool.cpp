@@ -243,8 +243,10 @@ void on_device_reset(int device) {
   // The old pool object stays (leaked on purpose): another thread may be
   // inside it right now, and its chunks may be gone with the context, so
   // nothing is unmapped or released through it.
+  // Info, not a warning: the CUDA runtime's own teardown at exit may release
+  // the primary context, and that is no news to the user.
   if (g_pools[device].exchange(nullptr, std::memory_order_acq_rel))
-    log_line(LogLevel::Warn,
+    log_line(LogLevel::Info,
              "the primary context of device %d was reset or destroyed, and with it the device's memory: "
              "pagefast's pool of that device is retired and its allocations go to the driver from now on",
              device);
