@@ -76,9 +76,8 @@ void capture_maybe_ended(CUstream stream) {
 
 CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   if (active(Entry::cuMemAlloc_v2)) {
-    if (__builtin_expect(!g_first_alloc_done.load(std::memory_order_relaxed), 0) &&
-        !g_first_alloc_done.exchange(true))
-      runtime::on_first_alloc();
+    if (__builtin_expect(!g_first_alloc_done.load(std::memory_order_relaxed), 0) && runtime::on_first_alloc())
+      g_first_alloc_done.store(true, std::memory_order_relaxed);
     // NULL and 0 are answered by the driver itself, byte for byte.
     CUresult result;
     if (dptr && bytesize && pool::try_alloc(dptr, bytesize, &result)) return result;

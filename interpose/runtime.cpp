@@ -79,16 +79,25 @@ std::string numa_json() {
   return "null";
 }
 
-void on_first_alloc() {
-  log::write(LogLevel::Info, "active (pid {}, version {}): {}", getpid(), PAGEFAST_VERSION, describe(g_state->config));
+bool on_first_alloc() {
+  static std::atomic<bool> bannered{false};
+  if (!bannered.exchange(true))
+    log::write(LogLevel::Info, "active (pid {}, version {}): {}", getpid(), PAGEFAST_VERSION, describe(g_state->config));
 #if PAGEFAST_HAVE_NUMA
+  static std::atomic<bool> checked{false};
+  if (checked.load()) return true;
   const RealDriver* real = real_driver();
   CUdevice device;
   char bus_id[32] = {0};
-  if (real && real->cuCtxGetDevice && real->cuDeviceGetPCIBusId && real->cuCtxGetDevice(&device) == CUDA_SUCCESS &&
-      real->cuDeviceGetPCIBusId(bus_id, sizeof bus_id - 1, device) == CUDA_SUCCESS)
+  // An allocation made with no current context (the driver refuses it)
+  // leaves the check for a later one.
+  if (!real || !real->cuCtxGetDevice || !real->cuDeviceGetPCIBusId) return true;
+  if (real->cuCtxGetDevice(&device) != CUDA_SUCCESS) return false;
+  if (checked.exchange(true)) return true;
+  if (real->cuDeviceGetPCIBusId(bus_id, sizeof bus_id - 1, device) == CUDA_SUCCESS)
     numa::check_device(bus_id, g_state->config.numa, log::sink());
 #endif
+  return true;
 }
 
 namespace {

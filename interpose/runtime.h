@@ -27,8 +27,9 @@ inline bool passthrough() {
 const Config& config();
 std::string numa_json();
 
-// The first allocation: the info banner, and the NUMA check of the device
-// actually in use (a CUDA context exists by then).
-void on_first_alloc();
+// The first allocations: the info banner (once), and the NUMA check of the
+// device actually in use, which needs a current context. Returns true once
+// both are done, so that the caller stops calling.
+bool on_first_alloc();
 
 }  // namespace pagefast::runtime
