@@ -8,11 +8,32 @@
 #include <memory>
 #include <string>
 
+#include "policy/arena.h"
 #include "policy/clock.h"
 #include "policy/device_pool.h"
 #include "policy/fake_provider.h"
 
 namespace pagefast::policy::test {
+
+// An Arena alone on a FakeProvider, with a private page map, 64-granule
+// ranges and the given chunk (and limit) in granules.
+struct ArenaUnderTest {
+  explicit ArenaUnderTest(uint64_t chunk_granules, uint64_t limit_granules = 0, uint64_t capacity = 256 * kMiB,
+                          FakeProvider::Backing backing = FakeProvider::Backing::None)
+      : provider(capacity, backing), page_map(new PageMap()), arena(provider, *page_map, nullptr, settings(chunk_granules, limit_granules)) {}
+  ~ArenaUnderTest() { page_map->destroy_leaves_for_tests(); }
+  static ArenaSettings settings(uint64_t chunk, uint64_t limit) {
+    ArenaSettings s;
+    s.chunk_granules = Granules(chunk);
+    if (limit) s.limit_granules = Granules(limit);
+    s.range_bytes = 64 * kGranuleBytes;
+    return s;
+  }
+  FakeProvider provider;
+  std::unique_ptr<PageMap> page_map;
+  Arena arena;
+};
+
 
 struct PoolUnderTest {
   PoolUnderTest(uint64_t capacity_bytes, FakeProvider::Backing backing, const PoolConfig& config,

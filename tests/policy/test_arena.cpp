@@ -12,28 +12,9 @@
 
 using namespace pagefast;
 using namespace pagefast::policy;
+using namespace pagefast::policy::test;
 using Op = FakeProvider::Op;
 
-namespace {
-
-struct ArenaUnderTest {
-  explicit ArenaUnderTest(uint64_t chunk_granules, uint64_t limit_granules = 0, uint64_t capacity = 256 * kMiB,
-                          FakeProvider::Backing backing = FakeProvider::Backing::None)
-      : provider(capacity, backing), page_map(new PageMap()), arena(provider, *page_map, nullptr, settings(chunk_granules, limit_granules)) {}
-  ~ArenaUnderTest() { page_map->destroy_leaves_for_tests(); }
-  static ArenaSettings settings(uint64_t chunk, uint64_t limit) {
-    ArenaSettings s;
-    s.chunk_granules = Granules(chunk);
-    if (limit) s.limit_granules = Granules(limit);
-    s.range_bytes = 64 * kGranuleBytes;
-    return s;
-  }
-  FakeProvider provider;
-  std::unique_ptr<PageMap> page_map;
-  Arena arena;
-};
-
-}  // namespace
 
 TEST_CASE("growth rounds to the chunk and opens each chunk with one access call", "[arena]") {
   ArenaUnderTest t(4);

@@ -21,25 +21,10 @@ namespace {
 constexpr uint64_t kPeer1 = uint64_t(1) << 1;
 constexpr uint64_t kPeer3 = uint64_t(1) << 3;
 
-struct PeerArena {
-  PeerArena() : provider(256 * kMiB, FakeProvider::Backing::None), page_map(new PageMap()),
-                arena(provider, *page_map, nullptr, settings()) {}
-  ~PeerArena() { page_map->destroy_leaves_for_tests(); }
-  static ArenaSettings settings() {
-    ArenaSettings s;
-    s.chunk_granules = Granules(2);
-    s.range_bytes = 64 * kGranuleBytes;
-    return s;
-  }
-  FakeProvider provider;
-  std::unique_ptr<PageMap> page_map;
-  Arena arena;
-};
-
 }  // namespace
 
 TEST_CASE("a peer set change re-applies access to every opened range, stitches included", "[peers][arena]") {
-  PeerArena t;
+  ArenaUnderTest t(2);
   for (int i = 0; i < 3; ++i) REQUIRE(t.arena.grow(Granules(1)) == ProviderStatus::Ok);
   std::vector<Block*> ones;
   for (int i = 0; i < 6; ++i) ones.push_back(t.arena.take(Granules(1)));
@@ -93,7 +78,7 @@ TEST_CASE("a peer set change re-applies access to every opened range, stitches i
 }
 
 TEST_CASE("released and dissolved ranges are no longer re-applied", "[peers][arena][release]") {
-  PeerArena t;
+  ArenaUnderTest t(2);
   for (int i = 0; i < 2; ++i) REQUIRE(t.arena.grow(Granules(1)) == ProviderStatus::Ok);
   Block* a = t.arena.take(Granules(1));
   Block* b = t.arena.take(Granules(1));
@@ -122,7 +107,7 @@ TEST_CASE("released and dissolved ranges are no longer re-applied", "[peers][are
 }
 
 TEST_CASE("a range that refuses is counted and skipped; the set changes anyway", "[peers][arena][faults]") {
-  PeerArena t;
+  ArenaUnderTest t(2);
   for (int i = 0; i < 3; ++i) REQUIRE(t.arena.grow(Granules(1)) == ProviderStatus::Ok);
   Block* all = t.arena.take(Granules(6));
   REQUIRE(all);
