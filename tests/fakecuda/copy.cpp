@@ -47,6 +47,16 @@ bool still_valid(const Range& range, size_t bytes, Access access) {
          now == range.identity;
 }
 
+// Where a copy or memset is issued: an async one on its stream (and that
+// stream's context), a synchronous one in the current context.
+// REQUIRES: state().mu held.
+CUresult issuing_context(bool async, CUstream stream_handle, Context** ctx, Stream** stream) {
+  if (!async) return current_context(ctx);
+  FAKE_TRY(resolve_stream(stream_handle, stream));
+  *ctx = (*stream)->ctx;
+  return CUDA_SUCCESS;
+}
+
 void fill(uintptr_t dst, const void* pattern, size_t element_bytes, size_t count) {
   unsigned char* out = reinterpret_cast<unsigned char*>(dst);
   if (element_bytes == 1) {
@@ -62,12 +72,7 @@ CUresult copy(uintptr_t dst, Side dst_side, uintptr_t src, Side src_side, size_t
   Lock lock(state().mu);
   Context* ctx = nullptr;
   Stream* stream = nullptr;
-  if (async) {
-    FAKE_TRY(resolve_stream(stream_handle, &stream));
-    ctx = stream->ctx;
-  } else {
-    FAKE_TRY(current_context(&ctx));
-  }
+  FAKE_TRY(issuing_context(async, stream_handle, &ctx, &stream));
   if (bytes == 0) return CUDA_SUCCESS;
   Range to, from;
   FAKE_TRY(check_side(dst, bytes, dst_side, Access::kWrite, &to));
@@ -105,12 +110,7 @@ CUresult memset_elements(CUdeviceptr dst, const void* pattern, size_t element_by
   Lock lock(state().mu);
   Context* ctx = nullptr;
   Stream* stream = nullptr;
-  if (async) {
-    FAKE_TRY(resolve_stream(stream_handle, &stream));
-    ctx = stream->ctx;
-  } else {
-    FAKE_TRY(current_context(&ctx));
-  }
+  FAKE_TRY(issuing_context(async, stream_handle, &ctx, &stream));
   if (count == 0) return CUDA_SUCCESS;
   if (uintptr_t(dst) % element_bytes != 0 || count > SIZE_MAX / element_bytes)
     return CUDA_ERROR_INVALID_VALUE;
