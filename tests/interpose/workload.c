@@ -78,6 +78,21 @@ int run_workload(const workload_api* a) {
       if (ids[i] == ids[j] || p[i] == p[j]) distinct = 0;
   printf("aligned %d ranges %d copies %d distinct %d\n", aligned, ranges, copies, distinct);
 
+  /* The sizes themselves, as the driver states them: the differential test
+     of RANGE_SIZE and cuMemGetAddressRange (requested or rounded). */
+  printf("range sizes:");
+  for (int i = 0; i < KEEP; ++i) {
+    CUdeviceptr base = 0;
+    size_t bytes = 0, attr_bytes = 0;
+    made_range++;
+    a->cuMemGetAddressRange_v2(&base, &bytes, p[i]);
+    made_attr++;
+    a->cuPointerGetAttribute(&attr_bytes, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p[i]);
+    printf(" %zu", bytes);
+    if (attr_bytes != bytes) printf("(attribute %zu)", attr_bytes);
+  }
+  printf("\n");
+
   /* Several attributes at once, on one block. */
   CUpointer_attribute which[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
                                   CU_POINTER_ATTRIBUTE_RANGE_SIZE};
@@ -110,6 +125,50 @@ int run_workload(const workload_api* a) {
   }
   made_free++;
   printf("double free: %d\n", (int)a->cuMemFree_v2(p[3]));
+
+  /* Buffer ids are never handed out again: the same sizes once more. */
+  int ids_reused = 0;
+  for (int i = 0; i < KEEP; ++i) {
+    CUdeviceptr q = 0;
+    unsigned long long id = 0;
+    made_alloc++;
+    if (a->cuMemAlloc_v2(&q, sizes[i]) != CUDA_SUCCESS) {
+      printf("realloc %zu failed\n", sizes[i]);
+      return 1;
+    }
+    made_attr++;
+    a->cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, q);
+    for (int j = 0; j < KEEP; ++j)
+      if (id == ids[j]) ids_reused = 1;
+    made_free++;
+    a->cuMemFree_v2(q);
+  }
+  printf("buffer ids reused %d\n", ids_reused);
+
+  /* A free, an address query and an allocation on a thread with no current
+     context: whatever the driver answers. */
+  {
+    CUdeviceptr q = 0, r2 = 0;
+    made_alloc++;
+    a->cuMemAlloc_v2(&q, 1u << 20);
+    CUcontext saved = ctx;
+    a->cuCtxSetCurrent(NULL);
+    CUdeviceptr base = 0;
+    size_t bytes = 0;
+    made_range++;
+    r = a->cuMemGetAddressRange_v2(&base, &bytes, q);
+    printf("no context: range %d size ok %d", (int)r, r == CUDA_SUCCESS ? bytes == (1u << 20) : -1);
+    made_alloc++;
+    printf(" alloc %d", (int)a->cuMemAlloc_v2(&r2, 4096));
+    made_free++;
+    r = a->cuMemFree_v2(q);
+    printf(" free %d\n", (int)r);
+    a->cuCtxSetCurrent(saved);
+    if (r != CUDA_SUCCESS) {
+      made_free++;
+      printf("free again with the context %d\n", (int)a->cuMemFree_v2(q));
+    }
+  }
 
   /* Reuse: the same sizes again, then a churn of pairs. */
   for (int round = 0; round < 50; ++round) {
