@@ -30,12 +30,25 @@ ArenaSettings arena_settings(const PoolSettings& s) {
 
 }  // namespace
 
+LargeLimits large_limits(uint64_t device_total_bytes, uint64_t limit_bytes) {
+  uint64_t basis = device_total_bytes;
+  if (limit_bytes && (!basis || limit_bytes < basis)) basis = limit_bytes;
+  uint64_t bytes = basis / kLargeLimitDeviceFraction;
+  if (bytes < kLargeLimitMinBytes) bytes = kLargeLimitMinBytes;
+  if (bytes > kLargeLimitMaxBytes) bytes = kLargeLimitMaxBytes;
+  bytes = granules_floor(bytes).bytes();
+  // Blocks up to a quarter of the batch: a batch of them is at least four
+  // frees, so the sync is shared.
+  return LargeLimits{bytes, granules_floor(bytes / 4), granules_floor(bytes)};
+}
+
 DevicePool::DevicePool(Provider& provider, Clock& clock, PageMap& page_map, const PoolSettings& settings,
                        LogSink log)
     : provider_(provider),
       clock_(clock),
       page_map_(page_map),
       settings_(settings),
+      large_(large_limits(settings.device_total_bytes, settings.config.limit_bytes)),
       log_(log),
       arena_(provider, page_map, this, arena_settings(settings)) {
   for (int c = 0; c < kClassCount; ++c) centrals_[c].init(c);
@@ -209,7 +222,7 @@ bool DevicePool::pop_large(ThreadCache& cache, Granules granules, uint64_t reque
 
 AllocStatus DevicePool::alloc_large(ThreadCache& cache, uint64_t request_bytes, uint64_t* addr) {
   const Granules granules = granules_ceil(request_bytes);
-  if (granules <= kLargeCacheMaxGranules && pop_large(cache, granules, request_bytes, addr)) return AllocStatus::Ok;
+  if (granules <= large_.cache_block && pop_large(cache, granules, request_bytes, addr)) return AllocStatus::Ok;
   return alloc_large_slow(cache, granules, request_bytes, addr);
 }
 
@@ -232,10 +245,10 @@ AllocStatus DevicePool::alloc_large_slow(ThreadCache& cache, Granules granules, 
   }
   fold(cache);
   retire_local(cache, true);
-  const bool cacheable = granules <= kLargeCacheMaxGranules;
+  const bool cacheable = granules <= large_.cache_block;
   if (cacheable && pop_large(cache, granules, request_bytes, addr)) return AllocStatus::Ok;
-  if (quarantine_due(cache) && sync_and_retire(&cache, cacheable) && cacheable &&
-      pop_large(cache, granules, request_bytes, addr))
+  const bool due = quarantine_due(cache);
+  if (due && sync_and_retire(&cache, cacheable) && cacheable && pop_large(cache, granules, request_bytes, addr))
     return AllocStatus::Ok;
   AllocStatus status = AllocStatus::OutOfMemory;
   bool fresh = false;
@@ -251,10 +264,13 @@ AllocStatus DevicePool::alloc_large_slow(ThreadCache& cache, Granules granules, 
   // The arena is out of fitting runs: the quarantine comes back into this
   // thread's cache (obtain() would send it central, and a steady loop
   // would then never return to its cache).
-  if (!block && cacheable && quarantine_nonempty(&cache) && sync_and_retire(&cache, true) &&
+  // Only once the thread's batch is due, though: before that the pool grows
+  // (up to the thread's allowance, LargeLimits), so that one sync serves a
+  // batch of large frees rather than every few of them.
+  if (!block && cacheable && due && quarantine_nonempty(&cache) && sync_and_retire(&cache, true) &&
       pop_large(cache, granules, request_bytes, addr))
     return AllocStatus::Ok;
-  if (!block) block = obtain(&cache, granules, false, &status, &fresh);
+  if (!block) block = obtain(&cache, granules, false, &status, &fresh, !cacheable || due);
   if (!block) {
     note_oom_request(request_bytes);
     return status;
@@ -278,7 +294,8 @@ ProviderStatus DevicePool::grow_locked(Granules granules) {
   return status;
 }
 
-Block* DevicePool::obtain(ThreadCache* cache, Granules granules, bool for_slab, AllocStatus* status, bool* fresh) {
+Block* DevicePool::obtain(ThreadCache* cache, Granules granules, bool for_slab, AllocStatus* status, bool* fresh,
+                          bool sync_before_growth) {
   const BlockState state = for_slab ? BlockState::SlabBacking : BlockState::Used;
   auto take_existing = [&]() -> Block* {
     Block* b = arena_.take(granules, state);
@@ -296,7 +313,7 @@ Block* DevicePool::obtain(ThreadCache* cache, Granules granules, bool for_slab, 
     if (Block* b = take_existing()) return b;
   }
   // Growing would be next: retire the quarantine first, it may hold enough.
-  if (quarantine_nonempty(cache) && sync_and_retire(cache, false)) {
+  if (sync_before_growth && quarantine_nonempty(cache) && sync_and_retire(cache, false)) {
     std::lock_guard<std::mutex> guard(arena_mutex_);
     if (Block* b = take_existing()) return b;
   }
@@ -395,7 +412,7 @@ FreeStatus DevicePool::free(ThreadCache& cache, Span* span, uint64_t addr) {
       // A batch over the byte mark is retired by this thread's next miss
       // (quarantine_due), so that the seal and the sync land on one pair;
       // only a full batch, or twice the mark, is sealed here.
-      const bool seal = q->full() || q->bytes >= 2 * kLocalQuarantineBytes;
+      const bool seal = q->full() || q->bytes >= 2 * large_.batch_bytes;
       cache.lock.unlock();
       if (seal) seal_local_quarantine(cache);
       return FreeStatus::Ok;

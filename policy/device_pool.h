@@ -8,8 +8,8 @@
 //  1. the thread cache's bin of the size class, or its large slots (hit);
 //  2. the thread's quarantine entries that some sync already retired;
 //  3. a sync-and-retire into the cache when the thread's own batch is due
-//     (sealed, or holding kLocalQuarantineBytes) or the shared quarantine
-//     is (kRetireBlocks blocks, or max(kRetireMinBytes, mapped / 16));
+//     (sealed, or holding LargeLimits::batch_bytes) or the shared quarantine
+//     is (kRetireBlocks blocks, or max(LargeLimits::batch_bytes, mapped / 16));
 //  4. the size-class centre (small) or the arena's free runs (large; then
 //     the thread's cached blocks of other sizes go back, then its
 //     quarantine is retired into its cache);
@@ -54,13 +54,27 @@ struct PoolSettings {
 
 // A sync is due once the quarantine holds this many blocks ...
 constexpr uint64_t kRetireBlocks = kQuarantineBatchEntries;
-// ... or this many bytes, or 1/kRetireMappedFraction of the mapped memory,
-// whichever is more: large blocks are retired in batches too.
-constexpr uint64_t kRetireMinBytes = 256 * kMiB;
+// ... or LargeLimits::batch_bytes, or 1/kRetireMappedFraction of the mapped
+// memory, whichever is more: large blocks are retired in batches too.
 constexpr uint64_t kRetireMappedFraction = 16;
-// A thread's batch holding this much is due for retirement even if not
-// full, so that large blocks are retired in batches of about this size.
-constexpr uint64_t kLocalQuarantineBytes = 256 * kMiB;
+// What one thread keeps to itself for large blocks. Its quarantine batch is
+// due for a sync once it holds batch_bytes (so large blocks are retired in
+// batches of about that size, one sync each), and its cache keeps retired
+// blocks of up to cache_block each and cache_total together, so that the
+// batch comes back into the cache whole. A sync costs about 1.3 us on the
+// H200 (docs/BENCHMARKS.md): with 256 MiB a 64 MiB loop paid it on every
+// 4th pair, with 1 GiB on every 16th. Scaled with the device (1/128 of its
+// memory, or of the limit), between 256 MiB and 1 GiB, so that a small card
+// is not hoarded; all of it comes back to any thread under pressure.
+struct LargeLimits {
+  uint64_t batch_bytes;
+  Granules cache_block;
+  Granules cache_total;
+};
+constexpr uint64_t kLargeLimitMinBytes = 256 * kMiB;
+constexpr uint64_t kLargeLimitMaxBytes = 1 * kGiB;
+constexpr uint64_t kLargeLimitDeviceFraction = 128;
+LargeLimits large_limits(uint64_t device_total_bytes, uint64_t limit_bytes);
 // Automatic reserve: this many times the device's memory per range.
 constexpr uint64_t kAutoReserveFactor = 2;
 constexpr uint64_t kMinReserveBytes = 1 * kGiB;
@@ -201,7 +215,10 @@ class DevicePool {
   bool refill_small(ThreadCache& cache, int class_index);
   bool new_slab(ThreadCache& cache, int class_index, AllocStatus* status);
   // Arena memory of `granules`, Used; NULL with *status set on failure.
-  Block* obtain(ThreadCache* cache, Granules granules, bool for_slab, AllocStatus* status, bool* fresh);
+  // sync_before_growth false: grow rather than retire the quarantine (the
+  // thread's batch is not due yet); under pressure everything is retired.
+  Block* obtain(ThreadCache* cache, Granules granules, bool for_slab, AllocStatus* status, bool* fresh,
+                bool sync_before_growth = true);
   Block* obtain_under_pressure(ThreadCache* cache, Granules granules, bool for_slab, AllocStatus* status);
   ProviderStatus grow_locked(Granules granules);
 
@@ -253,6 +270,7 @@ class DevicePool {
   Clock& clock_;
   PageMap& page_map_;
   const PoolSettings settings_;
+  const LargeLimits large_;
   const LogSink log_;
 
   SlabCentral centrals_[kClassCount];

@@ -105,11 +105,11 @@ bool DevicePool::quarantine_due(ThreadCache& cache) {
   const bool sealed = cache.sealed != nullptr;
   uint64_t blocks = cache.quarantine->count, bytes = cache.quarantine->bytes;
   cache.lock.unlock();
-  if (sealed || bytes >= kLocalQuarantineBytes) return true;
+  if (sealed || bytes >= large_.batch_bytes) return true;
   blocks += shared_blocks_.load(std::memory_order_relaxed);
   bytes += shared_bytes_.load(std::memory_order_relaxed);
   uint64_t due_bytes = mapped_bytes_.load(std::memory_order_relaxed) / kRetireMappedFraction;
-  if (due_bytes < kRetireMinBytes) due_bytes = kRetireMinBytes;
+  if (due_bytes < large_.batch_bytes) due_bytes = large_.batch_bytes;
   return blocks >= kRetireBlocks || bytes >= due_bytes;
 }
 
@@ -302,9 +302,9 @@ void DevicePool::retire_entries(ThreadCache* cache, const QuarantineEntry* entri
     }
     Block* block = static_cast<Block*>(e.span);
     const Granules g = block->granules();
-    if (cache && g <= kLargeCacheMaxGranules) {
+    if (cache && g <= large_.cache_block) {
       while (cache->large_count &&
-             (cache->large_count == kLargeCacheSlots || cache->large_granules + g > kLargeCacheTotalGranules)) {
+             (cache->large_count == kLargeCacheSlots || cache->large_granules + g > large_.cache_total)) {
         const LargeSlot oldest = cache->large[0];
         for (int k = 1; k < cache->large_count; ++k) cache->large[k - 1] = cache->large[k];
         --cache->large_count;

@@ -54,13 +54,10 @@ class OwnerLock {
   std::atomic<uint32_t> held_{0};
 };
 
-// Large blocks a thread keeps for itself: up to 64 MiB each (every size the
-// hot-path target covers) and 256 MiB together, so that a few threads
-// cannot hide much of the device (a drain takes it back under pressure).
-// As many slots as a quarantine batch has entries: a retired batch of any
-// size up to 64 MiB fits whole, so a steady loop never leaves the cache.
-constexpr Granules kLargeCacheMaxGranules = granules_ceil(64 * kMiB);
-constexpr Granules kLargeCacheTotalGranules = granules_ceil(256 * kMiB);
+// Large blocks a thread keeps for itself: how much is set per pool
+// (LargeLimits in device_pool.h, scaled with the device). As many slots as a
+// quarantine batch has entries, so a retired batch fits whole and a steady
+// loop never leaves the cache.
 constexpr int kLargeCacheSlots = kQuarantineBatchEntries;
 
 struct LargeSlot {

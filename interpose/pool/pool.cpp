@@ -309,7 +309,9 @@ static bool has_context() {
 bool try_free(CUdeviceptr dptr, CUresult* result) {
   if (__builtin_expect(!g_active.load(std::memory_order_acquire), 0)) return false;
   policy::Span* span = live_span(dptr);
-  if (!span || !has_context()) return false;
+  // No current context needed: the driver frees a cuMemAlloc block on such
+  // a thread too (docs/GPU-CHECK.md, run 3), and so does the pool.
+  if (!span) return false;
   DevicePool* pool = span->pool;
   const int device = pool->device();
   ThreadState* ts = t_state;

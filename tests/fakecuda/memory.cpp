@@ -287,10 +287,15 @@ CUresult impl::cuMemFree_v2(CUdeviceptr dptr) {
   FAKE_REQUIRE_INIT();
   Lock lock(state().mu);
   Context* ctx = nullptr;
-  FAKE_TRY(current_context(&ctx));
+  // The H200's driver frees a cuMemAlloc block on a thread with no current
+  // context (docs/GPU-CHECK.md, run 3): the block names its context. What
+  // it answers there for an address that is no block was not measured;
+  // this double answers CUDA_ERROR_INVALID_CONTEXT.
+  const CUresult has_context = current_context(&ctx);
   if (dptr == 0) return CUDA_SUCCESS;
   const uintptr_t addr = uintptr_t(dptr);
   Block* block = find_block(addr);
+  if (has_context != CUDA_SUCCESS && (!block || block->base != addr)) return has_context;
   // Interior, already freed, host, random and VMM addresses alike.
   if (!block || block->base != addr) return CUDA_ERROR_INVALID_VALUE;
   FAKE_TRY(check_capture_unsafe());

@@ -154,3 +154,47 @@ TEST_CASE("a thread keeps one sealed batch; the next full one is shared and othe
   }
   CHECK(t.provider.violations() == 0);
 }
+
+TEST_CASE("a thread's large-block allowance scales with the device, within bounds", "[quarantine]") {
+  CHECK(large_limits(0, 0).batch_bytes == 256 * kMiB);             // unknown device: the floor
+  CHECK(large_limits(16 * kGiB, 0).batch_bytes == 256 * kMiB);     // a small card keeps the floor
+  CHECK(large_limits(64 * kGiB, 0).batch_bytes == 512 * kMiB);
+  CHECK(large_limits(140 * kGiB, 0).batch_bytes == 1 * kGiB);      // an H200: the ceiling
+  CHECK(large_limits(140 * kGiB, 8 * kGiB).batch_bytes == 256 * kMiB);  // a limit counts as the device
+  const LargeLimits h200 = large_limits(140 * kGiB, 0);
+  CHECK(h200.cache_block.bytes() == 256 * kMiB);
+  CHECK(h200.cache_total.bytes() == 1 * kGiB);
+}
+
+TEST_CASE("a steady large loop shares one sync among a batch's worth of pairs", "[quarantine]") {
+  // Device of 128 GiB: batches of 1 GiB, so a 64 MiB loop syncs once per
+  // 16 pairs and a 256 MiB loop once per 4, all within the thread's cache.
+  for (const uint64_t bytes : {64 * kMiB, 256 * kMiB}) {
+    PoolUnderTest t(4 * kGiB, FakeProvider::Backing::None, config_with(256 * kMiB), 128 * kGiB);
+    Attached cache(t.pool);
+    constexpr int kPairs = 1600;
+    for (int i = 0; i < 20; ++i) {  // warm, as the benchmark does
+      uint64_t p = 0;
+      REQUIRE(t.alloc(*cache, bytes, &p) == AllocStatus::Ok);
+      REQUIRE(t.free(*cache, p) == FreeStatus::Ok);
+    }
+    const PoolStats before = t.pool.stats();
+    for (int i = 0; i < kPairs; ++i) {
+      uint64_t p = 0;
+      REQUIRE(t.alloc(*cache, bytes, &p) == AllocStatus::Ok);
+      t.provider.assert_idle(p, bytes);
+      t.provider.launch(p, bytes);
+      REQUIRE(t.free(*cache, p) == FreeStatus::Ok);
+    }
+    const PoolStats after = t.pool.stats();
+    const uint64_t syncs = after.synchronizations - before.synchronizations;
+    INFO("bytes " << bytes << " syncs " << syncs << " mapped " << after.mapped_bytes);
+    const uint64_t per_batch = (1 * kGiB) / bytes;
+    CHECK(syncs <= kPairs / per_batch + 2);
+    CHECK(syncs >= kPairs / per_batch / 2);  // still batched, never skipped
+    CHECK(after.hits - before.hits == kPairs);
+    CHECK(after.mapped_bytes <= 2 * kGiB + bytes);  // the allowance, not unbounded growth
+    CHECK(t.provider.violations() == 0);
+    CHECK(t.pool.check() == "");
+  }
+}

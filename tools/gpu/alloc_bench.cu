@@ -43,7 +43,16 @@ static double pct(std::vector<double>& v, double q) {
 }
 
 static void pairs(const char* label, int repeats) {
-  const size_t sizes[] = {512, 4096, 65536, 1u << 20, 2u << 20, 4u << 20, 20u << 20, 64u << 20, 256u << 20, 1u << 30};
+  std::vector<size_t> sizes = {512, 4096, 65536, 1u << 20, 2u << 20, 4u << 20, 20u << 20, 64u << 20, 256u << 20, 1u << 30};
+  // BENCH_SIZES=a,b,...: only these sizes (bytes), in this order.
+  if (const char* only = std::getenv("BENCH_SIZES")) {
+    sizes.clear();
+    for (const char* c = only; *c;) {
+      char* end = nullptr;
+      sizes.push_back(std::strtoull(c, &end, 0));
+      c = *end ? end + 1 : end;
+    }
+  }
   for (size_t bytes : sizes) {
     const int n = bytes >= (256u << 20) ? std::max(20, repeats / 10) : repeats;
     for (int i = 0; i < 20; ++i) release(alloc(bytes));  // warm
@@ -54,8 +63,9 @@ static void pairs(const char* label, int repeats) {
       release(p);
       ns[i] = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
     }
-    std::printf("RESULT alloc=%s mode=pairs bytes=%zu p50_ns=%.1f p99_ns=%.1f\n", label, bytes, pct(ns, 0.5),
-                pct(ns, 0.99));
+    std::printf("RESULT alloc=%s mode=pairs bytes=%zu p50_ns=%.1f p99_ns=%.1f p10_ns=%.1f p25_ns=%.1f p75_ns=%.1f "
+                "p90_ns=%.1f\n",
+                label, bytes, pct(ns, 0.5), pct(ns, 0.99), pct(ns, 0.10), pct(ns, 0.25), pct(ns, 0.75), pct(ns, 0.90));
   }
 }
 
