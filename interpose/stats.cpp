@@ -34,7 +34,9 @@ struct alignas(64) Block {
 std::atomic<Block*> g_blocks{nullptr};
 pthread_key_t g_key;
 pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
-thread_local Block* t_block = nullptr;
+// Initial-exec: the library is preloaded (static TLS), and the hot path
+// counts every call; global-dynamic TLS would cost a __tls_get_addr call.
+__attribute__((tls_model("initial-exec"))) thread_local Block* t_block = nullptr;
 
 void release_block(void* block) { static_cast<Block*>(block)->owned.store(false, std::memory_order_release); }
 void make_key() { pthread_key_create(&g_key, &release_block); }

@@ -26,13 +26,48 @@ static bool g_async = false;
 static cudaStream_t g_stream = nullptr;
 
 
+// mode "driver": cuMemAlloc_v2/cuMemFree_v2 themselves, taken through
+// cudaGetDriverEntryPointByVersion (the door the runtime uses), so that the
+// runtime's own share of a cudaMalloc+cudaFree pair can be told apart.
+typedef int (*MemAllocFn)(unsigned long long*, size_t);
+typedef int (*MemFreeFn)(unsigned long long);
+typedef int (*CtxGetCurrentFn)(void**);
+static MemAllocFn g_cu_alloc = nullptr;
+static MemFreeFn g_cu_free = nullptr;
+
+static void* driver_entry(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found;
+  CK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found));
+  if (found != cudaDriverEntryPointSuccess || !fn) {
+    std::fprintf(stderr, "no driver entry point %s\n", name);
+    std::exit(1);
+  }
+  return fn;
+}
+
 static inline void* alloc(size_t bytes) {
   void* p = nullptr;
+  if (g_cu_alloc) {
+    unsigned long long d = 0;
+    if (g_cu_alloc(&d, bytes) != 0) {
+      std::fprintf(stderr, "cuMemAlloc_v2 failed\n");
+      std::exit(1);
+    }
+    return reinterpret_cast<void*>(d);
+  }
   if (g_async) CK(cudaMallocAsync(&p, bytes, g_stream));
   else CK(cudaMalloc(&p, bytes));
   return p;
 }
 static inline void release(void* p) {
+  if (g_cu_free) {
+    if (g_cu_free(reinterpret_cast<unsigned long long>(p)) != 0) {
+      std::fprintf(stderr, "cuMemFree_v2 failed\n");
+      std::exit(1);
+    }
+    return;
+  }
   if (g_async) CK(cudaFreeAsync(p, g_stream));
   else CK(cudaFree(p));
 }
@@ -104,7 +139,27 @@ int main(int argc, char** argv) {
     uint64_t threshold = UINT64_MAX;
     CK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
   }
-  if (mode == "pairs") {
+  if (mode == "driver") {
+    // The same pairs, through the driver API (see g_cu_alloc), and what the
+    // clock and cuCtxGetCurrent cost alone, for the breakdown.
+    g_cu_alloc = reinterpret_cast<MemAllocFn>(driver_entry("cuMemAlloc"));
+    g_cu_free = reinterpret_cast<MemFreeFn>(driver_entry("cuMemFree"));
+    auto get_current = reinterpret_cast<CtxGetCurrentFn>(driver_entry("cuCtxGetCurrent"));
+    std::vector<double> clock_ns(3000), current_ns(3000);
+    for (int i = 0; i < 3000; ++i) {
+      auto t0 = Clock::now();
+      clock_ns[i] = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+    }
+    void* ctx = nullptr;
+    for (int i = 0; i < 3000; ++i) {
+      auto t0 = Clock::now();
+      get_current(&ctx);
+      current_ns[i] = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+    }
+    std::printf("RESULT alloc=%s mode=overhead clock_p50_ns=%.1f ctx_get_current_p50_ns=%.1f\n", label.c_str(),
+                pct(clock_ns, 0.5), pct(current_ns, 0.5));
+    pairs(label.c_str(), 3000);
+  } else if (mode == "pairs") {
     pairs(label.c_str(), api == "cudaMalloc" && !std::getenv("LD_PRELOAD") ? 300 : 3000);
   } else if (mode == "threads") {
     const int threads = argc > 3 ? std::atoi(argv[3]) : 16;
