@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "interpose/live/publisher.h"
 #include "interpose/log.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
@@ -61,6 +62,7 @@ void init_slow() {
 #endif
     pool::configure(g_config.pool, log::sink());
   }
+  stats::set_call_counting(g_config.stats_on);
   g_passthrough = g_config.passthrough;
   g_ready.store(true, std::memory_order_release);
 }
@@ -81,8 +83,10 @@ std::string numa_json() {
 
 bool on_first_alloc() {
   static std::atomic<bool> bannered{false};
-  if (!bannered.exchange(true))
+  if (!bannered.exchange(true)) {
     log::write(LogLevel::Info, "active (pid {}, version {}): {}", getpid(), PAGEFAST_VERSION, describe(g_state->config));
+    if (g_state->config.stats_on) live::start(g_state->config);
+  }
 #if PAGEFAST_HAVE_NUMA
   static std::atomic<bool> checked{false};
   if (checked.load()) return true;
@@ -106,6 +110,7 @@ __attribute__((constructor)) void on_load() { init_slow(); }
 
 __attribute__((destructor)) void on_unload() {
   if (!g_ready.load(std::memory_order_acquire)) return;
+  live::stop_at_exit();
   stats::write_if_requested();
   report::write_at_exit_if_requested();
 }

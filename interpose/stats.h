@@ -14,6 +14,8 @@ namespace pagefast::stats {
 enum class Door : int { Symbol = 0, Dlsym = 1, ProcAddress = 2, kCount };
 
 void count_call(Entry entry);
+// PAGEFAST_CONF stats:off: calls are not counted (doors still are).
+void set_call_counting(bool on);
 void count_door(Door door);
 uint64_t calls(Entry entry);
 uint64_t doors(Door door);

@@ -82,6 +82,14 @@ const ConfKey kKeys[] = {
        else return false;
        return true;
      }},
+    {{"stats", "on|off",
+      "on: count calls and publish live figures for pagefast-stat (a 0600 segment in /dev/shm, removed at exit)"},
+     [](Config& c, const std::string& v) {
+       if (v == "on" || v == "1" || v == "true") c.stats_on = true;
+       else if (v == "off" || v == "0" || v == "false") c.stats_on = false;
+       else return false;
+       return true;
+     }},
 };
 
 constexpr int kKeyCount = sizeof(kKeys) / sizeof(kKeys[0]);
@@ -181,6 +189,7 @@ Config parse_config(EnvLookup lookup, void* user) {
   c.log_file = get("PAGEFAST_LOG_FILE");
   c.stats_path = get("PAGEFAST_STATS");
   c.report_path = get("PAGEFAST_REPORT");
+  c.live_dir = get("PAGEFAST_LIVE_DIR");
   c.conf_text = get("PAGEFAST_CONF");
   if (c.error.empty()) parse_conf(c, c.conf_text);
   if (!c.error.empty()) c.passthrough = true;
@@ -206,6 +215,7 @@ std::string describe(const Config& c) {
   }
   s += std::string(", numa ") + kNuma[int(c.numa.mode)];
   if (c.numa.gpu >= 0) s += " gpu=" + std::to_string(c.numa.gpu);
+  if (!c.stats_on) s += ", stats off";
   return s;
 }
 

@@ -6,6 +6,7 @@
 //                        PYTORCH_CUDA_ALLOC_CONF; sizes take K/M/G/T.
 // PAGEFAST_LOG, PAGEFAST_LOG_FILE, PAGEFAST_STATS, PAGEFAST_REPORT: logging,
 //                        stats and the memory report's destination.
+// PAGEFAST_LIVE_DIR      where live-stats segments go (default /dev/shm).
 //
 // A bad key or value yields one message naming it and what is accepted;
 // the caller then runs as pass-through (Config::passthrough).
@@ -49,6 +50,8 @@ struct Config {
   std::string log_file;    // PAGEFAST_LOG_FILE; empty = stderr
   std::string stats_path;  // PAGEFAST_STATS; "stderr", a path, empty = none
   bool report_at_exit = false;  // report:exit|off: the memory report at exit
+  bool stats_on = true;         // stats:on|off: call counters and the live segment
+  std::string live_dir;         // PAGEFAST_LIVE_DIR; empty = /dev/shm
   std::string report_path;      // PAGEFAST_REPORT; "stderr", a path, empty = stderr
   std::string conf_text;   // PAGEFAST_CONF as given, for the banner
   std::string error;       // the one message for a bad setting, if any

@@ -1,0 +1,115 @@
+// interpose/live/publisher.cpp: the publishing thread (publisher.h).
+#include "interpose/live/publisher.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <mutex>
+
+#include "interpose/entries.h"
+#include "interpose/live/segment.h"
+#include "interpose/log.h"
+#include "interpose/pool/pool_internal.h"
+#include "interpose/runtime.h"
+#include "interpose/stats.h"
+
+namespace pagefast::live {
+namespace {
+
+// Heap state, never destroyed (the thread may run during exit).
+Writer* g_writer = nullptr;
+std::mutex g_start_mutex;  // constant-initialised
+std::atomic<bool> g_started{false};
+std::atomic<bool> g_stopping{false};
+constexpr int kPoolDevices = 64;  // as many ordinals as the pool knows
+
+std::string command_line() {
+  std::string out;
+  const int fd = ::open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  char buf[256];
+  const ssize_t n = read(fd, buf, sizeof buf);
+  close(fd);
+  for (ssize_t i = 0; i < n; ++i) out += buf[i] ? buf[i] : ' ';
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
+void publish_once() {
+  Update u;
+  u.alloc_calls = stats::calls(Entry::cuMemAlloc_v2);
+  u.free_calls = stats::calls(Entry::cuMemFree_v2);
+  u.numa = runtime::numa_json();
+  for (int d = 0; d < kPoolDevices && int(u.devices.size()) < kMaxDevices; ++d) {
+    policy::DevicePool* pool = pool::pool_for_device(d);
+    if (!pool) continue;
+    DeviceFigures f;
+    f.device = d;
+    f.stats = pool->stats();  // counters and try-locks only
+    u.devices.push_back(f);
+  }
+  g_writer->publish(u);
+}
+
+void* run(void*) {
+  while (!g_stopping.load(std::memory_order_acquire)) {
+    publish_once();
+    timespec ts{0, long(kPublishIntervalMs) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+  }
+  return nullptr;
+}
+
+// A forked child has the mapping but no thread and is not the segment's
+// maker: it neither publishes nor removes (Writer::remove checks the pid).
+void in_child() { g_stopping.store(true, std::memory_order_relaxed); }
+
+}  // namespace
+
+void start(const Config& config) {
+  if (g_started.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> guard(g_start_mutex);
+  if (g_started.load(std::memory_order_relaxed)) return;
+  g_started.store(true, std::memory_order_release);
+  auto* writer = new Writer();
+  std::string error;
+  if (!writer->create(config.live_dir, command_line(), describe(config), &error)) {
+    log::write(LogLevel::Warn, "live stats off (pagefast-stat will not list this process): {}", error);
+    delete writer;
+    return;
+  }
+  g_writer = writer;
+  pthread_atfork(nullptr, nullptr, &in_child);
+  // The thread takes no signal meant for the program.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 256 * 1024);
+  pthread_t thread;
+  const int rc = pthread_create(&thread, &attr, &run, nullptr);
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (rc != 0) {
+    publish_once();  // the figures of the start, at least
+    log::write(LogLevel::Warn, "live stats: no publishing thread (error {}); pagefast-stat shows start-up figures",
+               rc);
+    return;
+  }
+  pthread_setname_np(thread, "pagefast-live");
+}
+
+void stop_at_exit() {
+  g_stopping.store(true, std::memory_order_release);
+  std::lock_guard<std::mutex> guard(g_start_mutex);
+  if (g_writer) g_writer->remove();
+}
+
+}  // namespace pagefast::live

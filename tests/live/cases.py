@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""tests/live/cases.py: live stats end to end on the fake driver. A program
+holds pool memory under LD_PRELOAD=libpagefast.so; pagefast-stat lists it
+(table and --json) with its figures; the segment is private (0600) and is
+gone once the program exits; stats:off publishes nothing; a killed
+process's segment is ignored and removed.
+
+usage: cases.py CASE --build DIR
+"""
+import argparse
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+
+FAILURES = []
+
+
+def check(condition, what):
+    print(("ok: " if condition else "FAIL: ") + what)
+    if not condition:
+        FAILURES.append(what)
+
+
+def env_for(build, live_dir, extra=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PAGEFAST") and k != "LD_PRELOAD"}
+    env["LD_LIBRARY_PATH"] = os.path.join(build, "tests", "fakecuda")
+    env["FAKECUDA_TOTAL_MEM"] = "8G"
+    env["LD_PRELOAD"] = os.path.join(build, "interpose", "libpagefast.so")
+    env["PAGEFAST_LIVE_DIR"] = live_dir
+    env.update(extra or {})
+    return env
+
+
+def start_hold(build, live_dir, extra=None):
+    p = subprocess.Popen([os.path.join(build, "tests", "live", "hold")], env=env_for(build, live_dir, extra),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = p.stdout.readline().strip()
+    check(line == "ready", f"the holding program is ready ({line!r})")
+    return p
+
+
+def stat_tool(build, live_dir, *args):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PAGEFAST")}
+    r = subprocess.run([os.path.join(build, "tools", "pagefast-stat"), "--dir", live_dir, *args], env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    return r
+
+
+def segment_path(live_dir, pid):
+    return os.path.join(live_dir, f"pagefast.{os.getuid()}.{pid}")
+
+
+def case_listed(build):
+    with tempfile.TemporaryDirectory() as d:
+        p = start_hold(build, d)
+        path = segment_path(d, p.pid)
+        check(os.path.exists(path), "the process has a segment")
+        st = os.lstat(path)
+        check(stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600, f"segment mode {oct(st.st_mode)}")
+        time.sleep(0.7)  # one publishing interval (500 ms) at least
+        r = stat_tool(build, d, "--json")
+        check(r.returncode == 0, f"pagefast-stat --json rc {r.returncode} {r.stderr}")
+        doc = json.loads(r.stdout)
+        procs = [x for x in doc["processes"] if x["pid"] == p.pid]
+        check(len(procs) == 1, "the process is listed once")
+        if procs:
+            x = procs[0]
+            check(x["calls"]["cuMemAlloc_v2"] == 3, f"3 allocations seen ({x['calls']})")
+            dev = x["devices"].get("0")
+            check(dev is not None, "device 0 has figures")
+            if dev:
+                check(dev["in_use_bytes"] >= 64 * 2**20 + 2**20, f"in use {dev['in_use_bytes']}")
+                check(dev["mapped_bytes"] >= dev["in_use_bytes"], "mapped >= in use")
+                check(dev["reserved_bytes"] >= dev["mapped_bytes"], "reserved >= mapped")
+                check(dev["growths"] >= 1, "a growth counted")
+            check("hold" in x["command"], f"command {x['command']!r}")
+            check("pool on" in x["config"], f"config {x['config']!r}")
+            check(x["numa"] is not None, "NUMA report present")
+        t = stat_tool(build, d)
+        check(t.returncode == 0 and str(p.pid) in t.stdout and "RESERVED" in t.stdout, "table lists the process")
+        w = stat_tool(build, d, "--watch", "0.2", "--count", "3")
+        check(w.returncode == 0 and w.stdout.count("pagefast-stat ") == 3, "--watch prints 3 rounds")
+        f = stat_tool(build, d, "--pid", "1", "--json")
+        check(json.loads(f.stdout)["processes"] == [], "--pid filters")
+        out, err = p.communicate("go\n", timeout=60)
+        check(p.returncode == 0 and "done" in out, f"program finished normally rc {p.returncode} {err[-500:]}")
+        check(not os.path.exists(path), "segment removed at exit")
+        r = stat_tool(build, d, "--json")
+        check(json.loads(r.stdout)["processes"] == [], "nothing listed after exit")
+
+
+def case_off(build):
+    with tempfile.TemporaryDirectory() as d:
+        p = start_hold(build, d, {"PAGEFAST_CONF": "stats:off"})
+        check(os.listdir(d) == [], f"stats:off makes no segment ({os.listdir(d)})")
+        p.communicate("go\n", timeout=60)
+        check(p.returncode == 0, "program finished")
+
+
+def case_killed(build):
+    with tempfile.TemporaryDirectory() as d:
+        p = start_hold(build, d)
+        path = segment_path(d, p.pid)
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=60)
+        check(os.path.exists(path), "a killed process leaves its segment")
+        r = stat_tool(build, d, "--json", "--all")
+        doc = json.loads(r.stdout)
+        check(doc["processes"] == [], "a dead process is not listed")
+        other = doc.get("other_segments", [])
+        check(any(o["stale"] and o["removed"] for o in other), f"stale segment reported and removed ({other})")
+        check(not os.path.exists(path), "stale segment removed")
+
+
+def case_unwritable(build):
+    # No segment directory: the program runs on, one line says why.
+    with tempfile.TemporaryDirectory() as d:
+        missing = os.path.join(d, "missing")
+        p = start_hold(build, missing, {"PAGEFAST_LOG": "info"})
+        out, err = p.communicate("go\n", timeout=60)
+        check(p.returncode == 0 and "done" in out, "program unaffected")
+        lines = [l for l in err.splitlines() if "live stats off" in l]
+        check(len(lines) == 1, f"one line says live stats are off ({lines})")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("case")
+    ap.add_argument("--build", required=True)
+    a = ap.parse_args()
+    globals()["case_" + a.case](a.build)
+    print(f"{len(FAILURES)} failures")
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

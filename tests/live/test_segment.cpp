@@ -1,0 +1,283 @@
+// tests/live/test_segment.cpp: the live-stats segment (interpose/live/
+// segment.h) without the library: creation and permissions, updates read
+// whole by concurrent readers, half-made, foreign, incompatible and stale
+// segments.
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "interpose/live/segment.h"
+
+using namespace pagefast;
+using namespace pagefast::live;
+
+namespace {
+
+struct TempDir {
+  TempDir() {
+    char tmpl[] = "/tmp/pagefast-live-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
+  std::string path;
+};
+
+std::string own_name(const std::string& dir, long pid) {
+  return dir + "/pagefast." + std::to_string(getuid()) + "." + std::to_string(pid);
+}
+
+Update update_of(uint64_t k, int devices) {
+  Update u;
+  u.alloc_calls = k;
+  u.free_calls = k;
+  u.numa = "{\"k\": " + std::to_string(k) + "}";
+  for (int d = 0; d < devices; ++d) {
+    DeviceFigures f;
+    f.device = d;
+#define PF_SET(name, meaning) f.stats.name = k;
+    PAGEFAST_POOL_STATS_FIELDS(PF_SET)
+#undef PF_SET
+    u.devices.push_back(f);
+  }
+  return u;
+}
+
+// Every field of a snapshot made by update_of(k) holds k.
+bool consistent(const Snapshot& s, uint64_t* k) {
+  *k = s.alloc_calls;
+  if (s.free_calls != *k || s.numa != "{\"k\": " + std::to_string(*k) + "}") return false;
+  for (const DeviceFigures& d : s.devices) {
+#define PF_CMP(name, meaning) \
+  if (d.stats.name != *k) return false;
+    PAGEFAST_POOL_STATS_FIELDS(PF_CMP)
+#undef PF_CMP
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("a segment is created 0600, read back whole, and removed", "[live]") {
+  TempDir dir;
+  umask(0);  // the writer must not rely on the umask
+  Writer w;
+  std::string error;
+  REQUIRE(w.create(dir.path, "python train.py", "pool on", &error));
+  umask(022);
+  const std::string path = own_name(dir.path, getpid());
+  REQUIRE(w.path() == path);
+  struct stat st;
+  REQUIRE(lstat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  CHECK(S_ISREG(st.st_mode));
+  CHECK(uint64_t(st.st_size) == sizeof(Segment));
+
+  Snapshot s;
+  std::string detail;
+  REQUIRE(read_segment(path, &s, &detail) == ReadStatus::Ok);
+  CHECK(s.pid == uint64_t(getpid()));
+  CHECK(s.command == "python train.py");
+  CHECK(s.config == "pool on");
+  CHECK(s.devices.empty());
+  CHECK(s.start_ticks == process_start_ticks(getpid()));
+
+  w.publish(update_of(7, 3));
+  REQUIRE(read_segment(path, &s, &detail) == ReadStatus::Ok);
+  uint64_t k = 0;
+  CHECK(consistent(s, &k));
+  CHECK(k == 7);
+  CHECK(s.devices.size() == 3);
+  CHECK(s.publishes == 1);
+
+  // Long text is cut, never overruns its field.
+  w.publish([] {
+    Update u = update_of(8, 1);
+    u.numa = std::string(5000, 'x');
+    return u;
+  }());
+  REQUIRE(read_segment(path, &s, &detail) == ReadStatus::Ok);
+  CHECK(s.numa.size() == size_t(kNumaWords) * 8 - 1);
+
+  std::vector<Listing> all = list_segments(dir.path, getuid(), true);
+  REQUIRE(all.size() == 1);
+  CHECK(all[0].status == ReadStatus::Ok);
+  CHECK_FALSE(all[0].stale);
+  w.remove();
+  CHECK(access(path.c_str(), F_OK) != 0);
+  CHECK(list_segments(dir.path, getuid(), true).empty());
+}
+
+TEST_CASE("the writer never follows a link nor takes over a file that is not its own", "[live]") {
+  TempDir dir;
+  const std::string path = own_name(dir.path, getpid());
+  const std::string target = dir.path + "/target";
+  REQUIRE(symlink(target.c_str(), path.c_str()) == 0);
+  Writer w;
+  std::string error;
+  CHECK_FALSE(w.create(dir.path, "x", "y", &error));
+  CHECK(error.find("not a regular file") != std::string::npos);
+  CHECK(access(target.c_str(), F_OK) != 0);  // nothing created through the link
+  // The reader refuses the link and leaves it alone.
+  Snapshot s;
+  std::string detail;
+  CHECK(read_segment(path, &s, &detail) == ReadStatus::Refused);
+  std::vector<Listing> all = list_segments(dir.path, getuid(), true);
+  REQUIRE(all.size() == 1);
+  CHECK(all[0].status == ReadStatus::Refused);
+  CHECK_FALSE(all[0].removed);
+  struct stat st;
+  CHECK(lstat(path.c_str(), &st) == 0);
+  unlink(path.c_str());
+
+  // A leftover regular file of this user with this pid (a reused pid) is
+  // replaced.
+  const int fd = open(path.c_str(), O_CREAT | O_WRONLY, 0644);
+  REQUIRE(fd >= 0);
+  REQUIRE(write(fd, "junk", 4) == 4);
+  close(fd);
+  REQUIRE(w.create(dir.path, "x", "y", &error));
+  REQUIRE(lstat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  CHECK(uint64_t(st.st_size) == sizeof(Segment));
+  w.remove();
+}
+
+TEST_CASE("readers racing a writer see whole updates only", "[live]") {
+  TempDir dir;
+  Writer w;
+  std::string error;
+  REQUIRE(w.create(dir.path, "x", "y", &error));
+  w.publish(update_of(0, kMaxDevices));
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> reads{0}, torn{0}, backwards{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 4; ++r)
+    readers.emplace_back([&] {
+      uint64_t last = 0;
+      while (!done.load()) {
+        Snapshot s;
+        std::string detail;
+        const ReadStatus st = read_segment(w.path(), &s, &detail);
+        if (st == ReadStatus::Busy) continue;  // allowed, rare
+        uint64_t k = 0;
+        if (st != ReadStatus::Ok || !consistent(s, &k)) ++torn;
+        if (k < last) ++backwards;
+        last = k;
+        ++reads;
+      }
+    });
+  for (uint64_t k = 1; k <= 20000; ++k) w.publish(update_of(k, int(k % kMaxDevices) + 1));
+  done = true;
+  for (auto& t : readers) t.join();
+  CHECK(reads.load() > 0);
+  CHECK(torn.load() == 0);
+  CHECK(backwards.load() == 0);
+  w.remove();
+}
+
+TEST_CASE("half-made, incompatible and busy segments are reported, not misread", "[live]") {
+  TempDir dir;
+  Snapshot s;
+  std::string detail;
+  const std::string path = own_name(dir.path, getpid());
+  // Shorter than a segment: being created (or cut).
+  int fd = open(path.c_str(), O_CREAT | O_RDWR, 0600);
+  REQUIRE(fd >= 0);
+  REQUIRE(ftruncate(fd, 100) == 0);
+  CHECK(read_segment(path, &s, &detail) == ReadStatus::Incomplete);
+  CHECK(detail.find("100") != std::string::npos);
+  // Full size, no magic yet.
+  REQUIRE(ftruncate(fd, sizeof(Segment)) == 0);
+  CHECK(read_segment(path, &s, &detail) == ReadStatus::Incomplete);
+  // Full size with garbage.
+  std::vector<char> junk(sizeof(Segment), 'Z');
+  REQUIRE(pwrite(fd, junk.data(), junk.size(), 0) == ssize_t(junk.size()));
+  CHECK(read_segment(path, &s, &detail) == ReadStatus::Incomplete);
+  // Another version.
+  auto* seg = static_cast<Segment*>(mmap(nullptr, sizeof(Segment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  REQUIRE(seg != MAP_FAILED);
+  std::memset(static_cast<void*>(seg), 0, sizeof(Segment));
+  seg->version = kVersion + 1;
+  seg->bytes = sizeof(Segment);
+  seg->magic = kMagic;
+  CHECK(read_segment(path, &s, &detail) == ReadStatus::Incompatible);
+  CHECK(detail.find("version") != std::string::npos);
+  // A writer stuck mid-update (seq odd): busy, after bounded tries.
+  seg->version = kVersion;
+  seg->seq = 1;
+  CHECK(read_segment(path, &s, &detail) == ReadStatus::Busy);
+  seg->seq = 2;
+  seg->pid = uint64_t(getpid());
+  CHECK(read_segment(path, &s, &detail) == ReadStatus::Ok);
+  munmap(seg, sizeof(Segment));
+  close(fd);
+  // Our own process is alive: the listing keeps the segment.
+  std::vector<Listing> all = list_segments(dir.path, getuid(), true);
+  REQUIRE(all.size() == 1);
+  CHECK_FALSE(all[0].stale);
+  unlink(path.c_str());
+}
+
+TEST_CASE("segments of processes that are gone are ignored and removed", "[live]") {
+  TempDir dir;
+  // A child makes a segment and dies without removing it (killed).
+  const pid_t child = fork();
+  if (child == 0) {
+    Writer w;
+    std::string error;
+    if (!w.create(dir.path, "child", "y", &error)) _exit(1);
+    w.publish(update_of(1, 1));
+    _exit(0);  // no remove(): as after SIGKILL
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  const std::string stale_path = own_name(dir.path, child);
+  REQUIRE(access(stale_path.c_str(), F_OK) == 0);
+
+  // A half-made one of a dead process is stale too.
+  const std::string half = own_name(dir.path, child + 100000);
+  {
+    const int fd = open(half.c_str(), O_CREAT | O_RDWR, 0600);
+    REQUIRE(fd >= 0);
+    close(fd);
+  }
+  // A live segment of ours whose start time does not match: a reused pid.
+  Writer mine;
+  std::string error;
+  REQUIRE(mine.create(dir.path, "me", "y", &error));
+  mine.publish(update_of(2, 1));
+
+  std::vector<Listing> seen = list_segments(dir.path, getuid(), false);
+  int stale = 0;
+  for (const Listing& l : seen) stale += l.stale;
+  CHECK(stale == 2);
+  CHECK(access(stale_path.c_str(), F_OK) == 0);  // not cleaning: left in place
+
+  std::vector<Listing> cleaned = list_segments(dir.path, getuid(), true);
+  int removed = 0, live = 0;
+  for (const Listing& l : cleaned) {
+    removed += l.removed;
+    live += l.status == ReadStatus::Ok && !l.stale;
+  }
+  CHECK(removed == 2);
+  CHECK(live == 1);
+  CHECK(access(stale_path.c_str(), F_OK) != 0);
+  CHECK(access(half.c_str(), F_OK) != 0);
+  CHECK_FALSE(process_alive(uint64_t(child), 0));
+  CHECK(process_alive(uint64_t(getpid()), process_start_ticks(getpid())));
+  CHECK_FALSE(process_alive(uint64_t(getpid()), process_start_ticks(getpid()) + 12345));
+  mine.remove();
+}

@@ -1,0 +1,259 @@
+// tools/stat/pagefast-stat.cpp: lists this user's processes running with
+// pagefast and their live figures (per device: reserved, mapped, in use,
+// idle, peak; hits, growths, stitches, releases, synchronisations,
+// pass-throughs), read from their segments (interpose/live/segment.h).
+// Needs no GPU and calls no CUDA function.
+//
+//   pagefast-stat [--json] [--watch SECONDS] [--count N] [--pid PID] [--all] [--dir DIR]
+#include <getopt.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "interpose/live/segment.h"
+
+namespace {
+
+using pagefast::live::DeviceFigures;
+using pagefast::live::Listing;
+using pagefast::live::ReadStatus;
+
+struct Options {
+  bool json = false;
+  double watch_s = 0;  // 0: once
+  long count = -1;     // rounds with --watch; -1: until interrupted
+  long pid = -1;
+  bool all = false;    // also list segments that could not be read
+  std::string dir;
+};
+
+void usage(FILE* out) {
+  std::fprintf(out,
+               "usage: pagefast-stat [--json] [--watch SECONDS] [--count N] [--pid PID] [--all] [--dir DIR]\n"
+               "Lists this user's processes running with pagefast and their pool figures.\n"
+               "  --json        one JSON document per round instead of a table\n"
+               "  --watch S     print again every S seconds (like nvidia-smi -l)\n"
+               "  --count N     with --watch: stop after N rounds\n"
+               "  --pid PID     only this process\n"
+               "  --all         also list segments that could not be read, and stale ones removed\n"
+               "  --dir DIR     where the segments are (default $PAGEFAST_LIVE_DIR or /dev/shm)\n");
+}
+
+std::string human(uint64_t bytes) {
+  static const char* const units[] = {"B", "K", "M", "G", "T"};
+  double v = double(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  if (u == 0) std::snprintf(buf, sizeof buf, "%lluB", static_cast<unsigned long long>(bytes));
+  else std::snprintf(buf, sizeof buf, v < 10 ? "%.2f%s" : v < 100 ? "%.1f%s" : "%.0f%s", v, units[u]);
+  return buf;
+}
+
+std::string count(uint64_t n) {
+  char buf[32];
+  if (n < 100000) std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(n));
+  else if (n < 100000000) std::snprintf(buf, sizeof buf, "%.1fk", double(n) / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.1fM", double(n) / 1e6);
+  return buf;
+}
+
+uint64_t now_unix_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+std::string age(uint64_t then_ns, uint64_t now_ns) {
+  const double s = now_ns > then_ns ? double(now_ns - then_ns) / 1e9 : 0;
+  char buf[32];
+  if (s < 120) std::snprintf(buf, sizeof buf, "%.1fs", s);
+  else if (s < 7200) std::snprintf(buf, sizeof buf, "%.0fm", s / 60);
+  else std::snprintf(buf, sizeof buf, "%.1fh", s / 3600);
+  return buf;
+}
+
+void json_string(std::string& out, const std::string& s) {
+  out += '"';
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  out += '"';
+}
+
+void print_json(const std::vector<Listing>& listings, const Options& o) {
+  const uint64_t now = now_unix_ns();
+  std::string out = "{\"time_unix_ns\": " + std::to_string(now) + ", \"processes\": [";
+  bool first = true;
+  for (const Listing& l : listings) {
+    if (l.status != ReadStatus::Ok || l.stale) continue;
+    const auto& s = l.snapshot;
+    out += first ? "\n  " : ",\n  ";
+    first = false;
+    out += "{\"pid\": " + std::to_string(s.pid) + ", \"command\": ";
+    json_string(out, s.command);
+    out += ", \"config\": ";
+    json_string(out, s.config);
+    out += ", \"started_unix_ns\": " + std::to_string(s.created_unix_ns) +
+           ", \"updated_unix_ns\": " + std::to_string(s.updated_unix_ns) +
+           ", \"publishes\": " + std::to_string(s.publishes) + ", \"calls\": {\"cuMemAlloc_v2\": " +
+           std::to_string(s.alloc_calls) + ", \"cuMemFree_v2\": " + std::to_string(s.free_calls) + "}, \"numa\": ";
+    out += s.numa.empty() ? "null" : s.numa;
+    out += ", \"devices\": {";
+    for (size_t i = 0; i < s.devices.size(); ++i) {
+      out += i ? ", \"" : "\"";
+      out += std::to_string(s.devices[i].device) + "\": " + pagefast::policy::stats_json_object(s.devices[i].stats);
+    }
+    out += "}}";
+  }
+  out += first ? "]" : "\n]";
+  if (o.all) {
+    out += ", \"other_segments\": [";
+    bool f = true;
+    for (const Listing& l : listings) {
+      if (l.status == ReadStatus::Ok && !l.stale) continue;
+      out += f ? "" : ", ";
+      f = false;
+      out += "{\"path\": ";
+      json_string(out, l.path);
+      out += std::string(", \"status\": \"") + pagefast::live::status_name(l.status) + "\", \"stale\": " +
+             (l.stale ? "true" : "false") + ", \"removed\": " + (l.removed ? "true" : "false") + ", \"detail\": ";
+      json_string(out, l.detail);
+      out += "}";
+    }
+    out += "]";
+  }
+  out += "}\n";
+  std::fputs(out.c_str(), stdout);
+}
+
+void print_table(const std::vector<Listing>& listings, const Options& o) {
+  const uint64_t now = now_unix_ns();
+  char stamp[64];
+  const time_t t = time(nullptr);
+  struct tm tm;
+  localtime_r(&t, &tm);
+  strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm);
+  std::printf("pagefast-stat  %s\n", stamp);
+  std::printf("%7s %6s %3s %8s %8s %8s %8s %8s %8s %7s %7s %7s %7s %7s  %s\n", "PID", "AGE", "GPU", "RESERVED",
+              "MAPPED", "IN USE", "IDLE", "PEAK", "HITS", "GROWTHS", "STITCH", "RELEASE", "SYNCS", "PASS", "COMMAND");
+  int shown = 0;
+  for (const Listing& l : listings) {
+    if (l.status != ReadStatus::Ok || l.stale) continue;
+    const auto& s = l.snapshot;
+    ++shown;
+    std::string command = s.command;
+    if (command.size() > 40) command = command.substr(0, 37) + "...";
+    if (s.devices.empty()) {
+      std::printf("%7llu %6s %3s %8s %8s %8s %8s %8s %8s %7s %7s %7s %7s %7s  %s\n",
+                  static_cast<unsigned long long>(s.pid), age(s.created_unix_ns, now).c_str(), "-", "-", "-", "-",
+                  "-", "-", "-", "-", "-", "-", "-", "-", command.c_str());
+      continue;
+    }
+    for (size_t i = 0; i < s.devices.size(); ++i) {
+      const DeviceFigures& d = s.devices[i];
+      std::printf("%7llu %6s %3d %8s %8s %8s %8s %8s %8s %7s %7s %7s %7s %7s  %s\n",
+                  static_cast<unsigned long long>(s.pid), age(s.created_unix_ns, now).c_str(), d.device,
+                  human(d.stats.reserved_bytes).c_str(), human(d.stats.mapped_bytes).c_str(),
+                  human(d.stats.in_use_bytes).c_str(), human(d.stats.idle_bytes).c_str(),
+                  human(d.stats.peak_in_use_bytes).c_str(), count(d.stats.hits).c_str(),
+                  count(d.stats.growths).c_str(), count(d.stats.stitches).c_str(), count(d.stats.releases).c_str(),
+                  count(d.stats.synchronizations).c_str(), count(d.stats.passthroughs).c_str(),
+                  i == 0 ? command.c_str() : "");
+    }
+  }
+  if (!shown) std::printf("(no process with pagefast%s)\n", o.pid >= 0 ? " with that pid" : "");
+  if (o.all)
+    for (const Listing& l : listings) {
+      if (l.status == ReadStatus::Ok && !l.stale) continue;
+      std::printf("  %s: %s%s%s%s\n", l.path.c_str(), pagefast::live::status_name(l.status),
+                  l.stale ? ", stale" : "", l.removed ? ", removed" : "",
+                  l.detail.empty() ? "" : (" (" + l.detail + ")").c_str());
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (const char* d = std::getenv("PAGEFAST_LIVE_DIR")) o.dir = d;
+  static const option longs[] = {{"json", no_argument, nullptr, 'j'},    {"watch", required_argument, nullptr, 'w'},
+                                 {"count", required_argument, nullptr, 'c'}, {"pid", required_argument, nullptr, 'p'},
+                                 {"all", no_argument, nullptr, 'a'},      {"dir", required_argument, nullptr, 'd'},
+                                 {"help", no_argument, nullptr, 'h'},     {nullptr, 0, nullptr, 0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "jw:c:p:ad:h", longs, nullptr)) != -1) {
+    char* end = nullptr;
+    switch (c) {
+      case 'j': o.json = true; break;
+      case 'w':
+        o.watch_s = std::strtod(optarg, &end);
+        if (!end || *end || o.watch_s <= 0) {
+          std::fprintf(stderr, "pagefast-stat: --watch takes a positive number of seconds, not '%s'\n", optarg);
+          return 2;
+        }
+        break;
+      case 'c':
+        o.count = std::strtol(optarg, &end, 10);
+        if (!end || *end || o.count <= 0) {
+          std::fprintf(stderr, "pagefast-stat: --count takes a positive integer, not '%s'\n", optarg);
+          return 2;
+        }
+        break;
+      case 'p':
+        o.pid = std::strtol(optarg, &end, 10);
+        if (!end || *end || o.pid <= 0) {
+          std::fprintf(stderr, "pagefast-stat: --pid takes a process id, not '%s'\n", optarg);
+          return 2;
+        }
+        break;
+      case 'a': o.all = true; break;
+      case 'd': o.dir = optarg; break;
+      case 'h': usage(stdout); return 0;
+      default: usage(stderr); return 2;
+    }
+  }
+  if (optind < argc) {
+    usage(stderr);
+    return 2;
+  }
+  for (long round = 0; o.count < 0 || round < (o.watch_s > 0 ? o.count : 1); ++round) {
+    if (round) {
+      timespec ts{time_t(o.watch_s), long((o.watch_s - double(time_t(o.watch_s))) * 1e9)};
+      nanosleep(&ts, nullptr);
+    }
+    std::vector<Listing> listings = pagefast::live::list_segments(o.dir, uint64_t(getuid()), true);
+    if (o.pid >= 0) {
+      std::vector<Listing> kept;
+      for (Listing& l : listings)
+      {
+        const std::string tail = "." + std::to_string(o.pid);
+        const bool named = l.path.size() > tail.size() && l.path.compare(l.path.size() - tail.size(), tail.size(), tail) == 0;
+        if (l.status == ReadStatus::Ok ? l.snapshot.pid == uint64_t(o.pid) : named) kept.push_back(std::move(l));
+      }
+      listings.swap(kept);
+    }
+    if (o.json) print_json(listings, o);
+    else print_table(listings, o);
+    std::fflush(stdout);
+    if (o.watch_s <= 0) break;
+  }
+  return 0;
+}
