@@ -16,6 +16,7 @@ from xml.sax.saxutils import escape
 
 COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
            "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
+DASHES = ["", "7 4", "2 3", "9 3 2 3"]  # line styles, with the colours, for lines that lie on one another
 FONT = 'font-family="sans-serif"'
 PLOT_W, PLOT_H = 560, 320          # the plot area, in px
 LEFT, TOP, BOTTOM = 80, 50, 70     # margins around it; the legend is on the right
@@ -101,6 +102,12 @@ def _f(v):
     return f"{v:.1f}"
 
 
+def _styled(series):
+    """[(name, data[, colour]), ...] -> [(name, data, colour, dash), ...]."""
+    return [(s[0], list(s[1]), s[2] if len(s) > 2 and s[2] else COLOURS[i % len(COLOURS)], DASHES[i % len(DASHES)])
+            for i, s in enumerate(series)]
+
+
 class Svg:
     def __init__(self, title, width, height):
         self.w, self.h = width, height
@@ -144,12 +151,13 @@ def _yticks(svg, ax, log):
         svg.text(LEFT - 8, y + 4, compact(v), anchor="end", size=11)
 
 
-def _legend(svg, names, kind):
+def _legend(svg, series, kind):
     x = LEFT + svg.pw + 20
-    for i, name in enumerate(names):
-        c, y = COLOURS[i % len(COLOURS)], TOP + 10 + 20 * i
+    for i, (name, _, c, dash) in enumerate(series):
+        y = TOP + 10 + 20 * i
         if kind == "line":
-            svg.add(f'<line x1="{x}" y1="{y}" x2="{x + 22}" y2="{y}" stroke="{c}" stroke-width="2"/>')
+            d = f' stroke-dasharray="{dash}"' if dash else ""
+            svg.add(f'<line x1="{x}" y1="{y}" x2="{x + 22}" y2="{y}" stroke="{c}" stroke-width="2"{d}/>')
             svg.add(f'<circle cx="{x + 11}" cy="{y}" r="3" fill="{c}"/>')
         else:
             svg.add(f'<rect x="{x + 4}" y="{y - 6}" width="14" height="12" fill="{c}"/>')
@@ -157,14 +165,16 @@ def _legend(svg, names, kind):
 
 
 def line_chart(path, title, series, xlabel, ylabel, logx=False, logy=False, xticks_labels=None):
-    """series: [(name, [(x, y), ...]), ...]. Points with a missing or NaN
-    coordinate (or <= 0 on a log axis) are left out and break the line."""
+    """series: [(name, [(x, y), ...][, colour]), ...]. Points with a missing
+    or NaN coordinate (or <= 0 on a log axis) are left out and break the
+    line. xticks_labels: [(x, label), ...] in place of the computed ticks."""
     def ok(x, y):
         return finite(x) and finite(y) and (x > 0 or not logx) and (y > 0 or not logy)
-    pts = [[(x, y) for x, y in s if ok(x, y)] for _, s in series]
+    series = _styled(series)
+    pts = [[(x, y) for x, y in s[1] if ok(x, y)] for s in series]
     xs = [p[0] for s in pts for p in s] + [x for x, _ in (xticks_labels or []) if finite(x)]
     ys = [p[1] for s in pts for p in s]
-    names = [n for n, _ in series]
+    names = [s[0] for s in series]
     svg = _frame(title, names, xlabel, ylabel)
     ax = Axis(*data_range(xs, logx), logx, LEFT, LEFT + PLOT_W)
     ay = Axis(*data_range(ys, logy), logy, TOP + PLOT_H, TOP)
@@ -180,44 +190,48 @@ def line_chart(path, title, series, xlabel, ylabel, logx=False, logy=False, xtic
         svg.add(f'<line x1="{_f(x)}" y1="{TOP}" x2="{_f(x)}" y2="{y0}" stroke="#eeeeee"/>')
         svg.add(f'<line x1="{_f(x)}" y1="{y0}" x2="{_f(x)}" y2="{y0 + 5}" stroke="#333333"/>')
         svg.text(x, y0 + 19, lab, size=11)
-    for i, (name, s) in enumerate(series):
-        c = COLOURS[i % len(COLOURS)]
+    for name, s, c, dash in series:
         svg.add(f'<g stroke="{c}" fill="{c}"><desc>{esc(name)}</desc>')
+        d = f' stroke-dasharray="{dash}"' if dash else ""
         run = []
         for x, y in list(s) + [(None, None)]:
             if ok(x, y):
                 run.append((ax(x), ay(y)))
                 continue
             if len(run) > 1:
-                svg.add('<polyline fill="none" stroke-width="2" points="'
+                svg.add(f'<polyline fill="none" stroke-width="2"{d} points="'
                         + " ".join(f"{_f(px)},{_f(py)}" for px, py in run) + '"/>')
             for px, py in run:
                 svg.add(f'<circle cx="{_f(px)}" cy="{_f(py)}" r="3"/>')
             run = []
         svg.add("</g>")
-    _legend(svg, names, "line")
+    _legend(svg, series, "line")
     svg.save(path)
 
 
 def _wrap(label, width_px, size=11):
     """Splits a category label into lines that fit width_px (about)."""
     per_line = max(4, int(width_px / (size * 0.6)))
-    lines, cur = [], ""
-    for word in str(label).split():
-        if cur and len(cur) + 1 + len(word) > per_line:
-            lines.append(cur)
-            cur = word
-        else:
-            cur = f"{cur} {word}" if cur else word
-    return lines + [cur] if cur else lines or [""]
+    lines = []
+    for part in str(label).split("\n"):
+        cur = ""
+        for word in part.split():
+            if cur and len(cur) + 1 + len(word) > per_line:
+                lines.append(cur)
+                cur = word
+            else:
+                cur = f"{cur} {word}" if cur else word
+        lines.append(cur)
+    return lines
 
 
 def bar_chart(path, title, categories, series, ylabel, logy=False):
     """Grouped bars: categories [str, ...], series [(name, [value per
-    category]), ...]. Each bar carries its value; a missing or NaN value
+    category][, colour]), ...]; a "\n" in a category starts a new line. Each bar carries its value; a missing or NaN value
     draws no bar, only "n/a"."""
-    vals = [v for _, vs in series for v in vs]
-    names = [n for n, _ in series]
+    series = _styled(series)
+    vals = [v for s in series for v in s[1]]
+    names = [s[0] for s in series]
     # Wide enough for each bar to carry its value upright (about 34 px a bar).
     plot_w = max(PLOT_W, int(len(categories) * max(1, len(series)) * 34 / 0.8))
     svg = _frame(title, names, "", ylabel, plot_w)
@@ -233,8 +247,8 @@ def bar_chart(path, title, categories, series, ylabel, logy=False):
         for k, line in enumerate(_wrap(cat, slot)):
             svg.text(LEFT + slot * (j + 0.5), y0 + 16 + 13 * k, line, size=11)
     base = ay(lo) if logy else ay(0.0)
-    for i, (name, vs) in enumerate(series):
-        svg.add(f'<g fill="{COLOURS[i % len(COLOURS)]}"><desc>{esc(name)}</desc>')
+    for i, (name, vs, c, _) in enumerate(series):
+        svg.add(f'<g fill="{c}"><desc>{esc(name)}</desc>')
         for j, v in enumerate(list(vs)[:len(categories)]):
             x = LEFT + slot * (j + 0.1) + bw * i
             if not finite(v) or (logy and v <= 0):
@@ -250,7 +264,7 @@ def bar_chart(path, title, categories, series, ylabel, logy=False):
                 svg.text(cx + 3, top - 4, label, anchor="start", size=10,
                          extra=f' fill="#222222" transform="rotate(-90 {_f(cx + 3)} {_f(top - 4)})"')
         svg.add("</g>")
-    _legend(svg, names, "bar")
+    _legend(svg, series, "bar")
     svg.save(path)
 
 
@@ -268,8 +282,8 @@ def main(argv):
                "request size", "ns", logx=True, logy=True,
                xticks_labels=[(512, "512 B"), (4096, "4 KiB"), (1 << 20, "1 MiB"), (1 << 30, "1 GiB")])
     bar_chart(os.path.join(out, "demo-bar.svg"), "demo: grouped bars <&>",
-              ["one", "two words", "a much longer category name"],
-              [("series A", [1.5, 20.0, 300.0]), ("series B", [2.0, float("nan"), 4500.0])],
+              ["one", "two words", "a much longer category name", "two\nlines"],
+              [("series A", [1.5, 20.0, 300.0, 7.0]), ("series B", [2.0, float("nan"), 4500.0, 70.0], "#444444")],
               "value", logy=True)
     print(f"wrote {out}/demo-line.svg and {out}/demo-bar.svg")
     return 0
