@@ -6,11 +6,17 @@ between allocators measured in this same run. Builds nothing: it runs what
 the build folder holds.
 
   tools/bench/run.py [--build DIR] [--repeats N] [--only alloc,threads,cold,gather,seed,train]
-                     [--csv FILE] [--md FILE]
+                     [--csv FILE] [--md FILE] [--svg-dir DIR]
+  tools/bench/run.py --from-csv FILE [--md FILE] [--svg-dir DIR]
+
+--svg-dir writes SVG charts of what ran (tools/bench/svgplot.py).
+--from-csv runs nothing: it reads a CSV that --csv wrote earlier and
+writes the tables (--md, and stdout) and the charts (--svg-dir) from it.
 """
 import argparse
 import csv
 import datetime
+import math
 import os
 import random
 import re
@@ -51,22 +57,26 @@ class Table:
         return statistics.median(vals) if vals else float("nan")
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--only", default="alloc,threads,cold,gather,seed,train")
-    ap.add_argument("--csv", default=None)
-    ap.add_argument("--md", default=None)
-    args = ap.parse_args()
+ALLOCATORS = ["cudaMalloc", "cudaMallocAsync", "pagefast", "pagefast-forward"]
+TORCH_CONFIGS = [
+    ("default", {}),
+    ("expandable_segments", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
+    ("cudaMallocAsync backend", {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}),
+    ("no caching", {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}),
+]
+SEED_PASSES = ["first_s", "second_s", "after_empty_cache_s"]
+MODELS = ["resnet18", "transformer"]
+# --only's names and the bench column of the rows each one writes.
+SECTIONS = {"alloc": "pairs", "threads": "threads", "cold": "cold", "gather": "gather", "seed": "seed",
+            "train": "train"}
+
+
+def measure(args, t, only):
     lib = os.path.join(args.build, "interpose", "libpagefast.so")
     gpu = os.path.join(args.build, "tools", "gpu")
     bench = os.path.join(gpu, "alloc_bench")
     py = sys.executable
-    only = set(args.only.split(","))
     pf = {"LD_PRELOAD": lib}
-    t = Table()
-    md = []
 
     alloc_configs = [
         ("cudaMalloc", [bench, "cudaMalloc"], {}),
@@ -74,6 +84,7 @@ def main():
         ("pagefast", [bench, "cudaMalloc"], dict(pf, BENCH_LABEL="pagefast")),
         ("pagefast-forward", [bench, "cudaMalloc"], dict(pf, PAGEFAST_CONF="pool:off", BENCH_LABEL="forward")),
     ]
+    assert [c for c, _, _ in alloc_configs] == ALLOCATORS
     # Each repeat runs the configurations in a fresh random order, so that a
     # drift of the card over the run does not favour one of them.
     rng = random.Random(12345)
@@ -89,20 +100,6 @@ def main():
                 for res in results(run(argv + ["pairs"], env).stdout):
                     t.add("pairs", name, res["bytes"], "p50_ns", res["p50_ns"])
                     t.add("pairs", name, res["bytes"], "p99_ns", res["p99_ns"])
-        sizes = sorted({int(k) for b, c, k, m, v in t.rows if b == "pairs"})
-        md += ["### alloc+free pair latency (ns; median over processes of per-process p50/p99)", "",
-               "| bytes | cudaMalloc p50 | p99 | cudaMallocAsync p50 | p99 | pagefast p50 | p99 | forward-only p50 | "
-               "cudaMalloc / pagefast | cudaMallocAsync / pagefast | forward / cudaMalloc |",
-               "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-        for s in sizes:
-            k = str(s)
-            m = {c: (t.median("pairs", c, k, "p50_ns"), t.median("pairs", c, k, "p99_ns")) for c, _, _ in alloc_configs}
-            md.append(f"| {s} | {m['cudaMalloc'][0]:.0f} | {m['cudaMalloc'][1]:.0f} | {m['cudaMallocAsync'][0]:.0f} | "
-                      f"{m['cudaMallocAsync'][1]:.0f} | {m['pagefast'][0]:.0f} | {m['pagefast'][1]:.0f} | "
-                      f"{m['pagefast-forward'][0]:.0f} | {m['cudaMalloc'][0] / m['pagefast'][0]:.0f}x | "
-                      f"{m['cudaMallocAsync'][0] / m['pagefast'][0]:.1f}x | "
-                      f"{m['pagefast-forward'][0] / m['cudaMalloc'][0]:.3f} |")
-        md.append("")
 
     if "threads" in only:
         for _ in range(args.repeats):
@@ -110,88 +107,220 @@ def main():
                 for res in results(run(argv + ["threads", "16"], env).stdout):
                     t.add("threads", name, "64K", "one", res["one_pairs_per_s"])
                     t.add("threads", name, "64K", "many", res["many_pairs_per_s"])
-        md += ["### 16 threads at once, 64 KiB pairs (pairs/s, medians)", "",
-               "| allocator | 1 thread | 16 threads | scale |", "| --- | ---: | ---: | ---: |"]
-        for name, _, _ in alloc_configs[:3]:
-            one, many = t.median("threads", name, "64K", "one"), t.median("threads", name, "64K", "many")
-            md.append(f"| {name} | {one:.0f} | {many:.0f} | {many / one:.2f}x |")
-        md.append("")
 
     if "cold" in only:
         for _ in range(args.repeats):
             for name, argv, env in shuffled(alloc_configs[:3]):
                 for res in results(run(argv + ["cold"], env).stdout):
                     t.add("cold", name, "16G", "total_ms", res["total_ms"])
-        md += ["### cold growth: 16 GiB in 20 MiB requests, fresh process (ms, median)", "",
-               "| allocator | total ms | cudaMalloc / this |", "| --- | ---: | ---: |"]
-        base = t.median("cold", "cudaMalloc", "16G", "total_ms")
-        for name, _, _ in alloc_configs[:3]:
-            v = t.median("cold", name, "16G", "total_ms")
-            md.append(f"| {name} | {v:.1f} | {base / v:.1f}x |")
-        md.append("")
 
     if "gather" in only:
         for _ in range(args.repeats):
             for name, env in shuffled([("cudaMalloc", {}), ("pagefast", pf)]):
                 for res in results(run([os.path.join(gpu, "gather_bench")], env).stdout):
                     t.add("gather", name, "32G", "gloads", res["gloads_per_s"])
-        a, b = t.median("gather", "cudaMalloc", "32G", "gloads"), t.median("gather", "pagefast", "32G", "gloads")
-        md += ["### random 4-byte gathers over a 32 GiB buffer (G loads/s, median)", "",
-               "| cudaMalloc | pagefast | pagefast / cudaMalloc |", "| ---: | ---: | ---: |",
-               f"| {a:.2f} | {b:.2f} | {b / a:.4f} |", ""]
 
     if "seed" in only:
-        torch_configs = [
-            ("default", {}),
-            ("expandable_segments", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
-            ("cudaMallocAsync backend", {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}),
-            ("no caching", {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}),
-        ]
         seed = [py, os.path.join(HERE, "seed.py")]
         for _ in range(args.repeats):
-            for name, env in shuffled(torch_configs):
+            for name, env in shuffled(TORCH_CONFIGS):
                 for label, extra in shuffled([("without", {}), ("with", pf)]):
                     for res in results(run(seed, dict(env, **extra)).stdout):
-                        for metric in ["first_s", "second_s", "after_empty_cache_s"]:
+                        for metric in SEED_PASSES:
                             t.add("seed", f"{name}/{label}", "1000x4MiB", metric, res[metric])
-        md += ["### seed benchmark: 1000 x torch.randn(1024, 1024) (s, median of fresh processes)", "",
-               "| PyTorch allocator | pass | without pagefast | with pagefast | with / without |",
-               "| --- | --- | ---: | ---: | ---: |"]
-        for name, _ in torch_configs:
-            for metric in ["first_s", "second_s", "after_empty_cache_s"]:
-                a = t.median("seed", f"{name}/without", "1000x4MiB", metric)
-                b = t.median("seed", f"{name}/with", "1000x4MiB", metric)
-                md.append(f"| {name} | {metric[:-2]} | {a:.4f} | {b:.4f} | {b / a:.2f} |")
-        md.append("")
 
     if "train" in only:
         losses = {}
         for _ in range(max(1, min(args.repeats, 3))):
-            for model in ["resnet18", "transformer"]:
+            for model in MODELS:
                 for label, env in [("without", {}), ("with", pf)]:
                     r = run([py, os.path.join(HERE, "train.py"), model, "30"], env, timeout=600)
                     for res in results(r.stdout):
                         t.add("train", f"{model}/{label}", "step", "s", res["median_step_s"])
                     m = re.search(r"^losses (.*)$", r.stdout, re.M)
                     losses.setdefault((model, label), set()).add(m.group(1) if m else None)
+        # One row per model, so that the CSV alone can say it again: 1 when
+        # every run, with and without pagefast, printed the same losses.
+        for model in MODELS:
+            same = losses.get((model, "without")) == losses.get((model, "with")) and \
+                len(losses.get((model, "with"), ())) == 1
+            t.add("train", model, "losses", "identical", 1.0 if same else 0.0)
+
+
+def tables(t, sections):
+    """The Markdown tables of the sections named (--only's names)."""
+    md = []
+    if "alloc" in sections:
+        sizes = sorted({int(k) for b, c, k, m, v in t.rows if b == "pairs"})
+        md += ["### alloc+free pair latency (ns; median over processes of per-process p50/p99)", "",
+               "| bytes | cudaMalloc p50 | p99 | cudaMallocAsync p50 | p99 | pagefast p50 | p99 | forward-only p50 | "
+               "cudaMalloc / pagefast | cudaMallocAsync / pagefast | forward / cudaMalloc |",
+               "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for s in sizes:
+            k = str(s)
+            m = {c: (t.median("pairs", c, k, "p50_ns"), t.median("pairs", c, k, "p99_ns")) for c in ALLOCATORS}
+            md.append(f"| {s} | {m['cudaMalloc'][0]:.0f} | {m['cudaMalloc'][1]:.0f} | {m['cudaMallocAsync'][0]:.0f} | "
+                      f"{m['cudaMallocAsync'][1]:.0f} | {m['pagefast'][0]:.0f} | {m['pagefast'][1]:.0f} | "
+                      f"{m['pagefast-forward'][0]:.0f} | {m['cudaMalloc'][0] / m['pagefast'][0]:.0f}x | "
+                      f"{m['cudaMallocAsync'][0] / m['pagefast'][0]:.1f}x | "
+                      f"{m['pagefast-forward'][0] / m['cudaMalloc'][0]:.3f} |")
+        md.append("")
+
+    if "threads" in sections:
+        md += ["### 16 threads at once, 64 KiB pairs (pairs/s, medians)", "",
+               "| allocator | 1 thread | 16 threads | scale |", "| --- | ---: | ---: | ---: |"]
+        for name in ALLOCATORS[:3]:
+            one, many = t.median("threads", name, "64K", "one"), t.median("threads", name, "64K", "many")
+            md.append(f"| {name} | {one:.0f} | {many:.0f} | {many / one:.2f}x |")
+        md.append("")
+
+    if "cold" in sections:
+        md += ["### cold growth: 16 GiB in 20 MiB requests, fresh process (ms, median)", "",
+               "| allocator | total ms | cudaMalloc / this |", "| --- | ---: | ---: |"]
+        base = t.median("cold", "cudaMalloc", "16G", "total_ms")
+        for name in ALLOCATORS[:3]:
+            v = t.median("cold", name, "16G", "total_ms")
+            md.append(f"| {name} | {v:.1f} | {base / v:.1f}x |")
+        md.append("")
+
+    if "gather" in sections:
+        a, b = t.median("gather", "cudaMalloc", "32G", "gloads"), t.median("gather", "pagefast", "32G", "gloads")
+        md += ["### random 4-byte gathers over a 32 GiB buffer (G loads/s, median)", "",
+               "| cudaMalloc | pagefast | pagefast / cudaMalloc |", "| ---: | ---: | ---: |",
+               f"| {a:.2f} | {b:.2f} | {b / a:.4f} |", ""]
+
+    if "seed" in sections:
+        md += ["### seed benchmark: 1000 x torch.randn(1024, 1024) (s, median of fresh processes)", "",
+               "| PyTorch allocator | pass | without pagefast | with pagefast | with / without |",
+               "| --- | --- | ---: | ---: | ---: |"]
+        for name, _ in TORCH_CONFIGS:
+            for metric in SEED_PASSES:
+                a = t.median("seed", f"{name}/without", "1000x4MiB", metric)
+                b = t.median("seed", f"{name}/with", "1000x4MiB", metric)
+                md.append(f"| {name} | {metric[:-2]} | {a:.4f} | {b:.4f} | {b / a:.2f} |")
+        md.append("")
+
+    if "train" in sections:
         md += ["### training steps (median step time, s)", "",
                "| model | without pagefast | with pagefast | with / without | losses bit-identical |",
                "| --- | ---: | ---: | ---: | --- |"]
-        for model in ["resnet18", "transformer"]:
+        for model in MODELS:
             a = t.median("train", f"{model}/without", "step", "s")
             b = t.median("train", f"{model}/with", "step", "s")
-            same = losses.get((model, "without")) == losses.get((model, "with")) and len(losses.get((model, "with"), ())) == 1
-            md.append(f"| {model} | {a:.5f} | {b:.5f} | {b / a:.3f} | {'yes' if same else 'NO'} |")
+            same = t.median("train", model, "losses", "identical")
+            same = "?" if math.isnan(same) else "yes" if same == 1 else "NO"
+            md.append(f"| {model} | {a:.5f} | {b:.5f} | {b / a:.3f} | {same} |")
         md.append("")
+    return md
 
-    commit = os.environ.get("PAGEFAST_COMMIT") or subprocess.run(
-        ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        text=True).stdout.strip() or "unknown"
-    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout.strip()
-    head = [f"Benchmarks, {datetime.date.today()}, commit {commit}, {smi}, {args.repeats} fresh processes per configuration",
-            f"command: tools/bench/run.py --repeats {args.repeats} --only {args.only}", ""]
-    text = "\n".join(head + md)
+
+BYTE_TICKS = [(512, "512 B"), (4 << 10, "4 KiB"), (64 << 10, "64 KiB"), (1 << 20, "1 MiB"), (16 << 20, "16 MiB"),
+              (256 << 20, "256 MiB"), (1 << 30, "1 GiB"), (16 << 30, "16 GiB")]
+
+
+def charts(t, out):
+    """SVG charts of the benchmarks that have rows in t, into out; returns
+    the file names written."""
+    if HERE not in sys.path:
+        sys.path.insert(0, HERE)
+    import svgplot
+    os.makedirs(out, exist_ok=True)
+    have = {b for b, c, k, m, v in t.rows}
+    written = []
+
+    def path(name):
+        written.append(name)
+        return os.path.join(out, name)
+
+    if "pairs" in have:
+        sizes = sorted({int(k) for b, c, k, m, v in t.rows if b == "pairs"})
+        ticks = [(x, lab) for x, lab in BYTE_TICKS if sizes[0] <= x <= sizes[-1]]
+        for metric, name in [("p50_ns", "alloc-latency.svg"), ("p99_ns", "alloc-latency-p99.svg")]:
+            series = [(c, [(s, t.median("pairs", c, str(s), metric)) for s in sizes]) for c in ALLOCATORS]
+            svgplot.line_chart(path(name), f"alloc+free pair latency, {metric[:3]} (median over processes)",
+                               series, "request size", f"ns per pair ({metric[:3]})", logx=True, logy=True,
+                               xticks_labels=ticks)
+    if "threads" in have:
+        svgplot.bar_chart(path("threads.svg"), "64 KiB alloc+free pairs from 1 and 16 threads at once",
+                          ["1 thread", "16 threads"],
+                          [(c, [t.median("threads", c, "64K", m) for m in ["one", "many"]]) for c in ALLOCATORS[:3]],
+                          "pairs/s (all threads)", logy=True)
+    if "cold" in have:
+        svgplot.bar_chart(path("cold.svg"), "cold growth: 16 GiB in 20 MiB requests, fresh process",
+                          ["16 GiB in 20 MiB requests"],
+                          [(c, [t.median("cold", c, "16G", "total_ms")]) for c in ALLOCATORS[:3]],
+                          "total ms (lower is faster)")
+    if "seed" in have:
+        # One group per PyTorch allocator configuration; one colour per pass,
+        # light without pagefast, dark with it.
+        colours = {"first_s": ("#aec7e8", "#1f77b4"), "second_s": ("#ffbb78", "#ff7f0e"),
+                   "after_empty_cache_s": ("#98df8a", "#2ca02c")}
+        series = [(f"{metric[:-2].replace('_', ' ')}, {label} pagefast",
+                   [t.median("seed", f"{name}/{label}", "1000x4MiB", metric) * 1e3 for name, _ in TORCH_CONFIGS],
+                   colours[metric][i]) for metric in SEED_PASSES for i, label in enumerate(["without", "with"])]
+        svgplot.bar_chart(path("seed.svg"), "seed benchmark: 1000 x torch.randn(1024, 1024), time per pass",
+                          [name for name, _ in TORCH_CONFIGS], series, "ms per pass (lower is faster)")
+    if "train" in have:
+        svgplot.bar_chart(path("train.svg"), "training loops: median step time",
+                          MODELS,
+                          [(f"{label} pagefast", [t.median("train", f"{m}/{label}", "step", "s") * 1e3 for m in MODELS])
+                           for label in ["without", "with"]],
+                          "ms per step (lower is faster)")
+    return written
+
+
+def load_csv(path):
+    t = Table()
+    with open(path, newline="") as f:
+        r = csv.reader(f)
+        header = next(r, None)
+        if header != ["bench", "config", "key", "metric", "value"]:
+            raise SystemExit(f"{path}: not a CSV written by run.py --csv (header {header})")
+        for row in r:
+            if row:
+                t.add(*row)
+    return t
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--only", default="alloc,threads,cold,gather,seed,train")
+    ap.add_argument("--csv", default=None)
+    ap.add_argument("--md", default=None)
+    ap.add_argument("--svg-dir", default=None, help="write SVG charts of what ran into this folder")
+    ap.add_argument("--from-csv", default=None, metavar="FILE",
+                    help="run nothing; read the rows from a CSV that --csv wrote and write --md / --svg-dir from it")
+    args = ap.parse_args()
+    only = set(args.only.split(","))
+    t = Table()
+
+    if args.from_csv:
+        t = load_csv(args.from_csv)
+        have = {b for b, c, k, m, v in t.rows}
+        sections = {s for s, b in SECTIONS.items() if b in have and s in only}
+        counts = {}
+        for b, c, k, m, v in t.rows:
+            counts[(b, c, k, m)] = counts.get((b, c, k, m), 0) + 1
+        head = [f"Benchmarks regenerated from {os.path.basename(args.from_csv)} by tools/bench/run.py --from-csv "
+                f"(up to {max(counts.values(), default=0)} samples per cell; the GPU, commit and command are "
+                f"in the header of that run's own --md)", ""]
+        # Only the measured sections, in their usual order.
+        sections = [s for s in SECTIONS if s in sections]
+        if args.csv and os.path.abspath(args.csv) == os.path.abspath(args.from_csv):
+            args.csv = None
+    else:
+        measure(args, t, only)
+        sections = [s for s in SECTIONS if s in only]
+        commit = os.environ.get("PAGEFAST_COMMIT") or subprocess.run(
+            ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            text=True).stdout.strip() or "unknown"
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout.strip()
+        head = [f"Benchmarks, {datetime.date.today()}, commit {commit}, {smi}, {args.repeats} fresh processes per "
+                f"configuration", f"command: tools/bench/run.py --repeats {args.repeats} --only {args.only}", ""]
+    text = "\n".join(head + tables(t, sections))
     print(text)
     if args.md:
         open(args.md, "w").write(text + "\n")
@@ -200,6 +329,9 @@ def main():
             w = csv.writer(f)
             w.writerow(["bench", "config", "key", "metric", "value"])
             w.writerows(t.rows)
+    if args.svg_dir:
+        written = charts(t, args.svg_dir)
+        print(f"charts in {args.svg_dir}: {', '.join(written) or 'none (no rows)'}")
     return 0
 
 
