@@ -5,7 +5,7 @@ in one run. Every configuration runs in fresh processes, --repeats times
 between allocators measured in this same run. Builds nothing: it runs what
 the build folder holds.
 
-  tools/bench/run.py [--build DIR] [--repeats N] [--only alloc,threads,cold,gather,seed,train]
+  tools/bench/run.py [--build DIR] [--repeats N] [--only alloc,threads,cold,gather,seed,train,overhead]
                      [--csv FILE] [--md FILE] [--svg-dir DIR]
   tools/bench/run.py --from-csv FILE [--md FILE] [--svg-dir DIR]
 
@@ -68,7 +68,11 @@ SEED_PASSES = ["first_s", "second_s", "after_empty_cache_s"]
 MODELS = ["resnet18", "transformer"]
 # --only's names and the bench column of the rows each one writes.
 SECTIONS = {"alloc": "pairs", "threads": "threads", "cold": "cold", "gather": "gather", "seed": "seed",
-            "train": "train"}
+            "train": "train", "overhead": "overhead"}
+# The cost of pagefast's own observability on a pool hit (issue 5): stats on
+# (the default), stats:off, and tracing on.
+OVERHEAD_CONFIGS = ["stats on", "stats off", "trace on"]
+OVERHEAD_SIZES = "512,65536,4194304,67108864"
 
 
 def measure(args, t, only):
@@ -113,6 +117,22 @@ def measure(args, t, only):
             for name, argv, env in shuffled(alloc_configs[:3]):
                 for res in results(run(argv + ["cold"], env).stdout):
                     t.add("cold", name, "16G", "total_ms", res["total_ms"])
+
+    if "overhead" in only:
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            configs = [
+                ("stats on", dict(pf, BENCH_SIZES=OVERHEAD_SIZES)),
+                ("stats off", dict(pf, BENCH_SIZES=OVERHEAD_SIZES, PAGEFAST_CONF="stats:off")),
+                ("trace on", dict(pf, BENCH_SIZES=OVERHEAD_SIZES, PAGEFAST_TRACE=os.path.join(d, "t.%p.trace"))),
+            ]
+            for _ in range(args.repeats):
+                for name, env in shuffled(configs):
+                    for res in results(run([bench, "cudaMalloc", "pairs"], env).stdout):
+                        t.add("overhead", name, res["bytes"], "p50_ns", res["p50_ns"])
+                        t.add("overhead", name, res["bytes"], "p99_ns", res["p99_ns"])
+                for f in os.listdir(d):
+                    os.unlink(os.path.join(d, f))
 
     if "gather" in only:
         for _ in range(args.repeats):
@@ -198,6 +218,21 @@ def tables(t, sections):
                 a = t.median("seed", f"{name}/without", "1000x4MiB", metric)
                 b = t.median("seed", f"{name}/with", "1000x4MiB", metric)
                 md.append(f"| {name} | {metric[:-2]} | {a:.4f} | {b:.4f} | {b / a:.2f} |")
+        md.append("")
+
+    if "overhead" in sections:
+        md += ["### observability cost on a pool hit (pair p50 / p99, ns)", "",
+               "| bytes | stats on | stats off | on / off | trace on | trace / stats on |",
+               "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for k in sorted({int(k) for b, c, k, m, v in t.rows if b == "overhead"}):
+            on = t.median("overhead", "stats on", str(k), "p50_ns")
+            off = t.median("overhead", "stats off", str(k), "p50_ns")
+            tr = t.median("overhead", "trace on", str(k), "p50_ns")
+            on99 = t.median("overhead", "stats on", str(k), "p99_ns")
+            off99 = t.median("overhead", "stats off", str(k), "p99_ns")
+            tr99 = t.median("overhead", "trace on", str(k), "p99_ns")
+            md.append(f"| {k} | {on:.0f} / {on99:.0f} | {off:.0f} / {off99:.0f} | {on / off:.3f} | "
+                      f"{tr:.0f} / {tr99:.0f} | {tr / on:.2f} |")
         md.append("")
 
     if "train" in sections:
@@ -286,7 +321,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--only", default="alloc,threads,cold,gather,seed,train")
+    ap.add_argument("--only", default="alloc,threads,cold,gather,seed,train,overhead")
     ap.add_argument("--csv", default=None)
     ap.add_argument("--md", default=None)
     ap.add_argument("--svg-dir", default=None, help="write SVG charts of what ran into this folder")
