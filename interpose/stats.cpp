@@ -113,6 +113,8 @@ bool write_all(int fd, const std::string& text) {
   return true;
 }
 
+}  // namespace
+
 std::string expand_path(const std::string& path) {
   std::string out;
   for (size_t i = 0; i < path.size(); ++i) {
@@ -125,8 +127,6 @@ std::string expand_path(const std::string& path) {
   }
   return out;
 }
-
-}  // namespace
 
 void count_call(Entry entry) { bump(int(entry)); }
 void count_door(Door door) { bump(kEntryCount + int(door)); }

@@ -181,6 +181,7 @@ Config parse_config(EnvLookup lookup, void* user) {
   c.log_file = get("PAGEFAST_LOG_FILE");
   c.stats_path = get("PAGEFAST_STATS");
   c.report_path = get("PAGEFAST_REPORT");
+  c.trace_path = get("PAGEFAST_TRACE");
   c.conf_text = get("PAGEFAST_CONF");
   if (c.error.empty()) parse_conf(c, c.conf_text);
   if (!c.error.empty()) c.passthrough = true;

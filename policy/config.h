@@ -6,6 +6,7 @@
 //                        PYTORCH_CUDA_ALLOC_CONF; sizes take K/M/G/T.
 // PAGEFAST_LOG, PAGEFAST_LOG_FILE, PAGEFAST_STATS, PAGEFAST_REPORT: logging,
 //                        stats and the memory report's destination.
+// PAGEFAST_TRACE=path    record every cuMemAlloc/cuMemFree (docs/TRACE.md).
 //
 // A bad key or value yields one message naming it and what is accepted;
 // the caller then runs as pass-through (Config::passthrough).
@@ -50,6 +51,7 @@ struct Config {
   std::string stats_path;  // PAGEFAST_STATS; "stderr", a path, empty = none
   bool report_at_exit = false;  // report:exit|off: the memory report at exit
   std::string report_path;      // PAGEFAST_REPORT; "stderr", a path, empty = stderr
+  std::string trace_path;       // PAGEFAST_TRACE; a path (%p = pid), empty = no trace
   std::string conf_text;   // PAGEFAST_CONF as given, for the banner
   std::string error;       // the one message for a bad setting, if any
 };
