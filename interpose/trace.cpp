@@ -402,17 +402,9 @@ CUresult traced_free(FreeFn real_free, CUdeviceptr dptr) {
 void flush_at_exit() {
   if (!g_configured || g_forked) return;
   g_on.store(false, std::memory_order_relaxed);
-  int state = g_writer_state.load(std::memory_order_acquire);
-  if (state == kNotStarted) {
-    // No traced call: still leave a valid (header-only) trace.
-    std::lock_guard<std::mutex> lock(g_start_mutex);
-    if (g_writer_state.load(std::memory_order_acquire) == kNotStarted) {
-      const int fd = open_trace_file();
-      if (fd >= 0) ::close(fd);
-      g_writer_state.store(kStopped, std::memory_order_release);
-    }
-    return;
-  }
+  // A process that traced no call writes no file: a child that inherits
+  // PAGEFAST_TRACE and never allocates leaves the parent's file alone.
+  const int state = g_writer_state.load(std::memory_order_acquire);
   if (state != kRunning) return;
   g_stop.store(true, std::memory_order_release);
   timespec deadline;
