@@ -128,6 +128,10 @@ struct Backend {
     pagefast_pool_stats s{};
     return pool_stats(device, &s) == 0 ? s.mapped_bytes : 0;
   }
+  uint64_t pagefast_passthroughs() {  // allocations the pool left to the driver: not in mapped_bytes
+    pagefast_pool_stats s{};
+    return pool_stats && pool_stats(device, &s) == 0 ? s.passthroughs : 0;
+  }
 };
 
 struct Event {
@@ -365,13 +369,14 @@ int main(int argc, char** argv) {
              "cuMemPoolGetAttribute(RESERVED_MEM_HIGH)");
     t.peak_reserved = high;
   }
+  const uint64_t passthroughs = kind == Allocator::Pagefast ? be.pagefast_passthroughs() : 0;
   const double fragmentation = t.peak_reserved ? 1.0 - double(t.peak_live) / double(t.peak_reserved) : 0.0;
   std::printf("RESULT allocator=%s events=%zu allocs=%" PRIu64 " frees=%" PRIu64 " skipped_failed=%" PRIu64
               " skipped_unknown=%" PRIu64 " replay_failed=%" PRIu64 " lost_records=%" PRIu64 " alloc_ns=%" PRIu64
               " free_ns=%" PRIu64 " time_ns=%" PRIu64 " sync_ns=%" PRIu64 " peak_live_bytes=%" PRIu64
-              " peak_reserved_bytes=%" PRIu64 " fragmentation=%.6f\n",
+              " peak_reserved_bytes=%" PRIu64 " fragmentation=%.6f pool_passthroughs=%" PRIu64 "\n",
               allocator_name.c_str(), events.size(), t.allocs, t.frees, t.skipped_failed, t.skipped_unknown,
               t.replay_failed, lost_records, t.alloc_ns, t.free_ns, t.alloc_ns + t.free_ns, t.sync_ns, t.peak_live,
-              t.peak_reserved, fragmentation);
+              t.peak_reserved, fragmentation, passthroughs);
   return 0;
 }
