@@ -14,6 +14,7 @@
 #include "interpose/real_driver.h"
 #include "interpose/runtime.h"
 #include "interpose/stats.h"
+#include "interpose/trace.h"
 
 namespace pagefast::hook {
 namespace {
@@ -74,7 +75,9 @@ void capture_maybe_ended(CUstream stream) {
 
 }  // namespace
 
-CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+namespace {
+
+CUresult alloc_untraced(CUdeviceptr* dptr, size_t bytesize) {
   if (active(Entry::cuMemAlloc_v2)) {
     if (__builtin_expect(!g_first_alloc_done.load(std::memory_order_relaxed), 0) && runtime::on_first_alloc())
       g_first_alloc_done.store(true, std::memory_order_relaxed);
@@ -85,12 +88,25 @@ CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   PF_FORWARD(cuMemAlloc_v2, (dptr, bytesize));
 }
 
-CUresult cuMemFree_v2(CUdeviceptr dptr) {
+CUresult free_untraced(CUdeviceptr dptr) {
   if (active(Entry::cuMemFree_v2) && dptr) {
     CUresult result;
     if (pool::try_free(dptr, &result)) return result;
   }
   PF_FORWARD(cuMemFree_v2, (dptr));
+}
+
+}  // namespace
+
+// PAGEFAST_TRACE (trace.h): unset, one relaxed load and a branch.
+CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  if (__builtin_expect(trace::on(), 0)) return trace::traced_alloc(&alloc_untraced, dptr, bytesize);
+  return alloc_untraced(dptr, bytesize);
+}
+
+CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  if (__builtin_expect(trace::on(), 0)) return trace::traced_free(&free_untraced, dptr);
+  return free_untraced(dptr);
 }
 
 CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width_bytes, size_t height,

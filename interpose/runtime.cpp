@@ -1,7 +1,7 @@
 // interpose/runtime.cpp: start-up and exit of the shim.
 //
 // At load (constructor): read the configuration once, start the logger,
-// bind NUMA (no CUDA call). At exit (destructor): write the stats document
+// bind NUMA (no CUDA call). At exit (destructor): flush the trace, write the stats document
 // and the memory report (report:exit) with plain file I/O and call no driver function: the driver may already
 // be shutting down, and a pool that is not released is reclaimed by the OS.
 #include "interpose/runtime.h"
@@ -17,6 +17,7 @@
 #include "interpose/real_driver.h"
 #include "interpose/report.h"
 #include "interpose/stats.h"
+#include "interpose/trace.h"
 #if PAGEFAST_HAVE_NUMA
 #include "numa/numa.h"
 #endif
@@ -63,6 +64,9 @@ void init_slow() {
     pool::configure(g_config.pool, log::sink());
   }
   stats::set_call_counting(g_config.stats_on);
+  // Traced in every mode, pass-through included: the trace is the
+  // program's calls, whoever answers them.
+  trace::configure(g_config.trace_path);
   g_passthrough = g_config.passthrough;
   g_ready.store(true, std::memory_order_release);
 }
@@ -111,6 +115,7 @@ __attribute__((constructor)) void on_load() { init_slow(); }
 __attribute__((destructor)) void on_unload() {
   if (!g_ready.load(std::memory_order_acquire)) return;
   live::stop_at_exit();
+  trace::flush_at_exit();
   stats::write_if_requested();
   report::write_at_exit_if_requested();
 }

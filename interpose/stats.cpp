@@ -115,6 +115,8 @@ bool write_all(int fd, const std::string& text) {
   return true;
 }
 
+}  // namespace
+
 std::string expand_path(const std::string& path) {
   std::string out;
   for (size_t i = 0; i < path.size(); ++i) {
@@ -127,8 +129,6 @@ std::string expand_path(const std::string& path) {
   }
   return out;
 }
-
-}  // namespace
 
 // stats:off turns call counting off (set once at init, before any hook).
 static bool g_count_calls = true;

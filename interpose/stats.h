@@ -35,4 +35,7 @@ void write_if_requested();
 // memory report; plain open/write, safe in a destructor. true: written.
 bool write_text(const std::string& target, const std::string& text, const char* variable);
 
+// `path` with every "%p" replaced by the pid (PAGEFAST_STATS, _REPORT, _TRACE).
+std::string expand_path(const std::string& path);
+
 }  // namespace pagefast::stats

@@ -190,6 +190,7 @@ Config parse_config(EnvLookup lookup, void* user) {
   c.stats_path = get("PAGEFAST_STATS");
   c.report_path = get("PAGEFAST_REPORT");
   c.live_dir = get("PAGEFAST_LIVE_DIR");
+  c.trace_path = get("PAGEFAST_TRACE");
   c.conf_text = get("PAGEFAST_CONF");
   if (c.error.empty()) parse_conf(c, c.conf_text);
   if (!c.error.empty()) c.passthrough = true;

@@ -7,6 +7,7 @@
 // PAGEFAST_LOG, PAGEFAST_LOG_FILE, PAGEFAST_STATS, PAGEFAST_REPORT: logging,
 //                        stats and the memory report's destination.
 // PAGEFAST_LIVE_DIR      where live-stats segments go (default /dev/shm).
+// PAGEFAST_TRACE=path    record every cuMemAlloc/cuMemFree (docs/TRACE.md).
 //
 // A bad key or value yields one message naming it and what is accepted;
 // the caller then runs as pass-through (Config::passthrough).
@@ -53,6 +54,7 @@ struct Config {
   bool stats_on = true;         // stats:on|off: call counters and the live segment
   std::string live_dir;         // PAGEFAST_LIVE_DIR; empty = /dev/shm
   std::string report_path;      // PAGEFAST_REPORT; "stderr", a path, empty = stderr
+  std::string trace_path;       // PAGEFAST_TRACE; a path (%p = pid), empty = no trace
   std::string conf_text;   // PAGEFAST_CONF as given, for the banner
   std::string error;       // the one message for a bad setting, if any
 };

@@ -118,6 +118,15 @@ TEST_CASE("report: off by default, exit accepted, PAGEFAST_REPORT read") {
   CHECK(bad.error.find("'report'") != std::string::npos);
 }
 
+TEST_CASE("PAGEFAST_TRACE: empty by default, read as given") {
+  Env env;
+  CHECK(env.parse().trace_path.empty());
+  env.vars["PAGEFAST_TRACE"] = "/tmp/t-%p.pftrace";
+  Config c = env.parse();
+  CHECK(c.trace_path == "/tmp/t-%p.pftrace");
+  CHECK(c.error.empty());
+}
+
 TEST_CASE("PAGEFAST=0 is a pass-through; other values are an error") {
   Env env;
   env.vars["PAGEFAST"] = "0";
