@@ -35,6 +35,14 @@ def main():
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
+    # The fused attention kernels' backward passes (flash, memory-efficient,
+    # cuDNN) accumulate with atomics: the transformer's losses then differ
+    # from run to run without pagefast too (seen on the H200, 2026-12-02).
+    # The math kernel is deterministic.
+    torch.backends.cuda.enable_flash_sdp(False)
+    torch.backends.cuda.enable_mem_efficient_sdp(False)
+    if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
+        torch.backends.cuda.enable_cudnn_sdp(False)
     model, x, y, loss_fn = build(kind)
     model = model.cuda()
     x, y = x.cuda(), y.cuda()
