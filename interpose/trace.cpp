@@ -250,6 +250,10 @@ void start_writer() {
     g_fd = -1;
     return fail();
   }
+  // Named here too, not only by the thread itself: once the first traced
+  // call returns, the thread is visible under its name (tools and tests
+  // look for it by name).
+  pthread_setname_np(g_writer, "pagefast-trace");
   g_writer_state.store(kRunning, std::memory_order_release);
 }
 
