@@ -16,6 +16,7 @@
 #include "interpose/log.h"
 #include "interpose/pool_api.h"
 #include "interpose/runtime.h"
+#include "policy/json.h"
 
 namespace pagefast::stats {
 namespace {
@@ -87,35 +88,20 @@ uint64_t sum(int index) {
   return total;
 }
 
-void append_escaped(std::string& out, const std::string& text) {
-  out += '"';
-  for (char ch : text) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  out += '"';
-}
 
-bool write_all(int fd, const std::string& text) {
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+}  // namespace
+
+bool write_all(int fd, const void* data, size_t bytes) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes) {
+    const ssize_t n = ::write(fd, p, bytes);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
-    done += size_t(n);
+    p += n;
+    bytes -= size_t(n);
   }
   return true;
 }
-
-}  // namespace
 
 std::string expand_path(const std::string& path) {
   std::string out;
@@ -148,7 +134,7 @@ std::string document() {
   out += ", \"mode\": ";
   out += config.passthrough ? "\"passthrough\"" : (config.pool.enabled ? "\"pool\"" : "\"forward\"");
   out += ", \"config\": ";
-  append_escaped(out, describe(config));
+  append_json_string(out, describe(config));
   out += "},\n  \"calls\": {";
   for (int i = 0; i < kEntryCount; ++i) {
     out += i ? ", " : "";
@@ -177,7 +163,7 @@ void write_if_requested() {
 }
 
 bool write_text(const std::string& target, const std::string& text, const char* variable) {
-  if (target == "stderr") return write_all(2, text);
+  if (target == "stderr") return write_all(2, text.data(), text.size());
   std::string path;
   try {
     path = expand_path(target);
@@ -199,7 +185,7 @@ bool write_text(const std::string& target, const std::string& text, const char* 
   }
   if ((st.st_mode & 0777) != 0600) fchmod(fd, 0600);
   bool ok = true;
-  if (ftruncate(fd, 0) != 0 || !write_all(fd, text)) {
+  if (ftruncate(fd, 0) != 0 || !write_all(fd, text.data(), text.size())) {
     log::write(LogLevel::Warn, "{}: writing '{}' failed: {}", variable, path, std::strerror(errno));
     ok = false;
   }

@@ -4,6 +4,7 @@
 // threads are kept and re-used, so no count is ever lost.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -37,5 +38,9 @@ bool write_text(const std::string& target, const std::string& text, const char* 
 
 // `path` with every "%p" replaced by the pid (PAGEFAST_STATS, _REPORT, _TRACE).
 std::string expand_path(const std::string& path);
+
+// write(2) until all of data is written, retrying EINTR; false on error.
+// Plain system calls: safe in a destructor.
+bool write_all(int fd, const void* data, size_t bytes);
 
 }  // namespace pagefast::stats

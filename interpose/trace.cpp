@@ -33,6 +33,7 @@
 #include "interpose/real_driver.h"
 #include "interpose/stats.h"
 #include "interpose/trace_format.h"
+#include "policy/spin.h"
 
 namespace pagefast::trace {
 
@@ -99,27 +100,7 @@ inline uint64_t clock_ns(clockid_t clock) {
 }
 inline uint64_t now_ns() { return clock_ns(CLOCK_MONOTONIC) - g_start_mono_ns; }
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
 // ---- the file ----
-
-bool write_all(int fd, const void* data, size_t bytes) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes) {
-    ssize_t n = ::write(fd, p, bytes);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    bytes -= size_t(n);
-  }
-  return true;
-}
 
 // Opens the trace file and writes its header; -1 (logged) on failure.
 int open_trace_file() {
@@ -154,7 +135,7 @@ int open_trace_file() {
   header.start_wall_ns = g_start_wall_ns;
   header.start_mono_ns = g_start_mono_ns;
   header.ring_records = kRingRecords;
-  if (!write_all(fd, &header, sizeof header)) {
+  if (!stats::write_all(fd, &header, sizeof header)) {
     log::write(LogLevel::Warn, "PAGEFAST_TRACE: writing '{}' failed: {}; not tracing", path, std::strerror(errno));
     ::close(fd);
     return -1;
@@ -164,7 +145,7 @@ int open_trace_file() {
 
 void batch_flush() {
   if (g_batch_used && !g_write_failed &&
-      !write_all(g_fd, g_batch, size_t(g_batch_used) * sizeof(Record))) {
+      !stats::write_all(g_fd, g_batch, size_t(g_batch_used) * sizeof(Record))) {
     g_write_failed = true;  // keep draining, so that producers never stall on a dead file
     log::write(LogLevel::Warn, "PAGEFAST_TRACE: write failed: {}; the rest of the trace is dropped",
                std::strerror(errno));
@@ -310,7 +291,7 @@ inline Ring* my_ring() {
 bool wait_for_room(Ring* ring, uint64_t head) {
   const uint64_t start = clock_ns(CLOCK_MONOTONIC);
   for (uint32_t i = 1;; ++i) {
-    if (i < 64) cpu_relax();
+    if (i < 64) policy::cpu_relax();
     else sched_yield();
     ring->tail_seen = ring->tail.load(std::memory_order_acquire);
     if (head - ring->tail_seen < kRingRecords) return true;

@@ -20,17 +20,9 @@
 #include "policy/blocks.h"
 #include "policy/quarantine.h"
 #include "policy/size_classes.h"
+#include "policy/spin.h"
 
 namespace pagefast::policy {
-
-// A spin-wait hint to the processor (x86 pause, Arm yield).
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 class OwnerLock {
  public:
