@@ -5,6 +5,7 @@
 #include "numa/bind_plan.h"
 #include "numa/bind_session.h"
 #include "numa/numa.h"
+#include "policy/json.h"
 
 namespace pagefast::numa {
 namespace {
@@ -22,20 +23,9 @@ const char* action_name(BindAction action) {
 }
 
 std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (unsigned char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
-      out += escaped;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
+  std::string out;
+  append_json_string(out, text);
+  return out;
 }
 
 std::string json_int(int value) { return value < 0 ? "null" : std::to_string(value); }

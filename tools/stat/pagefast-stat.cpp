@@ -16,12 +16,14 @@
 #include <vector>
 
 #include "interpose/live/segment.h"
+#include "policy/json.h"
 
 namespace {
 
 using pagefast::live::DeviceFigures;
 using pagefast::live::Listing;
 using pagefast::live::ReadStatus;
+using pagefast::append_json_string;
 
 struct Options {
   bool json = false;
@@ -81,23 +83,6 @@ std::string age(uint64_t then_ns, uint64_t now_ns) {
   return buf;
 }
 
-void json_string(std::string& out, const std::string& s) {
-  out += '"';
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  out += '"';
-}
-
 void print_json(const std::vector<Listing>& listings, const Options& o) {
   const uint64_t now = now_unix_ns();
   std::string out = "{\"time_unix_ns\": " + std::to_string(now) + ", \"processes\": [";
@@ -108,9 +93,9 @@ void print_json(const std::vector<Listing>& listings, const Options& o) {
     out += first ? "\n  " : ",\n  ";
     first = false;
     out += "{\"pid\": " + std::to_string(s.pid) + ", \"command\": ";
-    json_string(out, s.command);
+    append_json_string(out, s.command);
     out += ", \"config\": ";
-    json_string(out, s.config);
+    append_json_string(out, s.config);
     out += ", \"started_unix_ns\": " + std::to_string(s.created_unix_ns) +
            ", \"updated_unix_ns\": " + std::to_string(s.updated_unix_ns) +
            ", \"publishes\": " + std::to_string(s.publishes) + ", \"calls\": {\"cuMemAlloc_v2\": " +
@@ -132,10 +117,10 @@ void print_json(const std::vector<Listing>& listings, const Options& o) {
       out += f ? "" : ", ";
       f = false;
       out += "{\"path\": ";
-      json_string(out, l.path);
+      append_json_string(out, l.path);
       out += std::string(", \"status\": \"") + pagefast::live::status_name(l.status) + "\", \"stale\": " +
              (l.stale ? "true" : "false") + ", \"removed\": " + (l.removed ? "true" : "false") + ", \"detail\": ";
-      json_string(out, l.detail);
+      append_json_string(out, l.detail);
       out += "}";
     }
     out += "]";
