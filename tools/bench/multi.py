@@ -25,13 +25,15 @@ import argparse
 import datetime
 import os
 import random
-import re
 import statistics
 import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from run import clean_env, results  # noqa: E402  (tools/bench/run.py)
+from run import run as bench_run  # noqa: E402
 NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "NCCL_MNNVL_ENABLE": "0"}
 
 
@@ -44,17 +46,7 @@ def gpu_count():
 
 
 def run(argv, env_extra, timeout=600):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PAGEFAST") and k != "LD_PRELOAD"}
-    env.update(NCCL_ENV)
-    env.update(env_extra)
-    r = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
-    if r.returncode != 0:
-        print(f"FAILED ({r.returncode}): {' '.join(argv)}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
-    return r
-
-
-def results(text):
-    return [dict(kv.split("=", 1) for kv in l.split()[1:]) for l in text.splitlines() if l.startswith("RESULT")]
+    return bench_run(argv, dict(NCCL_ENV, **env_extra), timeout=timeout)
 
 
 def med(values):
@@ -131,10 +123,9 @@ def main():
         for _ in range(args.repeats):
             for label in rng.sample(["without", "with"], 2):
                 extra = {"LD_PRELOAD": lib} if label == "with" else {}
-                env = {k: v for k, v in os.environ.items() if not k.startswith("PAGEFAST") and k != "LD_PRELOAD"}
                 procs = []
                 for g in range(gpus):
-                    e = dict(env, CUDA_VISIBLE_DEVICES=str(g), **extra)
+                    e = clean_env(dict(extra, CUDA_VISIBLE_DEVICES=str(g)))
                     procs.append(subprocess.Popen([py, os.path.join(HERE, "seed.py")], env=e, stdout=subprocess.PIPE,
                                                   stderr=subprocess.PIPE, text=True))
                 for p in procs:

@@ -32,9 +32,15 @@ def parse(line):
     return dict(kv.split("=", 1) for kv in line.split()[1:])
 
 
-def run(argv, env_extra, timeout=300):
+def clean_env(env_extra):
+    """This process's environment without pagefast's variables, plus env_extra."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PAGEFAST") and k != "LD_PRELOAD"}
     env.update(env_extra)
+    return env
+
+
+def run(argv, env_extra, timeout=300):
+    env = clean_env(env_extra)
     r = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
     if r.returncode != 0:
         print(f"FAILED ({r.returncode}): {' '.join(argv)} {env_extra}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
