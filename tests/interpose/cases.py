@@ -7,7 +7,6 @@ Every case runs real programs against the fake driver (a test double of
 libcuda.so.1), with and without libpagefast.so preloaded, and compares
 what they print; pagefast's own view comes from its PAGEFAST_STATS file.
 """
-import argparse
 import json
 import os
 import re
@@ -16,16 +15,11 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import casekit  # noqa: E402  (tests/casekit.py)
+from casekit import check  # noqa: E402
+
 ARGS = None
-FAILURES = []
-
-
-def check(condition, what):
-    if not condition:
-        FAILURES.append(what)
-        print("FAIL:", what)
-    else:
-        print("ok:", what)
 
 
 def paths():
@@ -294,20 +288,5 @@ def case_exports():
     check(all(allowed.match(l) for l in libs), f"depends on glibc only ({libs})")
 
 
-def main():
-    global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("case")
-    parser.add_argument("--build", required=True)
-    ARGS = parser.parse_args()
-    fn = globals().get("case_" + ARGS.case)
-    if not fn:
-        print("unknown case", ARGS.case)
-        return 2
-    fn()
-    print(f"{ARGS.case}: {len(FAILURES)} failed checks")
-    return 1 if FAILURES else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(casekit.main(globals()))

@@ -5,7 +5,6 @@ fake driver, each case a separate meson test: `trace_cases.py CASE --build DIR`.
 The trace is decoded here with struct, straight from docs/TRACE.md, so the
 format is checked independently of the engine's reader.
 """
-import argparse
 import csv
 import os
 import re
@@ -15,19 +14,14 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import casekit  # noqa: E402  (tests/casekit.py)
+from casekit import check  # noqa: E402
+
 ARGS = None
-FAILURES = []
 HEADER = struct.Struct("<8sIIIIQQII16s")
 RECORD = struct.Struct("<QQQIHBB")
 OPS = {1: "alloc", 2: "free", 3: "lost"}
-
-
-def check(condition, what):
-    if not condition:
-        FAILURES.append(what)
-        print("FAIL:", what)
-    else:
-        print("ok:", what)
 
 
 def paths():
@@ -308,20 +302,5 @@ def case_replay_table():
         check(rr.returncode == 0 and "pagefast " in rr.stdout, f"finds engine and library by itself {rr.stderr[-300:]}")
 
 
-def main():
-    global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("case")
-    parser.add_argument("--build", required=True)
-    ARGS = parser.parse_args()
-    fn = globals().get("case_" + ARGS.case)
-    if not fn:
-        print("unknown case", ARGS.case)
-        return 2
-    fn()
-    print(f"{ARGS.case}: {len(FAILURES)} failed checks")
-    return 1 if FAILURES else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(casekit.main(globals()))

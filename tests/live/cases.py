@@ -7,7 +7,6 @@ process's segment is ignored and removed.
 
 usage: cases.py CASE --build DIR
 """
-import argparse
 import json
 import os
 import signal
@@ -17,13 +16,11 @@ import sys
 import tempfile
 import time
 
-FAILURES = []
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import casekit  # noqa: E402  (tests/casekit.py)
+from casekit import check  # noqa: E402
 
-
-def check(condition, what):
-    print(("ok: " if condition else "FAIL: ") + what)
-    if not condition:
-        FAILURES.append(what)
+ARGS = None  # set by casekit.main
 
 
 def env_for(build, live_dir, extra=None):
@@ -55,7 +52,8 @@ def segment_path(live_dir, pid):
     return os.path.join(live_dir, f"pagefast.{os.getuid()}.{pid}")
 
 
-def case_listed(build):
+def case_listed():
+    build = ARGS.build
     with tempfile.TemporaryDirectory() as d:
         p = start_hold(build, d)
         path = segment_path(d, p.pid)
@@ -94,7 +92,8 @@ def case_listed(build):
         check(json.loads(r.stdout)["processes"] == [], "nothing listed after exit")
 
 
-def case_off(build):
+def case_off():
+    build = ARGS.build
     with tempfile.TemporaryDirectory() as d:
         p = start_hold(build, d, {"PAGEFAST_CONF": "stats:off"})
         check(os.listdir(d) == [], f"stats:off makes no segment ({os.listdir(d)})")
@@ -102,7 +101,8 @@ def case_off(build):
         check(p.returncode == 0, "program finished")
 
 
-def case_killed(build):
+def case_killed():
+    build = ARGS.build
     with tempfile.TemporaryDirectory() as d:
         p = start_hold(build, d)
         path = segment_path(d, p.pid)
@@ -117,7 +117,8 @@ def case_killed(build):
         check(not os.path.exists(path), "stale segment removed")
 
 
-def case_unwritable(build):
+def case_unwritable():
+    build = ARGS.build
     # No segment directory: the program runs on, one line says why.
     with tempfile.TemporaryDirectory() as d:
         missing = os.path.join(d, "missing")
@@ -128,15 +129,5 @@ def case_unwritable(build):
         check(len(lines) == 1, f"one line says live stats are off ({lines})")
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("case")
-    ap.add_argument("--build", required=True)
-    a = ap.parse_args()
-    globals()["case_" + a.case](a.build)
-    print(f"{len(FAILURES)} failures")
-    return 1 if FAILURES else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(casekit.main(globals()))
