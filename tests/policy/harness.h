@@ -35,6 +35,25 @@ struct ArenaUnderTest {
 };
 
 
+// Two chunks of two granules; one granule of each lent to a stitch, the
+// other given back free. Returns the stitch (in use): both chunks are
+// pinned by it until it is given back and dissolved.
+inline Block* stitch_across_two_chunks(ArenaUnderTest& t) {
+  for (int i = 0; i < 2; ++i)
+    if (t.arena.grow(Granules(1)) != ProviderStatus::Ok) return nullptr;
+  Block* a = t.arena.take(Granules(1));
+  Block* b = t.arena.take(Granules(1));
+  Block* c = t.arena.take(Granules(1));
+  Block* d = t.arena.take(Granules(1));
+  if (!a || !b || !c || !d) return nullptr;
+  t.arena.give_back(a);
+  t.arena.give_back(c);
+  Block* s = t.arena.stitch(Granules(2));
+  t.arena.give_back(b);
+  t.arena.give_back(d);
+  return s;
+}
+
 struct PoolUnderTest {
   PoolUnderTest(uint64_t capacity_bytes, FakeProvider::Backing backing, const PoolConfig& config,
                 uint64_t device_total_bytes = 0)

@@ -176,17 +176,8 @@ TEST_CASE("only wholly free chunks are released, and the run splits around them"
 
 TEST_CASE("lent pieces pin their chunk until the stitch is dissolved", "[arena][release][stitch]") {
   ArenaUnderTest t(2);
-  for (int i = 0; i < 2; ++i) REQUIRE(t.arena.grow(Granules(1)) == ProviderStatus::Ok);
-  Block* a = t.arena.take(Granules(1));
-  Block* b = t.arena.take(Granules(1));
-  Block* c = t.arena.take(Granules(1));
-  Block* d = t.arena.take(Granules(1));
-  t.arena.give_back(a);
-  t.arena.give_back(c);
-  Block* s = t.arena.stitch(Granules(2));
+  Block* s = stitch_across_two_chunks(t);
   REQUIRE(s);
-  t.arena.give_back(b);
-  t.arena.give_back(d);
   CHECK(t.arena.release_free_chunks(10) == 0);
   t.arena.give_back(s);
   CHECK(t.arena.release_free_chunks(10) == 0);  // still lent to the free stitch

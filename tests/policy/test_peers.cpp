@@ -79,17 +79,8 @@ TEST_CASE("a peer set change re-applies access to every opened range, stitches i
 
 TEST_CASE("released and dissolved ranges are no longer re-applied", "[peers][arena][release]") {
   ArenaUnderTest t(2);
-  for (int i = 0; i < 2; ++i) REQUIRE(t.arena.grow(Granules(1)) == ProviderStatus::Ok);
-  Block* a = t.arena.take(Granules(1));
-  Block* b = t.arena.take(Granules(1));
-  Block* c = t.arena.take(Granules(1));
-  Block* d = t.arena.take(Granules(1));
-  t.arena.give_back(a);
-  t.arena.give_back(c);
-  Block* s = t.arena.stitch(Granules(2));
+  Block* s = stitch_across_two_chunks(t);
   REQUIRE(s);
-  t.arena.give_back(b);
-  t.arena.give_back(d);
   t.arena.give_back(s);
   CHECK(t.arena.opened_range_count() == 3);
   CHECK(t.arena.dissolve_free_stitches() == 1);
