@@ -221,6 +221,12 @@ bool DevicePool::pop_large(ThreadCache& cache, Granules granules, uint64_t reque
 }
 
 AllocStatus DevicePool::alloc_large(ThreadCache& cache, uint64_t request_bytes, uint64_t* addr) {
+  // A request beyond any device's memory: the driver answers it (out of
+  // memory), before any rounding could wrap.
+  if (__builtin_expect(request_bytes > kMaxRoundableBytes, 0)) {
+    passthroughs_.fetch_add(1, std::memory_order_relaxed);
+    return AllocStatus::Forward;
+  }
   const Granules granules = granules_ceil(request_bytes);
   if (granules <= large_.cache_block && pop_large(cache, granules, request_bytes, addr)) return AllocStatus::Ok;
   return alloc_large_slow(cache, granules, request_bytes, addr);

@@ -50,8 +50,18 @@ class Granules {
   uint64_t count_;
 };
 
+// The largest byte count the pool ever rounds: no device comes near it,
+// and rounding anything larger up to a granule would wrap past 2^64.
+// Callers refuse larger requests before rounding (DevicePool::alloc).
+constexpr uint64_t kMaxRoundableBytes = uint64_t(1) << 56;
+
+// REQUIRES: bytes <= kMaxRoundableBytes. Larger counts saturate at the
+// granules of kMaxRoundableBytes rather than wrap to a small number (a
+// wrapped count once let a request of nearly 2^64 bytes pass every size
+// check as zero granules and alias a live block: docs/POOL.md).
 constexpr Granules granules_ceil(uint64_t bytes) {
-  return Granules((bytes + kGranuleBytes - 1) >> kGranuleShift);
+  return bytes > kMaxRoundableBytes ? Granules(kMaxRoundableBytes >> kGranuleShift)
+                                    : Granules((bytes + kGranuleBytes - 1) >> kGranuleShift);
 }
 constexpr Granules granules_floor(uint64_t bytes) { return Granules(bytes >> kGranuleShift); }
 constexpr bool granule_aligned(uint64_t bytes_or_addr) { return (bytes_or_addr & (kGranuleBytes - 1)) == 0; }

@@ -290,6 +290,7 @@ bool try_alloc(CUdeviceptr* dptr, size_t bytes, CUresult* result) {
       *result = CUDA_SUCCESS;
       return true;
     case AllocStatus::OutOfMemory:
+      *dptr = 0;  // as the driver leaves it
       *result = CUDA_ERROR_OUT_OF_MEMORY;
       return true;
     case AllocStatus::Forward:

@@ -9,6 +9,10 @@
 //              write it (data of the next owner survives)
 //   capture    alloc/free during a stream capture never invalidates it
 //   ipc        cuIpcGetMemHandle on pool memory: INVALID_VALUE
+//   sizes      cuMemAlloc of sizes over the whole range (around every
+//              power of two, and up to SIZE_MAX) while the pool holds idle
+//              memory: prints every answer (compared with the driver's);
+//              no block handed out overlaps a live one
 //   fork       a forked child may touch the parent's pointers without crash
 //   threads    blocks freed on other threads; threads exit; nothing leaks
 //   meminfo    cuMemGetInfo counts idle pool memory as free (and the limit)
@@ -149,6 +153,71 @@ int ipc() {
   const CUresult second = cuIpcGetMemHandle(&handle, p);
   std::printf("ok ipc %d %d\n", int(first), int(second));
   CHECK_CU(cuMemFree_v2(p));
+  return 0;
+}
+
+struct Live {
+  uint64_t addr;
+  uint64_t bytes;
+};
+
+// [a, a + an) and [b, b + bn) share a byte; ends computed without wrapping.
+bool overlaps(uint64_t a, uint64_t an, uint64_t b, uint64_t bn) {
+  const uint64_t a_last = an > ~uint64_t(0) - a ? ~uint64_t(0) : a + an - 1;
+  const uint64_t b_last = bn > ~uint64_t(0) - b ? ~uint64_t(0) : b + bn - 1;
+  return a <= b_last && b <= a_last;
+}
+
+int sizes() {
+  // Idle pool memory first: the wrapped size was served from it.
+  CUdeviceptr warm;
+  CHECK_CU(cuMemAlloc_v2(&warm, 3u << 20));
+  CHECK_CU(cuMemFree_v2(warm));
+  CHECK_CU(cuCtxSynchronize());
+  std::vector<Live> live;
+  for (uint64_t bytes : {uint64_t(2) << 20, uint64_t(4096), uint64_t(3) << 20, uint64_t(1) << 20}) {
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc_v2(&p, bytes));
+    std::memset(reinterpret_cast<void*>(p), 0x5a, bytes);
+    live.push_back({p, bytes});
+  }
+  std::vector<uint64_t> list;
+  for (int k = 0; k < 64; ++k) {
+    const uint64_t b = uint64_t(1) << k;
+    for (uint64_t v : {b - 1, b, b + 1}) list.push_back(v);
+  }
+  const uint64_t top = ~uint64_t(0);
+  for (uint64_t d : {uint64_t(0), uint64_t(1), uint64_t(2), (uint64_t(1) << 20), (uint64_t(2) << 20) - 2,
+                     (uint64_t(2) << 20) - 1, uint64_t(2) << 20, (uint64_t(2) << 20) + 1, uint64_t(4) << 20})
+    list.push_back(top - d);
+  for (uint64_t bytes : list) {
+    if (bytes == 0) continue;
+    CUdeviceptr p = 0x1234;
+    const CUresult r = cuMemAlloc_v2(&p, bytes);
+    // The pointer after a failure is printed too: the driver sets it to 0.
+    std::printf("size %llu -> %d%s\n", (unsigned long long)bytes, int(r),
+                r == CUDA_SUCCESS ? "" : (p == 0 ? " ptr 0" : " ptr kept"));
+    if (r != CUDA_SUCCESS) continue;
+    for (const Live& l : live)
+      if (overlaps(p, bytes, l.addr, l.bytes)) {
+        std::printf("FAIL sizes: a %llu-byte block overlaps a live block\n", (unsigned long long)bytes);
+        return 1;
+      }
+    // The next ordinary block must not land inside this one either.
+    CUdeviceptr q;
+    CHECK_CU(cuMemAlloc_v2(&q, 2u << 20));
+    if (overlaps(p, bytes, q, 2u << 20)) {
+      std::printf("FAIL sizes: a 2 MiB block overlaps the %llu-byte block\n", (unsigned long long)bytes);
+      return 1;
+    }
+    CHECK_CU(cuMemFree_v2(q));
+    CHECK_CU(cuMemFree_v2(p));
+  }
+  for (const Live& l : live) {
+    if (!all_bytes(l.addr, l.bytes, 0x5a)) return fail("sizes: a live block changed");
+    CHECK_CU(cuMemFree_v2(l.addr));
+  }
+  std::printf("ok sizes\n");
   return 0;
 }
 
@@ -490,6 +559,7 @@ int main(int argc, char** argv) {
   if (c == "reuse") return reuse();
   if (c == "capture") return capture();
   if (c == "ipc") return ipc();
+  if (c == "sizes") return sizes();
   if (c == "fork") return fork_case();
   if (c == "threads") return threads();
   if (c == "meminfo") return meminfo();

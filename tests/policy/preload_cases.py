@@ -113,6 +113,27 @@ def case_capacity(build):
                   f"[{conf or 'default'}] {b}-byte blocks: {n1} with the pool, {n0} without (>= 99%, also after free-alls)")
 
 
+def case_sizes(build):
+    """Every size answered as the driver answers it, with idle memory held
+    and with prewarm (a size near 2^64 once wrapped to 0 granules and
+    aliased a live block); under a limit, out of memory sets the pointer to 0."""
+    base = run(build, ["sizes"], preload=False)
+    expect_ok(base, "sizes", "without pagefast")
+    want = [l for l in base.stdout.splitlines() if l.startswith("size ")]
+    check(len(want) > 190, f"sizes: {len(want)} sizes tried")
+    for conf in ["", "prewarm:64M", "chunk_size:2M"]:
+        r = run(build, ["sizes"], env={"PAGEFAST_CONF": conf} if conf else {})
+        expect_ok(r, "sizes", f"pagefast [{conf or 'default'}]")
+        got = [l for l in r.stdout.splitlines() if l.startswith("size ")]
+        diff = [f"{a} | {b}" for a, b in zip(want, got) if a != b]
+        check(got == want, f"[{conf or 'default'}] every size answered as the driver answers it "
+              f"({len(diff)} differ: {diff[:4]})")
+    r = run(build, ["sizes"], env={"PAGEFAST_CONF": "limit:1G"})
+    refused = [l for l in r.stdout.splitlines() if l.startswith("size ") and " -> 2" in l]
+    check(refused and all(l.endswith(" ptr 0") for l in refused),
+          f"[limit:1G] out of memory sets the pointer to 0 ({[l for l in refused if not l.endswith('ptr 0')][:3]})")
+
+
 def case_faults(build):
     case_simple(build, "faults", ["", "chunk_size:2M"])
 
@@ -137,6 +158,8 @@ def main():
         case_capacity(build)
     elif name == "faults":
         case_faults(build)
+    elif name == "sizes":
+        case_sizes(build)
     elif name in ("reuse", "threads"):
         case_simple(build, name, ["", "release_threshold:0", "chunk_size:2M"])
     elif name == "devices":

@@ -136,3 +136,21 @@ TEST_CASE("stats add up and have every key", "[pool][stats]") {
                           "growths", "stitches", "releases", "synchronizations", "passthroughs"})
     CHECK(json.find(std::string("\"") + key + "\": ") != std::string::npos);
 }
+
+TEST_CASE("sizes near 2^64 are left to the driver, never served from idle memory", "[pool][semantics]") {
+  for (uint64_t prewarm : {uint64_t(0), 64 * kMiB}) {
+    PoolUnderTest t(512 * kMiB, FakeProvider::Backing::None, config_with(64 * kMiB, 0, kUnlimited, prewarm));
+    Attached cache(t.pool);
+    uint64_t warm = 0;
+    REQUIRE(t.alloc(*cache, 3 * kMiB, &warm) == AllocStatus::Ok);
+    REQUIRE(t.free(*cache, warm) == FreeStatus::Ok);
+    for (uint64_t d : {uint64_t(0), uint64_t(1), kGranuleBytes - 2, kGranuleBytes - 1, kGranuleBytes, 4 * kMiB}) {
+      uint64_t p = 0;
+      CHECK(t.alloc(*cache, ~uint64_t(0) - d, &p) == AllocStatus::Forward);
+      CHECK(p == 0);
+    }
+    uint64_t q = 0;
+    REQUIRE(t.alloc(*cache, 2 * kMiB, &q) == AllocStatus::Ok);
+    CHECK(t.pool.check() == "");
+  }
+}

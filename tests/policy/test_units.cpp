@@ -29,6 +29,17 @@ TEST_CASE("granules round and convert", "[units]") {
   CHECK(max_granules(Granules(2), Granules(7)) == Granules(7));
 }
 
+TEST_CASE("rounding never wraps: sizes near 2^64 stay huge", "[units]") {
+  for (uint64_t d : {uint64_t(0), uint64_t(1), kGranuleBytes - 2, kGranuleBytes - 1, kGranuleBytes})
+    CHECK(granules_ceil(~uint64_t(0) - d).bytes() >= kMaxRoundableBytes);
+  CHECK(granules_ceil(kMaxRoundableBytes).bytes() == kMaxRoundableBytes);
+  for (int k = 0; k < 57; ++k) {
+    const uint64_t b = uint64_t(1) << k;
+    CHECK(granules_ceil(b).bytes() >= b);
+    CHECK(granules_ceil(b).bytes() - b < kGranuleBytes);
+  }
+}
+
 TEST_CASE("size classes are 512-aligned, ordered, and cover every small size", "[classes]") {
   for (int c = 0; c < kClassCount; ++c) {
     const SizeClass& sc = kSizeClasses[c];
