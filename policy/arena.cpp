@@ -168,9 +168,7 @@ ProviderStatus Arena::grow(Granules min_granules) {
   }
   if (status != ProviderStatus::Ok) return status;
 
-  auto drop_handle = [&] {
-    if (!provider_.release_chunk(handle)) ++counters_.leaks;
-  };
+  auto drop_handle = [&] { release_or_keep(handle); };
   uint64_t addr = 0;
   status = address_space_.take(step, AddressSpace::End::Low, &addr);
   if (status != ProviderStatus::Ok) {
@@ -343,7 +341,30 @@ int Arena::dissolve_free_stitches() {
   return dissolved;
 }
 
+void Arena::release_or_keep(ChunkHandle handle) {
+  if (provider_.release_chunk(handle)) return;
+  ++counters_.leaks;
+  try {
+    unreleased_.push_back(handle);
+  } catch (...) {
+    // Out of host memory: this one handle is leaked for good.
+  }
+}
+
+void Arena::retry_releases() {
+  size_t kept = 0;
+  for (ChunkHandle handle : unreleased_) {
+    if (provider_.release_chunk(handle)) {
+      ++counters_.retried;
+      continue;
+    }
+    unreleased_[kept++] = handle;
+  }
+  unreleased_.resize(kept);
+}
+
 int Arena::release_free_chunks(int max_chunks) {
+  if (!unreleased_.empty()) retry_releases();
   int released = 0;
   while (released < max_chunks) {
     if (!spare_blocks_.reserve(1)) break;
@@ -367,7 +388,7 @@ int Arena::release_free_chunks(int max_chunks) {
       continue;
     }
     opened_.erase(chunk_addr);
-    if (!provider_.release_chunk(chunk->second.handle)) ++counters_.leaks;
+    release_or_keep(chunk->second.handle);
 
     // Cut the chunk out of its free host block; the run splits in two.
     bins_.remove(host);

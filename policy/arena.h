@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <map>
+#include <vector>
 #include <string>
 
 #include "policy/address_space.h"
@@ -49,6 +50,7 @@ struct ArenaCounters {
   uint64_t dissolves = 0;
   uint64_t releases = 0;  // chunks released
   uint64_t leaks = 0;     // driver refused an unmap or release
+  uint64_t retried = 0;   // refused releases that a later trim completed
 };
 
 class Arena {
@@ -131,6 +133,10 @@ class Arena {
                   StitchInfo* info);
   // false if an unmap failed (its chunk is then never released).
   bool unmap_all(const StitchInfo& info);
+  // Releases an unmapped chunk; one the driver refuses is kept and tried
+  // again by the next release_free_chunks, not leaked for good.
+  void release_or_keep(ChunkHandle handle);
+  void retry_releases();
   Block* neighbour_ending_at(uint64_t addr) const;
   Block* neighbour_starting_at(uint64_t addr) const;
 
@@ -142,6 +148,7 @@ class Arena {
   FreeBins bins_;
   MetaPool<Block> spare_blocks_;
   std::map<uint64_t, Chunk> chunks_;  // home address -> chunk
+  std::vector<ChunkHandle> unreleased_;  // unmapped, release refused so far
   // Every range opened by one set_access call (a chunk's home mapping or a
   // stitch), still mapped: what a change of the peer set re-applies to.
   std::map<uint64_t, Granules> opened_;
