@@ -58,9 +58,15 @@ const ConfKey kKeys[] = {
     {{"release_threshold", "a size (e.g. 8G) or max",
       "idle memory kept beyond this is unmapped and released"},
      [](Config& c, const std::string& v) { return apply_size(&c.pool.release_threshold_bytes, v, true); }},
-    {{"limit", "a size (e.g. 40G), 0 for none",
+    {{"limit", "a size of at least 2M (e.g. 40G), 0 for none",
       "most device memory the pool may hold; cuMemGetInfo then reports it as total"},
-     [](Config& c, const std::string& v) { return apply_size(&c.pool.limit_bytes, v, false); }},
+     [](Config& c, const std::string& v) {
+       // Below one 2 MiB granule the pool could hold nothing at all.
+       uint64_t b = 0;
+       if (!parse_bytes(v, &b) || (b != 0 && b < 2 * kMiB)) return false;
+       c.pool.limit_bytes = b;
+       return true;
+     }},
     {{"prewarm", "a size (e.g. 4G)", "created and mapped at the first allocation on a device"},
      [](Config& c, const std::string& v) { return apply_size(&c.pool.prewarm_bytes, v, false); }},
     {{"reserve", "a size, multiple of 2M, or 0 for auto",

@@ -3,6 +3,7 @@
 // with their results mapped onto the policy's three outcomes.
 #include "interpose/pool/vmm_provider.h"
 
+#include <cstdio>
 #include <new>
 #include <sched.h>
 
@@ -26,10 +27,11 @@ bool dead_context(CUresult r) {
 
 }  // namespace
 
-VmmProvider::VmmProvider(const RealDriver* real, CUdevice device, CaptureGate* gate)
-    : real_(real), device_(device), gate_(gate) {}
+VmmProvider::VmmProvider(const RealDriver* real, CUdevice device, CaptureGate* gate, LogSink log)
+    : real_(real), device_(device), gate_(gate), log_(log) {}
 
-VmmProvider* VmmProvider::create(const RealDriver* real, CUdevice device, CaptureGate* gate, std::string* why) {
+VmmProvider* VmmProvider::create(const RealDriver* real, CUdevice device, CaptureGate* gate, LogSink log,
+                                 std::string* why) {
   if (!real || !real->cuMemAddressReserve || !real->cuMemCreate || !real->cuMemMap || !real->cuMemSetAccess ||
       !real->cuMemUnmap || !real->cuMemRelease || !real->cuMemGetAllocationGranularity || !real->cuCtxSynchronize ||
       !real->cuDeviceGetAttribute || !real->cuDeviceTotalMem_v2) {
@@ -43,7 +45,7 @@ VmmProvider* VmmProvider::create(const RealDriver* real, CUdevice device, Captur
     *why = "the device does not support virtual memory management";
     return nullptr;
   }
-  VmmProvider* p = new (std::nothrow) VmmProvider(real, device, gate);
+  VmmProvider* p = new (std::nothrow) VmmProvider(real, device, gate, log);
   if (!p) {
     *why = "out of host memory";
     return nullptr;
@@ -96,7 +98,21 @@ void VmmProvider::forget_context(CUcontext context) {
 ProviderStatus VmmProvider::reserve_address(uint64_t bytes, uint64_t* base_addr) {
   CUdeviceptr base = 0;
   const CUresult r = real_->cuMemAddressReserve(&base, bytes, kGranuleBytes, 0, 0);
-  if (r != CUDA_SUCCESS) return status_of(r);
+  if (r != CUDA_SUCCESS) {
+    // Without address space the pool serves nothing: every allocation of
+    // the device then goes to the driver. Say so once (README: reserve).
+    if (log_ && !reserve_warned_.exchange(true)) {
+      const char* name = nullptr;
+      if (!real_->cuGetErrorName || real_->cuGetErrorName(r, &name) != CUDA_SUCCESS) name = nullptr;
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "device %d: the driver refused to reserve %llu GiB of address space for the pool (%s); its "
+                    "allocations go to the driver; a smaller PAGEFAST_CONF reserve may help",
+                    int(device_), (unsigned long long)(bytes >> 30), name ? name : "error");
+      log_(LogLevel::Warn, line);
+    }
+    return status_of(r);
+  }
   *base_addr = base;
   return ProviderStatus::Ok;
 }

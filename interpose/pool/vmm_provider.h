@@ -22,6 +22,7 @@
 #include <string>
 
 #include "interpose/real_driver.h"
+#include "policy/config.h"
 #include "policy/provider.h"
 
 namespace pagefast::pool {
@@ -39,7 +40,9 @@ class VmmProvider final : public policy::Provider {
 
   // Probes the device. NULL, with the reason in *why, when the pool cannot
   // run there (no VMM, a granularity that does not divide 2 MiB, ...).
-  static VmmProvider* create(const RealDriver* real, CUdevice device, CaptureGate* gate, std::string* why);
+  // `log` (may be NULL) takes the one warning of a refused reservation.
+  static VmmProvider* create(const RealDriver* real, CUdevice device, CaptureGate* gate, LogSink log,
+                             std::string* why);
 
   uint64_t device_total_bytes() const { return total_bytes_; }
   // Remembers a context that allocates from or frees to this pool.
@@ -56,12 +59,14 @@ class VmmProvider final : public policy::Provider {
   policy::SyncStatus synchronize() override;
 
  private:
-  VmmProvider(const RealDriver* real, CUdevice device, CaptureGate* gate);
+  VmmProvider(const RealDriver* real, CUdevice device, CaptureGate* gate, LogSink log);
   void forget_context(CUcontext context);
 
   const RealDriver* const real_;
   const CUdevice device_;
   CaptureGate* const gate_;
+  const LogSink log_;
+  std::atomic<bool> reserve_warned_{false};
   uint64_t total_bytes_ = 0;
   CUmemAllocationProp prop_{};
   CUmemAccessDesc access_{};

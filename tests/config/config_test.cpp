@@ -90,6 +90,8 @@ TEST_CASE("a bad key or value: one message naming it and what is accepted, then 
       {"pool:maybe", "'pool'", "on|off"},
       {"prewarm", "has no value", "a size"},
       {"reserve:3M", "'reserve'", "multiple of 2M"},
+      {"limit:1", "'limit'", "at least 2M"},
+      {"limit:1M", "'limit'", "at least 2M"},
       {"report:sideways", "'report'", "exit|off"},
   };
   for (const Case& k : cases) {

@@ -134,6 +134,22 @@ def case_sizes(build):
           f"[limit:1G] out of memory sets the pointer to 0 ({[l for l in refused if not l.endswith('ptr 0')][:3]})")
 
 
+def case_config(build):
+    """Settings the device cannot honour are said once, and the program runs."""
+    r = run(build, ["reuse"], env={"PAGEFAST_CONF": "reserve:128T"})
+    expect_ok(r, "reuse", "reserve:128T")
+    lines = [l for l in r.stderr.splitlines() if "reserve" in l and "warn" in l]
+    check(len(lines) == 1, f"reserve:128T: one warning naming the reservation ({r.stderr[-300:]})")
+    r = run(build, ["reuse"], env={"PAGEFAST_CONF": "prewarm:64G", "PAGEFAST_STATS": "stderr"})
+    expect_ok(r, "reuse", "prewarm:64G")
+    lines = [l for l in r.stderr.splitlines() if "prewarm" in l and "warn" in l]
+    check(len(lines) == 1, f"prewarm beyond the device: one warning ({r.stderr[-300:]})")
+    m = re.search(r'"peak_mapped_bytes": (\d+)', r.stderr) or re.search(r'"mapped_bytes": (\d+)', r.stderr)
+    check(m is not None and int(m.group(1)) < 16 * GiB, f"prewarm beyond the device did not take the device ({m and m.group(1)})")
+    r = run(build, ["reuse"], env={"PAGEFAST_CONF": "limit:1"})
+    check("'limit'" in r.stderr and "at least 2M" in r.stderr, f"limit:1 refused with the accepted values ({r.stderr[-300:]})")
+
+
 def case_faults(build):
     case_simple(build, "faults", ["", "chunk_size:2M"])
 
@@ -160,6 +176,8 @@ def main():
         case_faults(build)
     elif name == "sizes":
         case_sizes(build)
+    elif name == "config":
+        case_config(build)
     elif name in ("reuse", "threads"):
         case_simple(build, name, ["", "release_threshold:0", "chunk_size:2M"])
     elif name == "devices":
