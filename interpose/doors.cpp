@@ -107,9 +107,25 @@ bool driver_loaded() {
 }
 }  // namespace
 
-extern "C" __attribute__((visibility("hidden"))) void* pf_dlsym_decide(void* handle, const char* name) {
+namespace {
+void* decide_driver_name(void* handle, const char* name, DlsymFn real_lookup);
+}  // namespace
+
+// The first dlsym calls of a process can come before anything is set up: a
+// sanitizer runtime preloaded ahead of pagefast resolves its interceptors
+// through dlsym before it has mapped its shadow memory. So this part, which
+// every dlsym call runs, is never instrumented and touches nothing but the
+// real dlsym's pointer and the name; names outside the table (all of the
+// runtime's) go straight to the real dlsym.
+extern "C" __attribute__((visibility("hidden"), PF_NO_SANITIZE)) void* pf_dlsym_decide(void* handle,
+                                                                                         const char* name) {
   DlsymFn real_lookup = real_dlsym();
   if (!real_lookup || !name || name[0] != 'c' || name[1] != 'u') return nullptr;
+  return decide_driver_name(handle, name, real_lookup);
+}
+
+namespace {
+void* decide_driver_name(void* handle, const char* name, DlsymFn real_lookup) {
   // RTLD_NEXT asks for the next definition after the caller: an
   // interposer stacked on pagefast wants exactly that, so never replace.
   if (handle == RTLD_NEXT) return nullptr;
@@ -129,6 +145,7 @@ extern "C" __attribute__((visibility("hidden"))) void* pf_dlsym_decide(void* han
   stats::count_door(stats::Door::Dlsym);
   return kHookAddress[index];
 }
+}  // namespace
 
 #if !defined(__x86_64__)
 extern "C" DlsymFn pf_real_dlsym_ptr;

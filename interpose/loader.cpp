@@ -21,7 +21,7 @@ extern "C" {
 __attribute__((visibility("hidden"))) DlsymFn pf_real_dlsym_ptr = nullptr;
 }
 
-DlsymFn real_dlsym() {
+__attribute__((PF_NO_SANITIZE)) DlsymFn real_dlsym() {
   DlsymFn fn = __atomic_load_n(&pf_real_dlsym_ptr, __ATOMIC_ACQUIRE);
   if (fn) return fn;
   // glibc 2.34 moved dlsym into libc with a new version; older ones only

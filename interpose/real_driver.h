@@ -30,6 +30,9 @@ const RealDriver* real_driver();
 // The real dlsym (glibc's), found with dlvsym so that pagefast's own dlsym
 // override is never re-entered.
 using DlsymFn = void* (*)(void*, const char*);
-DlsymFn real_dlsym();
+// Never instrumented by a sanitizer: the dlsym door calls it before a
+// preloaded sanitizer runtime is set up (doors.cpp, pf_dlsym_decide).
+#define PF_NO_SANITIZE no_sanitize("address", "thread", "undefined")
+__attribute__((PF_NO_SANITIZE)) DlsymFn real_dlsym();
 
 }  // namespace pagefast
