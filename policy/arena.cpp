@@ -239,6 +239,42 @@ bool Arena::map_pieces(uint64_t stitch_addr, Block* const* pieces, int piece_cou
   return true;
 }
 
+bool Arena::home_pieces(uint64_t addr, Granules granules, std::vector<PhysicalPiece>* out) const {
+  uint64_t cursor = addr;
+  const uint64_t stop = addr + granules.bytes();
+  while (cursor < stop) {
+    auto it = chunks_.upper_bound(cursor);
+    if (it == chunks_.begin()) return false;
+    --it;
+    const uint64_t chunk_end = it->first + it->second.granules.bytes();
+    if (cursor >= chunk_end) return false;
+    const uint64_t segment_end = stop < chunk_end ? stop : chunk_end;
+    out->push_back({it->second.handle, granules_floor(cursor - it->first), granules_floor(segment_end - cursor)});
+    cursor = segment_end;
+  }
+  return true;
+}
+
+bool Arena::physical_pieces(const Block* block, Granules offset, Granules granules,
+                            std::vector<PhysicalPiece>* out) const {
+  if (offset + granules > block->granules()) return false;
+  if (!block->stitch) return home_pieces(block->addr() + offset.bytes(), granules, out);
+  // A stitch maps its pieces' home memory in order.
+  Granules at;  // stitch offset of the current piece
+  const Granules end = offset + granules;
+  for (const Block* piece : block->stitch->pieces) {
+    const Granules piece_end = at + piece->granules();
+    if (piece_end > offset && at < end) {
+      const Granules from = offset > at ? offset - at : Granules(0);
+      const Granules to = min_granules(piece_end, end) - at;
+      if (!home_pieces(piece->addr() + from.bytes(), to - from, out)) return false;
+    }
+    at = piece_end;
+    if (at >= end) break;
+  }
+  return at >= end;
+}
+
 bool Arena::unmap_all(const StitchInfo& info) {
   bool all = true;
   for (const StitchInfo::Map& m : info.maps)

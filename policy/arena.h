@@ -38,6 +38,13 @@ namespace pagefast::policy {
 
 constexpr Granules kNoLimitGranules = Granules(~uint64_t(0) >> kGranuleShift);
 
+// A run of one chunk's physical memory (for CUDA IPC of a block).
+struct PhysicalPiece {
+  ChunkHandle chunk;
+  Granules offset;    // into the chunk
+  Granules granules;
+};
+
 struct ArenaSettings {
   Granules chunk_granules;                     // growth step
   Granules limit_granules = kNoLimitGranules;  // most physical memory held
@@ -110,6 +117,13 @@ class Arena {
   // Granules that growth may still add under the limit (all if none).
   Granules headroom() const;
 
+  // The physical memory behind granules [offset, offset + granules) of a
+  // Used or SlabBacking block (home or stitched), in address order: one
+  // piece per chunk segment. false if the range leaves the block or a
+  // chunk cannot be found. Device lock held by the caller.
+  bool physical_pieces(const Block* block, Granules offset, Granules granules,
+                       std::vector<PhysicalPiece>* out) const;
+
   // Consistency check for tests: links, page map, counts. Empty = fine.
   std::string check() const;
   // One line of numbers, for tests and debugging.
@@ -129,6 +143,8 @@ class Arena {
   Block* split_front(Block* block, Granules front);
   void mark_ends(Block* block);
   void insert_free(Block* block);  // coalesce, then put on the bins
+  // Appends the chunk segments of home range [addr, addr + granules).
+  bool home_pieces(uint64_t addr, Granules granules, std::vector<PhysicalPiece>* out) const;
   bool map_pieces(uint64_t stitch_addr, Block* const* pieces, int piece_count, Granules total,
                   StitchInfo* info);
   // false if an unmap failed (its chunk is then never released).

@@ -460,4 +460,25 @@ bool DevicePool::range_of(const Span* span, uint64_t addr, RangeInfo* info) {
   return true;
 }
 
+bool DevicePool::export_of(const Span* span, uint64_t addr, Export* out) {
+  std::lock_guard<std::mutex> guard(arena_mutex_);
+  // Under the device lock the block cannot be retired to the arena, cut
+  // or stitched while its pieces are read.
+  if (!range_of(span, addr, &out->range)) return false;
+  const Block* container = span->kind == SpanKind::Slab ? static_cast<const Slab*>(span)->backing
+                                                         : static_cast<const Block*>(span);
+  if (!container) return false;
+  const uint64_t first = out->range.base_addr & ~(kGranuleBytes - 1);
+  const uint64_t last = out->range.base_addr + out->range.bytes;
+  if (first < container->addr()) return false;
+  out->first_granule_addr = first;
+  out->pieces.clear();
+  try {
+    return arena_.physical_pieces(container, granules_floor(first - container->addr()), granules_ceil(last - first),
+                                  &out->pieces);
+  } catch (...) {
+    return false;
+  }
+}
+
 }  // namespace pagefast::policy

@@ -167,6 +167,15 @@ class DevicePool {
   FreeStatus free(ThreadCache& cache, Span* span, uint64_t addr);
   // Lock-free; false when addr is pool memory but in no live allocation.
   static bool range_of(const Span* span, uint64_t addr, RangeInfo* info);
+  // For CUDA IPC: the live allocation holding addr (its range) and the
+  // physical memory of the granules that cover it, in address order.
+  // false when addr is in no live allocation or out of host memory.
+  struct Export {
+    RangeInfo range;
+    uint64_t first_granule_addr;  // range.base_addr rounded down to a granule
+    std::vector<PhysicalPiece> pieces;
+  };
+  bool export_of(const Span* span, uint64_t addr, Export* out);
 
   // Releases all idle memory that can be: retires the quarantine (sync
   // if allowed), drains thread caches, empty slabs, free stitches, and

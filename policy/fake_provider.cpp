@@ -331,6 +331,17 @@ uint64_t FakeProvider::peers_at(uint64_t addr) const {
   return it->second.peers;
 }
 
+bool FakeProvider::physical_at(uint64_t addr, ChunkHandle* chunk, Granules* offset) const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  auto it = maps_.upper_bound(addr);
+  if (it == maps_.begin()) return false;
+  --it;
+  if (addr >= it->first + it->second.granules * kPage) return false;
+  chunk->value = it->second.chunk;
+  *offset = Granules(it->second.offset_granules + (addr - it->first) / kPage);
+  return true;
+}
+
 uint64_t FakeProvider::violations() const {
   std::lock_guard<std::mutex> guard(mutex_);
   return violations_;

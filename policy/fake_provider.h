@@ -71,6 +71,9 @@ class FakeProvider final : public Provider {
   // The peer devices (AccessSet bits) the map holding addr is open to; 0
   // for an address in no map or one never opened.
   uint64_t peers_at(uint64_t addr) const;
+  // The chunk and granule offset in it that the map holding addr shows at
+  // addr's granule; false for an address in no map.
+  bool physical_at(uint64_t addr, ChunkHandle* chunk, Granules* offset) const;
   uint64_t violations() const;
   std::string violation_log() const;
   // What a driver would still give a program directly (cuMemAlloc): the

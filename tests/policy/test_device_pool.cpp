@@ -154,3 +154,61 @@ TEST_CASE("sizes near 2^64 are left to the driver, never served from idle memory
     CHECK(t.pool.check() == "");
   }
 }
+
+namespace {
+
+// Every granule covering the allocation at addr is the physical memory the
+// export names for it, in order.
+void check_export(PoolUnderTest& t, uint64_t addr, uint64_t bytes) {
+  Span* span = t.page_map->lookup(addr);
+  REQUIRE(span);
+  DevicePool::Export e;
+  REQUIRE(t.pool.export_of(span, addr + bytes / 2, &e));
+  CHECK(e.range.base_addr == addr);
+  CHECK(e.range.bytes == bytes);
+  CHECK(e.first_granule_addr == (addr & ~(kGranuleBytes - 1)));
+  uint64_t at = e.first_granule_addr;
+  for (const PhysicalPiece& piece : e.pieces) {
+    for (uint64_t g = 0; g < piece.granules.count(); ++g, at += kGranuleBytes) {
+      ChunkHandle chunk;
+      Granules offset;
+      REQUIRE(t.provider.physical_at(at, &chunk, &offset));
+      CHECK(chunk.value == piece.chunk.value);
+      CHECK(offset.count() == piece.offset.count() + g);
+    }
+  }
+  CHECK(at >= addr + bytes);
+  CHECK(at - (addr + bytes) < kGranuleBytes);
+}
+
+}  // namespace
+
+TEST_CASE("an export names the physical memory of home, slab and stitched blocks", "[pool][ipc]") {
+  PoolUnderTest t(256 * kMiB, FakeProvider::Backing::None, config_with(8 * kMiB));
+  Attached cache(t.pool);
+  std::vector<uint64_t> sizes = {100, 5000, 700 * kKiB, 2 * kMiB, 3 * kMiB + 7, 20 * kMiB, 33 * kMiB};
+  for (uint64_t bytes : sizes) {
+    uint64_t p = 0;
+    REQUIRE(t.alloc(*cache, bytes, &p) == AllocStatus::Ok);
+    check_export(t, p, bytes);
+  }
+  // Fragment the arena so that a large request is stitched together.
+  std::vector<uint64_t> ones;
+  for (int i = 0; i < 24; ++i) {
+    uint64_t p = 0;
+    REQUIRE(t.alloc(*cache, 2 * kMiB, &p) == AllocStatus::Ok);
+    ones.push_back(p);
+  }
+  for (size_t i = 0; i < ones.size(); i += 2) REQUIRE(t.free(*cache, ones[i]) == FreeStatus::Ok);
+  t.pool.trim();
+  uint64_t before = t.pool.stats().stitches;
+  uint64_t big = 0;
+  REQUIRE(t.alloc(*cache, 16 * kMiB, &big) == AllocStatus::Ok);
+  check_export(t, big, 16 * kMiB);
+  INFO("stitches before " << before << " after " << t.pool.stats().stitches);
+  // Freed memory is in no live allocation: nothing to export.
+  REQUIRE(t.free(*cache, big) == FreeStatus::Ok);
+  DevicePool::Export e;
+  Span* span = t.page_map->lookup(big);
+  CHECK_FALSE((span && t.pool.export_of(span, big, &e)));
+}
