@@ -26,6 +26,7 @@
 #undef cuStreamBeginCaptureToGraph
 #undef cuDevicePrimaryCtxReset
 #undef cuDevicePrimaryCtxRelease
+#undef cuIpcOpenMemHandle
 
 #define PF_NO_LIMIT 0x7fffffff
 
@@ -35,6 +36,8 @@ typedef CUresult(CUDAAPI* PFN_cuStreamBeginCapture_v10000)(CUstream stream);
 typedef CUresult(CUDAAPI* PFN_cuStreamBeginCapture_v10000_ptsz)(CUstream stream);
 typedef CUresult(CUDAAPI* PFN_cuDevicePrimaryCtxReset_v7000)(CUdevice device);
 typedef CUresult(CUDAAPI* PFN_cuDevicePrimaryCtxRelease_v7000)(CUdevice device);
+typedef CUresult(CUDAAPI* PFN_cuIpcOpenMemHandle_v4010)(CUdeviceptr_v2* pdptr, CUipcMemHandle_v1 handle,
+                                                        unsigned int Flags);
 
 // clang-format off
 #define PAGEFAST_ENTRIES(X)                                                                     \
@@ -59,6 +62,15 @@ typedef CUresult(CUDAAPI* PFN_cuDevicePrimaryCtxRelease_v7000)(CUdevice device);
     (count, attributes, data, ptr))                                                             \
   X(cuIpcGetMemHandle, "cuIpcGetMemHandle", 4010, PF_NO_LIMIT, 0, PFN_cuIpcGetMemHandle_v4010,  \
     (CUipcMemHandle* handle, CUdeviceptr dptr), (handle, dptr))                                 \
+  /* CUDA IPC of pool blocks (interpose/pool/ipc.h): pagefast's handles are \
+     opened and closed here; every other handle goes to the driver. */     \
+  X(cuIpcOpenMemHandle, "cuIpcOpenMemHandle", 4010, 11000, 0, PFN_cuIpcOpenMemHandle_v4010,     \
+    (CUdeviceptr* pdptr, CUipcMemHandle handle, unsigned int Flags), (pdptr, handle, Flags))    \
+  X(cuIpcOpenMemHandle_v2, "cuIpcOpenMemHandle", 11000, PF_NO_LIMIT, 0,                          \
+    PFN_cuIpcOpenMemHandle_v11000,                                                              \
+    (CUdeviceptr* pdptr, CUipcMemHandle handle, unsigned int Flags), (pdptr, handle, Flags))    \
+  X(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", 4010, PF_NO_LIMIT, 0, PFN_cuIpcCloseMemHandle_v4010, \
+    (CUdeviceptr dptr), (dptr))                                                                 \
   X(cuStreamBeginCapture, "cuStreamBeginCapture", 10000, 10010, 0,                              \
     PFN_cuStreamBeginCapture_v10000, (CUstream stream), (stream))                               \
   X(cuStreamBeginCapture_ptsz, "cuStreamBeginCapture", 10000, 10010, 1,                         \
@@ -147,7 +159,9 @@ typedef CUresult(CUDAAPI* PFN_cuDevicePrimaryCtxRelease_v7000)(CUdevice device);
   X(cuMemAddressReserve, PFN_cuMemAddressReserve_v10020)                  \
   X(cuMemAddressFree, PFN_cuMemAddressFree_v10020)                        \
   X(cuMemSetAccess, PFN_cuMemSetAccess_v10020)                            \
-  X(cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020)
+  X(cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020) \
+  X(cuMemExportToShareableHandle, PFN_cuMemExportToShareableHandle_v10020)   \
+  X(cuMemImportFromShareableHandle, PFN_cuMemImportFromShareableHandle_v10020)
 
 namespace pagefast {
 

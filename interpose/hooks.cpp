@@ -161,6 +161,26 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr dptr) {
   PF_FORWARD(cuIpcGetMemHandle, (handle, dptr));
 }
 
+#define PF_IPC_OPEN(symbol)                                                        \
+  CUresult symbol(CUdeviceptr* pdptr, CUipcMemHandle handle, unsigned int Flags) { \
+    if (active(Entry::symbol)) {                                                  \
+      CUresult result;                                                            \
+      if (pool::try_ipc_open(pdptr, handle, Flags, &result)) return result;       \
+    }                                                                             \
+    PF_FORWARD(symbol, (pdptr, handle, Flags));                                   \
+  }
+PF_IPC_OPEN(cuIpcOpenMemHandle)
+PF_IPC_OPEN(cuIpcOpenMemHandle_v2)
+#undef PF_IPC_OPEN
+
+CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
+  if (active(Entry::cuIpcCloseMemHandle)) {
+    CUresult result;
+    if (pool::try_ipc_close(dptr, &result)) return result;
+  }
+  PF_FORWARD(cuIpcCloseMemHandle, (dptr));
+}
+
 // Capture entry points: forwarded, and tracked so that the pool never
 // synchronises while a graph is being captured.
 #define PF_CAPTURE_BEGIN(symbol, params, args)                          \

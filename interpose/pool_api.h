@@ -32,8 +32,16 @@ bool try_address_range(CUdeviceptr* base, size_t* bytes, CUdeviceptr dptr, CUres
 // BUFFER_ID, IS_LEGACY_CUDA_IPC_CAPABLE for its blocks after the real call.
 // Called after the real driver answered CUDA_SUCCESS; patches *data.
 void patch_pointer_attribute(void* data, CUpointer_attribute attribute, CUdeviceptr dptr);
-// cuIpcGetMemHandle on pool memory: a clear error.
+// cuIpcGetMemHandle on pool memory: pagefast's own handle (ipc.h), or a
+// clear error where the device cannot share VMM memory.
 bool try_ipc_get_mem_handle(CUipcMemHandle* handle, CUdeviceptr dptr, CUresult* result);
+// cuIpcOpenMemHandle(_v2) of a pagefast handle, and cuIpcCloseMemHandle of
+// what it opened (interpose/pool/ipc.h). Work in every mode but PAGEFAST=0,
+// also with the pool off: a process may import what another exported.
+bool try_ipc_open(CUdeviceptr* pdptr, const CUipcMemHandle& handle, unsigned flags, CUresult* result);
+bool try_ipc_close(CUdeviceptr dptr, CUresult* result);
+// Whether a stream capture is active anywhere in the process.
+bool capture_active();
 // cuMemGetInfo_v2, after the real call succeeded: add idle bytes to free,
 // apply the limit to total. Either pointer may be NULL.
 void adjust_mem_info(size_t* free_bytes, size_t* total_bytes);

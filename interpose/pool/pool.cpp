@@ -27,6 +27,7 @@
 #include <new>
 #include <string>
 
+#include "interpose/pool/ipc.h"
 #include "interpose/pool/pool_internal.h"
 #include "interpose/pool/vmm_provider.h"
 #include "interpose/pool_api.h"
@@ -69,7 +70,6 @@ VmmProvider* g_providers[kMaxDevices];
 ThreadCache* g_fallback_caches[kMaxDevices];
 std::mutex g_fallback_mutex;
 policy::MonotonicClock* g_clock = nullptr;
-std::atomic<bool> g_ipc_warned{false};
 // Peer access granted: g_peer_grants[owner][accessor] counts the context
 // pairs (accessor's context -> owner's context) with peer access enabled.
 // Under g_create_mutex, so a pool being made sees every grant.
@@ -88,6 +88,8 @@ struct ThreadState {
 // initial-exec: one %fs-relative load; an 8-byte slot fits glibc's static
 // TLS reserve even if the library is dlopen'ed rather than preloaded.
 __attribute__((tls_model("initial-exec"))) thread_local ThreadState* t_state = nullptr;
+
+void free_held_block(CUdeviceptr dptr);
 
 void log_line(LogLevel level, const char* format, ...) __attribute__((format(printf, 2, 3)));
 void log_line(LogLevel level, const char* format, ...) {
@@ -264,6 +266,7 @@ void configure(const PoolConfig& config, LogSink log) {
   g_log = log;
   if (!config.enabled) return;
   pthread_once(&g_atfork_once, &register_atfork);
+  ipc::set_free_held(&free_held_block);
   g_active.store(true, std::memory_order_release);
 }
 
@@ -320,6 +323,9 @@ bool try_free(CUdeviceptr dptr, CUresult* result) {
   // No current context needed: the driver frees a cuMemAlloc block on such
   // a thread too (docs/GPU-CHECK.md, run 3), and so does the pool.
   if (!span) return false;
+  // An exported block an importer still maps is kept (ipc.h).
+  if (__builtin_expect(ipc::g_exports.load(std::memory_order_relaxed) > 0, 0) && ipc::on_free(dptr, result))
+    return true;
   DevicePool* pool = span->pool;
   const int device = pool->device();
   ThreadState* ts = t_state;
@@ -372,8 +378,9 @@ void patch_pointer_attribute(void* data, CUpointer_attribute attribute, CUdevice
       *static_cast<unsigned long long*>(data) = info.buffer_id;
       break;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-      // Truthful: pool memory cannot be shared with cuIpcGetMemHandle.
-      *static_cast<int*>(data) = 0;
+      // Truthful: cuIpcGetMemHandle works on pool memory where the
+      // device's chunks can be shared (ipc.h).
+      *static_cast<int*>(data) = ipc::device_shareable(span->pool->device()) ? 1 : 0;
       break;
     default:
       break;
@@ -381,16 +388,46 @@ void patch_pointer_attribute(void* data, CUpointer_attribute attribute, CUdevice
 }
 
 bool try_ipc_get_mem_handle(CUipcMemHandle* handle, CUdeviceptr dptr, CUresult* result) {
-  (void)handle;
   if (!g_active.load(std::memory_order_acquire)) return false;
-  if (!live_span(dptr)) return false;
-  if (!g_ipc_warned.exchange(true))
-    log_line(LogLevel::Warn,
-             "cuIpcGetMemHandle on pool memory is not supported (pool memory is not legacy-IPC capable); "
-             "run this program with PAGEFAST_CONF=pool:off to use CUDA IPC");
-  *result = CUDA_ERROR_INVALID_VALUE;
+  policy::Span* span = live_span(dptr);
+  if (!span) return false;
+  // The driver needs a current context for this call; so does the pool.
+  if (!has_context()) return false;
+  *result = ipc::get_handle(span->pool, span, dptr, handle);
   return true;
 }
+
+bool try_ipc_open(CUdeviceptr* pdptr, const CUipcMemHandle& handle, unsigned flags, CUresult* result) {
+  return ipc::try_open(pdptr, handle, flags, result);
+}
+
+bool try_ipc_close(CUdeviceptr dptr, CUresult* result) { return ipc::try_close(dptr, result); }
+
+bool capture_active() { return g_gate.captures.load(std::memory_order_acquire) > 0; }
+
+namespace {
+
+// A block the program freed while an importer held it, given back by the
+// exporter thread once the last importer closed (ipc.h). That thread has no
+// cache of its own worth keeping: a temporary one takes the free and hands
+// its quarantine on at once.
+void free_held_block(CUdeviceptr dptr) {
+  if (!g_active.load(std::memory_order_acquire)) return;
+  policy::Span* span = live_span(dptr);
+  if (!span) return;
+  DevicePool* pool = span->pool;
+  ThreadCache* cache = pool->attach_thread();
+  if (cache) {
+    pool->free(*cache, span, dptr);
+    pool->detach_thread(cache);
+    return;
+  }
+  const int device = pool->device();
+  std::lock_guard<std::mutex> guard(g_fallback_mutex);
+  pool->free(*g_fallback_caches[device], span, dptr);
+}
+
+}  // namespace
 
 void adjust_mem_info(size_t* free_bytes, size_t* total_bytes) {
   if (!g_active.load(std::memory_order_acquire)) return;

@@ -3,6 +3,8 @@
 // with their results mapped onto the policy's three outcomes.
 #include "interpose/pool/vmm_provider.h"
 
+#include "interpose/pool/ipc.h"
+
 #include <cstdio>
 #include <new>
 #include <sched.h>
@@ -53,6 +55,13 @@ VmmProvider* VmmProvider::create(const RealDriver* real, CUdevice device, Captur
   p->prop_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   p->prop_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   p->prop_.location.id = int(device);
+  // Shareable chunks, so that CUDA IPC of pool blocks works (ipc.h).
+  int posix_fd = 0;
+  if (real->cuDeviceGetAttribute(&posix_fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                                 device) == CUDA_SUCCESS &&
+      posix_fd && real->cuMemExportToShareableHandle && real->cuMemImportFromShareableHandle)
+    p->prop_.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  ipc::set_device_shareable(int(device), p->prop_.requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE);
   int rdma = 0;
   if (real->cuDeviceGetAttribute(&rdma, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, device) ==
           CUDA_SUCCESS &&
@@ -123,6 +132,12 @@ ProviderStatus VmmProvider::create_chunk(Granules granules, policy::ChunkHandle*
   if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY && prop_.allocFlags.gpuDirectRDMACapable) {
     // A driver that reports RDMA support but refuses the flag: drop it.
     prop_.allocFlags.gpuDirectRDMACapable = 0;
+    r = real_->cuMemCreate(&handle, granules.bytes(), &prop_, 0);
+  }
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY && prop_.requestedHandleTypes) {
+    // Likewise for shareable handles: the pool works on, without IPC.
+    prop_.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    ipc::set_device_shareable(int(device_), false);
     r = real_->cuMemCreate(&handle, granules.bytes(), &prop_, 0);
   }
   if (r != CUDA_SUCCESS) return status_of(r);

@@ -1,0 +1,62 @@
+// interpose/pool/ipc.h: CUDA IPC (cuIpcGetMemHandle / cuIpcOpenMemHandle /
+// cuIpcCloseMemHandle) for pool blocks. docs/IPC.md has the handle layout,
+// the socket protocol and the failure answers.
+//
+// A pool block is a piece of VMM memory, which the driver's legacy IPC
+// refuses. So pagefast answers cuIpcGetMemHandle for its blocks with a
+// handle of its own (64 bytes that say what they are), and the importing
+// process, running pagefast too, asks the exporter for the physical chunks
+// behind the block over a Unix-domain socket: file descriptors of the
+// chunks (cuMemExportToShareableHandle, POSIX_FILE_DESCRIPTOR) travel with
+// SCM_RIGHTS from a per-process exporter thread, started at the first
+// export. The importer maps them into address space of its own.
+//
+// The exporter keeps a freed block that an importer still holds: its
+// memory is not reused until the last importer closes it (or dies), as the
+// driver keeps a cuMemAlloc block's memory alive until the last unmap.
+//
+// This file and ipc.cpp are the VMM provider's IPC half: with
+// vmm_provider.cpp, the only code that calls cuMem* VMM functions.
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "policy/device_pool.h"
+
+namespace pagefast::ipc {
+
+// Exports that the program has not freed, or freed while held: while there
+// are any, every pool free asks on_free first.
+extern std::atomic<int> g_exports;
+
+// cuIpcGetMemHandle for a live pool block of `pool` (span = its page-map
+// entry): *result is CUDA_SUCCESS with the handle, or the error.
+CUresult get_handle(policy::DevicePool* pool, policy::Span* span, CUdeviceptr dptr, CUipcMemHandle* handle);
+
+// cuMemFree of a pool block while exports exist. true: answered here
+// (*result): the block is exported and still held by an importer (kept
+// until it closes), or it was freed that way already (a double free).
+// false: free it as usual (any export of it is withdrawn).
+bool on_free(CUdeviceptr dptr, CUresult* result);
+
+// cuIpcOpenMemHandle(_v2): true when the handle is pagefast's (the answer
+// is in *result); false for any other handle (the driver answers it).
+bool try_open(CUdeviceptr* pdptr, const CUipcMemHandle& handle, unsigned flags, CUresult* result);
+
+// cuIpcCloseMemHandle: true when dptr is a pointer try_open handed out.
+bool try_close(CUdeviceptr dptr, CUresult* result);
+
+// Whether a pool block's memory can be shared (its device's chunks are
+// created with POSIX file descriptor handles); set by the VMM provider.
+void set_device_shareable(int device, bool shareable);
+bool device_shareable(int device);
+
+// Freed-while-held blocks are given back to their pool through this, from
+// the exporter thread (set by pool.cpp).
+using FreeHeld = void (*)(CUdeviceptr dptr);
+void set_free_held(FreeHeld free_held);
+
+}  // namespace pagefast::ipc
