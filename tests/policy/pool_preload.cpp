@@ -145,15 +145,77 @@ int capture() {
   return 0;
 }
 
+// The exporter's side: a 4 KiB block among others, its handle sent to a
+// child (this program again, "ipc-child"), which opens it, checks and
+// writes it; then the exporter frees it while the child still holds it,
+// and the child sees the old bytes while the exporter re-uses the space.
 int ipc() {
-  CUdeviceptr p;
+  CUdeviceptr before, p;
+  CHECK_CU(cuMemAlloc_v2(&before, 4096));
   CHECK_CU(cuMemAlloc_v2(&p, 4096));
-  CUipcMemHandle handle;
+  std::memset(reinterpret_cast<void*>(p), 0x11, 4096);
+  CUipcMemHandle handle, again;
   const CUresult first = cuIpcGetMemHandle(&handle, p);
-  const CUresult second = cuIpcGetMemHandle(&handle, p);
-  std::printf("ok ipc %d %d\n", int(first), int(second));
+  const CUresult second = cuIpcGetMemHandle(&again, p);
+  int capable = -1;
+  cuPointerGetAttribute(&capable, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, p);
+  std::printf("ipc get %d %d same %d capable %d\n", int(first), int(second),
+              std::memcmp(&handle, &again, sizeof handle) == 0 ? 1 : 0, capable);
+  if (first != CUDA_SUCCESS) {
+    CHECK_CU(cuMemFree_v2(p));
+    std::printf("ok ipc\n");
+    return 0;
+  }
+  int to_child[2], from_child[2];
+  if (pipe(to_child) || pipe(from_child)) return fail("ipc: pipe");
+  const pid_t child = fork();
+  if (child == 0) {
+    dup2(to_child[0], 0);
+    dup2(from_child[1], 1);
+    execl("/proc/self/exe", "pool_preload", "ipc-child", (char*)nullptr);
+    _exit(127);
+  }
+  close(to_child[0]);
+  close(from_child[1]);
+  char step = 0;
+  if (write(to_child[1], &handle, sizeof handle) != ssize_t(sizeof handle)) return fail("ipc: send handle");
+  if (read(from_child[0], &step, 1) != 1 || step != 'w') return fail("ipc: the child did not open and write");
+  if (!all_bytes(p, 4096, 0x22)) return fail("ipc: the child's writes are not in the exporter's block");
   CHECK_CU(cuMemFree_v2(p));
+  const CUresult twice = cuMemFree_v2(p);
+  // The freed block's memory must not come back while the child holds it.
+  std::vector<CUdeviceptr> fresh(64);
+  for (CUdeviceptr& q : fresh) {
+    CHECK_CU(cuMemAlloc_v2(&q, 4096));
+    std::memset(reinterpret_cast<void*>(q), 0x33, 4096);
+  }
+  step = 'f';
+  if (write(to_child[1], &step, 1) != 1) return fail("ipc: tell the child");
+  if (read(from_child[0], &step, 1) != 1 || step != 'c') return fail("ipc: the child saw its bytes change");
+  int status = 0;
+  waitpid(child, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return fail("ipc: the child failed");
+  for (CUdeviceptr q : fresh) CHECK_CU(cuMemFree_v2(q));
+  CHECK_CU(cuMemFree_v2(before));
+  std::printf("ipc double free %d\nok ipc\n", int(twice));
   return 0;
+}
+
+int ipc_child() {
+  CUipcMemHandle handle;
+  if (read(0, &handle, sizeof handle) != ssize_t(sizeof handle)) return 2;
+  CUdeviceptr p = 0;
+  if (cuIpcOpenMemHandle_v2(&p, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != CUDA_SUCCESS) return 3;
+  CUdeviceptr same = 0;
+  if (cuIpcOpenMemHandle_v2(&same, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != CUDA_SUCCESS || same != p) return 4;
+  if (!all_bytes(p, 4096, 0x11)) return 5;
+  std::memset(reinterpret_cast<void*>(p), 0x22, 4096);
+  char step = 'w';
+  if (write(1, &step, 1) != 1 || read(0, &step, 1) != 1 || step != 'f') return 6;
+  if (!all_bytes(p, 4096, 0x22)) return 7;  // freed by the exporter, still ours
+  if (cuIpcCloseMemHandle(p) != CUDA_SUCCESS || cuIpcCloseMemHandle(p) != CUDA_SUCCESS) return 8;
+  step = 'c';
+  return write(1, &step, 1) == 1 ? 0 : 9;
 }
 
 struct Live {
@@ -559,6 +621,7 @@ int main(int argc, char** argv) {
   if (c == "reuse") return reuse();
   if (c == "capture") return capture();
   if (c == "ipc") return ipc();
+  if (c == "ipc-child") return ipc_child();
   if (c == "sizes") return sizes();
   if (c == "fork") return fork_case();
   if (c == "threads") return threads();
