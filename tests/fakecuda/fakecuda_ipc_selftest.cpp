@@ -14,6 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include <cuda.h>
+#include <cudaTypedefs.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -146,6 +147,18 @@ size_t free_bytes() {
   size_t free = 0, total = 0;
   CU_OK(cuMemGetInfo(&free, &total));
   return free;
+}
+
+// A handle with one field replaced and its checksum made right again
+// (layout in ipc.cpp): what a forger, or a stale handle, looks like.
+template <typename T>
+CUipcMemHandle forged(const CUipcMemHandle& good, size_t offset, T value) {
+  CUipcMemHandle handle = good;
+  memcpy(handle.reserved + offset, &value, sizeof value);
+  uint32_t hash = 2166136261u;
+  for (size_t i = 0; i < 60; ++i) hash = (hash ^ static_cast<unsigned char>(handle.reserved[i])) * 16777619u;
+  memcpy(handle.reserved + 60, &hash, sizeof hash);
+  return handle;
 }
 
 unsigned char* host(CUdeviceptr ptr) { return reinterpret_cast<unsigned char*>(ptr); }
@@ -359,7 +372,19 @@ TEST_CASE("legacy IPC: a large block, opened in this process from another's expo
   CUipcMemHandle reexport;
   REQUIRE(cuIpcGetMemHandle(&reexport, ptr) == CUDA_ERROR_INVALID_VALUE);
   REQUIRE(cuIpcCloseMemHandle(ptr + 4096) == CUDA_ERROR_INVALID_VALUE);
+  // The v1 entry point (cuda.h maps the name to _v2): same behaviour, and
+  // a second open of the handle is one more reference to the same mapping.
+  void* pfn = nullptr;
+  CUdriverProcAddressQueryResult status;
+  CU_OK(cuGetProcAddress_v2("cuIpcOpenMemHandle", &pfn, 4010, 0, &status));
+  CUdeviceptr again = 0;
+  CU_OK(reinterpret_cast<PFN_cuIpcOpenMemHandle_v11000>(pfn)(&again, exported.handle,
+                                                              CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+  REQUIRE(again == ptr);
   CU_OK(cuIpcCloseMemHandle(ptr));
+  REQUIRE(all_equal(ptr, 3 * kMiB, 0x5c));
+  CU_OK(cuIpcCloseMemHandle(ptr));
+  REQUIRE(cuIpcCloseMemHandle(ptr) == CUDA_ERROR_INVALID_VALUE);
   REQUIRE(exporter.quit() == 0);
 }
 
@@ -392,6 +417,20 @@ TEST_CASE("legacy IPC: what cannot be opened answers an error, never a crash") {
     flipped.reserved[bit / 8] = char(flipped.reserved[bit / 8] ^ (1 << (bit % 8)));
     REQUIRE(peer.call('O', 0, 0, 0, &flipped).rc == CUDA_ERROR_INVALID_VALUE);
   }
+  // Well-formed handles naming what is no exported block.
+  REQUIRE(peer.call('O', 0, 0, 0, &handle).rc == CUDA_SUCCESS);  // the unforged one opens
+  REQUIRE(peer.call('C').rc == CUDA_SUCCESS);
+  const CUipcMemHandle fakes[] = {
+      forged(handle, 12, int32_t(0)),                // another fd of the exporter: not its memory file
+      forged(handle, 12, int32_t(100000)),           // no such fd
+      forged(handle, 8, int32_t(1)),                 // another process (init)
+      forged(handle, 16, uint64_t(12345)),           // the exporter's pid, but another start time
+      forged(handle, 24, uint64_t(1)),               // another inode
+      forged(handle, 40, uint64_t(1) << 62),         // past the end of the file
+      forged(handle, 32, ~uint64_t(0) - 10),         // offset + bytes overflows
+  };
+  for (const CUipcMemHandle& fake_handle : fakes)
+    REQUIRE(peer.call('O', 0, 0, 0, &fake_handle).rc == CUDA_ERROR_INVALID_VALUE);
   // Flags other than lazy peer access.
   CUdeviceptr got = 0;
   REQUIRE(cuIpcOpenMemHandle(&got, handle, 0x80) == CUDA_ERROR_INVALID_VALUE);
