@@ -142,7 +142,7 @@ def case_secure_exec():
             return
         check(r.returncode == 0 and "alloc 0" in r.stdout, f"secure run: the probe ran and allocated ({r.stdout.strip()})")
         for name, v in victims.items():
-            check(open(v).read() == "root's own", f"secure: root's 0600 file for {name} untouched")
+            check(open(v, "rb").read() == b"root's own", f"secure: root's 0600 file for {name} untouched")
         check(not os.path.exists(os.path.join(d, "etc")), "secure: no directory made for PAGEFAST_LOG_FILE")
         check(os.listdir(live) == [], "secure: nothing in PAGEFAST_LIVE_DIR")
         lines = cases.pagefast_lines(r.stderr)
