@@ -11,12 +11,13 @@
 
 PF_EXPORT const char* pagefast_version(void) { return PAGEFAST_VERSION; }
 
-PF_EXPORT int pagefast_is_active(void) { return pagefast::runtime::passthrough() ? 0 : 1; }
+// config(), not passthrough(): asking is not a driver call (runtime.h).
+PF_EXPORT int pagefast_is_active(void) { return pagefast::runtime::config().passthrough ? 0 : 1; }
 
 PF_EXPORT size_t pagefast_stats_json(char* buffer, size_t buffer_bytes) {
   std::string text;
   try {
-    text = pagefast::stats::document();
+    text = pagefast::stats::document(pagefast::runtime::config(), pagefast::runtime::numa_json());
   } catch (...) {
     return 0;
   }
@@ -30,7 +31,8 @@ PF_EXPORT size_t pagefast_stats_json(char* buffer, size_t buffer_bytes) {
 
 PF_EXPORT int pagefast_report(const char* path_or_null) {
   // The same text as report:exit; the same file rules as PAGEFAST_STATS.
-  return pagefast::report::write(path_or_null ? std::string(path_or_null) : std::string("stderr"), "pagefast_report")
+  return pagefast::report::write(pagefast::runtime::config(),
+                                 path_or_null ? std::string(path_or_null) : std::string("stderr"), "pagefast_report")
              ? 0
              : -1;
 }

@@ -1,14 +1,28 @@
 // interpose/log.cpp: the spdlog logger behind log.h. The logger is created
 // once and never destroyed: it must outlive every static destructor, since
 // the stats writer and late frees may still log at exit.
+//
+// Every line, on stderr or in PAGEFAST_LOG_FILE, starts with who and when:
+// "pagefast[PID rRANK HH:MM:SS.mmm]: LEVEL: " (no " rRANK" when no launcher
+// set a local rank), so that the lines of many ranks on one stream can be
+// told apart. PAGEFAST_LOG_FILE is opened by files::open_private and written
+// through the descriptor: spdlog's own file sink would follow a symbolic
+// link, append to another user's file, make parent directories and 0644
+// files, and block on a FIFO (docs/SECURITY.md).
 #include "interpose/log.h"
 
 #include <spdlog/logger.h>
-#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+#include "interpose/files.h"
 
 namespace pagefast::log {
 namespace {
@@ -16,6 +30,7 @@ namespace {
 spdlog::logger* g_logger = nullptr;
 std::atomic<int> g_level{int(LogLevel::Warn)};
 std::atomic<bool> g_off{false};
+char g_rank[16] = {0};  // " r3", or "" without a local rank; set once by init
 
 spdlog::level::level_enum to_spdlog(LogLevel level) {
   switch (level) {
@@ -27,29 +42,51 @@ spdlog::level::level_enum to_spdlog(LogLevel level) {
   return spdlog::level::warn;
 }
 
+// Appends each formatted line to a descriptor that files::open_private
+// opened and checked: one write(2) a line, the file offset kept by O_APPEND.
+class DescriptorSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit DescriptorSink(int fd) : fd_(fd) {}
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& message) override {
+    spdlog::memory_buf_t line;
+    formatter_->format(message, line);
+    files::write_all(fd_, line.data(), line.size());
+  }
+  void flush_() override {}
+
+ private:
+  const int fd_;  // never closed: the logger lives until the process ends
+};
+
+const char* env_lookup(const char* name, void*) { return std::getenv(name); }
+
 }  // namespace
 
 void init(const Config& config) {
   g_level.store(int(config.log_level));
   g_off.store(config.log_off);
+  const std::string rank = files::local_rank(&env_lookup, nullptr);
+  if (!rank.empty()) std::snprintf(g_rank, sizeof g_rank, " r%s", rank.c_str());
   if (config.log_off) return;
   try {
     spdlog::sink_ptr sink;
+    std::string refused;
     if (!config.log_file.empty()) {
-      try {
-        sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(config.log_file, false);
-      } catch (...) {
-        std::fprintf(stderr, "pagefast: warning: cannot open PAGEFAST_LOG_FILE '%s'; logging to stderr\n",
-                     config.log_file.c_str());
-      }
+      std::string why;
+      const int fd = files::open_private(files::expand_path(config.log_file), files::OpenMode::Append, &why);
+      if (fd >= 0) sink = std::make_shared<DescriptorSink>(fd);
+      else refused = "PAGEFAST_LOG_FILE: " + why + "; logging to stderr";
     }
     if (!sink) sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
     // Deliberately leaked: see the file comment.
     auto* logger = new spdlog::logger("pagefast", std::move(sink));
-    logger->set_pattern("pagefast: %l: %v");
+    logger->set_pattern(std::string("pagefast[%P") + g_rank + " %H:%M:%S.%e]: %l: %v");
     logger->set_level(to_spdlog(config.log_level));
     logger->flush_on(spdlog::level::debug);
     g_logger = logger;
+    if (!refused.empty()) emit(LogLevel::Warn, refused.c_str());
   } catch (...) {
     g_logger = nullptr;
   }
@@ -62,9 +99,15 @@ bool enabled(LogLevel level) {
 void emit(LogLevel level, const char* message) {
   if (!enabled(level)) return;
   if (!g_logger) {
-    // Before init (or if spdlog failed): one plain line still gets out.
+    // Before init (or if spdlog failed): one plain line still gets out,
+    // with the same prefix.
     static const char* const kNames[] = {"error", "warning", "info", "debug"};
-    std::fprintf(stderr, "pagefast: %s: %s\n", kNames[int(level)], message);
+    timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    struct tm local;
+    localtime_r(&now.tv_sec, &local);
+    std::fprintf(stderr, "pagefast[%d%s %02d:%02d:%02d.%03ld]: %s: %s\n", int(getpid()), g_rank, local.tm_hour,
+                 local.tm_min, local.tm_sec, now.tv_nsec / 1000000, kNames[int(level)], message);
     return;
   }
   try {

@@ -1,5 +1,6 @@
 // interpose/log.h: pagefast's logger (spdlog, kept private to the library).
-// Lines go to stderr with a "pagefast:" prefix, or to PAGEFAST_LOG_FILE.
+// Lines go to stderr, or to PAGEFAST_LOG_FILE, each prefixed
+// "pagefast[PID rRANK HH:MM:SS.mmm]: LEVEL: " (log.cpp).
 // Never call it on an allocation hot path.
 #pragma once
 

@@ -67,7 +67,7 @@ void on_peer_access_disabled(int accessor, int owner);
 // pool's (calls on them go to the driver, which answers for them).
 void on_device_reset(int device);
 
-// The "pool" object of the stats JSON (an object text: {"devices": ...}).
+// The "pool" object of the stats JSON (an object text: {"devices": [{"device": 0, ...}]}).
 // Reads counters only; no CUDA.
 std::string stats_json();
 

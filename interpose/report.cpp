@@ -1,18 +1,17 @@
 // interpose/report.cpp: the memory report's header and its destinations.
 // The per-device text is the policy's (policy/pool_report.cpp); the file
-// rules are the stats document's (one writer, stats::write_text).
+// rules are files.h's, as for the stats document.
 #include "interpose/report.h"
 
 #include <unistd.h>
 
+#include "interpose/files.h"
+#include "interpose/log.h"
 #include "interpose/pool_api.h"
-#include "interpose/runtime.h"
-#include "interpose/stats.h"
 
 namespace pagefast::report {
 
-std::string text() {
-  const Config& config = runtime::config();
+std::string text(const Config& config) {
   std::string out = "pagefast memory report (pid " + std::to_string(getpid()) + ", version " PAGEFAST_VERSION "): " +
                     describe(config) + "\n";
   const std::string devices = pool::report_text();
@@ -20,20 +19,20 @@ std::string text() {
   return out;
 }
 
-bool write(const std::string& target, const char* variable) {
-  std::string body;
+bool write(const Config& config, const std::string& target, const char* variable) {
   try {
-    body = text();
+    std::string why;
+    if (files::write_text(target, text(config), &why)) return true;
+    log::write(LogLevel::Warn, "{}: {}; not written", variable, why);
   } catch (...) {
-    return false;  // host out of memory: nothing written, nothing thrown
+    // host out of memory: nothing written, nothing thrown
   }
-  return stats::write_text(target, body, variable);
+  return false;
 }
 
-void write_at_exit_if_requested() {
-  const Config& config = runtime::config();
+void write_at_exit_if_requested(const Config& config) {
   if (!config.report_at_exit) return;
-  write(config.report_path.empty() ? std::string("stderr") : config.report_path, "PAGEFAST_REPORT");
+  write(config, config.report_path.empty() ? std::string("stderr") : config.report_path, "PAGEFAST_REPORT");
 }
 
 }  // namespace pagefast::report

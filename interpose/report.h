@@ -5,17 +5,19 @@
 
 #include <string>
 
+#include "policy/config.h"
+
 namespace pagefast::report {
 
 // The whole report. Try-locks and counters only, no CUDA: safe at exit.
-std::string text();
+std::string text(const Config& config);
 
-// Writes text() to `target` ("stderr" or a path, %p = pid) with the stats
-// document's safe file rules (stats::write_text). true: written.
-bool write(const std::string& target, const char* variable);
+// Writes text() to `target` ("stderr" or a path, expanded as files.h says)
+// under the file rules of files::write_text; a refusal is one warning
+// naming `variable`. true: written.
+bool write(const Config& config, const std::string& target, const char* variable);
 
-// From the library's destructor: with report:exit, to PAGEFAST_REPORT, or
-// stderr when that is unset.
-void write_at_exit_if_requested();
+// At exit, with report:exit: to PAGEFAST_REPORT, or stderr when unset.
+void write_at_exit_if_requested(const Config& config);
 
 }  // namespace pagefast::report

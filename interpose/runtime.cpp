@@ -4,13 +4,17 @@
 // bind NUMA (no CUDA call). At exit (destructor): flush the trace, write the stats document
 // and the memory report (report:exit) with plain file I/O and call no driver function: the driver may already
 // be shutting down, and a pool that is not released is reclaimed by the OS.
+// In secure execution every path-valued variable reads as unset
+// (files::ignored_in_secure_execution, docs/SECURITY.md).
 #include "interpose/runtime.h"
 
+#include <sys/auxv.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <mutex>
 
+#include "interpose/files.h"
 #include "interpose/live/publisher.h"
 #include "interpose/log.h"
 #include "interpose/pool_api.h"
@@ -26,6 +30,7 @@ namespace pagefast::runtime {
 
 std::atomic<bool> g_ready{false};
 bool g_passthrough = true;
+std::atomic<bool> g_passthrough_entered{false};
 
 namespace {
 
@@ -39,7 +44,31 @@ struct State {
 State* g_state = nullptr;
 std::recursive_mutex g_init_mutex;  // constant-initialised
 
-const char* env_lookup(const char* name, void*) { return std::getenv(name); }
+// The environment as the configuration reads it.
+struct EnvView {
+  unsigned long at_secure;
+  std::string ignored;  // the variables secure execution hid, for one warning
+};
+
+const char* env_lookup(const char* name, void* user) {
+  auto* view = static_cast<EnvView*>(user);
+  const char* value = std::getenv(name);
+  if (value && files::ignored_in_secure_execution(name, view->at_secure)) {
+    view->ignored += view->ignored.empty() ? name : std::string(", ") + name;
+    return nullptr;
+  }
+  return value;
+}
+
+void write_stats_at_exit(const Config& config) {
+  if (config.stats_path.empty()) return;
+  try {
+    std::string why;
+    if (!files::write_text(config.stats_path, stats::document(config, numa_json()), &why))
+      log::write(LogLevel::Warn, "PAGEFAST_STATS: {}; not written", why);
+  } catch (...) {
+  }
+}
 
 }  // namespace
 
@@ -52,14 +81,24 @@ void init_slow() {
   started = true;
   g_state = new State();
   Config& g_config = g_state->config;
-  g_config = parse_config(&env_lookup, nullptr);
+  EnvView view{getauxval(AT_SECURE), {}};
+  g_config = parse_config(&env_lookup, &view);
+  // numa/ reads PAGEFAST_SYSROOT itself: in secure execution the binding
+  // does not run when it is set, rather than read a root the caller chose.
+  const bool sysroot_hidden = view.at_secure && std::getenv("PAGEFAST_SYSROOT");
+  if (sysroot_hidden) view.ignored += view.ignored.empty() ? "PAGEFAST_SYSROOT" : ", PAGEFAST_SYSROOT";
   log::init(g_config);
+  if (!view.ignored.empty())
+    log::write(LogLevel::Warn, "secure execution (setuid, setgid or file capabilities): {} ignored", view.ignored);
+  if (!g_config.warning.empty()) log::write(LogLevel::Warn, "{}", g_config.warning);
   if (!g_config.error.empty()) {
     log::write(LogLevel::Error, "{}; running as pass-through", g_config.error);
   } else if (!g_config.passthrough) {
 #if PAGEFAST_HAVE_NUMA
-    numa::bind_at_start(g_config.numa, log::sink());
-    g_state->numa_ran = true;
+    if (!sysroot_hidden) {
+      numa::bind_at_start(g_config.numa, log::sink());
+      g_state->numa_ran = true;
+    }
 #endif
     pool::configure(g_config.pool, log::sink());
   }
@@ -85,6 +124,8 @@ std::string numa_json() {
   return "null";
 }
 
+bool driver_entered() { return g_passthrough_entered.load(std::memory_order_relaxed) || stats::any_activity(); }
+
 bool on_first_alloc() {
   static std::atomic<bool> bannered{false};
   if (!bannered.exchange(true)) {
@@ -93,7 +134,7 @@ bool on_first_alloc() {
   }
 #if PAGEFAST_HAVE_NUMA
   static std::atomic<bool> checked{false};
-  if (checked.load()) return true;
+  if (!g_state->numa_ran || checked.load()) return true;
   const RealDriver* real = real_driver();
   CUdevice device;
   char bus_id[32] = {0};
@@ -116,8 +157,11 @@ __attribute__((destructor)) void on_unload() {
   if (!g_ready.load(std::memory_order_acquire)) return;
   live::stop_at_exit();
   trace::flush_at_exit();
-  stats::write_if_requested();
-  report::write_at_exit_if_requested();
+  // As the trace: a process that never reached the driver through
+  // pagefast (a launcher) leaves the files of the processes that did alone.
+  if (!driver_entered()) return;
+  write_stats_at_exit(g_state->config);
+  report::write_at_exit_if_requested(g_state->config);
 }
 
 }  // namespace

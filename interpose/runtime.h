@@ -13,16 +13,29 @@ namespace pagefast::runtime {
 
 extern std::atomic<bool> g_ready;
 extern bool g_passthrough;  // written once, before g_ready is set
+// A hook or a door ran in pass-through mode (which counts nothing).
+extern std::atomic<bool> g_passthrough_entered;
 
 void init_slow();
 
 inline void ensure_init() {
   if (__builtin_expect(!g_ready.load(std::memory_order_acquire), 0)) init_slow();
 }
+// Asked by every hook and door: so in pass-through it also notes that the
+// program reached the driver through pagefast (driver_entered). The note
+// costs pool mode nothing; pass-through a relaxed load.
 inline bool passthrough() {
   ensure_init();
+  if (__builtin_expect(g_passthrough, 0) && !g_passthrough_entered.load(std::memory_order_relaxed))
+    g_passthrough_entered.store(true, std::memory_order_relaxed);
   return g_passthrough;
 }
+
+// Whether the program called, or looked up through pagefast, any driver
+// entry of the table. Without that, nothing is written at exit: a launcher
+// (bash -c, timeout, torchrun) that inherits PAGEFAST_STATS must not
+// overwrite its worker's file (docs/STATS.md).
+bool driver_entered();
 
 const Config& config();
 std::string numa_json();

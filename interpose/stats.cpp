@@ -1,21 +1,14 @@
 // interpose/stats.cpp: per-thread counter blocks and the stats document.
 #include "interpose/stats.h"
 
-#include <fcntl.h>
 #include <pthread.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <new>
 
-#include "interpose/log.h"
 #include "interpose/pool_api.h"
-#include "interpose/runtime.h"
 #include "policy/json.h"
 
 namespace pagefast::stats {
@@ -91,45 +84,30 @@ uint64_t sum(int index) {
 
 }  // namespace
 
-bool write_all(int fd, const void* data, size_t bytes) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes) {
-    const ssize_t n = ::write(fd, p, bytes);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    bytes -= size_t(n);
-  }
-  return true;
-}
-
-std::string expand_path(const std::string& path) {
-  std::string out;
-  for (size_t i = 0; i < path.size(); ++i) {
-    if (path[i] == '%' && i + 1 < path.size() && path[i + 1] == 'p') {
-      out += std::to_string(getpid());
-      ++i;
-    } else {
-      out += path[i];
-    }
-  }
-  return out;
-}
-
 // stats:off turns call counting off (set once at init, before any hook).
 static bool g_count_calls = true;
+
+// A call made while counting is off: remembered once, for any_activity().
+static std::atomic<bool> g_uncounted_call{false};
 
 void set_call_counting(bool on) { g_count_calls = on; }
 void count_call(Entry entry) {
   if (__builtin_expect(g_count_calls, 1)) bump(int(entry));
+  else if (!g_uncounted_call.load(std::memory_order_relaxed)) g_uncounted_call.store(true, std::memory_order_relaxed);
 }
 void count_door(Door door) { bump(kEntryCount + int(door)); }
 uint64_t calls(Entry entry) { return sum(int(entry)); }
 uint64_t doors(Door door) { return sum(kEntryCount + int(door)); }
 
-std::string document() {
-  const Config& config = runtime::config();
-  std::string out = "{\n  \"pagefast\": {\"version\": \"" PAGEFAST_VERSION "\", \"pid\": ";
+bool any_activity() {
+  if (g_uncounted_call.load(std::memory_order_relaxed)) return true;
+  for (int i = 0; i < kCounterCount; ++i)
+    if (sum(i)) return true;
+  return false;
+}
+
+std::string document(const Config& config, const std::string& numa_json) {
+  std::string out = "{\n  \"schema\": 1,\n  \"pagefast\": {\"version\": \"" PAGEFAST_VERSION "\", \"pid\": ";
   out += std::to_string(getpid());
   out += ", \"mode\": ";
   out += config.passthrough ? "\"passthrough\"" : (config.pool.enabled ? "\"pool\"" : "\"forward\"");
@@ -146,51 +124,8 @@ std::string document() {
          ", \"dlsym\": " + std::to_string(doors(Door::Dlsym)) +
          ", \"proc_address\": " + std::to_string(doors(Door::ProcAddress)) + "},\n";
   out += "  \"pool\": " + pool::stats_json() + ",\n";
-  out += "  \"numa\": " + runtime::numa_json() + "\n}\n";
+  out += "  \"numa\": " + numa_json + "\n}\n";
   return out;
-}
-
-void write_if_requested() {
-  const std::string& target = runtime::config().stats_path;
-  if (target.empty()) return;
-  std::string text;
-  try {
-    text = document();
-  } catch (...) {
-    return;
-  }
-  write_text(target, text, "PAGEFAST_STATS");
-}
-
-bool write_text(const std::string& target, const std::string& text, const char* variable) {
-  if (target == "stderr") return write_all(2, text.data(), text.size());
-  std::string path;
-  try {
-    path = expand_path(target);
-  } catch (...) {
-    return false;
-  }
-  // O_NOFOLLOW: a symbolic link planted at the path is refused, never
-  // followed; a file made here is the user's alone.
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    log::write(LogLevel::Warn, "{}: cannot open '{}': {}", variable, path, std::strerror(errno));
-    return false;
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
-    log::write(LogLevel::Warn, "{}: '{}' is not a regular file of this user; not written", variable, path);
-    ::close(fd);
-    return false;
-  }
-  if ((st.st_mode & 0777) != 0600) fchmod(fd, 0600);
-  bool ok = true;
-  if (ftruncate(fd, 0) != 0 || !write_all(fd, text.data(), text.size())) {
-    log::write(LogLevel::Warn, "{}: writing '{}' failed: {}", variable, path, std::strerror(errno));
-    ok = false;
-  }
-  ::close(fd);
-  return ok;
 }
 
 }  // namespace pagefast::stats

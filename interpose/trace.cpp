@@ -15,11 +15,9 @@
 // (flush_at_exit) uses plain file I/O.
 #include "interpose/trace.h"
 
-#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,9 +27,9 @@
 #include <mutex>
 #include <new>
 
+#include "interpose/files.h"
 #include "interpose/log.h"
 #include "interpose/real_driver.h"
-#include "interpose/stats.h"
 #include "interpose/trace_format.h"
 #include "policy/spin.h"
 
@@ -73,7 +71,7 @@ struct Ring {
 
 enum WriterState : int { kNotStarted = 0, kRunning = 1, kFailed = 2, kStopped = 3 };
 
-char* g_path = nullptr;  // PAGEFAST_TRACE as given (strdup), "%p" not yet expanded
+char* g_path = nullptr;  // PAGEFAST_TRACE as given (strdup), "%p" etc. not yet expanded
 uint64_t g_start_mono_ns = 0;
 uint64_t g_start_wall_ns = 0;
 bool g_configured = false;
@@ -106,25 +104,17 @@ inline uint64_t now_ns() { return clock_ns(CLOCK_MONOTONIC) - g_start_mono_ns; }
 int open_trace_file() {
   std::string path;
   try {
-    path = stats::expand_path(g_path);
+    path = files::expand_path(g_path);
   } catch (...) {
     return -1;
   }
-  // O_NOFOLLOW: a symbolic link at the path is refused, never followed.
-  // O_NONBLOCK: a FIFO planted there fails to open rather than hang us.
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600);
+  // The file rules of files.h: checked before anything is emptied.
+  std::string why;
+  const int fd = files::open_private(path, files::OpenMode::Truncate, &why);
   if (fd < 0) {
-    log::write(LogLevel::Warn, "PAGEFAST_TRACE: cannot open '{}': {}; not tracing", path, std::strerror(errno));
+    log::write(LogLevel::Warn, "PAGEFAST_TRACE: {}; not tracing", why);
     return -1;
   }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
-    log::write(LogLevel::Warn, "PAGEFAST_TRACE: '{}' is not a regular file of this user; not tracing", path);
-    ::close(fd);
-    return -1;
-  }
-  if ((st.st_mode & 0777) != 0600) fchmod(fd, 0600);  // an existing file keeps no wider mode
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   trace_format::Header header;
   std::memset(&header, 0, sizeof header);
   std::memcpy(header.magic, trace_format::kMagic, sizeof header.magic);
@@ -135,7 +125,7 @@ int open_trace_file() {
   header.start_wall_ns = g_start_wall_ns;
   header.start_mono_ns = g_start_mono_ns;
   header.ring_records = kRingRecords;
-  if (!stats::write_all(fd, &header, sizeof header)) {
+  if (!files::write_all(fd, &header, sizeof header)) {
     log::write(LogLevel::Warn, "PAGEFAST_TRACE: writing '{}' failed: {}; not tracing", path, std::strerror(errno));
     ::close(fd);
     return -1;
@@ -145,7 +135,7 @@ int open_trace_file() {
 
 void batch_flush() {
   if (g_batch_used && !g_write_failed &&
-      !stats::write_all(g_fd, g_batch, size_t(g_batch_used) * sizeof(Record))) {
+      !files::write_all(g_fd, g_batch, size_t(g_batch_used) * sizeof(Record))) {
     g_write_failed = true;  // keep draining, so that producers never stall on a dead file
     log::write(LogLevel::Warn, "PAGEFAST_TRACE: write failed: {}; the rest of the trace is dropped",
                std::strerror(errno));

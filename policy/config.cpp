@@ -146,6 +146,22 @@ void parse_conf(Config& c, const std::string& text) {
   }
 }
 
+// pagefast's names and spdlog's (trace, critical, err, warning), any case.
+// pagefast has four levels: trace is debug, critical is error (its
+// errors are its gravest lines).
+void parse_log_level(Config& c, const std::string& given) {
+  std::string level = given;
+  for (char& ch : level) ch = char(ch >= 'A' && ch <= 'Z' ? ch + 32 : ch);
+  if (level.empty() || level == "warn" || level == "warning") c.log_level = LogLevel::Warn;
+  else if (level == "off") c.log_off = true;
+  else if (level == "error" || level == "err" || level == "critical") c.log_level = LogLevel::Error;
+  else if (level == "info") c.log_level = LogLevel::Info;
+  else if (level == "debug" || level == "trace") c.log_level = LogLevel::Debug;
+  else
+    c.warning = "PAGEFAST_LOG: bad value '" + given +
+                "' (accepted: off, critical, error, warn, info, debug, trace); logging at warn";
+}
+
 }  // namespace
 
 bool parse_bytes(const std::string& text, uint64_t* bytes) {
@@ -184,14 +200,7 @@ Config parse_config(EnvLookup lookup, void* user) {
     else if (!(e == "1" || e == "on" || e == "true"))
       c.error = "PAGEFAST: bad value '" + e + "' (accepted: 0 or 1)";
   }
-  const std::string level = trim(get("PAGEFAST_LOG"));
-  if (level.empty() || level == "warn" || level == "warning") c.log_level = LogLevel::Warn;
-  else if (level == "off") c.log_off = true;
-  else if (level == "error") c.log_level = LogLevel::Error;
-  else if (level == "info") c.log_level = LogLevel::Info;
-  else if (level == "debug") c.log_level = LogLevel::Debug;
-  else if (c.error.empty())
-    c.error = "PAGEFAST_LOG: bad value '" + level + "' (accepted: off, error, warn, info, debug)";
+  parse_log_level(c, trim(get("PAGEFAST_LOG")));
   c.log_file = get("PAGEFAST_LOG_FILE");
   c.stats_path = get("PAGEFAST_STATS");
   c.report_path = get("PAGEFAST_REPORT");

@@ -10,7 +10,8 @@
 // PAGEFAST_TRACE=path    record every cuMemAlloc/cuMemFree (docs/TRACE.md).
 //
 // A bad key or value yields one message naming it and what is accepted;
-// the caller then runs as pass-through (Config::passthrough).
+// the caller then runs as pass-through (Config::passthrough). A bad
+// PAGEFAST_LOG only is a warning (Config::warning): the level stays warn.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +58,7 @@ struct Config {
   std::string trace_path;       // PAGEFAST_TRACE; a path (%p = pid), empty = no trace
   std::string conf_text;   // PAGEFAST_CONF as given, for the banner
   std::string error;       // the one message for a bad setting, if any
+  std::string warning;     // a bad setting that is ignored (PAGEFAST_LOG): warned, not fatal
 };
 
 // Reads the variables through `lookup` (getenv in production, a map in

@@ -490,16 +490,18 @@ void on_capture_end() {
 }
 
 std::string stats_json() {
-  std::string text = "{\"devices\": {";
+  // A labelled list (docs/STATS.md): {"device": 0, <the pool fields>}.
+  std::string text = "{\"devices\": [";
   bool first = true;
   for (int d = 0; d < kMaxDevices; ++d) {
     DevicePool* pool = pool_for_device(d);
     if (!pool) continue;
-    text += first ? "\"" : ", \"";
-    text += std::to_string(d) + "\": " + policy::stats_json_object(pool->stats());
+    const std::string fields = policy::stats_json_object(pool->stats());  // "{...}"
+    text += first ? "{\"device\": " : ", {\"device\": ";
+    text += std::to_string(d) + (fields.size() > 2 ? ", " : "") + fields.substr(1);
     first = false;
   }
-  return text + "}}";
+  return text + "]}";
 }
 
 std::string report_text() {

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 
 #include "policy/config.h"
 
@@ -149,8 +150,26 @@ TEST_CASE("log levels") {
   CHECK(env.parse().log_level == LogLevel::Debug);
   env.vars["PAGEFAST_LOG"] = "off";
   CHECK(env.parse().log_off);
+  // spdlog's names too, any case.
+  const std::pair<const char*, LogLevel> spdlog_names[] = {
+      {"trace", LogLevel::Debug}, {"critical", LogLevel::Error}, {"err", LogLevel::Error},
+      {"warning", LogLevel::Warn}, {"INFO", LogLevel::Info}, {"Debug", LogLevel::Debug}};
+  for (const auto& [name, level] : spdlog_names) {
+    env.vars["PAGEFAST_LOG"] = name;
+    const Config c = env.parse();
+    CHECK(c.log_level == level);
+    CHECK(c.warning.empty());
+    CHECK(c.error.empty());
+  }
+  // A bad level is a warning: the pool stays on, the level stays warn.
   env.vars["PAGEFAST_LOG"] = "chatty";
-  CHECK(env.parse().error.find("PAGEFAST_LOG") != std::string::npos);
+  const Config c = env.parse();
+  CHECK(c.warning.find("PAGEFAST_LOG") != std::string::npos);
+  CHECK(c.warning.find("'chatty'") != std::string::npos);
+  CHECK(c.error.empty());
+  CHECK_FALSE(c.passthrough);
+  CHECK(c.log_level == LogLevel::Warn);
+  CHECK_FALSE(c.log_off);
 }
 
 TEST_CASE("the key table documents every key") {
