@@ -12,8 +12,8 @@ reference: every configuration must print exactly what it prints.
 
 Configurations: "none" (no pagefast), "pool:off" (pagefast forwarding every
 allocation), "pool" (pagefast with its pool, the default). The *_pool cases
-run the pool configuration; they are skipped (exit 77) unless
-PAGEFAST_IPC_TESTS_POOL=1, until pagefast shares pool memory through IPC.
+run the pool configuration: pool blocks shared through pagefast's own
+handles (docs/IPC.md).
 """
 import os
 import struct
@@ -31,7 +31,6 @@ REPLY = struct.Struct("<iiQQ")  # struct ipc_reply
 CUDA_SUCCESS = 0
 CUDA_ERROR_INVALID_VALUE = 1
 SKIP = 77
-POOL_GATE = "PAGEFAST_IPC_TESTS_POOL"
 
 
 def paths():
@@ -64,13 +63,6 @@ def exporter(case, config, importer_options=(), timeout=120):
     argv = [p["exporter"], case, p["importer"], *importer_options]
     return subprocess.run(argv, env=config_env(config), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True, timeout=timeout)
-
-
-def require_pool_gate():
-    if os.environ.get(POOL_GATE) != "1":
-        print(f"skip: pool-on IPC cases run only with {POOL_GATE}=1 (pagefast does not share pool memory "
-              "through CUDA IPC yet: issue 10)")
-        sys.exit(SKIP)
 
 
 def reference(case, expected_lines):
@@ -130,7 +122,6 @@ def case_share():
 
 
 def case_share_pool():
-    require_pool_gate()
     same_everywhere("share", SHARE_LINES, ["pool"])
 
 
@@ -139,7 +130,6 @@ def case_capable():
 
 
 def case_capable_pool():
-    require_pool_gate()
     same_everywhere("capable", CAPABLE_LINES, ["pool"])
 
 
@@ -150,7 +140,6 @@ def case_free():
 
 
 def case_free_pool():
-    require_pool_gate()
     same_everywhere("free", FREE_LINES, ["pool"])
 
 
@@ -160,7 +149,6 @@ def case_cycles():
 
 
 def case_cycles_pool():
-    require_pool_gate()
     same_everywhere("cycles", CYCLES_LINES, ["pool"])
 
 
@@ -170,7 +158,6 @@ def case_wrong_uid():
 
 
 def case_wrong_uid_pool():
-    require_pool_gate()
     same_everywhere("uid", UID_LINES, ["pool"])
 
 
@@ -207,7 +194,6 @@ def case_dead_exporter():
 
 
 def case_dead_exporter_pool():
-    require_pool_gate()
     dead_exporter("pool")
 
 
@@ -233,7 +219,6 @@ def case_importer_without_pagefast_pool():
     """An importer without pagefast gets an error for a pool block's handle
     (its bytes mean nothing to the driver), never a crash; the exporter's
     memory stays as it was."""
-    require_pool_gate()
     r = exporter("share", "pool", ["--importer-unset", "LD_PRELOAD"])
     check(r.returncode == 0, f"[exporter pool, importers none] rc 0 (got {r.returncode}; {r.stderr[-400:]})")
     lines = r.stdout.splitlines()
