@@ -249,7 +249,8 @@ bool Arena::home_pieces(uint64_t addr, Granules granules, std::vector<PhysicalPi
     const uint64_t chunk_end = it->first + it->second.granules.bytes();
     if (cursor >= chunk_end) return false;
     const uint64_t segment_end = stop < chunk_end ? stop : chunk_end;
-    out->push_back({it->second.handle, granules_floor(cursor - it->first), granules_floor(segment_end - cursor)});
+    out->push_back({it->second.handle, granules_floor(cursor - it->first), granules_floor(segment_end - cursor),
+                    it->second.granules});
     cursor = segment_end;
   }
   return true;

@@ -43,6 +43,7 @@ struct PhysicalPiece {
   ChunkHandle chunk;
   Granules offset;    // into the chunk
   Granules granules;
+  Granules chunk_granules;  // the whole chunk's size
 };
 
 struct ArenaSettings {

@@ -88,6 +88,7 @@ struct Request {
 struct ReplyPiece {
   uint64_t chunk_offset;  // bytes into the chunk whose descriptor comes in this position
   uint64_t bytes;
+  uint64_t chunk_bytes;   // the whole chunk
 };
 
 struct Reply {
@@ -220,6 +221,14 @@ std::map<uint64_t, uint64_t>* g_by_addr = nullptr;  // block base -> export id
 uint64_t g_next_export_id = 1;
 pid_t g_exporter_pid = 0;  // the process whose thread serves; 0: none yet
 std::atomic<bool> g_warned_unshareable{false};
+std::atomic<bool> g_warned_export{false};
+
+const char* error_name(CUresult r) {
+  const RealDriver* real = real_driver();
+  const char* name = nullptr;
+  if (!real || !real->cuGetErrorName || real->cuGetErrorName(r, &name) != CUDA_SUCCESS || !name) return "an error";
+  return name;
+}
 
 struct Connection {
   int fd;
@@ -265,10 +274,13 @@ void serve_open(Connection& c, uint64_t export_id) {
                                                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
         if (r != CUDA_SUCCESS || fd < 0) {
           reply.status = r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_VALUE;
+          if (!g_warned_export.exchange(true))
+            log::write(LogLevel::Warn, "CUDA IPC: cuMemExportToShareableHandle answered {} for a pool chunk; another "
+                       "process cannot open this process's pool blocks", error_name(r));
           break;
         }
         fds.push_back(fd);
-        reply.pieces[reply.piece_count++] = {piece.offset.bytes(), piece.granules.bytes()};
+        reply.pieces[reply.piece_count++] = {piece.offset.bytes(), piece.granules.bytes(), piece.chunk_granules.bytes()};
       }
       if (reply.status == CUDA_SUCCESS) {
         ++it->second.holders;
@@ -550,37 +562,66 @@ void send_close(int fd, uint64_t export_id) {
   send_all(fd, &req, sizeof req);
 }
 
+// Whether the pieces can be mapped as whole chunks side by side: every
+// piece but the first starts its chunk, every piece but the last ends it.
+bool whole_chunks_fit(const Reply& reply) {
+  for (uint32_t i = 0; i < reply.piece_count; ++i) {
+    const ReplyPiece& p = reply.pieces[i];
+    if (i > 0 && p.chunk_offset != 0) return false;
+    if (i + 1 < reply.piece_count && p.chunk_offset + p.bytes != p.chunk_bytes) return false;
+  }
+  return true;
+}
+
 // Maps the exporter's chunks at fresh address space, opened for `device`.
+// Whole chunks where they fit (a mapping at offset 0 of its handle, which
+// every driver takes), else each piece at its offset. *lead_out is where
+// the first piece starts in the mapping.
 CUresult map_import(const Reply& reply, const std::vector<int>& fds, int device, CUdeviceptr* va_out,
-                    size_t* bytes_out) {
+                    size_t* bytes_out, uint64_t* lead_out) {
   const RealDriver* real = real_driver();
   if (!real || !real->cuMemImportFromShareableHandle || !real->cuMemAddressReserve || !real->cuMemMap ||
       !real->cuMemSetAccess || !real->cuMemUnmap || !real->cuMemRelease || !real->cuMemAddressFree)
     return CUDA_ERROR_NOT_SUPPORTED;
+  const bool whole = whole_chunks_fit(reply);
   size_t total = 0;
   for (uint32_t i = 0; i < reply.piece_count; ++i) {
     const ReplyPiece& p = reply.pieces[i];
-    if (p.bytes == 0 || p.bytes % kGranuleBytes || p.chunk_offset % kGranuleBytes || total + p.bytes < total)
+    if (p.bytes == 0 || p.bytes % kGranuleBytes || p.chunk_offset % kGranuleBytes || p.chunk_bytes % kGranuleBytes ||
+        p.chunk_offset + p.bytes > p.chunk_bytes || total + p.chunk_bytes < total)
       return CUDA_ERROR_INVALID_VALUE;
-    total += p.bytes;
+    total += whole ? p.chunk_bytes : p.bytes;
   }
   if (total == 0) return CUDA_ERROR_INVALID_VALUE;
   CUdeviceptr va = 0;
   CUresult r = real->cuMemAddressReserve(&va, total, kGranuleBytes, 0, 0);
-  if (r != CUDA_SUCCESS) return r;
+  const char* failed = "cuMemAddressReserve";
+  if (r != CUDA_SUCCESS) {
+    log::write(LogLevel::Warn, "CUDA IPC: cannot open a pool block of another process: {} answered {}", failed,
+               error_name(r));
+    return r;
+  }
   size_t mapped = 0;
   std::vector<std::pair<CUdeviceptr, size_t>> maps;
   for (uint32_t i = 0; i < reply.piece_count && r == CUDA_SUCCESS; ++i) {
+    const ReplyPiece& p = reply.pieces[i];
     CUmemGenericAllocationHandle h = 0;
     r = real->cuMemImportFromShareableHandle(&h, reinterpret_cast<void*>(uintptr_t(fds[i])),
                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-    if (r != CUDA_SUCCESS) break;
-    r = real->cuMemMap(va + mapped, reply.pieces[i].bytes, reply.pieces[i].chunk_offset, h, 0);
+    if (r != CUDA_SUCCESS) {
+      failed = "cuMemImportFromShareableHandle";
+      break;
+    }
+    const size_t bytes = whole ? p.chunk_bytes : p.bytes;
+    r = real->cuMemMap(va + mapped, bytes, whole ? 0 : p.chunk_offset, h, 0);
     // The mapping holds the memory from now on; the handle is not needed.
     real->cuMemRelease(h);
-    if (r != CUDA_SUCCESS) break;
-    maps.push_back({va + mapped, reply.pieces[i].bytes});
-    mapped += reply.pieces[i].bytes;
+    if (r != CUDA_SUCCESS) {
+      failed = "cuMemMap";
+      break;
+    }
+    maps.push_back({va + mapped, bytes});
+    mapped += bytes;
   }
   if (r == CUDA_SUCCESS) {
     CUmemAccessDesc access{};
@@ -588,14 +629,18 @@ CUresult map_import(const Reply& reply, const std::vector<int>& fds, int device,
     access.location.id = device;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     r = real->cuMemSetAccess(va, total, &access, 1);
+    failed = "cuMemSetAccess";
   }
   if (r != CUDA_SUCCESS) {
+    log::write(LogLevel::Warn, "CUDA IPC: cannot open a pool block of another process: {} answered {} ({} piece(s), "
+               "{} MiB{})", failed, error_name(r), reply.piece_count, total >> 20, whole ? ", whole chunks" : "");
     for (const auto& m : maps) real->cuMemUnmap(m.first, m.second);
     real->cuMemAddressFree(va, total);
     return r == CUDA_ERROR_OUT_OF_MEMORY ? r : CUDA_ERROR_MAP_FAILED;
   }
   *va_out = va;
   *bytes_out = total;
+  *lead_out = whole ? reply.pieces[0].chunk_offset : 0;
   return CUDA_SUCCESS;
 }
 
@@ -772,10 +817,11 @@ bool try_open(CUdeviceptr* pdptr, const CUipcMemHandle& handle, unsigned flags, 
     }
     CUdeviceptr va = 0;
     size_t map_bytes = 0;
-    const CUresult r = map_import(*reply, fds, int(device), &va, &map_bytes);
+    uint64_t lead = 0;
+    const CUresult r = map_import(*reply, fds, int(device), &va, &map_bytes, &lead);
     for (int fd : fds) ::close(fd);
     delete reply;
-    if (r != CUDA_SUCCESS || w.offset + w.bytes > map_bytes) {
+    if (r != CUDA_SUCCESS || lead + w.offset + w.bytes > map_bytes) {
       send_close(link.fd, w.export_id);
       if (r == CUDA_SUCCESS && real->cuMemUnmap) {
         real->cuMemUnmap(va, map_bytes);
@@ -786,7 +832,7 @@ bool try_open(CUdeviceptr* pdptr, const CUipcMemHandle& handle, unsigned flags, 
       return true;
     }
     ++link.imports;
-    const CUdeviceptr ptr = va + w.offset;
+    const CUdeviceptr ptr = va + lead + w.offset;
     (*g_imports)[ptr] = Import{key, w.export_id, va, map_bytes, 1};
     *pdptr = ptr;
     *result = CUDA_SUCCESS;

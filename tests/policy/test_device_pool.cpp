@@ -175,6 +175,7 @@ void check_export(PoolUnderTest& t, uint64_t addr, uint64_t bytes) {
       REQUIRE(t.provider.physical_at(at, &chunk, &offset));
       CHECK(chunk.value == piece.chunk.value);
       CHECK(offset.count() == piece.offset.count() + g);
+      CHECK(piece.offset + piece.granules <= piece.chunk_granules);
     }
   }
   CHECK(at >= addr + bytes);

@@ -22,6 +22,7 @@
 //   ipc_check foreign         a handle opened by a child without pagefast
 //                             (LD_PRELOAD removed): the driver's answer,
 //                             and no crash.
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -91,8 +92,10 @@ ChildIo spawn(const char* self, const char* mode, int number) {
   if (pipe(a) || pipe(b)) std::exit(1);
   const pid_t pid = fork();
   if (pid == 0) {
+    // Handles come on stdin; results go back on fd 3, so that an error
+    // message on stdout is never read as a result.
     dup2(a[0], 0);
-    dup2(b[1], 1);
+    dup2(b[1], 3);
     const std::string n = std::to_string(number);
     execl(self, self, mode, n.c_str(), (char*)nullptr);
     _exit(127);
@@ -124,7 +127,7 @@ int child(int number) {
     CK(cudaDeviceSynchronize());
     CK(cudaIpcCloseMemHandle(p));
   }
-  return write_all(1, &bad, sizeof bad) ? 0 : 3;
+  return write_all(3, &bad, sizeof bad) ? 0 : 3;
 }
 
 // The child of the freed-while-held case.
@@ -135,10 +138,10 @@ int holder() {
   void* p = nullptr;
   CK(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess));
   char step = 'o';
-  if (!write_all(1, &step, 1) || !read_all(0, &step, 1)) return 3;
+  if (!write_all(3, &step, 1) || !read_all(0, &step, 1)) return 3;
   const unsigned long long bad = count_bad(p, 20 << 20, 77, 0);
   CK(cudaIpcCloseMemHandle(p));
-  return write_all(1, &bad, sizeof bad) ? 0 : 4;
+  return write_all(3, &bad, sizeof bad) ? 0 : 4;
 }
 
 int exporter(const char* self, int children) {
@@ -232,7 +235,7 @@ int timing_child(int n) {
     out[2 * b] = median(open_us[b]);
     out[2 * b + 1] = median(close_us[b]);
   }
-  return write_all(1, out, sizeof out) ? 0 : 3;
+  return write_all(3, out, sizeof out) ? 0 : 3;
 }
 
 int timing(const char* self, int n) {
@@ -254,6 +257,7 @@ int timing(const char* self, int n) {
   double out[2 * kBuffers] = {};
   const bool got = read_all(io.from, out, sizeof out);
   const int rc = wait_child(io.pid);
+  if (!got) std::printf("timing: the child failed (rc %d)\n", rc);
   for (int b = 0; b < kBuffers; ++b)
     std::printf("timing size %zu get_us %.2f open_us %.2f close_us %.2f\n", kSizes[b], median(get_us[b]),
                 out[2 * b], out[2 * b + 1]);
@@ -319,6 +323,7 @@ int answers() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  signal(SIGPIPE, SIG_IGN);  // a child that died is reported, not fatal
   const std::string mode = argc > 1 ? argv[1] : "4";
   if (mode == "child") return child(argc > 2 ? std::atoi(argv[2]) : 1);
   if (mode == "holder") return holder();
