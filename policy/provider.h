@@ -9,7 +9,7 @@
 //    "releasing memory may help", Failed means it will not;
 //  - sizes and offsets are whole granules, addresses granule-aligned;
 //  - nothing here is called on the allocation hot path: each call is a
-//    driver call of 1-600 us (FACTS.md).
+//    driver call of 1-600 us (docs/DRIVER-FACTS.md).
 #pragma once
 
 #include <cstdint>

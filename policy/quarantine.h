@@ -2,7 +2,7 @@
 // still use them has finished. cuMemFree synchronises implicitly; the pool
 // instead stamps each freed block with a sync ticket and reuses it only
 // after a synchronize() that began later has completed, so one sync
-// retires a whole batch (0.7 us on an idle H200, FACTS.md, shared by up to
+// retires a whole batch (0.7 us on an idle H200, docs/DRIVER-FACTS.md, shared by up to
 // kQuarantineBatchEntries frees) and no lock is taken to free.
 //
 // Tickets: `started` counts syncs begun. A free reads it (value k); a sync

@@ -6,13 +6,13 @@
 // Why these classes:
 //  - every class is a multiple of kMinAlignBytes (512), so every block of a
 //    slab that starts on a granule is 512-byte aligned, as the driver's
-//    (FACTS.md: two 100-byte cuMemAlloc blocks come back 512 bytes apart);
+//    (docs/DRIVER-FACTS.md: two 100-byte cuMemAlloc blocks come back 512 bytes apart);
 //  - 512-byte steps up to 4 KiB, then 8 classes per doubling (mimalloc's
 //    12.5% spacing): at most 12.5% internal waste, about 6% on average.
 //    That rounding is all the capacity small blocks lose against a driver
 //    that packs perfectly (docs/POOL.md);
 //  - requests of 1 MiB and more take whole granules and come back 2 MiB
-//    aligned, as the driver's do (FACTS.md), so the largest class is 1 MiB.
+//    aligned, as the driver's do (docs/DRIVER-FACTS.md), so the largest class is 1 MiB.
 #pragma once
 
 #include <array>

@@ -3,7 +3,7 @@
 // HugeLength). Device addresses stay uint64_t, always named *_addr.
 //
 // The granule is fixed at 2 MiB: it is the VMM allocation granularity
-// (minimum and recommended) of every NVIDIA GPU measured (FACTS.md: H200),
+// (minimum and recommended) of every NVIDIA GPU measured (docs/DRIVER-FACTS.md: H200),
 // and the page size of device memory. A device whose minimum granularity
 // does not divide it is not pooled (interpose/pool/vmm_provider.cpp checks).
 // A compile-time granule lets the page map and the rounding be shifts.

@@ -122,7 +122,7 @@ int attribute_value(CUdevice_attribute attribute, const Device& device) {
     case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH: return 1;
     case CU_DEVICE_ATTRIBUTE_NUMA_CONFIG: return CU_DEVICE_NUMA_CONFIG_NONE;
     case CU_DEVICE_ATTRIBUTE_NUMA_ID: return -1;
-    // As in the VM of FACTS.md: the driver knows no host NUMA node.
+    // As in the VM of docs/DRIVER-FACTS.md: the driver knows no host NUMA node.
     case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: return -1;
     default: return 0;
   }

@@ -1,6 +1,6 @@
 // tests/fakecuda/fakecuda_selftest.cpp: the fake driver's own tests, linked
 // against it (fakecuda_dep). They pin what the rest of the test suite relies
-// on: the error codes of FACTS.md, VMM over mmap with direct CPU access,
+// on: the error codes of docs/DRIVER-FACTS.md, VMM over mmap with direct CPU access,
 // cuGetProcAddress variant selection (and that it hands out the fake's own
 // functions even when the executable exports the same names), FAKECUDA_FAIL,
 // capture invalidation, the delayed kernels and the call counters.
@@ -216,7 +216,7 @@ TEST_CASE("contexts: stack, primary lifetime, errors") {
   REQUIRE(dev == 0);
 }
 
-TEST_CASE("cuMemAlloc answers as FACTS.md says the driver does") {
+TEST_CASE("cuMemAlloc answers as docs/DRIVER-FACTS.md says the driver does") {
   primary();
   CUdeviceptr d = 0x1234;
   REQUIRE(cuMemAlloc(&d, 0) == CUDA_ERROR_INVALID_VALUE);

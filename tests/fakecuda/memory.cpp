@@ -2,7 +2,7 @@
 // info, address range), pointer attributes for every kind of address the
 // fake knows (cuMemAlloc blocks, VMM mappings, bare reservations, legacy-IPC
 // imports). cuMemAlloc memory lives in the device's memory file, mapped
-// shared, so that another process can map it (ipc.cpp). The answers follow FACTS.md ("What the real driver
+// shared, so that another process can map it (ipc.cpp). The answers follow docs/DRIVER-FACTS.md ("What the real driver
 // answers") and, where it is silent, the CUDA 13 driver documentation.
 #include <cstring>
 

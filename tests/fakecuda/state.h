@@ -29,10 +29,10 @@
 namespace fake {
 
 constexpr size_t kMiB = size_t(1) << 20;
-// VMM granularity, minimum = recommended, as on the H200 (FACTS.md).
+// VMM granularity, minimum = recommended, as on the H200 (docs/DRIVER-FACTS.md).
 constexpr size_t kGranularityBytes = 2 * kMiB;
 // cuMemAlloc: small blocks come back this far apart, blocks from
-// kLargeBlockBytes up are 2 MiB-aligned (FACTS.md "alignment").
+// kLargeBlockBytes up are 2 MiB-aligned (docs/DRIVER-FACTS.md "alignment").
 constexpr size_t kSmallAlignBytes = 512;
 constexpr size_t kLargeBlockBytes = 1 * kMiB;
 // Small blocks are carved out of slabs of this size, never reusing an

@@ -28,7 +28,7 @@ int run_workload(const workload_api* a) {
   printf("retain %d\n", (int)a->cuDevicePrimaryCtxRetain(&ctx, dev));
   printf("set current %d\n", (int)a->cuCtxSetCurrent(ctx));
 
-  /* Edge cases of cuMemAlloc/cuMemFree, as FACTS.md lists them. */
+  /* Edge cases of cuMemAlloc/cuMemFree, as docs/DRIVER-FACTS.md lists them. */
   d = 12345;
   made_alloc++;
   CUresult r = a->cuMemAlloc_v2(&d, 0);
@@ -55,7 +55,7 @@ int run_workload(const workload_api* a) {
       printf("alloc %zu failed: %d\n", sizes[i], (int)r);
       return 1;
     }
-    /* The driver's promise is 512 bytes (FACTS.md); the H200's driver did not
+    /* The driver's promise is 512 bytes (docs/DRIVER-FACTS.md); the H200's driver did not
        align every allocation of 1 MiB or more to 2 MiB, so neither is asked. */
     if (p[i] % 512) aligned = 0;
     CUdeviceptr base = 0;
