@@ -260,14 +260,16 @@ def case_textfile():
         with open(path) as f:
             fams = strict_parse(f.read())
         check(fams["pagefast_processes"][2][0][1] == 1, "the file holds the process")
-        # --watch rewrites it each round by rename: a new inode every time.
+        # --watch rewrites it each round by rename (a freed inode number may
+        # come back: inode and modification time together tell versions apart).
         inodes = set()
         w = subprocess.Popen([stat_tool, "--dir", d, "--prometheus", "--textfile", out, "--watch", "0.2",
                               "--count", "5"], env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.time() + 30
         while w.poll() is None and time.time() < deadline:
             try:
-                inodes.add(os.stat(path).st_ino)
+                st = os.stat(path)
+                inodes.add((st.st_ino, st.st_mtime_ns))
             except FileNotFoundError:
                 check(False, "pagefast.prom is never missing")
             time.sleep(0.02)
