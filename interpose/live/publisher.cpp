@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 
 #include "interpose/entries.h"
@@ -16,6 +17,9 @@
 #include "interpose/pool/pool_internal.h"
 #include "interpose/runtime.h"
 #include "interpose/stats.h"
+#if PAGEFAST_HAVE_NUMA
+#include "numa/device_select.h"
+#endif
 
 namespace pagefast::live {
 namespace {
@@ -37,6 +41,25 @@ std::string command_line() {
   for (ssize_t i = 0; i < n; ++i) out += buf[i] ? buf[i] : ' ';
   while (!out.empty() && out.back() == ' ') out.pop_back();
   return out;
+}
+
+const char* env_lookup(const char* name, void*) { return getenv(name); }
+
+// The local rank, from the variables the NUMA binding reads, in its order.
+uint64_t local_rank() {
+#if PAGEFAST_HAVE_NUMA
+  const numa::StartEnv env = numa::read_start_env(&env_lookup, nullptr);
+  const char* text = env.rank_text.c_str();
+  if (env.rank_var.empty() || !*text) return kNoRank;
+  uint64_t n = 0;
+  for (const char* c = text; *c; ++c) {
+    if (*c < '0' || *c > '9' || n > 1000000) return kNoRank;
+    n = n * 10 + uint64_t(*c - '0');
+  }
+  return n;
+#else
+  return kNoRank;
+#endif
 }
 
 void publish_once() {
@@ -78,7 +101,9 @@ void start(const Config& config) {
   g_started.store(true, std::memory_order_release);
   auto* writer = new Writer();
   std::string error;
-  if (!writer->create(config.live_dir, command_line(), describe(config), &error)) {
+  Identity who = own_identity();
+  who.local_rank = local_rank();
+  if (!writer->create(config.live_dir, who, command_line(), describe(config), &error)) {
     log::write(LogLevel::Warn, "live stats off (pagefast-stat will not list this process): {}", error);
     delete writer;
     return;

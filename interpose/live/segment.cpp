@@ -26,18 +26,45 @@ uint64_t unix_ns() {
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
 
+// Bytes in the UTF-8 sequence at text[i], or 0 if it is not a valid one
+// (overlong forms, surrogates and code points past U+10FFFF are invalid).
+size_t utf8_length(const std::string& text, size_t i) {
+  const auto at = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char c = at(i);
+  if (c < 0x80) return 1;
+  size_t n = 0;
+  uint32_t cp = 0;
+  if (c >= 0xc2 && c <= 0xdf) n = 2, cp = c & 0x1f;
+  else if (c >= 0xe0 && c <= 0xef) n = 3, cp = c & 0x0f;
+  else if (c >= 0xf0 && c <= 0xf4) n = 4, cp = c & 0x07;
+  else return 0;
+  if (i + n > text.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((at(i + k) & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (at(i + k) & 0x3f);
+  }
+  if ((n == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+    return 0;
+  return n;
+}
+
+// Stores text, which fits (at most N * 8 - 1 bytes), NUL-padded.
 template <int N>
 void put_text(std::atomic<uint64_t> (&words)[N], const std::string& text) {
-  const size_t limit = size_t(N) * 8 - 1;  // always NUL-terminated
   for (int w = 0; w < N; ++w) {
     uint64_t word = 0;
     for (int b = 0; b < 8; ++b) {
       const size_t i = size_t(w) * 8 + size_t(b);
-      const unsigned char ch = i < text.size() && i < limit ? static_cast<unsigned char>(text[i]) : 0;
+      const unsigned char ch = i < text.size() ? static_cast<unsigned char>(text[i]) : 0;
       word |= uint64_t(ch) << (8 * b);
     }
     words[w].store(word, std::memory_order_relaxed);
   }
+}
+
+template <int N>
+constexpr size_t text_room(const std::atomic<uint64_t> (&)[N]) {
+  return size_t(N) * 8 - 1;  // always NUL-terminated
 }
 
 template <int N>
@@ -54,40 +81,116 @@ std::string get_text(const std::atomic<uint64_t> (&words)[N]) {
   return s;
 }
 
-std::string segment_name(uint64_t uid, uint64_t pid) {
-  return std::string(kPrefix) + std::to_string(uid) + "." + std::to_string(pid);
-}
-
-// The pid in "pagefast.<uid>.<pid>", if the name is one of this user's.
-bool parse_name(const char* name, uint64_t uid, uint64_t* pid) {
-  const std::string want = std::string(kPrefix) + std::to_string(uid) + ".";
-  if (std::strncmp(name, want.c_str(), want.size()) != 0) return false;
-  const char* digits = name + want.size();
-  if (!*digits) return false;
+// Decimal digits up to the next '.' or the end; false if none or too big.
+bool parse_number(const char** p, uint64_t* out) {
+  const char* c = *p;
+  if (*c < '0' || *c > '9') return false;
   uint64_t n = 0;
-  for (const char* c = digits; *c; ++c) {
-    if (*c < '0' || *c > '9' || n > UINT64_MAX / 10) return false;
-    n = n * 10 + uint64_t(*c - '0');
+  for (; *c >= '0' && *c <= '9'; ++c) {
+    const uint64_t d = uint64_t(*c - '0');
+    if (n > (UINT64_MAX - d) / 10) return false;
+    n = n * 10 + d;
   }
-  *pid = n;
+  *p = c;
+  *out = n;
   return true;
 }
 
 }  // namespace
 
+std::string utf8_valid(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = utf8_length(text, i);
+    if (n) {
+      out.append(text, i, n);
+      i += n;
+    } else {
+      out += "\xef\xbf\xbd";  // U+FFFD
+      ++i;
+    }
+  }
+  return out;
+}
+
+std::string utf8_cut(const std::string& text, size_t max_bytes) {
+  std::string s = utf8_valid(text);
+  if (s.size() <= max_bytes) return s;
+  size_t end = max_bytes;
+  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xc0) == 0x80) --end;
+  s.resize(end);
+  return s;
+}
+
+namespace {
+uint64_t start_ticks_from(const char* path);
+}  // namespace
+
+uint64_t own_pid_namespace() {
+  struct stat st;
+  return stat("/proc/self/ns/pid", &st) == 0 ? uint64_t(st.st_ino) : 0;
+}
+
+Identity own_identity() {
+  Identity who;
+  who.uid = uint64_t(getuid());
+  who.pid = uint64_t(getpid());
+  who.pidns = own_pid_namespace();
+  // /proc/self, not /proc/<pid>: a /proc of another pid namespace (a
+  // container without its own) would name some other process.
+  who.start_ticks = start_ticks_from("/proc/self/stat");
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) == 0) who.host = host;
+  return who;
+}
+
+std::string segment_name(const Identity& who) {
+  return std::string(kPrefix) + std::to_string(who.uid) + "." + std::to_string(who.pidns) + "." +
+         std::to_string(who.pid) + "." + std::to_string(who.start_ticks);
+}
+
+bool parse_segment_name(const char* name, uint64_t uid, ParsedName* out) {
+  const std::string want = std::string(kPrefix) + std::to_string(uid) + ".";
+  if (std::strncmp(name, want.c_str(), want.size()) != 0) return false;
+  const char* p = name + want.size();
+  uint64_t n[3] = {};
+  int parts = 0;
+  for (;;) {
+    if (!parse_number(&p, &n[parts])) return false;
+    ++parts;
+    if (!*p) break;
+    if (parts == 3 || *p != '.') return false;
+    ++p;
+  }
+  ParsedName parsed;
+  if (parts == 1) {
+    parsed.pid = n[0];
+    parsed.legacy = true;
+  } else if (parts == 3) {
+    parsed.pidns = n[0];
+    parsed.pid = n[1];
+    parsed.start_ticks = n[2];
+  } else {
+    return false;
+  }
+  *out = parsed;
+  return true;
+}
+
 // ---- writer -------------------------------------------------------------------
 
-bool Writer::create(const std::string& dir, const std::string& command, const std::string& config,
-                    std::string* error) {
-  const uint64_t pid = uint64_t(getpid());
-  const uint64_t uid = uint64_t(getuid());
-  const std::string path = (dir.empty() ? std::string(kDefaultDir) : dir) + "/" + segment_name(uid, pid);
+bool Writer::create(const std::string& dir, const Identity& who, const std::string& command,
+                    const std::string& config, std::string* error) {
+  const uint64_t pid = who.pid;
+  const std::string path = (dir.empty() ? std::string(kDefaultDir) : dir) + "/" + segment_name(who);
   int fd = -1;
   for (int attempt = 0; attempt < 2 && fd < 0; ++attempt) {
     fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd >= 0 || errno != EEXIST || attempt) break;
-    // A leftover of an earlier process with this pid, if it is a plain file
-    // of ours; never follow or remove anything else.
+    // A leftover of this process before an exec (same pid, same start
+    // time), if it is a plain file of ours; never follow or remove anything
+    // else.
     struct stat st;
     if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid()) {
       *error = path + " exists and is not a regular file of this user";
@@ -118,13 +221,16 @@ bool Writer::create(const std::string& dir, const std::string& command, const st
   s->version.store(kVersion, std::memory_order_relaxed);
   s->bytes.store(sizeof(Segment), std::memory_order_relaxed);
   s->pid.store(pid, std::memory_order_relaxed);
-  s->uid.store(uid, std::memory_order_relaxed);
-  s->start_ticks.store(process_start_ticks(pid), std::memory_order_relaxed);
+  s->uid.store(who.uid, std::memory_order_relaxed);
+  s->start_ticks.store(who.start_ticks, std::memory_order_relaxed);
+  s->pidns.store(who.pidns, std::memory_order_relaxed);
+  s->local_rank.store(who.local_rank, std::memory_order_relaxed);
+  put_text(s->host, utf8_cut(who.host, text_room(s->host)));
   const uint64_t now = unix_ns();
   s->created_unix_ns.store(now, std::memory_order_relaxed);
   s->updated_unix_ns.store(now, std::memory_order_relaxed);
-  put_text(s->command, command);
-  put_text(s->config, config);
+  put_text(s->command, utf8_cut(command, text_room(s->command)));
+  put_text(s->config, utf8_cut(config, text_room(s->config)));
   s->magic.store(kMagic, std::memory_order_release);
   path_ = path;
   owner_pid_ = pid;
@@ -141,7 +247,9 @@ void Writer::publish(const Update& u) {
   std::atomic_thread_fence(std::memory_order_release);
   s->alloc_calls.store(u.alloc_calls, std::memory_order_relaxed);
   s->free_calls.store(u.free_calls, std::memory_order_relaxed);
-  put_text(s->numa, u.numa);
+  // A JSON document cut anywhere is no document: whole or nothing.
+  const std::string numa = utf8_valid(u.numa);
+  put_text(s->numa, numa.size() <= text_room(s->numa) ? numa : std::string());
   const size_t n = std::min(u.devices.size(), size_t(kMaxDevices));
   for (size_t i = 0; i < n; ++i) {
     DeviceSlot& slot = s->devices[i];
@@ -179,9 +287,10 @@ const char* status_name(ReadStatus status) {
   return "?";
 }
 
-uint64_t process_start_ticks(uint64_t pid) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%llu/stat", static_cast<unsigned long long>(pid));
+namespace {
+
+// Field 22 of a /proc/.../stat file; 0 if unknown.
+uint64_t start_ticks_from(const char* path) {
   const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   char buf[1024];
@@ -199,6 +308,14 @@ uint64_t process_start_ticks(uint64_t pid) {
   return field == 22 ? std::strtoull(p, nullptr, 10) : 0;
 }
 
+}  // namespace
+
+uint64_t process_start_ticks(uint64_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%llu/stat", static_cast<unsigned long long>(pid));
+  return start_ticks_from(path);
+}
+
 bool process_alive(uint64_t pid, uint64_t start_ticks) {
   if (pid == 0 || pid > uint64_t(INT32_MAX)) return false;
   if (kill(pid_t(pid), 0) != 0 && errno == ESRCH) return false;
@@ -208,7 +325,8 @@ bool process_alive(uint64_t pid, uint64_t start_ticks) {
 }
 
 ReadStatus read_segment(const std::string& path, Snapshot* out, std::string* detail) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would wait for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ELOOP) {
       *detail = "a symbolic link";
@@ -255,15 +373,18 @@ ReadStatus read_segment(const std::string& path, Snapshot* out, std::string* det
       Snapshot snap;
       snap.pid = s->pid.load(std::memory_order_relaxed);
       snap.uid = s->uid.load(std::memory_order_relaxed);
+      snap.pidns = s->pidns.load(std::memory_order_relaxed);
+      snap.local_rank = s->local_rank.load(std::memory_order_relaxed);
       snap.start_ticks = s->start_ticks.load(std::memory_order_relaxed);
       snap.created_unix_ns = s->created_unix_ns.load(std::memory_order_relaxed);
       snap.updated_unix_ns = s->updated_unix_ns.load(std::memory_order_relaxed);
       snap.publishes = s->publishes.load(std::memory_order_relaxed);
       snap.alloc_calls = s->alloc_calls.load(std::memory_order_relaxed);
       snap.free_calls = s->free_calls.load(std::memory_order_relaxed);
-      snap.command = get_text(s->command);
-      snap.config = get_text(s->config);
-      snap.numa = get_text(s->numa);
+      snap.command = utf8_valid(get_text(s->command));
+      snap.config = utf8_valid(get_text(s->config));
+      snap.numa = utf8_valid(get_text(s->numa));
+      snap.host = utf8_valid(get_text(s->host));
       const uint64_t n = std::min<uint64_t>(s->device_count.load(std::memory_order_relaxed), kMaxDevices);
       for (uint64_t i = 0; i < n; ++i) {
         const DeviceSlot& slot = s->devices[i];
@@ -287,29 +408,54 @@ ReadStatus read_segment(const std::string& path, Snapshot* out, std::string* det
   return status;
 }
 
+bool provably_dead(uint64_t reader_pidns, uint64_t pidns, uint64_t pid, uint64_t start_ticks) {
+  if (reader_pidns == 0 || pidns != reader_pidns) return false;  // its pids are not ours to look up
+  return !process_alive(pid, start_ticks);
+}
+
 std::vector<Listing> list_segments(const std::string& dir_in, uint64_t uid, bool clean_stale) {
   const std::string dir = dir_in.empty() ? std::string(kDefaultDir) : dir_in;
-  std::vector<std::pair<uint64_t, std::string>> names;
+  const uint64_t reader_pidns = own_pid_namespace();
+  std::vector<std::pair<ParsedName, std::string>> names;
   if (DIR* d = opendir(dir.c_str())) {
     while (dirent* e = readdir(d)) {
-      uint64_t pid = 0;
-      if (parse_name(e->d_name, uid, &pid)) names.push_back({pid, e->d_name});
+      ParsedName parsed;
+      if (parse_segment_name(e->d_name, uid, &parsed)) names.push_back({parsed, e->d_name});
     }
     closedir(d);
   }
-  std::sort(names.begin(), names.end());
+  std::sort(names.begin(), names.end(), [](const auto& a, const auto& b) {
+    return a.first.pid != b.first.pid ? a.first.pid < b.first.pid : a.second < b.second;
+  });
   std::vector<Listing> out;
-  for (const auto& [pid, name] : names) {
+  for (const auto& [parsed, name] : names) {
     Listing l;
     l.path = dir + "/" + name;
+    l.name = parsed;
     l.status = read_segment(l.path, &l.snapshot, &l.detail);
     if (l.status == ReadStatus::NotFound) continue;
     if (l.status == ReadStatus::Refused) {
       out.push_back(l);  // shown, never removed: it is not ours to judge
       continue;
     }
-    const uint64_t ticks = l.status == ReadStatus::Ok ? l.snapshot.start_ticks : 0;
-    l.stale = !process_alive(pid, ticks) || (l.status == ReadStatus::Ok && l.snapshot.pid != pid);
+    if (parsed.legacy) {
+      // pagefast 0.1's name says nothing of the pid namespace: never removed.
+      if (l.detail.empty()) l.detail = "named as by pagefast 0.1";
+      else l.detail += "; named as by pagefast 0.1";
+      l.foreign = true;
+      out.push_back(std::move(l));
+      continue;
+    }
+    l.foreign = reader_pidns == 0 || parsed.pidns != reader_pidns;
+    const Snapshot& s = l.snapshot;
+    if (l.status == ReadStatus::Ok &&
+        (s.pid != parsed.pid || s.pidns != parsed.pidns || s.start_ticks != parsed.start_ticks)) {
+      // A renamed or altered file: its name proves nothing.
+      l.detail = "its name and its header disagree";
+      out.push_back(std::move(l));
+      continue;
+    }
+    l.stale = !l.foreign && provably_dead(reader_pidns, parsed.pidns, parsed.pid, parsed.start_ticks);
     if (l.stale && clean_stale) {
       // Re-check what is unlinked: a regular file of this user, by name.
       struct stat st;

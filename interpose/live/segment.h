@@ -1,9 +1,13 @@
 // interpose/live/segment.h: the live-stats segment, one per process with
 // pagefast, which pagefast-stat reads (docs/STATS.md "Live stats").
 //
-// A file of sizeof(Segment) bytes named pagefast.<uid>.<pid> in /dev/shm
-// (or PAGEFAST_LIVE_DIR), created with O_EXCL|O_NOFOLLOW and mode 0600,
-// mapped shared, removed at exit. Its creator writes it under a sequence
+// A file of sizeof(Segment) bytes named
+// pagefast.<uid>.<pidns>.<pid>.<start ticks> in /dev/shm (or
+// PAGEFAST_LIVE_DIR), created with O_EXCL|O_NOFOLLOW and mode 0600, mapped
+// shared, removed at exit. The pid namespace's inode and the process start
+// time make the name unique on a shared directory (two containers' pid 1)
+// and let a reader prove an owner dead only from its own pid namespace
+// (docs/STATS.md "Live stats"). Its creator writes it under a sequence
 // lock (odd while writing); every field is a 64-bit atomic, text included
 // (eight characters a word), so readers need no lock and see either a
 // whole update or retry. The magic word is stored last at creation: a
@@ -24,11 +28,13 @@
 namespace pagefast::live {
 
 constexpr uint64_t kMagic = 0x31564c4654534650ull;  // "PFSTFLV1", little-endian
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: pidns, local rank, host; the name above
 constexpr int kMaxDevices = 16;
 constexpr int kCommandWords = 16;  // 128 characters
 constexpr int kConfigWords = 40;   // 320
 constexpr int kNumaWords = 64;     // 512
+constexpr int kHostWords = 8;      // 64
+constexpr uint64_t kNoRank = UINT64_MAX;
 constexpr const char* kDefaultDir = "/dev/shm";
 constexpr const char* kPrefix = "pagefast.";
 
@@ -53,9 +59,12 @@ struct Segment {
   std::atomic<uint64_t> alloc_calls;      // cuMemAlloc_v2 calls seen
   std::atomic<uint64_t> free_calls;       // cuMemFree_v2 calls seen
   std::atomic<uint64_t> device_count;     // valid entries of devices[]
+  std::atomic<uint64_t> pidns;            // inode of the writer's pid namespace; 0 if unknown
+  std::atomic<uint64_t> local_rank;       // LOCAL_RANK and the like (numa/device_select.h); kNoRank
   std::atomic<uint64_t> command[kCommandWords];
   std::atomic<uint64_t> config[kConfigWords];
   std::atomic<uint64_t> numa[kNumaWords];
+  std::atomic<uint64_t> host[kHostWords];
   DeviceSlot devices[kMaxDevices];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "the segment needs lock-free 64-bit atomics");
@@ -66,9 +75,13 @@ struct DeviceFigures {
   policy::PoolStats stats;
 };
 
+// Text comes out as valid UTF-8 (an invalid byte becomes U+FFFD), so a
+// reader can escape it into JSON or a Prometheus label as it is.
 struct Snapshot {
   uint64_t pid = 0;
   uint64_t uid = 0;
+  uint64_t pidns = 0;
+  uint64_t local_rank = kNoRank;
   uint64_t start_ticks = 0;
   uint64_t created_unix_ns = 0;
   uint64_t updated_unix_ns = 0;
@@ -77,14 +90,54 @@ struct Snapshot {
   uint64_t free_calls = 0;
   std::string command;
   std::string config;
-  std::string numa;  // the NUMA report as JSON text
+  std::string numa;  // the NUMA report as JSON text, or "" (see Update::numa)
+  std::string host;
   std::vector<DeviceFigures> devices;
 };
+
+// Who writes a segment: what its name and header say.
+struct Identity {
+  uint64_t uid = 0;
+  uint64_t pidns = 0;  // 0: unknown
+  uint64_t pid = 0;
+  uint64_t start_ticks = 0;  // 0: unknown
+  uint64_t local_rank = kNoRank;
+  std::string host;
+};
+
+// This process's identity (the rank from the environment, as the NUMA
+// binding reads it, is filled in by the caller).
+Identity own_identity();
+
+// "pagefast.<uid>.<pidns>.<pid>.<start ticks>".
+std::string segment_name(const Identity& who);
+
+// The parts of a segment name of user `uid`. The name of pagefast 0.1,
+// "pagefast.<uid>.<pid>", parses with legacy set (pidns and start 0).
+struct ParsedName {
+  uint64_t pidns = 0;
+  uint64_t pid = 0;
+  uint64_t start_ticks = 0;
+  bool legacy = false;
+};
+bool parse_segment_name(const char* name, uint64_t uid, ParsedName* out);
+
+// The inode of /proc/self/ns/pid; 0 if it cannot be read.
+uint64_t own_pid_namespace();
+
+// Text cut to at most max_bytes on a UTF-8 character boundary, and made
+// valid UTF-8 (each invalid byte becomes U+FFFD, which may lengthen it:
+// cut after).
+std::string utf8_valid(const std::string& text);
+std::string utf8_cut(const std::string& text, size_t max_bytes);
 
 // The figures a writer publishes.
 struct Update {
   uint64_t alloc_calls = 0;
   uint64_t free_calls = 0;
+  // The NUMA report (JSON). Kept whole or not at all: one that does not
+  // fit the segment's kNumaWords is stored as "" (pagefast-stat prints
+  // null), never as a cut document.
   std::string numa;
   std::vector<DeviceFigures> devices;  // at most kMaxDevices are kept
 };
@@ -93,11 +146,17 @@ struct Update {
 
 class Writer {
  public:
-  // Creates dir/pagefast.<uid>.<pid> safely. A file of the same name that
-  // is a regular file of this user is a leftover of an earlier process with
-  // this pid: replaced. Anything else (a link, someone else's file): the
-  // writer stays closed and *error says why.
-  bool create(const std::string& dir, const std::string& command, const std::string& config, std::string* error);
+  // Creates dir/segment_name(who) safely. A file of the same name that is
+  // a regular file of this user is a leftover of this very process before
+  // an exec (same pid, same start time): replaced. Anything else (a link,
+  // someone else's file, a FIFO): the writer stays closed and *error says
+  // why. Text is cut on a UTF-8 character boundary.
+  bool create(const std::string& dir, const Identity& who, const std::string& command, const std::string& config,
+              std::string* error);
+  // The same, as own_identity().
+  bool create(const std::string& dir, const std::string& command, const std::string& config, std::string* error) {
+    return create(dir, own_identity(), command, config, error);
+  }
   void publish(const Update& update);
   // Unlinks the file if this process made it (not in a forked child).
   void remove();
@@ -115,16 +174,20 @@ class Writer {
 enum class ReadStatus {
   Ok,
   NotFound,      // vanished (its process exited meanwhile)
-  Refused,       // not a regular file of this user, or a symbolic link
+  Refused,       // not a regular file of this user (a link, a FIFO, another user's)
   Incomplete,    // shorter than a segment, or no magic yet: being created
   Incompatible,  // another version or size
   Busy,          // an update was being written every time we looked
 };
 const char* status_name(ReadStatus status);
 
+// Opens with O_NONBLOCK|O_NOFOLLOW and checks type and owner with fstat
+// before anything is read: a FIFO or device named like a segment never
+// blocks the reader.
 ReadStatus read_segment(const std::string& path, Snapshot* out, std::string* detail);
 
-// Whether the process a segment names is still the one that made it.
+// Whether the process a segment names is still the one that made it, as
+// seen from the caller's pid namespace.
 bool process_alive(uint64_t pid, uint64_t start_ticks);
 
 // /proc/<pid>/stat field 22 (start time in clock ticks since boot); 0 if
@@ -133,15 +196,24 @@ uint64_t process_start_ticks(uint64_t pid);
 
 struct Listing {
   std::string path;
+  ParsedName name;
   ReadStatus status = ReadStatus::NotFound;
   std::string detail;
-  bool stale = false;    // its process is gone (or the pid was reused)
+  bool foreign = false;  // written from another pid namespace (or one not known): its liveness cannot be judged
+  bool stale = false;    // its process is provably gone (or the pid was reused)
   bool removed = false;  // stale, and removed by this call
   Snapshot snapshot;     // valid when status == Ok
 };
 
-// Every segment of user `uid` in dir, sorted by pid. Stale ones (the
-// process is gone) are removed when clean_stale is set, and reported.
+// Whether a segment's owner is provably dead: the reader's pid namespace
+// is known and is the owner's (reader_pidns == owner pidns), and the pid
+// is gone or now belongs to a process started at another time. Unknown
+// anything: alive.
+bool provably_dead(uint64_t reader_pidns, uint64_t pidns, uint64_t pid, uint64_t start_ticks);
+
+// Every segment of user `uid` in dir, sorted by pid. Stale ones are
+// removed when clean_stale is set, and reported; foreign ones and names
+// of pagefast 0.1 are listed and never removed.
 std::vector<Listing> list_segments(const std::string& dir, uint64_t uid, bool clean_stale);
 
 }  // namespace pagefast::live

@@ -237,7 +237,7 @@ def case_launcher():
     r = run([p["run"], "--", "sh", "-c", "exit 7"])
     check(r.returncode == 7, "returns the program's exit status")
     r = run([p["run"], "--lib", "/nonexistent/libpagefast.so", "--", "true"])
-    check(r.returncode == 127 and "error" in r.stderr, "fails loudly if the library is missing")
+    check(r.returncode == 125 and "error" in r.stderr, "fails loudly if the library is missing (125, as env)")
     r = run([p["run"], "--", "sh", "-c", 'echo "$LD_PRELOAD"'], env_extra={"LD_PRELOAD": "libm.so.6 libz.so.1"})
     out = r.stdout.strip()
     check(out.startswith("libm.so.6 libz.so.1:") and out.endswith("libpagefast.so"), f"keeps LD_PRELOAD and appends ({out})")

@@ -48,8 +48,18 @@ def stat_tool(build, live_dir, *args):
     return r
 
 
+def own_pidns():
+    return os.stat("/proc/self/ns/pid").st_ino
+
+
+def start_ticks(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])  # field 22
+
+
 def segment_path(live_dir, pid):
-    return os.path.join(live_dir, f"pagefast.{os.getuid()}.{pid}")
+    """pagefast.<uid>.<pidns>.<pid>.<start ticks> (docs/STATS.md "Live stats")."""
+    return os.path.join(live_dir, f"pagefast.{os.getuid()}.{own_pidns()}.{pid}.{start_ticks(pid)}")
 
 
 def case_listed():

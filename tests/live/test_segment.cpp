@@ -1,7 +1,7 @@
 // tests/live/test_segment.cpp: the live-stats segment (interpose/live/
 // segment.h) without the library: creation and permissions, updates read
 // whole by concurrent readers, half-made, foreign, incompatible and stale
-// segments.
+// segments, names across pid namespaces, FIFOs and UTF-8 text.
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <dirent.h>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,8 +35,25 @@ struct TempDir {
   std::string path;
 };
 
-std::string own_name(const std::string& dir, long pid) {
-  return dir + "/pagefast." + std::to_string(getuid()) + "." + std::to_string(pid);
+// The name a process of ours with this pid and start time has.
+std::string own_name(const std::string& dir, long pid, uint64_t start_ticks) {
+  Identity who;
+  who.uid = getuid();
+  who.pidns = own_pid_namespace();
+  who.pid = uint64_t(pid);
+  who.start_ticks = start_ticks;
+  return dir + "/" + segment_name(who);
+}
+std::string own_name(const std::string& dir) { return own_name(dir, getpid(), process_start_ticks(getpid())); }
+
+// The one file in dir whose name holds ".<pid>.".
+std::string find_by_pid(const std::string& dir, long pid) {
+  std::string found;
+  DIR* d = opendir(dir.c_str());
+  while (dirent* e = d ? readdir(d) : nullptr)
+    if (std::string(e->d_name).find("." + std::to_string(pid) + ".") != std::string::npos) found = dir + "/" + e->d_name;
+  if (d) closedir(d);
+  return found;
 }
 
 Update update_of(uint64_t k, int devices) {
@@ -75,7 +94,7 @@ TEST_CASE("a segment is created 0600, read back whole, and removed", "[live]") {
   std::string error;
   REQUIRE(w.create(dir.path, "python train.py", "pool on", &error));
   umask(022);
-  const std::string path = own_name(dir.path, getpid());
+  const std::string path = own_name(dir.path);
   REQUIRE(w.path() == path);
   struct stat st;
   REQUIRE(lstat(path.c_str(), &st) == 0);
@@ -100,10 +119,17 @@ TEST_CASE("a segment is created 0600, read back whole, and removed", "[live]") {
   CHECK(s.devices.size() == 3);
   CHECK(s.publishes == 1);
 
-  // Long text is cut, never overruns its field.
+  // A NUMA report is kept whole or not at all: a cut JSON document is none.
   w.publish([] {
     Update u = update_of(8, 1);
-    u.numa = std::string(5000, 'x');
+    u.numa = "[\"" + std::string(size_t(kNumaWords) * 8 - 4, 'x') + "\"]";  // one byte too long
+    return u;
+  }());
+  REQUIRE(read_segment(path, &s, &detail) == ReadStatus::Ok);
+  CHECK(s.numa.empty());
+  w.publish([] {
+    Update u = update_of(9, 1);
+    u.numa = "[\"" + std::string(size_t(kNumaWords) * 8 - 5, 'x') + "\"]";  // fits exactly
     return u;
   }());
   REQUIRE(read_segment(path, &s, &detail) == ReadStatus::Ok);
@@ -120,7 +146,7 @@ TEST_CASE("a segment is created 0600, read back whole, and removed", "[live]") {
 
 TEST_CASE("the writer never follows a link nor takes over a file that is not its own", "[live]") {
   TempDir dir;
-  const std::string path = own_name(dir.path, getpid());
+  const std::string path = own_name(dir.path);
   const std::string target = dir.path + "/target";
   REQUIRE(symlink(target.c_str(), path.c_str()) == 0);
   Writer w;
@@ -190,7 +216,7 @@ TEST_CASE("half-made, incompatible and busy segments are reported, not misread",
   TempDir dir;
   Snapshot s;
   std::string detail;
-  const std::string path = own_name(dir.path, getpid());
+  const std::string path = own_name(dir.path);
   // Shorter than a segment: being created (or cut).
   int fd = open(path.c_str(), O_CREAT | O_RDWR, 0600);
   REQUIRE(fd >= 0);
@@ -219,6 +245,8 @@ TEST_CASE("half-made, incompatible and busy segments are reported, not misread",
   CHECK(read_segment(path, &s, &detail) == ReadStatus::Busy);
   seg->seq = 2;
   seg->pid = uint64_t(getpid());
+  seg->pidns = own_pid_namespace();
+  seg->start_ticks = process_start_ticks(getpid());
   CHECK(read_segment(path, &s, &detail) == ReadStatus::Ok);
   munmap(seg, sizeof(Segment));
   close(fd);
@@ -244,11 +272,12 @@ TEST_CASE("segments of processes that are gone are ignored and removed", "[live]
   REQUIRE(waitpid(child, &status, 0) == child);
   REQUIRE(WIFEXITED(status));
   REQUIRE(WEXITSTATUS(status) == 0);
-  const std::string stale_path = own_name(dir.path, child);
+  const std::string stale_path = find_by_pid(dir.path, child);
+  REQUIRE(!stale_path.empty());
   REQUIRE(access(stale_path.c_str(), F_OK) == 0);
 
-  // A half-made one of a dead process is stale too.
-  const std::string half = own_name(dir.path, child + 100000);
+  // A half-made one of a dead process is stale too (its name says who).
+  const std::string half = own_name(dir.path, child + 100000, 77);
   {
     const int fd = open(half.c_str(), O_CREAT | O_RDWR, 0600);
     REQUIRE(fd >= 0);
@@ -280,4 +309,120 @@ TEST_CASE("segments of processes that are gone are ignored and removed", "[live]
   CHECK(process_alive(uint64_t(getpid()), process_start_ticks(getpid())));
   CHECK_FALSE(process_alive(uint64_t(getpid()), process_start_ticks(getpid()) + 12345));
   mine.remove();
+}
+
+TEST_CASE("segment names carry the pid namespace and start time; old names still parse", "[live]") {
+  Identity who;
+  who.uid = 1000;
+  who.pidns = 4026531836ull;
+  who.pid = 1;
+  who.start_ticks = 123456;
+  CHECK(segment_name(who) == "pagefast.1000.4026531836.1.123456");
+  ParsedName n;
+  REQUIRE(parse_segment_name("pagefast.1000.4026531836.1.123456", 1000, &n));
+  CHECK((n.pidns == who.pidns && n.pid == 1 && n.start_ticks == 123456 && !n.legacy));
+  REQUIRE(parse_segment_name("pagefast.1000.42", 1000, &n));
+  CHECK((n.legacy && n.pid == 42 && n.pidns == 0));
+  for (const char* bad : {"pagefast.1000.", "pagefast.1000.1.2", "pagefast.1000.1.2.3.4", "pagefast.1000.1.2.x",
+                          "pagefast.1000.1..3", "pagefast.1000.1.2.3.", "pagefast.1001.1.2.3", "pagefast.1000.-1",
+                          "pagefast.1000.99999999999999999999.1.1", "pagefast.10000.1.2.3"})
+    CHECK_FALSE(parse_segment_name(bad, 1000, &n));
+  const Identity me = own_identity();
+  CHECK(me.pid == uint64_t(getpid()));
+  CHECK(me.start_ticks == process_start_ticks(getpid()));
+  CHECK(me.pidns != 0);
+}
+
+TEST_CASE("only an owner provably dead in the reader's pid namespace is removed", "[live]") {
+  const uint64_t ns = own_pid_namespace();
+  REQUIRE(ns != 0);
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  REQUIRE(waitpid(child, nullptr, 0) == child);
+  CHECK(provably_dead(ns, ns, uint64_t(child), 5));
+  CHECK_FALSE(provably_dead(ns, ns + 1, uint64_t(child), 5));  // another namespace's pid
+  CHECK_FALSE(provably_dead(0, 0, uint64_t(child), 5));        // reader's namespace unknown
+  CHECK_FALSE(provably_dead(ns, ns, uint64_t(getpid()), process_start_ticks(getpid())));
+  CHECK(provably_dead(ns, ns, uint64_t(getpid()), process_start_ticks(getpid()) + 1));  // pid reused
+
+  TempDir dir;
+  // Segments of a dead pid, named from another pid namespace and with the
+  // old name: listed, never removed.
+  const auto make = [&](const std::string& name) {
+    const std::string path = dir.path + "/" + name;
+    const int fd = open(path.c_str(), O_CREAT | O_RDWR, 0600);
+    REQUIRE(fd >= 0);
+    REQUIRE(ftruncate(fd, sizeof(Segment)) == 0);
+    close(fd);
+    return path;
+  };
+  const std::string uid = std::to_string(getuid());
+  const std::string foreign = make("pagefast." + uid + "." + std::to_string(ns + 1) + "." + std::to_string(child) + ".5");
+  const std::string legacy = make("pagefast." + uid + "." + std::to_string(child));
+  const std::string mine = make("pagefast." + uid + "." + std::to_string(ns) + "." + std::to_string(child) + ".5");
+  std::vector<Listing> all = list_segments(dir.path, getuid(), true);
+  REQUIRE(all.size() == 3);
+  int removed = 0, foreigners = 0;
+  for (const Listing& l : all) {
+    removed += l.removed;
+    foreigners += l.foreign;
+    if (l.path != mine) CHECK_FALSE(l.stale);
+  }
+  CHECK(removed == 1);
+  CHECK(foreigners == 2);
+  CHECK(access(foreign.c_str(), F_OK) == 0);
+  CHECK(access(legacy.c_str(), F_OK) == 0);
+  CHECK(access(mine.c_str(), F_OK) != 0);
+}
+
+TEST_CASE("a FIFO, a directory or a link named like a segment never blocks nor is removed", "[live]") {
+  TempDir dir;
+  const std::string uid = std::to_string(getuid());
+  const std::string ns = std::to_string(own_pid_namespace());
+  const std::string fifo = dir.path + "/pagefast." + uid + "." + ns + ".999999999.1";
+  const std::string old_fifo = dir.path + "/pagefast." + uid + ".999999998";
+  const std::string sub = dir.path + "/pagefast." + uid + "." + ns + ".999999997.1";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  REQUIRE(mkfifo(old_fifo.c_str(), 0600) == 0);
+  REQUIRE(mkdir(sub.c_str(), 0700) == 0);
+  const auto start = std::chrono::steady_clock::now();
+  Snapshot s;
+  std::string detail;
+  CHECK(read_segment(fifo, &s, &detail) == ReadStatus::Refused);
+  std::vector<Listing> all = list_segments(dir.path, getuid(), true);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  REQUIRE(all.size() == 3);
+  for (const Listing& l : all) {
+    CHECK(l.status == ReadStatus::Refused);
+    CHECK_FALSE(l.removed);
+  }
+  CHECK(access(fifo.c_str(), F_OK) == 0);
+  CHECK(access(sub.c_str(), F_OK) == 0);
+}
+
+TEST_CASE("text is cut on a UTF-8 character boundary and read back valid", "[live]") {
+  CHECK(utf8_cut("ab\xc3\xa9", 3) == "ab");              // never half of an e-acute
+  CHECK(utf8_cut("ab\xc3\xa9", 4) == "ab\xc3\xa9");
+  CHECK(utf8_cut("\xe2\x82\xac\xe2\x82\xac", 5) == "\xe2\x82\xac");  // euro signs
+  CHECK(utf8_cut("\xf0\x9f\x98\x80x", 3).empty());
+  CHECK(utf8_valid("a\xff" "b") == "a\xef\xbf\xbd" "b");
+  CHECK(utf8_valid("\xc3") == "\xef\xbf\xbd");                    // cut sequence
+  CHECK(utf8_valid("\xc0\xaf") == "\xef\xbf\xbd\xef\xbf\xbd");    // overlong '/'
+  CHECK(utf8_valid("\xed\xa0\x80") == "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");  // a surrogate
+  CHECK(utf8_valid("\xf4\x90\x80\x80").find("\xf4") == std::string::npos);   // past U+10FFFF
+
+  TempDir dir;
+  Writer w;
+  std::string error;
+  std::string command;
+  for (int i = 0; i < 100; ++i) command += "\xc3\xa9";  // 200 bytes of two-byte characters
+  REQUIRE(w.create(dir.path, command, std::string(400, 'c') + "\xe2\x82\xac", &error));
+  Snapshot s;
+  std::string detail;
+  REQUIRE(read_segment(w.path(), &s, &detail) == ReadStatus::Ok);
+  CHECK(s.command.size() == 126);  // 63 whole characters of the 127 bytes' room
+  CHECK(s.command == command.substr(0, 126));
+  CHECK(s.config == std::string(319, 'c'));
+  CHECK(s.host == utf8_cut(own_identity().host, 63));
+  w.remove();
 }

@@ -276,11 +276,14 @@ int check_trace(const std::string& path, bool dump) {
   return 0;
 }
 
-void usage() {
-  std::fprintf(stderr,
+void usage(FILE* out = stderr) {
+  std::fprintf(out,
                "usage: pagefast-replay-engine --allocator cudaMalloc|cudaMallocAsync|pagefast [--device N]\n"
                "                              [--print-sequence] TRACE\n"
-               "       pagefast-replay-engine --check TRACE | --dump TRACE\n");
+               "       pagefast-replay-engine --check TRACE | --dump TRACE\n"
+               "       pagefast-replay-engine --version\n"
+               "Exit status: 0 done, 2 bad trace or usage, 3 the driver lacks what the allocator\n"
+               "needs, 1 any other failure.\n");
 }
 
 }  // namespace
@@ -296,7 +299,8 @@ int main(int argc, char** argv) {
     else if (arg == "--print-sequence") print_sequence = true;
     else if (arg == "--check") check = true;
     else if (arg == "--dump") dump = true;
-    else if (arg == "-h" || arg == "--help") return usage(), 0;
+    else if (arg == "-h" || arg == "--help") return usage(stdout), 0;
+    else if (arg == "--version") return std::printf("pagefast-replay-engine %s\n", PAGEFAST_VERSION), 0;
     else if (!arg.empty() && arg[0] != '-' && path.empty()) path = arg;
     else return usage(), kBadTrace;
   }

@@ -3,6 +3,10 @@
 // names the byte offset where the file stops making sense.
 #include "tools/replay/trace_reader.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -30,9 +34,23 @@ const char* op_name(uint8_t op) {
 
 bool read_trace(const std::string& path, Trace* out, std::string* error) {
   try {
-    std::FILE* f = std::fopen(path.c_str(), "rb");
+    // O_NONBLOCK: a FIFO must not hang the reader; only a regular file is
+    // read (then in blocking mode).
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+      *error = path + ": cannot open: " + std::strerror(errno);
+      return false;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      close(fd);
+      return fail(error, path, 0, "not a regular file");
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    std::FILE* f = fdopen(fd, "rb");
     if (!f) {
       *error = path + ": cannot open: " + std::strerror(errno);
+      close(fd);
       return false;
     }
     std::vector<unsigned char> bytes;

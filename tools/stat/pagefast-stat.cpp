@@ -1,10 +1,14 @@
 // tools/stat/pagefast-stat.cpp: lists this user's processes running with
 // pagefast and their live figures (per device: reserved, mapped, in use,
 // idle, peak; hits, growths, stitches, releases, synchronisations,
-// pass-throughs), read from their segments (interpose/live/segment.h).
-// Needs no GPU and calls no CUDA function.
+// pass-throughs), read from their segments (interpose/live/segment.h), as a
+// table, JSON or Prometheus text (tools/stat/prometheus.h). Needs no GPU
+// and calls no CUDA function. A segment is input from another process:
+// every string printed is valid UTF-8 and escaped, and the NUMA report is
+// pasted into JSON only when it is a JSON value (tools/stat/json_check.h).
 //
-//   pagefast-stat [--json] [--watch SECONDS] [--count N] [--pid PID] [--all] [--dir DIR]
+//   pagefast-stat [--json | --prometheus [--textfile DIR]] [--watch SECONDS] [--count N]
+//                 [--pid PID] [--all] [--dir DIR]
 #include <getopt.h>
 #include <time.h>
 #include <unistd.h>
@@ -17,6 +21,8 @@
 
 #include "interpose/live/segment.h"
 #include "policy/json.h"
+#include "tools/stat/json_check.h"
+#include "tools/stat/prometheus.h"
 
 namespace {
 
@@ -27,6 +33,8 @@ using pagefast::append_json_string;
 
 struct Options {
   bool json = false;
+  bool prometheus = false;
+  std::string textfile_dir;  // --textfile: write DIR/pagefast.prom instead of stdout
   double watch_s = 0;  // 0: once
   long count = -1;     // rounds with --watch; -1: until interrupted
   long pid = -1;
@@ -36,14 +44,22 @@ struct Options {
 
 void usage(FILE* out) {
   std::fprintf(out,
-               "usage: pagefast-stat [--json] [--watch SECONDS] [--count N] [--pid PID] [--all] [--dir DIR]\n"
+               "usage: pagefast-stat [--json | --prometheus [--textfile DIR]] [--watch SECONDS] [--count N]\n"
+               "                     [--pid PID] [--all] [--dir DIR]\n"
                "Lists this user's processes running with pagefast and their pool figures.\n"
                "  --json        one JSON document per round instead of a table\n"
+               "  --prometheus  Prometheus text exposition format instead of a table\n"
+               "  --textfile D  with --prometheus: write D/pagefast.prom atomically each round\n"
+               "                (node exporter's textfile collector), not stdout\n"
                "  --watch S     print again every S seconds (like nvidia-smi -l)\n"
                "  --count N     with --watch: stop after N rounds\n"
                "  --pid PID     only this process\n"
                "  --all         also list segments that could not be read, and stale ones removed\n"
-               "  --dir DIR     where the segments are (default $PAGEFAST_LIVE_DIR or /dev/shm)\n");
+               "  --dir DIR     where the segments are (default $PAGEFAST_LIVE_DIR or /dev/shm)\n"
+               "  --version     print the version\n"
+               "A process marked * runs in another pid namespace (a container): its pid is that\n"
+               "namespace's, and its segment is never removed from here.\n"
+               "Exit status: 0 done, 1 --textfile could not be written, 2 usage error.\n");
 }
 
 std::string human(uint64_t bytes) {
@@ -83,16 +99,24 @@ std::string age(uint64_t then_ns, uint64_t now_ns) {
   return buf;
 }
 
+// Shown as a process: read whole, not stale, and its name agrees with it.
+bool listed(const Listing& l) { return l.status == ReadStatus::Ok && !l.stale && l.detail.empty(); }
+
 void print_json(const std::vector<Listing>& listings, const Options& o) {
   const uint64_t now = now_unix_ns();
   std::string out = "{\"time_unix_ns\": " + std::to_string(now) + ", \"processes\": [";
   bool first = true;
   for (const Listing& l : listings) {
-    if (l.status != ReadStatus::Ok || l.stale) continue;
+    if (!listed(l)) continue;
     const auto& s = l.snapshot;
     out += first ? "\n  " : ",\n  ";
     first = false;
-    out += "{\"pid\": " + std::to_string(s.pid) + ", \"command\": ";
+    out += "{\"pid\": " + std::to_string(s.pid) + ", \"pidns\": " + std::to_string(s.pidns) +
+           ", \"foreign\": " + (l.foreign ? "true" : "false") + ", \"local_rank\": " +
+           (s.local_rank == pagefast::live::kNoRank ? std::string("null") : std::to_string(s.local_rank)) +
+           ", \"host\": ";
+    append_json_string(out, s.host);
+    out += ", \"command\": ";
     append_json_string(out, s.command);
     out += ", \"config\": ";
     append_json_string(out, s.config);
@@ -100,7 +124,7 @@ void print_json(const std::vector<Listing>& listings, const Options& o) {
            ", \"updated_unix_ns\": " + std::to_string(s.updated_unix_ns) +
            ", \"publishes\": " + std::to_string(s.publishes) + ", \"calls\": {\"cuMemAlloc_v2\": " +
            std::to_string(s.alloc_calls) + ", \"cuMemFree_v2\": " + std::to_string(s.free_calls) + "}, \"numa\": ";
-    out += s.numa.empty() ? "null" : s.numa;
+    out += pagefast::stat::is_json_value(s.numa) ? s.numa : "null";
     out += ", \"devices\": {";
     for (size_t i = 0; i < s.devices.size(); ++i) {
       out += i ? ", \"" : "\"";
@@ -113,13 +137,14 @@ void print_json(const std::vector<Listing>& listings, const Options& o) {
     out += ", \"other_segments\": [";
     bool f = true;
     for (const Listing& l : listings) {
-      if (l.status == ReadStatus::Ok && !l.stale) continue;
+      if (listed(l)) continue;
       out += f ? "" : ", ";
       f = false;
       out += "{\"path\": ";
       append_json_string(out, l.path);
       out += std::string(", \"status\": \"") + pagefast::live::status_name(l.status) + "\", \"stale\": " +
-             (l.stale ? "true" : "false") + ", \"removed\": " + (l.removed ? "true" : "false") + ", \"detail\": ";
+             (l.stale ? "true" : "false") + ", \"foreign\": " + (l.foreign ? "true" : "false") +
+             ", \"removed\": " + (l.removed ? "true" : "false") + ", \"detail\": ";
       append_json_string(out, l.detail);
       out += "}";
     }
@@ -139,23 +164,28 @@ void print_table(const std::vector<Listing>& listings, const Options& o) {
   std::printf("pagefast-stat  %s\n", stamp);
   std::printf("%7s %6s %3s %8s %8s %8s %8s %8s %8s %7s %7s %7s %7s %7s  %s\n", "PID", "AGE", "GPU", "RESERVED",
               "MAPPED", "IN USE", "IDLE", "PEAK", "HITS", "GROWTHS", "STITCH", "RELEASE", "SYNCS", "PASS", "COMMAND");
-  int shown = 0;
+  int shown = 0, foreign = 0;
   for (const Listing& l : listings) {
-    if (l.status != ReadStatus::Ok || l.stale) continue;
+    if (!listed(l)) continue;
     const auto& s = l.snapshot;
     ++shown;
-    std::string command = s.command;
-    if (command.size() > 40) command = command.substr(0, 37) + "...";
+    foreign += l.foreign;
+    std::string command = pagefast::live::utf8_cut(s.command, 40);
+    if (command.size() < s.command.size()) command = pagefast::live::utf8_cut(command, 37) + "...";
+    // Control characters would move the terminal's cursor.
+    for (char& ch : command)
+      if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
+    const std::string pid = std::to_string(s.pid) + (l.foreign ? "*" : "");
     if (s.devices.empty()) {
-      std::printf("%7llu %6s %3s %8s %8s %8s %8s %8s %8s %7s %7s %7s %7s %7s  %s\n",
-                  static_cast<unsigned long long>(s.pid), age(s.created_unix_ns, now).c_str(), "-", "-", "-", "-",
+      std::printf("%7s %6s %3s %8s %8s %8s %8s %8s %8s %7s %7s %7s %7s %7s  %s\n", pid.c_str(),
+                  age(s.created_unix_ns, now).c_str(), "-", "-", "-", "-",
                   "-", "-", "-", "-", "-", "-", "-", "-", command.c_str());
       continue;
     }
     for (size_t i = 0; i < s.devices.size(); ++i) {
       const DeviceFigures& d = s.devices[i];
-      std::printf("%7llu %6s %3d %8s %8s %8s %8s %8s %8s %7s %7s %7s %7s %7s  %s\n",
-                  static_cast<unsigned long long>(s.pid), age(s.created_unix_ns, now).c_str(), d.device,
+      std::printf("%7s %6s %3d %8s %8s %8s %8s %8s %8s %7s %7s %7s %7s %7s  %s\n", pid.c_str(),
+                  age(s.created_unix_ns, now).c_str(), d.device,
                   human(d.stats.reserved_bytes).c_str(), human(d.stats.mapped_bytes).c_str(),
                   human(d.stats.in_use_bytes).c_str(), human(d.stats.idle_bytes).c_str(),
                   human(d.stats.peak_in_use_bytes).c_str(), count(d.stats.hits).c_str(),
@@ -165,11 +195,12 @@ void print_table(const std::vector<Listing>& listings, const Options& o) {
     }
   }
   if (!shown) std::printf("(no process with pagefast%s)\n", o.pid >= 0 ? " with that pid" : "");
+  if (foreign) std::printf("* in another pid namespace: the pid is that namespace's\n");
   if (o.all)
     for (const Listing& l : listings) {
-      if (l.status == ReadStatus::Ok && !l.stale) continue;
-      std::printf("  %s: %s%s%s%s\n", l.path.c_str(), pagefast::live::status_name(l.status),
-                  l.stale ? ", stale" : "", l.removed ? ", removed" : "",
+      if (listed(l)) continue;
+      std::printf("  %s: %s%s%s%s%s\n", l.path.c_str(), pagefast::live::status_name(l.status),
+                  l.stale ? ", stale" : "", l.foreign ? ", other pid namespace" : "", l.removed ? ", removed" : "",
                   l.detail.empty() ? "" : (" (" + l.detail + ")").c_str());
     }
 }
@@ -179,15 +210,25 @@ void print_table(const std::vector<Listing>& listings, const Options& o) {
 int main(int argc, char** argv) {
   Options o;
   if (const char* d = std::getenv("PAGEFAST_LIVE_DIR")) o.dir = d;
-  static const option longs[] = {{"json", no_argument, nullptr, 'j'},    {"watch", required_argument, nullptr, 'w'},
-                                 {"count", required_argument, nullptr, 'c'}, {"pid", required_argument, nullptr, 'p'},
-                                 {"all", no_argument, nullptr, 'a'},      {"dir", required_argument, nullptr, 'd'},
-                                 {"help", no_argument, nullptr, 'h'},     {nullptr, 0, nullptr, 0}};
+  static const option longs[] = {{"json", no_argument, nullptr, 'j'},
+                                 {"prometheus", no_argument, nullptr, 'P'},
+                                 {"textfile", required_argument, nullptr, 't'},
+                                 {"watch", required_argument, nullptr, 'w'},
+                                 {"count", required_argument, nullptr, 'c'},
+                                 {"pid", required_argument, nullptr, 'p'},
+                                 {"all", no_argument, nullptr, 'a'},
+                                 {"dir", required_argument, nullptr, 'd'},
+                                 {"help", no_argument, nullptr, 'h'},
+                                 {"version", no_argument, nullptr, 'V'},
+                                 {nullptr, 0, nullptr, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "jw:c:p:ad:h", longs, nullptr)) != -1) {
     char* end = nullptr;
     switch (c) {
       case 'j': o.json = true; break;
+      case 'P': o.prometheus = true; break;
+      case 't': o.textfile_dir = optarg; break;
+      case 'V': std::printf("pagefast-stat %s\n", PAGEFAST_VERSION); return 0;
       case 'w':
         o.watch_s = std::strtod(optarg, &end);
         if (!end || *end || o.watch_s <= 0) {
@@ -219,6 +260,18 @@ int main(int argc, char** argv) {
     usage(stderr);
     return 2;
   }
+  if (o.json && o.prometheus) {
+    std::fprintf(stderr, "pagefast-stat: --json and --prometheus: choose one\n");
+    return 2;
+  }
+  if (!o.textfile_dir.empty() && !o.prometheus) {
+    std::fprintf(stderr, "pagefast-stat: --textfile writes the --prometheus text: give both\n");
+    return 2;
+  }
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  const std::string default_host = pagefast::live::utf8_valid(host);
+  int status = 0;
   for (long round = 0; o.count < 0 || round < (o.watch_s > 0 ? o.count : 1); ++round) {
     if (round) {
       timespec ts{time_t(o.watch_s), long((o.watch_s - double(time_t(o.watch_s))) * 1e9)};
@@ -228,17 +281,26 @@ int main(int argc, char** argv) {
     if (o.pid >= 0) {
       std::vector<Listing> kept;
       for (Listing& l : listings)
-      {
-        const std::string tail = "." + std::to_string(o.pid);
-        const bool named = l.path.size() > tail.size() && l.path.compare(l.path.size() - tail.size(), tail.size(), tail) == 0;
-        if (l.status == ReadStatus::Ok ? l.snapshot.pid == uint64_t(o.pid) : named) kept.push_back(std::move(l));
-      }
+        if (l.name.pid == uint64_t(o.pid)) kept.push_back(std::move(l));
       listings.swap(kept);
     }
-    if (o.json) print_json(listings, o);
-    else print_table(listings, o);
+    if (o.prometheus) {
+      const std::string text = pagefast::stat::prometheus_text(listings, default_host);
+      std::string error;
+      if (o.textfile_dir.empty()) {
+        std::fputs(text.c_str(), stdout);
+      } else if (!pagefast::stat::write_textfile(o.textfile_dir, text, &error)) {
+        // With --watch, a full disk now may be free at the next round.
+        std::fprintf(stderr, "pagefast-stat: cannot write the textfile: %s\n", error.c_str());
+        status = 1;
+      }
+    } else if (o.json) {
+      print_json(listings, o);
+    } else {
+      print_table(listings, o);
+    }
     std::fflush(stdout);
     if (o.watch_s <= 0) break;
   }
-  return 0;
+  return status;
 }

@@ -1,0 +1,320 @@
+#!/usr/bin/env python3
+"""tests/tools/cases.py: the command-line contract of the tools, on the fake
+driver. Every tool answers --version (the project's version) and --help,
+and exits 2 for a usage error (pagefast-run: 125, as env does); pagefast-run
+exits 126/127 for a program that cannot be run / is not found and the
+program's status otherwise; --if-enabled accepts exactly the PAGEFAST
+spellings the library accepts; pagefast-stat --prometheus prints a valid
+exposition whose figures match --json, and --textfile writes it atomically;
+segments of another pid namespace are listed and never removed.
+
+usage: cases.py CASE --build DIR
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import casekit  # noqa: E402  (tests/casekit.py)
+from casekit import check  # noqa: E402
+from promcheck import strict_parse  # noqa: E402  (tests/tools/promcheck.py)
+
+ARGS = None  # set by casekit.main
+
+
+def tool(*parts):
+    return os.path.join(ARGS.build, *parts)
+
+
+def project_version():
+    with open(tool("meson-info", "intro-projectinfo.json")) as f:
+        return json.load(f)["version"]
+
+
+def clean_env(extra=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PAGEFAST") and k != "LD_PRELOAD"}
+    env.update(extra or {})
+    return env
+
+
+def run(argv, env=None, timeout=60, stdin=None):
+    return subprocess.run(argv, env=env if env is not None else clean_env(), input=stdin, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=timeout)
+
+
+def hold_env(live_dir, extra=None):
+    env = clean_env({"LD_LIBRARY_PATH": tool("tests", "fakecuda"), "FAKECUDA_TOTAL_MEM": "8G",
+                     "LD_PRELOAD": tool("interpose", "libpagefast.so"), "PAGEFAST_LIVE_DIR": live_dir})
+    env.update(extra or {})
+    return env
+
+
+def start_hold(live_dir, extra=None, argv=None):
+    p = subprocess.Popen((argv or []) + [tool("tests", "live", "hold")], env=hold_env(live_dir, extra),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = p.stdout.readline().strip()
+    check(line == "ready", f"the holding program is ready ({line!r})")
+    return p
+
+
+def finish(p):
+    out, err = p.communicate("go\n", timeout=60)
+    return p.returncode, out, err
+
+
+# ---- --version, --help, usage errors ------------------------------------------
+
+TOOLS = [  # (path under the build, exit status of a usage error)
+    (("tools", "pagefast-run"), 125),
+    (("tools", "pagefast-stat"), 2),
+    (("tools", "pagefast-replay"), 2),
+    (("tools", "replay", "pagefast-replay-engine"), 2),
+    (("tools", "pagefast-enabled"), 2),
+]
+
+
+def case_cli():
+    version = project_version()
+    for parts, usage_status in TOOLS:
+        name = parts[-1]
+        r = run([tool(*parts), "--version"])
+        check(r.returncode == 0 and r.stdout.strip() == f"{name} {version}",
+              f"{name} --version: rc {r.returncode} {r.stdout.strip()!r}")
+        r = run([tool(*parts), "--help"])
+        check(r.returncode == 0 and "usage" in r.stdout.lower(), f"{name} --help: rc {r.returncode}, usage on stdout")
+        r = run([tool(*parts), "--no-such-option"])
+        check(r.returncode == usage_status and r.stderr.strip() != "",
+              f"{name} --no-such-option: rc {r.returncode} (want {usage_status}), a message: {r.stderr.strip()[:80]!r}")
+    stat_tool = tool("tools", "pagefast-stat")
+    for bad in (["--json", "--prometheus"], ["--textfile", "/tmp"], ["--watch", "0"], ["--count", "x"], ["extra"]):
+        r = run([stat_tool, *bad])
+        check(r.returncode == 2, f"pagefast-stat {' '.join(bad)}: usage error rc {r.returncode}")
+
+
+def case_exit_codes():
+    launcher = tool("tools", "pagefast-run")
+    with tempfile.TemporaryDirectory() as d:
+        not_exec = os.path.join(d, "plain")
+        with open(not_exec, "w") as f:
+            f.write("#!/bin/sh\nexit 0\n")
+        os.chmod(not_exec, 0o644)
+        cases = [
+            ([launcher, "--bogus", "--", "true"], 125, "its own bad option"),
+            ([launcher, "--conf"], 125, "an option without its value"),
+            ([launcher], 125, "no program"),
+            ([launcher, "--lib", os.path.join(d, "missing.so"), "--", "true"], 125, "no library"),
+            ([launcher, "--", os.path.join(d, "missing")], 127, "a program that does not exist"),
+            ([launcher, "--", "pagefast-no-such-program-anywhere"], 127, "a program not on PATH"),
+            ([launcher, "--", not_exec], 126, "a file that is not executable"),
+            ([launcher, "--", d], 126, "a directory"),
+            ([launcher, "--", "sh", "-c", "exit 7"], 7, "the program's status"),
+            ([launcher, "--", "sh", "-c", "exit 0"], 0, "the program's success"),
+            ([launcher, "--", "sh", "-c", "exit 125"], 125, "the program's own 125"),
+        ]
+        for argv, want, what in cases:
+            r = run(argv)
+            check(r.returncode == want, f"pagefast-run, {what}: rc {r.returncode} (want {want}) {r.stderr.strip()[:100]}")
+
+
+# ---- --if-enabled and the library read PAGEFAST alike ----------------------------
+
+SPELLINGS = ["1", "0", "on", "off", "true", "false", " 1", "1 ", "\t0", "TRUE", "True", "On", "yes", "no", "2",
+             "01", "enable", "1,", "-1", "y"]
+
+
+def library_says(value, live_dir):
+    """What libpagefast.so does with PAGEFAST=value: 'on' (the pool runs and
+    publishes its segment), 'off' (pass-through, silent) or 'refused' (a
+    message naming PAGEFAST, pass-through)."""
+    for name in os.listdir(live_dir):
+        os.unlink(os.path.join(live_dir, name))
+    p = start_hold(live_dir, {"PAGEFAST": value})
+    segments = os.listdir(live_dir)
+    rc, out, err = finish(p)
+    check(rc == 0 and "done" in out, f"PAGEFAST={value!r}: the program runs (rc {rc})")
+    if any("PAGEFAST:" in line and "bad value" in line for line in err.splitlines()):
+        return "refused"
+    return "on" if segments else "off"
+
+
+def launcher_says(value):
+    r = run([tool("tools", "pagefast-run"), "--if-enabled", "--", "sh", "-c", 'printf "%s" "${LD_PRELOAD:-}"'],
+            env=clean_env({"PAGEFAST": value}))
+    check(r.returncode == 0, f"pagefast-run --if-enabled with PAGEFAST={value!r}: rc {r.returncode}")
+    preloaded = "libpagefast.so" in r.stdout
+    if "warning" in r.stderr and "PAGEFAST" in r.stderr:
+        return "refused" if not preloaded else "refused but preloaded"
+    return "on" if preloaded else "off"
+
+
+def case_if_enabled():
+    with tempfile.TemporaryDirectory() as d:
+        answers = {}
+        for value in SPELLINGS:
+            lib, launcher = library_says(value, d), launcher_says(value)
+            answers[value] = lib
+            check(lib == launcher, f"PAGEFAST={value!r}: library {lib}, pagefast-run --if-enabled {launcher}")
+        # The comparison means something only if both sides vary.
+        check({"on", "off", "refused"} <= set(answers.values()), f"the spellings cover on, off, refused: {answers}")
+        check(answers["1"] == "on" and answers["0"] == "off", "1 is on, 0 is off")
+        # Unset or empty: the library's default is on; --if-enabled is opt-in.
+        for env in (clean_env(), clean_env({"PAGEFAST": ""})):
+            r = run([tool("tools", "pagefast-run"), "--if-enabled", "--", "sh", "-c", 'printf "%s" "${LD_PRELOAD:-}"'],
+                    env=env)
+            check(r.returncode == 0 and "libpagefast.so" not in r.stdout, "--if-enabled without PAGEFAST: no preload")
+
+
+# ---- Prometheus ----------------------------------------------------------------
+
+def client_parse(text):
+    """prometheus_client's own parser, when the package is there."""
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError:
+        return None
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def case_prometheus():
+    stat_tool = tool("tools", "pagefast-stat")
+    with tempfile.TemporaryDirectory() as d:
+        p = start_hold(d, {"LOCAL_RANK": "3"})
+        time.sleep(0.7)  # one publishing interval
+        r = run([stat_tool, "--dir", d, "--prometheus"])
+        check(r.returncode == 0, f"--prometheus rc {r.returncode} {r.stderr}")
+        try:
+            fams = strict_parse(r.stdout)
+        except ValueError as e:
+            check(False, f"strict format check: {e}")
+            fams = {}
+        client = client_parse(r.stdout)
+        if client is None:
+            print("note: prometheus_client not importable; the strict check alone was used")
+        else:
+            check(len(client) == sum(len(f[2]) for f in fams.values()), "prometheus_client reads every sample")
+        doc = json.loads(run([stat_tool, "--dir", d, "--json"]).stdout)
+        proc = [x for x in doc["processes"] if x["pid"] == p.pid]
+        check(len(proc) == 1, "the process is in --json")
+        for name, (kind, help_text, samples) in fams.items():
+            check(help_text.strip() != "", f"{name} has a HELP text")
+            if kind == "counter":
+                check(name.endswith("_total"), f"counter {name} ends in _total")
+            if name.endswith("_bytes"):
+                check(kind == "gauge", f"{name} is a gauge")
+        check(fams.get("pagefast_processes", (0, 0, [({}, -1)]))[2][0][1] == 1, "pagefast_processes is 1")
+        dev = proc[0]["devices"]["0"] if proc else {}
+        for figure in ("reserved_bytes", "mapped_bytes", "in_use_bytes", "idle_bytes", "peak_in_use_bytes"):
+            samples = fams.get("pagefast_" + figure, (0, 0, []))[2]
+            check(len(samples) == 1, f"one {figure} series")
+            if samples:
+                labels, value = samples[0]
+                check(labels.get("pid") == str(p.pid) and labels.get("device") == "0" and labels.get("rank") == "3"
+                      and labels.get("host") and labels.get("pidns"), f"{figure} labels {labels}")
+        for figure in ("hits", "growths", "releases"):
+            samples = fams.get(f"pagefast_{figure}_total", (0, 0, []))[2]
+            check(len(samples) == 1 and samples[0][1] == dev.get(figure), f"{figure}_total matches --json")
+        samples = fams.get("pagefast_alloc_calls_total", (0, 0, []))[2]
+        check(len(samples) == 1 and samples[0][1] == 3, "3 allocations counted")
+        if client is not None:
+            key = ("pagefast_growths_total", tuple(sorted(fams["pagefast_growths_total"][2][0][0].items())))
+            check(client.get(key) == dev.get("growths"), "prometheus_client agrees on growths_total")
+        finish(p)
+        r = run([stat_tool, "--dir", d, "--prometheus"])
+        fams = strict_parse(r.stdout)
+        check(fams["pagefast_processes"][2][0][1] == 0 and not fams["pagefast_in_use_bytes"][2],
+              "no process: families declared, no series")
+    # The strict check itself refuses what it must.
+    for bad in ("x 1\n", "# HELP a_total h\n# TYPE a_total counter\na_total{l=\"\\x\"} 1\n",
+                "# HELP a h\n# TYPE a counter\na 1\n", "# HELP a h\na 1\n",
+                "# HELP a h\n# TYPE a gauge\na 1\na 2\n", "# HELP a h\n# TYPE a gauge\na one\n"):
+        try:
+            strict_parse(bad)
+            check(False, f"strict check refuses {bad!r}")
+        except ValueError:
+            check(True, f"strict check refuses {bad!r}")
+
+
+def case_textfile():
+    stat_tool = tool("tools", "pagefast-stat")
+    with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as out:
+        p = start_hold(d)
+        time.sleep(0.7)
+        r = run([stat_tool, "--dir", d, "--prometheus", "--textfile", out])
+        path = os.path.join(out, "pagefast.prom")
+        check(r.returncode == 0 and r.stdout == "", f"--textfile rc {r.returncode}, nothing on stdout")
+        check(os.listdir(out) == ["pagefast.prom"], f"only pagefast.prom is left ({os.listdir(out)})")
+        st = os.stat(path)
+        check(stat.S_IMODE(st.st_mode) == 0o644, f"readable by the collector ({oct(st.st_mode)})")
+        with open(path) as f:
+            fams = strict_parse(f.read())
+        check(fams["pagefast_processes"][2][0][1] == 1, "the file holds the process")
+        # --watch rewrites it each round by rename (a freed inode number may
+        # come back: inode and modification time together tell versions apart).
+        inodes = set()
+        w = subprocess.Popen([stat_tool, "--dir", d, "--prometheus", "--textfile", out, "--watch", "0.2",
+                              "--count", "5"], env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.time() + 30
+        while w.poll() is None and time.time() < deadline:
+            try:
+                st = os.stat(path)
+                inodes.add((st.st_ino, st.st_mtime_ns))
+            except FileNotFoundError:
+                check(False, "pagefast.prom is never missing")
+            time.sleep(0.02)
+        w.wait(timeout=30)
+        check(w.returncode == 0 and len(inodes) >= 3, f"--watch rewrote the file ({len(inodes)} versions seen)")
+        finish(p)
+        r = run([stat_tool, "--dir", d, "--prometheus", "--textfile", os.path.join(out, "missing")])
+        check(r.returncode == 1 and "textfile" in r.stderr, f"an unwritable directory: rc {r.returncode}, a message")
+
+
+# ---- pid namespaces --------------------------------------------------------------
+
+
+def case_pidns():
+    """Two processes that are pid 1 of their own pid namespaces (as in two
+    containers) share one live directory: two segments, both listed and
+    marked, neither removed, even once their processes are killed."""
+    unshare = shutil.which("unshare")
+    if os.getuid() != 0 or not unshare or run([unshare, "--pid", "--fork", "--mount-proc", "true"]).returncode != 0:
+        print("skipped: needs root and unshare --pid (tests/live/test_segment.cpp covers the naming)")
+        return
+    stat_tool = tool("tools", "pagefast-stat")
+    with tempfile.TemporaryDirectory() as d:
+        wrap = [unshare, "--pid", "--fork", "--mount-proc", "--kill-child"]
+        a, b = start_hold(d, argv=wrap), start_hold(d, argv=wrap)
+        time.sleep(0.7)
+        names = sorted(os.listdir(d))
+        check(len(names) == 2, f"two segments ({names})")
+        check(all(n.split(".")[3] == "1" for n in names), "each is pid 1 of its namespace")
+        check(len({n.split(".")[2] for n in names}) == 2, "in two pid namespaces")
+        doc = json.loads(run([stat_tool, "--dir", d, "--json", "--all"]).stdout)
+        procs = doc["processes"]
+        check(len(procs) == 2 and all(x["pid"] == 1 and x["foreign"] for x in procs),
+              f"both listed as pid 1 of another namespace ({[(x['pid'], x['foreign']) for x in procs]})")
+        table = run([stat_tool, "--dir", d]).stdout
+        check(len(re.findall(r"^ +1\* ", table, re.M)) == 2, "the table marks them")
+        prom = strict_parse(run([stat_tool, "--dir", d, "--prometheus"]).stdout)
+        check(len(prom["pagefast_in_use_bytes"][2]) == 2, "two series, told apart by pidns")
+        for p in (a, b):  # SIGKILL the unshare: --kill-child kills the program, which leaves its segment
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait(timeout=60)
+        time.sleep(0.2)
+        run([stat_tool, "--dir", d, "--all"])
+        check(sorted(os.listdir(d)) == names, "segments of another pid namespace are never removed")
+
+
+if __name__ == "__main__":
+    sys.exit(casekit.main(globals()))
