@@ -198,7 +198,7 @@ Config parse_config(EnvLookup lookup, void* user) {
     const std::string e = trim(enable);
     if (e == "0" || e == "off" || e == "false") c.passthrough = true;
     else if (!(e == "1" || e == "on" || e == "true"))
-      c.error = "PAGEFAST: bad value '" + e + "' (accepted: 0 or 1)";
+      c.error = "PAGEFAST: bad value '" + e + "' (accepted: 1, on, true, 0, off, false)";
   }
   parse_log_level(c, trim(get("PAGEFAST_LOG")));
   c.log_file = get("PAGEFAST_LOG_FILE");

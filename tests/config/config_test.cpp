@@ -141,7 +141,7 @@ TEST_CASE("PAGEFAST=0 is a pass-through; other values are an error") {
   env.vars["PAGEFAST"] = "yes please";
   c = env.parse();
   CHECK(c.passthrough);
-  CHECK(c.error.find("0 or 1") != std::string::npos);
+  CHECK(c.error.find("1, on, true, 0, off, false") != std::string::npos);
 }
 
 TEST_CASE("log levels") {

@@ -172,7 +172,7 @@ def case_config_errors():
         ({"PAGEFAST_CONF": "release_threshold:lots"}, ["'release_threshold'", "max"]),
         ({"PAGEFAST_CONF": "numa:sideways"}, ["'numa'", "auto|bind|force|off"]),
         ({"PAGEFAST_CONF": "pool"}, ["'pool' has no value"]),
-        ({"PAGEFAST": "2"}, ["PAGEFAST", "0 or 1"]),
+        ({"PAGEFAST": "2"}, ["PAGEFAST", "1, on, true, 0, off, false"]),
     ]
     for env, needles in cases:
         r, stats = with_stats(argv, env)
