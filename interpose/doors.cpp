@@ -43,8 +43,6 @@ int find_symbol(const char* name) {
 
 }  // namespace
 
-void* hook_address(Entry entry) { return kHookAddress[int(entry)]; }
-
 void* proc_address_replacement(const char* symbol, void* driver_pointer, int cuda_version, cuuint64_t flags) {
   const RealDriver* real = real_driver();
   // The driver's own choice of variant is authoritative: when it handed

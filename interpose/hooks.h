@@ -24,10 +24,6 @@ PAGEFAST_ENTRIES(PF_HOOK_CHECK)
 
 namespace pagefast {
 
-// The replacement pointer for an entry, as handed out by the dlsym and
-// cuGetProcAddress doors.
-void* hook_address(Entry entry);
-
 // What the driver's cuGetProcAddress returned for (symbol, version, flags),
 // or NULL when it is not an entry of the table.
 void* proc_address_replacement(const char* symbol, void* driver_pointer, int cuda_version,

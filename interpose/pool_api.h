@@ -21,8 +21,10 @@ namespace pagefast::pool {
 // When config.enabled is false, every try_* returns false.
 void configure(const PoolConfig& config, LogSink log);
 
-// cuMemAlloc_v2. false: not poolable here (pool off, failed to start,
-// no current context error is answered by the driver, ...).
+// cuMemAlloc_v2. REQUIRES dptr != NULL and bytes > 0: the hook leaves
+// those calls to the driver, which answers them byte for byte. false: not
+// poolable here (pool off, failed to start, no current context: the driver
+// answers, ...).
 bool try_alloc(CUdeviceptr* dptr, size_t bytes, CUresult* result);
 // cuMemFree_v2. false when dptr is not inside any pool range.
 bool try_free(CUdeviceptr dptr, CUresult* result);

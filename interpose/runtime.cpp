@@ -22,9 +22,7 @@
 #include "interpose/report.h"
 #include "interpose/stats.h"
 #include "interpose/trace.h"
-#if PAGEFAST_HAVE_NUMA
 #include "numa/numa.h"
-#endif
 
 namespace pagefast::runtime {
 
@@ -94,12 +92,10 @@ void init_slow() {
   if (!g_config.error.empty()) {
     log::write(LogLevel::Error, "{}; running as pass-through", g_config.error);
   } else if (!g_config.passthrough) {
-#if PAGEFAST_HAVE_NUMA
     if (!sysroot_hidden) {
       numa::bind_at_start(g_config.numa, log::sink());
       g_state->numa_ran = true;
     }
-#endif
     pool::configure(g_config.pool, log::sink());
   }
   stats::set_call_counting(g_config.stats_on);
@@ -117,10 +113,8 @@ const Config& config() {
 
 std::string numa_json() {
   ensure_init();
-#if PAGEFAST_HAVE_NUMA
   // The latest word: check_device may have rebound after the first context.
   if (g_state->numa_ran) return numa::last_report().json();
-#endif
   return "null";
 }
 
@@ -132,7 +126,6 @@ bool on_first_alloc() {
     log::write(LogLevel::Info, "active (pid {}, version {}): {}", getpid(), PAGEFAST_VERSION, describe(g_state->config));
     if (g_state->config.stats_on) live::start(g_state->config);
   }
-#if PAGEFAST_HAVE_NUMA
   static std::atomic<bool> checked{false};
   if (!g_state->numa_ran || checked.load()) return true;
   const RealDriver* real = real_driver();
@@ -145,7 +138,6 @@ bool on_first_alloc() {
   if (checked.exchange(true)) return true;
   if (real->cuDeviceGetPCIBusId(bus_id, sizeof bus_id - 1, device) == CUDA_SUCCESS)
     numa::check_device(bus_id, g_state->config.numa, log::sink());
-#endif
   return true;
 }
 

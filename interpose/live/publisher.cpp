@@ -17,9 +17,7 @@
 #include "interpose/pool/pool_internal.h"
 #include "interpose/runtime.h"
 #include "interpose/stats.h"
-#if PAGEFAST_HAVE_NUMA
 #include "numa/device_select.h"
-#endif
 
 namespace pagefast::live {
 namespace {
@@ -47,7 +45,6 @@ const char* env_lookup(const char* name, void*) { return getenv(name); }
 
 // The local rank, from the variables the NUMA binding reads, in its order.
 uint64_t local_rank() {
-#if PAGEFAST_HAVE_NUMA
   const numa::StartEnv env = numa::read_start_env(&env_lookup, nullptr);
   const char* text = env.rank_text.c_str();
   if (env.rank_var.empty() || !*text) return kNoRank;
@@ -57,9 +54,6 @@ uint64_t local_rank() {
     n = n * 10 + uint64_t(*c - '0');
   }
   return n;
-#else
-  return kNoRank;
-#endif
 }
 
 void publish_once() {

@@ -272,12 +272,6 @@ void configure(const PoolConfig& config, LogSink log) {
 
 bool try_alloc(CUdeviceptr* dptr, size_t bytes, CUresult* result) {
   if (__builtin_expect(!g_active.load(std::memory_order_acquire), 0)) return false;
-  if (!dptr || bytes == 0) {
-    // The driver's answers (docs/DRIVER-FACTS.md), should an entry point not have.
-    if (dptr) *dptr = 0;
-    *result = CUDA_ERROR_INVALID_VALUE;
-    return true;
-  }
   const RealDriver* real = driver();
   if (!real || !real->cuCtxGetCurrent) return false;
   CUcontext context = nullptr;
