@@ -14,6 +14,7 @@
 #include <new>
 
 #include "interpose/log.h"
+#include "interpose/pool/vmm_clients.h"
 #include "interpose/pool_api.h"
 #include "interpose/runtime.h"
 #include "policy/json.h"
@@ -146,6 +147,7 @@ std::string document() {
          ", \"dlsym\": " + std::to_string(doors(Door::Dlsym)) +
          ", \"proc_address\": " + std::to_string(doors(Door::ProcAddress)) + "},\n";
   out += "  \"pool\": " + pool::stats_json() + ",\n";
+  out += "  \"vmm_clients\": " + pool::clients::stats_json() + ",\n";
   out += "  \"numa\": " + runtime::numa_json() + "\n}\n";
   return out;
 }

@@ -28,6 +28,7 @@
 #include <string>
 
 #include "interpose/pool/pool_internal.h"
+#include "interpose/pool/vmm_clients.h"
 #include "interpose/pool/vmm_provider.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
@@ -129,7 +130,10 @@ void on_thread_exit(void* state) {
 
 void make_thread_key() { pthread_key_create(&g_thread_key, &on_thread_exit); }
 
-void child_after_fork() { g_active.store(false, std::memory_order_release); }
+void child_after_fork() {
+  g_active.store(false, std::memory_order_release);
+  clients::switch_off();
+}
 void register_atfork() { pthread_atfork(nullptr, nullptr, &child_after_fork); }
 
 ThreadState* thread_state() {
@@ -256,6 +260,7 @@ void configure(const PoolConfig& config, LogSink log) {
   g_config = config;
   g_log = log;
   if (!config.enabled) return;
+  clients::configure(config);
   pthread_once(&g_atfork_once, &register_atfork);
   g_active.store(true, std::memory_order_release);
 }
@@ -392,8 +397,10 @@ void adjust_mem_info(size_t* free_bytes, size_t* total_bytes) {
   DevicePool* pool = pool_for_device(int(device));
   // Before the first allocation there is no pool yet, but the limit holds.
   const uint64_t limit = pool ? pool->limit_bytes() : g_config.limit_bytes;
-  if (!pool && !limit) return;
-  const uint64_t idle = pool ? pool->idle_bytes() : 0;
+  // Memory the program released into the client VMM cache is free too.
+  const uint64_t cached = clients::cached_bytes(int(device));
+  if (!pool && !limit && !cached) return;
+  const uint64_t idle = (pool ? pool->idle_bytes() : 0) + cached;
   if (limit) {
     const uint64_t in_use = pool ? pool->in_use_bytes() : 0;
     uint64_t left = limit > in_use ? limit - in_use : 0;
