@@ -108,6 +108,9 @@ typedef CUresult(CUDAAPI* PFN_cuDevicePrimaryCtxRelease_v7000)(CUdevice device);
     (ptr, bytes, alignment, addr, flags))                                                       \
   X(cuMemAddressFree, "cuMemAddressFree", 10020, PF_NO_LIMIT, 0, PFN_cuMemAddressFree_v10020,  \
     (CUdeviceptr ptr, size_t bytes), (ptr, bytes))                                              \
+  X(cuMemGetAccess, "cuMemGetAccess", 10020, PF_NO_LIMIT, 0, PFN_cuMemGetAccess_v10020,        \
+    (unsigned long long* flags, const CUmemLocation* location, CUdeviceptr ptr),                \
+    (flags, location, ptr))                                                                     \
   X(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle", 11000, PF_NO_LIMIT, 0,          \
     PFN_cuMemRetainAllocationHandle_v11000, (CUmemGenericAllocationHandle* handle, void* addr), \
     (handle, addr))                                                                             \

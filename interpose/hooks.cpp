@@ -235,6 +235,12 @@ PF_CLIENT_VMM(cuMemGetAllocationPropertiesFromHandle, properties,
               (CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle), (prop, handle))
 #undef PF_CLIENT_VMM
 
+// A deferred mapping is unmapped for real first: the program believes it is.
+CUresult cuMemGetAccess(unsigned long long* flags, const CUmemLocation* location, CUdeviceptr ptr) {
+  if (active(Entry::cuMemGetAccess)) pool::clients::before_query(ptr);
+  PF_FORWARD(cuMemGetAccess, (flags, location, ptr));
+}
+
 // Address reservations: counted and forwarded (the cache needs nothing
 // from them; cuMemAddressFree unmaps its deferred mappings there first).
 CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t bytes, size_t alignment, CUdeviceptr addr,
