@@ -194,12 +194,27 @@ int ClientVmmCache::unmap(uint64_t addr, uint64_t bytes) {
   return r;
 }
 
+bool ClientVmmCache::access_already(const Mapping& m, const std::string& descs) const {
+  if (!m.access_known || descs.empty() || descs.size() % desc_bytes_ != 0) return false;
+  for (size_t at = 0; at < descs.size(); at += desc_bytes_) {
+    auto it = m.access.find(descs.substr(at, location_bytes_));
+    if (it == m.access.end() || it->second != descs.substr(at + location_bytes_, desc_bytes_ - location_bytes_))
+      return false;
+  }
+  return true;
+}
+
+void ClientVmmCache::apply_access(Mapping& m, const std::string& descs) const {
+  for (size_t at = 0; at + desc_bytes_ <= descs.size(); at += desc_bytes_)
+    m.access[descs.substr(at, location_bytes_)] = descs.substr(at + location_bytes_, desc_bytes_ - location_bytes_);
+}
+
 int ClientVmmCache::set_access(uint64_t addr, uint64_t bytes, const std::string& descs) {
   std::lock_guard<std::mutex> guard(mutex_);
   std::vector<MapIt> cover;
   if (exact_cover(addr, bytes, &cover)) {
     bool same = true;
-    for (MapIt it : cover) same = same && it->second.access_known && it->second.access == descs;
+    for (MapIt it : cover) same = same && access_already(it->second, descs);
     if (same) {
       ++stats_.access_skipped;
       return kClientOk;
@@ -212,10 +227,10 @@ int ClientVmmCache::set_access(uint64_t addr, uint64_t bytes, const std::string&
   if (it != maps_.begin()) --it;
   for (; it != maps_.end() && it->first < end; ++it) {
     if (it->first + it->second.bytes <= addr || it->second.deferred) continue;
-    // Known only when one successful call covered the whole mapping.
+    // Known only while every call covered the whole mapping and succeeded.
     const bool whole = it->first >= addr && it->first + it->second.bytes <= end;
-    it->second.access_known = r == kClientOk && whole;
-    if (it->second.access_known) it->second.access = descs;
+    if (r == kClientOk && whole) apply_access(it->second, descs);
+    else it->second.access_known = false;
   }
   return r;
 }

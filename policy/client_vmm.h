@@ -19,9 +19,12 @@
 //   accessible) and is marked deferred. A later cuMemMap of the same handle
 //   at the same address, size and offset (flags 0) revives it without the
 //   driver; cuMemSetAccess over a range made exactly of live mappings whose
-//   last access call (one call covering each whole) had the same descriptor
+//   access for each location named is already the flags asked (every access
+//   call since the map covered the whole mapping) with the same descriptor
 //   bytes is answered without the driver: applying the same descriptors
-//   again changes nothing.
+//   again changes nothing. Access is kept per location (a descriptor's
+//   first `location_bytes`), so PyTorch's one call per device (its own,
+//   then each peer) is recognised too.
 // - Anything else that touches a deferred mapping's addresses (a map there,
 //   access over it, a different offset or size, cuMemAddressFree, a pointer
 //   query, cuMemRetainAllocationHandle) first unmaps it for real, so the
@@ -80,7 +83,11 @@ struct ClientVmmStats {
 
 class ClientVmmCache {
  public:
-  explicit ClientVmmCache(ClientDriver& driver) : driver_(driver) {}
+  // An access descriptor is `desc_bytes` long; its first `location_bytes`
+  // name the location it sets (sizeof(CUmemAccessDesc) and
+  // sizeof(CUmemLocation) in production).
+  ClientVmmCache(ClientDriver& driver, size_t desc_bytes, size_t location_bytes)
+      : driver_(driver), desc_bytes_(desc_bytes ? desc_bytes : 1), location_bytes_(location_bytes) {}
 
   // cuMemCreate, before the driver: a cached handle of exactly `bytes` and
   // `prop` (the property bytes), or false.
@@ -130,8 +137,10 @@ class ClientVmmCache {
     uint64_t offset = 0;
     uint64_t handle = 0;
     bool deferred = false;
-    bool access_known = false;
-    std::string access;
+    // False once a call covered only part of the mapping, or failed: what
+    // the driver holds is then not known here.
+    bool access_known = true;
+    std::map<std::string, std::string> access;  // location bytes -> flag bytes
   };
   using MapIt = std::map<uint64_t, Mapping>::iterator;
 
@@ -149,7 +158,14 @@ class ClientVmmCache {
   int retire(uint64_t handle);
   int release_for_real(uint64_t handle);
 
+  // The access the descriptors set, applied to `m`; false if they would
+  // change anything (or `m`'s access is not known).
+  bool access_already(const Mapping& m, const std::string& descs) const;
+  void apply_access(Mapping& m, const std::string& descs) const;
+
   ClientDriver& driver_;
+  const size_t desc_bytes_;
+  const size_t location_bytes_;
   std::mutex mutex_;
   std::unordered_map<uint64_t, Handle> handles_;
   std::map<uint64_t, Mapping> maps_;  // by address; tracked handles only

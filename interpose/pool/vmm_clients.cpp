@@ -8,6 +8,7 @@
 // accepted, so the driver's validation of size and properties stands.
 #include "interpose/pool/vmm_clients.h"
 
+#include <cstddef>
 #include <new>
 #include <string>
 
@@ -24,6 +25,7 @@ namespace {
 
 static_assert(policy::kClientOk == CUDA_SUCCESS, "the cache's success code is the driver's");
 static_assert(policy::kClientInvalidValue == CUDA_ERROR_INVALID_VALUE, "the cache's refusal is the driver's");
+static_assert(offsetof(CUmemAccessDesc, flags) == sizeof(CUmemLocation), "a descriptor is its location, then flags");
 
 constexpr int kMaxDevices = 64;
 // More descriptors than devices can exist is not a real call: forwarded.
@@ -88,7 +90,7 @@ void configure(const PoolConfig& config) {
   g_config = config;
   if (!config.enabled || !config.vmm_cache) return;
   g_driver = new (std::nothrow) RealClientDriver();
-  g_cache = g_driver ? new (std::nothrow) policy::ClientVmmCache(*g_driver) : nullptr;
+  g_cache = g_driver ? new (std::nothrow) policy::ClientVmmCache(*g_driver, sizeof(CUmemAccessDesc), sizeof(CUmemLocation)) : nullptr;
   if (g_cache) g_on.store(true, std::memory_order_release);
 }
 

@@ -31,7 +31,7 @@ struct FakeHandle {
 };
 struct FakeMap {
   uint64_t bytes = 0, offset = 0, handle = 0;
-  std::string access;
+  std::map<std::string, std::string> access;  // location -> flags
 };
 
 class FakeDriver final : public ClientDriver {
@@ -105,7 +105,7 @@ class FakeDriver final : public ClientDriver {
     if (fails("map")) return kFailed;
     if (!live(h) || flags || !bytes || offset + bytes > handles[h].bytes || overlaps(addr, bytes))
       return kClientInvalidValue;
-    maps[addr] = FakeMap{bytes, offset, h, ""};
+    maps[addr] = FakeMap{bytes, offset, h, {}};
     return kClientOk;
   }
   int unmap(uint64_t addr, uint64_t bytes) override {
@@ -122,8 +122,9 @@ class FakeDriver final : public ClientDriver {
   int set_access(uint64_t addr, uint64_t bytes, const std::string& descs) override {
     if (fails("set_access")) return kFailed;
     const std::vector<uint64_t> c = cover(addr, bytes);
-    if (c.empty() || descs.empty()) return kClientInvalidValue;
-    for (uint64_t a : c) maps[a].access = descs;
+    if (c.empty() || descs.empty() || descs.size() % 2) return kClientInvalidValue;
+    for (uint64_t a : c)
+      for (size_t at = 0; at + 2 <= descs.size(); at += 2) maps[a].access[descs.substr(at, 1)] = descs.substr(at + 1, 1);
     return kClientOk;
   }
   int address_free(uint64_t addr, uint64_t bytes) override {
@@ -181,7 +182,7 @@ void segment_round(Program& p, int pages) {
 
 TEST_CASE("client vmm: an expandable-segments loop makes no driver call after its first round") {
   FakeDriver fake;
-  ClientVmmCache cache(fake);
+  ClientVmmCache cache(fake, 2, 1);
   Program p{fake, &cache};
   segment_round(p, 8);
   CHECK(fake.calls["create"] == 8);
@@ -207,7 +208,7 @@ TEST_CASE("client vmm: an expandable-segments loop makes no driver call after it
 
 TEST_CASE("client vmm: growing further than before maps and opens only the new pages for real") {
   FakeDriver fake;
-  ClientVmmCache cache(fake);
+  ClientVmmCache cache(fake, 2, 1);
   Program p{fake, &cache};
   segment_round(p, 2);
   fake.calls.clear();
@@ -216,12 +217,35 @@ TEST_CASE("client vmm: growing further than before maps and opens only the new p
   CHECK(fake.calls["map"] == 2);
   // The access range holds two fresh mappings: the driver is asked.
   CHECK(fake.calls["set_access"] == 1);
-  for (auto& [a, m] : fake.maps) CHECK(m.access == kRW);
+  for (auto& [a, m] : fake.maps) CHECK(m.access["r"] == "w");
+}
+
+TEST_CASE("client vmm: one access call per device (PyTorch with peers) is recognised per location") {
+  FakeDriver fake;
+  ClientVmmCache cache(fake, 2, 1);
+  Program p{fake, &cache};
+  uint64_t h = 0;
+  for (int round = 0; round < 3; ++round) {
+    REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
+    REQUIRE(p.map(kBase, kSeg, 0, h) == kClientOk);
+    REQUIRE(p.access(kBase, kSeg, "rw") == kClientOk);  // the device
+    REQUIRE(p.access(kBase, kSeg, "pw") == kClientOk);  // a peer
+    REQUIRE(p.unmap(kBase, kSeg) == kClientOk);
+    REQUIRE(p.release(h) == kClientOk);
+  }
+  CHECK(fake.calls["set_access"] == 2);
+  CHECK(cache.stats().access_skipped == 4);
+  // A peer dropped (PROT_NONE for it) is a change: the driver is asked.
+  REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
+  REQUIRE(p.map(kBase, kSeg, 0, h) == kClientOk);
+  REQUIRE(p.access(kBase, kSeg, "rwpn") == kClientOk);
+  CHECK(fake.calls["set_access"] == 3);
+  CHECK(fake.maps[kBase].access["p"] == "n");
 }
 
 TEST_CASE("client vmm: a released handle is refused as the driver refuses it") {
   FakeDriver fake;
-  ClientVmmCache cache(fake);
+  ClientVmmCache cache(fake, 2, 1);
   uint64_t h = 0;
   Program p{fake, &cache};
   REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
@@ -238,7 +262,7 @@ TEST_CASE("client vmm: a released handle is refused as the driver refuses it") {
 
 TEST_CASE("client vmm: a different offset, size or handle at a deferred address is mapped for real") {
   FakeDriver fake;
-  ClientVmmCache cache(fake);
+  ClientVmmCache cache(fake, 2, 1);
   Program p{fake, &cache};
   uint64_t a = 0, b = 0;
   REQUIRE(p.create(2 * kSeg, kProp, &a) == kClientOk);
@@ -263,12 +287,12 @@ TEST_CASE("client vmm: a different offset, size or handle at a deferred address 
   REQUIRE(p.access(kBase, kSeg, "ro") == kClientOk);
   REQUIRE(p.access(kBase, kSeg, "ro") == kClientOk);
   CHECK(fake.calls["set_access"] == 1);
-  CHECK(fake.maps[kBase].access == "ro");
+  CHECK(fake.maps[kBase].access["r"] == "o");
 }
 
 TEST_CASE("client vmm: a release with mappings left is cached once the last one is unmapped") {
   FakeDriver fake;
-  ClientVmmCache cache(fake);
+  ClientVmmCache cache(fake, 2, 1);
   Program p{fake, &cache};
   uint64_t h = 0, again = 0;
   REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
@@ -289,7 +313,7 @@ TEST_CASE("client vmm: a release with mappings left is cached once the last one 
 
 TEST_CASE("client vmm: cuMemAddressFree and pointer queries unmap deferred mappings first") {
   FakeDriver fake;
-  ClientVmmCache cache(fake);
+  ClientVmmCache cache(fake, 2, 1);
   Program p{fake, &cache};
   uint64_t h = 0;
   REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
@@ -308,7 +332,7 @@ TEST_CASE("client vmm: cuMemAddressFree and pointer queries unmap deferred mappi
 
 TEST_CASE("client vmm: exported handles and a full cache go back to the driver") {
   FakeDriver fake;
-  ClientVmmCache cache(fake);
+  ClientVmmCache cache(fake, 2, 1);
   Program p{fake, &cache};
   uint64_t h = 0;
   int result = 0;
@@ -329,7 +353,7 @@ TEST_CASE("client vmm: exported handles and a full cache go back to the driver")
 
 TEST_CASE("client vmm: other properties or sizes never get a cached handle") {
   FakeDriver fake;
-  ClientVmmCache cache(fake);
+  ClientVmmCache cache(fake, 2, 1);
   Program p{fake, &cache};
   uint64_t h = 0, g = 0;
   REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
@@ -344,7 +368,7 @@ TEST_CASE("client vmm: other properties or sizes never get a cached handle") {
 
 TEST_CASE("client vmm: a refused real unmap leaves the mapping deferred and the driver's answer stands") {
   FakeDriver fake;
-  ClientVmmCache cache(fake);
+  ClientVmmCache cache(fake, 2, 1);
   Program p{fake, &cache};
   uint64_t a = 0, b = 0;
   REQUIRE(p.create(kSeg, kProp, &a) == kClientOk);
@@ -369,16 +393,10 @@ TEST_CASE("client vmm: differential against the driver, random programs") {
   constexpr uint64_t kUnit = 2 << 20;
   for (uint32_t seed = 1; seed <= 200; ++seed) {
     FakeDriver direct_fake, cached_fake;
-    ClientVmmCache cache(cached_fake);
+    ClientVmmCache cache(cached_fake, 2, 1);
     if (seed % 5 == 0) cached_fake.room = 3 * kUnit;  // a small cache: releases go through too
     Program direct{direct_fake, nullptr}, cached{cached_fake, &cache};
     uint64_t handle[2][kSlots] = {};
-    struct Seen {
-      int slot;
-      uint64_t offset, bytes;
-      std::string access;
-    };
-    std::map<uint64_t, Seen> view;  // what the program mapped (same in both runs when answers agree)
     std::mt19937 rng(seed);
     auto pick = [&](int n) { return int(rng() % uint32_t(n)); };
     for (int step = 0; step < 300; ++step) {
@@ -387,7 +405,8 @@ TEST_CASE("client vmm: differential against the driver, random programs") {
       const uint64_t addr = kBase + uint64_t(pick(kPositions)) * 2 * kUnit;
       const uint64_t bytes = (1 + pick(2)) * kUnit;
       const uint64_t offset = uint64_t(pick(2)) * kUnit;
-      const std::string descs = pick(3) ? "rw" : "ro";
+      // One device, or the device and a peer, in one call ("r": the device, "p": a peer).
+      const std::string descs = std::string(pick(3) ? "rw" : "ro") + (pick(4) ? "" : pick(2) ? "pw" : "po");
       int r[2] = {0, 0};
       for (int m = 0; m < 2; ++m) {
         Program& p = m ? cached : direct;
@@ -436,7 +455,9 @@ TEST_CASE("client vmm: differential against the driver, random programs") {
       REQUIRE(cached_fake.maps.count(a) == 1);
       CHECK(cached_fake.maps[a].bytes == m.bytes);
       CHECK(cached_fake.maps[a].offset == m.offset);
-      if (!m.access.empty()) CHECK(cached_fake.maps[a].access == m.access);
+      // Revived mappings may be open where the driver's fresh ones are not
+      // yet; every access the program set is there.
+      for (auto& [location, flags] : m.access) CHECK(cached_fake.maps[a].access[location] == flags);
     }
     // Everything given back, nothing stays behind.
     for (int s = 0; s < kSlots; ++s)
