@@ -121,6 +121,11 @@
     (count, attributes, data, ptr))                                                        \
   L(cuIpcGetMemHandle, 4010, cuIpcGetMemHandle, (CUipcMemHandle* handle, CUdeviceptr dptr), \
     (handle, dptr))                                                                        \
+  L(cuIpcOpenMemHandle, 4010, cuIpcOpenMemHandle,                                          \
+    (CUdeviceptr* pdptr, CUipcMemHandle handle, unsigned int flags), (pdptr, handle, flags)) \
+  L(cuIpcOpenMemHandle, 11000, cuIpcOpenMemHandle_v2,                                      \
+    (CUdeviceptr* pdptr, CUipcMemHandle handle, unsigned int flags), (pdptr, handle, flags)) \
+  L(cuIpcCloseMemHandle, 4010, cuIpcCloseMemHandle, (CUdeviceptr dptr), (dptr))            \
   /* copies and memsets */                                                                 \
   L(cuMemcpy, 4000, cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t bytes),            \
     (dst, src, bytes))                                                                     \
@@ -220,6 +225,13 @@
     (CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle), (prop, handle))      \
   L(cuMemRetainAllocationHandle, 11000, cuMemRetainAllocationHandle,                       \
     (CUmemGenericAllocationHandle* handle, void* addr), (handle, addr))                    \
+  L(cuMemExportToShareableHandle, 10020, cuMemExportToShareableHandle,                     \
+    (void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type, \
+     unsigned long long flags),                                                            \
+    (shareable, handle, type, flags))                                                      \
+  L(cuMemImportFromShareableHandle, 10020, cuMemImportFromShareableHandle,                 \
+    (CUmemGenericAllocationHandle* handle, void* os_handle, CUmemAllocationHandleType type), \
+    (handle, os_handle, type))                                                             \
   /* streams */                                                                            \
   L(cuStreamCreate, 2000, cuStreamCreate, (CUstream* stream, unsigned int flags),          \
     (stream, flags))                                                                       \

@@ -103,6 +103,13 @@ Config read_config() {
       p = comma + 1;
     }
   }
+  if (const char* text = getenv("FAKECUDA_NO_POSIX_FD")) {
+    if (strcmp(text, "1") == 0) {
+      config.posix_fd = false;
+    } else if (strcmp(text, "0") != 0) {
+      warn("FAKECUDA_NO_POSIX_FD=\"%s\" is not 0 or 1; using 0", text);
+    }
+  }
   return config;
 }
 

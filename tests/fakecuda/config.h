@@ -9,6 +9,9 @@
 //   FAKECUDA_FAIL         "cuMemCreate:5,cuMemMap:2" (parsed in counters.cpp)
 //   FAKECUDA_COUNTS       path of the call-count JSON written at exit
 //                         (read in counters.cpp at exit)
+//   FAKECUDA_NO_POSIX_FD  "1": the devices cannot share VMM memory through
+//                         POSIX file descriptors (the attribute answers 0,
+//                         cuMemCreate refuses that handle type); default 0
 // A bad value prints one line to stderr, naming the option, and the default
 // is used.
 #pragma once
@@ -31,6 +34,7 @@ struct Config {
   int devices = 1;
   uint64_t total_bytes = uint64_t(16) << 30;
   std::vector<PciAddress> pci;  // one per device, defaults filled in
+  bool posix_fd = true;         // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR supported
 };
 
 constexpr int kMaxDevices = 64;

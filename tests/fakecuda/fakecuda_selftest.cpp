@@ -256,7 +256,7 @@ TEST_CASE("cuMemAlloc answers as FACTS.md says the driver does") {
   REQUIRE(id1 != id2);
   CUipcMemHandle ipc;
   CU_OK(cuIpcGetMemHandle(&ipc, big));
-  REQUIRE(memcmp(ipc.reserved, "FAKEIPC1", 8) == 0);
+  REQUIRE(memcmp(ipc.reserved, "FAKEIPC2", 8) == 0);
 
   // Device memory is host memory the test can touch.
   host(big)[0] = 42;

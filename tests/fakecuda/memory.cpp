@@ -1,10 +1,9 @@
 // tests/fakecuda/memory.cpp: cuMemAlloc-style memory (alloc, pitch, free,
 // info, address range), pointer attributes for every kind of address the
-// fake knows (cuMemAlloc blocks, VMM mappings, bare reservations) and
-// cuIpcGetMemHandle. The answers follow FACTS.md ("What the real driver
+// fake knows (cuMemAlloc blocks, VMM mappings, bare reservations, legacy-IPC
+// imports). cuMemAlloc memory lives in the device's memory file, mapped
+// shared, so that another process can map it (ipc.cpp). The answers follow FACTS.md ("What the real driver
 // answers") and, where it is silent, the CUDA 13 driver documentation.
-#include <unistd.h>
-
 #include <cstring>
 
 #include "api_list.h"
@@ -17,6 +16,29 @@ namespace {
 
 size_t round_up(size_t bytes, size_t unit) { return (bytes + unit - 1) / unit * unit; }
 
+// Maps `bytes` of a new range of the device's memory file, read-write.
+bool map_device_file(Device& device, size_t bytes, size_t alignment, uintptr_t* base,
+                     uint64_t* offset) {
+  if (!allocate_file_range(device, bytes, offset)) return false;
+  *base = os::map_file_anywhere(bytes, alignment, device.memory_fd, *offset);
+  if (*base != 0) return true;
+  free_file_range(device, *offset, bytes);
+  return false;
+}
+
+// Unmaps memory of cuMemAlloc; its file range goes back for reuse unless it
+// was exported (an importer may still map it: the pages live on in the file).
+void unmap_device_file(Device& device, uintptr_t base, uint64_t offset, size_t bytes,
+                       bool exported) {
+  os::release(base, bytes);
+  if (!exported) free_file_range(device, offset, bytes);
+}
+
+void release_slab(Device& device, Slab* slab) {
+  unmap_device_file(device, slab->base, slab->file_offset, kSlabBytes, slab->exported);
+  delete slab;
+}
+
 // Small blocks share 2 MiB slabs, 512 bytes apart, as the driver
 // sub-allocates; from 1 MiB a block gets its own 2 MiB-aligned mapping.
 CUresult allocate_block(Context* ctx, size_t bytes, uintptr_t* out) {
@@ -28,30 +50,33 @@ CUresult allocate_block(Context* ctx, size_t bytes, uintptr_t* out) {
   if (device.used_bytes + charged > device.total_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
   Block* block = new Block;
   if (large) {
-    block->base = os::map_anonymous(charged, kGranularityBytes);
+    uint64_t offset = 0;
+    uintptr_t base = 0;
+    if (!map_device_file(device, charged, kGranularityBytes, &base, &offset)) {
+      delete block;
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    block->base = base;
+    block->file_offset = offset;
   } else {
     Slab* slab = device.slab;
     if (!slab || slab->used_bytes + charged > kSlabBytes) {
-      const uintptr_t base = os::map_anonymous(kSlabBytes, kSlabBytes);
-      if (base == 0) {
+      uint64_t offset = 0;
+      uintptr_t base = 0;
+      if (!map_device_file(device, kSlabBytes, kSlabBytes, &base, &offset)) {
         delete block;
         return CUDA_ERROR_OUT_OF_MEMORY;
       }
-      if (slab && slab->live_blocks == 0) {
-        os::release(slab->base, kSlabBytes);
-        delete slab;
-      }
+      if (slab && slab->live_blocks == 0) release_slab(device, slab);
       slab = device.slab = new Slab;
       slab->base = base;
+      slab->file_offset = offset;
     }
     block->base = slab->base + slab->used_bytes;
+    block->file_offset = slab->file_offset + slab->used_bytes;
     block->slab = slab;
     slab->used_bytes += charged;
     ++slab->live_blocks;
-  }
-  if (block->base == 0) {
-    delete block;
-    return CUDA_ERROR_OUT_OF_MEMORY;
   }
   block->bytes = bytes;
   block->charged_bytes = charged;
@@ -69,6 +94,7 @@ CUresult allocate_block(Context* ctx, size_t bytes, uintptr_t* out) {
 // What an address is, as far as the fake knows.
 struct Owner {
   Block* block = nullptr;
+  Import* import = nullptr;
   Reservation* reservation = nullptr;
   Mapping* mapping = nullptr;  // set only with reservation
 };
@@ -76,7 +102,8 @@ struct Owner {
 Owner classify(uintptr_t addr) {
   Owner owner;
   owner.block = find_block(addr);
-  if (!owner.block) {
+  if (!owner.block) owner.import = find_import(addr);
+  if (!owner.block && !owner.import) {
     owner.reservation = find_reservation(addr);
     owner.mapping = find_mapping(owner.reservation, addr);
   }
@@ -168,6 +195,42 @@ CUresult block_attribute(CUpointer_attribute attribute, uintptr_t addr, const Bl
   return CUDA_SUCCESS;
 }
 
+// Memory opened with cuIpcOpenMemHandle: device memory of the importing
+// context, the range being the exporter's block. Whether the driver lets an
+// imported mapping be exported again was not measured; the fake says no
+// (IS_LEGACY_CUDA_IPC_CAPABLE 0, and cuIpcGetMemHandle refuses it).
+CUresult import_attribute(CUpointer_attribute attribute, uintptr_t addr, const Import& i,
+                          void* data) {
+  switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT: put(data, reinterpret_cast<CUcontext>(i.ctx)); break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: put(data, unsigned(CU_MEMORYTYPE_DEVICE)); break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: put(data, CUdeviceptr(addr)); break;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER: return CUDA_ERROR_INVALID_VALUE;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: put(data, 0); break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
+      put(data, static_cast<unsigned long long>(i.buffer_id));
+      break;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED: put(data, 0); break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: put(data, i.device); break;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: put(data, 0); break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: put(data, CUdeviceptr(i.base)); break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: put(data, i.bytes); break;
+    case CU_POINTER_ATTRIBUTE_MAPPED: put(data, 1); break;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: put(data, 0ULL); break;
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
+      put(data, unsigned(CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE));
+      break;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: put(data, CUmemoryPool(nullptr)); break;
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE: put(data, 0); break;
+    default: return CUDA_ERROR_INVALID_VALUE;  // P2P tokens: cuMemAlloc only
+  }
+  return CUDA_SUCCESS;
+}
+
 // VMM memory: RANGE_* is the reservation (the "mappable address range" of
 // the documentation, as DALI's VMM tests observe), MAPPING_* and the buffer
 // id are the cuMemMap mapping, the memory block id the cuMemCreate handle.
@@ -221,6 +284,7 @@ CUresult reserved_attribute(CUpointer_attribute attribute, const Reservation& r,
 CUresult attribute(CUpointer_attribute attribute, uintptr_t addr, const Owner& owner, void* data) {
   if (attribute_bytes(attribute) == 0) return CUDA_ERROR_INVALID_VALUE;
   if (owner.block) return block_attribute(attribute, addr, *owner.block, data);
+  if (owner.import) return import_attribute(attribute, addr, *owner.import, data);
   if (owner.mapping) return mapping_attribute(attribute, addr, *owner.reservation, *owner.mapping, data);
   if (owner.reservation) return reserved_attribute(attribute, *owner.reservation, data);
   return CUDA_ERROR_INVALID_VALUE;  // not memory the driver knows
@@ -236,12 +300,10 @@ void free_block(Block* block) {
   st.blocks.erase(block->base);
   device.used_bytes -= block->charged_bytes;
   if (Slab* slab = block->slab) {
-    if (--slab->live_blocks == 0 && slab != device.slab) {
-      os::release(slab->base, kSlabBytes);
-      delete slab;
-    }
+    if (--slab->live_blocks == 0 && slab != device.slab) release_slab(device, slab);
   } else {
-    os::release(block->base, block->charged_bytes);
+    unmap_device_file(device, block->base, block->file_offset, block->charged_bytes,
+                      block->exported);
   }
   delete block;
 }
@@ -329,6 +391,9 @@ CUresult impl::cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* bytes, CUdevic
   if (owner.block) {
     range_base = owner.block->base;
     range_bytes = owner.block->bytes;
+  } else if (owner.import) {
+    range_base = owner.import->base;
+    range_bytes = owner.import->bytes;
   } else if (owner.mapping) {
     // The mapping the address lies in, not the reservation.
     range_base = owner.mapping->base;
@@ -365,25 +430,5 @@ CUresult impl::cuPointerGetAttributes(unsigned int count, CUpointer_attribute* a
     memset(data[i], 0, bytes);
     if (attributes[i] == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) put(data[i], int(CU_DEVICE_INVALID));
   }
-  return CUDA_SUCCESS;
-}
-
-// The handle identifies the allocation deterministically: "FAKEIPC1", buffer
-// id, base, size, device, pid. Opening handles is not emulated.
-CUresult impl::cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr dptr) {
-  FAKE_REQUIRE_INIT();
-  Lock lock(state().mu);
-  Context* ctx = nullptr;
-  FAKE_TRY(current_context(&ctx));
-  if (!handle) return CUDA_ERROR_INVALID_VALUE;
-  const Block* block = find_block(uintptr_t(dptr));
-  if (!block) return CUDA_ERROR_INVALID_VALUE;  // VMM memory has no legacy IPC handle
-  memset(handle->reserved, 0, sizeof handle->reserved);
-  char* out = handle->reserved;
-  memcpy(out, "FAKEIPC1", 8);
-  const uint64_t words[3] = {block->buffer_id, uint64_t(block->base), uint64_t(block->bytes)};
-  memcpy(out + 8, words, sizeof words);
-  const int32_t tail[2] = {int32_t(block->device), int32_t(getpid())};
-  memcpy(out + 8 + sizeof words, tail, sizeof tail);
   return CUDA_SUCCESS;
 }

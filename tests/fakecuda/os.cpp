@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -78,18 +79,6 @@ uintptr_t reserve(size_t bytes, size_t alignment, uintptr_t hint) {
   return trim_to_alignment(reinterpret_cast<uintptr_t>(raw), raw_bytes, bytes, alignment);
 }
 
-uintptr_t map_anonymous(size_t bytes, size_t alignment) {
-  const uintptr_t addr = reserve(bytes, alignment, 0);
-  if (addr == 0) return 0;
-  if (mprotect(as_ptr(addr), bytes, PROT_READ | PROT_WRITE) != 0) {
-    const int saved = errno;
-    munmap(as_ptr(addr), bytes);
-    errno = saved;
-    return 0;
-  }
-  return addr;
-}
-
 bool release(uintptr_t addr, size_t bytes) { return munmap(as_ptr(addr), bytes) == 0; }
 
 bool reset_to_reserved(uintptr_t addr, size_t bytes) {
@@ -102,6 +91,20 @@ bool map_file(uintptr_t addr, size_t bytes, int fd, uint64_t offset) {
   return got != MAP_FAILED;
 }
 
+uintptr_t map_file_anywhere(size_t bytes, size_t alignment, int fd, uint64_t offset) {
+  const uintptr_t addr = reserve(bytes, alignment, 0);
+  if (addr == 0) return 0;
+  void* got = mmap(as_ptr(addr), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+                   off_t(offset));
+  if (got == MAP_FAILED) {
+    const int saved = errno;
+    munmap(as_ptr(addr), bytes);
+    errno = saved;
+    return 0;
+  }
+  return addr;
+}
+
 bool protect(uintptr_t addr, size_t bytes, bool readable, bool writable) {
   int prot = PROT_NONE;
   if (readable) prot |= PROT_READ;
@@ -112,6 +115,17 @@ bool protect(uintptr_t addr, size_t bytes, bool readable, bool writable) {
 int create_memory_file(const char* name) {
   // The syscall, not memfd_create(3): glibc before 2.27 lacks the wrapper.
   return int(syscall(SYS_memfd_create, name, MFD_CLOEXEC));
+}
+
+bool is_memory_file_link(const char* link_target, const char* name) {
+  static const char kPrefix[] = "/memfd:";
+  const size_t prefix_bytes = sizeof kPrefix - 1;
+  const size_t name_bytes = strlen(name);
+  if (strncmp(link_target, kPrefix, prefix_bytes) != 0) return false;
+  if (strncmp(link_target + prefix_bytes, name, name_bytes) != 0) return false;
+  // The kernel appends " (deleted)" to the name: a longer name is another file.
+  const char after = link_target[prefix_bytes + name_bytes];
+  return after == '\0' || after == ' ';
 }
 
 bool grow_file(int fd, uint64_t bytes) {

@@ -7,9 +7,8 @@
 //   - failure is reported by the return value (0 / false / -1) with errno
 //     set; nothing is printed and nothing is left half done;
 //   - memory is committed only when touched: reservations are PROT_NONE and
-//     MAP_NORESERVE, anonymous blocks are MAP_NORESERVE, physical memory is a
-//     sparse memfd. CI has 24 GiB of RAM and tests allocate many GiB of fake
-//     device memory they never touch.
+//     MAP_NORESERVE, device memory is a sparse memfd. CI has 24 GiB of RAM
+//     and tests allocate many GiB of fake device memory they never touch.
 #pragma once
 
 #include <cstddef>
@@ -25,9 +24,6 @@ size_t page_bytes();
 // the address; otherwise the kernel chooses. Returns 0 on failure.
 uintptr_t reserve(size_t bytes, size_t alignment, uintptr_t hint);
 
-// Anonymous read-write memory, aligned to `alignment`. Returns 0 on failure.
-uintptr_t map_anonymous(size_t bytes, size_t alignment);
-
 // Gives the range back to the kernel (munmap).
 bool release(uintptr_t addr, size_t bytes);
 
@@ -39,10 +35,18 @@ bool reset_to_reserved(uintptr_t addr, size_t bytes);
 // replacing the reservation there.
 bool map_file(uintptr_t addr, size_t bytes, int fd, uint64_t offset);
 
+// Maps `bytes` of file `fd` from `offset` (a page multiple), shared and
+// read-write, at a new address aligned to `alignment`. Returns 0 on failure.
+uintptr_t map_file_anywhere(size_t bytes, size_t alignment, int fd, uint64_t offset);
+
 bool protect(uintptr_t addr, size_t bytes, bool readable, bool writable);
 
 // A new anonymous memory file (memfd), close-on-exec; -1 on failure.
 int create_memory_file(const char* name);
+
+// The prefix of the link target of every memory file created with `name`
+// ("/memfd:<name>"), as /proc/<pid>/fd shows it.
+bool is_memory_file_link(const char* link_target, const char* name);
 
 // Makes the file at least `bytes` long (sparse).
 bool grow_file(int fd, uint64_t bytes);

@@ -5,6 +5,8 @@
 
 #include <cinttypes>
 
+#include "os.h"
+
 namespace fake {
 
 State& state() {
@@ -94,6 +96,10 @@ void destroy_context_resources(Lock& lock, Context* ctx) {
   for (auto& entry : st.blocks)
     if (entry.second->ctx == ctx) doomed.push_back(entry.second);
   for (Block* block : doomed) free_block(block);
+  std::vector<Import*> closed;
+  for (auto& entry : st.imports)
+    if (entry.second->ctx == ctx) closed.push_back(entry.second);
+  for (Import* import : closed) free_import(import);
   for (auto it = st.streams.begin(); it != st.streams.end();) {
     Stream* s = *it;
     if (s->ctx == ctx) {
@@ -142,7 +148,62 @@ Mapping* find_mapping(Reservation* reservation, uintptr_t addr) {
 }
 
 bool is_device_address(uintptr_t addr) {
-  return find_block(addr) != nullptr || find_reservation(addr) != nullptr;
+  return find_block(addr) != nullptr || find_reservation(addr) != nullptr ||
+         find_import(addr) != nullptr;
+}
+
+Import* find_import(uintptr_t addr) {
+  auto& imports = state().imports;
+  auto it = imports.upper_bound(addr);
+  if (it == imports.begin()) return nullptr;
+  --it;
+  Import* import = it->second;
+  return addr >= import->base && addr < import->base + import->bytes ? import : nullptr;
+}
+
+int physical_fd(const Physical& phys) {
+  return phys.own_fd >= 0 ? phys.own_fd : state().devices[size_t(phys.device)].memory_fd;
+}
+
+// --- the device's memory file ----------------------------------------------------
+
+bool allocate_file_range(Device& device, uint64_t bytes, uint64_t* offset) {
+  if (device.memory_fd < 0) {
+    device.memory_fd = os::create_memory_file("fakecuda-device-memory");
+    if (device.memory_fd < 0) return false;
+  }
+  for (auto it = device.file_holes.begin(); it != device.file_holes.end(); ++it) {
+    if (it->second < bytes) continue;
+    *offset = it->first;
+    const uint64_t rest = it->second - bytes;
+    const uint64_t rest_offset = it->first + bytes;
+    device.file_holes.erase(it);
+    if (rest) device.file_holes[rest_offset] = rest;
+    return true;
+  }
+  if (!os::grow_file(device.memory_fd, device.file_end + bytes)) return false;
+  *offset = device.file_end;
+  device.file_end += bytes;
+  return true;
+}
+
+void free_file_range(Device& device, uint64_t offset, uint64_t bytes) {
+  // Punching the hole is what gives the pages back; the range is reused.
+  os::discard_file_range(device.memory_fd, offset, bytes);
+  auto next = device.file_holes.lower_bound(offset);
+  if (next != device.file_holes.end() && offset + bytes == next->first) {
+    bytes += next->second;
+    next = device.file_holes.erase(next);
+  }
+  if (next != device.file_holes.begin()) {
+    auto previous = std::prev(next);
+    if (previous->first + previous->second == offset) {
+      offset = previous->first;
+      bytes += previous->second;
+      device.file_holes.erase(previous);
+    }
+  }
+  device.file_holes[offset] = bytes;
 }
 
 namespace {
@@ -177,6 +238,12 @@ CUresult check_device_range(uintptr_t addr, size_t bytes, Access access, int dev
     if (end > block->base + block->bytes || !block_reachable(block, device))
       return CUDA_ERROR_INVALID_VALUE;
     if (identity) identity->push_back(block->buffer_id);
+    return CUDA_SUCCESS;
+  }
+  if (Import* import = find_import(addr)) {
+    if (end > import->base + import->bytes || (device >= 0 && device != import->device))
+      return CUDA_ERROR_INVALID_VALUE;
+    if (identity) identity->push_back(import->buffer_id);
     return CUDA_SUCCESS;
   }
   Reservation* reservation = find_reservation(addr);

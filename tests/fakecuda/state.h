@@ -47,10 +47,16 @@ struct Context;
 struct Stream;
 struct Event;
 
+// cuMemAlloc memory lives in the device's memory file (Device::memory_fd),
+// mapped shared, so that another process can map the same pages for legacy
+// IPC (ipc.cpp). A file range that was ever exported is never reused: an
+// importer may still map it after the exporter's cuMemFree.
 struct Slab {
   uintptr_t base = 0;
+  uint64_t file_offset = 0;
   size_t used_bytes = 0;  // bump offset
   int live_blocks = 0;
+  bool exported = false;  // a block of it went out through cuIpcGetMemHandle
 };
 
 // One cuMemAlloc allocation.
@@ -62,14 +68,21 @@ struct Block {
   Context* ctx = nullptr;
   uint64_t buffer_id = 0;
   Slab* slab = nullptr;  // null: a block of its own (large)
+  uint64_t file_offset = 0;  // of `base` in the device's memory file
+  bool exported = false;     // large blocks: went out through cuIpcGetMemHandle
 };
 
-// One cuMemCreate allocation: a range of the device's memory file.
+// One cuMemCreate allocation: a range of the device's memory file, or, when
+// created shareable (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) or imported,
+// a memory file of its own that can cross processes (share.cpp).
 struct Physical {
   CUmemGenericAllocationHandle handle = 0;
   int device = 0;
   size_t bytes = 0;
   uint64_t file_offset = 0;
+  int own_fd = -1;        // >= 0: its own memory file (offset 0), else the device's
+  uint64_t inode = 0;     // of own_fd: finds it again when its fd is imported
+  bool charged = true;    // counted against the device total (imports are not)
   CUmemAllocationProp prop{};
   int handle_refs = 0;  // cuMemCreate + cuMemRetainAllocationHandle - cuMemRelease
   int mappings = 0;
@@ -91,6 +104,22 @@ struct Reservation {
   uintptr_t base = 0;
   size_t bytes = 0;
   std::map<uintptr_t, Mapping> mappings;
+};
+
+// One cuIpcOpenMemHandle mapping of another process's cuMemAlloc block.
+struct Import {
+  uintptr_t base = 0;      // what cuIpcOpenMemHandle returned: the block's start
+  size_t bytes = 0;        // the block's size
+  uintptr_t map_base = 0;  // the page-aligned mapping around it
+  size_t map_bytes = 0;
+  Context* ctx = nullptr;
+  int device = 0;
+  uint64_t buffer_id = 0;  // this process's id of the mapping
+  int refs = 0;            // opens - closes of the same handle
+  // Identifies the exported block: exporter pid, its start time, its buffer id.
+  int exporter_pid = 0;
+  uint64_t exporter_start = 0;
+  uint64_t exporter_buffer_id = 0;
 };
 
 struct Device {
@@ -167,6 +196,8 @@ struct State {
   std::map<uintptr_t, Block*> blocks;
   std::map<uintptr_t, Reservation*> reservations;
   std::map<CUmemGenericAllocationHandle, Physical*> handles;  // handle_refs > 0
+  std::map<uint64_t, Physical*> shareable;  // by inode: live Physicals with own_fd
+  std::map<uintptr_t, Import*> imports;     // by map_base
   uint64_t next_buffer_id = 1;
   uint64_t next_capture_id = 1;
   CUmemGenericAllocationHandle next_handle = 0x1000;
@@ -232,12 +263,30 @@ Block* find_block(uintptr_t addr);  // the block containing addr
 Reservation* find_reservation(uintptr_t addr);
 Mapping* find_mapping(Reservation* reservation, uintptr_t addr);
 bool is_device_address(uintptr_t addr);  // inside a block or a reservation
+Import* find_import(uintptr_t addr);  // the import whose block contains addr
 void free_block(Block* block);
+// Unmaps an import and forgets it (its last close, or its context's end).
+void free_import(Import* import);
+// The file a Physical's memory lives in.
+int physical_fd(const Physical& phys);
+// A range of the device's memory file (created on first use): first fit
+// among the holes, else the end of the file, which grows. False on failure.
+bool allocate_file_range(Device& device, uint64_t bytes, uint64_t* offset);
+// Gives the pages back (the range reads as zeros again) and the range for reuse.
+void free_file_range(Device& device, uint64_t offset, uint64_t bytes);
 // Frees a Physical once it has neither handle references nor mappings.
 void maybe_free_physical(Physical* phys);
+// requestedHandleTypes of a CUmemAllocationProp: CUDA_SUCCESS for none or
+// POSIX_FILE_DESCRIPTOR (where supported), NOT_SUPPORTED for the types the
+// fake lacks, INVALID_VALUE for bits that are no type.
+CUresult check_handle_types(unsigned long long requested);
+// Gives a new Physical (bytes, device, prop set) a memory file of its own.
+bool create_shareable_memory(Physical* phys);
+// Closes it (when the Physical goes).
+void release_shareable_memory(Physical* phys);
 
 enum class Access { kRead, kWrite };
-// Is [addr, addr+bytes) one live block, or contiguous mappings of one
+// Is [addr, addr+bytes) one live block, one import, or contiguous mappings of one
 // reservation that `device` (-1: any device) may access as asked? Fills
 // `identity` (buffer ids covered) so that a later check can tell the memory
 // was freed and reused in between. CUDA_ERROR_INVALID_VALUE if not.

@@ -2,7 +2,10 @@
 //
 //   cuMemAddressReserve  PROT_NONE address space (alignment, hint honoured)
 //   cuMemCreate          a granule-multiple range of the device's memfd,
-//                        counted against the device total
+//                        counted against the device total; with
+//                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR requested,
+//                        a memfd of its own that can cross processes
+//                        (share.cpp)
 //   cuMemMap             that range mapped MAP_SHARED at the address, still
 //                        PROT_NONE: on a GPU unmapped-access memory faults,
 //                        here touching it before cuMemSetAccess segfaults
@@ -26,53 +29,14 @@ namespace {
 bool granular(uint64_t value) { return value % kGranularityBytes == 0; }
 
 // Property checks shared by cuMemCreate and cuMemGetAllocationGranularity:
-// pinned device memory on an existing device is all the fake emulates.
+// pinned device memory on an existing device is all the fake emulates, and
+// of the shareable handle types only POSIX file descriptors.
 CUresult check_prop(const CUmemAllocationProp* prop) {
   if (!prop) return CUDA_ERROR_INVALID_VALUE;
   if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
   if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(prop->location.id)) return CUDA_ERROR_INVALID_DEVICE;
-  return CUDA_SUCCESS;
-}
-
-// First fit among the holes, else the end of the file, which grows.
-bool allocate_file_range(Device& device, uint64_t bytes, uint64_t* offset) {
-  if (device.memory_fd < 0) {
-    device.memory_fd = os::create_memory_file("fakecuda-device-memory");
-    if (device.memory_fd < 0) return false;
-  }
-  for (auto it = device.file_holes.begin(); it != device.file_holes.end(); ++it) {
-    if (it->second < bytes) continue;
-    *offset = it->first;
-    const uint64_t rest = it->second - bytes;
-    const uint64_t rest_offset = it->first + bytes;
-    device.file_holes.erase(it);
-    if (rest) device.file_holes[rest_offset] = rest;
-    return true;
-  }
-  if (!os::grow_file(device.memory_fd, device.file_end + bytes)) return false;
-  *offset = device.file_end;
-  device.file_end += bytes;
-  return true;
-}
-
-void free_file_range(Device& device, uint64_t offset, uint64_t bytes) {
-  // Punching the hole is what gives the pages back; the range is reused.
-  os::discard_file_range(device.memory_fd, offset, bytes);
-  auto next = device.file_holes.lower_bound(offset);
-  if (next != device.file_holes.end() && offset + bytes == next->first) {
-    bytes += next->second;
-    next = device.file_holes.erase(next);
-  }
-  if (next != device.file_holes.begin()) {
-    auto previous = std::prev(next);
-    if (previous->first + previous->second == offset) {
-      offset = previous->first;
-      bytes += previous->second;
-      device.file_holes.erase(previous);
-    }
-  }
-  device.file_holes[offset] = bytes;
+  return check_handle_types(prop->requestedHandleTypes);
 }
 
 // The whole mappings that exactly tile [addr, addr+bytes) of one reservation,
@@ -112,8 +76,12 @@ namespace fake {
 void maybe_free_physical(Physical* phys) {
   if (phys->handle_refs > 0 || phys->mappings > 0) return;
   Device& device = state().devices[size_t(phys->device)];
-  free_file_range(device, phys->file_offset, phys->bytes);
-  device.used_bytes -= phys->bytes;
+  if (phys->own_fd >= 0) {
+    release_shareable_memory(phys);
+  } else {
+    free_file_range(device, phys->file_offset, phys->bytes);
+  }
+  if (phys->charged) device.used_bytes -= phys->bytes;
   delete phys;
 }
 
@@ -160,20 +128,22 @@ CUresult impl::cuMemCreate(CUmemGenericAllocationHandle* handle, size_t bytes,
   Lock lock(state().mu);
   FAKE_TRY(check_prop(prop));
   if (bytes == 0 || !granular(bytes)) return CUDA_ERROR_INVALID_VALUE;
-  const unsigned supported = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-  if (prop->requestedHandleTypes & ~supported) return CUDA_ERROR_NOT_SUPPORTED;
   State& st = state();
   Device& device = st.devices[size_t(prop->location.id)];
   if (bytes > device.total_bytes || device.used_bytes + bytes > device.total_bytes)
     return CUDA_ERROR_OUT_OF_MEMORY;
-  uint64_t offset = 0;
-  if (!allocate_file_range(device, bytes, &offset)) return CUDA_ERROR_OUT_OF_MEMORY;
   Physical* phys = new Physical;
-  phys->handle = st.next_handle++;
   phys->device = device.ordinal;
   phys->bytes = bytes;
-  phys->file_offset = offset;
   phys->prop = *prop;
+  const bool shareable =
+      (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0;
+  if (shareable ? !create_shareable_memory(phys)
+                : !allocate_file_range(device, bytes, &phys->file_offset)) {
+    delete phys;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  phys->handle = st.next_handle++;
   phys->handle_refs = 1;
   phys->block_id = st.next_buffer_id++;
   st.handles[phys->handle] = phys;
@@ -216,8 +186,7 @@ CUresult impl::cuMemMap(CUdeviceptr ptr, size_t bytes, size_t offset,
   if (next != reservation->mappings.end() && next->first < addr + bytes)
     return CUDA_ERROR_INVALID_VALUE;
   if (find_mapping(reservation, addr)) return CUDA_ERROR_INVALID_VALUE;
-  const Device& device = st.devices[size_t(phys->device)];
-  if (!os::map_file(addr, bytes, device.memory_fd, phys->file_offset + offset))
+  if (!os::map_file(addr, bytes, physical_fd(*phys), phys->file_offset + offset))
     return CUDA_ERROR_OUT_OF_MEMORY;
   Mapping& mapping = reservation->mappings[addr];
   mapping.base = addr;

@@ -1,0 +1,73 @@
+/* tests/interpose/ipc_common.h: the pipe protocol between ipc_exporter and
+ * ipc_importer (and ipc_cases.py, which speaks it too), and small helpers.
+ *
+ * The exporter writes one ipc_request at a time to the importer's stdin, the
+ * CUipcMemHandle in it as its raw 64 bytes; the importer answers each with
+ * one ipc_reply on its stdout. Both are fixed-size, native byte order:
+ * struct formats "<BBB5xQQ64s" and "<iiQQ" on x86-64. */
+#ifndef PAGEFAST_TESTS_IPC_COMMON_H
+#define PAGEFAST_TESTS_IPC_COMMON_H
+
+#include <cuda.h>
+#include <dirent.h>
+#include <stdint.h>
+#include <unistd.h>
+
+/* Ops:
+ *   'O' cuIpcOpenMemHandle(handle) and keep the pointer; ms = time it took
+ *   'R' read [ptr+offset, +bytes) with cuMemcpyDtoH: check = 1 if every byte
+ *       equals `expect`
+ *   'W' cuMemsetD8 [ptr+offset, +bytes) to `value`, then cuCtxSynchronize
+ *   'C' cuIpcCloseMemHandle(ptr)
+ *   'A' value = CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE of ptr
+ *   'F' value = open file descriptors of the importer
+ *   'Q' exit */
+struct ipc_request {
+  uint8_t op;
+  uint8_t expect;
+  uint8_t value;
+  uint8_t pad[5];
+  uint64_t offset;
+  uint64_t bytes;
+  CUipcMemHandle handle;
+};
+
+struct ipc_reply {
+  int32_t rc; /* a CUresult */
+  int32_t check;
+  uint64_t value;
+  uint64_t ms;
+};
+
+static inline int ipc_write_full(int fd, const void* data, size_t bytes) {
+  const char* p = (const char*)data;
+  while (bytes > 0) {
+    const ssize_t n = write(fd, p, bytes);
+    if (n <= 0) return 0;
+    p += n;
+    bytes -= (size_t)n;
+  }
+  return 1;
+}
+
+static inline int ipc_read_full(int fd, void* data, size_t bytes) {
+  char* p = (char*)data;
+  while (bytes > 0) {
+    const ssize_t n = read(fd, p, bytes);
+    if (n <= 0) return 0;
+    p += n;
+    bytes -= (size_t)n;
+  }
+  return 1;
+}
+
+static inline int ipc_open_fds(void) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return -1;
+  int count = 0;
+  while (readdir(dir)) ++count;
+  closedir(dir);
+  return count;
+}
+
+#endif

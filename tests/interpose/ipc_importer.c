@@ -1,0 +1,84 @@
+/* tests/interpose/ipc_importer.c: the importing side of the IPC cases
+ * (ipc_cases.py): a CUDA program, linked against libcuda.so.1, that opens
+ * the legacy IPC handles it is sent on stdin and answers on stdout
+ * (protocol in ipc_common.h).
+ *
+ *   ipc_importer [--as-nobody]
+ * --as-nobody: switch to uid/gid 65534 before cuInit (needs root). */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "ipc_common.h"
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && strcmp(argv[1], "--as-nobody") == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) {
+      perror("ipc_importer: setuid");
+      return 3;
+    }
+  }
+  CUresult ready = cuInit(0);
+  CUcontext ctx = NULL;
+  if (ready == CUDA_SUCCESS) ready = cuDevicePrimaryCtxRetain(&ctx, 0);
+  if (ready == CUDA_SUCCESS) ready = cuCtxSetCurrent(ctx);
+  CUdeviceptr ptr = 0;
+  for (;;) {
+    struct ipc_request request;
+    if (!ipc_read_full(0, &request, sizeof request)) return 0;
+    struct ipc_reply reply;
+    memset(&reply, 0, sizeof reply);
+    reply.rc = (int32_t)ready;
+    if (ready == CUDA_SUCCESS) {
+      switch (request.op) {
+        case 'O': {
+          const uint64_t start = now_ms();
+          CUdeviceptr got = 0;
+          reply.rc = (int32_t)cuIpcOpenMemHandle(&got, request.handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+          reply.ms = now_ms() - start;
+          if (reply.rc == CUDA_SUCCESS) ptr = got;
+          reply.value = got != 0;
+          break;
+        }
+        case 'R': {
+          static unsigned char bytes[8 << 20];
+          if (request.bytes > sizeof bytes) {
+            reply.rc = CUDA_ERROR_INVALID_VALUE;
+            break;
+          }
+          reply.rc = (int32_t)cuMemcpyDtoH(bytes, ptr + request.offset, request.bytes);
+          reply.check = reply.rc == CUDA_SUCCESS;
+          for (uint64_t i = 0; reply.check && i < request.bytes; ++i)
+            if (bytes[i] != request.expect) reply.check = 0;
+          break;
+        }
+        case 'W':
+          reply.rc = (int32_t)cuMemsetD8(ptr + request.offset, request.value, request.bytes);
+          if (reply.rc == CUDA_SUCCESS) reply.rc = (int32_t)cuCtxSynchronize();
+          break;
+        case 'C': reply.rc = (int32_t)cuIpcCloseMemHandle(ptr); break;
+        case 'A': {
+          int capable = -1;
+          reply.rc = (int32_t)cuPointerGetAttribute(&capable, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, ptr);
+          reply.value = (uint64_t)(int64_t)capable;
+          break;
+        }
+        case 'F':
+          reply.rc = CUDA_SUCCESS;
+          reply.value = (uint64_t)ipc_open_fds();
+          break;
+        case 'Q': return 0;
+        default: reply.rc = CUDA_ERROR_INVALID_VALUE;
+      }
+    } else if (request.op == 'Q') {
+      return 0;
+    }
+    if (!ipc_write_full(1, &reply, sizeof reply)) return 4;
+  }
+}
