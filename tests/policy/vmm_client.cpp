@@ -12,7 +12,8 @@
 //                  Every failed call is printed and survived (fault runs).
 //   semantics      every VMM call's answer on live, released, unmapped and
 //                  re-mapped handles and addresses (properties, retain,
-//                  granularity, pointer attributes, access, address free).
+//                  granularity, pointer attributes, access, address free,
+//                  export).
 //   oom            with 512 MiB of device memory: released pages serve a
 //                  400 MiB cuMemAlloc, and freed pool memory new pages.
 #include <cuda.h>
@@ -21,6 +22,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <vector>
+
+#include <unistd.h>
 
 namespace {
 
@@ -239,6 +242,20 @@ int semantics() {
   say("unmap d at an offset", cuMemUnmap(base + 4 * kPage, 2u << 20));
   say("unmap d", cuMemUnmap(base, kPage));
   say("release d", cuMemRelease(c));
+  // Exported: another process may hold the memory, so it is never reused.
+  CUmemGenericAllocationHandle e = 0, f = 0;
+  say("create e", cuMemCreate(&e, kPage, &prop, 0));
+  say("map e", cuMemMap(base, kPage, 0, e, 0));
+  say("access e", cuMemSetAccess(base, kPage, &access, 1));
+  int fd = -1;
+  say("export e", cuMemExportToShareableHandle(&fd, e, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+  if (fd >= 0) close(fd);
+  say("unmap e", cuMemUnmap(base, kPage));
+  say("release e", cuMemRelease(e));
+  say("export e released", cuMemExportToShareableHandle(&fd, e, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+  say("create f", cuMemCreate(&f, kPage, &prop, 0));
+  std::printf("f is e %d\n", int(f == e));
+  say("release f", cuMemRelease(f));
   say("address free", cuMemAddressFree(base, 8 * kPage));
   say("address free twice", cuMemAddressFree(base, 8 * kPage));
   size_t free_bytes = 0, total_bytes = 0;
