@@ -19,11 +19,10 @@ bool ClientVmmCache::take(uint64_t bytes, const std::string& prop, uint64_t* han
     ++stats_.create_misses;
     return false;
   }
-  // Oldest first: a segment unmapped and released front to back is
-  // re-created and re-mapped front to back, so each handle meets its own
-  // deferred mapping again.
-  const uint64_t h = slot->second.front();
-  slot->second.pop_front();
+  // Lowest deferred address first: a segment grows from its start again,
+  // so each handle meets its own deferred mapping.
+  const uint64_t h = slot->second.begin()->second;
+  slot->second.erase(slot->second.begin());
   Handle& rec = handles_[h];
   rec.cached = false;
   rec.refs = 1;
@@ -64,7 +63,10 @@ int ClientVmmCache::retire(uint64_t handle) {
     if (room >= held && room - held >= rec.bytes) {
       rec.cached = true;
       held += rec.bytes;
-      free_[rec.slot].push_back(handle);
+      uint64_t where = UINT64_MAX;
+      for (auto& [addr, m] : maps_)
+        if (m.handle == handle && m.deferred && addr < where) where = addr;
+      free_[rec.slot].emplace(std::make_pair(where, arrivals_++), handle);
       return kClientOk;
     }
   }
@@ -276,11 +278,13 @@ uint64_t ClientVmmCache::trim(int device, uint64_t bytes) {
   std::lock_guard<std::mutex> guard(mutex_);
   uint64_t freed = 0;
   for (auto& [slot, queue] : free_) {
+    // Highest addresses first: the end of a segment is the last to grow back.
     while (!queue.empty() && freed < bytes) {
-      const uint64_t h = queue.front();
+      const auto last = std::prev(queue.end());
+      const uint64_t h = last->second;
       Handle& rec = handles_[h];
       if (rec.device != device) break;  // one slot is one device (the location is in the key)
-      queue.pop_front();
+      queue.erase(last);
       const uint64_t held = rec.bytes;
       cached_bytes_[device] -= held;
       if (release_for_real(h) == kClientOk) {

@@ -40,7 +40,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -169,7 +168,12 @@ class ClientVmmCache {
   std::mutex mutex_;
   std::unordered_map<uint64_t, Handle> handles_;
   std::map<uint64_t, Mapping> maps_;  // by address; tracked handles only
-  std::unordered_map<std::string, std::deque<uint64_t>> free_;
+  // Per slot, the cached handles by (address of a deferred mapping of
+  // theirs, or UINT64_MAX; arrival): lowest first, because segments grow
+  // from their start, so each handle meets its own mapping again.
+  using FreeQueue = std::map<std::pair<uint64_t, uint64_t>, uint64_t>;
+  std::unordered_map<std::string, FreeQueue> free_;
+  uint64_t arrivals_ = 0;
   std::map<int, uint64_t> cached_bytes_;
   std::atomic<uint64_t> deferred_count_{0};
   ClientVmmStats stats_;
