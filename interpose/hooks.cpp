@@ -241,12 +241,17 @@ CUresult cuMemGetAccess(unsigned long long* flags, const CUmemLocation* location
   PF_FORWARD(cuMemGetAccess, (flags, location, ptr));
 }
 
-// Address reservations: counted and forwarded (the cache needs nothing
-// from them; cuMemAddressFree unmaps its deferred mappings there first).
+// Address reservations: forwarded; the cache notes them (it grows a
+// segment ahead only inside one; cuMemAddressFree unmaps its deferred
+// mappings there first).
 CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t bytes, size_t alignment, CUdeviceptr addr,
                              unsigned long long flags) {
-  active(Entry::cuMemAddressReserve);
-  PF_FORWARD(cuMemAddressReserve, (ptr, bytes, alignment, addr, flags));
+  const bool on = active(Entry::cuMemAddressReserve) && pool::clients::on();
+  const RealDriver* real = real_driver();
+  if (!real || !real->cuMemAddressReserve) return kMissing;
+  const CUresult result = real->cuMemAddressReserve(ptr, bytes, alignment, addr, flags);
+  if (on && result == CUDA_SUCCESS && ptr) pool::clients::note_reserved(*ptr, bytes);
+  return result;
 }
 
 // Peer access: the driver decides; on success the owner's pool follows

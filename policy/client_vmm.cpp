@@ -234,13 +234,91 @@ int ClientVmmCache::set_access(uint64_t addr, uint64_t bytes, const std::string&
     if (r == kClientOk && whole) apply_access(it->second, descs);
     else it->second.access_known = false;
   }
+  if (r == kClientOk && prefetch_pages_ > 0) maybe_prefetch(addr, end, descs);
   return r;
+}
+
+void ClientVmmCache::note_reserved(uint64_t base, uint64_t bytes) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  reservations_[base] = bytes;
+}
+
+void ClientVmmCache::maybe_prefetch(uint64_t addr, uint64_t end, const std::string& descs) {
+  // The range must end with a live whole-handle mapping of a tracked,
+  // unshared handle, inside one of the program's reservations.
+  auto last = maps_.lower_bound(end);
+  if (last == maps_.begin()) return;
+  --last;
+  const Mapping& m = last->second;
+  if (last->first < addr || last->first + m.bytes != end || m.deferred || m.offset != 0) return;
+  auto h = handles_.find(m.handle);
+  if (h == handles_.end() || h->second.shared || h->second.bytes != m.bytes) return;
+  const uint64_t page = m.bytes;
+  auto res = reservations_.upper_bound(addr);
+  if (res == reservations_.begin()) return;
+  --res;
+  const uint64_t res_end = res->first + res->second;
+  if (addr < res->first || end > res_end) return;
+  const Handle proto = h->second;
+  int& next = next_prefetch_[proto.slot];
+  if (next == 0) next = 2;
+  uint64_t pages = uint64_t(next);
+  if (pages > (res_end - end) / page) pages = (res_end - end) / page;
+  const uint64_t room = driver_.cache_room(proto.device);
+  const uint64_t held = cached_bytes_[proto.device];
+  if (room < held) return;
+  if (pages > (room - held) / page) pages = (room - held) / page;
+  // Only onto addresses the cache knows to be free of the program's maps.
+  auto clash = maps_.lower_bound(end);
+  if (clash != maps_.end() && clash->first < end + pages * page) pages = (clash->first - end) / page;
+  if (pages == 0) return;
+  const std::string prop = proto.slot.substr(0, proto.slot.size() - sizeof(uint64_t));
+  std::vector<uint64_t> made;
+  for (uint64_t i = 0; i < pages; ++i) {
+    uint64_t handle = 0;
+    if (driver_.create(page, prop, &handle) != kClientOk) break;
+    if (driver_.map(end + i * page, page, 0, handle, 0) != kClientOk) {
+      driver_.release(handle);
+      break;
+    }
+    made.push_back(handle);
+  }
+  if (!made.empty() && driver_.set_access(end, made.size() * page, descs) != kClientOk) {
+    for (size_t i = 0; i < made.size(); ++i) {
+      driver_.unmap(end + i * page, page);
+      driver_.release(made[i]);
+    }
+    made.clear();
+  }
+  if (made.empty()) return;
+  if (next < prefetch_pages_) next = next * 2 > prefetch_pages_ ? prefetch_pages_ : next * 2;
+  for (size_t i = 0; i < made.size(); ++i) {
+    const uint64_t at = end + i * page;
+    Handle& rec = handles_[made[i]];
+    rec = Handle{};
+    rec.bytes = page;
+    rec.slot = proto.slot;
+    rec.device = proto.device;
+    rec.cached = true;
+    Mapping& map = maps_[at];
+    map = Mapping{};
+    map.bytes = page;
+    map.handle = made[i];
+    map.deferred = true;
+    apply_access(map, descs);
+    deferred_count_.fetch_add(1, std::memory_order_relaxed);
+    cached_bytes_[proto.device] += page;
+    free_[proto.slot].emplace(std::make_pair(at, arrivals_++), made[i]);
+    ++stats_.prefetched;
+  }
 }
 
 int ClientVmmCache::address_free(uint64_t addr, uint64_t bytes) {
   std::lock_guard<std::mutex> guard(mutex_);
   flush_overlap(addr, bytes);
-  return driver_.address_free(addr, bytes);
+  const int r = driver_.address_free(addr, bytes);
+  if (r == kClientOk) reservations_.erase(addr);
+  return r;
 }
 
 bool ClientVmmCache::retain(uint64_t addr, uint64_t* handle) {

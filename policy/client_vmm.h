@@ -25,6 +25,14 @@
 //   again changes nothing. Access is kept per location (a descriptor's
 //   first `location_bytes`), so PyTorch's one call per device (its own,
 //   then each peer) is recognised too.
+// - Growth ahead (prefetch_pages > 0): when a cuMemSetAccess the driver
+//   performed ends with a fresh whole-handle mapping inside a reservation
+//   the program made, the cache creates the next handles of the same
+//   properties, maps them right after it and opens them with ONE access
+//   call with the same descriptors, and keeps them as cached handles with
+//   deferred mappings: a segment that grows page by page then meets its
+//   next pages already mapped and open (2, 4, ... up to prefetch_pages per
+//   growth; never beyond cache_room; a failed step undoes the prefetch).
 // - Anything else that touches a deferred mapping's addresses (a map there,
 //   access over it, a different offset or size, cuMemAddressFree, a pointer
 //   query, cuMemRetainAllocationHandle) first unmaps it for real, so the
@@ -58,6 +66,8 @@ constexpr int kClientInvalidValue = 1;
 class ClientDriver {
  public:
   virtual ~ClientDriver() = default;
+  // `prop`: the property bytes a program's cuMemCreate gave (for prefetch).
+  virtual int create(uint64_t bytes, const std::string& prop, uint64_t* handle) = 0;
   virtual int release(uint64_t handle) = 0;
   virtual int map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t handle, uint64_t flags) = 0;
   virtual int unmap(uint64_t addr, uint64_t bytes) = 0;
@@ -78,6 +88,7 @@ struct ClientVmmStats {
   uint64_t access_skipped = 0;    // cuMemSetAccess answered without the driver
   uint64_t real_unmaps = 0;       // deferred mappings unmapped for real later
   uint64_t trimmed_bytes = 0;     // cached memory given back to the driver
+  uint64_t prefetched = 0;        // handles created, mapped and opened ahead of the program
 };
 
 class ClientVmmCache {
@@ -85,8 +96,14 @@ class ClientVmmCache {
   // An access descriptor is `desc_bytes` long; its first `location_bytes`
   // name the location it sets (sizeof(CUmemAccessDesc) and
   // sizeof(CUmemLocation) in production).
-  ClientVmmCache(ClientDriver& driver, size_t desc_bytes, size_t location_bytes)
-      : driver_(driver), desc_bytes_(desc_bytes ? desc_bytes : 1), location_bytes_(location_bytes) {}
+  ClientVmmCache(ClientDriver& driver, size_t desc_bytes, size_t location_bytes, int prefetch_pages = 0)
+      : driver_(driver),
+        desc_bytes_(desc_bytes ? desc_bytes : 1),
+        location_bytes_(location_bytes),
+        prefetch_pages_(prefetch_pages) {}
+
+  // cuMemAddressReserve succeeded: the program's range (prefetch stays in it).
+  void note_reserved(uint64_t base, uint64_t bytes);
 
   // cuMemCreate, before the driver: a cached handle of exactly `bytes` and
   // `prop` (the property bytes), or false.
@@ -161,10 +178,15 @@ class ClientVmmCache {
   // change anything (or `m`'s access is not known).
   bool access_already(const Mapping& m, const std::string& descs) const;
   void apply_access(Mapping& m, const std::string& descs) const;
+  // After a successful access call over [addr, end): grow ahead of it.
+  void maybe_prefetch(uint64_t addr, uint64_t end, const std::string& descs);
 
   ClientDriver& driver_;
   const size_t desc_bytes_;
   const size_t location_bytes_;
+  const int prefetch_pages_;
+  std::map<uint64_t, uint64_t> reservations_;        // base -> bytes
+  std::unordered_map<std::string, int> next_prefetch_;  // slot -> pages the next prefetch makes
   std::mutex mutex_;
   std::unordered_map<uint64_t, Handle> handles_;
   std::map<uint64_t, Mapping> maps_;  // by address; tracked handles only

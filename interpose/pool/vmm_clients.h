@@ -38,6 +38,8 @@ CUresult retain(CUmemGenericAllocationHandle* handle, void* addr);
 CUresult export_handle(void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
                        unsigned long long flags);
 CUresult properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle);
+// cuMemAddressReserve succeeded: growth ahead stays inside such ranges.
+void note_reserved(CUdeviceptr base, size_t bytes);
 // Before a pointer query (cuPointerGetAttribute(s), cuMemGetAddressRange):
 // a deferred mapping at `ptr` is unmapped for real first.
 void before_query(CUdeviceptr ptr);

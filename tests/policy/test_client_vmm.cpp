@@ -9,6 +9,7 @@
 // with which access) present in the fake.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <random>
@@ -43,9 +44,15 @@ class FakeDriver final : public ClientDriver {
   std::map<std::string, int> calls;
   std::string fail_op;  // the next call of this op fails (once)
 
+  int fail_skip = 0;    // ... after this many more calls of it succeeded
+
   bool fails(const char* op) {
     ++calls[op];
     if (fail_op != op) return false;
+    if (fail_skip > 0) {
+      --fail_skip;
+      return false;
+    }
     fail_op.clear();
     return true;
   }
@@ -78,7 +85,7 @@ class FakeDriver final : public ClientDriver {
     handles.erase(it);  // freed: no reference, no mapping
   }
 
-  int create(uint64_t bytes, uint64_t* h) {
+  int create(uint64_t bytes, const std::string&, uint64_t* h) override {
     if (fails("create")) return kFailed;
     *h = next_handle++;
     handles[*h] = FakeHandle{bytes, 1};
@@ -146,7 +153,7 @@ struct Program {
   ClientVmmCache* cache;
   int create(uint64_t bytes, const std::string& prop, uint64_t* h) {
     if (cache && cache->take(bytes, prop, h)) return kClientOk;
-    const int r = fake.create(bytes, h);
+    const int r = fake.create(bytes, prop, h);
     if (r == kClientOk && cache) cache->note_created(*h, bytes, prop, 0);
     return r;
   }
@@ -241,6 +248,96 @@ TEST_CASE("client vmm: one access call per device (PyTorch with peers) is recogn
   REQUIRE(p.access(kBase, kSeg, "rwpn") == kClientOk);
   CHECK(fake.calls["set_access"] == 3);
   CHECK(fake.maps[kBase].access["p"] == "n");
+}
+
+// PyTorch's seed loop: a segment grows by one page per access call.
+int grow_page_by_page(Program& p, int pages, std::vector<uint64_t>* hs) {
+  hs->assign(size_t(pages), 0);
+  for (int i = 0; i < pages; ++i) {
+    if (p.create(kSeg, kProp, &(*hs)[size_t(i)]) != kClientOk) return i;
+    if (p.map(kBase + uint64_t(i) * kSeg, kSeg, 0, (*hs)[size_t(i)]) != kClientOk) return i;
+    if (p.access(kBase + uint64_t(i) * kSeg, kSeg, kRW) != kClientOk) return i;
+  }
+  return pages;
+}
+
+TEST_CASE("client vmm: growth ahead opens a growing segment with one access call per doubling") {
+  FakeDriver fake;
+  ClientVmmCache cache(fake, 2, 1, 32);
+  cache.note_reserved(kBase, 100 * kSeg);
+  Program p{fake, &cache};
+  std::vector<uint64_t> hs;
+  REQUIRE(grow_page_by_page(p, 64, &hs) == 64);
+  // Pages 0, 1 (then 2 ahead), 3 (4 ahead), 8 (8), 17 (16), 34 (32), 67: 6 real calls, 6 prefetches.
+  CHECK(fake.calls["set_access"] <= 12);
+  CHECK(fake.calls["set_access"] >= 6);
+  CHECK(cache.stats().prefetched > 0);
+  // Each page the program holds is its own handle, mapped where it asked, open.
+  for (int i = 0; i < 64; ++i) {
+    const FakeMap& m = fake.maps[kBase + uint64_t(i) * kSeg];
+    CHECK(m.handle == hs[size_t(i)]);
+    CHECK(m.access.at("r") == "w");
+  }
+  // Handles differ (no page handed out twice).
+  std::sort(hs.begin(), hs.end());
+  CHECK(std::unique(hs.begin(), hs.end()) == hs.end());
+  // Shrink all, grow again: no driver call.
+  for (int i = 0; i < 64; ++i) {
+    REQUIRE(p.unmap(kBase + uint64_t(i) * kSeg, kSeg) == kClientOk);
+    REQUIRE(p.release(fake.maps[kBase + uint64_t(i) * kSeg].handle) == kClientOk);
+  }
+  const int before = fake.total_calls();
+  REQUIRE(grow_page_by_page(p, 64, &hs) == 64);
+  CHECK(fake.total_calls() == before);
+  // Never past the reservation, and all of it given back by a trim.
+  for (auto& [a, m] : fake.maps) CHECK(a + m.bytes <= kBase + 100 * kSeg);
+  for (int i = 0; i < 64; ++i) {
+    REQUIRE(p.unmap(kBase + uint64_t(i) * kSeg, kSeg) == kClientOk);
+    REQUIRE(p.release(hs[size_t(i)]) == kClientOk);
+  }
+  cache.trim(0, UINT64_MAX);
+  CHECK(fake.maps.empty());
+  CHECK(fake.handles.empty());
+}
+
+TEST_CASE("client vmm: growth ahead stays within the cache's room and undoes a failed step") {
+  FakeDriver fake;
+  ClientVmmCache cache(fake, 2, 1, 32);
+  cache.note_reserved(kBase, 100 * kSeg);
+  Program p{fake, &cache};
+  std::vector<uint64_t> hs;
+  fake.room = 3 * kSeg;
+  REQUIRE(grow_page_by_page(p, 16, &hs) == 16);
+  CHECK(cache.cached_bytes(0) <= 3 * kSeg);
+  for (int i = 0; i < 16; ++i) CHECK(fake.maps[kBase + uint64_t(i) * kSeg].handle == hs[size_t(i)]);
+  // A refused access call while growing ahead: the prefetch is undone.
+  FakeDriver fake2;
+  ClientVmmCache cache2(fake2, 2, 1, 32);
+  cache2.note_reserved(kBase, 100 * kSeg);
+  Program p2{fake2, &cache2};
+  uint64_t h = 0;
+  REQUIRE(p2.create(kSeg, kProp, &h) == kClientOk);
+  REQUIRE(p2.map(kBase, kSeg, 0, h) == kClientOk);
+  // The program's access call is the first set_access, the prefetch's the second.
+  fake2.fail_op = "set_access";
+  fake2.fail_skip = 1;
+  REQUIRE(p2.access(kBase, kSeg, kRW) == kClientOk);
+  CHECK(cache2.stats().prefetched == 0);
+  CHECK(fake2.maps.size() == 1);
+  CHECK(fake2.handles.size() == 1);
+  CHECK(fake2.maps[kBase].access.at("r") == "w");
+  FakeDriver fake3;
+  ClientVmmCache cache3(fake3, 2, 1, 32);
+  cache3.note_reserved(kBase, 100 * kSeg);
+  Program p3{fake3, &cache3};
+  REQUIRE(p3.create(kSeg, kProp, &h) == kClientOk);
+  REQUIRE(p3.map(kBase, kSeg, 0, h) == kClientOk);
+  fake3.fail_op = "map";  // the prefetch's second map
+  fake3.fail_skip = 1;
+  REQUIRE(p3.access(kBase, kSeg, kRW) == kClientOk);
+  CHECK(cache3.stats().prefetched == 1);  // the first page made it; the second is undone
+  CHECK(fake3.maps.size() == 2);
+  CHECK(fake3.handles.size() == 2);
 }
 
 TEST_CASE("client vmm: a released handle is refused as the driver refuses it") {
@@ -393,7 +490,8 @@ TEST_CASE("client vmm: differential against the driver, random programs") {
   constexpr uint64_t kUnit = 2 << 20;
   for (uint32_t seed = 1; seed <= 200; ++seed) {
     FakeDriver direct_fake, cached_fake;
-    ClientVmmCache cache(cached_fake, 2, 1);
+    ClientVmmCache cache(cached_fake, 2, 1, seed % 2 ? 4 : 0);
+    cache.note_reserved(kBase, uint64_t(kPositions) * 2 * kUnit);
     if (seed % 5 == 0) cached_fake.room = 3 * kUnit;  // a small cache: releases go through too
     Program direct{direct_fake, nullptr}, cached{cached_fake, &cache};
     uint64_t handle[2][kSlots] = {};

@@ -4,7 +4,7 @@ against the fake driver. Runs vmm_client (linked with the fake libcuda.so.1)
 with and without LD_PRELOAD=libpagefast.so and compares transcripts (one
 line per driver call and its result, never an address or a handle).
 
-Usage: vmm_client_cases.py <differential|counts|faults|oom> --build <build dir>
+Usage: vmm_client_cases.py <differential|counts|grow|faults|oom> --build <build dir>
 """
 import json
 import os
@@ -58,6 +58,7 @@ def differential_of(args, env=None):
 def case_differential():
     differential_of(["semantics"])
     differential_of(["segments", "6", "4"])
+    differential_of(["grow", "3", "40"])
 
 
 VMM = ["cuMemCreate", "cuMemMap", "cuMemSetAccess", "cuMemUnmap", "cuMemRelease"]
@@ -86,6 +87,22 @@ def case_counts():
     check(with_cache.get("cuMemRelease", 0) == 0, "cuMemRelease: the released pages stay cached")
 
 
+def case_grow():
+    """Growth ahead: a segment growing page by page, one access call per
+    page without pagefast, about one per doubling with it."""
+    rounds, pages = 3, 64
+    _, without = run_counted(["grow", str(rounds), str(pages)], preload=False)
+    r, with_cache = run_counted(["grow", str(rounds), str(pages)])
+    check("ok grow" in r.stdout and "CORRUPT" not in r.stdout, f"grow ran through the cache ({r.stdout[-200:]})")
+    for name in VMM:
+        print(f"{name}: without {without.get(name, 0)}, cache on {with_cache.get(name, 0)}")
+    check(without.get("cuMemSetAccess", 0) == rounds * pages, "the program opens each page with its own call")
+    check(with_cache.get("cuMemSetAccess", 0) <= 16,
+          f"with the cache: about one access call per doubling, in the first round only ({with_cache.get('cuMemSetAccess')})")
+    check(with_cache.get("cuMemCreate", 0) <= 2 * pages, "each page created once (plus what was grown ahead)")
+    check(with_cache.get("cuMemRelease", 0) == 0, "nothing released while the cache holds it")
+
+
 def case_faults():
     args = ["segments", "3", "3"]
     _, counted = run_counted(args)
@@ -101,6 +118,12 @@ def case_faults():
                 break
     # The semantics program: every call of every kind failing once; data
     # may be wrong only where it is wrong without pagefast too.
+    for n in range(1, 12):  # growth ahead failing at each of its steps
+        for name in ["cuMemCreate", "cuMemMap", "cuMemSetAccess"]:
+            r = run(["grow", "2", "24"], env={"FAKECUDA_FAIL": f"{name}:{n}"})
+            runs += 1
+            check(r.returncode == 0 and "ok grow" in r.stdout and "CORRUPT" not in r.stdout,
+                  f"grow, {name}:{n} fails: no crash, no wrong data ({r.returncode}) {r.stdout[-300:]}")
     _, counted = run_counted(["semantics"])
     for name in VMM + ["cuMemAddressReserve", "cuMemAddressFree", "cuMemRetainAllocationHandle",
                        "cuMemGetAllocationPropertiesFromHandle", "cuMemGetAccess", "cuPointerGetAttribute"]:
