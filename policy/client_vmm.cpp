@@ -381,6 +381,41 @@ uint64_t ClientVmmCache::cached_bytes(int device) {
   return it == cached_bytes_.end() ? 0 : it->second;
 }
 
+void ClientVmmCache::forget_device(int device) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  for (auto it = maps_.begin(); it != maps_.end();) {
+    auto h = handles_.find(it->second.handle);
+    if (h != handles_.end() && h->second.device == device) {
+      if (it->second.deferred) deferred_count_.fetch_sub(1, std::memory_order_relaxed);
+      it = maps_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto& [slot, queue] : free_)
+    for (auto it = queue.begin(); it != queue.end();) {
+      auto h = handles_.find(it->second);
+      it = h != handles_.end() && h->second.device == device ? queue.erase(it) : std::next(it);
+    }
+  for (auto it = handles_.begin(); it != handles_.end();)
+    it = it->second.device == device ? handles_.erase(it) : std::next(it);
+  auto held = cached_bytes_.find(device);  // find, not []: nothing is allocated here
+  if (held != cached_bytes_.end()) held->second = 0;
+}
+
+void ClientVmmCache::abandon() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  for (auto& [addr, m] : maps_)
+    if (m.deferred) driver_.unmap(addr, m.bytes);
+  for (auto& [slot, queue] : free_)
+    for (auto& [order, handle] : queue) driver_.release(handle);
+  maps_.clear();
+  free_.clear();
+  handles_.clear();
+  for (auto& [device, held] : cached_bytes_) held = 0;
+  deferred_count_.store(0, std::memory_order_relaxed);
+}
+
 ClientVmmStats ClientVmmCache::stats() {
   std::lock_guard<std::mutex> guard(mutex_);
   ClientVmmStats s = stats_;

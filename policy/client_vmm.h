@@ -138,6 +138,16 @@ class ClientVmmCache {
   uint64_t cached_bytes(int device);
   ClientVmmStats stats();
 
+  // The device's primary context was reset or destroyed: its handles may be
+  // gone with it. Every record of the device is dropped without a driver
+  // call; the program's later calls on them reach the driver.
+  void forget_device(int device);
+  // The cache stops for good (the glue calls it after an exception, e.g.
+  // out of host memory): deferred mappings are unmapped and cached handles
+  // released for real, so that the driver's view is the program's again;
+  // every record is dropped. No allocation.
+  void abandon();
+
  private:
   struct Handle {
     uint64_t bytes = 0;

@@ -243,6 +243,7 @@ void on_device_reset(int device) {
   if (device < 0 || device >= kMaxDevices || !g_active.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> guard(g_create_mutex);
   if (g_retired[device].exchange(true)) return;
+  clients::on_device_reset(device);
   g_unpoolable[device].store(true, std::memory_order_release);
   // The old pool object stays (leaked on purpose): another thread may be
   // inside it right now, and its chunks may be gone with the context, so
@@ -260,7 +261,7 @@ void configure(const PoolConfig& config, LogSink log) {
   g_config = config;
   g_log = log;
   if (!config.enabled) return;
-  clients::configure(config);
+  clients::configure(config, log);
   pthread_once(&g_atfork_once, &register_atfork);
   g_active.store(true, std::memory_order_release);
 }

@@ -91,6 +91,34 @@ class RealClientDriver final : public policy::ClientDriver {
 RealClientDriver* g_driver = nullptr;
 policy::ClientVmmCache* g_cache = nullptr;
 
+LogSink g_log = nullptr;
+
+// An exception (out of host memory in a record) stops the cache for good:
+// the driver gets the program's view back (abandon) and every later call
+// is forwarded; one log line. The call that failed answers OUT_OF_MEMORY.
+CUresult give_up() {
+  bool expected = true;
+  if (g_on.compare_exchange_strong(expected, false)) {
+    try {
+      g_cache->abandon();
+    } catch (...) {
+    }
+    if (g_log)
+      g_log(LogLevel::Warn,
+            "the client VMM cache ran out of host memory and stopped; the program's VMM calls go to the driver");
+  }
+  return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+template <class Call>
+CUresult guarded(Call call) {
+  try {
+    return call();
+  } catch (...) {
+    return give_up();
+  }
+}
+
 bool cacheable(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAllocationProp* prop,
                unsigned long long flags) {
   return handle && prop && bytes && flags == 0 && prop->type == CU_MEM_ALLOCATION_TYPE_PINNED &&
@@ -100,8 +128,9 @@ bool cacheable(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAl
 
 }  // namespace
 
-void configure(const PoolConfig& config) {
+void configure(const PoolConfig& config, LogSink log) {
   g_config = config;
+  g_log = log;
   if (!config.enabled || !config.vmm_cache) return;
   g_driver = new (std::nothrow) RealClientDriver();
   g_cache = g_driver ? new (std::nothrow) policy::ClientVmmCache(*g_driver, sizeof(CUmemAccessDesc), sizeof(CUmemLocation), kPrefetchPages) : nullptr;
@@ -115,6 +144,7 @@ CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemA
   const RealDriver* real = real_driver();
   if (!real || !real->cuMemCreate) return kMissing;
   if (!cacheable(handle, bytes, prop, flags)) return real->cuMemCreate(handle, bytes, prop, flags);
+  return guarded([&] {
   const std::string key(reinterpret_cast<const char*>(prop), sizeof *prop);
   const int device = prop->location.id;
   uint64_t cached = 0;
@@ -133,16 +163,21 @@ CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemA
   }
   if (r == CUDA_SUCCESS) g_cache->note_created(*handle, bytes, key, device);
   return r;
+  });
 }
 
-CUresult release(CUmemGenericAllocationHandle handle) { return CUresult(g_cache->release(handle)); }
+CUresult release(CUmemGenericAllocationHandle handle) {
+  return guarded([&] { return CUresult(g_cache->release(handle)); });
+}
 
 CUresult map(CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAllocationHandle handle,
              unsigned long long flags) {
-  return CUresult(g_cache->map(ptr, bytes, offset, handle, flags));
+  return guarded([&] { return CUresult(g_cache->map(ptr, bytes, offset, handle, flags)); });
 }
 
-CUresult unmap(CUdeviceptr ptr, size_t bytes) { return CUresult(g_cache->unmap(ptr, bytes)); }
+CUresult unmap(CUdeviceptr ptr, size_t bytes) {
+  return guarded([&] { return CUresult(g_cache->unmap(ptr, bytes)); });
+}
 
 CUresult set_access(CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count) {
   if ((!desc && count) || count > kMaxDescs) {
@@ -152,15 +187,25 @@ CUresult set_access(CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, 
     const RealDriver* real = real_driver();
     return real && real->cuMemSetAccess ? real->cuMemSetAccess(ptr, bytes, desc, count) : kMissing;
   }
-  const std::string descs(reinterpret_cast<const char*>(desc), count * sizeof(CUmemAccessDesc));
-  return CUresult(g_cache->set_access(ptr, bytes, descs));
+  return guarded([&] {
+    const std::string descs(reinterpret_cast<const char*>(desc), count * sizeof(CUmemAccessDesc));
+    return CUresult(g_cache->set_access(ptr, bytes, descs));
+  });
 }
 
-CUresult address_free(CUdeviceptr ptr, size_t bytes) { return CUresult(g_cache->address_free(ptr, bytes)); }
+CUresult address_free(CUdeviceptr ptr, size_t bytes) {
+  return guarded([&] { return CUresult(g_cache->address_free(ptr, bytes)); });
+}
 
 CUresult retain(CUmemGenericAllocationHandle* handle, void* addr) {
   uint64_t h = 0;
-  if (handle && g_cache->retain(reinterpret_cast<uint64_t>(addr), &h)) {
+  bool answered = false;
+  if (guarded([&] {
+        answered = handle && g_cache->retain(reinterpret_cast<uint64_t>(addr), &h);
+        return CUDA_SUCCESS;
+      }) != CUDA_SUCCESS)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  if (answered) {
     *handle = h;
     return CUDA_SUCCESS;
   }
@@ -171,7 +216,13 @@ CUresult retain(CUmemGenericAllocationHandle* handle, void* addr) {
 CUresult export_handle(void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
                        unsigned long long flags) {
   int result = 0;
-  if (g_cache->check_handle(handle, true, &result)) return CUresult(result);
+  bool answered = false;
+  if (guarded([&] {
+        answered = g_cache->check_handle(handle, true, &result);
+        return CUDA_SUCCESS;
+      }) != CUDA_SUCCESS)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  if (answered) return CUresult(result);
   const RealDriver* real = real_driver();
   return real && real->cuMemExportToShareableHandle ? real->cuMemExportToShareableHandle(shareable, handle, type, flags)
                                                     : kMissing;
@@ -179,7 +230,13 @@ CUresult export_handle(void* shareable, CUmemGenericAllocationHandle handle, CUm
 
 CUresult properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) {
   int result = 0;
-  if (g_cache->check_handle(handle, false, &result)) return CUresult(result);
+  bool answered = false;
+  if (guarded([&] {
+        answered = g_cache->check_handle(handle, false, &result);
+        return CUDA_SUCCESS;
+      }) != CUDA_SUCCESS)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  if (answered) return CUresult(result);
   const RealDriver* real = real_driver();
   return real && real->cuMemGetAllocationPropertiesFromHandle
              ? real->cuMemGetAllocationPropertiesFromHandle(prop, handle)
@@ -187,7 +244,14 @@ CUresult properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle hand
 }
 
 void note_reserved(CUdeviceptr base, size_t bytes) {
-  if (on()) g_cache->note_reserved(base, bytes);
+  if (on()) guarded([&] {
+      g_cache->note_reserved(base, bytes);
+      return CUDA_SUCCESS;
+    });
+}
+
+void on_device_reset(int device) {
+  if (on()) g_cache->forget_device(device);  // allocates nothing
 }
 
 void before_query(CUdeviceptr ptr) {

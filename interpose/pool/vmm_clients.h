@@ -4,7 +4,9 @@
 // off, they forward: one relaxed load and a branch, no lock, no lookup.
 //
 // Every call answers as the driver would (the driver's own result where it
-// is asked). The cache's memory is shared with the pool: it gives way when
+// is asked). An exception inside (out of host memory) stops the cache for
+// good: it hands the driver the program's view back, logs one line, and
+// the call answers CUDA_ERROR_OUT_OF_MEMORY; later calls are forwarded. The cache's memory is shared with the pool: it gives way when
 // the pool grows under a limit or runs out of memory (make_room_for_pool,
 // trim), and cuMemCreate out of memory trims the cache, then the pool.
 #pragma once
@@ -22,7 +24,10 @@ extern std::atomic<bool> g_on;
 inline bool on() { return g_on.load(std::memory_order_relaxed); }
 
 // From pool::configure: on when the pool and vmm_cache are both on.
-void configure(const PoolConfig& config);
+void configure(const PoolConfig& config, LogSink log);
+// The device's primary context was reset or destroyed: the cache forgets
+// that device's handles (no driver call; the driver answers for them).
+void on_device_reset(int device);
 // A forked child: everything is forwarded from now on.
 void switch_off();
 

@@ -340,6 +340,45 @@ TEST_CASE("client vmm: growth ahead stays within the cache's room and undoes a f
   CHECK(fake3.handles.size() == 2);
 }
 
+TEST_CASE("client vmm: abandon gives the driver the program's view back; forget_device drops records") {
+  FakeDriver fake;
+  ClientVmmCache cache(fake, 2, 1, 32);
+  cache.note_reserved(kBase, 100 * kSeg);
+  Program p{fake, &cache};
+  std::vector<uint64_t> hs;
+  REQUIRE(grow_page_by_page(p, 5, &hs) == 5);
+  REQUIRE(p.unmap(kBase + 4 * kSeg, kSeg) == kClientOk);
+  REQUIRE(p.release(hs[4]) == kClientOk);
+  cache.abandon();
+  // Pages 0..3 are the program's, still mapped; nothing else is.
+  CHECK(fake.maps.size() == 4);
+  CHECK(fake.handles.size() == 4);
+  CHECK(cache.cached_bytes(0) == 0);
+  // From now on the program's calls reach the driver as they are.
+  for (int i = 0; i < 4; ++i) {
+    REQUIRE(fake.unmap(kBase + uint64_t(i) * kSeg, kSeg) == kClientOk);
+    REQUIRE(fake.release(hs[size_t(i)]) == kClientOk);
+  }
+  CHECK(fake.handles.empty());
+
+  FakeDriver fake2;
+  ClientVmmCache cache2(fake2, 2, 1);
+  Program p2{fake2, &cache2};
+  uint64_t h = 0;
+  REQUIRE(p2.create(kSeg, kProp, &h) == kClientOk);
+  REQUIRE(p2.map(kBase, kSeg, 0, h) == kClientOk);
+  REQUIRE(p2.unmap(kBase, kSeg) == kClientOk);
+  REQUIRE(p2.release(h) == kClientOk);
+  cache2.forget_device(0);
+  CHECK(cache2.cached_bytes(0) == 0);
+  CHECK(fake2.calls.count("unmap") == 0);
+  uint64_t g = 0;
+  REQUIRE(p2.create(kSeg, kProp, &g) == kClientOk);
+  CHECK(g != h);  // not from the forgotten device's records
+  CHECK(p2.release(h) == kClientOk);  // the driver answers for the old handle
+  CHECK(fake2.calls["release"] == 1);
+}
+
 TEST_CASE("client vmm: a released handle is refused as the driver refuses it") {
   FakeDriver fake;
   ClientVmmCache cache(fake, 2, 1);
