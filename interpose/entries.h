@@ -83,10 +83,10 @@ typedef CUresult(CUDAAPI* PFN_cuDevicePrimaryCtxRelease_v7000)(CUdevice device);
     PFN_cuStreamEndCapture_v10000, (CUstream stream, CUgraph* graph), (stream, graph))          \
   X(cuStreamEndCapture_ptsz, "cuStreamEndCapture", 10000, PF_NO_LIMIT, 1,                       \
     PFN_cuStreamEndCapture_v10000_ptsz, (CUstream stream, CUgraph* graph), (stream, graph))     \
-  /* The program's own VMM calls (JAX's platform allocator, PyTorch's     \
-     expandable segments, vLLM's CuMemAllocator): served by the client VMM \
-     cache (docs/VMM-CLIENTS.md), or counted and forwarded with            \
-     vmm_cache:off. The pool's own provider calls the real functions. */  \
+  /* The program's own VMM calls (PyTorch's expandable segments, vLLM's  \
+     CuMemAllocator): served by the client VMM cache                       \
+     (docs/VMM-CLIENTS.md), or counted and forwarded with vmm_cache:off.   \
+     The pool's own provider calls the real functions. */                  \
   X(cuMemCreate, "cuMemCreate", 10020, PF_NO_LIMIT, 0, PFN_cuMemCreate_v10020,                 \
     (CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAllocationProp* prop,       \
      unsigned long long flags),                                                                 \
