@@ -111,6 +111,11 @@ typedef CUresult(CUDAAPI* PFN_cuDevicePrimaryCtxRelease_v7000)(CUdevice device);
   X(cuMemGetAccess, "cuMemGetAccess", 10020, PF_NO_LIMIT, 0, PFN_cuMemGetAccess_v10020,        \
     (unsigned long long* flags, const CUmemLocation* location, CUdeviceptr ptr),                \
     (flags, location, ptr))                                                                     \
+  X(cuMemMapArrayAsync, "cuMemMapArrayAsync", 11010, PF_NO_LIMIT, 0, PFN_cuMemMapArrayAsync_v11010, \
+    (CUarrayMapInfo* infos, unsigned count, CUstream stream), (infos, count, stream))           \
+  X(cuMemMapArrayAsync_ptsz, "cuMemMapArrayAsync", 11010, PF_NO_LIMIT, 1,                       \
+    PFN_cuMemMapArrayAsync_v11010_ptsz, (CUarrayMapInfo* infos, unsigned count, CUstream stream), \
+    (infos, count, stream))                                                                     \
   X(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle", 11000, PF_NO_LIMIT, 0,          \
     PFN_cuMemRetainAllocationHandle_v11000, (CUmemGenericAllocationHandle* handle, void* addr), \
     (handle, addr))                                                                             \

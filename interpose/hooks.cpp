@@ -241,6 +241,20 @@ CUresult cuMemGetAccess(unsigned long long* flags, const CUmemLocation* location
   PF_FORWARD(cuMemGetAccess, (flags, location, ptr));
 }
 
+// Sparse array mappings: the cache cannot follow them, so a handle mapped
+// there is never cached or deferred again (marked shared), then forwarded.
+#define PF_MAP_ARRAY(symbol)                                                          \
+  CUresult symbol(CUarrayMapInfo* infos, unsigned count, CUstream stream) {           \
+    if (active(Entry::symbol) && pool::clients::on() && infos)                        \
+      for (unsigned i = 0; i < count; ++i)                                            \
+        if (infos[i].memHandleType == CU_MEM_HANDLE_TYPE_GENERIC)                     \
+          pool::clients::mark_shared(infos[i].memHandle.memHandle);                   \
+    PF_FORWARD(symbol, (infos, count, stream));                                       \
+  }
+PF_MAP_ARRAY(cuMemMapArrayAsync)
+PF_MAP_ARRAY(cuMemMapArrayAsync_ptsz)
+#undef PF_MAP_ARRAY
+
 // Address reservations: forwarded; the cache notes them (it grows a
 // segment ahead only inside one; cuMemAddressFree unmaps its deferred
 // mappings there first).

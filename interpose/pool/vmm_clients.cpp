@@ -250,6 +250,14 @@ void note_reserved(CUdeviceptr base, size_t bytes) {
     });
 }
 
+void mark_shared(CUmemGenericAllocationHandle handle) {
+  int ignored = 0;
+  guarded([&] {
+    g_cache->check_handle(handle, true, &ignored);
+    return CUDA_SUCCESS;
+  });
+}
+
 void on_device_reset(int device) {
   if (on()) g_cache->forget_device(device);  // allocates nothing
 }

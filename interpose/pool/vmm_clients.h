@@ -45,6 +45,9 @@ CUresult export_handle(void* shareable, CUmemGenericAllocationHandle handle, CUm
 CUresult properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle);
 // cuMemAddressReserve succeeded: growth ahead stays inside such ranges.
 void note_reserved(CUdeviceptr base, size_t bytes);
+// The handle is mapped where the cache cannot follow (a sparse array):
+// never cached or deferred again.
+void mark_shared(CUmemGenericAllocationHandle handle);
 // Before a pointer query (cuPointerGetAttribute(s), cuMemGetAddressRange):
 // a deferred mapping at `ptr` is unmapped for real first.
 void before_query(CUdeviceptr ptr);
