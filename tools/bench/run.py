@@ -92,7 +92,10 @@ BIG_SIZES = "268435456,536870912,1073741824,2147483648"
 # Programs that manage VMM themselves: alloc_bench's expandable-segment
 # rounds and PyTorch's expandable segments, without pagefast, with it, and
 # with its client VMM cache off (docs/VMM-CLIENTS.md).
-VMM_LABELS = [("without", {}), ("with", None), ("with vmm_cache:off", {"PAGEFAST_CONF": "vmm_cache:off"})]
+# "with numa:off,stats:off": pagefast's start-up work (the NUMA binding, the
+# live-stats thread) apart from the cache, as in the passthrough section.
+VMM_LABELS = [("without", {}), ("with", None), ("with vmm_cache:off", {"PAGEFAST_CONF": "vmm_cache:off"}),
+              ("with numa:off,stats:off", {"PAGEFAST_CONF": "numa:off,stats:off"})]
 # The cost of pagefast's own observability on a pool hit (issue 5): stats on
 # (the default), stats:off, and tracing on.
 OVERHEAD_CONFIGS = ["stats on", "stats off", "trace on"]
