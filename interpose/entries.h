@@ -95,9 +95,10 @@ typedef CUresult(CUDAAPI* PFN_cuIpcOpenMemHandle_v4010)(CUdeviceptr_v2* pdptr, C
     PFN_cuStreamEndCapture_v10000, (CUstream stream, CUgraph* graph), (stream, graph))          \
   X(cuStreamEndCapture_ptsz, "cuStreamEndCapture", 10000, PF_NO_LIMIT, 1,                       \
     PFN_cuStreamEndCapture_v10000_ptsz, (CUstream stream, CUgraph* graph), (stream, graph))     \
-  /* The program's own VMM calls: counted and forwarded untouched, so that  \
-     the stats show what a program that manages VMM itself (JAX's platform \
-     allocator, PyTorch's expandable segments) does. */                    \
+  /* The program's own VMM calls (PyTorch's expandable segments, vLLM's  \
+     CuMemAllocator): served by the client VMM cache                       \
+     (docs/VMM-CLIENTS.md), or counted and forwarded with vmm_cache:off.   \
+     The pool's own provider calls the real functions. */                  \
   X(cuMemCreate, "cuMemCreate", 10020, PF_NO_LIMIT, 0, PFN_cuMemCreate_v10020,                 \
     (CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAllocationProp* prop,       \
      unsigned long long flags),                                                                 \
@@ -110,6 +111,34 @@ typedef CUresult(CUDAAPI* PFN_cuIpcOpenMemHandle_v4010)(CUdeviceptr_v2* pdptr, C
     (ptr, bytes, offset, handle, flags))                                                        \
   X(cuMemUnmap, "cuMemUnmap", 10020, PF_NO_LIMIT, 0, PFN_cuMemUnmap_v10020,                    \
     (CUdeviceptr ptr, size_t bytes), (ptr, bytes))                                              \
+  X(cuMemSetAccess, "cuMemSetAccess", 10020, PF_NO_LIMIT, 0, PFN_cuMemSetAccess_v10020,        \
+    (CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count),                 \
+    (ptr, bytes, desc, count))                                                                  \
+  X(cuMemAddressReserve, "cuMemAddressReserve", 10020, PF_NO_LIMIT, 0,                          \
+    PFN_cuMemAddressReserve_v10020,                                                             \
+    (CUdeviceptr* ptr, size_t bytes, size_t alignment, CUdeviceptr addr, unsigned long long flags), \
+    (ptr, bytes, alignment, addr, flags))                                                       \
+  X(cuMemAddressFree, "cuMemAddressFree", 10020, PF_NO_LIMIT, 0, PFN_cuMemAddressFree_v10020,  \
+    (CUdeviceptr ptr, size_t bytes), (ptr, bytes))                                              \
+  X(cuMemGetAccess, "cuMemGetAccess", 10020, PF_NO_LIMIT, 0, PFN_cuMemGetAccess_v10020,        \
+    (unsigned long long* flags, const CUmemLocation* location, CUdeviceptr ptr),                \
+    (flags, location, ptr))                                                                     \
+  X(cuMemMapArrayAsync, "cuMemMapArrayAsync", 11010, PF_NO_LIMIT, 0, PFN_cuMemMapArrayAsync_v11010, \
+    (CUarrayMapInfo* infos, unsigned count, CUstream stream), (infos, count, stream))           \
+  X(cuMemMapArrayAsync_ptsz, "cuMemMapArrayAsync", 11010, PF_NO_LIMIT, 1,                       \
+    PFN_cuMemMapArrayAsync_v11010_ptsz, (CUarrayMapInfo* infos, unsigned count, CUstream stream), \
+    (infos, count, stream))                                                                     \
+  X(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle", 11000, PF_NO_LIMIT, 0,          \
+    PFN_cuMemRetainAllocationHandle_v11000, (CUmemGenericAllocationHandle* handle, void* addr), \
+    (handle, addr))                                                                             \
+  X(cuMemExportToShareableHandle, "cuMemExportToShareableHandle", 10020, PF_NO_LIMIT, 0,        \
+    PFN_cuMemExportToShareableHandle_v10020,                                                    \
+    (void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,      \
+     unsigned long long flags),                                                                 \
+    (shareable, handle, type, flags))                                                           \
+  X(cuMemGetAllocationPropertiesFromHandle, "cuMemGetAllocationPropertiesFromHandle", 10020,    \
+    PF_NO_LIMIT, 0, PFN_cuMemGetAllocationPropertiesFromHandle_v10020,                          \
+    (CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle), (prop, handle))           \
   /* Peer access: forwarded, then the peer's pool opens its mappings to  \
      (or closes them to) the calling context's device. */                 \
   X(cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess", 4000, PF_NO_LIMIT, 0,                       \
@@ -137,8 +166,8 @@ typedef CUresult(CUDAAPI* PFN_cuIpcOpenMemHandle_v4010)(CUdeviceptr_v2* pdptr, C
     (symbol, pfn, cuda_version, flags, status))
 // clang-format on
 
-// Driver functions pagefast calls but does not replace. The VMM provider is
-// the only user of the cuMem* ones.
+// Driver functions pagefast calls but does not replace. The VMM provider
+// calls the cuMem* functions of both lists through RealDriver, never a hook.
 #define PAGEFAST_REAL_ONLY(X)                                             \
   X(cuInit, PFN_cuInit_v2000)                                             \
   X(cuDriverGetVersion, PFN_cuDriverGetVersion_v2020)                     \
@@ -156,11 +185,7 @@ typedef CUresult(CUDAAPI* PFN_cuIpcOpenMemHandle_v4010)(CUdeviceptr_v2* pdptr, C
   X(cuCtxPopCurrent_v2, PFN_cuCtxPopCurrent_v4000)                        \
   X(cuGetErrorName, PFN_cuGetErrorName_v6000)                             \
   X(cuStreamIsCapturing, PFN_cuStreamIsCapturing_v10000)                  \
-  X(cuMemAddressReserve, PFN_cuMemAddressReserve_v10020)                  \
-  X(cuMemAddressFree, PFN_cuMemAddressFree_v10020)                        \
-  X(cuMemSetAccess, PFN_cuMemSetAccess_v10020)                            \
   X(cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020) \
-  X(cuMemExportToShareableHandle, PFN_cuMemExportToShareableHandle_v10020)   \
   X(cuMemImportFromShareableHandle, PFN_cuMemImportFromShareableHandle_v10020)
 
 namespace pagefast {

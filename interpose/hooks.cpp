@@ -10,6 +10,7 @@
 #include <mutex>
 #include <vector>
 
+#include "interpose/pool/vmm_clients.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
 #include "interpose/runtime.h"
@@ -127,6 +128,7 @@ CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
 
 CUresult cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr dptr) {
   if (active(Entry::cuMemGetAddressRange_v2)) {
+    pool::clients::before_query(dptr);
     CUresult result;
     if (pool::try_address_range(pbase, psize, dptr, &result)) return result;
   }
@@ -135,6 +137,7 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr 
 
 CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
   const bool on = active(Entry::cuPointerGetAttribute);
+  if (on) pool::clients::before_query(ptr);
   const RealDriver* real = real_driver();
   if (!real || !real->cuPointerGetAttribute) return kMissing;
   const CUresult result = real->cuPointerGetAttribute(data, attribute, ptr);
@@ -144,6 +147,7 @@ CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdevi
 
 CUresult cuPointerGetAttributes(unsigned count, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr) {
   const bool on = active(Entry::cuPointerGetAttributes);
+  if (on) pool::clients::before_query(ptr);
   const RealDriver* real = real_driver();
   if (!real || !real->cuPointerGetAttributes) return kMissing;
   const CUresult result = real->cuPointerGetAttributes(count, attributes, data, ptr);
@@ -220,23 +224,69 @@ PF_CAPTURE_END(cuStreamEndCapture)
 PF_CAPTURE_END(cuStreamEndCapture_ptsz)
 #undef PF_CAPTURE_END
 
-// The program's own VMM calls: counted, then forwarded untouched.
-#define PF_COUNTED(symbol, params, args) \
-  CUresult symbol params {               \
-    active(Entry::symbol);               \
-    PF_FORWARD(symbol, args);            \
+// The program's own VMM calls: the client VMM cache answers them
+// (interpose/pool/vmm_clients.h); with vmm_cache:off or the pool off they
+// are counted and forwarded: one relaxed load and a branch more.
+#define PF_CLIENT_VMM(symbol, call, params, args)                              \
+  CUresult symbol params {                                                     \
+    if (active(Entry::symbol) && pool::clients::on()) return pool::clients::call args; \
+    PF_FORWARD(symbol, args);                                                  \
   }
-PF_COUNTED(cuMemCreate,
-           (CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAllocationProp* prop,
-            unsigned long long flags),
-           (handle, bytes, prop, flags))
-PF_COUNTED(cuMemRelease, (CUmemGenericAllocationHandle handle), (handle))
-PF_COUNTED(cuMemMap,
-           (CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAllocationHandle handle,
-            unsigned long long flags),
-           (ptr, bytes, offset, handle, flags))
-PF_COUNTED(cuMemUnmap, (CUdeviceptr ptr, size_t bytes), (ptr, bytes))
-#undef PF_COUNTED
+PF_CLIENT_VMM(cuMemCreate, create,
+              (CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAllocationProp* prop,
+               unsigned long long flags),
+              (handle, bytes, prop, flags))
+PF_CLIENT_VMM(cuMemRelease, release, (CUmemGenericAllocationHandle handle), (handle))
+PF_CLIENT_VMM(cuMemMap, map,
+              (CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAllocationHandle handle,
+               unsigned long long flags),
+              (ptr, bytes, offset, handle, flags))
+PF_CLIENT_VMM(cuMemUnmap, unmap, (CUdeviceptr ptr, size_t bytes), (ptr, bytes))
+PF_CLIENT_VMM(cuMemSetAccess, set_access, (CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count),
+              (ptr, bytes, desc, count))
+PF_CLIENT_VMM(cuMemAddressFree, address_free, (CUdeviceptr ptr, size_t bytes), (ptr, bytes))
+PF_CLIENT_VMM(cuMemRetainAllocationHandle, retain, (CUmemGenericAllocationHandle* handle, void* addr),
+              (handle, addr))
+PF_CLIENT_VMM(cuMemExportToShareableHandle, export_handle,
+              (void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
+               unsigned long long flags),
+              (shareable, handle, type, flags))
+PF_CLIENT_VMM(cuMemGetAllocationPropertiesFromHandle, properties,
+              (CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle), (prop, handle))
+#undef PF_CLIENT_VMM
+
+// A deferred mapping is unmapped for real first: the program believes it is.
+CUresult cuMemGetAccess(unsigned long long* flags, const CUmemLocation* location, CUdeviceptr ptr) {
+  if (active(Entry::cuMemGetAccess)) pool::clients::before_query(ptr);
+  PF_FORWARD(cuMemGetAccess, (flags, location, ptr));
+}
+
+// Sparse array mappings: the cache cannot follow them, so a handle mapped
+// there is never cached or deferred again (marked shared), then forwarded.
+#define PF_MAP_ARRAY(symbol)                                                          \
+  CUresult symbol(CUarrayMapInfo* infos, unsigned count, CUstream stream) {           \
+    if (active(Entry::symbol) && pool::clients::on() && infos)                        \
+      for (unsigned i = 0; i < count; ++i)                                            \
+        if (infos[i].memHandleType == CU_MEM_HANDLE_TYPE_GENERIC)                     \
+          pool::clients::mark_shared(infos[i].memHandle.memHandle);                   \
+    PF_FORWARD(symbol, (infos, count, stream));                                       \
+  }
+PF_MAP_ARRAY(cuMemMapArrayAsync)
+PF_MAP_ARRAY(cuMemMapArrayAsync_ptsz)
+#undef PF_MAP_ARRAY
+
+// Address reservations: forwarded; the cache notes them (it grows a
+// segment ahead only inside one; cuMemAddressFree unmaps its deferred
+// mappings there first).
+CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t bytes, size_t alignment, CUdeviceptr addr,
+                             unsigned long long flags) {
+  const bool on = active(Entry::cuMemAddressReserve) && pool::clients::on();
+  const RealDriver* real = real_driver();
+  if (!real || !real->cuMemAddressReserve) return kMissing;
+  const CUresult result = real->cuMemAddressReserve(ptr, bytes, alignment, addr, flags);
+  if (on && result == CUDA_SUCCESS && ptr) pool::clients::note_reserved(*ptr, bytes);
+  return result;
+}
 
 // Peer access: the driver decides; on success the owner's pool follows
 // (VMM memory is not opened to a peer by the driver's peer access).

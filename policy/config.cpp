@@ -77,6 +77,15 @@ const ConfKey kKeys[] = {
        c.pool.reserve_bytes = b;
        return true;
      }},
+    {{"vmm_cache", "on|off",
+      "the program's own cuMemCreate/cuMemMap/cuMemSetAccess/cuMemUnmap/cuMemRelease served from a cache "
+      "(docs/VMM-CLIENTS.md); off: counted and forwarded"},
+     [](Config& c, const std::string& v) {
+       if (v == "on" || v == "1" || v == "true") c.pool.vmm_cache = true;
+       else if (v == "off" || v == "0" || v == "false") c.pool.vmm_cache = false;
+       else return false;
+       return true;
+     }},
     {{"numa", "auto|bind|force|off|gpu=<n>",
       "NUMA binding at start: mode, or which GPU to bind for"},
      apply_numa},
@@ -228,6 +237,7 @@ std::string describe(const Config& c) {
     s += ", release_threshold " + size(c.pool.release_threshold_bytes);
     s += ", limit " + (c.pool.limit_bytes ? size(c.pool.limit_bytes) : std::string("none"));
     if (c.pool.prewarm_bytes) s += ", prewarm " + size(c.pool.prewarm_bytes);
+    if (!c.pool.vmm_cache) s += ", vmm_cache off";
   }
   s += std::string(", numa ") + kNuma[int(c.numa.mode)];
   if (c.numa.gpu >= 0) s += " gpu=" + std::to_string(c.numa.gpu);

@@ -33,6 +33,7 @@ struct PoolConfig {
   uint64_t limit_bytes = 0;                 // limit: 0 means none
   uint64_t prewarm_bytes = 0;               // prewarm
   uint64_t reserve_bytes = 0;               // reserve: VA per range, 0 = auto
+  bool vmm_cache = true;                    // vmm_cache: cache the program's own cuMemCreate handles
 };
 
 enum class NumaMode { Auto, Bind, Force, Off };

@@ -202,6 +202,8 @@ class DevicePool {
   uint64_t idle_bytes();
   uint64_t in_use_bytes();
   uint64_t limit_bytes() const { return settings_.config.limit_bytes; }
+  // Lock-free (the client VMM cache reads it under its own lock).
+  uint64_t mapped_bytes() const { return mapped_bytes_.load(std::memory_order_relaxed); }
 
   // The memory report's figures (policy/pool_report.cpp). Try-locks only,
   // no provider call: safe at process exit.

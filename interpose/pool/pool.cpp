@@ -29,6 +29,7 @@
 
 #include "interpose/pool/ipc.h"
 #include "interpose/pool/pool_internal.h"
+#include "interpose/pool/vmm_clients.h"
 #include "interpose/pool/vmm_provider.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
@@ -131,7 +132,10 @@ void on_thread_exit(void* state) {
 
 void make_thread_key() { pthread_key_create(&g_thread_key, &on_thread_exit); }
 
-void child_after_fork() { g_active.store(false, std::memory_order_release); }
+void child_after_fork() {
+  g_active.store(false, std::memory_order_release);
+  clients::switch_off();
+}
 void register_atfork() { pthread_atfork(nullptr, nullptr, &child_after_fork); }
 
 ThreadState* thread_state() {
@@ -248,6 +252,7 @@ void on_device_reset(int device) {
   if (device < 0 || device >= kMaxDevices || !g_active.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> guard(g_create_mutex);
   if (g_retired[device].exchange(true)) return;
+  clients::on_device_reset(device);
   g_unpoolable[device].store(true, std::memory_order_release);
   // The old pool object stays (leaked on purpose): another thread may be
   // inside it right now, and its chunks may be gone with the context, so
@@ -265,6 +270,7 @@ void configure(const PoolConfig& config, LogSink log) {
   g_config = config;
   g_log = log;
   if (!config.enabled) return;
+  clients::configure(config, log);
   pthread_once(&g_atfork_once, &register_atfork);
   ipc::set_free_held(&free_held_block);
   g_active.store(true, std::memory_order_release);
@@ -431,8 +437,10 @@ void adjust_mem_info(size_t* free_bytes, size_t* total_bytes) {
   DevicePool* pool = pool_for_device(int(device));
   // Before the first allocation there is no pool yet, but the limit holds.
   const uint64_t limit = pool ? pool->limit_bytes() : g_config.limit_bytes;
-  if (!pool && !limit) return;
-  const uint64_t idle = pool ? pool->idle_bytes() : 0;
+  // Memory the program released into the client VMM cache is free too.
+  const uint64_t cached = clients::cached_bytes(int(device));
+  if (!pool && !limit && !cached) return;
+  const uint64_t idle = (pool ? pool->idle_bytes() : 0) + cached;
   if (limit) {
     const uint64_t in_use = pool ? pool->in_use_bytes() : 0;
     uint64_t left = limit > in_use ? limit - in_use : 0;

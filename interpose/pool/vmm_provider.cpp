@@ -3,9 +3,11 @@
 // with their results mapped onto the policy's three outcomes.
 #include "interpose/pool/vmm_provider.h"
 
-#include "interpose/pool/ipc.h"
-
 #include <cstdio>
+
+#include "interpose/pool/ipc.h"
+#include "interpose/pool/vmm_clients.h"
+
 #include <new>
 #include <sched.h>
 
@@ -128,7 +130,11 @@ ProviderStatus VmmProvider::reserve_address(uint64_t bytes, uint64_t* base_addr)
 
 ProviderStatus VmmProvider::create_chunk(Granules granules, policy::ChunkHandle* chunk) {
   CUmemGenericAllocationHandle handle = 0;
+  // The program's released VMM memory gives way to the pool (limit, OOM).
+  clients::make_room_for_pool(int(device_), granules.bytes());
   CUresult r = real_->cuMemCreate(&handle, granules.bytes(), &prop_, 0);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && clients::trim(int(device_), granules.bytes()) > 0)
+    r = real_->cuMemCreate(&handle, granules.bytes(), &prop_, 0);
   if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY && prop_.allocFlags.gpuDirectRDMACapable) {
     // A driver that reports RDMA support but refuses the flag: drop it.
     prop_.allocFlags.gpuDirectRDMACapable = 0;

@@ -172,6 +172,14 @@ TEST_CASE("log levels") {
   CHECK_FALSE(c.log_off);
 }
 
+TEST_CASE("vmm_cache: on by default, off by key, a bad value is an error") {
+  CHECK(with_conf("").pool.vmm_cache);
+  CHECK_FALSE(with_conf("vmm_cache:off").pool.vmm_cache);
+  CHECK(with_conf("vmm_cache:on").pool.vmm_cache);
+  CHECK(describe(with_conf("vmm_cache:off")).find("vmm_cache off") != std::string::npos);
+  CHECK(with_conf("vmm_cache:maybe").error.find("vmm_cache") != std::string::npos);
+}
+
 TEST_CASE("the key table documents every key") {
   int count = 0;
   const ConfKeyInfo* keys = conf_keys(&count);

@@ -5,7 +5,8 @@ in one run. Every configuration runs in fresh processes, --repeats times
 between allocators measured in this same run. Builds nothing: it runs what
 the build folder holds.
 
-  tools/bench/run.py [--build DIR] [--repeats N] [--only alloc,threads,cold,gather,seed,train,overhead]
+  tools/bench/run.py [--build DIR] [--repeats N]
+                     [--only alloc,threads,cold,gather,seed,train,overhead,passthrough,big,vmm,jax]
                      [--csv FILE] [--md FILE] [--svg-dir DIR]
   tools/bench/run.py --from-csv FILE [--md FILE] [--svg-dir DIR]
 
@@ -74,7 +75,27 @@ SEED_PASSES = ["first_s", "second_s", "after_empty_cache_s"]
 MODELS = ["resnet18", "transformer"]
 # --only's names and the bench column of the rows each one writes.
 SECTIONS = {"alloc": "pairs", "threads": "threads", "cold": "cold", "gather": "gather", "seed": "seed",
-            "train": "train", "overhead": "overhead"}
+            "train": "train", "overhead": "overhead", "passthrough": "passthrough", "big": "big", "vmm": "vmm",
+            "jax": "jax"}
+# Issue 11: what forwarding costs. Every configuration runs the same number
+# of pairs (BENCH_REPEATS) in fresh processes, interleaved; the variants
+# tell pagefast's own start-up work (NUMA binding, the live-stats thread)
+# from the hooks.
+PASSTHROUGH_CONFIGS = [
+    ("cudaMalloc", {}),
+    ("pool:off", {"PAGEFAST_CONF": "pool:off"}),
+    ("pool:off numa:off stats:off", {"PAGEFAST_CONF": "pool:off,numa:off,stats:off"}),
+    ("PAGEFAST=0", {"PAGEFAST": "0"}),
+]
+PASSTHROUGH_SIZES = "512,65536,2097152,20971520,268435456,1073741824"
+BIG_SIZES = "268435456,536870912,1073741824,2147483648"
+# Programs that manage VMM themselves: alloc_bench's expandable-segment
+# rounds and PyTorch's expandable segments, without pagefast, with it, and
+# with its client VMM cache off (docs/VMM-CLIENTS.md).
+# "with numa:off,stats:off": pagefast's start-up work (the NUMA binding, the
+# live-stats thread) apart from the cache, as in the passthrough section.
+VMM_LABELS = [("without", {}), ("with", None), ("with vmm_cache:off", {"PAGEFAST_CONF": "vmm_cache:off"}),
+              ("with numa:off,stats:off", {"PAGEFAST_CONF": "numa:off,stats:off"})]
 # The cost of pagefast's own observability on a pool hit (issue 5): stats on
 # (the default), stats:off, and tracing on.
 OVERHEAD_CONFIGS = ["stats on", "stats off", "trace on"]
@@ -154,6 +175,50 @@ def measure(args, t, only):
                     for res in results(run(seed, dict(env, **extra)).stdout):
                         for metric in SEED_PASSES:
                             t.add("seed", f"{name}/{label}", "1000x4MiB", metric, res[metric])
+
+    if "passthrough" in only:
+        for _ in range(args.repeats * 2):
+            for name, env in shuffled(PASSTHROUGH_CONFIGS):
+                e = dict(env, BENCH_SIZES=PASSTHROUGH_SIZES, BENCH_REPEATS="3000", BENCH_LABEL=name)
+                if name != "cudaMalloc":
+                    e.update(pf)
+                for res in results(run([bench, "cudaMalloc", "pairs"], e).stdout):
+                    t.add("passthrough", name, res["bytes"], "p50_ns", res["p50_ns"])
+
+    if "big" in only:
+        for _ in range(args.repeats):
+            for name, argv, env in shuffled([alloc_configs[1], alloc_configs[2]]):
+                e = dict(env, BENCH_SIZES=BIG_SIZES, BENCH_REPEATS="2000")
+                for res in results(run(argv + ["pairs"], e).stdout):
+                    t.add("big", name, res["bytes"], "p50_ns", res["p50_ns"])
+                    t.add("big", name, res["bytes"], "p99_ns", res["p99_ns"])
+
+    if "vmm" in only:
+        seed = [py, os.path.join(HERE, "seed.py")]
+        expandable = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+        for _ in range(args.repeats):
+            for label, extra in shuffled(VMM_LABELS):
+                env = dict(pf, **extra) if extra is not None else dict(pf)
+                if label == "without":
+                    env = {}
+                for res in results(run([bench, "cudaMalloc", "vmm"], dict(env, BENCH_LABEL=label)).stdout):
+                    t.add("vmm", f"segments/{label}", "16x20MiB", "first_round_ns", res["first_round_ns"])
+                    t.add("vmm", f"segments/{label}", "16x20MiB", "p50_round_ns", res["p50_round_ns"])
+                for res in results(run(seed, dict(env, **expandable)).stdout):
+                    for metric in SEED_PASSES:
+                        t.add("vmm", f"seed/{label}", "1000x4MiB", metric, res[metric])
+
+    if "jax" in only:
+        jax = [py, os.path.join(HERE, "jax_loop.py"), "200"]
+        sums = {}
+        for _ in range(args.repeats):
+            for label, env in shuffled([("without", {}), ("with", pf)]):
+                r = run(jax, dict(env, XLA_PYTHON_CLIENT_ALLOCATOR="platform"), timeout=600)
+                for res in results(r.stdout):
+                    t.add("jax", label, "platform", "median_step_s", res["median_step_s"])
+                m = re.search(r"^checksum (.*)$", r.stdout, re.M)
+                sums.setdefault(label, set()).add(m.group(1) if m else None)
+        t.add("jax", "checksums", "platform", "identical", 1.0 if len(sums.get("without", set()) | sums.get("with", set())) == 1 else 0.0)
 
     if "train" in only:
         losses = {}
@@ -245,6 +310,44 @@ def tables(t, sections):
             md.append(f"| {k} | {on:.0f} / {on99:.0f} | {off:.0f} / {off99:.0f} | {on / off:.3f} | "
                       f"{tr:.0f} / {tr99:.0f} | {tr / on:.2f} |")
         md.append("")
+
+    if "passthrough" in sections:
+        md += ["### pass-through: cudaMalloc pairs, 3000 per process, fresh processes interleaved (p50 ns, median)", "",
+               "| bytes | " + " | ".join(c for c, _ in PASSTHROUGH_CONFIGS) + " | " +
+               " | ".join(f"{c} / cudaMalloc" for c, _ in PASSTHROUGH_CONFIGS[1:]) + " |",
+               "| ---: |" + " ---: |" * (2 * len(PASSTHROUGH_CONFIGS) - 1)]
+        for k in sorted({int(k) for b, c, k, m, v in t.rows if b == "passthrough"}):
+            m = [t.median("passthrough", c, str(k), "p50_ns") for c, _ in PASSTHROUGH_CONFIGS]
+            md.append(f"| {k} | " + " | ".join(f"{v:.0f}" for v in m) + " | " +
+                      " | ".join(f"{v / m[0]:.3f}" for v in m[1:]) + " |")
+        md.append("")
+
+    if "big" in sections:
+        md += ["### big blocks: alloc+free pairs (ns, median of per-process p50 / p99)", "",
+               "| bytes | cudaMallocAsync | pagefast | pagefast / cudaMallocAsync |", "| ---: | ---: | ---: | ---: |"]
+        for k in sorted({int(k) for b, c, k, m, v in t.rows if b == "big"}):
+            a50, a99 = t.median("big", "cudaMallocAsync", str(k), "p50_ns"), t.median("big", "cudaMallocAsync", str(k), "p99_ns")
+            p50, p99 = t.median("big", "pagefast", str(k), "p50_ns"), t.median("big", "pagefast", str(k), "p99_ns")
+            md.append(f"| {k} | {a50:.0f} / {a99:.0f} | {p50:.0f} / {p99:.0f} | {p50 / a50:.2f} |")
+        md.append("")
+
+    if "vmm" in sections:
+        md += ["### programs that manage VMM themselves (median of fresh processes)", "",
+               "| workload | metric | " + " | ".join(l for l, _ in VMM_LABELS) + " | with / without |",
+               "| --- | --- |" + " ---: |" * (len(VMM_LABELS) + 1)]
+        for work, key, metrics in [("segments", "16x20MiB", ["first_round_ns", "p50_round_ns"]),
+                                   ("seed", "1000x4MiB", SEED_PASSES)]:
+            for metric in metrics:
+                v = [t.median("vmm", f"{work}/{l}", key, metric) for l, _ in VMM_LABELS]
+                md.append(f"| {work} | {metric} | " + " | ".join(f"{x:.6g}" for x in v) + f" | {v[1] / v[0]:.3f} |")
+        md.append("")
+
+    if "jax" in sections:
+        a, b = t.median("jax", "without", "platform", "median_step_s"), t.median("jax", "with", "platform", "median_step_s")
+        same = t.median("jax", "checksums", "platform", "identical")
+        md += ["### JAX, XLA_PYTHON_CLIENT_ALLOCATOR=platform: allocation-heavy loop (median step, s)", "",
+               "| without pagefast | with pagefast | with / without | checksums identical |",
+               "| ---: | ---: | ---: | --- |", f"| {a:.6f} | {b:.6f} | {b / a:.3f} | {'yes' if same == 1 else 'NO'} |", ""]
 
     if "train" in sections:
         md += ["### training steps (median step time, s)", "",

@@ -5,6 +5,15 @@
 //   pairs   alloc+free pair latency per size, p50 and p99 (ns)
 //   threads aggregate pairs/s with T threads at once (and with 1)
 //   cold    16 GiB in 20 MiB requests in a fresh process (total ms)
+//   vmm     a program managing VMM itself (PyTorch's expandable segments):
+//           per round, cuMemCreate P pages of 20 MiB (POSIX fd handle type
+//           requested), cuMemMap each at the segment's end, one
+//           cuMemSetAccess, then cuMemUnmap + cuMemRelease each; p50 per
+//           round (ns) and the first round alone (BENCH_PAGES, default 16)
+// BENCH_REPEATS=N: the number of pairs per size in every configuration
+// (without it, plain cudaMalloc runs 300 and the rest 3000: compare like
+// with like, e.g. pool:off against cudaMalloc, with the same N).
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include "check.cuh"
@@ -104,6 +113,65 @@ static void pairs(const char* label, int repeats) {
   }
 }
 
+// The driver's VMM calls, taken as the runtime takes them (through
+// cuGetProcAddress, which pagefast's third door answers).
+typedef int (*MemCreateFn)(unsigned long long*, size_t, const CUmemAllocationProp*, unsigned long long);
+typedef int (*MemReleaseFn)(unsigned long long);
+typedef int (*MemMapFn)(unsigned long long, size_t, size_t, unsigned long long, unsigned long long);
+typedef int (*MemUnmapFn)(unsigned long long, size_t);
+typedef int (*MemSetAccessFn)(unsigned long long, size_t, const CUmemAccessDesc*, size_t);
+typedef int (*MemAddressReserveFn)(unsigned long long*, size_t, size_t, unsigned long long, unsigned long long);
+
+#define CKD(call)                                                                          \
+  do {                                                                                     \
+    const int r_ = (call);                                                                 \
+    if (r_ != 0) {                                                                         \
+      std::fprintf(stderr, "%s failed: %d (line %d)\n", #call, r_, __LINE__);              \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+static void vmm_segments(const char* label) {
+  auto create = reinterpret_cast<MemCreateFn>(driver_entry("cuMemCreate"));
+  auto release_handle = reinterpret_cast<MemReleaseFn>(driver_entry("cuMemRelease"));
+  auto map = reinterpret_cast<MemMapFn>(driver_entry("cuMemMap"));
+  auto unmap = reinterpret_cast<MemUnmapFn>(driver_entry("cuMemUnmap"));
+  auto set_access = reinterpret_cast<MemSetAccessFn>(driver_entry("cuMemSetAccess"));
+  auto reserve = reinterpret_cast<MemAddressReserveFn>(driver_entry("cuMemAddressReserve"));
+  const char* pages_env = std::getenv("BENCH_PAGES");
+  const int pages = pages_env ? std::atoi(pages_env) : 16;
+  const size_t page = 20u << 20;
+  CUmemAllocationProp prop;
+  std::memset(&prop, 0, sizeof prop);
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  CUmemAccessDesc access;
+  std::memset(&access, 0, sizeof access);
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  unsigned long long base = 0;
+  CKD(reserve(&base, size_t(pages) * page, 0, 0, 0));
+  std::vector<unsigned long long> handles(static_cast<size_t>(pages));
+  const int rounds = 50;
+  std::vector<double> ns(rounds);
+  for (int r = 0; r < rounds; ++r) {
+    auto t0 = Clock::now();
+    for (int i = 0; i < pages; ++i) CKD(create(&handles[size_t(i)], page, &prop, 0));
+    for (int i = 0; i < pages; ++i) CKD(map(base + size_t(i) * page, page, 0, handles[size_t(i)], 0));
+    CKD(set_access(base, size_t(pages) * page, &access, 1));
+    for (int i = 0; i < pages; ++i) {
+      CKD(unmap(base + size_t(i) * page, page));
+      CKD(release_handle(handles[size_t(i)]));
+    }
+    ns[size_t(r)] = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+  }
+  const double first = ns[0];
+  std::printf("RESULT alloc=%s mode=vmm pages=%d page_bytes=%zu first_round_ns=%.0f p50_round_ns=%.0f\n", label, pages,
+              page, first, pct(ns, 0.5));
+}
+
 static double throughput(int threads, size_t bytes, int per_thread) {
   std::atomic<int> ready{0};
   std::atomic<bool> go{false};
@@ -160,7 +228,10 @@ int main(int argc, char** argv) {
                 pct(clock_ns, 0.5), pct(current_ns, 0.5));
     pairs(label.c_str(), 3000);
   } else if (mode == "pairs") {
-    pairs(label.c_str(), api == "cudaMalloc" && !std::getenv("LD_PRELOAD") ? 300 : 3000);
+    const char* repeats = std::getenv("BENCH_REPEATS");
+    pairs(label.c_str(), repeats ? std::atoi(repeats) : api == "cudaMalloc" && !std::getenv("LD_PRELOAD") ? 300 : 3000);
+  } else if (mode == "vmm") {
+    vmm_segments(label.c_str());
   } else if (mode == "threads") {
     const int threads = argc > 3 ? std::atoi(argv[3]) : 16;
     const size_t bytes = 64 << 10;

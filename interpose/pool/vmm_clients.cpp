@@ -1,0 +1,304 @@
+// interpose/pool/vmm_clients.cpp: interpose/pool/vmm_clients.h over
+// policy::ClientVmmCache, with the real driver as its ClientDriver.
+//
+// Which cuMemCreate calls are cacheable: pinned device memory (any handle
+// types, compression, RDMA flag: they are part of the key, compared byte
+// for byte with the whole CUmemAllocationProp), flags 0, a device ordinal
+// below 64. A cache hit needs an earlier identical request the driver
+// accepted, so the driver's validation of size and properties stands.
+#include "interpose/pool/vmm_clients.h"
+
+#include <cstddef>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "interpose/pool/pool_internal.h"
+#include "interpose/real_driver.h"
+#include "policy/client_vmm.h"
+#include "policy/device_pool.h"
+
+namespace pagefast::pool::clients {
+
+std::atomic<bool> g_on{false};
+
+namespace {
+
+static_assert(policy::kClientOk == CUDA_SUCCESS, "the cache's success code is the driver's");
+static_assert(policy::kClientInvalidValue == CUDA_ERROR_INVALID_VALUE, "the cache's refusal is the driver's");
+static_assert(offsetof(CUmemAccessDesc, flags) == sizeof(CUmemLocation), "a descriptor is its location, then flags");
+
+constexpr int kMaxDevices = 64;
+// More descriptors than devices can exist is not a real call: forwarded.
+constexpr size_t kMaxDescs = 4096;
+constexpr CUresult kMissing = CUDA_ERROR_NOT_FOUND;
+// Growth ahead, at most this many handles per growth (2, 4, ... 32): 32
+// of PyTorch's 20 MiB pages are 640 MiB, opened with one cuMemSetAccess.
+constexpr int kPrefetchPages = 32;
+
+PoolConfig g_config;
+
+class RealClientDriver final : public policy::ClientDriver {
+ public:
+  int create(uint64_t bytes, const std::string& prop_bytes, uint64_t* handle) override {
+    const RealDriver* real = real_driver();
+    if (!real || !real->cuMemCreate || prop_bytes.size() != sizeof(CUmemAllocationProp)) return kMissing;
+    CUmemAllocationProp prop;
+    std::memcpy(&prop, prop_bytes.data(), sizeof prop);
+    CUmemGenericAllocationHandle h = 0;
+    const CUresult r = real->cuMemCreate(&h, bytes, &prop, 0);
+    if (r == CUDA_SUCCESS) *handle = h;
+    return r;
+  }
+  int release(uint64_t handle) override {
+    const RealDriver* real = real_driver();
+    return real && real->cuMemRelease ? real->cuMemRelease(handle) : kMissing;
+  }
+  int map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t handle, uint64_t flags) override {
+    const RealDriver* real = real_driver();
+    return real && real->cuMemMap ? real->cuMemMap(addr, bytes, offset, handle, flags) : kMissing;
+  }
+  int unmap(uint64_t addr, uint64_t bytes) override {
+    const RealDriver* real = real_driver();
+    return real && real->cuMemUnmap ? real->cuMemUnmap(addr, bytes) : kMissing;
+  }
+  int set_access(uint64_t addr, uint64_t bytes, const std::string& descs) override {
+    const RealDriver* real = real_driver();
+    if (!real || !real->cuMemSetAccess) return kMissing;
+    const size_t count = descs.size() / sizeof(CUmemAccessDesc);
+    return real->cuMemSetAccess(addr, bytes,
+                                count ? reinterpret_cast<const CUmemAccessDesc*>(descs.data()) : nullptr, count);
+  }
+  int address_free(uint64_t addr, uint64_t bytes) override {
+    const RealDriver* real = real_driver();
+    return real && real->cuMemAddressFree ? real->cuMemAddressFree(addr, bytes) : kMissing;
+  }
+  uint64_t cache_room(int device) override {
+    // The cache holds at most release_threshold, and under a limit no
+    // more than the pool leaves of it.
+    uint64_t room = g_config.release_threshold_bytes;
+    if (g_config.limit_bytes) {
+      policy::DevicePool* pool = pool_for_device(device);
+      const uint64_t mapped = pool ? pool->mapped_bytes() : 0;
+      const uint64_t left = g_config.limit_bytes > mapped ? g_config.limit_bytes - mapped : 0;
+      if (left < room) room = left;
+    }
+    return room;
+  }
+};
+
+// Made once by configure(), never destroyed (hooks run at exit too).
+RealClientDriver* g_driver = nullptr;
+policy::ClientVmmCache* g_cache = nullptr;
+
+LogSink g_log = nullptr;
+
+// An exception (out of host memory in a record) stops the cache for good:
+// the driver gets the program's view back (abandon) and every later call
+// is forwarded; one log line. The call that failed answers OUT_OF_MEMORY.
+CUresult give_up() {
+  bool expected = true;
+  if (g_on.compare_exchange_strong(expected, false)) {
+    try {
+      g_cache->abandon();
+    } catch (...) {
+    }
+    if (g_log)
+      g_log(LogLevel::Warn,
+            "the client VMM cache ran out of host memory and stopped; the program's VMM calls go to the driver");
+  }
+  return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+template <class Call>
+CUresult guarded(Call call) {
+  try {
+    return call();
+  } catch (...) {
+    return give_up();
+  }
+}
+
+bool cacheable(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAllocationProp* prop,
+               unsigned long long flags) {
+  return handle && prop && bytes && flags == 0 && prop->type == CU_MEM_ALLOCATION_TYPE_PINNED &&
+         prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE && prop->location.id >= 0 &&
+         prop->location.id < kMaxDevices;
+}
+
+}  // namespace
+
+void configure(const PoolConfig& config, LogSink log) {
+  g_config = config;
+  g_log = log;
+  if (!config.enabled || !config.vmm_cache) return;
+  g_driver = new (std::nothrow) RealClientDriver();
+  g_cache = g_driver ? new (std::nothrow) policy::ClientVmmCache(*g_driver, sizeof(CUmemAccessDesc), sizeof(CUmemLocation), kPrefetchPages) : nullptr;
+  if (g_cache) g_on.store(true, std::memory_order_release);
+}
+
+void switch_off() { g_on.store(false, std::memory_order_relaxed); }
+
+CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAllocationProp* prop,
+                unsigned long long flags) {
+  const RealDriver* real = real_driver();
+  if (!real || !real->cuMemCreate) return kMissing;
+  if (!cacheable(handle, bytes, prop, flags)) return real->cuMemCreate(handle, bytes, prop, flags);
+  return guarded([&] {
+  const std::string key(reinterpret_cast<const char*>(prop), sizeof *prop);
+  const int device = prop->location.id;
+  uint64_t cached = 0;
+  if (g_cache->take(bytes, key, &cached)) {
+    *handle = cached;
+    return CUDA_SUCCESS;
+  }
+  CUresult r = real->cuMemCreate(handle, bytes, prop, flags);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && g_cache->trim(device, bytes) > 0) r = real->cuMemCreate(handle, bytes, prop, flags);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+    // The pool's idle memory (the trim syncs, unless a capture is active).
+    if (policy::DevicePool* pool = pool_for_device(device)) {
+      pool->trim();
+      r = real->cuMemCreate(handle, bytes, prop, flags);
+    }
+  }
+  if (r == CUDA_SUCCESS) g_cache->note_created(*handle, bytes, key, device);
+  return r;
+  });
+}
+
+CUresult release(CUmemGenericAllocationHandle handle) {
+  return guarded([&] { return CUresult(g_cache->release(handle)); });
+}
+
+CUresult map(CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAllocationHandle handle,
+             unsigned long long flags) {
+  return guarded([&] { return CUresult(g_cache->map(ptr, bytes, offset, handle, flags)); });
+}
+
+CUresult unmap(CUdeviceptr ptr, size_t bytes) {
+  return guarded([&] { return CUresult(g_cache->unmap(ptr, bytes)); });
+}
+
+CUresult set_access(CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count) {
+  if ((!desc && count) || count > kMaxDescs) {
+    // Not a call the driver accepts: it answers, after the deferred
+    // mappings there are gone (so it answers for what the program sees).
+    g_cache->before_query(ptr);
+    const RealDriver* real = real_driver();
+    return real && real->cuMemSetAccess ? real->cuMemSetAccess(ptr, bytes, desc, count) : kMissing;
+  }
+  return guarded([&] {
+    const std::string descs(reinterpret_cast<const char*>(desc), count * sizeof(CUmemAccessDesc));
+    return CUresult(g_cache->set_access(ptr, bytes, descs));
+  });
+}
+
+CUresult address_free(CUdeviceptr ptr, size_t bytes) {
+  return guarded([&] { return CUresult(g_cache->address_free(ptr, bytes)); });
+}
+
+CUresult retain(CUmemGenericAllocationHandle* handle, void* addr) {
+  uint64_t h = 0;
+  bool answered = false;
+  if (guarded([&] {
+        answered = handle && g_cache->retain(reinterpret_cast<uint64_t>(addr), &h);
+        return CUDA_SUCCESS;
+      }) != CUDA_SUCCESS)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  if (answered) {
+    *handle = h;
+    return CUDA_SUCCESS;
+  }
+  const RealDriver* real = real_driver();
+  return real && real->cuMemRetainAllocationHandle ? real->cuMemRetainAllocationHandle(handle, addr) : kMissing;
+}
+
+CUresult export_handle(void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
+                       unsigned long long flags) {
+  int result = 0;
+  bool answered = false;
+  if (guarded([&] {
+        answered = g_cache->check_handle(handle, true, &result);
+        return CUDA_SUCCESS;
+      }) != CUDA_SUCCESS)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  if (answered) return CUresult(result);
+  const RealDriver* real = real_driver();
+  return real && real->cuMemExportToShareableHandle ? real->cuMemExportToShareableHandle(shareable, handle, type, flags)
+                                                    : kMissing;
+}
+
+CUresult properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) {
+  int result = 0;
+  bool answered = false;
+  if (guarded([&] {
+        answered = g_cache->check_handle(handle, false, &result);
+        return CUDA_SUCCESS;
+      }) != CUDA_SUCCESS)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  if (answered) return CUresult(result);
+  const RealDriver* real = real_driver();
+  return real && real->cuMemGetAllocationPropertiesFromHandle
+             ? real->cuMemGetAllocationPropertiesFromHandle(prop, handle)
+             : kMissing;
+}
+
+void note_reserved(CUdeviceptr base, size_t bytes) {
+  if (on()) guarded([&] {
+      g_cache->note_reserved(base, bytes);
+      return CUDA_SUCCESS;
+    });
+}
+
+void mark_shared(CUmemGenericAllocationHandle handle) {
+  int ignored = 0;
+  guarded([&] {
+    g_cache->check_handle(handle, true, &ignored);
+    return CUDA_SUCCESS;
+  });
+}
+
+void on_device_reset(int device) {
+  if (on()) g_cache->forget_device(device);  // allocates nothing
+}
+
+void before_query(CUdeviceptr ptr) {
+  if (on()) g_cache->before_query(ptr);
+}
+
+uint64_t trim(int device, uint64_t bytes) { return g_cache ? g_cache->trim(device, bytes) : 0; }
+
+uint64_t cached_bytes(int device) { return g_cache ? g_cache->cached_bytes(device) : 0; }
+
+void make_room_for_pool(int device, uint64_t bytes) {
+  if (!g_cache || !g_config.limit_bytes) return;
+  const uint64_t held = g_cache->cached_bytes(device);
+  if (!held) return;
+  policy::DevicePool* pool = pool_for_device(device);
+  const uint64_t need = (pool ? pool->mapped_bytes() : 0) + held + bytes;
+  if (need > g_config.limit_bytes) g_cache->trim(device, need - g_config.limit_bytes);
+}
+
+std::string stats_json() {
+  if (!g_cache) return "null";
+  const policy::ClientVmmStats s = g_cache->stats();
+  std::string out = "{";
+  auto field = [&out](const char* name, uint64_t value) {
+    if (out.size() > 1) out += ", ";
+    out += "\"";
+    out += name;
+    out += "\": " + std::to_string(value);
+  };
+  field("cached_bytes", s.cached_bytes);
+  field("create_hits", s.create_hits);
+  field("create_misses", s.create_misses);
+  field("deferred_unmaps", s.deferred_unmaps);
+  field("revived_maps", s.revived_maps);
+  field("access_skipped", s.access_skipped);
+  field("real_unmaps", s.real_unmaps);
+  field("trimmed_bytes", s.trimmed_bytes);
+  field("prefetched", s.prefetched);
+  return out + "}";
+}
+
+}  // namespace pagefast::pool::clients

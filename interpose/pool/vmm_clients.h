@@ -1,0 +1,64 @@
+// interpose/pool/vmm_clients.h: the program's own VMM calls over the client
+// VMM cache (policy/client_vmm.h; docs/VMM-CLIENTS.md). The hooks call
+// these only when on() (vmm_cache:on with the pool on, not a forked child);
+// off, they forward: one relaxed load and a branch, no lock, no lookup.
+//
+// Every call answers as the driver would (the driver's own result where it
+// is asked). An exception inside (out of host memory) stops the cache for
+// good: it hands the driver the program's view back, logs one line, and
+// the call answers CUDA_ERROR_OUT_OF_MEMORY; later calls are forwarded. The cache's memory is shared with the pool: it gives way when
+// the pool grows under a limit or runs out of memory (make_room_for_pool,
+// trim), and cuMemCreate out of memory trims the cache, then the pool.
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "policy/config.h"
+
+namespace pagefast::pool::clients {
+
+extern std::atomic<bool> g_on;
+inline bool on() { return g_on.load(std::memory_order_relaxed); }
+
+// From pool::configure: on when the pool and vmm_cache are both on.
+void configure(const PoolConfig& config, LogSink log);
+// The device's primary context was reset or destroyed: the cache forgets
+// that device's handles (no driver call; the driver answers for them).
+void on_device_reset(int device);
+// A forked child: everything is forwarded from now on.
+void switch_off();
+
+CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAllocationProp* prop,
+                unsigned long long flags);
+CUresult release(CUmemGenericAllocationHandle handle);
+CUresult map(CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAllocationHandle handle,
+             unsigned long long flags);
+CUresult unmap(CUdeviceptr ptr, size_t bytes);
+CUresult set_access(CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count);
+CUresult address_free(CUdeviceptr ptr, size_t bytes);
+CUresult retain(CUmemGenericAllocationHandle* handle, void* addr);
+CUresult export_handle(void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
+                       unsigned long long flags);
+CUresult properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle);
+// cuMemAddressReserve succeeded: growth ahead stays inside such ranges.
+void note_reserved(CUdeviceptr base, size_t bytes);
+// The handle is mapped where the cache cannot follow (a sparse array):
+// never cached or deferred again.
+void mark_shared(CUmemGenericAllocationHandle handle);
+// Before a pointer query (cuPointerGetAttribute(s), cuMemGetAddressRange):
+// a deferred mapping at `ptr` is unmapped for real first.
+void before_query(CUdeviceptr ptr);
+
+// Cached memory of `device` given back to the driver (UINT64_MAX: all).
+uint64_t trim(int device, uint64_t bytes);
+uint64_t cached_bytes(int device);
+// The pool is about to create `bytes` on `device`: under a limit, the
+// cache gives back what would take the two over it.
+void make_room_for_pool(int device, uint64_t bytes);
+// {"cached_bytes": .., "create_hits": .., ...}, or "null" when off.
+std::string stats_json();
+
+}  // namespace pagefast::pool::clients

@@ -1,0 +1,214 @@
+// policy/client_vmm.h: the physical-memory cache for the program's OWN VMM
+// calls (docs/VMM-CLIENTS.md): programs that call cuMemCreate / cuMemMap /
+// cuMemSetAccess / cuMemUnmap / cuMemRelease themselves (PyTorch's
+// expandable segments, JAX's platform allocator, vLLM's CuMemAllocator).
+//
+// Pure C++ (no CUDA header): handles, addresses and access descriptors are
+// opaque numbers and bytes; every driver call goes through ClientDriver, so
+// the test constructor and the production one differ only in what is passed.
+//
+// What it does, and why it is exact (each rule is a test in
+// tests/policy/test_client_vmm.cpp):
+// - cuMemRelease of a handle the program created with cacheable properties
+//   (the glue decides: pinned device memory, flags 0), once no mapping of
+//   it is live, keeps the handle (the driver still holds it) in a FIFO
+//   keyed by the exact property bytes and size. A later cuMemCreate with
+//   the same bytes and size gets it back without a driver call.
+// - cuMemUnmap of a range made exactly of live mappings of tracked,
+//   never-exported handles is deferred: the mapping stays (mapped and
+//   accessible) and is marked deferred. A later cuMemMap of the same handle
+//   at the same address, size and offset (flags 0) revives it without the
+//   driver; cuMemSetAccess over a range made exactly of live mappings whose
+//   access for each location named is already the flags asked (every access
+//   call since the map covered the whole mapping) with the same descriptor
+//   bytes is answered without the driver: applying the same descriptors
+//   again changes nothing. Access is kept per location (a descriptor's
+//   first `location_bytes`), so PyTorch's one call per device (its own,
+//   then each peer) is recognised too.
+// - Growth ahead (prefetch_pages > 0): when a cuMemSetAccess the driver
+//   performed ends with a fresh whole-handle mapping inside a reservation
+//   the program made, the cache creates the next handles of the same
+//   properties, maps them right after it and opens them with ONE access
+//   call with the same descriptors, and keeps them as cached handles with
+//   deferred mappings: a segment that grows page by page then meets its
+//   next pages already mapped and open (2, 4, ... up to prefetch_pages per
+//   growth; never beyond cache_room; a failed step undoes the prefetch).
+// - Anything else that touches a deferred mapping's addresses (a map there,
+//   access over it, a different offset or size, cuMemAddressFree, a pointer
+//   query, cuMemRetainAllocationHandle) first unmaps it for real, so the
+//   driver sees what the program believes.
+// - A handle the program released (refs 0) is refused (kInvalidValue) by
+//   map / release / export / property queries, as the driver refuses a
+//   released handle.
+//
+// Thread-safe: one mutex, held across the driver calls made for the
+// program (these calls cost tens of microseconds; none is on a hot path).
+// The mutex is never held while calling into the device pool.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace pagefast::policy {
+
+// The driver's result codes the cache produces itself (the glue checks
+// they equal CUDA_SUCCESS and CUDA_ERROR_INVALID_VALUE).
+constexpr int kClientOk = 0;
+constexpr int kClientInvalidValue = 1;
+
+// The driver, as the cache needs it. Results are the driver's codes and go
+// back to the program untouched.
+class ClientDriver {
+ public:
+  virtual ~ClientDriver() = default;
+  // `prop`: the property bytes a program's cuMemCreate gave (for prefetch).
+  virtual int create(uint64_t bytes, const std::string& prop, uint64_t* handle) = 0;
+  virtual int release(uint64_t handle) = 0;
+  virtual int map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t handle, uint64_t flags) = 0;
+  virtual int unmap(uint64_t addr, uint64_t bytes) = 0;
+  // `descs`: the program's descriptor array, as bytes.
+  virtual int set_access(uint64_t addr, uint64_t bytes, const std::string& descs) = 0;
+  virtual int address_free(uint64_t addr, uint64_t bytes) = 0;
+  // How many bytes the cache may hold on `device` now (limit and
+  // release_threshold of the pool); UINT64_MAX for no bound.
+  virtual uint64_t cache_room(int device) = 0;
+};
+
+struct ClientVmmStats {
+  uint64_t cached_bytes = 0;      // released by the program, held by the cache
+  uint64_t create_hits = 0;       // cuMemCreate served from the cache
+  uint64_t create_misses = 0;     // eligible cuMemCreate that went to the driver
+  uint64_t deferred_unmaps = 0;   // cuMemUnmap answered without the driver
+  uint64_t revived_maps = 0;      // cuMemMap answered without the driver
+  uint64_t access_skipped = 0;    // cuMemSetAccess answered without the driver
+  uint64_t real_unmaps = 0;       // deferred mappings unmapped for real later
+  uint64_t trimmed_bytes = 0;     // cached memory given back to the driver
+  uint64_t prefetched = 0;        // handles created, mapped and opened ahead of the program
+};
+
+class ClientVmmCache {
+ public:
+  // An access descriptor is `desc_bytes` long; its first `location_bytes`
+  // name the location it sets (sizeof(CUmemAccessDesc) and
+  // sizeof(CUmemLocation) in production).
+  ClientVmmCache(ClientDriver& driver, size_t desc_bytes, size_t location_bytes, int prefetch_pages = 0)
+      : driver_(driver),
+        desc_bytes_(desc_bytes ? desc_bytes : 1),
+        location_bytes_(location_bytes),
+        prefetch_pages_(prefetch_pages) {}
+
+  // cuMemAddressReserve succeeded: the program's range (prefetch stays in it).
+  void note_reserved(uint64_t base, uint64_t bytes);
+
+  // cuMemCreate, before the driver: a cached handle of exactly `bytes` and
+  // `prop` (the property bytes), or false.
+  bool take(uint64_t bytes, const std::string& prop, uint64_t* handle);
+  // cuMemCreate succeeded at the driver with a cacheable property set.
+  void note_created(uint64_t handle, uint64_t bytes, const std::string& prop, int device);
+
+  int release(uint64_t handle);
+  int map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t handle, uint64_t flags);
+  int unmap(uint64_t addr, uint64_t bytes);
+  int set_access(uint64_t addr, uint64_t bytes, const std::string& descs);
+  int address_free(uint64_t addr, uint64_t bytes);
+
+  // cuMemRetainAllocationHandle: true with *handle when `addr` lies in a
+  // live mapping of a tracked handle (answered here: the driver's count
+  // stays ours); false: forward (a deferred mapping there is unmapped first).
+  bool retain(uint64_t addr, uint64_t* handle);
+  // cuMemGetAllocationPropertiesFromHandle / cuMemExportToShareableHandle:
+  // true with *result when the cache answers (a released handle); false:
+  // forward. `exporting` marks the handle shared: never cached or deferred
+  // again (another process may hold its memory).
+  bool check_handle(uint64_t handle, bool exporting, int* result);
+  // Before a pointer query at `addr`: a deferred mapping there is unmapped
+  // for real (the program believes it is). One relaxed load when none.
+  void before_query(uint64_t addr) {
+    if (deferred_count_.load(std::memory_order_relaxed) != 0) flush_at(addr);
+  }
+
+  // Gives cached memory of `device` back to the driver, oldest first,
+  // until `bytes` are freed (UINT64_MAX: all). Returns the bytes freed.
+  uint64_t trim(int device, uint64_t bytes);
+  uint64_t cached_bytes(int device);
+  ClientVmmStats stats();
+
+  // The device's primary context was reset or destroyed: its handles may be
+  // gone with it. Every record of the device is dropped without a driver
+  // call; the program's later calls on them reach the driver.
+  void forget_device(int device);
+  // The cache stops for good (the glue calls it after an exception, e.g.
+  // out of host memory): deferred mappings are unmapped and cached handles
+  // released for real, so that the driver's view is the program's again;
+  // every record is dropped. No allocation.
+  void abandon();
+
+ private:
+  struct Handle {
+    uint64_t bytes = 0;
+    std::string slot;  // property bytes + size: the cache's key
+    int device = 0;
+    int refs = 0;       // the program's references (create, retain - release)
+    int live_maps = 0;  // the program's live mappings (deferred ones not counted)
+    bool shared = false;
+    bool cached = false;
+  };
+  struct Mapping {
+    uint64_t bytes = 0;
+    uint64_t offset = 0;
+    uint64_t handle = 0;
+    bool deferred = false;
+    // False once a call covered only part of the mapping, or failed: what
+    // the driver holds is then not known here.
+    bool access_known = true;
+    std::map<std::string, std::string> access;  // location bytes -> flag bytes
+  };
+  using MapIt = std::map<uint64_t, Mapping>::iterator;
+
+  static std::string slot_of(uint64_t bytes, const std::string& prop);
+  // Live mappings that make up [addr, addr + bytes) exactly, in order.
+  bool exact_cover(uint64_t addr, uint64_t bytes, std::vector<MapIt>* out);
+  // Unmaps for real every deferred mapping overlapping the range; false if
+  // one refused (it stays recorded).
+  bool flush_overlap(uint64_t addr, uint64_t bytes);
+  bool flush_mapping(MapIt it);
+  void flush_handle(uint64_t handle);
+  void flush_at(uint64_t addr);
+  // A handle with no reference and no live mapping left: cached, or
+  // released for real. Returns the driver's answer (kClientOk if cached).
+  int retire(uint64_t handle);
+  int release_for_real(uint64_t handle);
+
+  // The access the descriptors set, applied to `m`; false if they would
+  // change anything (or `m`'s access is not known).
+  bool access_already(const Mapping& m, const std::string& descs) const;
+  void apply_access(Mapping& m, const std::string& descs) const;
+  // After a successful access call over [addr, end): grow ahead of it.
+  void maybe_prefetch(uint64_t addr, uint64_t end, const std::string& descs);
+
+  ClientDriver& driver_;
+  const size_t desc_bytes_;
+  const size_t location_bytes_;
+  const int prefetch_pages_;
+  std::map<uint64_t, uint64_t> reservations_;        // base -> bytes
+  std::unordered_map<std::string, int> next_prefetch_;  // slot -> pages the next prefetch makes
+  std::mutex mutex_;
+  std::unordered_map<uint64_t, Handle> handles_;
+  std::map<uint64_t, Mapping> maps_;  // by address; tracked handles only
+  // Per slot, the cached handles by (address of a deferred mapping of
+  // theirs, or UINT64_MAX; arrival): lowest first, because segments grow
+  // from their start, so each handle meets its own mapping again.
+  using FreeQueue = std::map<std::pair<uint64_t, uint64_t>, uint64_t>;
+  std::unordered_map<std::string, FreeQueue> free_;
+  uint64_t arrivals_ = 0;
+  std::map<int, uint64_t> cached_bytes_;
+  std::atomic<uint64_t> deferred_count_{0};
+  ClientVmmStats stats_;
+};
+
+}  // namespace pagefast::policy

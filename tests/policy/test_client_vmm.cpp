@@ -1,0 +1,607 @@
+// tests/policy/test_client_vmm.cpp: the client VMM cache (policy/client_vmm.h)
+// over a fake driver that refuses what the real one refuses (unknown or
+// released handles, overlapping maps, unmaps and access calls that are not
+// whole mappings, freeing an address range with mappings in it).
+//
+// The differential case runs the same random program against the fake
+// directly and through the cache, and requires the same answer to every
+// call and, after every call, the program's view (what it mapped where,
+// with which access) present in the fake.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <string>
+
+#include "policy/client_vmm.h"
+
+namespace {
+
+using pagefast::policy::ClientDriver;
+using pagefast::policy::ClientVmmCache;
+using pagefast::policy::kClientInvalidValue;
+using pagefast::policy::kClientOk;
+
+constexpr int kFailed = 2;  // what an injected failure answers
+
+struct FakeHandle {
+  uint64_t bytes = 0;
+  int refs = 0;
+};
+struct FakeMap {
+  uint64_t bytes = 0, offset = 0, handle = 0;
+  std::map<std::string, std::string> access;  // location -> flags
+};
+
+class FakeDriver final : public ClientDriver {
+ public:
+  std::map<uint64_t, FakeHandle> handles;
+  std::map<uint64_t, FakeMap> maps;
+  uint64_t next_handle = 0x100;
+  uint64_t room = UINT64_MAX;
+  std::map<std::string, int> calls;
+  std::string fail_op;  // the next call of this op fails (once)
+
+  int fail_skip = 0;    // ... after this many more calls of it succeeded
+
+  bool fails(const char* op) {
+    ++calls[op];
+    if (fail_op != op) return false;
+    if (fail_skip > 0) {
+      --fail_skip;
+      return false;
+    }
+    fail_op.clear();
+    return true;
+  }
+  bool live(uint64_t h) const {
+    auto it = handles.find(h);
+    return it != handles.end() && it->second.refs > 0;
+  }
+  bool overlaps(uint64_t addr, uint64_t bytes) const {
+    for (auto& [a, m] : maps)
+      if (a < addr + bytes && addr < a + m.bytes) return true;
+    return false;
+  }
+  // The mappings that make up [addr, addr + bytes) exactly, or none.
+  std::vector<uint64_t> cover(uint64_t addr, uint64_t bytes) const {
+    std::vector<uint64_t> out;
+    uint64_t at = addr;
+    while (at < addr + bytes) {
+      auto it = maps.find(at);
+      if (it == maps.end()) return {};
+      out.push_back(at);
+      at += it->second.bytes;
+    }
+    return at == addr + bytes ? out : std::vector<uint64_t>{};
+  }
+  void gc(uint64_t h) {
+    auto it = handles.find(h);
+    if (it == handles.end() || it->second.refs > 0) return;
+    for (auto& [a, m] : maps)
+      if (m.handle == h) return;
+    handles.erase(it);  // freed: no reference, no mapping
+  }
+
+  int create(uint64_t bytes, const std::string&, uint64_t* h) override {
+    if (fails("create")) return kFailed;
+    *h = next_handle++;
+    handles[*h] = FakeHandle{bytes, 1};
+    return kClientOk;
+  }
+  int retain(uint64_t addr, uint64_t* h) {
+    if (fails("retain")) return kFailed;
+    for (auto& [a, m] : maps)
+      if (addr >= a && addr < a + m.bytes) {
+        ++handles[m.handle].refs;
+        *h = m.handle;
+        return kClientOk;
+      }
+    return kClientInvalidValue;
+  }
+  int release(uint64_t h) override {
+    if (fails("release")) return kFailed;
+    if (!live(h)) return kClientInvalidValue;
+    --handles[h].refs;
+    gc(h);
+    return kClientOk;
+  }
+  int map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t h, uint64_t flags) override {
+    if (fails("map")) return kFailed;
+    if (!live(h) || flags || !bytes || offset + bytes > handles[h].bytes || overlaps(addr, bytes))
+      return kClientInvalidValue;
+    maps[addr] = FakeMap{bytes, offset, h, {}};
+    return kClientOk;
+  }
+  int unmap(uint64_t addr, uint64_t bytes) override {
+    if (fails("unmap")) return kFailed;
+    const std::vector<uint64_t> c = cover(addr, bytes);
+    if (c.empty()) return kClientInvalidValue;
+    for (uint64_t a : c) {
+      const uint64_t h = maps[a].handle;
+      maps.erase(a);
+      gc(h);
+    }
+    return kClientOk;
+  }
+  int set_access(uint64_t addr, uint64_t bytes, const std::string& descs) override {
+    if (fails("set_access")) return kFailed;
+    const std::vector<uint64_t> c = cover(addr, bytes);
+    if (c.empty() || descs.empty() || descs.size() % 2) return kClientInvalidValue;
+    for (uint64_t a : c)
+      for (size_t at = 0; at + 2 <= descs.size(); at += 2) maps[a].access[descs.substr(at, 1)] = descs.substr(at + 1, 1);
+    return kClientOk;
+  }
+  int address_free(uint64_t addr, uint64_t bytes) override {
+    if (fails("address_free")) return kFailed;
+    return overlaps(addr, bytes) ? kClientInvalidValue : kClientOk;
+  }
+  uint64_t cache_room(int) override { return room; }
+  int total_calls() const {
+    int n = 0;
+    for (auto& [op, c] : calls) n += c;
+    return n;
+  }
+};
+
+// The program's calls, through the cache (cache != NULL) or straight to the
+// fake: what the glue (interpose/pool/vmm_clients.cpp) does.
+struct Program {
+  FakeDriver& fake;
+  ClientVmmCache* cache;
+  int create(uint64_t bytes, const std::string& prop, uint64_t* h) {
+    if (cache && cache->take(bytes, prop, h)) return kClientOk;
+    const int r = fake.create(bytes, prop, h);
+    if (r == kClientOk && cache) cache->note_created(*h, bytes, prop, 0);
+    return r;
+  }
+  int release(uint64_t h) { return cache ? cache->release(h) : fake.release(h); }
+  int map(uint64_t a, uint64_t b, uint64_t o, uint64_t h) { return cache ? cache->map(a, b, o, h, 0) : fake.map(a, b, o, h, 0); }
+  int unmap(uint64_t a, uint64_t b) { return cache ? cache->unmap(a, b) : fake.unmap(a, b); }
+  int access(uint64_t a, uint64_t b, const std::string& d) { return cache ? cache->set_access(a, b, d) : fake.set_access(a, b, d); }
+  int address_free(uint64_t a, uint64_t b) { return cache ? cache->address_free(a, b) : fake.address_free(a, b); }
+  int retain(uint64_t a, uint64_t* h) {
+    if (cache && cache->retain(a, h)) return kClientOk;
+    return fake.retain(a, h);
+  }
+};
+
+constexpr uint64_t kSeg = 20 << 20;
+constexpr uint64_t kBase = uint64_t(1) << 40;
+const std::string kProp = "pinned-device-0";
+const std::string kRW = "rw";
+
+// An expandable segment: grow by `pages`, shrink all, repeat.
+void segment_round(Program& p, int pages) {
+  std::vector<uint64_t> hs(pages);
+  for (int i = 0; i < pages; ++i) REQUIRE(p.create(kSeg, kProp, &hs[i]) == kClientOk);
+  for (int i = 0; i < pages; ++i) REQUIRE(p.map(kBase + i * kSeg, kSeg, 0, hs[i]) == kClientOk);
+  REQUIRE(p.access(kBase, pages * kSeg, kRW) == kClientOk);
+  for (int i = 0; i < pages; ++i) {
+    REQUIRE(p.unmap(kBase + i * kSeg, kSeg) == kClientOk);
+    REQUIRE(p.release(hs[i]) == kClientOk);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("client vmm: an expandable-segments loop makes no driver call after its first round") {
+  FakeDriver fake;
+  ClientVmmCache cache(fake, 2, 1);
+  Program p{fake, &cache};
+  segment_round(p, 8);
+  CHECK(fake.calls["create"] == 8);
+  CHECK(fake.calls["map"] == 8);
+  CHECK(fake.calls["set_access"] == 1);
+  CHECK(fake.calls.count("unmap") == 0);
+  CHECK(fake.calls.count("release") == 0);
+  const int after_first = fake.total_calls();
+  for (int round = 0; round < 5; ++round) segment_round(p, 8);
+  CHECK(fake.total_calls() == after_first);
+  CHECK(cache.stats().create_hits == 40);
+  CHECK(cache.stats().revived_maps == 40);
+  CHECK(cache.stats().access_skipped == 5);
+  // Still mapped, accessible, one handle per page: nothing leaked.
+  CHECK(fake.maps.size() == 8);
+  CHECK(fake.handles.size() == 8);
+  CHECK(cache.cached_bytes(0) == 8 * kSeg);
+  // A trim gives all back: every deferred mapping unmapped, every handle released.
+  CHECK(cache.trim(0, UINT64_MAX) == 8 * kSeg);
+  CHECK(fake.maps.empty());
+  CHECK(fake.handles.empty());
+}
+
+TEST_CASE("client vmm: growing further than before maps and opens only the new pages for real") {
+  FakeDriver fake;
+  ClientVmmCache cache(fake, 2, 1);
+  Program p{fake, &cache};
+  segment_round(p, 2);
+  fake.calls.clear();
+  segment_round(p, 4);
+  CHECK(fake.calls["create"] == 2);
+  CHECK(fake.calls["map"] == 2);
+  // The access range holds two fresh mappings: the driver is asked.
+  CHECK(fake.calls["set_access"] == 1);
+  for (auto& [a, m] : fake.maps) CHECK(m.access["r"] == "w");
+}
+
+TEST_CASE("client vmm: one access call per device (PyTorch with peers) is recognised per location") {
+  FakeDriver fake;
+  ClientVmmCache cache(fake, 2, 1);
+  Program p{fake, &cache};
+  uint64_t h = 0;
+  for (int round = 0; round < 3; ++round) {
+    REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
+    REQUIRE(p.map(kBase, kSeg, 0, h) == kClientOk);
+    REQUIRE(p.access(kBase, kSeg, "rw") == kClientOk);  // the device
+    REQUIRE(p.access(kBase, kSeg, "pw") == kClientOk);  // a peer
+    REQUIRE(p.unmap(kBase, kSeg) == kClientOk);
+    REQUIRE(p.release(h) == kClientOk);
+  }
+  CHECK(fake.calls["set_access"] == 2);
+  CHECK(cache.stats().access_skipped == 4);
+  // A peer dropped (PROT_NONE for it) is a change: the driver is asked.
+  REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
+  REQUIRE(p.map(kBase, kSeg, 0, h) == kClientOk);
+  REQUIRE(p.access(kBase, kSeg, "rwpn") == kClientOk);
+  CHECK(fake.calls["set_access"] == 3);
+  CHECK(fake.maps[kBase].access["p"] == "n");
+}
+
+// PyTorch's seed loop: a segment grows by one page per access call.
+int grow_page_by_page(Program& p, int pages, std::vector<uint64_t>* hs) {
+  hs->assign(size_t(pages), 0);
+  for (int i = 0; i < pages; ++i) {
+    if (p.create(kSeg, kProp, &(*hs)[size_t(i)]) != kClientOk) return i;
+    if (p.map(kBase + uint64_t(i) * kSeg, kSeg, 0, (*hs)[size_t(i)]) != kClientOk) return i;
+    if (p.access(kBase + uint64_t(i) * kSeg, kSeg, kRW) != kClientOk) return i;
+  }
+  return pages;
+}
+
+TEST_CASE("client vmm: growth ahead opens a growing segment with one access call per doubling") {
+  FakeDriver fake;
+  ClientVmmCache cache(fake, 2, 1, 32);
+  cache.note_reserved(kBase, 100 * kSeg);
+  Program p{fake, &cache};
+  std::vector<uint64_t> hs;
+  REQUIRE(grow_page_by_page(p, 64, &hs) == 64);
+  // Pages 0, 1 (then 2 ahead), 3 (4 ahead), 8 (8), 17 (16), 34 (32), 67: 6 real calls, 6 prefetches.
+  CHECK(fake.calls["set_access"] <= 12);
+  CHECK(fake.calls["set_access"] >= 6);
+  CHECK(cache.stats().prefetched > 0);
+  // Each page the program holds is its own handle, mapped where it asked, open.
+  for (int i = 0; i < 64; ++i) {
+    const FakeMap& m = fake.maps[kBase + uint64_t(i) * kSeg];
+    CHECK(m.handle == hs[size_t(i)]);
+    CHECK(m.access.at("r") == "w");
+  }
+  // Handles differ (no page handed out twice).
+  std::sort(hs.begin(), hs.end());
+  CHECK(std::unique(hs.begin(), hs.end()) == hs.end());
+  // Shrink all, grow again: no driver call.
+  for (int i = 0; i < 64; ++i) {
+    REQUIRE(p.unmap(kBase + uint64_t(i) * kSeg, kSeg) == kClientOk);
+    REQUIRE(p.release(fake.maps[kBase + uint64_t(i) * kSeg].handle) == kClientOk);
+  }
+  const int before = fake.total_calls();
+  REQUIRE(grow_page_by_page(p, 64, &hs) == 64);
+  CHECK(fake.total_calls() == before);
+  // Never past the reservation, and all of it given back by a trim.
+  for (auto& [a, m] : fake.maps) CHECK(a + m.bytes <= kBase + 100 * kSeg);
+  for (int i = 0; i < 64; ++i) {
+    REQUIRE(p.unmap(kBase + uint64_t(i) * kSeg, kSeg) == kClientOk);
+    REQUIRE(p.release(hs[size_t(i)]) == kClientOk);
+  }
+  cache.trim(0, UINT64_MAX);
+  CHECK(fake.maps.empty());
+  CHECK(fake.handles.empty());
+}
+
+TEST_CASE("client vmm: growth ahead stays within the cache's room and undoes a failed step") {
+  FakeDriver fake;
+  ClientVmmCache cache(fake, 2, 1, 32);
+  cache.note_reserved(kBase, 100 * kSeg);
+  Program p{fake, &cache};
+  std::vector<uint64_t> hs;
+  fake.room = 3 * kSeg;
+  REQUIRE(grow_page_by_page(p, 16, &hs) == 16);
+  CHECK(cache.cached_bytes(0) <= 3 * kSeg);
+  for (int i = 0; i < 16; ++i) CHECK(fake.maps[kBase + uint64_t(i) * kSeg].handle == hs[size_t(i)]);
+  // A refused access call while growing ahead: the prefetch is undone.
+  FakeDriver fake2;
+  ClientVmmCache cache2(fake2, 2, 1, 32);
+  cache2.note_reserved(kBase, 100 * kSeg);
+  Program p2{fake2, &cache2};
+  uint64_t h = 0;
+  REQUIRE(p2.create(kSeg, kProp, &h) == kClientOk);
+  REQUIRE(p2.map(kBase, kSeg, 0, h) == kClientOk);
+  // The program's access call is the first set_access, the prefetch's the second.
+  fake2.fail_op = "set_access";
+  fake2.fail_skip = 1;
+  REQUIRE(p2.access(kBase, kSeg, kRW) == kClientOk);
+  CHECK(cache2.stats().prefetched == 0);
+  CHECK(fake2.maps.size() == 1);
+  CHECK(fake2.handles.size() == 1);
+  CHECK(fake2.maps[kBase].access.at("r") == "w");
+  FakeDriver fake3;
+  ClientVmmCache cache3(fake3, 2, 1, 32);
+  cache3.note_reserved(kBase, 100 * kSeg);
+  Program p3{fake3, &cache3};
+  REQUIRE(p3.create(kSeg, kProp, &h) == kClientOk);
+  REQUIRE(p3.map(kBase, kSeg, 0, h) == kClientOk);
+  fake3.fail_op = "map";  // the prefetch's second map
+  fake3.fail_skip = 1;
+  REQUIRE(p3.access(kBase, kSeg, kRW) == kClientOk);
+  CHECK(cache3.stats().prefetched == 1);  // the first page made it; the second is undone
+  CHECK(fake3.maps.size() == 2);
+  CHECK(fake3.handles.size() == 2);
+}
+
+TEST_CASE("client vmm: abandon gives the driver the program's view back; forget_device drops records") {
+  FakeDriver fake;
+  ClientVmmCache cache(fake, 2, 1, 32);
+  cache.note_reserved(kBase, 100 * kSeg);
+  Program p{fake, &cache};
+  std::vector<uint64_t> hs;
+  REQUIRE(grow_page_by_page(p, 5, &hs) == 5);
+  REQUIRE(p.unmap(kBase + 4 * kSeg, kSeg) == kClientOk);
+  REQUIRE(p.release(hs[4]) == kClientOk);
+  cache.abandon();
+  // Pages 0..3 are the program's, still mapped; nothing else is.
+  CHECK(fake.maps.size() == 4);
+  CHECK(fake.handles.size() == 4);
+  CHECK(cache.cached_bytes(0) == 0);
+  // From now on the program's calls reach the driver as they are.
+  for (int i = 0; i < 4; ++i) {
+    REQUIRE(fake.unmap(kBase + uint64_t(i) * kSeg, kSeg) == kClientOk);
+    REQUIRE(fake.release(hs[size_t(i)]) == kClientOk);
+  }
+  CHECK(fake.handles.empty());
+
+  FakeDriver fake2;
+  ClientVmmCache cache2(fake2, 2, 1);
+  Program p2{fake2, &cache2};
+  uint64_t h = 0;
+  REQUIRE(p2.create(kSeg, kProp, &h) == kClientOk);
+  REQUIRE(p2.map(kBase, kSeg, 0, h) == kClientOk);
+  REQUIRE(p2.unmap(kBase, kSeg) == kClientOk);
+  REQUIRE(p2.release(h) == kClientOk);
+  cache2.forget_device(0);
+  CHECK(cache2.cached_bytes(0) == 0);
+  CHECK(fake2.calls.count("unmap") == 0);
+  uint64_t g = 0;
+  REQUIRE(p2.create(kSeg, kProp, &g) == kClientOk);
+  CHECK(g != h);  // not from the forgotten device's records
+  CHECK(p2.release(h) == kClientOk);  // the driver answers for the old handle
+  CHECK(fake2.calls["release"] == 1);
+}
+
+TEST_CASE("client vmm: a released handle is refused as the driver refuses it") {
+  FakeDriver fake;
+  ClientVmmCache cache(fake, 2, 1);
+  uint64_t h = 0;
+  Program p{fake, &cache};
+  REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
+  REQUIRE(p.release(h) == kClientOk);
+  CHECK(cache.cached_bytes(0) == kSeg);
+  CHECK(p.release(h) == kClientInvalidValue);
+  CHECK(p.map(kBase, kSeg, 0, h) == kClientInvalidValue);
+  int result = -1;
+  CHECK(cache.check_handle(h, false, &result));
+  CHECK(result == kClientInvalidValue);
+  CHECK(cache.check_handle(h, true, &result));
+  CHECK(fake.maps.empty());
+}
+
+TEST_CASE("client vmm: a different offset, size or handle at a deferred address is mapped for real") {
+  FakeDriver fake;
+  ClientVmmCache cache(fake, 2, 1);
+  Program p{fake, &cache};
+  uint64_t a = 0, b = 0;
+  REQUIRE(p.create(2 * kSeg, kProp, &a) == kClientOk);
+  REQUIRE(p.create(2 * kSeg, kProp, &b) == kClientOk);
+  REQUIRE(p.map(kBase, kSeg, 0, a) == kClientOk);
+  REQUIRE(p.access(kBase, kSeg, kRW) == kClientOk);
+  REQUIRE(p.unmap(kBase, kSeg) == kClientOk);
+  CHECK(fake.maps.count(kBase) == 1);  // deferred
+  fake.calls.clear();
+  REQUIRE(p.map(kBase, kSeg, kSeg, a) == kClientOk);  // other offset
+  CHECK(fake.calls["unmap"] == 1);
+  CHECK(fake.calls["map"] == 1);
+  CHECK(fake.maps[kBase].offset == kSeg);
+  CHECK(fake.maps[kBase].access.empty());  // a fresh mapping: no access until asked
+  REQUIRE(p.unmap(kBase, kSeg) == kClientOk);
+  REQUIRE(p.map(kBase, kSeg, kSeg, b) == kClientOk);  // other handle
+  CHECK(fake.maps[kBase].handle == b);
+  // Access with other descriptors on a revived mapping goes to the driver.
+  REQUIRE(p.unmap(kBase, kSeg) == kClientOk);
+  REQUIRE(p.map(kBase, kSeg, kSeg, b) == kClientOk);
+  fake.calls.clear();
+  REQUIRE(p.access(kBase, kSeg, "ro") == kClientOk);
+  REQUIRE(p.access(kBase, kSeg, "ro") == kClientOk);
+  CHECK(fake.calls["set_access"] == 1);
+  CHECK(fake.maps[kBase].access["r"] == "o");
+}
+
+TEST_CASE("client vmm: a release with mappings left is cached once the last one is unmapped") {
+  FakeDriver fake;
+  ClientVmmCache cache(fake, 2, 1);
+  Program p{fake, &cache};
+  uint64_t h = 0, again = 0;
+  REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
+  REQUIRE(p.map(kBase, kSeg, 0, h) == kClientOk);
+  REQUIRE(p.release(h) == kClientOk);
+  CHECK(cache.cached_bytes(0) == 0);
+  // Retain through the mapping gives the handle back to the program.
+  REQUIRE(p.retain(kBase + 4096, &again) == kClientOk);
+  CHECK(again == h);
+  REQUIRE(p.release(h) == kClientOk);
+  REQUIRE(p.unmap(kBase, kSeg) == kClientOk);
+  CHECK(cache.cached_bytes(0) == kSeg);
+  CHECK(fake.calls.count("release") == 0);
+  // Retain at the (for the program) unmapped address: the driver answers.
+  CHECK(p.retain(kBase, &again) == kClientInvalidValue);
+  CHECK(fake.maps.empty());
+}
+
+TEST_CASE("client vmm: cuMemAddressFree and pointer queries unmap deferred mappings first") {
+  FakeDriver fake;
+  ClientVmmCache cache(fake, 2, 1);
+  Program p{fake, &cache};
+  uint64_t h = 0;
+  REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
+  REQUIRE(p.map(kBase, kSeg, 0, h) == kClientOk);
+  REQUIRE(p.unmap(kBase, kSeg) == kClientOk);
+  cache.before_query(kBase + kSeg);  // outside: nothing happens
+  CHECK(fake.maps.size() == 1);
+  cache.before_query(kBase + 100);
+  CHECK(fake.maps.empty());
+  REQUIRE(p.map(kBase, kSeg, 0, h) == kClientOk);
+  CHECK(p.address_free(kBase, 4 * kSeg) == kClientInvalidValue);  // live mapping: the driver refuses
+  REQUIRE(p.unmap(kBase, kSeg) == kClientOk);
+  CHECK(p.address_free(kBase, 4 * kSeg) == kClientOk);
+  CHECK(fake.maps.empty());
+}
+
+TEST_CASE("client vmm: exported handles and a full cache go back to the driver") {
+  FakeDriver fake;
+  ClientVmmCache cache(fake, 2, 1);
+  Program p{fake, &cache};
+  uint64_t h = 0;
+  int result = 0;
+  REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
+  REQUIRE(p.map(kBase, kSeg, 0, h) == kClientOk);
+  CHECK_FALSE(cache.check_handle(h, true, &result));  // forwarded, and now shared
+  REQUIRE(p.unmap(kBase, kSeg) == kClientOk);
+  CHECK(fake.calls["unmap"] == 1);
+  REQUIRE(p.release(h) == kClientOk);
+  CHECK(fake.calls["release"] == 1);
+  CHECK(fake.handles.empty());
+  fake.room = kSeg / 2;
+  REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
+  REQUIRE(p.release(h) == kClientOk);
+  CHECK(fake.handles.empty());
+  CHECK(cache.cached_bytes(0) == 0);
+}
+
+TEST_CASE("client vmm: other properties or sizes never get a cached handle") {
+  FakeDriver fake;
+  ClientVmmCache cache(fake, 2, 1);
+  Program p{fake, &cache};
+  uint64_t h = 0, g = 0;
+  REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
+  REQUIRE(p.release(h) == kClientOk);
+  REQUIRE(p.create(2 * kSeg, kProp, &g) == kClientOk);
+  CHECK(g != h);
+  REQUIRE(p.create(kSeg, "pinned-device-0-posix-fd", &g) == kClientOk);
+  CHECK(g != h);
+  REQUIRE(p.create(kSeg, kProp, &g) == kClientOk);
+  CHECK(g == h);
+}
+
+TEST_CASE("client vmm: a refused real unmap leaves the mapping deferred and the driver's answer stands") {
+  FakeDriver fake;
+  ClientVmmCache cache(fake, 2, 1);
+  Program p{fake, &cache};
+  uint64_t a = 0, b = 0;
+  REQUIRE(p.create(kSeg, kProp, &a) == kClientOk);
+  REQUIRE(p.create(kSeg, kProp, &b) == kClientOk);
+  REQUIRE(p.map(kBase, kSeg, 0, a) == kClientOk);
+  REQUIRE(p.unmap(kBase, kSeg) == kClientOk);
+  fake.fail_op = "unmap";
+  CHECK(p.map(kBase, kSeg, 0, b) == kClientInvalidValue);  // still mapped: the driver refuses
+  CHECK(p.map(kBase, kSeg, 0, b) == kClientOk);            // the next flush works
+  CHECK(fake.maps[kBase].handle == b);
+  REQUIRE(p.unmap(kBase, kSeg) == kClientOk);
+  fake.fail_op = "release";
+  CHECK(cache.trim(0, UINT64_MAX) == 0);  // a refused release frees nothing
+  REQUIRE(p.release(a) == kClientOk);
+  REQUIRE(p.release(b) == kClientOk);
+}
+
+// The same random program straight on the fake and through the cache: the
+// same answers, and the program's mappings present with their access.
+TEST_CASE("client vmm: differential against the driver, random programs") {
+  constexpr int kSlots = 6, kPositions = 8;
+  constexpr uint64_t kUnit = 2 << 20;
+  for (uint32_t seed = 1; seed <= 200; ++seed) {
+    FakeDriver direct_fake, cached_fake;
+    ClientVmmCache cache(cached_fake, 2, 1, seed % 2 ? 4 : 0);
+    cache.note_reserved(kBase, uint64_t(kPositions) * 2 * kUnit);
+    if (seed % 5 == 0) cached_fake.room = 3 * kUnit;  // a small cache: releases go through too
+    Program direct{direct_fake, nullptr}, cached{cached_fake, &cache};
+    uint64_t handle[2][kSlots] = {};
+    std::mt19937 rng(seed);
+    auto pick = [&](int n) { return int(rng() % uint32_t(n)); };
+    for (int step = 0; step < 300; ++step) {
+      const int op = pick(8);
+      const int slot = pick(kSlots);
+      const uint64_t addr = kBase + uint64_t(pick(kPositions)) * 2 * kUnit;
+      const uint64_t bytes = (1 + pick(2)) * kUnit;
+      const uint64_t offset = uint64_t(pick(2)) * kUnit;
+      // One device, or the device and a peer, in one call ("r": the device, "p": a peer).
+      const std::string descs = std::string(pick(3) ? "rw" : "ro") + (pick(4) ? "" : pick(2) ? "pw" : "po");
+      int r[2] = {0, 0};
+      for (int m = 0; m < 2; ++m) {
+        Program& p = m ? cached : direct;
+        uint64_t& h = handle[m][slot];
+        switch (op) {
+          case 0:
+            if (h) break;
+            r[m] = p.create(bytes, slot % 2 ? "a" : "b", &h);
+            if (r[m] != kClientOk) h = 0;
+            break;
+          case 1:
+            if (!h) break;
+            r[m] = p.release(h);
+            h = 0;
+            break;
+          case 2:
+            if (!h) break;
+            r[m] = p.map(addr, kUnit, offset, h);
+            break;
+          case 3:
+            r[m] = p.unmap(addr, bytes);
+            break;
+          case 4:
+            r[m] = p.access(addr, bytes, descs);
+            break;
+          case 5:
+            r[m] = p.address_free(addr, bytes);
+            break;
+          case 6: {
+            if (h) break;
+            uint64_t got = 0;
+            r[m] = p.retain(addr + 4096, &got);
+            if (r[m] == kClientOk) h = got;
+            break;
+          }
+          case 7:
+            if (m) cache.before_query(addr);
+            break;
+        }
+      }
+      INFO("seed " << seed << " step " << step << " op " << op);
+      REQUIRE(r[0] == r[1]);
+    }
+    // Through the cache, each of the program's live mappings is the fake's.
+    for (auto& [a, m] : direct_fake.maps) {
+      REQUIRE(cached_fake.maps.count(a) == 1);
+      CHECK(cached_fake.maps[a].bytes == m.bytes);
+      CHECK(cached_fake.maps[a].offset == m.offset);
+      // Revived mappings may be open where the driver's fresh ones are not
+      // yet; every access the program set is there.
+      for (auto& [location, flags] : m.access) CHECK(cached_fake.maps[a].access[location] == flags);
+    }
+    // Everything given back, nothing stays behind.
+    for (int s = 0; s < kSlots; ++s)
+      if (handle[1][s]) cached.release(handle[1][s]);
+    for (auto& [a, m] : std::map<uint64_t, FakeMap>(cached_fake.maps)) cached.unmap(a, m.bytes);
+    cache.trim(0, UINT64_MAX);
+    CHECK(cached_fake.maps.empty());
+    CHECK(cached_fake.handles.empty());
+  }
+}

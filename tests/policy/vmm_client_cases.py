@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""tests/policy/vmm_client_cases.py: the client VMM cache (docs/VMM-CLIENTS.md)
+against the fake driver. Runs vmm_client (linked with the fake libcuda.so.1)
+with and without LD_PRELOAD=libpagefast.so and compares transcripts (one
+line per driver call and its result, never an address or a handle).
+
+Usage: vmm_client_cases.py <differential|counts|grow|faults|oom> --build <build dir>
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import casekit  # noqa: E402
+from casekit import check  # noqa: E402
+
+CONFS = ["", "vmm_cache:off", "pool:off", "release_threshold:0", "limit:1G", "chunk_size:2M"]
+
+
+def run(args, preload=True, env=None):
+    build = ARGS.build  # noqa: F821 (set by casekit.main)
+    e = {k: v for k, v in os.environ.items()
+         if not (k.startswith("PAGEFAST") or k.startswith("FAKECUDA") or k == "LD_PRELOAD")}
+    e["LD_LIBRARY_PATH"] = os.path.join(build, "tests", "fakecuda")
+    if preload:
+        e["LD_PRELOAD"] = os.path.join(build, "interpose", "libpagefast.so")
+    e.update(env or {})
+    exe = os.path.join(build, "tests", "policy", "vmm_client")
+    return subprocess.run([exe] + args, env=e, capture_output=True, text=True, timeout=120)
+
+
+def run_counted(args, preload=True, env=None):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "counts.json")
+        r = run(args, preload, dict(env or {}, FAKECUDA_COUNTS=path))
+        with open(path) as f:
+            return r, json.load(f)
+
+
+def differential_of(args, env=None):
+    base = run(args, preload=False, env=env)
+    check(base.returncode == 0 and f"ok {args[0]}" in base.stdout,
+          f"{args} without pagefast ({base.returncode}) {base.stdout[-300:]}")
+    for conf in CONFS:
+        e = dict(env or {})
+        if conf:
+            e["PAGEFAST_CONF"] = conf
+        r = run(args, env=e)
+        first = next((f"line {i + 1}: {a!r} != {b!r}" for i, (a, b) in
+                      enumerate(zip(base.stdout.splitlines(), r.stdout.splitlines())) if a != b), "lengths differ")
+        check(r.returncode == 0 and r.stdout == base.stdout,
+              f"{args} [{conf or 'default'}]: the same answers as the driver ({first}) {r.stderr[-300:]}")
+
+
+def case_differential():
+    differential_of(["semantics"])
+    differential_of(["segments", "6", "4"])
+    differential_of(["grow", "3", "40"])
+
+
+VMM = ["cuMemCreate", "cuMemMap", "cuMemSetAccess", "cuMemUnmap", "cuMemRelease"]
+
+
+def case_counts():
+    rounds, pages = 10, 4
+    _, without = run_counted(["segments", str(rounds), str(pages)], preload=False)
+    r, with_cache = run_counted(["segments", str(rounds), str(pages)])
+    _, off = run_counted(["segments", str(rounds), str(pages)], env={"PAGEFAST_CONF": "vmm_cache:off"})
+    check("ok segments" in r.stdout, f"segments ran through the cache ({r.stdout[-200:]})")
+    for name in VMM:
+        print(f"{name}: without {without.get(name, 0)}, cache off {off.get(name, 0)}, cache on {with_cache.get(name, 0)}")
+    per_round = {"cuMemCreate": pages, "cuMemMap": pages, "cuMemSetAccess": 1, "cuMemUnmap": pages, "cuMemRelease": pages}
+    for name, n in per_round.items():
+        check(without.get(name, 0) == rounds * n, f"{name}: the program makes {rounds * n} calls")
+        # The pool's own calls for cuMemAlloc (one chunk) come on top.
+        check(off.get(name, 0) >= rounds * n, f"{name} with vmm_cache:off: every call reaches the driver")
+    # Through the cache: the first round's creates, maps and access (plus
+    # the pool's own chunk: one create, map and access); no unmap or release.
+    check(with_cache.get("cuMemCreate", 0) <= pages + 1, "cuMemCreate: only the first round's reach the driver")
+    check(with_cache.get("cuMemMap", 0) <= pages + 1, "cuMemMap: only the first round's reach the driver")
+    check(with_cache.get("cuMemSetAccess", 0) <= 2, "cuMemSetAccess: only the first round's reaches the driver")
+    # At the end cuMemAddressFree unmaps the deferred mappings for real.
+    check(with_cache.get("cuMemUnmap", 0) <= pages, "cuMemUnmap: deferred until the address range is freed")
+    check(with_cache.get("cuMemRelease", 0) == 0, "cuMemRelease: the released pages stay cached")
+
+
+def case_grow():
+    """Growth ahead: a segment growing page by page, one access call per
+    page without pagefast, about one per doubling with it."""
+    rounds, pages = 3, 64
+    _, without = run_counted(["grow", str(rounds), str(pages)], preload=False)
+    r, with_cache = run_counted(["grow", str(rounds), str(pages)])
+    check("ok grow" in r.stdout and "CORRUPT" not in r.stdout, f"grow ran through the cache ({r.stdout[-200:]})")
+    for name in VMM:
+        print(f"{name}: without {without.get(name, 0)}, cache on {with_cache.get(name, 0)}")
+    check(without.get("cuMemSetAccess", 0) == rounds * pages, "the program opens each page with its own call")
+    check(with_cache.get("cuMemSetAccess", 0) <= 16,
+          f"with the cache: about one access call per doubling, in the first round only ({with_cache.get('cuMemSetAccess')})")
+    check(with_cache.get("cuMemCreate", 0) <= 2 * pages, "each page created once (plus what was grown ahead)")
+    check(with_cache.get("cuMemRelease", 0) == 0, "nothing released while the cache holds it")
+
+
+def case_faults():
+    args = ["segments", "3", "3"]
+    _, counted = run_counted(args)
+    runs = 0
+    for name in VMM + ["cuMemAddressReserve", "cuMemAddressFree", "cuMemAlloc_v2", "cuMemFree_v2"]:
+        for n in range(1, counted.get(name, 0) + 2):
+            env = {"FAKECUDA_FAIL": f"{name}:{n}"}
+            r = run(args, env=env)
+            runs += 1
+            ok = r.returncode == 0 and "ok segments" in r.stdout and "CORRUPT" not in r.stdout
+            check(ok, f"{name}:{n} fails: no crash, no wrong data ({r.returncode}) {r.stdout[-300:]} {r.stderr[-300:]}")
+            if "CORRUPT" in r.stdout:
+                break
+    # The semantics program: every call of every kind failing once; data
+    # may be wrong only where it is wrong without pagefast too.
+    for n in range(1, 12):  # growth ahead failing at each of its steps
+        for name in ["cuMemCreate", "cuMemMap", "cuMemSetAccess"]:
+            r = run(["grow", "2", "24"], env={"FAKECUDA_FAIL": f"{name}:{n}"})
+            runs += 1
+            check(r.returncode == 0 and "ok grow" in r.stdout and "CORRUPT" not in r.stdout,
+                  f"grow, {name}:{n} fails: no crash, no wrong data ({r.returncode}) {r.stdout[-300:]}")
+    _, counted = run_counted(["semantics"])
+    for name in VMM + ["cuMemAddressReserve", "cuMemAddressFree", "cuMemRetainAllocationHandle",
+                       "cuMemGetAllocationPropertiesFromHandle", "cuMemGetAccess", "cuPointerGetAttribute"]:
+        for n in range(1, counted.get(name, 0) + 2):
+            env = {"FAKECUDA_FAIL": f"{name}:{n}"}
+            r = run(["semantics"], env=env)
+            runs += 1
+            if r.returncode == 0 and "ok semantics" in r.stdout:
+                continue
+            base = run(["semantics"], preload=False, env=env)
+            crashed = r.returncode not in (0, 1) or "ok semantics" not in r.stdout and "FAIL semantics" not in r.stdout
+            check(not crashed and "CORRUPT" in base.stdout,
+                  f"semantics, {name}:{n} fails: wrong data only where the driver alone gives it too "
+                  f"({r.returncode}) {r.stdout[-300:]} {r.stderr[-300:]}")
+    print(f"{runs} fault runs")
+    check(runs >= 80, f"the fault sweep covered the calls ({runs} runs)")
+
+
+def case_oom():
+    env = {"FAKECUDA_TOTAL_MEM": "512M"}
+    base = run(["oom"], preload=False, env=env)
+    check(base.returncode == 0 and "ok oom" in base.stdout, f"oom without pagefast {base.stdout[-300:]}")
+    for conf in ["", "chunk_size:2M", "limit:512M"]:
+        e = dict(env)
+        if conf:
+            e["PAGEFAST_CONF"] = conf
+        r = run(["oom"], env=e)
+        check(r.returncode == 0 and r.stdout == base.stdout,
+              f"oom [{conf or 'default'}]: released pages serve cuMemAlloc and the pool's idle memory serves "
+              f"cuMemCreate ({r.stdout[-400:]} {r.stderr[-300:]})")
+        bad = [l for l in r.stdout.splitlines() if not l.endswith(" 0") and not l.startswith("ok")]
+        check(not bad, f"oom [{conf or 'default'}]: every call succeeded ({bad[:3]})")
+
+
+if __name__ == "__main__":
+    sys.exit(casekit.main(globals()))
