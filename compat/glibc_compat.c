@@ -20,8 +20,9 @@
  * and libdl.so.2, so the binaries also keep those two as DT_NEEDED (still
  * shipped as empty stubs by newer glibc); see compat/meson.build.
  *
- * tests/package/glibc_check.py fails the suite when any shipped binary
- * names a version newer than GLIBC_2.28; tests/package/compat_test.c checks
+ * python/backend/glibc_check.py (run by tests/package) fails the suite
+ * when any shipped binary names a version newer than GLIBC_2.28, and
+ * tests/package/compat_test.cpp checks
  * the replacements against glibc's own.
  */
 #if defined(__GLIBC__) || defined(__linux__)

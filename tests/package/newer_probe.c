@@ -1,6 +1,7 @@
 /* tests/package/newer_probe.c: a program linked without compat/, so that
- * glibc_check.py --must-fail can show the check rejects what it should: on
- * glibc 2.34 and later dlopen and pthread_create name GLIBC_2.34. */
+ * `python/backend/glibc_check.py --must-fail` shows that the check rejects
+ * what it should: on glibc 2.34 and later dlopen and pthread_create (and
+ * __libc_start_main) name GLIBC_2.34. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/package/glibc_check.py: fails when a shipped binary needs more than
+"""python/backend/glibc_check.py: fails when a shipped binary needs more than
 the glibc 2.28 baseline (docs/PACKAGING.md): a symbol version newer than
 GLIBC_2.28, any libstdc++/libgcc_s version (the C++ runtime is linked in),
 or a DT_NEEDED library outside glibc's own.
