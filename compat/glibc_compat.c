@@ -42,15 +42,22 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "compat/glibc_base.h"
+
+#ifdef PF_GLIBC_BASE
+#define PF_BASE PF_GLIBC_BASE
 #if defined(__x86_64__)
-#define PF_BASE "GLIBC_2.2.5"
 #define PF_STAT_VER 1 /* _STAT_VER_LINUX */
-#elif defined(__aarch64__)
-#define PF_BASE "GLIBC_2.17"
-#define PF_STAT_VER 0
+#else
+#define PF_STAT_VER 0 /* aarch64's _STAT_VER */
+#endif
 #endif
 
 #define PF_HIDDEN __attribute__((visibility("hidden")))
+
+/* GCC reads pthread_setspecific's access attribute as a read of *value and
+ * warns in the forwarder, which only passes the pointer on. */
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #ifdef PF_BASE
 
@@ -77,9 +84,9 @@ PF_FORWARD(int, pthread_create, PF_BASE,
            (thread, attr, start, arg))
 PF_FORWARD(int, pthread_join, PF_BASE, (pthread_t thread, void** result), (thread, result))
 PF_FORWARD(int, pthread_detach, PF_BASE, (pthread_t thread), (thread))
-PF_FORWARD(int, pthread_timedjoin_np, "GLIBC_2.3.3",
+PF_FORWARD(int, pthread_timedjoin_np, PF_GLIBC_2_3_3,
            (pthread_t thread, void** result, const struct timespec* abstime), (thread, result, abstime))
-PF_FORWARD(int, pthread_setname_np, "GLIBC_2.12", (pthread_t thread, const char* name), (thread, name))
+PF_FORWARD(int, pthread_setname_np, PF_GLIBC_2_12, (pthread_t thread, const char* name), (thread, name))
 PF_FORWARD(int, pthread_attr_setstacksize, PF_BASE, (pthread_attr_t* attr, size_t bytes), (attr, bytes))
 PF_FORWARD(int, pthread_key_create, PF_BASE, (pthread_key_t* key, void (*destructor)(void*)), (key, destructor))
 PF_FORWARD(int, __pthread_key_create, PF_BASE, (pthread_key_t* key, void (*destructor)(void*)), (key, destructor))

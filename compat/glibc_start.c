@@ -15,13 +15,10 @@
 #include <dlfcn.h>
 #include <stddef.h>
 
-#if defined(__x86_64__)
-#define PF_BASE "GLIBC_2.2.5"
-#elif defined(__aarch64__)
-#define PF_BASE "GLIBC_2.17"
-#endif
+#include "compat/glibc_base.h"
 
-#ifdef PF_BASE
+#ifdef PF_GLIBC_BASE
+#define PF_BASE PF_GLIBC_BASE
 #define PF_HIDDEN __attribute__((visibility("hidden")))
 
 typedef int (*pf_main_fn)(int, char**, char**);

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "compat/glibc_base.h"
 #include "interpose/real_driver.h"
 
 namespace pagefast {
@@ -24,12 +25,20 @@ __attribute__((visibility("hidden"))) DlsymFn pf_real_dlsym_ptr = nullptr;
 DlsymFn real_dlsym() {
   DlsymFn fn = __atomic_load_n(&pf_real_dlsym_ptr, __ATOMIC_ACQUIRE);
   if (fn) return fn;
-  // glibc 2.34 moved dlsym into libc with a new version; older ones only
-  // have the 2.2.5 one. dlvsym is not overridden, so this cannot recurse.
-  void* found = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-  if (!found) found = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-  if (!found) found = dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.34");
-  if (!found) found = dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.2.5");
+  // glibc 2.34 moved dlsym from libdl into libc under a new version and
+  // kept the old one: the architecture's base version (GLIBC_2.2.5 on
+  // x86-64) names the same function in every glibc, in libdl.so.2 before
+  // 2.34 and in libc.so.6 after (docs/PACKAGING.md). dlvsym is not
+  // overridden, so this cannot recurse.
+  static const char* const kVersions[] = {
+#ifdef PF_GLIBC_BASE
+      PF_GLIBC_BASE,
+#endif
+      "GLIBC_2.34"};
+  void* found = nullptr;
+  for (void* scope : {RTLD_NEXT, RTLD_DEFAULT})
+    for (const char* version : kVersions)
+      if (!found) found = dlvsym(scope, "dlsym", version);
   fn = reinterpret_cast<DlsymFn>(found);
   __atomic_store_n(&pf_real_dlsym_ptr, fn, __ATOMIC_RELEASE);
   return fn;

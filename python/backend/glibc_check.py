@@ -7,7 +7,7 @@ or a DT_NEEDED library outside glibc's own.
     glibc_check.py BINARY...              every binary must pass
     glibc_check.py --must-fail BINARY     the check must reject this one
 
-Reads `objdump -T` and `readelf -d` (binutils). Exit 0 on success."""
+Reads `readelf --dyn-syms` and `readelf -d` (binutils). Exit 0 on success."""
 import re
 import subprocess
 import sys
@@ -15,25 +15,29 @@ import sys
 BASELINE = (2, 28)
 ALLOWED_NEEDED = {"libc.so.6", "libdl.so.2", "libpthread.so.0", "libm.so.6", "librt.so.1",
                   "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1"}
-VERSION = re.compile(r"\b(GLIBC|GLIBCXX|CXXABI|GCC)_([0-9][0-9.]*)\b")
+# "pthread_create@GLIBC_2.34 (2)" in readelf's symbol column.
+SYMBOL = re.compile(r"\s(\S+?)@@?(GLIBC|GLIBCXX|CXXABI|GCC)_([0-9][0-9.]*)\b")
 
 
 def problems(path):
     found = []
-    dyn = subprocess.run(["objdump", "-T", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if dyn.returncode != 0:
-        return ["objdump -T failed: " + dyn.stderr.strip()]
+    # readelf reads any architecture's ELF (objdump -T only the host's).
+    dyn = subprocess.run(["readelf", "-W", "--dyn-syms", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         universal_newlines=True)
+    if dyn.returncode != 0 or "Symbol table" not in dyn.stdout:
+        return ["readelf --dyn-syms failed: " + dyn.stderr.strip()]
     for line in dyn.stdout.splitlines():
-        m = VERSION.search(line)
+        m = SYMBOL.search(line)
         if not m:
             continue
-        name = line.split()[-1]
-        family, number = m.group(1), tuple(int(x) for x in m.group(2).split(".") if x)
+        name, family, text = m.group(1), m.group(2), m.group(3)
+        number = tuple(int(x) for x in text.split(".") if x)
         if family == "GLIBC" and number > BASELINE:
-            found.append("%s needs GLIBC_%s" % (name, m.group(2)))
+            found.append("%s needs GLIBC_%s" % (name, text))
         elif family != "GLIBC":
-            found.append("%s needs %s_%s (C++ runtime not linked in)" % (name, family, m.group(2)))
-    dyn = subprocess.run(["readelf", "-d", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            found.append("%s needs %s_%s (C++ runtime not linked in)" % (name, family, text))
+    dyn = subprocess.run(["readelf", "-d", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         universal_newlines=True)
     for lib in re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dyn.stdout):
         if lib not in ALLOWED_NEEDED:
             found.append("DT_NEEDED %s is not part of glibc" % lib)
