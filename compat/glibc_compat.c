@@ -25,9 +25,11 @@
  * tests/package/compat_test.cpp checks
  * the replacements against glibc's own.
  */
-#if defined(__GLIBC__) || defined(__linux__)
 #define _GNU_SOURCE 1
 #undef _FILE_OFFSET_BITS /* stat64 below is the function itself */
+#include <features.h>
+
+#ifdef __GLIBC__ /* nothing to do for another C library */
 #include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
@@ -205,4 +207,4 @@ PF_HIDDEN int _dl_find_object(void* address, struct dl_find_object* result) {
 }
 #endif /* DLFO_STRUCT_HAS_EH_DBASE */
 
-#endif /* __GLIBC__ || __linux__ */
+#endif /* __GLIBC__ */

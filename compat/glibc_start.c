@@ -17,7 +17,7 @@
 
 #include "compat/glibc_base.h"
 
-#ifdef PF_GLIBC_BASE
+#if defined(__GLIBC__) && defined(PF_GLIBC_BASE)
 #define PF_BASE PF_GLIBC_BASE
 #define PF_HIDDEN __attribute__((visibility("hidden")))
 
