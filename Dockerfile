@@ -15,13 +15,15 @@ ARG CUDA_VERSION=13.0.0
 ARG UBUNTU=ubuntu24.04
 
 FROM nvidia/cuda:${CUDA_VERSION}-devel-${UBUNTU} AS cuda-headers
+# /usr/local/cuda and its include/ are symbolic links: copy what they name.
+RUN cp -rL /usr/local/cuda/include /cuda-include
 
 FROM debian:12 AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       meson ninja-build g++ pkg-config libspdlog-dev libnuma-dev python3 binutils \
  && rm -rf /var/lib/apt/lists/*
-COPY --from=cuda-headers /usr/local/cuda/include /usr/local/cuda/include
+COPY --from=cuda-headers /cuda-include /usr/local/cuda/include
 WORKDIR /src
 COPY . .
 # The tests need Catch2 and the fake driver; they run in CI, not here.
