@@ -31,7 +31,7 @@ RUN meson setup /build --prefix=/opt/pagefast --libdir=lib --buildtype=release -
  && ninja -C /build \
  && meson install -C /build --no-rebuild \
  && python3 python/backend/glibc_check.py /opt/pagefast/lib/libpagefast.so /opt/pagefast/bin/pagefast-stat \
-      /opt/pagefast/libexec/pagefast-replay-engine /opt/pagefast/libexec/pagefast-numa-report
+      /opt/pagefast/libexec/pagefast/pagefast-replay-engine /opt/pagefast/libexec/pagefast/pagefast-numa-report
 
 # Only the install tree: `COPY --from=pagefast-dist /opt/pagefast /opt/pagefast`.
 FROM scratch AS dist

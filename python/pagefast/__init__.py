@@ -27,8 +27,8 @@ def library_path():
 
 
 def tool_path(name):
-    """Absolute path of a tool shipped inside this package (bin/, then libexec/)."""
-    for sub in ("bin", "libexec"):
+    """Absolute path of a tool shipped inside this package (bin/, then libexec/pagefast/)."""
+    for sub in ("bin", os.path.join("libexec", "pagefast")):
         candidate = os.path.join(_HERE, sub, name)
         if os.path.isfile(candidate):
             return candidate

@@ -189,7 +189,7 @@ def case_install():
         root = dest + opt["prefix"]
         libdir = os.path.join(root, opt["libdir"])
         bindir = os.path.join(root, opt["bindir"])
-        libexec = os.path.join(root, opt["libexecdir"])
+        libexec = os.path.join(root, opt["libexecdir"], "pagefast")
         docdir = os.path.join(root, opt["datadir"], "doc", "pagefast")
         for path in [os.path.join(libdir, "libpagefast.so"), os.path.join(bindir, "pagefast-run"),
                      os.path.join(bindir, "pagefast-stat"), os.path.join(bindir, "pagefast-replay"),
