@@ -29,16 +29,18 @@ DlsymFn real_dlsym() {
   // kept the old one: the architecture's base version (GLIBC_2.2.5 on
   // x86-64) names the same function in every glibc, in libdl.so.2 before
   // 2.34 and in libc.so.6 after (docs/PACKAGING.md). dlvsym is not
-  // overridden, so this cannot recurse.
-  static const char* const kVersions[] = {
-#ifdef PF_GLIBC_BASE
-      PF_GLIBC_BASE,
-#endif
-      "GLIBC_2.34"};
+  // overridden, so this cannot recurse. Straight-line calls, no local
+  // arrays: preloaded behind AddressSanitizer this runs from its
+  // interceptor setup, before its shadow memory exists.
   void* found = nullptr;
-  for (void* scope : {RTLD_NEXT, RTLD_DEFAULT})
-    for (const char* version : kVersions)
-      if (!found) found = dlvsym(scope, "dlsym", version);
+#ifdef PF_GLIBC_BASE
+  found = dlvsym(RTLD_NEXT, "dlsym", PF_GLIBC_BASE);
+#endif
+  if (!found) found = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+#ifdef PF_GLIBC_BASE
+  if (!found) found = dlvsym(RTLD_DEFAULT, "dlsym", PF_GLIBC_BASE);
+#endif
+  if (!found) found = dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.34");
   fn = reinterpret_cast<DlsymFn>(found);
   __atomic_store_n(&pf_real_dlsym_ptr, fn, __ATOMIC_RELEASE);
   return fn;

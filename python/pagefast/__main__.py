@@ -55,7 +55,8 @@ def probe_library(lib):
                            stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
     except (OSError, subprocess.SubprocessError) as e:
         return {"loads": False, "error": str(e)}
-    messages = [line for line in r.stderr.splitlines() if line.startswith("pagefast:")]
+    # "pagefast: LEVEL: ..." or "pagefast[PID ...]: LEVEL: ...": the library's own lines.
+    messages = [line for line in r.stderr.splitlines() if line.startswith(("pagefast:", "pagefast["))]
     if r.returncode != 0:
         tail = r.stderr.strip().splitlines()[-1:] or ["exit status %d" % r.returncode]
         return {"loads": False, "error": tail[0], "messages": messages}
