@@ -163,22 +163,6 @@ def case_wheel():
         check(r.returncode == 0 and "pagefast-stat" in r.stdout, "pagefast-stat runs from the venv")
 
 
-def case_exception():
-    """An exception thrown and caught inside libpagefast.so: spdlog's file
-    sink throws when PAGEFAST_LOG_FILE cannot be created (under /proc even
-    root cannot), log.cpp catches it. The static unwinder finds the
-    library's frames through compat/'s _dl_find_object; if it could not,
-    the program would end in std::terminate."""
-    build = os.path.abspath(ARGS.build)  # noqa: F821
-    env = clean_env(LD_LIBRARY_PATH=os.path.join(build, "tests", "fakecuda"),
-                    LD_PRELOAD=os.path.join(build, "interpose", "libpagefast.so"),
-                    PAGEFAST_LOG="info", PAGEFAST_LOG_FILE="/proc/self/pagefast-nonexistent/x.log")
-    r = run([os.path.join(build, "tests", "interpose", "door_linked")], env=env)
-    check(r.returncode == 0, "the program runs to its end (rc %d)" % r.returncode)
-    check("cannot open PAGEFAST_LOG_FILE" in r.stderr, "the library caught the exception and said so")
-    check("pagefast: info: active" in r.stderr, "and went on to serve the program")
-
-
 def case_install():
     build = os.path.abspath(ARGS.build)  # noqa: F821
     with tempfile.TemporaryDirectory(prefix="pf-install-") as dest:
