@@ -9,7 +9,7 @@
 #   tests/package/gpu_wheel_seed.sh WHEEL [BUILD_DIR=build] [REPEATS=5]
 #
 # Prints every RESULT line and the median of each pass per configuration.
-set -eu
+set -euo pipefail
 wheel=$(readlink -f "$1")
 build=$(readlink -f "${2:-build}")
 repeats=${3:-5}
