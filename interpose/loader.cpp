@@ -5,6 +5,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "compat/glibc_base.h"
 #include "interpose/real_driver.h"
 
 namespace pagefast {
@@ -24,12 +25,22 @@ __attribute__((visibility("hidden"))) DlsymFn pf_real_dlsym_ptr = nullptr;
 __attribute__((PF_NO_SANITIZE)) DlsymFn real_dlsym() {
   DlsymFn fn = __atomic_load_n(&pf_real_dlsym_ptr, __ATOMIC_ACQUIRE);
   if (fn) return fn;
-  // glibc 2.34 moved dlsym into libc with a new version; older ones only
-  // have the 2.2.5 one. dlvsym is not overridden, so this cannot recurse.
-  void* found = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-  if (!found) found = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+  // glibc 2.34 moved dlsym from libdl into libc under a new version and
+  // kept the old one: the architecture's base version (GLIBC_2.2.5 on
+  // x86-64) names the same function in every glibc, in libdl.so.2 before
+  // 2.34 and in libc.so.6 after (docs/PACKAGING.md). dlvsym is not
+  // overridden, so this cannot recurse. Straight-line calls, no local
+  // arrays: preloaded behind AddressSanitizer this runs from its
+  // interceptor setup, before its shadow memory exists.
+  void* found = nullptr;
+#ifdef PF_GLIBC_BASE
+  found = dlvsym(RTLD_NEXT, "dlsym", PF_GLIBC_BASE);
+#endif
+  if (!found) found = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+#ifdef PF_GLIBC_BASE
+  if (!found) found = dlvsym(RTLD_DEFAULT, "dlsym", PF_GLIBC_BASE);
+#endif
   if (!found) found = dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.34");
-  if (!found) found = dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.2.5");
   fn = reinterpret_cast<DlsymFn>(found);
   __atomic_store_n(&pf_real_dlsym_ptr, fn, __ATOMIC_RELEASE);
   return fn;

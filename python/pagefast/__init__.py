@@ -1,0 +1,60 @@
+"""pagefast: a CUDA driver interposer that serves cuMemAlloc/cuMemFree from a
+pool on CUDA virtual memory management. This package carries the preload
+library and the tools (docs/PACKAGING.md):
+
+    LD_PRELOAD=$(python -m pagefast --lib) python train.py
+    pagefast-run -- python train.py
+    python -m pagefast            # what is installed, the driver, the pool
+
+Nothing here is imported by the program being run: the library works by
+being preloaded, not through Python.
+"""
+import os
+import sys
+
+__all__ = ["library_path", "tool_path", "__version__"]
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+try:
+    from ._version import __version__  # written by meson.build from the project version
+except ImportError:  # a source tree, not an installed package
+    __version__ = "unknown"
+
+
+def library_path():
+    """Absolute path of the libpagefast.so inside this package."""
+    return os.path.join(_HERE, "lib", "libpagefast.so")
+
+
+def tool_path(name):
+    """Absolute path of a tool shipped inside this package (bin/, then libexec/pagefast/)."""
+    for sub in ("bin", os.path.join("libexec", "pagefast")):
+        candidate = os.path.join(_HERE, sub, name)
+        if os.path.isfile(candidate):
+            return candidate
+    return os.path.join(_HERE, "bin", name)
+
+
+def _exec_tool(name):
+    path = tool_path(name)
+    if not os.access(path, os.X_OK):
+        sys.stderr.write("%s: error: %s is missing from the pagefast package\n" % (name, path))
+        return 127
+    os.execv(path, [path] + sys.argv[1:])
+    return 127  # not reached
+
+
+def run_launcher():
+    """Console script `pagefast-run`: the launcher inside the package, which
+    finds the library beside it (../lib/libpagefast.so)."""
+    return _exec_tool("pagefast-run")
+
+
+def run_stat():
+    """Console script `pagefast-stat`."""
+    return _exec_tool("pagefast-stat")
+
+
+def run_replay():
+    """Console script `pagefast-replay`."""
+    return _exec_tool("pagefast-replay")

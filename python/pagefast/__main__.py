@@ -1,0 +1,169 @@
+"""python -m pagefast: what is installed, the CUDA driver this machine would
+use, and whether pagefast's pool would be active with this environment.
+
+    python -m pagefast           the report
+    python -m pagefast --json    the same as one JSON object
+    python -m pagefast --lib     the library's absolute path, for LD_PRELOAD
+    python -m pagefast --version
+
+The pool question is answered by the library itself: a child process loads
+it with ctypes and reads the "mode" and "config" of pagefast_stats_json(),
+so PAGEFAST and PAGEFAST_CONF are parsed exactly as a preloaded run would
+parse them. The driver is asked only cuDriverGetVersion, which creates no
+context. Exit status: 0, or 1 when the library is missing or cannot load.
+"""
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+from . import __version__, library_path, tool_path
+
+# Runs in a child: loading the library runs its constructor (NUMA binding,
+# logging setup) and that should not happen to the caller's process.
+_PROBE = r"""
+import ctypes, json, sys
+lib = ctypes.CDLL(sys.argv[1])
+lib.pagefast_version.restype = ctypes.c_char_p
+lib.pagefast_stats_json.restype = ctypes.c_size_t
+lib.pagefast_stats_json.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+size = lib.pagefast_stats_json(None, 0)
+buf = ctypes.create_string_buffer(size)
+lib.pagefast_stats_json(buf, size)
+doc = json.loads(buf.value.decode())
+print(json.dumps({"version": lib.pagefast_version().decode(), "active": lib.pagefast_is_active(),
+                  "mode": doc["pagefast"]["mode"], "config": doc["pagefast"]["config"]}))
+"""
+
+_MODES = {
+    "pool": "active: cuMemAlloc/cuMemFree are served from the pool",
+    "forward": "counting only: every call goes to the driver (pool:off)",
+    "passthrough": "pass-through: the library is loaded but does nothing",
+}
+
+
+def probe_library(lib):
+    """The library's own answer: version, mode and configuration."""
+    if not os.path.isfile(lib):
+        return {"loads": False, "error": "missing"}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PAGEFAST_STATS", "PAGEFAST_TRACE", "PAGEFAST_REPORT", "LD_PRELOAD")}
+    try:
+        r = subprocess.run([sys.executable, "-c", _PROBE, lib], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        return {"loads": False, "error": str(e)}
+    # "pagefast: LEVEL: ..." or "pagefast[PID ...]: LEVEL: ...": the library's own lines.
+    messages = [line for line in r.stderr.splitlines() if line.startswith(("pagefast:", "pagefast["))]
+    if r.returncode != 0:
+        tail = r.stderr.strip().splitlines()[-1:] or ["exit status %d" % r.returncode]
+        return {"loads": False, "error": tail[0], "messages": messages}
+    try:
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"loads": False, "error": "unreadable answer: %r" % r.stdout[-200:]}
+    out.update({"loads": True, "messages": messages})
+    return out
+
+
+def _mapped_path(fragment):
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 6 and fragment in os.path.basename(parts[-1]):
+                    return parts[-1]
+    except OSError:
+        pass
+    return None
+
+
+def probe_driver():
+    """libcuda.so.1 as the dynamic loader finds it, and its CUDA version."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError as e:
+        return {"loads": False, "error": str(e)}
+    version = ctypes.c_int(0)
+    rc = cuda.cuDriverGetVersion(ctypes.byref(version))
+    out = {"loads": True, "path": _mapped_path("libcuda.so"), "result": rc}
+    if rc == 0:
+        out["version"] = version.value
+        out["cuda"] = "%d.%d" % (version.value // 1000, (version.value % 1000) // 10)
+    return out
+
+
+def _launcher():
+    """pagefast-run as the user types it: the console script on PATH when it
+    is this installation's, else the launcher inside the package."""
+    found = shutil.which("pagefast-run")
+    if found and os.path.realpath(os.path.dirname(found)) == os.path.realpath(os.path.dirname(sys.executable)):
+        return found
+    return tool_path("pagefast-run")
+
+
+def report():
+    lib = library_path()
+    return {
+        "pagefast": __version__,
+        "library": lib,
+        "launcher": _launcher(),
+        "environment": {k: os.environ.get(k) for k in ("PAGEFAST", "PAGEFAST_CONF", "LD_PRELOAD")},
+        "library_probe": probe_library(lib),
+        "driver": probe_driver(),
+    }
+
+
+def print_report(r):
+    p = r["library_probe"]
+    print("pagefast %s" % r["pagefast"])
+    if p.get("loads"):
+        print("  library   %s (loads; version %s)" % (r["library"], p["version"]))
+    else:
+        print("  library   %s: cannot load: %s" % (r["library"], p.get("error")))
+    print("  launcher  %s" % r["launcher"])
+    d = r["driver"]
+    if not d["loads"]:
+        print("driver      libcuda.so.1 not loadable (%s)" % d["error"])
+        print("            pagefast would pass every call through; nothing to serve")
+    elif d["result"] != 0:
+        print("driver      %s: cuDriverGetVersion returned %d" % (d["path"], d["result"]))
+    else:
+        print("driver      %s: CUDA %s (cuDriverGetVersion %d)" % (d["path"], d["cuda"], d["version"]))
+    env = r["environment"]
+    print("environment PAGEFAST=%s PAGEFAST_CONF=%s" % (env["PAGEFAST"] or "(unset)", env["PAGEFAST_CONF"] or "(unset)"))
+    if p.get("loads"):
+        print("pool        %s" % _MODES.get(p["mode"], p["mode"]))
+        print("            %s" % p["config"])
+        for m in p.get("messages", []):
+            print("            %s" % m)
+    print("use         LD_PRELOAD=%s python train.py" % r["library"])
+    print("            pagefast-run -- python train.py")
+
+
+def main(argv):
+    if argv[:1] == ["--lib"]:
+        lib = library_path()
+        if not os.path.isfile(lib):
+            sys.stderr.write("pagefast: error: %s is missing\n" % lib)
+            return 1
+        print(lib)
+        return 0
+    if argv[:1] == ["--version"]:
+        print(__version__)
+        return 0
+    if argv and argv[0] not in ("--json",):
+        sys.stderr.write(__doc__.split("\n\n")[1] + "\n")
+        return 0 if argv[0] in ("-h", "--help") else 2
+    r = report()
+    if argv[:1] == ["--json"]:
+        print(json.dumps(r, indent=2))
+    else:
+        print_report(r)
+    return 0 if r["library_probe"].get("loads") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
