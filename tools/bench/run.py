@@ -179,7 +179,7 @@ def measure(args, t, only):
     if "passthrough" in only:
         for _ in range(args.repeats * 2):
             for name, env in shuffled(PASSTHROUGH_CONFIGS):
-                e = dict(env, BENCH_SIZES=PASSTHROUGH_SIZES, BENCH_REPEATS="3000", BENCH_LABEL=name)
+                e = dict(env, BENCH_SIZES=PASSTHROUGH_SIZES, BENCH_REPEATS="3000", BENCH_LABEL=name.replace(" ", "_"))
                 if name != "cudaMalloc":
                     e.update(pf)
                 for res in results(run([bench, "cudaMalloc", "pairs"], e).stdout):
@@ -201,7 +201,7 @@ def measure(args, t, only):
                 env = dict(pf, **extra) if extra is not None else dict(pf)
                 if label == "without":
                     env = {}
-                for res in results(run([bench, "cudaMalloc", "vmm"], dict(env, BENCH_LABEL=label)).stdout):
+                for res in results(run([bench, "cudaMalloc", "vmm"], dict(env, BENCH_LABEL=label.replace(" ", "_"))).stdout):
                     t.add("vmm", f"segments/{label}", "16x20MiB", "first_round_ns", res["first_round_ns"])
                     t.add("vmm", f"segments/{label}", "16x20MiB", "p50_round_ns", res["p50_round_ns"])
                 for res in results(run(seed, dict(env, **expandable)).stdout):
