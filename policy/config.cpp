@@ -86,6 +86,16 @@ const ConfKey kKeys[] = {
        else return false;
        return true;
      }},
+    {{"vmm_grow_ahead", "0..32 (pages)",
+      "a program's VMM segment growing page by page gets up to this many next pages created, mapped and opened "
+      "ahead, with one access call (docs/VMM-CLIENTS.md); 0: none"},
+     [](Config& c, const std::string& v) {
+       if (v.empty() || v.size() > 2 || v.find_first_not_of("0123456789") != std::string::npos) return false;
+       const int n = std::atoi(v.c_str());
+       if (n > 32) return false;
+       c.pool.vmm_grow_ahead = n;
+       return true;
+     }},
     {{"numa", "auto|bind|force|off|gpu=<n>",
       "NUMA binding at start: mode, or which GPU to bind for"},
      apply_numa},
@@ -238,6 +248,7 @@ std::string describe(const Config& c) {
     s += ", limit " + (c.pool.limit_bytes ? size(c.pool.limit_bytes) : std::string("none"));
     if (c.pool.prewarm_bytes) s += ", prewarm " + size(c.pool.prewarm_bytes);
     if (!c.pool.vmm_cache) s += ", vmm_cache off";
+    if (c.pool.vmm_grow_ahead) s += ", vmm_grow_ahead " + std::to_string(c.pool.vmm_grow_ahead);
   }
   s += std::string(", numa ") + kNuma[int(c.numa.mode)];
   if (c.numa.gpu >= 0) s += " gpu=" + std::to_string(c.numa.gpu);

@@ -34,6 +34,7 @@ struct PoolConfig {
   uint64_t prewarm_bytes = 0;               // prewarm
   uint64_t reserve_bytes = 0;               // reserve: VA per range, 0 = auto
   bool vmm_cache = true;                    // vmm_cache: cache the program's own cuMemCreate handles
+  int vmm_grow_ahead = 0;                   // vmm_grow_ahead: pages grown ahead of a program's segment (0: none)
 };
 
 enum class NumaMode { Auto, Bind, Force, Off };

@@ -32,9 +32,6 @@ constexpr int kMaxDevices = 64;
 // More descriptors than devices can exist is not a real call: forwarded.
 constexpr size_t kMaxDescs = 4096;
 constexpr CUresult kMissing = CUDA_ERROR_NOT_FOUND;
-// Growth ahead, at most this many handles per growth (2, 4, ... 32): 32
-// of PyTorch's 20 MiB pages are 640 MiB, opened with one cuMemSetAccess.
-constexpr int kPrefetchPages = 32;
 
 PoolConfig g_config;
 
@@ -133,7 +130,7 @@ void configure(const PoolConfig& config, LogSink log) {
   g_log = log;
   if (!config.enabled || !config.vmm_cache) return;
   g_driver = new (std::nothrow) RealClientDriver();
-  g_cache = g_driver ? new (std::nothrow) policy::ClientVmmCache(*g_driver, sizeof(CUmemAccessDesc), sizeof(CUmemLocation), kPrefetchPages) : nullptr;
+  g_cache = g_driver ? new (std::nothrow) policy::ClientVmmCache(*g_driver, sizeof(CUmemAccessDesc), sizeof(CUmemLocation), config.vmm_grow_ahead) : nullptr;
   if (g_cache) g_on.store(true, std::memory_order_release);
 }
 

@@ -172,6 +172,14 @@ TEST_CASE("log levels") {
   CHECK_FALSE(c.log_off);
 }
 
+TEST_CASE("vmm_grow_ahead: 0 by default, 0..32 accepted") {
+  CHECK(with_conf("").pool.vmm_grow_ahead == 0);
+  CHECK(with_conf("vmm_grow_ahead:32").pool.vmm_grow_ahead == 32);
+  CHECK(with_conf("vmm_grow_ahead:4").pool.vmm_grow_ahead == 4);
+  CHECK(with_conf("vmm_grow_ahead:33").passthrough);
+  CHECK(with_conf("vmm_grow_ahead:-1").passthrough);
+}
+
 TEST_CASE("vmm_cache: on by default, off by key, a bad value is an error") {
   CHECK(with_conf("").pool.vmm_cache);
   CHECK_FALSE(with_conf("vmm_cache:off").pool.vmm_cache);

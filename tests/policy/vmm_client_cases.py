@@ -17,7 +17,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import casekit  # noqa: E402
 from casekit import check  # noqa: E402
 
-CONFS = ["", "vmm_cache:off", "pool:off", "release_threshold:0", "limit:1G", "chunk_size:2M"]
+CONFS = ["", "vmm_cache:off", "pool:off", "release_threshold:0", "limit:1G", "chunk_size:2M", "vmm_grow_ahead:32"]
+GROW = {"PAGEFAST_CONF": "vmm_grow_ahead:32"}
 
 
 def run(args, preload=True, env=None):
@@ -92,7 +93,7 @@ def case_grow():
     page without pagefast, about one per doubling with it."""
     rounds, pages = 3, 64
     _, without = run_counted(["grow", str(rounds), str(pages)], preload=False)
-    r, with_cache = run_counted(["grow", str(rounds), str(pages)])
+    r, with_cache = run_counted(["grow", str(rounds), str(pages)], env=GROW)
     check("ok grow" in r.stdout and "CORRUPT" not in r.stdout, f"grow ran through the cache ({r.stdout[-200:]})")
     for name in VMM:
         print(f"{name}: without {without.get(name, 0)}, cache on {with_cache.get(name, 0)}")
@@ -120,7 +121,7 @@ def case_faults():
     # may be wrong only where it is wrong without pagefast too.
     for n in range(1, 12):  # growth ahead failing at each of its steps
         for name in ["cuMemCreate", "cuMemMap", "cuMemSetAccess"]:
-            r = run(["grow", "2", "24"], env={"FAKECUDA_FAIL": f"{name}:{n}"})
+            r = run(["grow", "2", "24"], env=dict(GROW, FAKECUDA_FAIL=f"{name}:{n}"))
             runs += 1
             check(r.returncode == 0 and "ok grow" in r.stdout and "CORRUPT" not in r.stdout,
                   f"grow, {name}:{n} fails: no crash, no wrong data ({r.returncode}) {r.stdout[-300:]}")
