@@ -19,6 +19,10 @@ work=$(mktemp -d /tmp/pf-wheel-gpu.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
 "$python" -m venv --system-site-packages "$work/venv"
+# When $python is itself a venv's (PyTorch images often ship one), the new
+# venv sees only the base interpreter's packages: add the parent's too.
+"$python" -c 'import site; print("\n".join(site.getsitepackages()))' \
+  >"$(echo "$work"/venv/lib/python3*/site-packages)/_pagefast_parent.pth"
 "$work/venv/bin/pip" install --no-index --no-deps --quiet "$wheel"
 vpy="$work/venv/bin/python"
 lib=$("$vpy" -m pagefast --lib)
