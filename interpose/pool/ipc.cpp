@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <mutex>
 #include <string>
@@ -255,6 +256,42 @@ void free_held(const std::vector<uint64_t>& addrs) {
     if (free_fn) free_fn(addr);
 }
 
+// One exported descriptor per chunk, made at its first open and sent as
+// often as asked (SCM_RIGHTS gives the receiver its own copy): the driver's
+// export costs about 0.6 ms a call on the H200 (docs/IPC.md). Closed when
+// the pool releases the chunk (forget_chunk), so that no descriptor keeps
+// released memory alive.
+std::mutex g_fd_mutex;
+std::map<uint64_t, int>* g_chunk_fds = nullptr;  // chunk handle -> descriptor
+
+CUresult chunk_fd(const RealDriver* real, uint64_t chunk, int* fd_out) {
+  std::lock_guard<std::mutex> guard(g_fd_mutex);
+  if (!g_chunk_fds) g_chunk_fds = new std::map<uint64_t, int>();
+  auto it = g_chunk_fds->find(chunk);
+  // The caller gets its own copy to send and close: a release of the
+  // chunk meanwhile cannot close (and a reuse of the number cannot
+  // replace) what is being sent.
+  if (it != g_chunk_fds->end()) {
+    *fd_out = ::fcntl(it->second, F_DUPFD_CLOEXEC, 0);
+    return *fd_out >= 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  int fd = -1;
+  const CUresult r = real->cuMemExportToShareableHandle(&fd, CUmemGenericAllocationHandle(chunk),
+                                                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  if (r != CUDA_SUCCESS) return r;
+  if (fd < 0) return CUDA_ERROR_INVALID_VALUE;
+  ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  (*g_chunk_fds)[chunk] = fd;
+  *fd_out = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  return *fd_out >= 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+uint64_t now_ns_export() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
 // Answers one open: the chunk descriptors of the export, with SCM_RIGHTS.
 void serve_open(Connection& c, uint64_t export_id) {
   Reply reply{};
@@ -268,10 +305,10 @@ void serve_open(Connection& c, uint64_t export_id) {
     if (g_by_id && it != g_by_id->end() && !it->second.freed && real && real->cuMemExportToShareableHandle &&
         int(it->second.pieces.size()) <= kMaxPieces) {
       reply.status = CUDA_SUCCESS;
+      const uint64_t t0 = now_ns_export();
       for (const policy::PhysicalPiece& piece : it->second.pieces) {
         int fd = -1;
-        const CUresult r = real->cuMemExportToShareableHandle(&fd, CUmemGenericAllocationHandle(piece.chunk.value),
-                                                               CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        const CUresult r = chunk_fd(real, piece.chunk.value, &fd);
         if (r != CUDA_SUCCESS || fd < 0) {
           reply.status = r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_VALUE;
           if (!g_warned_export.exchange(true))
@@ -282,6 +319,8 @@ void serve_open(Connection& c, uint64_t export_id) {
         fds.push_back(fd);
         reply.pieces[reply.piece_count++] = {piece.offset.bytes(), piece.granules.bytes(), piece.chunk_granules.bytes()};
       }
+      if (log::enabled(LogLevel::Debug))
+        log::write(LogLevel::Debug, "CUDA IPC export: {} piece(s) in {} us", fds.size(), (now_ns_export() - t0) / 1000);
       if (reply.status == CUDA_SUCCESS) {
         ++it->second.holders;
         ++c.opens[export_id];
@@ -466,6 +505,16 @@ bool start_exporter_locked() {
 
 // ---- the importer ----------------------------------------------------------------
 
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+// Where an open's time goes, at PAGEFAST_LOG=debug (docs/IPC.md).
+struct OpenTimes {
+  uint64_t import_ns = 0, map_ns = 0, access_ns = 0;
+};
+
 struct ExporterKey {
   uint64_t pidns, start_time;
   uint32_t pid;
@@ -578,7 +627,7 @@ bool whole_chunks_fit(const Reply& reply) {
 // every driver takes), else each piece at its offset. *lead_out is where
 // the first piece starts in the mapping.
 CUresult map_import(const Reply& reply, const std::vector<int>& fds, int device, CUdeviceptr* va_out,
-                    size_t* bytes_out, uint64_t* lead_out) {
+                    size_t* bytes_out, uint64_t* lead_out, OpenTimes* times) {
   const RealDriver* real = real_driver();
   if (!real || !real->cuMemImportFromShareableHandle || !real->cuMemAddressReserve || !real->cuMemMap ||
       !real->cuMemSetAccess || !real->cuMemUnmap || !real->cuMemRelease || !real->cuMemAddressFree)
@@ -606,8 +655,11 @@ CUresult map_import(const Reply& reply, const std::vector<int>& fds, int device,
   for (uint32_t i = 0; i < reply.piece_count && r == CUDA_SUCCESS; ++i) {
     const ReplyPiece& p = reply.pieces[i];
     CUmemGenericAllocationHandle h = 0;
+    uint64_t t0 = now_ns();
     r = real->cuMemImportFromShareableHandle(&h, reinterpret_cast<void*>(uintptr_t(fds[i])),
                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    times->import_ns += now_ns() - t0;
+    t0 = now_ns();
     if (r != CUDA_SUCCESS) {
       failed = "cuMemImportFromShareableHandle";
       break;
@@ -622,13 +674,16 @@ CUresult map_import(const Reply& reply, const std::vector<int>& fds, int device,
     }
     maps.push_back({va + mapped, bytes});
     mapped += bytes;
+    times->map_ns += now_ns() - t0;
   }
   if (r == CUDA_SUCCESS) {
     CUmemAccessDesc access{};
     access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     access.location.id = device;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    const uint64_t t0 = now_ns();
     r = real->cuMemSetAccess(va, total, &access, 1);
+    times->access_ns = now_ns() - t0;
     failed = "cuMemSetAccess";
   }
   if (r != CUDA_SUCCESS) {
@@ -655,6 +710,15 @@ bool device_shareable(int device) {
 }
 
 void set_free_held(FreeHeld free_held) { g_free_held.store(free_held, std::memory_order_release); }
+
+void forget_chunk(uint64_t chunk) {
+  std::lock_guard<std::mutex> guard(g_fd_mutex);
+  if (!g_chunk_fds) return;
+  auto it = g_chunk_fds->find(chunk);
+  if (it == g_chunk_fds->end()) return;
+  ::close(it->second);
+  g_chunk_fds->erase(it);
+}
 
 CUresult get_handle(policy::DevicePool* pool, policy::Span* span, CUdeviceptr dptr, CUipcMemHandle* handle) {
   if (!handle) return CUDA_ERROR_INVALID_VALUE;
@@ -783,6 +847,7 @@ bool try_open(CUdeviceptr* pdptr, const CUipcMemHandle& handle, unsigned flags, 
         return true;
       }
     }
+    const uint64_t t_start = now_ns();
     Link& link = (*g_links)[key];
     if (link.fd < 0) link.fd = connect_to(key, w);
     auto give_up_link = [&] {
@@ -798,7 +863,9 @@ bool try_open(CUdeviceptr* pdptr, const CUipcMemHandle& handle, unsigned flags, 
     Request req{kRequestMagic, kVersion, kOpOpen, w.export_id, {0, 0}};
     std::vector<int> fds;
     Reply* reply = new Reply();
+    const uint64_t t_connected = now_ns();
     bool ok = send_all(link.fd, &req, sizeof req) && receive_reply(link.fd, reply, &fds);
+    const uint64_t t_replied = now_ns();
     if (!ok) {
       // The exporter stopped answering: this link is finished.
       for (int fd : fds) ::close(fd);
@@ -818,7 +885,12 @@ bool try_open(CUdeviceptr* pdptr, const CUipcMemHandle& handle, unsigned flags, 
     CUdeviceptr va = 0;
     size_t map_bytes = 0;
     uint64_t lead = 0;
-    const CUresult r = map_import(*reply, fds, int(device), &va, &map_bytes, &lead);
+    OpenTimes times;
+    const CUresult r = map_import(*reply, fds, int(device), &va, &map_bytes, &lead, &times);
+    if (log::enabled(LogLevel::Debug))
+      log::write(LogLevel::Debug, "CUDA IPC open: connect {} us, request {} us, import {} us, map {} us, access {} us "
+                 "({} MiB)", (t_connected - t_start) / 1000, (t_replied - t_connected) / 1000, times.import_ns / 1000,
+                 times.map_ns / 1000, times.access_ns / 1000, map_bytes >> 20);
     for (int fd : fds) ::close(fd);
     delete reply;
     if (r != CUDA_SUCCESS || lead + w.offset + w.bytes > map_bytes) {

@@ -59,4 +59,8 @@ bool device_shareable(int device);
 using FreeHeld = void (*)(CUdeviceptr dptr);
 void set_free_held(FreeHeld free_held);
 
+// The pool releases a chunk: its exported descriptor, if any, is closed
+// (called by the VMM provider before cuMemRelease).
+void forget_chunk(uint64_t chunk);
+
 }  // namespace pagefast::ipc

@@ -151,7 +151,10 @@ ProviderStatus VmmProvider::create_chunk(Granules granules, policy::ChunkHandle*
   return ProviderStatus::Ok;
 }
 
-bool VmmProvider::release_chunk(policy::ChunkHandle chunk) { return real_->cuMemRelease(chunk.value) == CUDA_SUCCESS; }
+bool VmmProvider::release_chunk(policy::ChunkHandle chunk) {
+  ipc::forget_chunk(chunk.value);
+  return real_->cuMemRelease(chunk.value) == CUDA_SUCCESS;
+}
 
 ProviderStatus VmmProvider::map(uint64_t addr, policy::ChunkHandle chunk, Granules offset, Granules granules) {
   return status_of(real_->cuMemMap(addr, granules.bytes(), offset.bytes(), chunk.value, 0));

@@ -78,6 +78,9 @@ def case_ipc(build):
         check("ipc get 0 0 same 1 capable 1" in r.stdout, f"{label}: handle twice, the same bytes, IPC-capable "
               f"({r.stdout.strip()[:200]})")
         check("ipc double free 1" in r.stdout, f"{label}: a second free is INVALID_VALUE ({r.stdout.strip()[-80:]})")
+        if preload and "pool:off" not in label:
+            check("ipc exported fds after trim 0" in r.stdout,
+                  f"{label}: no exported descriptor outlives the pool's chunks ({r.stdout.strip()[-120:]})")
     r = run(build, ["ipc"], env={"PAGEFAST_LOG": "warn", "FAKECUDA_NO_POSIX_FD": "1"})
     check("ipc get 1 1 same" in r.stdout and "capable 0" in r.stdout,
           f"no POSIX fd handles: cuIpcGetMemHandle on pool memory is INVALID_VALUE, not IPC-capable ({r.stdout})")
