@@ -448,9 +448,11 @@ void* exporter_main(void* arg) {
   }
 }
 
-std::string g_socket_path;  // a socket file to remove at exit ("" for abstract)
+// A socket file to remove at exit (empty for an abstract socket). Plain
+// storage: no initialiser of ours may run after a hook already has.
+char g_socket_path[sizeof(sockaddr_un::sun_path)];
 void remove_socket_file() {
-  if (!g_socket_path.empty()) ::unlink(g_socket_path.c_str());
+  if (g_socket_path[0]) ::unlink(g_socket_path);
 }
 
 // REQUIRES g_export_mutex. Starts the exporter thread of this process
@@ -479,7 +481,7 @@ bool start_exporter_locked() {
     return false;
   }
   if (addr.sun_path[0]) {
-    g_socket_path = addr.sun_path;
+    std::memcpy(g_socket_path, addr.sun_path, sizeof g_socket_path);
     std::atexit(&remove_socket_file);
   }
   sigset_t all, old;

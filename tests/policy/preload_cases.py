@@ -81,6 +81,18 @@ def case_ipc(build):
         if preload and "pool:off" not in label:
             check("ipc exported fds after trim 0" in r.stdout,
                   f"{label}: no exported descriptor outlives the pool's chunks ({r.stdout.strip()[-120:]})")
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        r = run(build, ["ipc"], env={"PAGEFAST_IPC_DIR": d})
+        expect_ok(r, "ipc", "PAGEFAST_IPC_DIR")
+        check("ipc get 0 0 same 1 capable 1" in r.stdout and "ipc exported fds after trim 0" in r.stdout,
+              f"PAGEFAST_IPC_DIR: shared through a socket file ({r.stdout.strip()[-120:]})")
+        check(os.listdir(d) == [], f"PAGEFAST_IPC_DIR: the socket file is removed at exit ({os.listdir(d)})")
+    with tempfile.TemporaryDirectory() as d:
+        missing = os.path.join(d, "missing")
+        r = run(build, ["ipc"], env={"PAGEFAST_IPC_DIR": missing})
+        check("ipc get 1 1" in r.stdout and "cannot listen" in r.stderr,
+              f"PAGEFAST_IPC_DIR missing: INVALID_VALUE and a warning ({r.stdout.strip()[:60]} {r.stderr[-200:]})")
     r = run(build, ["ipc"], env={"PAGEFAST_LOG": "warn", "FAKECUDA_NO_POSIX_FD": "1"})
     check("ipc get 1 1 same" in r.stdout and "capable 0" in r.stdout,
           f"no POSIX fd handles: cuIpcGetMemHandle on pool memory is INVALID_VALUE, not IPC-capable ({r.stdout})")
