@@ -77,6 +77,9 @@ const ConfKey kKeys[] = {
        c.pool.reserve_bytes = b;
        return true;
      }},
+    {{"release_delay", "a time (e.g. 5s, 500ms, 0) or off",
+      "idle memory that stayed unused this long goes back to the driver, down to release_threshold (default 5s)"},
+     [](Config& c, const std::string& v) { return parse_delay(v, &c.pool.release_delay_ns); }},
     {{"numa", "auto|bind|force|off|gpu=<n>",
       "NUMA binding at start: mode, or which GPU to bind for"},
      apply_numa},
@@ -187,6 +190,28 @@ bool parse_bytes(const std::string& text, uint64_t* bytes) {
   return true;
 }
 
+bool parse_delay(const std::string& text, uint64_t* ns) {
+  if (text == "off" || text == "never") {
+    *ns = ~uint64_t(0);
+    return true;
+  }
+  if (text.empty() || text[0] < '0' || text[0] > '9') return false;
+  size_t i = 0;
+  uint64_t n = 0;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+    if (n > 1000000000ull) return false;  // over 30 years in any unit
+    n = n * 10 + uint64_t(text[i] - '0');
+  }
+  const std::string unit = text.substr(i);
+  uint64_t mul;
+  if (unit.empty() || unit == "s") mul = 1000ull * 1000 * 1000;
+  else if (unit == "ms") mul = 1000ull * 1000;
+  else if (unit == "m" || unit == "min") mul = 60ull * 1000 * 1000 * 1000;
+  else return false;
+  *ns = n * mul;
+  return true;
+}
+
 Config parse_config(EnvLookup lookup, void* user) {
   Config c;
   auto get = [&](const char* name) -> std::string {
@@ -228,6 +253,9 @@ std::string describe(const Config& c) {
     s += ", release_threshold " + size(c.pool.release_threshold_bytes);
     s += ", limit " + (c.pool.limit_bytes ? size(c.pool.limit_bytes) : std::string("none"));
     if (c.pool.prewarm_bytes) s += ", prewarm " + size(c.pool.prewarm_bytes);
+    if (c.pool.release_delay_ns == ~uint64_t(0)) s += ", release_delay off";
+    else if (c.pool.release_delay_ns != 5ull * 1000 * 1000 * 1000)
+      s += ", release_delay " + std::to_string(c.pool.release_delay_ns / 1000000) + "ms";
   }
   s += std::string(", numa ") + kNuma[int(c.numa.mode)];
   if (c.numa.gpu >= 0) s += " gpu=" + std::to_string(c.numa.gpu);

@@ -33,7 +33,13 @@ struct PoolConfig {
   uint64_t limit_bytes = 0;                 // limit: 0 means none
   uint64_t prewarm_bytes = 0;               // prewarm
   uint64_t reserve_bytes = 0;               // reserve: VA per range, 0 = auto
+  // release_delay: idle memory unused this long decays to the driver
+  // (policy/footprint.h); ~0 (off): never.
+  uint64_t release_delay_ns = 5ull * 1000 * 1000 * 1000;
 };
+
+// Parses "5s", "500ms", "2m", "0", "3" (seconds); "off" or "never" give ~0.
+bool parse_delay(const std::string& text, uint64_t* ns);
 
 enum class NumaMode { Auto, Bind, Force, Off };
 
