@@ -10,4 +10,11 @@ namespace pagefast::pool {
 // there yet, pool off, device not poolable, or a forked child).
 policy::DevicePool* pool_for_device(int device);
 
+// sleep.cpp: the pagefast-trim thread (once; not with release_delay off),
+// and sleep/wake of every pool (pagefast_sleep's answers).
+void start_trim_thread(uint64_t release_delay_ns);
+int sleep_all(unsigned flags);
+int wake_all();
+int asleep_count();
+
 }  // namespace pagefast::pool

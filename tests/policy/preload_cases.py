@@ -198,6 +198,13 @@ def main():
             expect_ok(r, "peers", f"pagefast [{conf or 'default'}]")
             if conf:
                 check("ok peers stitch 1" in r.stdout, f"[{conf}] the peer case covered a stitch ({r.stdout[-200:]})")
+    elif name == "sleep":
+        # A thousand cycles where each copies little (2 MiB chunks).
+        for conf, cycles in [("", 5), ("chunk_size:8M", 20), ("release_delay:0", 5), ("chunk_size:2M", 1000)]:
+            r = run(build, ["sleep", str(cycles)], env={"PAGEFAST_CONF": conf} if conf else None)
+            expect_ok(r, "sleep", f"pagefast [{conf or 'default'}]")
+            check(f"ok sleep cycles {cycles} creates" in r.stdout and "creates 0" not in r.stdout,
+                  f"[{conf}] {cycles} cycles made and released chunks ({r.stdout[-200:]})")
     elif name in ("capture", "fork", "capi"):
         case_simple(build, name, [""]) if name != "capi" else expect_ok(run(build, ["capi"]), "capi", "pagefast")
     else:
