@@ -80,6 +80,14 @@ const ConfKey kKeys[] = {
     {{"release_delay", "a time (e.g. 5s, 500ms, 0) or off",
       "idle memory that stayed unused this long goes back to the driver, down to release_threshold (default 5s)"},
      [](Config& c, const std::string& v) { return parse_delay(v, &c.pool.release_delay_ns); }},
+    {{"control", "on|off",
+      "on: pagefast-ctl sleep|wake|status PID reaches the process (same uid) over the IPC socket, served from the first pool on"},
+     [](Config& c, const std::string& v) {
+       if (v == "on" || v == "1" || v == "true") c.pool.control = true;
+       else if (v == "off" || v == "0" || v == "false") c.pool.control = false;
+       else return false;
+       return true;
+     }},
     {{"numa", "auto|bind|force|off|gpu=<n>",
       "NUMA binding at start: mode, or which GPU to bind for"},
      apply_numa},

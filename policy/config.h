@@ -36,6 +36,9 @@ struct PoolConfig {
   // release_delay: idle memory unused this long decays to the driver
   // (policy/footprint.h); ~0 (off): never.
   uint64_t release_delay_ns = 5ull * 1000 * 1000 * 1000;
+  // control: pagefast-ctl may reach the process (sleep/wake/status) over
+  // the IPC socket, whose thread then starts with the first pool.
+  bool control = true;
 };
 
 // Parses "5s", "500ms", "2m", "0", "3" (seconds); "off" or "never" give ~0.

@@ -185,6 +185,7 @@ DevicePool* pool_of(const RealDriver* real, CUdevice device) {
   pool->prewarm();
   g_pools[device].store(pool, std::memory_order_release);
   start_trim_thread(g_config.release_delay_ns);
+  if (g_config.control) ipc::start_control();
   log_line(LogLevel::Info, "device %d pooled: chunk %s, release threshold %s, limit %s, prewarm %s, reserve %s",
            int(device), human_bytes(g_config.chunk_bytes).c_str(),
            human_bytes(g_config.release_threshold_bytes).c_str(),
@@ -268,6 +269,7 @@ void configure(const PoolConfig& config, LogSink log) {
   if (!config.enabled) return;
   pthread_once(&g_atfork_once, &register_atfork);
   ipc::set_free_held(&free_held_block);
+  ipc::set_control(&control_op);
   g_active.store(true, std::memory_order_release);
 }
 

@@ -16,5 +16,7 @@ void start_trim_thread(uint64_t release_delay_ns);
 int sleep_all(unsigned flags);
 int wake_all();
 int asleep_count();
+// pagefast-ctl's requests (ipc::set_control): 3 sleep(flags), 4 wake, 5 status.
+int control_op(uint16_t op, uint64_t arg);
 
 }  // namespace pagefast::pool

@@ -91,6 +91,19 @@ int wake_all() {
   return pools ? result : -1;
 }
 
+int control_op(uint16_t op, uint64_t arg) {
+  switch (op) {
+    case 3:  // kOpSleep (interpose/pool/ipc.cpp)
+      return sleep_all(unsigned(arg) & (policy::kSleepKeep | policy::kSleepFail));
+    case 4:
+      return wake_all();
+    case 5:
+      return asleep_count();
+    default:
+      return -1;
+  }
+}
+
 int asleep_count() {
   int n = 0;
   for (int d = 0; d < kDevices; ++d)

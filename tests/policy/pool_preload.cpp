@@ -552,6 +552,34 @@ int sleep_case(int cycles) {
   return 0;
 }
 
+// Put to sleep and woken from outside (pagefast-ctl): fills blocks, says
+// "ready", and on each line of stdin reports whether its pool is asleep
+// ("asleep N") or, on "check", whether the contents are the same.
+int ctl_target() {
+  WakeFn asleep_fn = reinterpret_cast<WakeFn>(dlsym(RTLD_DEFAULT, "pagefast_asleep"));
+  if (!asleep_fn) return fail("ctl: pagefast_asleep not exported");
+  const size_t sizes[] = {5000, 3u << 20, 90u << 20};
+  CUdeviceptr blocks[3];
+  for (int i = 0; i < 3; ++i) {
+    CHECK_CU(cuMemAlloc_v2(&blocks[i], sizes[i]));
+    std::memset(reinterpret_cast<void*>(blocks[i]), 0x61 + i, sizes[i]);
+  }
+  std::printf("ready\n");
+  std::fflush(stdout);
+  char line[64];
+  while (std::fgets(line, sizeof line, stdin)) {
+    if (std::strncmp(line, "check", 5) == 0) {
+      for (int i = 0; i < 3; ++i)
+        if (!all_bytes(blocks[i], sizes[i], (unsigned char)(0x61 + i))) return fail("ctl: contents differ");
+      std::printf("ok ctl\n");
+      return 0;
+    }
+    std::printf("asleep %d\n", asleep_fn());
+    std::fflush(stdout);
+  }
+  return fail("ctl: no check asked");
+}
+
 int devices() {
   // Two devices: each context's allocations come from its own device's
   // pool, and that device's "kernels" may use them.
@@ -745,6 +773,7 @@ int main(int argc, char** argv) {
   if (c == "capacity") return capacity(argc > 2 ? argv[2] : "20971520");
   if (c == "faults") return faults();
   if (c == "capi") return capi();
+  if (c == "ctl-target") return ctl_target();
   if (c == "sleep") return sleep_case(argc > 2 ? std::atoi(argv[2]) : 20);
   if (c == "devices") return devices();
   if (c == "peers") return peers();
