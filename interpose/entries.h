@@ -186,7 +186,11 @@ typedef CUresult(CUDAAPI* PFN_cuIpcOpenMemHandle_v4010)(CUdeviceptr_v2* pdptr, C
   X(cuGetErrorName, PFN_cuGetErrorName_v6000)                             \
   X(cuStreamIsCapturing, PFN_cuStreamIsCapturing_v10000)                  \
   X(cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020) \
-  X(cuMemImportFromShareableHandle, PFN_cuMemImportFromShareableHandle_v10020)
+  X(cuMemImportFromShareableHandle, PFN_cuMemImportFromShareableHandle_v10020) \
+  X(cuMemHostAlloc, PFN_cuMemHostAlloc_v2020)                              \
+  X(cuMemFreeHost, PFN_cuMemFreeHost_v2000)                                \
+  X(cuMemcpyDtoH_v2, PFN_cuMemcpyDtoH_v3020)                               \
+  X(cuMemcpyHtoD_v2, PFN_cuMemcpyHtoD_v3020)
 
 namespace pagefast {
 

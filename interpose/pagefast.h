@@ -65,6 +65,29 @@ int pagefast_pool_trim(int device);
  * never waits for a lock held elsewhere. 0 on success, -1 on failure. */
 int pagefast_report(const char* path_or_null);
 
+/* Sleep and wake (docs/POOL.md "Sleep and wake"): pagefast_sleep
+ * synchronises the device(s), releases every pool chunk to the driver
+ * (with PAGEFAST_SLEEP_KEEP its contents first go to page-locked host
+ * memory) and keeps the virtual addresses reserved; pagefast_wake maps
+ * fresh memory at the same addresses with the same access and restores
+ * kept contents. While asleep, pool allocations wait for wake (with
+ * PAGEFAST_SLEEP_FAIL they answer CUDA_ERROR_OUT_OF_MEMORY); frees are
+ * served. A kernel or copy that touches pool memory while asleep is the
+ * program's error (it faults). Driver (pass-through) allocations are not
+ * touched. Both call the CUDA driver: never from a destructor or atexit
+ * handler, nor from a stream-capturing program.
+ * pagefast_sleep: 0 asleep; 1 asleep but some chunks stayed resident (the
+ * driver refused; see the log); -1 no pool, or a stream capture is active
+ * or the device could not be synchronised (nothing changed).
+ * pagefast_wake: 0 awake (also when not asleep); -1 no pool, or the driver
+ * refused memory or a mapping: still asleep, call it again.
+ * pagefast_asleep: how many pools are asleep. */
+#define PAGEFAST_SLEEP_KEEP 1u
+#define PAGEFAST_SLEEP_FAIL 2u
+int pagefast_sleep(unsigned flags);
+int pagefast_wake(void);
+int pagefast_asleep(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -154,6 +154,7 @@ Block* Arena::neighbour_starting_at(uint64_t addr) const {
 }
 
 ProviderStatus Arena::grow(Granules min_granules) {
+  if (asleep_) return ProviderStatus::Failed;
   const Granules room = headroom();
   if (room < min_granules || min_granules.count() == 0) return ProviderStatus::OutOfMemory;
   Granules step = max_granules(settings_.chunk_granules, min_granules);
@@ -231,7 +232,7 @@ bool Arena::map_pieces(uint64_t stitch_addr, Block* const* pieces, int piece_cou
       const uint64_t at = stitch_addr + offset.bytes();
       if (provider_.map(at, it->second.handle, granules_floor(cursor - it->first), segment) != ProviderStatus::Ok)
         return false;
-      info->maps.push_back({at, segment, it->first});
+      info->maps.push_back({at, segment, it->first, granules_floor(cursor - it->first)});
       offset += segment;
       cursor = segment_end;
     }
@@ -258,7 +259,7 @@ bool Arena::home_pieces(uint64_t addr, Granules granules, std::vector<PhysicalPi
 
 bool Arena::physical_pieces(const Block* block, Granules offset, Granules granules,
                             std::vector<PhysicalPiece>* out) const {
-  if (offset + granules > block->granules()) return false;
+  if (offset + granules > block->granules() || asleep_) return false;
   if (!block->stitch) return home_pieces(block->addr() + offset.bytes(), granules, out);
   // A stitch maps its pieces' home memory in order.
   Granules at;  // stitch offset of the current piece
@@ -291,6 +292,7 @@ bool Arena::unmap_all(const StitchInfo& info) {
 }
 
 Block* Arena::stitch(Granules granules, int max_pieces, BlockState state) {
+  if (asleep_) return nullptr;
   if (free_home() < granules || granules.count() == 0) return nullptr;
   if (max_pieces > 0) {
     int needed = 0;
@@ -352,6 +354,7 @@ Block* Arena::stitch(Granules granules, int max_pieces, BlockState state) {
 }
 
 int Arena::dissolve_free_stitches() {
+  if (asleep_) return 0;
   int dissolved = 0;
   while (Block* s = free_stitches_) {
     free_stitches_ = s->list_next;
@@ -401,6 +404,7 @@ void Arena::retry_releases() {
 }
 
 int Arena::release_free_chunks(int max_chunks) {
+  if (asleep_) return 0;
   if (!unreleased_.empty()) retry_releases();
   int released = 0;
   while (released < max_chunks) {
@@ -466,6 +470,12 @@ int Arena::release_free_chunks(int max_chunks) {
 int Arena::set_peers(uint64_t peers) {
   const AccessSet access{peers, peers_ & ~peers};
   peers_ = peers;
+  // Asleep: wake opens every range to the set of that moment.
+  if (asleep_) {
+    revoked_asleep_ = (revoked_asleep_ | access.revoked) & ~peers;
+    access_pending_ = true;
+    return 0;
+  }
   int refused = 0;
   for (const auto& range : opened_)
     if (provider_.set_access(range.first, range.second, access) != ProviderStatus::Ok) ++refused;

@@ -104,7 +104,32 @@ class Arena {
   // Ranges opened with set_access and still mapped.
   uint64_t opened_range_count() const { return opened_.size(); }
 
+  // Sleep (docs/POOL.md "Sleep and wake"). REQUIRES: no device work on
+  // pool memory in flight. Unmaps every stitch, then per chunk: copies its
+  // contents to host memory (keep), unmaps and releases it. A chunk the
+  // driver refuses to unmap (or whose copy fails) stays resident; one it
+  // refuses to release keeps its handle, mapped again at wake with its
+  // contents. Blocks, the page map and the address space are untouched:
+  // every address stays reserved. While asleep, grow/stitch/release/
+  // dissolve/physical_pieces refuse and set_peers only records the set.
+  struct SleepResult {
+    uint64_t slept_chunks = 0;
+    uint64_t resident_chunks = 0;  // refused: still mapped
+    uint64_t kept_bytes = 0;       // copied to host memory
+  };
+  SleepResult sleep(bool keep);
+  // Maps fresh memory (or the kept handle) at every slept home address,
+  // opens it, restores kept contents, maps the stitches again and opens
+  // every range to the current peers. On a failure what was done stays
+  // done (consistent) and the arena stays asleep: call again.
+  ProviderStatus wake();
+  bool asleep() const { return asleep_; }
+  // Host memory holding kept contents, for tests.
+  uint64_t kept_bytes() const { return kept_bytes_; }
+
   Granules mapped() const { return mapped_; }
+  // Physical memory held now: mapped less what sleeps.
+  Granules resident() const { return mapped_ - slept_; }
   Granules free_home() const { return bins_.total(); }
   Granules free_stitched() const { return free_stitched_; }
   Granules lent() const { return lent_; }
@@ -135,7 +160,23 @@ class Arena {
     ChunkHandle handle;
     Granules granules;
     bool unreleasable = false;  // an unmap of it failed once
+    // Sleep: unmapped; released unless handle_kept (the driver refused the
+    // release: wake maps the same handle, contents intact). host: the
+    // kept contents, or NULL.
+    bool asleep = false;
+    bool handle_kept = false;
+    bool home_mapped = false;   // wake mapped it, then could not open or fill it
+    bool fill_pending = false;  // ... and it is fresh memory: host must still go in
+    void* host = nullptr;
   };
+  // A stitch map undone by sleep, mapped again by wake.
+  struct SleepingMap {
+    uint64_t addr;
+    Granules granules;
+    uint64_t chunk_home_addr;
+    Granules chunk_offset;
+  };
+  bool wake_chunk(uint64_t home, Chunk& chunk);
 
   Block* new_block(uint64_t addr, Granules granules, BlockState state);
   void recycle(Block* block);
@@ -175,6 +216,12 @@ class Arena {
   Granules lent_;
   Granules mapped_;
   ArenaCounters counters_;
+  bool asleep_ = false;
+  bool access_pending_ = false;  // wake: ranges still to open
+  uint64_t revoked_asleep_ = 0;  // peers dropped while asleep
+  Granules slept_;               // granules of chunks asleep
+  uint64_t kept_bytes_ = 0;
+  std::vector<SleepingMap> sleeping_maps_;
 };
 
 }  // namespace pagefast::policy

@@ -84,6 +84,7 @@ struct StitchInfo {
     uint64_t addr;
     Granules granules;
     uint64_t chunk_home_addr;  // the chunk whose memory it maps
+    Granules chunk_offset;     // where in that chunk (wake maps it again)
   };
   std::vector<Block*> pieces;  // Lent home blocks, in stitch order
   std::vector<Map> maps;       // one per provider map() (per chunk segment)

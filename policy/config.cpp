@@ -96,6 +96,17 @@ const ConfKey kKeys[] = {
        c.pool.vmm_grow_ahead = n;
        return true;
      }},
+    {{"release_delay", "a time (e.g. 5s, 500ms, 0) or off",
+      "idle memory that stayed unused this long goes back to the driver, down to release_threshold (default 5s)"},
+     [](Config& c, const std::string& v) { return parse_delay(v, &c.pool.release_delay_ns); }},
+    {{"control", "on|off",
+      "on: pagefast-ctl sleep|wake|status PID reaches the process (same uid) over the IPC socket, served from the first pool on"},
+     [](Config& c, const std::string& v) {
+       if (v == "on" || v == "1" || v == "true") c.pool.control = true;
+       else if (v == "off" || v == "0" || v == "false") c.pool.control = false;
+       else return false;
+       return true;
+     }},
     {{"numa", "auto|bind|force|off|gpu=<n>",
       "NUMA binding at start: mode, or which GPU to bind for"},
      apply_numa},
@@ -206,6 +217,28 @@ bool parse_bytes(const std::string& text, uint64_t* bytes) {
   return true;
 }
 
+bool parse_delay(const std::string& text, uint64_t* ns) {
+  if (text == "off" || text == "never") {
+    *ns = ~uint64_t(0);
+    return true;
+  }
+  if (text.empty() || text[0] < '0' || text[0] > '9') return false;
+  size_t i = 0;
+  uint64_t n = 0;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+    if (n > 1000000000ull) return false;  // over 30 years in any unit
+    n = n * 10 + uint64_t(text[i] - '0');
+  }
+  const std::string unit = text.substr(i);
+  uint64_t mul;
+  if (unit.empty() || unit == "s") mul = 1000ull * 1000 * 1000;
+  else if (unit == "ms") mul = 1000ull * 1000;
+  else if (unit == "m" || unit == "min") mul = 60ull * 1000 * 1000 * 1000;
+  else return false;
+  *ns = n * mul;
+  return true;
+}
+
 Config parse_config(EnvLookup lookup, void* user) {
   Config c;
   auto get = [&](const char* name) -> std::string {
@@ -249,6 +282,9 @@ std::string describe(const Config& c) {
     if (c.pool.prewarm_bytes) s += ", prewarm " + size(c.pool.prewarm_bytes);
     if (!c.pool.vmm_cache) s += ", vmm_cache off";
     if (c.pool.vmm_grow_ahead) s += ", vmm_grow_ahead " + std::to_string(c.pool.vmm_grow_ahead);
+    if (c.pool.release_delay_ns == ~uint64_t(0)) s += ", release_delay off";
+    else if (c.pool.release_delay_ns != 5ull * 1000 * 1000 * 1000)
+      s += ", release_delay " + std::to_string(c.pool.release_delay_ns / 1000000) + "ms";
   }
   s += std::string(", numa ") + kNuma[int(c.numa.mode)];
   if (c.numa.gpu >= 0) s += " gpu=" + std::to_string(c.numa.gpu);

@@ -35,7 +35,16 @@ struct PoolConfig {
   uint64_t reserve_bytes = 0;               // reserve: VA per range, 0 = auto
   bool vmm_cache = true;                    // vmm_cache: cache the program's own cuMemCreate handles
   int vmm_grow_ahead = 0;                   // vmm_grow_ahead: pages grown ahead of a program's segment (0: none)
+  // release_delay: idle memory unused this long decays to the driver
+  // (policy/footprint.h); ~0 (off): never.
+  uint64_t release_delay_ns = 5ull * 1000 * 1000 * 1000;
+  // control: pagefast-ctl may reach the process (sleep/wake/status) over
+  // the IPC socket, whose thread then starts with the first pool.
+  bool control = true;
 };
+
+// Parses "5s", "500ms", "2m", "0", "3" (seconds); "off" or "never" give ~0.
+bool parse_delay(const std::string& text, uint64_t* ns);
 
 enum class NumaMode { Auto, Bind, Force, Off };
 

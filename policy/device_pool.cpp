@@ -50,7 +50,10 @@ DevicePool::DevicePool(Provider& provider, Clock& clock, PageMap& page_map, cons
       settings_(settings),
       large_(large_limits(settings.device_total_bytes, settings.config.limit_bytes)),
       log_(log),
-      arena_(provider, page_map, this, arena_settings(settings)) {
+      arena_(provider, page_map, this, arena_settings(settings)),
+      footprint_(settings.config.release_delay_ns, settings.config.release_threshold_bytes == kUnlimited
+                                                         ? 0
+                                                         : settings.config.release_threshold_bytes) {
   for (int c = 0; c < kClassCount; ++c) centrals_[c].init(c);
 }
 
@@ -169,6 +172,8 @@ bool DevicePool::new_slab(ThreadCache& cache, int class_index, AllocStatus* stat
 
 AllocStatus DevicePool::alloc_small_slow(ThreadCache& cache, int class_index, uint64_t request_bytes,
                                          uint64_t* addr) {
+  if (!enter_slow()) return AllocStatus::OutOfMemory;
+  SlowGuard gate{this};
   fold(cache);
   AllocStatus status = AllocStatus::OutOfMemory;
   for (int attempt = 0; attempt < kSlowAttempts; ++attempt) {
@@ -234,6 +239,8 @@ AllocStatus DevicePool::alloc_large(ThreadCache& cache, uint64_t request_bytes, 
 
 AllocStatus DevicePool::alloc_large_slow(ThreadCache& cache, Granules granules, uint64_t request_bytes,
                                          uint64_t* addr) {
+  if (!enter_slow()) return AllocStatus::OutOfMemory;
+  SlowGuard gate{this};
   // Requests no pool on this device could ever hold: the driver answers,
   // and idle memory is not thrown away for them.
   if (settings_.config.limit_bytes && granules.bytes() > settings_.config.limit_bytes) {
@@ -295,7 +302,7 @@ ProviderStatus DevicePool::grow_locked(Granules granules) {
   const ProviderStatus status = arena_.grow(granules);
   const uint64_t end = clock_.now_ns();
   growth_ns_.fetch_add(end - start, std::memory_order_relaxed);
-  mapped_bytes_.store(arena_.mapped().bytes(), std::memory_order_relaxed);
+  mapped_bytes_.store(arena_.resident().bytes(), std::memory_order_relaxed);
   if (status == ProviderStatus::Ok) last_growth_ns_.store(end, std::memory_order_relaxed);
   return status;
 }
@@ -374,7 +381,7 @@ Block* DevicePool::obtain_under_pressure(ThreadCache* cache, Granules granules, 
     const Granules mapped_before = arena_.mapped();
     arena_.release_free_chunks(INT_MAX);
     release_ns_.fetch_add(clock_.now_ns() - start, std::memory_order_relaxed);
-    mapped_bytes_.store(arena_.mapped().bytes(), std::memory_order_relaxed);
+    mapped_bytes_.store(arena_.resident().bytes(), std::memory_order_relaxed);
     ooms_.fetch_add(1, std::memory_order_relaxed);
     note_oom_locked(granules, for_slab, (mapped_before - arena_.mapped()).bytes(), !settings_.config.limit_bytes);
   }

@@ -37,6 +37,7 @@
 
 #include "policy/arena.h"
 #include "policy/config.h"
+#include "policy/footprint.h"
 #include "policy/log_sink.h"
 #include "policy/pool_stats.h"
 #include "policy/provider.h"
@@ -97,6 +98,16 @@ constexpr int kSyncSpins = 2000;
 constexpr int kStatsLockAttempts = 100;
 
 enum class AllocStatus { Ok, OutOfMemory, Forward };
+
+// Sleep (docs/POOL.md "Sleep and wake"): the bits of pagefast_sleep's flags.
+constexpr unsigned kSleepKeep = 1;  // contents go to pinned host memory first
+constexpr unsigned kSleepFail = 2;  // allocations fail while asleep (default: wait)
+enum class SleepStatus {
+  Ok,       // done (also: asleep / awake already)
+  Busy,     // a stream capture is active, or the device could not be synchronised
+  Partial,  // asleep, but some chunks stayed resident (the driver refused; see the log)
+  Failed,   // wake: the driver refused memory or a mapping; still asleep, try again
+};
 enum class FreeStatus { Ok, Invalid };
 
 // What cuMemGetAddressRange and the pointer attributes answer for a live
@@ -194,6 +205,27 @@ class DevicePool {
   // Bit d set: device d has access besides the pool's own.
   uint64_t peers();
 
+  // The footprint policy's step (policy/footprint.h), called by one
+  // thread (pagefast-trim) every footprint_interval_ns(): releases idle
+  // memory unused for release_delay, at most kDecayStepChunks chunks, the
+  // device lock taken per chunk. Returns the bytes released.
+  uint64_t decay_step();
+  uint64_t footprint_interval_ns() const { return footprint_.step_interval_ns(); }
+
+  // Sleep and wake (docs/POOL.md). sleep: waits for the pool's slow paths,
+  // empties every thread cache (so every allocation takes a slow path,
+  // where it waits or fails), synchronises, releases idle memory, then
+  // unmaps and releases every chunk (kSleepKeep: its contents copied to
+  // host memory first); addresses stay reserved. wake: fresh memory at the
+  // same addresses, the same access, the kept contents. Frees are served
+  // while asleep (host bookkeeping only). Serialised with each other and
+  // with decay_step. May call the provider; never from a destructor.
+  SleepStatus sleep(unsigned flags);
+  SleepStatus wake();
+  bool asleep() const { return asleep_.load(std::memory_order_acquire); }
+  // Bytes copied to host memory by the last sleep with kSleepKeep.
+  uint64_t kept_bytes();
+
   // Never blocks for long: safe at process exit (no provider call).
   PoolStats stats();
   int device() const { return settings_.device; }
@@ -269,6 +301,16 @@ class DevicePool {
   void release_all_empty_slabs();
   void maybe_trim();
 
+  // sleep: the slow paths' gate. Entered before any slow path; false
+  // when asleep with kSleepFail (the caller answers out of memory); waits
+  // while asleep otherwise. REQUIRES: leave_slow() after a true answer.
+  bool enter_slow();
+  void leave_slow() { slow_in_flight_.fetch_sub(1, std::memory_order_seq_cst); }
+  struct SlowGuard {
+    DevicePool* pool;
+    ~SlowGuard() { pool->leave_slow(); }
+  };
+
   // accounting
   // The OOM record: the arena's side under the device lock (REQUIRES: it
   // held), then the program's request once the answer is known.
@@ -322,6 +364,23 @@ class DevicePool {
   std::atomic<uint64_t> lost_blocks_{0};  // could not be quarantined (host OOM)
   std::mutex oom_mutex_;  // last_oom_; taken on OOM paths only, never at exit
   OomRecord last_oom_;
+
+  // footprint and sleep (device_pool_footprint.cpp)
+  std::mutex footprint_mutex_;  // footprint_, sleep, wake, decay_step
+  Footprint footprint_;
+  uint64_t growths_seen_ = 0;   // arena growths at the last decay step
+  uint64_t last_decay_drain_ns_ = 0;
+  std::atomic<bool> asleep_{false};
+  std::atomic<unsigned> sleep_flags_{0};
+  std::atomic<uint64_t> slow_in_flight_{0};
+  std::mutex sleep_wait_mutex_;  // with sleep_wait_cv_: slow paths waiting for wake
+  std::condition_variable sleep_wait_cv_;
 };
+
+// At most this many chunks are released per decay step: the step holds
+// the device lock for one chunk at a time and yields it in between.
+constexpr int kDecayStepChunks = 8;
+// Sleep with keep logs a line before copying at least this much.
+constexpr uint64_t kSleepProgressBytes = 1 * kGiB;
 
 }  // namespace pagefast::policy

@@ -167,7 +167,7 @@ void DevicePool::maybe_trim() {
   const uint64_t start = clock_.now_ns();
   arena_.release_free_chunks(1);
   release_ns_.fetch_add(clock_.now_ns() - start, std::memory_order_relaxed);
-  mapped_bytes_.store(arena_.mapped().bytes(), std::memory_order_relaxed);
+  mapped_bytes_.store(arena_.resident().bytes(), std::memory_order_relaxed);
 }
 
 void DevicePool::trim() {
@@ -179,7 +179,7 @@ void DevicePool::trim() {
   arena_.dissolve_free_stitches();
   arena_.release_free_chunks(INT_MAX);
   release_ns_.fetch_add(clock_.now_ns() - start, std::memory_order_relaxed);
-  mapped_bytes_.store(arena_.mapped().bytes(), std::memory_order_relaxed);
+  mapped_bytes_.store(arena_.resident().bytes(), std::memory_order_relaxed);
 }
 
 // ---- numbers ---------------------------------------------------------------------
@@ -264,7 +264,7 @@ std::string DevicePool::check() {
   std::lock_guard<std::mutex> guard(arena_mutex_);
   std::string problem = arena_.check();
   if (!problem.empty()) return problem;
-  if (mapped_bytes_.load() != arena_.mapped().bytes()) return "mapped mirror differs";
+  if (mapped_bytes_.load() != arena_.resident().bytes()) return "mapped mirror differs";
   return "";
 }
 

@@ -3,6 +3,9 @@
 // and cuMemRelease; the bookkeeping enforces the VMM rules.
 #include "policy/fake_provider.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <sys/mman.h>
@@ -284,6 +287,69 @@ SyncStatus FakeProvider::synchronize() {
   // All work launched before this call has finished.
   busy_.clear();
   return SyncStatus::Done;
+}
+
+bool FakeProvider::range_open(uint64_t addr, uint64_t bytes) const {
+  uint64_t cursor = addr;
+  const uint64_t end = addr + bytes;
+  while (cursor < end) {
+    auto it = maps_.upper_bound(cursor);
+    if (it == maps_.begin()) return false;
+    --it;
+    const uint64_t map_end = it->first + it->second.granules * kPage;
+    if (cursor >= map_end || !it->second.accessible) return false;
+    cursor = map_end;
+  }
+  return true;
+}
+
+ProviderStatus FakeProvider::host_alloc(uint64_t bytes, void** host) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  ProviderStatus status;
+  *host = nullptr;
+  if (inject(Op::HostAlloc, &status)) return status;
+  // Without backing nothing is copied: a token stands for the buffer.
+  *host = std::malloc(backing_ == Backing::Host ? bytes : 1);
+  if (!*host) return ProviderStatus::OutOfMemory;
+  ++live_host_buffers_;
+  return ProviderStatus::Ok;
+}
+
+void FakeProvider::host_free(void* host) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (!host) return;
+  std::free(host);
+  if (live_host_buffers_ == 0) violation("host_free of a buffer never allocated");
+  else --live_host_buffers_;
+}
+
+uint64_t FakeProvider::live_host_buffers() const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return live_host_buffers_;
+}
+
+ProviderStatus FakeProvider::copy_to_host(void* host, uint64_t addr, uint64_t bytes) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  ProviderStatus status;
+  if (inject(Op::Copy, &status)) return status;
+  if (!range_open(addr, bytes)) {
+    violation("copy from a range that is not mapped and open");
+    return ProviderStatus::Failed;
+  }
+  if (backing_ == Backing::Host) std::memcpy(host, reinterpret_cast<const void*>(addr), bytes);
+  return ProviderStatus::Ok;
+}
+
+ProviderStatus FakeProvider::copy_from_host(uint64_t addr, const void* host, uint64_t bytes) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  ProviderStatus status;
+  if (inject(Op::Copy, &status)) return status;
+  if (!range_open(addr, bytes)) {
+    violation("copy to a range that is not mapped and open");
+    return ProviderStatus::Failed;
+  }
+  if (backing_ == Backing::Host) std::memcpy(reinterpret_cast<void*>(addr), host, bytes);
+  return ProviderStatus::Ok;
 }
 
 void FakeProvider::launch(uint64_t addr, uint64_t bytes) {

@@ -34,7 +34,7 @@ namespace pagefast::policy {
 class FakeProvider final : public Provider {
  public:
   enum class Backing { None, Host };
-  enum class Op { Reserve, Create, Map, SetAccess, Unmap, Release, Sync, kCount };
+  enum class Op { Reserve, Create, Map, SetAccess, Unmap, Release, Sync, HostAlloc, Copy, kCount };
 
   FakeProvider(uint64_t capacity_bytes, Backing backing);
   ~FakeProvider() override;
@@ -49,6 +49,13 @@ class FakeProvider final : public Provider {
   bool unmap(uint64_t addr, Granules granules) override;
   ProviderStatus set_access(uint64_t addr, Granules granules, const AccessSet& access) override;
   SyncStatus synchronize() override;
+  // Sleep's host memory (plain malloc, counted) and copies: memcpy with
+  // Backing::Host (the range must be mapped and open), nothing with None.
+  ProviderStatus host_alloc(uint64_t bytes, void** host) override;
+  void host_free(void* host) override;
+  ProviderStatus copy_to_host(void* host, uint64_t addr, uint64_t bytes) override;
+  ProviderStatus copy_from_host(uint64_t addr, const void* host, uint64_t bytes) override;
+  uint64_t live_host_buffers() const;
 
   // Fault injection: the call number `nth` (0-based, counted per op from
   // now) fails with `status`; with persistent, every later call too.
@@ -120,6 +127,8 @@ class FakeProvider final : public Provider {
   const Backing backing_;
   int memfd_ = -1;
   uint64_t direct_bytes_ = 0;
+  uint64_t live_host_buffers_ = 0;
+  bool range_open(uint64_t addr, uint64_t bytes) const;
   std::map<uint64_t, uint64_t> free_pages_;  // first page -> count
   uint64_t free_page_count_ = 0;
   std::map<uint64_t, uint64_t> reservations_;  // addr -> bytes

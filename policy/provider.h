@@ -71,6 +71,24 @@ class Provider {
   // Waits until all device work that may use pool memory has finished.
   // Called with no lock of the pool held.
   virtual SyncStatus synchronize() = 0;
+
+  // Sleep with keep (docs/POOL.md "Sleep and wake"): page-locked host
+  // memory, and copies between it and an opened range. Failed is a legal
+  // answer ("unsupported"): the chunk then stays resident.
+  virtual ProviderStatus host_alloc(uint64_t bytes, void** host) {
+    (void)bytes;
+    *host = nullptr;
+    return ProviderStatus::Failed;
+  }
+  virtual void host_free(void* host) { (void)host; }
+  virtual ProviderStatus copy_to_host(void* host, uint64_t addr, uint64_t bytes) {
+    (void)host, (void)addr, (void)bytes;
+    return ProviderStatus::Failed;
+  }
+  virtual ProviderStatus copy_from_host(uint64_t addr, const void* host, uint64_t bytes) {
+    (void)host, (void)addr, (void)bytes;
+    return ProviderStatus::Failed;
+  }
 };
 
 // Monotonic time, injected so that time-dependent policy is testable.

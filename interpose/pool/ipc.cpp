@@ -73,6 +73,11 @@ constexpr uint32_t kRequestMagic = 0x71524650;  // "PFRq"
 constexpr uint32_t kReplyMagic = 0x72524650;    // "PFRr"
 constexpr uint16_t kOpOpen = 1;
 constexpr uint16_t kOpClose = 2;
+// Control (pagefast-ctl, docs/POOL.md "Sleep and wake"): export_id carries
+// the argument (sleep's flags); the reply's status is the answer, no pieces.
+constexpr uint16_t kOpSleep = 3;
+constexpr uint16_t kOpWake = 4;
+constexpr uint16_t kOpStatus = 5;
 // A block maps at most this many chunk segments (a stitch has at most 64
 // pieces before growth; under pressure more: those are not exported).
 constexpr int kMaxPieces = 128;
@@ -292,6 +297,19 @@ uint64_t now_ns_export() {
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
 
+std::atomic<Control> g_control{nullptr};
+
+// Answers one control request (the pool's sleep/wake/status): a reply
+// header whose status is the answer as a signed number.
+void serve_control(Connection& c, uint16_t op, uint64_t arg) {
+  Control control = g_control.load(std::memory_order_acquire);
+  const int answer = control ? control(op, arg) : -1;
+  Reply reply{};
+  reply.magic = kReplyMagic;
+  reply.status = uint32_t(int32_t(answer));
+  send_all(c.fd, &reply, offsetof(Reply, pieces));
+}
+
 // Answers one open: the chunk descriptors of the export, with SCM_RIGHTS.
 void serve_open(Connection& c, uint64_t export_id) {
   Reply reply{};
@@ -418,6 +436,8 @@ void* exporter_main(void* arg) {
             done = true;
           } else if (req.op == kOpOpen) {
             serve_open(c, req.export_id);
+          } else if (req.op == kOpSleep || req.op == kOpWake || req.op == kOpStatus) {
+            serve_control(c, req.op, req.export_id);
           } else if (req.op == kOpClose) {
             std::vector<uint64_t> to_free;
             serve_close(c, req.export_id, &to_free);
@@ -720,6 +740,13 @@ void forget_chunk(uint64_t chunk) {
   if (it == g_chunk_fds->end()) return;
   ::close(it->second);
   g_chunk_fds->erase(it);
+}
+
+void set_control(Control control) { g_control.store(control, std::memory_order_release); }
+
+bool start_control() {
+  std::lock_guard<std::mutex> guard(g_export_mutex);
+  return start_exporter_locked();
 }
 
 CUresult get_handle(policy::DevicePool* pool, policy::Span* span, CUdeviceptr dptr, CUipcMemHandle* handle) {

@@ -63,4 +63,12 @@ void set_free_held(FreeHeld free_held);
 // (called by the VMM provider before cuMemRelease).
 void forget_chunk(uint64_t chunk);
 
+// Control requests from pagefast-ctl (sleep, wake, status) over the same
+// socket: answered by `control` (op, argument) on the exporter thread.
+// start_control starts that thread (once; false with a warning if it
+// cannot); pool.cpp calls it when a pool is made (PAGEFAST_CONF control).
+using Control = int (*)(uint16_t op, uint64_t arg);
+void set_control(Control control);
+bool start_control();
+
 }  // namespace pagefast::ipc

@@ -188,6 +188,8 @@ DevicePool* pool_of(const RealDriver* real, CUdevice device) {
     if (g_peer_grants[device][accessor] > 0) pool->add_peer(accessor);  // no mapping yet: no driver call
   pool->prewarm();
   g_pools[device].store(pool, std::memory_order_release);
+  start_trim_thread(g_config.release_delay_ns);
+  if (g_config.control) ipc::start_control();
   log_line(LogLevel::Info, "device %d pooled: chunk %s, release threshold %s, limit %s, prewarm %s, reserve %s",
            int(device), human_bytes(g_config.chunk_bytes).c_str(),
            human_bytes(g_config.release_threshold_bytes).c_str(),
@@ -273,6 +275,7 @@ void configure(const PoolConfig& config, LogSink log) {
   clients::configure(config, log);
   pthread_once(&g_atfork_once, &register_atfork);
   ipc::set_free_held(&free_held_block);
+  ipc::set_control(&control_op);
   g_active.store(true, std::memory_order_release);
 }
 

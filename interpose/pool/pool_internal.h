@@ -10,4 +10,13 @@ namespace pagefast::pool {
 // there yet, pool off, device not poolable, or a forked child).
 policy::DevicePool* pool_for_device(int device);
 
+// sleep.cpp: the pagefast-trim thread (once; not with release_delay off),
+// and sleep/wake of every pool (pagefast_sleep's answers).
+void start_trim_thread(uint64_t release_delay_ns);
+int sleep_all(unsigned flags);
+int wake_all();
+int asleep_count();
+// pagefast-ctl's requests (ipc::set_control): 3 sleep(flags), 4 wake, 5 status.
+int control_op(uint16_t op, uint64_t arg);
+
 }  // namespace pagefast::pool

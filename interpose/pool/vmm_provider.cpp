@@ -229,4 +229,65 @@ policy::SyncStatus VmmProvider::synchronize() {
   return status;
 }
 
+// ---- sleep's copies ----------------------------------------------------------
+
+policy::ProviderStatus VmmProvider::host_alloc(uint64_t bytes, void** host) {
+  *host = nullptr;
+  if (!real_->cuMemHostAlloc) return policy::ProviderStatus::Failed;
+  void* p = nullptr;
+  // Portable: the copies may run in any context of the device.
+  if (!in_device_context([&] { return real_->cuMemHostAlloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE); }))
+    return policy::ProviderStatus::OutOfMemory;
+  *host = p;
+  return policy::ProviderStatus::Ok;
+}
+
+void VmmProvider::host_free(void* host) {
+  if (host && real_->cuMemFreeHost) real_->cuMemFreeHost(host);
+}
+
+template <typename Copy>
+bool VmmProvider::in_device_context(Copy copy) {
+  CUcontext context = nullptr;
+  {
+    std::lock_guard<std::mutex> guard(contexts_mutex_);
+    if (context_count_) context = contexts_[0];
+  }
+  CUcontext current = nullptr;
+  if (real_->cuCtxGetCurrent) real_->cuCtxGetCurrent(&current);
+  if (!context || context == current) return current && copy() == CUDA_SUCCESS;
+  if (!real_->cuCtxPushCurrent_v2 || !real_->cuCtxPopCurrent_v2 || real_->cuCtxPushCurrent_v2(context) != CUDA_SUCCESS)
+    return false;
+  const bool ok = copy() == CUDA_SUCCESS;
+  CUcontext popped = nullptr;
+  real_->cuCtxPopCurrent_v2(&popped);
+  return ok;
+}
+
+policy::ProviderStatus VmmProvider::copy_to_host(void* host, uint64_t addr, uint64_t bytes) {
+  if (!real_->cuMemcpyDtoH_v2) return policy::ProviderStatus::Failed;
+  const bool ok = in_device_context([&] {
+    for (uint64_t done = 0; done < bytes; done += kCopyPieceBytes) {
+      const uint64_t n = bytes - done < kCopyPieceBytes ? bytes - done : kCopyPieceBytes;
+      const CUresult r = real_->cuMemcpyDtoH_v2(static_cast<char*>(host) + done, addr + done, n);
+      if (r != CUDA_SUCCESS) return r;
+    }
+    return CUDA_SUCCESS;
+  });
+  return ok ? policy::ProviderStatus::Ok : policy::ProviderStatus::Failed;
+}
+
+policy::ProviderStatus VmmProvider::copy_from_host(uint64_t addr, const void* host, uint64_t bytes) {
+  if (!real_->cuMemcpyHtoD_v2) return policy::ProviderStatus::Failed;
+  const bool ok = in_device_context([&] {
+    for (uint64_t done = 0; done < bytes; done += kCopyPieceBytes) {
+      const uint64_t n = bytes - done < kCopyPieceBytes ? bytes - done : kCopyPieceBytes;
+      const CUresult r = real_->cuMemcpyHtoD_v2(addr + done, static_cast<const char*>(host) + done, n);
+      if (r != CUDA_SUCCESS) return r;
+    }
+    return CUDA_SUCCESS;
+  });
+  return ok ? policy::ProviderStatus::Ok : policy::ProviderStatus::Failed;
+}
+
 }  // namespace pagefast::pool

@@ -126,6 +126,10 @@
   L(cuIpcOpenMemHandle, 11000, cuIpcOpenMemHandle_v2,                                      \
     (CUdeviceptr* pdptr, CUipcMemHandle handle, unsigned int flags), (pdptr, handle, flags)) \
   L(cuIpcCloseMemHandle, 4010, cuIpcCloseMemHandle, (CUdeviceptr dptr), (dptr))            \
+  /* page-locked host memory (plain heap memory here) */                                   \
+  L(cuMemHostAlloc, 2020, cuMemHostAlloc, (void** pp, size_t bytes, unsigned int flags),    \
+    (pp, bytes, flags))                                                                    \
+  L(cuMemFreeHost, 2000, cuMemFreeHost, (void* p), (p))                                    \
   /* copies and memsets */                                                                 \
   L(cuMemcpy, 4000, cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t bytes),            \
     (dst, src, bytes))                                                                     \

@@ -15,6 +15,7 @@
 // between is a use-after-free violation. On a capturing stream they are
 // captured: checked, not run.
 #include <cstring>
+#include <cstdlib>
 
 #include "api_list.h"
 #include "state.h"
@@ -147,6 +148,19 @@ CUresult memset_elements(CUdeviceptr dst, const void* pattern, size_t element_by
 uintptr_t host(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
 }  // namespace
+
+// Page-locked host memory: ordinary heap memory serves (copies are
+// synchronous memcpy here anyway).
+CUresult impl::cuMemHostAlloc(void** pp, size_t bytes, unsigned int flags) {
+  (void)flags;
+  if (!pp || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  *pp = std::malloc(bytes);
+  return *pp ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+CUresult impl::cuMemFreeHost(void* p) {
+  std::free(p);
+  return CUDA_SUCCESS;
+}
 
 CUresult impl::cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
   return copy(dst, Side::kAny, src, Side::kAny, bytes, nullptr, false);

@@ -19,6 +19,10 @@
 //   capacity   N-byte blocks until out of memory, per size (prints counts)
 //   faults     driver calls failing (fakecuda_set_fail) never break data
 //   capi       pagefast_pool_stats_get / pagefast_pool_trim
+//   sleep      pagefast_sleep/pagefast_wake: contents kept at the same
+//              addresses (a delayed kernel's write included), allocations
+//              failing or waiting while asleep, memory back to the driver,
+//              driver faults in sleep and wake, 1000 cycles without leaks
 //   devices    two devices, a pool each, memory usable by its own device
 //   peers      two devices: pools do not mix (also freed from the other
 //              device's thread), and peer access enabled from device 1 to
@@ -29,6 +33,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -463,6 +468,145 @@ int capi() {
   return 0;
 }
 
+using SleepFn = int (*)(unsigned);
+using WakeFn = int (*)();
+
+int count_fds() {
+  int n = 0;
+  char path[64];
+  for (int fd = 0; fd < 4096; ++fd) {
+    std::snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    n += access(path, F_OK) == 0 ? 1 : 0;
+  }
+  return n;
+}
+
+int sleep_case(int cycles) {
+  SleepFn sleep_fn = reinterpret_cast<SleepFn>(dlsym(RTLD_DEFAULT, "pagefast_sleep"));
+  WakeFn wake_fn = reinterpret_cast<WakeFn>(dlsym(RTLD_DEFAULT, "pagefast_wake"));
+  WakeFn asleep_fn = reinterpret_cast<WakeFn>(dlsym(RTLD_DEFAULT, "pagefast_asleep"));
+  StatsGet get = stats_get();
+  if (!sleep_fn || !wake_fn || !asleep_fn || !get) return fail("sleep: pagefast_sleep/wake not exported");
+  if (sleep_fn(PAGEFAST_SLEEP_KEEP) != -1) return fail("sleep: answered without a pool");
+  const size_t sizes[] = {1000, 70000, 3u << 20, 40u << 20, 300u << 20};
+  std::vector<CUdeviceptr> blocks;
+  for (size_t i = 0; i < 5; ++i) {
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc_v2(&p, sizes[i]));
+    std::memset(reinterpret_cast<void*>(p), int(0x10 + i), sizes[i]);
+    blocks.push_back(p);
+  }
+  // A "kernel" still writing when sleep is asked: sleep waits for it.
+  CHECK_CU(fakecuda_launch_delayed_fill(0, blocks[3], sizes[3], 0x77, 50));
+  size_t free_before = 0, total = 0;
+  CHECK_CU(cuMemGetInfo_v2(&free_before, &total));
+  const int releases = fakecuda_call_count("cuMemRelease");
+  if (sleep_fn(PAGEFAST_SLEEP_KEEP | PAGEFAST_SLEEP_FAIL) != 0) return fail("sleep: keep");
+  if (asleep_fn() != 1) return fail("sleep: not asleep");
+  pagefast_pool_stats s;
+  if (get(0, &s) != 0 || s.mapped_bytes != 0) return fail("sleep: the pool still holds memory");
+  if (fakecuda_call_count("cuMemRelease") <= releases) return fail("sleep: nothing released");
+  size_t free_asleep = 0;
+  CHECK_CU(cuMemGetInfo_v2(&free_asleep, &total));
+  if (free_asleep < free_before + (340u << 20)) return fail("sleep: the driver did not get the memory back");
+  CUdeviceptr q = 0;
+  if (cuMemAlloc_v2(&q, 3u << 20) != CUDA_ERROR_OUT_OF_MEMORY) return fail("sleep: allocation while asleep");
+  if (cuMemAlloc_v2(&q, 1000) != CUDA_ERROR_OUT_OF_MEMORY) return fail("sleep: small allocation while asleep");
+  if (wake_fn() != 0 || asleep_fn() != 0) return fail("sleep: wake");
+  for (size_t i = 0; i < 5; ++i)
+    if (!all_bytes(blocks[i], sizes[i], (unsigned char)(i == 3 ? 0x77 : 0x10 + i)))
+      return fail("sleep: contents differ after wake");
+  // Without keep, waiting: an allocation on another thread waits for wake.
+  if (sleep_fn(0) != 0) return fail("sleep: without keep");
+  std::atomic<int> got{0};
+  std::thread waiter([&] {
+    cuCtxSetCurrent(g_context);
+    CUdeviceptr r = 0;
+    got = cuMemAlloc_v2(&r, 3u << 20) == CUDA_SUCCESS ? 1 : -1;
+    if (r) cuMemFree_v2(r);
+  });
+  usleep(100 * 1000);
+  if (got.load() != 0) return fail("sleep: the allocation did not wait");
+  // A free while asleep is served.
+  CHECK_CU(cuMemFree_v2(blocks[0]));
+  if (wake_fn() != 0) return fail("sleep: wake without keep");
+  waiter.join();
+  if (got.load() != 1) return fail("sleep: the waiting allocation failed");
+  std::memset(reinterpret_cast<void*>(blocks[4]), 0x3C, sizes[4]);
+  if (!all_bytes(blocks[4], sizes[4], 0x3C)) return fail("sleep: memory after wake unusable");
+  // Driver faults: an unmap refused (that chunk stays resident), a release
+  // refused, a create refused at wake (still asleep, wake again).
+  std::memset(reinterpret_cast<void*>(blocks[3]), 0x42, sizes[3]);
+  const char* faults[] = {"cuMemUnmap:1", "cuMemRelease:1", "cuMemcpyDtoH_v2:1"};
+  for (const char* f : faults) {
+    fakecuda_set_fail(f);
+    if (sleep_fn(PAGEFAST_SLEEP_KEEP) < 0) return fail("sleep: a driver fault made sleep fail");
+    fakecuda_set_fail("");
+    if (wake_fn() != 0) return fail("sleep: wake after a fault in sleep");
+    if (!all_bytes(blocks[3], sizes[3], 0x42)) return fail("sleep: contents lost to a fault in sleep");
+  }
+  const char* wake_faults[] = {"cuMemCreate:1", "cuMemMap:2", "cuMemSetAccess:1", "cuMemcpyHtoD_v2:1"};
+  for (const char* f : wake_faults) {
+    // 1: a chunk whose unmap was refused above stays resident for good.
+    if (sleep_fn(PAGEFAST_SLEEP_KEEP) < 0) return fail("sleep: before a wake fault");
+    fakecuda_set_fail(f);
+    if (wake_fn() != -1 || asleep_fn() != 1) return fail("sleep: a driver fault in wake went unnoticed");
+    fakecuda_set_fail("");
+    if (wake_fn() != 0) return fail("sleep: wake again after a fault");
+    if (!all_bytes(blocks[3], sizes[3], 0x42)) return fail("sleep: contents lost to a fault in wake");
+  }
+  // Many cycles: no handle, host buffer or descriptor left behind. Only
+  // small blocks stay, so that each cycle copies little.
+  CHECK_CU(cuMemFree_v2(blocks[3]));
+  CHECK_CU(cuMemFree_v2(blocks[4]));
+  if (trim_fn()(0) != 0) return fail("sleep: trim");
+  std::memset(reinterpret_cast<void*>(blocks[2]), 0x42, sizes[2]);
+  const int fds = count_fds();
+  const int creates = fakecuda_call_count("cuMemCreate"), released = fakecuda_call_count("cuMemRelease");
+  const int host_allocs = fakecuda_call_count("cuMemHostAlloc"), host_frees = fakecuda_call_count("cuMemFreeHost");
+  for (int i = 0; i < cycles; ++i) {
+    if (sleep_fn(PAGEFAST_SLEEP_KEEP) < 0 || wake_fn() != 0) return fail("sleep: a cycle failed");
+  }
+  if (fakecuda_call_count("cuMemCreate") - creates != fakecuda_call_count("cuMemRelease") - released)
+    return fail("sleep: chunks leaked over the cycles");
+  if (fakecuda_call_count("cuMemHostAlloc") - host_allocs != fakecuda_call_count("cuMemFreeHost") - host_frees)
+    return fail("sleep: host buffers leaked over the cycles");
+  if (count_fds() != fds) return fail("sleep: descriptors leaked over the cycles");
+  if (!all_bytes(blocks[2], sizes[2], 0x42)) return fail("sleep: contents lost over the cycles");
+  for (size_t i = 1; i < 3; ++i) CHECK_CU(cuMemFree_v2(blocks[i]));
+  if (fakecuda_violations()) return fail("sleep: the fake driver saw a violation");
+  std::printf("ok sleep cycles %d creates %d\n", cycles, fakecuda_call_count("cuMemCreate") - creates);
+  return 0;
+}
+
+// Put to sleep and woken from outside (pagefast-ctl): fills blocks, says
+// "ready", and on each line of stdin reports whether its pool is asleep
+// ("asleep N") or, on "check", whether the contents are the same.
+int ctl_target() {
+  WakeFn asleep_fn = reinterpret_cast<WakeFn>(dlsym(RTLD_DEFAULT, "pagefast_asleep"));
+  if (!asleep_fn) return fail("ctl: pagefast_asleep not exported");
+  const size_t sizes[] = {5000, 3u << 20, 90u << 20};
+  CUdeviceptr blocks[3];
+  for (int i = 0; i < 3; ++i) {
+    CHECK_CU(cuMemAlloc_v2(&blocks[i], sizes[i]));
+    std::memset(reinterpret_cast<void*>(blocks[i]), 0x61 + i, sizes[i]);
+  }
+  std::printf("ready\n");
+  std::fflush(stdout);
+  char line[64];
+  while (std::fgets(line, sizeof line, stdin)) {
+    if (std::strncmp(line, "check", 5) == 0) {
+      for (int i = 0; i < 3; ++i)
+        if (!all_bytes(blocks[i], sizes[i], (unsigned char)(0x61 + i))) return fail("ctl: contents differ");
+      std::printf("ok ctl\n");
+      return 0;
+    }
+    std::printf("asleep %d\n", asleep_fn());
+    std::fflush(stdout);
+  }
+  return fail("ctl: no check asked");
+}
+
 int devices() {
   // Two devices: each context's allocations come from its own device's
   // pool, and that device's "kernels" may use them.
@@ -656,6 +800,8 @@ int main(int argc, char** argv) {
   if (c == "capacity") return capacity(argc > 2 ? argv[2] : "20971520");
   if (c == "faults") return faults();
   if (c == "capi") return capi();
+  if (c == "ctl-target") return ctl_target();
+  if (c == "sleep") return sleep_case(argc > 2 ? std::atoi(argv[2]) : 20);
   if (c == "devices") return devices();
   if (c == "peers") return peers();
   return fail("unknown case");

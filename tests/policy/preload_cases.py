@@ -175,6 +175,54 @@ def case_faults(build):
     case_simple(build, "faults", ["", "chunk_size:2M"])
 
 
+def case_ctl(build):
+    """pagefast-ctl sleep --keep / status / wake from another process."""
+    p = paths(build)
+    ctl = os.path.join(build, "tools", "pagefast-ctl")
+    for conf in ["", "control:off"]:
+        e = dict(os.environ)
+        for k in list(e):
+            if k.startswith("PAGEFAST") or k.startswith("FAKECUDA") or k == "LD_PRELOAD":
+                del e[k]
+        e.update({"LD_LIBRARY_PATH": p["fake"], "LD_PRELOAD": p["lib"], "PAGEFAST_CONF": conf})
+        t = subprocess.Popen([p["exe"], "ctl-target"], env=e, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            check(t.stdout.readline().strip() == "ready", f"[{conf}] the target is ready")
+            pid = str(t.pid)
+
+            def ask(line):
+                t.stdin.write(line + "\n")
+                t.stdin.flush()
+                return t.stdout.readline().strip()
+
+            def ctl_run(*args):
+                return subprocess.run([ctl] + list(args) + [pid], capture_output=True, text=True, timeout=60)
+
+            if conf == "control:off":
+                r = ctl_run("sleep", "--keep")
+                check(r.returncode == 3 and ask("status") == "asleep 0",
+                      f"[control:off] not reachable, nothing slept (rc {r.returncode} {r.stderr})")
+            else:
+                r = ctl_run("sleep", "--keep")
+                check(r.returncode == 0 and "done" in r.stdout, f"ctl sleep --keep (rc {r.returncode} {r.stdout} {r.stderr})")
+                check(ask("status") == "asleep 1", "the target's pool is asleep")
+                r = ctl_run("status")
+                check(r.returncode == 0 and "1 pool(s) asleep" in r.stdout, f"ctl status asleep ({r.stdout})")
+                r = ctl_run("wake")
+                check(r.returncode == 0 and "done" in r.stdout, f"ctl wake (rc {r.returncode} {r.stdout} {r.stderr})")
+                check(ask("status") == "asleep 0", "the target's pool is awake")
+                r = subprocess.run([ctl, "nap", pid], capture_output=True, text=True)
+                check(r.returncode == 2, "a bad command is a usage error")
+            out = ask("check")
+            check(out == "ok ctl", f"[{conf}] contents the same at the same addresses ({out})")
+        finally:
+            t.stdin.close()
+            t.wait(timeout=60)
+    r = subprocess.run([ctl, "status", "999999999"], capture_output=True, text=True)
+    check(r.returncode == 3, "no such process: not reachable")
+
+
 SKIP = 77  # meson's "skipped"
 
 
@@ -213,6 +261,15 @@ def main():
             expect_ok(r, "peers", f"pagefast [{conf or 'default'}]")
             if conf:
                 check("ok peers stitch 1" in r.stdout, f"[{conf}] the peer case covered a stitch ({r.stdout[-200:]})")
+    elif name == "ctl":
+        case_ctl(build)
+    elif name == "sleep":
+        # A thousand cycles where each copies little (2 MiB chunks).
+        for conf, cycles in [("", 5), ("chunk_size:8M", 20), ("release_delay:0", 5), ("chunk_size:2M", 1000)]:
+            r = run(build, ["sleep", str(cycles)], env={"PAGEFAST_CONF": conf} if conf else None)
+            expect_ok(r, "sleep", f"pagefast [{conf or 'default'}]")
+            check(f"ok sleep cycles {cycles} creates" in r.stdout and "creates 0" not in r.stdout,
+                  f"[{conf}] {cycles} cycles made and released chunks ({r.stdout[-200:]})")
     elif name in ("capture", "fork", "capi"):
         case_simple(build, name, [""]) if name != "capi" else expect_ok(run(build, ["capi"]), "capi", "pagefast")
     else:

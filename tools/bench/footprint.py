@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""tools/bench/footprint.py: issue 15's GPU measurements (docs/POOL.md
+"Footprint", "Sleep and wake"). Run with PyTorch's caching off
+(PYTORCH_NO_CUDA_MEMORY_CACHING=1), with and without pagefast preloaded;
+tools/bench/footprint-run runs every case and prints a table.
+
+  footprint.py train resnet18|gpt2 STEPS [--sleep-at K [--keep]]
+      A training loop (ResNet-18, or a GPT-2-small-sized decoder on random
+      tokens whose sequence length changes every step: the dynamic-shape
+      loop). Prints steps/s (median step), the peak GPU memory this process
+      held (nvidia-smi, sampled every 20 ms), and the losses' exact hex
+      values. --sleep-at K: pagefast_sleep between step K and K+1 (keep by
+      default: the run must give the same losses bit for bit), then wake.
+  footprint.py sleep GIB
+      Fills GIB GiB of 1 GiB tensors, then pagefast_sleep(KEEP) and
+      pagefast_wake: the time of each, the copy bandwidth they reached,
+      nvidia-smi's used memory before, during and after, and whether every
+      byte came back (checked on the GPU).
+"""
+import ctypes
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import torch
+
+KEEP = 1
+
+
+def lib():
+    try:
+        l = ctypes.CDLL(None)
+        l.pagefast_sleep.argtypes = [ctypes.c_uint]
+        return l
+    except (OSError, AttributeError):
+        return None
+
+
+def gpu_used_mib():
+    """This process's GPU memory as nvidia-smi sees it (MiB), else the device's."""
+    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0] == str(os.getpid()):
+            return int(parts[1])
+    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+                         capture_output=True, text=True).stdout
+    return int(out.split()[0]) if out.split() else -1
+
+
+class PeakSampler:
+    def __init__(self):
+        self.peak = 0
+        self.stop = False
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        while not self.stop:
+            self.peak = max(self.peak, gpu_used_mib())
+            time.sleep(0.02)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *a):
+        self.stop = True
+        self.thread.join()
+
+
+def gpt2_like():
+    # GPT-2 small: 12 layers, d_model 768, 12 heads, vocabulary 50257.
+    layer = torch.nn.TransformerEncoderLayer(d_model=768, nhead=12, dim_feedforward=3072, dropout=0.0,
+                                             batch_first=True, norm_first=True)
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(50257, 768)
+            self.pos = torch.nn.Embedding(1024, 768)
+            self.body = torch.nn.TransformerEncoder(layer, num_layers=12)
+            self.head = torch.nn.Linear(768, 50257)
+
+        def forward(self, tokens):
+            n = tokens.shape[1]
+            mask = torch.nn.Transformer.generate_square_subsequent_mask(n, device=tokens.device)
+            h = self.embed(tokens) + self.pos(torch.arange(n, device=tokens.device))
+            return self.head(self.body(h, mask=mask, is_causal=True))
+
+    return Model()
+
+
+def train(kind, steps, sleep_at, keep):
+    torch.manual_seed(0)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cuda.enable_flash_sdp(False)
+    torch.backends.cuda.enable_mem_efficient_sdp(False)
+    if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
+        torch.backends.cuda.enable_cudnn_sdp(False)
+    gen = torch.Generator().manual_seed(1)
+    if kind == "resnet18":
+        import torchvision
+
+        model = torchvision.models.resnet18(num_classes=100).cuda()
+        x = torch.randn(64, 3, 224, 224, generator=gen).cuda()
+        y = torch.randint(0, 100, (64,), generator=gen).cuda()
+        batch = lambda step: (x, y)
+        loss_of = lambda out, tgt: torch.nn.functional.cross_entropy(out, tgt)
+    else:
+        model = gpt2_like().cuda()
+        lengths = [int(torch.randint(64, 1025, (1,), generator=gen)) for _ in range(steps)]
+        tokens = [torch.randint(0, 50257, (8, n + 1), generator=gen) for n in lengths]
+        batch = lambda step: (tokens[step][:, :-1].cuda(), tokens[step][:, 1:].cuda())
+        loss_of = lambda out, tgt: torch.nn.functional.cross_entropy(out.reshape(-1, 50257), tgt.reshape(-1))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    pf = lib()
+    times, losses, sleep_note = [], [], ""
+    with PeakSampler() as peak:
+        for step in range(steps):
+            inp, tgt = batch(step)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss = loss_of(model(inp), tgt)
+            loss.backward()
+            opt.step()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+            losses.append(loss.item())
+            if step == sleep_at:
+                if not pf or not hasattr(pf, "pagefast_sleep"):
+                    sys.exit("--sleep-at needs pagefast preloaded")
+                t1 = time.perf_counter()
+                rc = pf.pagefast_sleep(KEEP if keep else 0)
+                t2 = time.perf_counter()
+                during = gpu_used_mib()
+                rc2 = pf.pagefast_wake()
+                t3 = time.perf_counter()
+                sleep_note = (f"sleep rc {rc} {t2 - t1:.3f} s, used during sleep {during} MiB, "
+                              f"wake rc {rc2} {t3 - t2:.3f} s")
+    warm = times[3:] or times
+    print(f"{kind}: {1 / statistics.median(warm):.2f} steps/s, peak held {peak.peak} MiB (nvidia-smi)")
+    if sleep_note:
+        print(sleep_note)
+    print("losses " + " ".join(float(l).hex() for l in losses))
+
+
+def sleep_bench(gib):
+    pf = lib()
+    if not pf or not hasattr(pf, "pagefast_sleep"):
+        sys.exit("run with LD_PRELOAD=libpagefast.so")
+    blocks = []
+    for i in range(gib):
+        t = torch.empty(1 << 28, dtype=torch.int32, device="cuda")  # 1 GiB
+        t.copy_(torch.arange(1 << 28, dtype=torch.int32, device="cuda") * (i + 1))
+        blocks.append(t)
+    torch.cuda.synchronize()
+    before = gpu_used_mib()
+    t0 = time.perf_counter()
+    rc = pf.pagefast_sleep(KEEP)
+    t1 = time.perf_counter()
+    during = gpu_used_mib()
+    rc2 = pf.pagefast_wake()
+    t2 = time.perf_counter()
+    after = gpu_used_mib()
+    ok = all(bool(torch.equal(b, torch.arange(1 << 28, dtype=torch.int32, device="cuda") * (i + 1)))
+             for i, b in enumerate(blocks))
+    print(f"sleep {gib} GiB: rc {rc}, {t1 - t0:.2f} s ({gib / (t1 - t0):.1f} GiB/s); wake rc {rc2}, "
+          f"{t2 - t1:.2f} s ({gib / (t2 - t1):.1f} GiB/s)")
+    print(f"nvidia-smi used: before {before} MiB, asleep {during} MiB, after wake {after} MiB; "
+          f"contents {'identical' if ok else 'DIFFER'}")
+    # For comparison: the pinned copy bandwidth of this machine, one way each.
+    host = torch.empty(1 << 28, dtype=torch.int32, pin_memory=True)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for b in blocks[:8]:
+        host.copy_(b)
+    torch.cuda.synchronize()
+    t1 = time.perf_counter()
+    for b in blocks[:8]:
+        b.copy_(host)
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    n = min(8, len(blocks))
+    print(f"pinned copies (torch, 1 GiB each): D2H {n / (t1 - t0):.1f} GiB/s, H2D {n / (t2 - t1):.1f} GiB/s")
+
+
+def main():
+    if len(sys.argv) >= 4 and sys.argv[1] == "train":
+        sleep_at = int(sys.argv[sys.argv.index("--sleep-at") + 1]) if "--sleep-at" in sys.argv else -1
+        train(sys.argv[2], int(sys.argv[3]), sleep_at, "--no-keep" not in sys.argv)
+    elif len(sys.argv) == 3 and sys.argv[1] == "sleep":
+        sleep_bench(int(sys.argv[2]))
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+// tools/ctl/pagefast-ctl.cpp: pagefast-ctl sleep [--keep] [--fail] PID |
+// wake PID | status PID. Reaches a process running pagefast over its IPC
+// socket (docs/IPC.md: the abstract name, or PAGEFAST_IPC_DIR, made of the
+// uid, pid namespace, pid and start time) and asks its pools to sleep or
+// wake (docs/POOL.md "Sleep and wake"). The process answers only its own
+// uid (SO_PEERCRED). Exit: 0 done, 1 the process answered a failure, 2
+// usage, 3 not reachable (no pool yet, control:off, another uid, gone).
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace {
+
+// The wire of interpose/pool/ipc.cpp (docs/IPC.md), control ops.
+constexpr uint32_t kRequestMagic = 0x71524650;  // "PFRq"
+constexpr uint32_t kReplyMagic = 0x72524650;    // "PFRr"
+constexpr uint16_t kVersion = 1;
+constexpr uint16_t kOpSleep = 3, kOpWake = 4, kOpStatus = 5;
+constexpr unsigned kSleepKeep = 1, kSleepFail = 2;  // interpose/pagefast.h
+struct Request {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t op;
+  uint64_t arg;
+  uint64_t reserved[2];
+};
+struct ReplyHeader {
+  uint32_t magic;
+  uint32_t status;
+  uint32_t piece_count;
+  uint32_t reserved;
+};
+
+uint64_t start_time(long pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  FILE* f = std::fopen(path, "r");
+  if (!f) return 0;
+  char buf[1024];
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  const char* p = std::strrchr(buf, ')');
+  if (!p) return 0;
+  int field = 2;
+  for (; *p && field < 22; ++p)
+    if (*p == ' ') ++field;
+  return std::strtoull(p, nullptr, 10);
+}
+
+uint64_t pid_namespace(long pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%ld/ns/pid", pid);
+  struct stat st;
+  return ::stat(path, &st) == 0 ? uint64_t(st.st_ino) : 0;
+}
+
+int usage() {
+  std::fprintf(stderr, "usage: pagefast-ctl sleep [--keep] [--fail] PID | wake PID | status PID\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) return usage();
+  const std::string cmd = argv[1];
+  uint16_t op;
+  uint64_t flags = 0;
+  if (cmd == "sleep") op = kOpSleep;
+  else if (cmd == "wake") op = kOpWake;
+  else if (cmd == "status") op = kOpStatus;
+  else return usage();
+  for (int i = 2; i < argc - 1; ++i) {
+    if (op == kOpSleep && std::strcmp(argv[i], "--keep") == 0) flags |= kSleepKeep;
+    else if (op == kOpSleep && std::strcmp(argv[i], "--fail") == 0) flags |= kSleepFail;
+    else return usage();
+  }
+  char* end = nullptr;
+  const long pid = std::strtol(argv[argc - 1], &end, 10);
+  if (!end || *end || pid <= 0) return usage();
+  const uint64_t started = start_time(pid), pidns = pid_namespace(pid);
+  if (!started || !pidns) {
+    std::fprintf(stderr, "pagefast-ctl: no process %ld (or not this user's)\n", pid);
+    return 3;
+  }
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  char name[96];
+  std::snprintf(name, sizeof name, "pagefast-ipc.%u.%llu.%ld.%llu", unsigned(::geteuid()), (unsigned long long)pidns,
+                pid, (unsigned long long)started);
+  socklen_t len;
+  const char* dir = std::getenv("PAGEFAST_IPC_DIR");
+  if (dir && *dir) {
+    const std::string path = std::string(dir) + "/" + name;
+    if (path.size() + 1 > sizeof addr.sun_path) return 3;
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    len = sizeof addr;
+  } else {
+    const size_t n = std::strlen(name);
+    std::memcpy(addr.sun_path + 1, name, n);
+    len = socklen_t(offsetof(sockaddr_un, sun_path) + 1 + n);
+  }
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    std::fprintf(stderr, "pagefast-ctl: process %ld does not answer (no pool yet, control:off, or not pagefast)\n", pid);
+    return 3;
+  }
+  // Sleep with keep copies the whole pool: allow it minutes.
+  timeval tv{600, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  const Request req{kRequestMagic, kVersion, op, flags, {0, 0}};
+  ReplyHeader reply{};
+  size_t got = 0;
+  if (::send(fd, &req, sizeof req, MSG_NOSIGNAL) != ssize_t(sizeof req)) return 3;
+  while (got < sizeof reply) {
+    const ssize_t n = ::recv(fd, reinterpret_cast<char*>(&reply) + got, sizeof reply - got, 0);
+    if (n <= 0) break;
+    got += size_t(n);
+  }
+  ::close(fd);
+  if (got < sizeof reply || reply.magic != kReplyMagic) {
+    std::fprintf(stderr, "pagefast-ctl: no answer from process %ld (another uid?)\n", pid);
+    return 3;
+  }
+  const int answer = int(int32_t(reply.status));
+  if (op == kOpStatus) {
+    std::printf("%ld: %d pool(s) asleep\n", pid, answer);
+    return answer < 0 ? 1 : 0;
+  }
+  std::printf("%ld: %s %s\n", pid, cmd.c_str(),
+              answer == 0 ? "done" : answer == 1 ? "done, some chunks resident (see its log)" : "failed");
+  return answer < 0 ? 1 : 0;
+}
