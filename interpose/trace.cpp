@@ -17,7 +17,6 @@
 
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,6 +29,7 @@
 #include "interpose/files.h"
 #include "interpose/log.h"
 #include "interpose/real_driver.h"
+#include "interpose/service_thread.h"
 #include "interpose/trace_format.h"
 #include "policy/spin.h"
 
@@ -209,22 +209,13 @@ void start_writer() {
   if (!g_batch) return fail();
   g_fd = open_trace_file();
   if (g_fd < 0) return fail();
-  // The writer takes no signal meant for the program.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  const int err = pthread_create(&g_writer, nullptr, &writer_main, nullptr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  const int err = start_service_thread(&g_writer, &writer_main, nullptr, "pagefast-trace");
   if (err != 0) {
     log::write(LogLevel::Warn, "PAGEFAST_TRACE: cannot start the writer thread: {}; not tracing", std::strerror(err));
     ::close(g_fd);
     g_fd = -1;
     return fail();
   }
-  // Named here too, not only by the thread itself: once the first traced
-  // call returns, the thread is visible under its name (tools and tests
-  // look for it by name).
-  pthread_setname_np(g_writer, "pagefast-trace");
   g_writer_state.store(kRunning, std::memory_order_release);
 }
 

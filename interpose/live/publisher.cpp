@@ -3,7 +3,6 @@
 
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -16,6 +15,7 @@
 #include "interpose/log.h"
 #include "interpose/pool/pool_internal.h"
 #include "interpose/runtime.h"
+#include "interpose/service_thread.h"
 #include "interpose/stats.h"
 #include "numa/device_select.h"
 
@@ -104,25 +104,13 @@ void start(const Config& config) {
   }
   g_writer = writer;
   pthread_atfork(nullptr, nullptr, &in_child);
-  // The thread takes no signal meant for the program.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 256 * 1024);
-  pthread_t thread;
-  const int rc = pthread_create(&thread, &attr, &run, nullptr);
-  pthread_attr_destroy(&attr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  const int rc = start_service_thread(nullptr, &run, nullptr, "pagefast-live");
   if (rc != 0) {
     publish_once();  // the figures of the start, at least
     log::write(LogLevel::Warn, "live stats: no publishing thread (error {}); pagefast-stat shows start-up figures",
                rc);
     return;
   }
-  pthread_setname_np(thread, "pagefast-live");
 }
 
 void stop_at_exit() {

@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <sys/auxv.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -26,6 +25,7 @@
 #include "interpose/log.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
+#include "interpose/service_thread.h"
 #include "policy/units.h"
 
 namespace pagefast::ipc {
@@ -504,23 +504,12 @@ bool start_exporter_locked() {
     std::memcpy(g_socket_path, addr.sun_path, sizeof g_socket_path);
     std::atexit(&remove_socket_file);
   }
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 256 * 1024);
-  pthread_t thread;
-  const int err = pthread_create(&thread, &attr, &exporter_main, reinterpret_cast<void*>(intptr_t(fd)));
-  pthread_attr_destroy(&attr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  const int err = start_service_thread(nullptr, &exporter_main, reinterpret_cast<void*>(intptr_t(fd)), "pagefast-ipc");
   if (err != 0) {
     log::write(LogLevel::Warn, "CUDA IPC: cannot start the exporter thread: {}", std::strerror(err));
     ::close(fd);
     return false;
   }
-  pthread_setname_np(thread, "pagefast-ipc");
   g_exporter_pid = pid;
   return true;
 }

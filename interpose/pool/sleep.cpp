@@ -4,7 +4,6 @@
 // pagefast_wake of the C API (interpose/pagefast.h). The policy is in
 // policy/footprint.* and policy/device_pool_footprint.cpp.
 #include <pthread.h>
-#include <signal.h>
 #include <time.h>
 
 #include <atomic>
@@ -12,6 +11,7 @@
 
 #include "interpose/pagefast.h"
 #include "interpose/pool/pool_internal.h"
+#include "interpose/service_thread.h"
 #include "policy/device_pool.h"
 
 #define PF_EXPORT extern "C" __attribute__((visibility("default")))
@@ -45,18 +45,7 @@ void start_trim_thread(uint64_t release_delay_ns) {
   if (release_delay_ns == policy::kNoReleaseDelay || g_trim_started.exchange(true)) return;
   // No signal is ever delivered to it: the program's handlers stay on its
   // own threads.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 256 * 1024);
-  pthread_t thread;
-  const int err = pthread_create(&thread, &attr, &trim_main, nullptr);
-  pthread_attr_destroy(&attr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  if (err == 0) pthread_setname_np(thread, "pagefast-trim");
+  start_service_thread(nullptr, &trim_main, nullptr, "pagefast-trim");
 }
 
 int sleep_all(unsigned flags) {
