@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "policy/format.h"
+
 namespace pagefast {
 namespace {
 
@@ -265,14 +267,7 @@ Config parse_config(EnvLookup lookup, void* user) {
 }
 
 std::string describe(const Config& c) {
-  auto size = [](uint64_t b) -> std::string {
-    if (b == kUnlimited) return "max";
-    char buf[32];
-    if (b != 0 && b % kGiB == 0) std::snprintf(buf, sizeof buf, "%lluG", (unsigned long long)(b / kGiB));
-    else if (b != 0 && b % kMiB == 0) std::snprintf(buf, sizeof buf, "%lluM", (unsigned long long)(b / kMiB));
-    else std::snprintf(buf, sizeof buf, "%llu", (unsigned long long)b);
-    return buf;
-  };
+  auto size = [](uint64_t b) -> std::string { return format_bytes(b, ByteStyle::Exact); };
   static const char* const kNuma[] = {"auto", "bind", "force", "off"};
   std::string s = c.passthrough ? "pass-through" : (c.pool.enabled ? "pool on" : "pool off (forwarding)");
   if (!c.passthrough && c.pool.enabled) {

@@ -6,6 +6,8 @@
 
 #include <cstdio>
 
+#include "policy/format.h"
+
 namespace pagefast::policy {
 
 PoolReport DevicePool::report() {
@@ -93,13 +95,6 @@ void DevicePool::note_oom_request(uint64_t request_bytes) {
   last_oom_.request_pending = false;
 }
 
-std::string report_bytes(uint64_t bytes) {
-  char buf[32];
-  if (bytes >= kGiB) std::snprintf(buf, sizeof buf, "%.1f GiB", double(bytes) / double(kGiB));
-  else std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / double(kMiB));
-  return buf;
-}
-
 double fragmentation(const PoolReport& r) {
   if (r.free_home.count() == 0) return 0.0;
   return 1.0 - double(r.largest_free_run.count()) / double(r.free_home.count());
@@ -121,13 +116,13 @@ std::string count(uint64_t n) { return std::to_string(n); }
 std::string report_text(int device, const PoolReport& r) {
   const PoolStats& s = r.stats;
   std::string out = "device " + std::to_string(device) + "\n";
-  line(out, "reserved", report_bytes(s.reserved_bytes));
-  line(out, "mapped", report_bytes(s.mapped_bytes));
-  line(out, "in use", report_bytes(s.in_use_bytes));
-  line(out, "idle", report_bytes(s.idle_bytes));
-  line(out, "quarantined", report_bytes(s.quarantined_bytes));
-  line(out, "cached", report_bytes(s.cached_bytes));
-  line(out, "peak in use", report_bytes(s.peak_in_use_bytes));
+  line(out, "reserved", format_bytes(s.reserved_bytes, ByteStyle::Report));
+  line(out, "mapped", format_bytes(s.mapped_bytes, ByteStyle::Report));
+  line(out, "in use", format_bytes(s.in_use_bytes, ByteStyle::Report));
+  line(out, "idle", format_bytes(s.idle_bytes, ByteStyle::Report));
+  line(out, "quarantined", format_bytes(s.quarantined_bytes, ByteStyle::Report));
+  line(out, "cached", format_bytes(s.cached_bytes, ByteStyle::Report));
+  line(out, "peak in use", format_bytes(s.peak_in_use_bytes, ByteStyle::Report));
   line(out, "hits", count(s.hits));
   line(out, "growths", count(s.growths));
   line(out, "stitches", count(s.stitches));
@@ -160,9 +155,9 @@ std::string report_text(int device, const PoolReport& r) {
   } else {
     out += "  arena\n";
     line(out, "  chunks", count(r.chunks));
-    line(out, "  mapped granules", count(r.mapped.count()) + " (" + report_bytes(r.mapped.bytes()) + ")");
+    line(out, "  mapped granules", count(r.mapped.count()) + " (" + format_bytes(r.mapped.bytes(), ByteStyle::Report) + ")");
     line(out, "  free granules", count(r.free_home.count()) + " in " + count(r.free_blocks) + " free blocks (" +
-                                     report_bytes(r.free_home.bytes()) + ")");
+                                     format_bytes(r.free_home.bytes(), ByteStyle::Report) + ")");
     line(out, "  lent / free stitched", count(r.lent.count()) + " / " + count(r.free_stitched.count()) + " granules");
     char frag[32];
     std::snprintf(frag, sizeof frag, "%.1f%%", 100.0 * fragmentation(r));
@@ -171,10 +166,10 @@ std::string report_text(int device, const PoolReport& r) {
     // block without growing is the longer of the run and all free granules.
     if (r.free_home > r.largest_free_run)
       line(out, "largest block, no growth",
-           report_bytes(r.free_home.bytes()) + " by stitching free granules (largest free run " +
-               report_bytes(r.largest_free_run.bytes()) + ")");
+           format_bytes(r.free_home.bytes(), ByteStyle::Report) + " by stitching free granules (largest free run " +
+               format_bytes(r.largest_free_run.bytes(), ByteStyle::Report) + ")");
     else
-      line(out, "largest block, no growth", report_bytes(r.largest_free_run.bytes()) + " (the largest free run)");
+      line(out, "largest block, no growth", format_bytes(r.largest_free_run.bytes(), ByteStyle::Report) + " (the largest free run)");
   }
 
   const OomRecord& o = r.last_oom;
@@ -184,15 +179,15 @@ std::string report_text(int device, const PoolReport& r) {
     line(out, "last out-of-memory", "none");
   } else {
     out += "  last out-of-memory (answer " + count(o.count) + ")\n";
-    line(out, "  request", o.request_bytes ? report_bytes(o.request_bytes) + " (" + count(o.request_bytes) + " bytes)"
+    line(out, "  request", o.request_bytes ? format_bytes(o.request_bytes, ByteStyle::Report) + " (" + count(o.request_bytes) + " bytes)"
                                              : std::string("unknown"));
-    if (o.for_slab) line(out, "  needed", report_bytes(o.needed_bytes) + " for a new slab of its size class");
-    line(out, "  limit", o.limit_bytes ? report_bytes(o.limit_bytes) : std::string("none"));
-    line(out, "  idle released first", report_bytes(o.released_bytes));
+    if (o.for_slab) line(out, "  needed", format_bytes(o.needed_bytes, ByteStyle::Report) + " for a new slab of its size class");
+    line(out, "  limit", o.limit_bytes ? format_bytes(o.limit_bytes, ByteStyle::Report) : std::string("none"));
+    line(out, "  idle released first", format_bytes(o.released_bytes, ByteStyle::Report));
     line(out, "  left (pool's view)",
-         report_bytes(o.free_bytes) + " free in the pool" +
+         format_bytes(o.free_bytes, ByteStyle::Report) + " free in the pool" +
              (o.headroom_bytes == kUnlimited ? std::string(", growth not limited")
-                                             : ", " + report_bytes(o.headroom_bytes) + " under the limit"));
+                                             : ", " + format_bytes(o.headroom_bytes, ByteStyle::Report) + " under the limit"));
     line(out, "  answer", o.forwarded ? "handed to the driver (no limit: it may have memory the pool has not)"
                                       : "CUDA_ERROR_OUT_OF_MEMORY");
   }

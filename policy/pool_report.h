@@ -13,7 +13,6 @@
 namespace pagefast::policy {
 
 // "12.0 MiB" below 1 GiB, "1.5 GiB" from there: one decimal, binary units.
-std::string report_bytes(uint64_t bytes);
 
 // 1 - largest free run / free bytes, in [0, 1]; 0 when nothing is free.
 double fragmentation(const PoolReport& report);

@@ -35,6 +35,7 @@
 #include "interpose/real_driver.h"
 #include "policy/clock.h"
 #include "policy/device_pool.h"
+#include "policy/format.h"
 #include "policy/page_map.h"
 #include "policy/pool_report.h"
 
@@ -103,13 +104,7 @@ void log_line(LogLevel level, const char* format, ...) {
   g_log(level, line);
 }
 
-std::string human_bytes(uint64_t bytes) {
-  if (bytes == kUnlimited) return "max";
-  const char* units[] = {"B", "K", "M", "G", "T"};
-  int u = 0;
-  while (u < 4 && bytes >= 1024 && bytes % 1024 == 0) bytes /= 1024, ++u;
-  return std::to_string(bytes) + units[u];
-}
+std::string human_bytes(uint64_t bytes) { return format_bytes(bytes, ByteStyle::Exact); }
 
 const RealDriver* driver() {
   const RealDriver* real = g_real.load(std::memory_order_acquire);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "policy/format.h"
 #include "policy/pool_report.h"
 
 using namespace pagefast;
@@ -14,9 +15,24 @@ using namespace pagefast::policy;
 using namespace pagefast::policy::test;
 
 TEST_CASE("report: units in MiB below 1 GiB, GiB above, one decimal", "[report]") {
-  CHECK(report_bytes(0) == "0.0 MiB");
-  CHECK(report_bytes(3 * kMiB / 2) == "1.5 MiB");
-  CHECK(report_bytes(kGiB + kGiB / 2) == "1.5 GiB");
+  CHECK(format_bytes(0, ByteStyle::Report) == "0.0 MiB");
+  CHECK(format_bytes(3 * kMiB / 2, ByteStyle::Report) == "1.5 MiB");
+  CHECK(format_bytes(kGiB + kGiB / 2, ByteStyle::Report) == "1.5 GiB");
+}
+
+TEST_CASE("the one byte formatter: exact units for settings, three digits for tables", "[report]") {
+  CHECK(format_bytes(256 * kMiB, ByteStyle::Exact) == "256M");
+  CHECK(format_bytes(40 * kGiB, ByteStyle::Exact) == "40G");
+  CHECK(format_bytes(1536 * kMiB, ByteStyle::Exact) == "1536M");
+  CHECK(format_bytes(3 * kKiB, ByteStyle::Exact) == "3K");
+  CHECK(format_bytes(1000, ByteStyle::Exact) == "1000B");
+  CHECK(format_bytes(0, ByteStyle::Exact) == "0B");
+  CHECK(format_bytes(kUnlimited, ByteStyle::Exact) == "max");
+  CHECK(format_bytes(kUnlimited, ByteStyle::Table) == "max");
+  CHECK(format_bytes(512, ByteStyle::Table) == "512B");
+  CHECK(format_bytes(3 * kGiB / 2, ByteStyle::Table) == "1.50G");
+  CHECK(format_bytes(32 * kGiB, ByteStyle::Table) == "32.0G");
+  CHECK(format_bytes(190 * kMiB, ByteStyle::Table) == "190M");
 }
 
 TEST_CASE("report: no OOM yet, then the last OOM with its request and limit", "[report]") {

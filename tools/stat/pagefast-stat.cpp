@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "interpose/live/segment.h"
+#include "policy/format.h"
 #include "policy/json.h"
 #include "tools/stat/json_check.h"
 #include "tools/stat/prometheus.h"
@@ -62,19 +63,7 @@ void usage(FILE* out) {
                "Exit status: 0 done, 1 --textfile could not be written, 2 usage error.\n");
 }
 
-std::string human(uint64_t bytes) {
-  static const char* const units[] = {"B", "K", "M", "G", "T"};
-  double v = double(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[32];
-  if (u == 0) std::snprintf(buf, sizeof buf, "%lluB", static_cast<unsigned long long>(bytes));
-  else std::snprintf(buf, sizeof buf, v < 10 ? "%.2f%s" : v < 100 ? "%.1f%s" : "%.0f%s", v, units[u]);
-  return buf;
-}
+std::string human(uint64_t bytes) { return pagefast::format_bytes(bytes, pagefast::ByteStyle::Table); }
 
 std::string count(uint64_t n) {
   char buf[32];
