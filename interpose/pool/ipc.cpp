@@ -291,7 +291,7 @@ CUresult chunk_fd(const RealDriver* real, uint64_t chunk, int* fd_out) {
   return *fd_out >= 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-uint64_t now_ns_export() {
+uint64_t now_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
@@ -323,7 +323,7 @@ void serve_open(Connection& c, uint64_t export_id) {
     if (g_by_id && it != g_by_id->end() && !it->second.freed && real && real->cuMemExportToShareableHandle &&
         int(it->second.pieces.size()) <= kMaxPieces) {
       reply.status = CUDA_SUCCESS;
-      const uint64_t t0 = now_ns_export();
+      const uint64_t t0 = now_ns();
       for (const policy::PhysicalPiece& piece : it->second.pieces) {
         int fd = -1;
         const CUresult r = chunk_fd(real, piece.chunk.value, &fd);
@@ -338,7 +338,7 @@ void serve_open(Connection& c, uint64_t export_id) {
         reply.pieces[reply.piece_count++] = {piece.offset.bytes(), piece.granules.bytes(), piece.chunk_granules.bytes()};
       }
       if (log::enabled(LogLevel::Debug))
-        log::write(LogLevel::Debug, "CUDA IPC export: {} piece(s) in {} us", fds.size(), (now_ns_export() - t0) / 1000);
+        log::write(LogLevel::Debug, "CUDA IPC export: {} piece(s) in {} us", fds.size(), (now_ns() - t0) / 1000);
       if (reply.status == CUDA_SUCCESS) {
         ++it->second.holders;
         ++c.opens[export_id];
@@ -516,11 +516,6 @@ bool start_exporter_locked() {
 
 // ---- the importer ----------------------------------------------------------------
 
-uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
 // Where an open's time goes, at PAGEFAST_LOG=debug (docs/IPC.md).
 struct OpenTimes {
   uint64_t import_ns = 0, map_ns = 0, access_ns = 0;
