@@ -22,7 +22,9 @@
 #include <string>
 #include <vector>
 
+#include "interpose/live/segment.h"
 #include "interpose/log.h"
+#include "interpose/pool/ipc_wire.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
 #include "interpose/service_thread.h"
@@ -39,7 +41,7 @@ using policy::kGranuleBytes;
 // ---- the handle ---------------------------------------------------------------
 
 constexpr char kMagic[8] = {'p', 'g', 'f', 's', 't', 'I', 'P', 'C'};
-constexpr uint16_t kVersion = 1;
+constexpr uint16_t kVersion = 1;  // of the handle
 
 // The 64 bytes of a pagefast IPC handle (docs/IPC.md), little-endian as
 // the hosts that run CUDA are.
@@ -69,27 +71,20 @@ uint32_t checksum(const Wire& w) {
 
 // ---- the wire protocol ----------------------------------------------------------
 
-constexpr uint32_t kRequestMagic = 0x71524650;  // "PFRq"
-constexpr uint32_t kReplyMagic = 0x72524650;    // "PFRr"
-constexpr uint16_t kOpOpen = 1;
-constexpr uint16_t kOpClose = 2;
-// Control (pagefast-ctl, docs/POOL.md "Sleep and wake"): export_id carries
-// the argument (sleep's flags); the reply's status is the answer, no pieces.
-constexpr uint16_t kOpSleep = 3;
-constexpr uint16_t kOpWake = 4;
-constexpr uint16_t kOpStatus = 5;
+// The request, the reply's header and the socket's name: ipc_wire.h,
+// shared with pagefast-ctl.
+using wire::kOpClose;
+using wire::kOpOpen;
+using wire::kOpSleep;
+using wire::kOpStatus;
+using wire::kOpWake;
+using wire::kReplyMagic;
+using wire::kRequestMagic;
+using wire::Request;
 // A block maps at most this many chunk segments (a stitch has at most 64
 // pieces before growth; under pressure more: those are not exported).
 constexpr int kMaxPieces = 128;
 constexpr int kTimeoutMs = 2000;
-
-struct Request {
-  uint32_t magic;
-  uint16_t version;
-  uint16_t op;
-  uint64_t export_id;
-  uint64_t reserved[2];
-};
 
 struct ReplyPiece {
   uint64_t chunk_offset;  // bytes into the chunk whose descriptor comes in this position
@@ -104,6 +99,7 @@ struct Reply {
   uint32_t reserved;
   ReplyPiece pieces[kMaxPieces];
 };
+static_assert(offsetof(Reply, pieces) == sizeof(wire::ReplyHeader), "a reply starts with the wire's header");
 
 // ---- who this process is ----------------------------------------------------------
 
@@ -113,38 +109,15 @@ struct Identity {
   uint64_t pidns = 0;
 };
 
-uint64_t read_start_time(pid_t pid) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", int(pid));
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  char buf[1024];
-  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
-  if (n <= 0) return 0;
-  buf[n] = 0;
-  // The command may hold spaces and parentheses: fields follow the last ')'.
-  const char* p = std::strrchr(buf, ')');
-  if (!p) return 0;
-  int field = 2;
-  for (; *p && field < 22; ++p)
-    if (*p == ' ') ++field;
-  return std::strtoull(p, nullptr, 10);
-}
-
-uint64_t read_pidns() {
-  struct stat st;
-  if (::stat("/proc/self/ns/pid", &st) != 0) return 0;
-  return uint64_t(st.st_ino);
-}
-
 const Identity& self() {
   static thread_local Identity cached;  // re-read after a fork changes the pid
   const pid_t pid = ::getpid();
   if (cached.pid != pid) {
     cached.pid = pid;
-    cached.start_time = read_start_time(pid);
-    cached.pidns = read_pidns();
+    // The ids the live-stats segment is named by, too (live/segment.h).
+    const live::Identity who = live::own_identity();
+    cached.start_time = who.start_ticks;
+    cached.pidns = who.pidns;
   }
   return cached;
 }
@@ -161,27 +134,9 @@ std::string ipc_dir() {
   return dir ? *dir : std::string();
 }
 
-// The exporter's socket: PAGEFAST_IPC_DIR/pagefast-ipc.<uid>.<pidns>.<pid>.<start>
-// or that name in the abstract namespace. false if it does not fit.
+// The exporter's socket (ipc_wire.h), under PAGEFAST_IPC_DIR if set.
 bool socket_address(uint32_t pid, uint64_t start_time, uint64_t pidns, sockaddr_un* addr, socklen_t* len) {
-  std::memset(addr, 0, sizeof *addr);
-  addr->sun_family = AF_UNIX;
-  char name[96];
-  std::snprintf(name, sizeof name, "pagefast-ipc.%u.%llu.%u.%llu", unsigned(::geteuid()),
-                (unsigned long long)pidns, unsigned(pid), (unsigned long long)start_time);
-  const std::string dir = ipc_dir();
-  if (dir.empty()) {
-    const size_t n = std::strlen(name);
-    if (1 + n > sizeof addr->sun_path) return false;
-    std::memcpy(addr->sun_path + 1, name, n);  // sun_path[0] = 0: abstract
-    *len = socklen_t(offsetof(sockaddr_un, sun_path) + 1 + n);
-    return true;
-  }
-  const std::string path = dir + "/" + name;
-  if (path.size() + 1 > sizeof addr->sun_path) return false;
-  std::memcpy(addr->sun_path, path.c_str(), path.size() + 1);
-  *len = socklen_t(sizeof *addr);
-  return true;
+  return wire::socket_address(uint32_t(::geteuid()), pidns, pid, start_time, ipc_dir(), addr, len);
 }
 
 bool send_all(int fd, const void* data, size_t bytes) {
@@ -432,15 +387,15 @@ void* exporter_main(void* arg) {
           Request req;
           std::memcpy(&req, c.buf, sizeof req);
           c.got = 0;
-          if (req.magic != kRequestMagic || req.version != kVersion) {
+          if (req.magic != kRequestMagic || req.version != wire::kVersion) {
             done = true;
           } else if (req.op == kOpOpen) {
-            serve_open(c, req.export_id);
+            serve_open(c, req.arg);
           } else if (req.op == kOpSleep || req.op == kOpWake || req.op == kOpStatus) {
-            serve_control(c, req.op, req.export_id);
+            serve_control(c, req.op, req.arg);
           } else if (req.op == kOpClose) {
             std::vector<uint64_t> to_free;
-            serve_close(c, req.export_id, &to_free);
+            serve_close(c, req.arg, &to_free);
             free_held(to_free);
           } else {
             done = true;
@@ -613,7 +568,7 @@ bool receive_reply(int fd, Reply* reply, std::vector<int>* fds) {
 }
 
 void send_close(int fd, uint64_t export_id) {
-  Request req{kRequestMagic, kVersion, kOpClose, export_id, {0, 0}};
+  Request req{kRequestMagic, wire::kVersion, kOpClose, export_id, {0, 0}};
   send_all(fd, &req, sizeof req);
 }
 
@@ -873,7 +828,7 @@ bool try_open(CUdeviceptr* pdptr, const CUipcMemHandle& handle, unsigned flags, 
       give_up_link();  // the exporter is gone, or not this user's
       return true;
     }
-    Request req{kRequestMagic, kVersion, kOpOpen, w.export_id, {0, 0}};
+    Request req{kRequestMagic, wire::kVersion, kOpOpen, w.export_id, {0, 0}};
     std::vector<int> fds;
     Reply* reply = new Reply();
     const uint64_t t_connected = now_ns();

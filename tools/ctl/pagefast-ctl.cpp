@@ -18,44 +18,13 @@
 #include <cstring>
 #include <string>
 
+#include "interpose/live/segment.h"
+#include "interpose/pagefast.h"
+#include "interpose/pool/ipc_wire.h"
+
 namespace {
 
-// The wire of interpose/pool/ipc.cpp (docs/IPC.md), control ops.
-constexpr uint32_t kRequestMagic = 0x71524650;  // "PFRq"
-constexpr uint32_t kReplyMagic = 0x72524650;    // "PFRr"
-constexpr uint16_t kVersion = 1;
-constexpr uint16_t kOpSleep = 3, kOpWake = 4, kOpStatus = 5;
-constexpr unsigned kSleepKeep = 1, kSleepFail = 2;  // interpose/pagefast.h
-struct Request {
-  uint32_t magic;
-  uint16_t version;
-  uint16_t op;
-  uint64_t arg;
-  uint64_t reserved[2];
-};
-struct ReplyHeader {
-  uint32_t magic;
-  uint32_t status;
-  uint32_t piece_count;
-  uint32_t reserved;
-};
-
-uint64_t start_time(long pid) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-  FILE* f = std::fopen(path, "r");
-  if (!f) return 0;
-  char buf[1024];
-  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  buf[n] = 0;
-  const char* p = std::strrchr(buf, ')');
-  if (!p) return 0;
-  int field = 2;
-  for (; *p && field < 22; ++p)
-    if (*p == ' ') ++field;
-  return std::strtoull(p, nullptr, 10);
-}
+using namespace pagefast::ipc::wire;  // the socket's name, the request, the reply (docs/IPC.md)
 
 uint64_t pid_namespace(long pid) {
   char path[64];
@@ -81,35 +50,22 @@ int main(int argc, char** argv) {
   else if (cmd == "status") op = kOpStatus;
   else return usage();
   for (int i = 2; i < argc - 1; ++i) {
-    if (op == kOpSleep && std::strcmp(argv[i], "--keep") == 0) flags |= kSleepKeep;
-    else if (op == kOpSleep && std::strcmp(argv[i], "--fail") == 0) flags |= kSleepFail;
+    if (op == kOpSleep && std::strcmp(argv[i], "--keep") == 0) flags |= PAGEFAST_SLEEP_KEEP;
+    else if (op == kOpSleep && std::strcmp(argv[i], "--fail") == 0) flags |= PAGEFAST_SLEEP_FAIL;
     else return usage();
   }
   char* end = nullptr;
   const long pid = std::strtol(argv[argc - 1], &end, 10);
   if (!end || *end || pid <= 0) return usage();
-  const uint64_t started = start_time(pid), pidns = pid_namespace(pid);
+  const uint64_t started = pagefast::live::process_start_ticks(uint64_t(pid)), pidns = pid_namespace(pid);
   if (!started || !pidns) {
     std::fprintf(stderr, "pagefast-ctl: no process %ld (or not this user's)\n", pid);
     return 3;
   }
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  char name[96];
-  std::snprintf(name, sizeof name, "pagefast-ipc.%u.%llu.%ld.%llu", unsigned(::geteuid()), (unsigned long long)pidns,
-                pid, (unsigned long long)started);
-  socklen_t len;
+  sockaddr_un addr;
+  socklen_t len = 0;
   const char* dir = std::getenv("PAGEFAST_IPC_DIR");
-  if (dir && *dir) {
-    const std::string path = std::string(dir) + "/" + name;
-    if (path.size() + 1 > sizeof addr.sun_path) return 3;
-    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-    len = sizeof addr;
-  } else {
-    const size_t n = std::strlen(name);
-    std::memcpy(addr.sun_path + 1, name, n);
-    len = socklen_t(offsetof(sockaddr_un, sun_path) + 1 + n);
-  }
+  if (!socket_address(uint32_t(::geteuid()), pidns, uint64_t(pid), started, dir ? dir : "", &addr, &len)) return 3;
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
     std::fprintf(stderr, "pagefast-ctl: process %ld does not answer (no pool yet, control:off, or not pagefast)\n", pid);
