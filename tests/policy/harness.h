@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "policy/arena.h"
 #include "policy/clock.h"
@@ -153,6 +154,22 @@ inline void fill(uint64_t addr, uint64_t bytes, uint64_t seed) {
         at, n, [&](uint64_t a) { *reinterpret_cast<uint64_t*>(a) = pattern_word(a, seed); },
         [&](uint64_t a) { *reinterpret_cast<uint8_t*>(a) = pattern_byte(a, seed); });
   });
+}
+
+inline bool check(uint64_t addr, uint64_t bytes, uint64_t seed);
+
+// A live block a test filled with fill(addr, bytes, seed).
+struct Live {
+  uint64_t addr;
+  uint64_t bytes;
+  uint64_t seed;
+};
+
+// Every block still holds its pattern.
+inline bool all_intact(const std::vector<Live>& live) {
+  for (const Live& l : live)
+    if (!check(l.addr, l.bytes, l.seed)) return false;
+  return true;
 }
 
 inline bool check(uint64_t addr, uint64_t bytes, uint64_t seed) {

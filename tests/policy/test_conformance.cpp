@@ -101,9 +101,6 @@ TEST_CASE("conformance: data survives, nothing is handed out twice or too early"
       auto t = f.make();
       Attached cache(t->pool);
       std::mt19937_64 rng(2);
-      struct Live {
-        uint64_t addr, bytes, seed;
-      };
       std::vector<Live> live;
       uint64_t live_bytes = 0;
       const bool host = f.backing == FakeProvider::Backing::Host;

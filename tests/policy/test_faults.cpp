@@ -17,12 +17,6 @@ using Op = FakeProvider::Op;
 
 namespace {
 
-struct Live {
-  uint64_t addr;
-  uint64_t bytes;
-  uint64_t seed;
-};
-
 // A scripted mix of small and large blocks with frees in between; every
 // live block keeps its pattern. Returns how many allocations did not
 // succeed.

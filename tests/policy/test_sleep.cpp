@@ -18,10 +18,6 @@ using Op = FakeProvider::Op;
 
 namespace {
 
-struct Live {
-  uint64_t addr, bytes, seed;
-};
-
 // Large blocks, small blocks and a stitch, all filled.
 std::vector<Live> populate(PoolUnderTest& t, ThreadCache& cache, uint64_t unit = 20 * kMiB) {
   std::vector<Live> live;
@@ -49,12 +45,6 @@ std::vector<Live> populate(PoolUnderTest& t, ThreadCache& cache, uint64_t unit =
   }
   take(3 * unit);
   return live;
-}
-
-bool all_intact(const std::vector<Live>& live) {
-  for (const Live& l : live)
-    if (!check(l.addr, l.bytes, l.seed)) return false;
-  return true;
 }
 
 PoolConfig small_chunks() { return config_with(64 * kMiB); }
