@@ -17,6 +17,10 @@
 
 namespace pagefast::pool {
 
+// CUdevice ordinals the pool serves; a larger one is forwarded. Every
+// per-device table of the pool's glue has this many entries.
+constexpr int kMaxDevices = 64;
+
 // Called once, before any other function, with the parsed configuration.
 // When config.enabled is false, every try_* returns false.
 void configure(const PoolConfig& config, LogSink log);

@@ -14,6 +14,7 @@
 #include "interpose/live/segment.h"
 #include "interpose/log.h"
 #include "interpose/pool/pool_internal.h"
+#include "interpose/pool_api.h"
 #include "interpose/runtime.h"
 #include "interpose/service_thread.h"
 #include "interpose/stats.h"
@@ -27,7 +28,6 @@ Writer* g_writer = nullptr;
 std::mutex g_start_mutex;  // constant-initialised
 std::atomic<bool> g_started{false};
 std::atomic<bool> g_stopping{false};
-constexpr int kPoolDevices = 64;  // as many ordinals as the pool knows
 
 std::string command_line() {
   std::string out;
@@ -61,7 +61,7 @@ void publish_once() {
   u.alloc_calls = stats::calls(Entry::cuMemAlloc_v2);
   u.free_calls = stats::calls(Entry::cuMemFree_v2);
   u.numa = runtime::numa_json();
-  for (int d = 0; d < kPoolDevices && int(u.devices.size()) < kMaxDevices; ++d) {
+  for (int d = 0; d < pool::kMaxDevices && int(u.devices.size()) < kMaxDevices; ++d) {
     policy::DevicePool* pool = pool::pool_for_device(d);
     if (!pool) continue;
     DeviceFigures f;

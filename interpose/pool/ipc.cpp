@@ -173,7 +173,7 @@ struct Export {
   bool freed = false;    // the program freed it while held
 };
 
-std::atomic<bool> g_shareable[64];
+std::atomic<bool> g_shareable[pool::kMaxDevices];
 std::atomic<FreeHeld> g_free_held{nullptr};
 
 std::mutex g_export_mutex;
@@ -663,11 +663,11 @@ CUresult map_import(const Reply& reply, const std::vector<int>& fds, int device,
 }  // namespace
 
 void set_device_shareable(int device, bool shareable) {
-  if (device >= 0 && device < 64) g_shareable[device].store(shareable, std::memory_order_release);
+  if (device >= 0 && device < pool::kMaxDevices) g_shareable[device].store(shareable, std::memory_order_release);
 }
 
 bool device_shareable(int device) {
-  return device >= 0 && device < 64 && g_shareable[device].load(std::memory_order_acquire);
+  return device >= 0 && device < pool::kMaxDevices && g_shareable[device].load(std::memory_order_acquire);
 }
 
 void set_free_held(FreeHeld free_held) { g_free_held.store(free_held, std::memory_order_release); }

@@ -47,8 +47,6 @@ using policy::DevicePool;
 using policy::FreeStatus;
 using policy::ThreadCache;
 
-// CUdevice ordinals the pool serves; a larger one is forwarded.
-constexpr int kMaxDevices = 64;
 // A thread re-checks its context's device this often (see above).
 constexpr uint32_t kRevalidateEvery = 1024;
 static_assert(kMaxDevices <= policy::kMaxPeerDevices, "every pooled device must fit in a peer set");

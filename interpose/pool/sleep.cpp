@@ -11,6 +11,7 @@
 
 #include "interpose/pagefast.h"
 #include "interpose/pool/pool_internal.h"
+#include "interpose/pool_api.h"
 #include "interpose/service_thread.h"
 #include "policy/device_pool.h"
 
@@ -19,14 +20,13 @@
 namespace pagefast::pool {
 namespace {
 
-constexpr int kDevices = 64;  // as pool.cpp's kMaxDevices
 std::atomic<bool> g_trim_started{false};
 std::mutex g_sleep_mutex;  // one pagefast_sleep/pagefast_wake at a time
 
 void* trim_main(void*) {
   while (true) {
     uint64_t interval = policy::kFootprintMaxStepNs;
-    for (int d = 0; d < kDevices; ++d) {
+    for (int d = 0; d < kMaxDevices; ++d) {
       policy::DevicePool* pool = pool_for_device(d);
       if (!pool) continue;
       pool->decay_step();
@@ -51,7 +51,7 @@ void start_trim_thread(uint64_t release_delay_ns) {
 int sleep_all(unsigned flags) {
   std::lock_guard<std::mutex> guard(g_sleep_mutex);
   int pools = 0, result = 0;
-  for (int d = 0; d < kDevices; ++d) {
+  for (int d = 0; d < kMaxDevices; ++d) {
     policy::DevicePool* pool = pool_for_device(d);
     if (!pool) continue;
     ++pools;
@@ -71,7 +71,7 @@ int sleep_all(unsigned flags) {
 int wake_all() {
   std::lock_guard<std::mutex> guard(g_sleep_mutex);
   int pools = 0, result = 0;
-  for (int d = 0; d < kDevices; ++d) {
+  for (int d = 0; d < kMaxDevices; ++d) {
     policy::DevicePool* pool = pool_for_device(d);
     if (!pool) continue;
     ++pools;
@@ -95,7 +95,7 @@ int control_op(uint16_t op, uint64_t arg) {
 
 int asleep_count() {
   int n = 0;
-  for (int d = 0; d < kDevices; ++d)
+  for (int d = 0; d < kMaxDevices; ++d)
     if (policy::DevicePool* pool = pool_for_device(d)) n += pool->asleep() ? 1 : 0;
   return n;
 }

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "interpose/pool/pool_internal.h"
+#include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
 #include "policy/client_vmm.h"
 #include "policy/device_pool.h"
@@ -28,7 +29,6 @@ static_assert(policy::kClientOk == CUDA_SUCCESS, "the cache's success code is th
 static_assert(policy::kClientInvalidValue == CUDA_ERROR_INVALID_VALUE, "the cache's refusal is the driver's");
 static_assert(offsetof(CUmemAccessDesc, flags) == sizeof(CUmemLocation), "a descriptor is its location, then flags");
 
-constexpr int kMaxDevices = 64;
 // More descriptors than devices can exist is not a real call: forwarded.
 constexpr size_t kMaxDescs = 4096;
 constexpr CUresult kMissing = CUDA_ERROR_NOT_FOUND;
