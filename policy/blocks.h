@@ -119,13 +119,13 @@ struct Slab : Span {
   Slab* all_next = nullptr;  // every record of the class, for teardown
 };
 
-// A free list of records, refilled in batches on slow paths, linked
-// through the record's own list_next (no container that could throw). Not
-// thread-safe: the owner's lock protects it.
-template <typename T>
+// A free list of records, refilled in batches of kRefill on slow paths,
+// linked through the record's own list_next (no container that could
+// throw). Not thread-safe: the owner's lock protects it.
+template <typename T, int kRefill = 64>
 class MetaPool {
  public:
-  static constexpr int kBatch = 64;
+  static constexpr int kBatch = kRefill;
 
   MetaPool() = default;
   MetaPool(const MetaPool&) = delete;

@@ -51,6 +51,7 @@ DevicePool::DevicePool(Provider& provider, Clock& clock, PageMap& page_map, cons
       large_(large_limits(settings.device_total_bytes, settings.config.limit_bytes)),
       log_(log),
       arena_(provider, page_map, this, arena_settings(settings)),
+      quarantine_(provider, clock),
       footprint_(settings.config.release_delay_ns, settings.config.release_threshold_bytes == kUnlimited
                                                          ? 0
                                                          : settings.config.release_threshold_bytes) {
@@ -280,7 +281,7 @@ AllocStatus DevicePool::alloc_large_slow(ThreadCache& cache, Granules granules, 
   // Only once the thread's batch is due, though: before that the pool grows
   // (up to the thread's allowance, LargeLimits), so that one sync serves a
   // batch of large frees rather than every few of them.
-  if (!block && cacheable && due && quarantine_nonempty(&cache) && sync_and_retire(&cache, true) &&
+  if (!block && cacheable && due && quarantine_.holds_any(&cache) && sync_and_retire(&cache, true) &&
       pop_large(cache, granules, request_bytes, addr))
     return AllocStatus::Ok;
   if (!block) block = obtain(&cache, granules, false, &status, &fresh, !cacheable || due);
@@ -326,7 +327,7 @@ Block* DevicePool::obtain(ThreadCache* cache, Granules granules, bool for_slab, 
     if (Block* b = take_existing()) return b;
   }
   // Growing would be next: retire the quarantine first, it may hold enough.
-  if (sync_before_growth && quarantine_nonempty(cache) && sync_and_retire(cache, false)) {
+  if (sync_before_growth && quarantine_.holds_any(cache) && sync_and_retire(cache, false)) {
     std::lock_guard<std::mutex> guard(arena_mutex_);
     if (Block* b = take_existing()) return b;
   }
@@ -418,7 +419,7 @@ FreeStatus DevicePool::free(ThreadCache& cache, Span* span, uint64_t addr) {
     cache.lock.lock();
     QuarantineBatch* q = cache.quarantine;
     if (__builtin_expect(!q->full(), 1)) {
-      q->entries[q->count++] = QuarantineEntry{addr, span, tickets_.stamp()};
+      q->entries[q->count++] = QuarantineEntry{addr, span, quarantine_.stamp()};
       q->bytes += bytes;
       owner_add(cache.in_use_delta, uint64_t(0) - bytes);
       owner_add(cache.quarantined_bytes, bytes);

@@ -91,9 +91,6 @@ constexpr uint64_t kTrimGraceAfterGrowthNs = 100 * 1000 * 1000;
 // id never names both a pool block and a driver allocation.
 constexpr uint64_t kBufferIdBase = uint64_t(0x5046) << 48;  // "PF"
 
-// A thread waiting for another's sync spins this many pauses (~40 ns
-// each, about 80 us) before it sleeps.
-constexpr int kSyncSpins = 2000;
 // stats() gives up on a busy lock after this many tries (see stats()).
 constexpr int kStatsLockAttempts = 100;
 
@@ -265,30 +262,19 @@ class DevicePool {
   Block* obtain_under_pressure(ThreadCache* cache, Granules granules, bool for_slab, AllocStatus* status);
   ProviderStatus grow_locked(Granules granules);
 
-  // quarantine and retirement
+  // quarantine (device_pool_quarantine.cpp): when to sync, and routing
   bool quarantine_due(ThreadCache& cache);
-  bool quarantine_nonempty(ThreadCache* cache);
   // Syncs and retires the shared quarantine and the cache's own. With
   // into_cache, retired blocks refill the cache first (the caller pops
   // next); without, all go central (the caller searches the arena next).
   bool sync_and_retire(ThreadCache* cache, bool into_cache);
-  // The stamp a sync must cover for this caller (see the .cpp).
-  uint64_t newest_stamp(ThreadCache* cache);
-  // Returns once a successful sync covers `stamp` (false: it failed or was
-  // refused). Threads share syncs: one runs at a time.
-  bool synchronize_covering(uint64_t stamp);
-  void retire_shared(ThreadCache* route);
   void retire_local(ThreadCache& cache, bool into_cache);
+  // At most Quarantine::kMaxRetired entries.
   void retire_entries(ThreadCache* route, const QuarantineEntry* entries, int count);
   // After a free filled the cache's batch: seal it (kept by the thread).
   void seal_local_quarantine(ThreadCache& cache);
   // Sealed and filling batches go to the device (drain, trim, threshold).
   void share_local_quarantine(ThreadCache& cache, bool may_trim);
-  void push_shared(QuarantineBatch* batch, const ThreadCache* owner);
-  QuarantineBatch* take_batch();
-  void give_batch(QuarantineBatch* batch);
-  QuarantineBatch* take_cache_batch(ThreadCache& cache);
-  void keep_or_give_batch(ThreadCache& cache, QuarantineBatch* batch);
 
   // returning memory
   void return_small(const SmallSlot* slots, int count, int class_index);
@@ -334,17 +320,7 @@ class DevicePool {
   std::atomic<uint64_t> last_growth_ns_{0};
   std::atomic<uint64_t> last_trim_ns_{0};
 
-  alignas(64) SyncTickets tickets_;
-  std::mutex sync_wait_mutex_;  // guards sync_running_; with sync_wait_cv_
-  std::condition_variable sync_wait_cv_;
-  std::atomic<bool> sync_running_{false};  // written under sync_wait_mutex_
-  std::mutex shared_mutex_;  // the shared quarantine and the batch pool
-  QuarantineBatch* shared_ = nullptr;
-  QuarantineBatch* shared_tail_ = nullptr;
-  QuarantineBatch* spare_batches_ = nullptr;
-  QuarantineBatch* all_batches_ = nullptr;
-  alignas(64) std::atomic<uint64_t> shared_blocks_{0};
-  std::atomic<uint64_t> shared_bytes_{0};
+  alignas(64) Quarantine quarantine_;
 
   alignas(64) std::mutex registry_mutex_;
   ThreadCache* registry_ = nullptr;
@@ -355,11 +331,9 @@ class DevicePool {
   std::atomic<uint64_t> folded_in_use_{0};
   std::atomic<uint64_t> folded_hits_{0};
   std::atomic<uint64_t> peak_in_use_{0};
-  std::atomic<uint64_t> synchronizations_{0};
   std::atomic<uint64_t> passthroughs_{0};
   std::atomic<uint64_t> ooms_{0};
   std::atomic<uint64_t> growth_ns_{0};
-  std::atomic<uint64_t> synchronization_ns_{0};
   std::atomic<uint64_t> release_ns_{0};
   std::atomic<uint64_t> lost_blocks_{0};  // could not be quarantined (host OOM)
   std::mutex oom_mutex_;  // last_oom_; taken on OOM paths only, never at exit

@@ -96,8 +96,7 @@ SleepStatus DevicePool::sleep(unsigned flags) {
   drain_all();
   // Device work on pool memory must be over before memory goes (and
   // before its contents are copied).
-  const SyncStatus synced = provider_.synchronize();
-  synchronizations_.fetch_add(1, std::memory_order_relaxed);
+  const SyncStatus synced = quarantine_.synchronize_untracked();
   if (synced != SyncStatus::Done) {
     undo();
     return SleepStatus::Busy;

@@ -16,10 +16,6 @@ DevicePool::~DevicePool() {
     all_caches_ = c->all_next;
     delete c;
   }
-  while (QuarantineBatch* b = all_batches_) {
-    all_batches_ = b->all_next;
-    delete b;
-  }
 }
 
 // ---- thread caches ---------------------------------------------------------
@@ -32,7 +28,7 @@ ThreadCache* DevicePool::attach_thread() {
   } else {
     cache = new (std::nothrow) ThreadCache();
     if (!cache) return nullptr;
-    cache->quarantine = take_batch();
+    cache->quarantine = quarantine_.take_batch();
     if (!cache->quarantine) {
       delete cache;
       return nullptr;
@@ -162,7 +158,7 @@ void DevicePool::maybe_trim() {
   // One thread trims per interval.
   if (!last_trim_ns_.compare_exchange_strong(last, now, std::memory_order_relaxed)) return;
   if (idle_bytes() <= threshold) return;
-  if (shared_blocks_.load(std::memory_order_relaxed)) sync_and_retire(nullptr, false);
+  if (quarantine_.shared_blocks()) sync_and_retire(nullptr, false);
   std::lock_guard<std::mutex> guard(arena_mutex_);
   const uint64_t start = clock_.now_ns();
   arena_.release_free_chunks(1);
@@ -225,7 +221,7 @@ PoolStats DevicePool::stats() {
   }
   if (int64_t(s.in_use_bytes) < 0) s.in_use_bytes = 0;
   note_peak(s.in_use_bytes);
-  s.quarantined_bytes += shared_bytes_.load(std::memory_order_relaxed);
+  s.quarantined_bytes += quarantine_.shared_bytes();
   s.mapped_bytes = mapped_bytes_.load(std::memory_order_relaxed);
   if (try_lock(arena_mutex_)) {
     s.reserved_bytes = arena_.reserved_bytes();
@@ -236,11 +232,11 @@ PoolStats DevicePool::stats() {
   }
   s.idle_bytes = s.mapped_bytes > s.in_use_bytes ? s.mapped_bytes - s.in_use_bytes : 0;
   s.peak_in_use_bytes = peak_in_use_.load(std::memory_order_relaxed);
-  s.synchronizations = synchronizations_.load(std::memory_order_relaxed);
+  s.synchronizations = quarantine_.synchronizations();
   s.passthroughs = passthroughs_.load(std::memory_order_relaxed);
   s.ooms = ooms_.load(std::memory_order_relaxed);
   s.growth_ns = growth_ns_.load(std::memory_order_relaxed);
-  s.synchronization_ns = synchronization_ns_.load(std::memory_order_relaxed);
+  s.synchronization_ns = quarantine_.synchronization_ns();
   s.release_ns = release_ns_.load(std::memory_order_relaxed);
   return s;
 }
