@@ -1,9 +1,11 @@
-// policy/device_pool.cpp: allocation and free, hot and slow paths, and the
-// search for arena memory (obtain). The quarantine, draining, trimming and
-// stats are in device_pool_retire.cpp.
+// policy/device_pool.cpp: allocation and free, hot and slow paths, and
+// the range queries. The other parts of DevicePool: device_pool_arena.cpp
+// (growth, the search for arena memory, peers, IPC pieces),
+// device_pool_quarantine.cpp (when to sync, where retired blocks go; the
+// quarantine itself is policy/quarantine.cpp), device_pool_retire.cpp
+// (thread caches, returning memory, trimming, stats) and
+// device_pool_footprint.cpp (decay, sleep and wake).
 #include "policy/device_pool.h"
-
-#include <climits>
 
 namespace pagefast::policy {
 namespace {
@@ -56,38 +58,6 @@ DevicePool::DevicePool(Provider& provider, Clock& clock, PageMap& page_map, cons
                                                          ? 0
                                                          : settings.config.release_threshold_bytes) {
   for (int c = 0; c < kClassCount; ++c) centrals_[c].init(c);
-}
-
-void DevicePool::prewarm() {
-  uint64_t target = settings_.config.prewarm_bytes;
-  if (settings_.config.limit_bytes && target > settings_.config.limit_bytes) target = settings_.config.limit_bytes;
-  std::lock_guard<std::mutex> guard(arena_mutex_);
-  while (arena_.mapped().bytes() < target) {
-    const Granules missing = granules_ceil(target - arena_.mapped().bytes());
-    const Granules step = min_granules(missing, max_granules(granules_ceil(settings_.config.chunk_bytes), Granules(1)));
-    if (grow_locked(step) != ProviderStatus::Ok) break;
-  }
-}
-
-// ---- peer access -------------------------------------------------------------
-
-int DevicePool::add_peer(int peer) {
-  if (peer < 0 || peer >= kMaxPeerDevices || peer == settings_.device) return 0;
-  std::lock_guard<std::mutex> guard(arena_mutex_);
-  const uint64_t peers = arena_.peers() | (uint64_t(1) << peer);
-  return peers == arena_.peers() ? 0 : arena_.set_peers(peers);
-}
-
-int DevicePool::remove_peer(int peer) {
-  if (peer < 0 || peer >= kMaxPeerDevices || peer == settings_.device) return 0;
-  std::lock_guard<std::mutex> guard(arena_mutex_);
-  const uint64_t peers = arena_.peers() & ~(uint64_t(1) << peer);
-  return peers == arena_.peers() ? 0 : arena_.set_peers(peers);
-}
-
-uint64_t DevicePool::peers() {
-  std::lock_guard<std::mutex> guard(arena_mutex_);
-  return arena_.peers();
 }
 
 uint64_t DevicePool::next_buffer_id(ThreadCache& cache) {
@@ -296,105 +266,6 @@ AllocStatus DevicePool::alloc_large_slow(ThreadCache& cache, Granules granules, 
   return AllocStatus::Ok;
 }
 
-// ---- arena memory ----------------------------------------------------------
-
-ProviderStatus DevicePool::grow_locked(Granules granules) {
-  const uint64_t start = clock_.now_ns();
-  const ProviderStatus status = arena_.grow(granules);
-  const uint64_t end = clock_.now_ns();
-  growth_ns_.fetch_add(end - start, std::memory_order_relaxed);
-  mapped_bytes_.store(arena_.resident().bytes(), std::memory_order_relaxed);
-  if (status == ProviderStatus::Ok) last_growth_ns_.store(end, std::memory_order_relaxed);
-  return status;
-}
-
-Block* DevicePool::obtain(ThreadCache* cache, Granules granules, bool for_slab, AllocStatus* status, bool* fresh,
-                          bool sync_before_growth) {
-  const BlockState state = for_slab ? BlockState::SlabBacking : BlockState::Used;
-  auto take_existing = [&]() -> Block* {
-    Block* b = arena_.take(granules, state);
-    return b ? b : arena_.take_stitch(granules, state);
-  };
-  *fresh = false;
-  {
-    std::lock_guard<std::mutex> guard(arena_mutex_);
-    if (Block* b = take_existing()) return b;
-  }
-  // Blocks of other sizes in this thread's own cache are the cheapest
-  // memory to get back (no driver call): the cache follows current use.
-  if (cache && flush_large_cache(*cache)) {
-    std::lock_guard<std::mutex> guard(arena_mutex_);
-    if (Block* b = take_existing()) return b;
-  }
-  // Growing would be next: retire the quarantine first, it may hold enough.
-  if (sync_before_growth && quarantine_.holds_any(cache) && sync_and_retire(cache, false)) {
-    std::lock_guard<std::mutex> guard(arena_mutex_);
-    if (Block* b = take_existing()) return b;
-  }
-  {
-    std::lock_guard<std::mutex> guard(arena_mutex_);
-    if (Block* b = take_existing()) return b;
-    *fresh = true;
-    // Idle memory that is enough but scattered is stitched rather than
-    // grown around, as long as the stitch stays cheap.
-    if (arena_.free_home() >= granules)
-      if (Block* b = arena_.stitch(granules, kStitchPiecesBeforeGrowth, state)) return b;
-    if (arena_.free_home() < granules && arena_.free_home() + arena_.free_stitched() >= granules) {
-      arena_.dissolve_free_stitches();
-      if (Block* b = arena_.take(granules, state)) return b;
-      if (Block* b = arena_.stitch(granules, kStitchPiecesBeforeGrowth, state)) return b;
-    }
-    if (grow_locked(granules) == ProviderStatus::Ok)
-      if (Block* b = arena_.take(granules, state)) return b;
-  }
-  return obtain_under_pressure(cache, granules, for_slab, status);
-}
-
-Block* DevicePool::obtain_under_pressure(ThreadCache* cache, Granules granules, bool for_slab,
-                                         AllocStatus* status) {
-  const BlockState state = for_slab ? BlockState::SlabBacking : BlockState::Used;
-  // Everything idle goes back where this request can reach it.
-  drain_all();
-  sync_and_retire(cache, false);
-  release_all_empty_slabs();
-  {
-    std::lock_guard<std::mutex> guard(arena_mutex_);
-    Block* b = arena_.take(granules, state);
-    if (!b) b = arena_.take_stitch(granules, state);
-    if (!b) {
-      arena_.dissolve_free_stitches();
-      b = arena_.take(granules, state);
-    }
-    if (!b && arena_.free_home() >= granules) b = arena_.stitch(granules, 0, state);
-    if (!b && arena_.free_home() < granules) {
-      // Idle memory plus a chunk of the shortfall: the largest request that
-      // succeeds is bounded by idle plus device memory, not by the layout.
-      const Granules shortfall = granules - arena_.free_home();
-      if (shortfall <= arena_.headroom() && grow_locked(shortfall) == ProviderStatus::Ok) {
-        b = arena_.take(granules, state);
-        if (!b) b = arena_.stitch(granules, 0, state);
-      }
-    }
-    if (b) return b;
-    // Out of memory for this request. Idle chunks go back to the driver:
-    // without a limit the driver gets the request next and may serve it.
-    const uint64_t start = clock_.now_ns();
-    const Granules mapped_before = arena_.mapped();
-    arena_.release_free_chunks(INT_MAX);
-    release_ns_.fetch_add(clock_.now_ns() - start, std::memory_order_relaxed);
-    mapped_bytes_.store(arena_.resident().bytes(), std::memory_order_relaxed);
-    ooms_.fetch_add(1, std::memory_order_relaxed);
-    note_oom_locked(granules, for_slab, (mapped_before - arena_.mapped()).bytes(), !settings_.config.limit_bytes);
-  }
-  if (settings_.config.limit_bytes) {
-    *status = AllocStatus::OutOfMemory;
-  } else {
-    *status = AllocStatus::Forward;
-    passthroughs_.fetch_add(1, std::memory_order_relaxed);
-  }
-  return nullptr;
-}
-
 // ---- free and queries --------------------------------------------------------
 
 FreeStatus DevicePool::free(ThreadCache& cache, Span* span, uint64_t addr) {
@@ -466,27 +337,6 @@ bool DevicePool::range_of(const Span* span, uint64_t addr, RangeInfo* info) {
   if (addr < base || addr >= base + requested) return false;
   *info = RangeInfo{base, requested, block->buffer_id.load(std::memory_order_relaxed)};
   return true;
-}
-
-bool DevicePool::export_of(const Span* span, uint64_t addr, Export* out) {
-  std::lock_guard<std::mutex> guard(arena_mutex_);
-  // Under the device lock the block cannot be retired to the arena, cut
-  // or stitched while its pieces are read.
-  if (!range_of(span, addr, &out->range)) return false;
-  const Block* container = span->kind == SpanKind::Slab ? static_cast<const Slab*>(span)->backing
-                                                         : static_cast<const Block*>(span);
-  if (!container) return false;
-  const uint64_t first = out->range.base_addr & ~(kGranuleBytes - 1);
-  const uint64_t last = out->range.base_addr + out->range.bytes;
-  if (first < container->addr()) return false;
-  out->first_granule_addr = first;
-  out->pieces.clear();
-  try {
-    return arena_.physical_pieces(container, granules_floor(first - container->addr()), granules_ceil(last - first),
-                                  &out->pieces);
-  } catch (...) {
-    return false;
-  }
 }
 
 }  // namespace pagefast::policy

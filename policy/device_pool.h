@@ -1,5 +1,8 @@
 // policy/device_pool.h: one device's pool: the policy that ties the thread
-// caches, the size-class centres, the quarantine and the arena together.
+// caches, the size-class centres (SlabCentral), the quarantine (Quarantine)
+// and the arena (Arena) together. It owns the decisions (when to sync,
+// where a retired block goes, when to grow, release or stitch); the parts
+// own their data.
 // Pure C++: every side effect goes through the Provider and Clock it is
 // given, so the same object runs on the GPU (interpose/pool/pool.cpp) and
 // under fakes in tests/policy.

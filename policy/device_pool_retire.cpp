@@ -1,8 +1,7 @@
-// policy/device_pool_retire.cpp: the third part of DevicePool: thread
-// caches coming and going, returning memory to the centres and the arena,
-// draining under pressure, trimming beyond the release threshold, and the
-// stats. (Allocation is in device_pool.cpp, the quarantine in
-// device_pool_quarantine.cpp.)
+// policy/device_pool_retire.cpp: DevicePool's thread caches coming and
+// going, returning memory to the centres and the arena, draining under
+// pressure, trimming beyond the release threshold, and the stats.
+// (device_pool.cpp lists the other parts.)
 #include <sched.h>
 
 #include <climits>
