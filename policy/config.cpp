@@ -101,6 +101,10 @@ const ConfKey kKeys[] = {
     {{"release_delay", "a time (e.g. 5s, 500ms, 0) or off",
       "idle memory that stayed unused this long goes back to the driver, down to release_threshold (default 5s)"},
      [](Config& c, const std::string& v) { return parse_delay(v, &c.pool.release_delay_ns); }},
+    {{"slack", "a time (e.g. 2ms, 500us, 0) or off",
+      "memory held beyond what is in use is about the program's free rate times this (64M to 1/32 of the device): "
+      "longer syncs less often, shorter holds less; off: a fixed 1/128 of the device per thread"},
+     [](Config& c, const std::string& v) { return parse_delay(v, &c.pool.slack_ns); }},
     {{"control", "on|off",
       "on: pagefast-ctl sleep|wake|status PID reaches the process (same uid) over the IPC socket, served from the first pool on"},
      [](Config& c, const std::string& v) {
@@ -235,6 +239,7 @@ bool parse_delay(const std::string& text, uint64_t* ns) {
   uint64_t mul;
   if (unit.empty() || unit == "s") mul = 1000ull * 1000 * 1000;
   else if (unit == "ms") mul = 1000ull * 1000;
+  else if (unit == "us") mul = 1000ull;
   else if (unit == "m" || unit == "min") mul = 60ull * 1000 * 1000 * 1000;
   else return false;
   *ns = n * mul;
@@ -277,6 +282,8 @@ std::string describe(const Config& c) {
     if (c.pool.prewarm_bytes) s += ", prewarm " + size(c.pool.prewarm_bytes);
     if (!c.pool.vmm_cache) s += ", vmm_cache off";
     if (c.pool.vmm_grow_ahead) s += ", vmm_grow_ahead " + std::to_string(c.pool.vmm_grow_ahead);
+    if (c.pool.slack_ns == ~uint64_t(0)) s += ", slack off";
+    else if (c.pool.slack_ns != 2ull * 1000 * 1000) s += ", slack " + std::to_string(c.pool.slack_ns / 1000) + "us";
     if (c.pool.release_delay_ns == ~uint64_t(0)) s += ", release_delay off";
     else if (c.pool.release_delay_ns != 5ull * 1000 * 1000 * 1000)
       s += ", release_delay " + std::to_string(c.pool.release_delay_ns / 1000000) + "ms";

@@ -38,12 +38,16 @@ struct PoolConfig {
   // release_delay: idle memory unused this long decays to the driver
   // (policy/footprint.h); ~0 (off): never.
   uint64_t release_delay_ns = 5ull * 1000 * 1000 * 1000;
+  // slack: freed memory may wait about the program's free rate times this
+  // for a sync before the pool reuses it instead of growing
+  // (policy/allowance.h); ~0 (off): the fixed allowance.
+  uint64_t slack_ns = 2ull * 1000 * 1000;
   // control: pagefast-ctl may reach the process (sleep/wake/status) over
   // the IPC socket, whose thread then starts with the first pool.
   bool control = true;
 };
 
-// Parses "5s", "500ms", "2m", "0", "3" (seconds); "off" or "never" give ~0.
+// Parses "5s", "500ms", "250us", "2m", "0", "3" (seconds); "off" or "never" give ~0.
 bool parse_delay(const std::string& text, uint64_t* ns);
 
 enum class NumaMode { Auto, Bind, Force, Off };

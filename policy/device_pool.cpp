@@ -44,6 +44,17 @@ LargeLimits large_limits(uint64_t device_total_bytes, uint64_t limit_bytes) {
   return LargeLimits{bytes, granules_floor(bytes / 4), granules_floor(bytes)};
 }
 
+Allowance make_allowance(uint64_t slack_ns, uint64_t device_total_bytes, uint64_t limit_bytes) {
+  const uint64_t fixed = large_limits(device_total_bytes, limit_bytes).batch_bytes;
+  uint64_t basis = device_total_bytes;
+  if (limit_bytes && (!basis || limit_bytes < basis)) basis = limit_bytes;
+  uint64_t most = granules_floor(basis / kAllowanceDeviceFraction).bytes();
+  if (most < fixed) most = fixed;
+  // Until the first rate: the fixed allowance (a program's first
+  // millisecond; and tests whose clock stands still see the fixed one).
+  return Allowance(slack_ns, kAllowanceMinBytes < fixed ? kAllowanceMinBytes : fixed, most, fixed);
+}
+
 DevicePool::DevicePool(Provider& provider, Clock& clock, PageMap& page_map, const PoolSettings& settings,
                        LogSink log)
     : provider_(provider),
@@ -52,6 +63,9 @@ DevicePool::DevicePool(Provider& provider, Clock& clock, PageMap& page_map, cons
       settings_(settings),
       large_(large_limits(settings.device_total_bytes, settings.config.limit_bytes)),
       log_(log),
+      allowance_(make_allowance(settings.config.slack_ns, settings.device_total_bytes, settings.config.limit_bytes)),
+      allowance_bytes_(allowance_.bytes()),
+      seal_bytes_(large_.batch_bytes),
       arena_(provider, page_map, this, arena_settings(settings)),
       quarantine_(provider, clock),
       footprint_(settings.config.release_delay_ns, settings.config.release_threshold_bytes == kUnlimited
@@ -150,7 +164,7 @@ AllocStatus DevicePool::alloc_small_slow(ThreadCache& cache, int class_index, ui
   for (int attempt = 0; attempt < kSlowAttempts; ++attempt) {
     retire_local(cache, true);
     if (pop_small(cache, class_index, request_bytes, addr)) return AllocStatus::Ok;
-    if (quarantine_due(cache) && sync_and_retire(&cache, true) &&
+    if (quarantine_due(cache, Granules(0)) && sync_and_retire(&cache, true) &&
         pop_small(cache, class_index, request_bytes, addr))
       return AllocStatus::Ok;
     if (refill_small(cache, class_index) && pop_small(cache, class_index, request_bytes, addr))
@@ -231,7 +245,7 @@ AllocStatus DevicePool::alloc_large_slow(ThreadCache& cache, Granules granules, 
   retire_local(cache, true);
   const bool cacheable = granules <= large_.cache_block;
   if (cacheable && pop_large(cache, granules, request_bytes, addr)) return AllocStatus::Ok;
-  const bool due = quarantine_due(cache);
+  const bool due = quarantine_due(cache, granules);
   if (due && sync_and_retire(&cache, cacheable) && cacheable && pop_large(cache, granules, request_bytes, addr))
     return AllocStatus::Ok;
   AllocStatus status = AllocStatus::OutOfMemory;
@@ -254,7 +268,10 @@ AllocStatus DevicePool::alloc_large_slow(ThreadCache& cache, Granules granules, 
   if (!block && cacheable && due && quarantine_.holds_any(&cache) && sync_and_retire(&cache, true) &&
       pop_large(cache, granules, request_bytes, addr))
     return AllocStatus::Ok;
-  if (!block) block = obtain(&cache, granules, false, &status, &fresh, !cacheable || due);
+  // Blocks too big for the cache sync before growing with the fixed
+  // allowance; with the adaptive one, only once due (or reclaimed before
+  // growth, obtain()): a loop of such blocks syncs every few pairs.
+  if (!block) block = obtain(&cache, granules, false, &status, &fresh, due || (!cacheable && !allowance_.adaptive()));
   if (!block) {
     note_oom_request(request_bytes);
     return status;
@@ -294,10 +311,11 @@ FreeStatus DevicePool::free(ThreadCache& cache, Span* span, uint64_t addr) {
       q->bytes += bytes;
       owner_add(cache.in_use_delta, uint64_t(0) - bytes);
       owner_add(cache.quarantined_bytes, bytes);
+      owner_add(cache.freed_bytes, bytes);
       // A batch over the byte mark is retired by this thread's next miss
       // (quarantine_due), so that the seal and the sync land on one pair;
       // only a full batch, or twice the mark, is sealed here.
-      const bool seal = q->full() || q->bytes >= 2 * large_.batch_bytes;
+      const bool seal = q->full() || q->bytes >= 2 * seal_bytes_.load(std::memory_order_relaxed);
       cache.lock.unlock();
       if (seal) seal_local_quarantine(cache);
       return FreeStatus::Ok;

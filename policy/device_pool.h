@@ -38,6 +38,7 @@
 #include <mutex>
 #include <string>
 
+#include "policy/allowance.h"
 #include "policy/arena.h"
 #include "policy/config.h"
 #include "policy/footprint.h"
@@ -79,6 +80,13 @@ constexpr uint64_t kLargeLimitMinBytes = 256 * kMiB;
 constexpr uint64_t kLargeLimitMaxBytes = 1 * kGiB;
 constexpr uint64_t kLargeLimitDeviceFraction = 128;
 LargeLimits large_limits(uint64_t device_total_bytes, uint64_t limit_bytes);
+// The adaptive allowance (policy/allowance.h) replaces batch_bytes, between
+// these bounds: at least this much (or batch_bytes if less) ...
+constexpr uint64_t kAllowanceMinBytes = 64 * kMiB;
+// ... and at most 1/this of the device (or the limit), or batch_bytes if
+// more: a loop of 1 GiB blocks then syncs every few pairs, not every pair.
+constexpr uint64_t kAllowanceDeviceFraction = 32;
+Allowance make_allowance(uint64_t slack_ns, uint64_t device_total_bytes, uint64_t limit_bytes);
 // Automatic reserve: this many times the device's memory per range.
 constexpr uint64_t kAutoReserveFactor = 2;
 constexpr uint64_t kMinReserveBytes = 1 * kGiB;
@@ -266,7 +274,21 @@ class DevicePool {
   ProviderStatus grow_locked(Granules granules);
 
   // quarantine (device_pool_quarantine.cpp): when to sync, and routing
-  bool quarantine_due(ThreadCache& cache);
+  // The allowance now (policy/allowance.h), its rate sampled at most once
+  // per kAllowanceWindowNs. Slow paths only (it may walk the registry).
+  uint64_t allowance_now();
+  // What may wait for a sync when `request` is what the caller needs: the
+  // rate's allowance, at most max(batch_bytes, 4 * request) (the fixed
+  // allowance, LargeLimits::batch_bytes, with slack:off).
+  uint64_t allowance_for(Granules request);
+  // Bytes freed so far (a running total) and bytes waiting for a sync or
+  // held in thread caches, over every thread. Takes the registry lock.
+  void waiting(uint64_t* freed_total, uint64_t* reclaimable);
+  // Before growing by `granules`: when the memory waiting in every
+  // thread's quarantine and cache is over the allowance and would cover
+  // the request, it is reclaimed (one sync) instead. true: it was.
+  bool reclaim_before_growth(ThreadCache* cache, Granules granules);
+  bool quarantine_due(ThreadCache& cache, Granules request);
   // Syncs and retires the shared quarantine and the cache's own. With
   // into_cache, retired blocks refill the cache first (the caller pops
   // next); without, all go central (the caller searches the arena next).
@@ -314,6 +336,16 @@ class DevicePool {
   const PoolSettings settings_;
   const LargeLimits large_;
   const LogSink log_;
+
+  // The allowance (policy/allowance.h); allowance_mutex_ guards the object,
+  // the atomics mirror it for lock-free reads.
+  std::mutex allowance_mutex_;
+  Allowance allowance_;
+  std::atomic<uint64_t> allowance_bytes_;
+  std::atomic<uint64_t> seal_bytes_;  // the free path seals a batch at twice this
+  std::atomic<uint64_t> allowance_sampled_ns_{0};
+  std::atomic<uint64_t> folded_freed_{0};  // freed_bytes of detached caches
+  std::atomic<uint64_t> reclaims_{0};      // reclaims made instead of growing
 
   SlabCentral centrals_[kClassCount];
 

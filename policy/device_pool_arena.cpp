@@ -75,6 +75,11 @@ Block* DevicePool::obtain(ThreadCache* cache, Granules granules, bool for_slab, 
     std::lock_guard<std::mutex> guard(arena_mutex_);
     if (Block* b = take_existing()) return b;
   }
+  // Or every thread's, when more waits there than the allowance.
+  if (reclaim_before_growth(cache, granules)) {
+    std::lock_guard<std::mutex> guard(arena_mutex_);
+    if (Block* b = take_existing()) return b;
+  }
   {
     std::lock_guard<std::mutex> guard(arena_mutex_);
     if (Block* b = take_existing()) return b;

@@ -6,14 +6,15 @@
 
 namespace pagefast::policy {
 
-bool DevicePool::quarantine_due(ThreadCache& cache) {
+bool DevicePool::quarantine_due(ThreadCache& cache, Granules request) {
   // A sealed batch is a batch: retiring it now costs one sync for all of it.
   const Quarantine::Load local = quarantine_.local_load(cache);
-  if (local.sealed || local.bytes >= large_.batch_bytes) return true;
+  const uint64_t allowance = allowance_for(request);
+  if (local.sealed || local.bytes >= allowance) return true;
   const uint64_t blocks = local.blocks + quarantine_.shared_blocks();
   const uint64_t bytes = local.bytes + quarantine_.shared_bytes();
   uint64_t due_bytes = mapped_bytes_.load(std::memory_order_relaxed) / kRetireMappedFraction;
-  if (due_bytes < large_.batch_bytes) due_bytes = large_.batch_bytes;
+  if (due_bytes < allowance) due_bytes = allowance;
   return blocks >= kRetireBlocks || bytes >= due_bytes;
 }
 
@@ -106,6 +107,68 @@ void DevicePool::retire_entries(ThreadCache* cache, const QuarantineEntry* entri
     i = j;
   }
   for (int i = 0; i < large_count; ++i) give_back_large(large[i]);
+}
+
+}  // namespace pagefast::policy
+
+namespace pagefast::policy {
+
+uint64_t DevicePool::allowance_for(Granules request) {
+  if (!allowance_.adaptive()) return large_.batch_bytes;
+  // The rate's allowance, but no more than a few of the requested blocks
+  // (or the fixed allowance): a loop of one size shares a sync among four
+  // pairs or more and never holds more than that beyond its own.
+  uint64_t most = 4 * request.bytes();
+  if (most < large_.batch_bytes) most = large_.batch_bytes;
+  const uint64_t rate = allowance_now();
+  return rate < most ? rate : most;
+}
+
+uint64_t DevicePool::allowance_now() {
+  const uint64_t now = clock_.now_ns();
+  const uint64_t last = allowance_sampled_ns_.load(std::memory_order_relaxed);
+  if (last && now - last < kAllowanceWindowNs) return allowance_bytes_.load(std::memory_order_relaxed);
+  std::unique_lock<std::mutex> lock(allowance_mutex_, std::try_to_lock);
+  if (!lock) return allowance_bytes_.load(std::memory_order_relaxed);  // another thread samples
+  uint64_t freed = 0, reclaimable = 0;
+  waiting(&freed, &reclaimable);
+  const uint64_t bytes = allowance_.update(now, freed);
+  allowance_bytes_.store(bytes, std::memory_order_relaxed);
+  // The seal mark follows, no lower than the fixed allowance: sealing
+  // only moves a free-only thread's batch where others' syncs retire it.
+  seal_bytes_.store(bytes > large_.batch_bytes ? bytes : large_.batch_bytes, std::memory_order_relaxed);
+  allowance_sampled_ns_.store(now ? now : 1, std::memory_order_relaxed);
+  return allowance_bytes_.load(std::memory_order_relaxed);
+}
+
+void DevicePool::waiting(uint64_t* freed_total, uint64_t* reclaimable) {
+  uint64_t freed = folded_freed_.load(std::memory_order_relaxed);
+  uint64_t held = quarantine_.shared_bytes();
+  {
+    std::lock_guard<std::mutex> guard(registry_mutex_);
+    for (ThreadCache* c = registry_; c; c = c->registry_next) {
+      freed += c->freed_bytes.load(std::memory_order_relaxed);
+      held += c->quarantined_bytes.load(std::memory_order_relaxed) + c->cached_bytes.load(std::memory_order_relaxed);
+    }
+  }
+  *freed_total = freed;
+  *reclaimable = held;
+}
+
+bool DevicePool::reclaim_before_growth(ThreadCache* cache, Granules granules) {
+  if (!allowance_.adaptive()) return false;
+  const uint64_t allowance = allowance_for(granules);
+  uint64_t freed = 0, reclaimable = 0;
+  waiting(&freed, &reclaimable);
+  if (reclaimable < granules.bytes() || reclaimable <= allowance) return false;
+  // Everything waiting goes where this request can reach it: other
+  // threads' caches and batches too (they would otherwise keep memory the
+  // pool grows around), then one sync retires it all.
+  drain_all();
+  if (!sync_and_retire(cache, false)) return false;
+  release_all_empty_slabs();
+  reclaims_.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 }  // namespace pagefast::policy

@@ -47,6 +47,11 @@ void DevicePool::detach_thread(ThreadCache* cache) {
   drain(*cache);
   fold(*cache);
   std::lock_guard<std::mutex> guard(registry_mutex_);
+  // Under the registry lock, so that waiting() sees the total move whole.
+  cache->lock.lock();
+  folded_freed_.fetch_add(cache->freed_bytes.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  cache->freed_bytes.store(0, std::memory_order_relaxed);
+  cache->lock.unlock();
   if (cache->registry_prev) cache->registry_prev->registry_next = cache->registry_next;
   else registry_ = cache->registry_next;
   if (cache->registry_next) cache->registry_next->registry_prev = cache->registry_prev;

@@ -99,6 +99,7 @@ struct ThreadCache {
   std::atomic<uint64_t> in_use_delta{0};
   std::atomic<uint64_t> cached_bytes{0};
   std::atomic<uint64_t> quarantined_bytes{0};
+  std::atomic<uint64_t> freed_bytes{0};  // running total, for the free rate (policy/allowance.h)
 
   // The device's registry of caches (its registry lock).
   ThreadCache* registry_prev = nullptr;

@@ -116,6 +116,10 @@ def measure(args, t, only):
         ("pagefast-forward", [bench, "cudaMalloc"], dict(pf, PAGEFAST_CONF="pool:off", BENCH_LABEL="forward")),
     ]
     assert [c for c, _, _ in alloc_configs] == ALLOCATORS
+    # --before LIB: an earlier libpagefast.so, interleaved with this one in
+    # the alloc and big sections (a change's cost, measured side by side).
+    before = [("pagefast-before", [bench, "cudaMalloc"], {"LD_PRELOAD": args.before, "BENCH_LABEL": "pagefast"})] \
+        if args.before else []
     # Each repeat runs the configurations in a fresh random order, so that a
     # drift of the card over the run does not favour one of them.
     rng = random.Random(12345)
@@ -127,7 +131,7 @@ def measure(args, t, only):
 
     if "alloc" in only:
         for _ in range(args.repeats):
-            for name, argv, env in shuffled(alloc_configs):
+            for name, argv, env in shuffled(alloc_configs + before):
                 for res in results(run(argv + ["pairs"], env).stdout):
                     t.add("pairs", name, res["bytes"], "p50_ns", res["p50_ns"])
                     t.add("pairs", name, res["bytes"], "p99_ns", res["p99_ns"])
@@ -187,7 +191,7 @@ def measure(args, t, only):
 
     if "big" in only:
         for _ in range(args.repeats):
-            for name, argv, env in shuffled([alloc_configs[1], alloc_configs[2]]):
+            for name, argv, env in shuffled([alloc_configs[1], alloc_configs[2]] + before):
                 e = dict(env, BENCH_SIZES=BIG_SIZES, BENCH_REPEATS="2000")
                 for res in results(run(argv + ["pairs"], e).stdout):
                     t.add("big", name, res["bytes"], "p50_ns", res["p50_ns"])
@@ -260,6 +264,16 @@ def tables(t, sections):
                       f"{m['pagefast-forward'][0]:.0f} | {m['cudaMalloc'][0] / m['pagefast'][0]:.0f}x | "
                       f"{m['cudaMallocAsync'][0] / m['pagefast'][0]:.1f}x | "
                       f"{m['pagefast-forward'][0] / m['cudaMalloc'][0]:.3f} |")
+        md.append("")
+
+    for bench in ("pairs", "big"):
+        if not any(b == bench and c == "pagefast-before" for b, c, k, m, v in t.rows):
+            continue
+        md += [f"### {bench}: this build against --before (ns, median of per-process p50)", "",
+               "| bytes | before | now | now / before |", "| ---: | ---: | ---: | ---: |"]
+        for k in sorted({int(k) for b, c, k, m, v in t.rows if b == bench and c == "pagefast-before"}):
+            b50, n50 = t.median(bench, "pagefast-before", str(k), "p50_ns"), t.median(bench, "pagefast", str(k), "p50_ns")
+            md.append(f"| {k} | {b50:.0f} | {n50:.0f} | {n50 / b50:.3f} |")
         md.append("")
 
     if "threads" in sections:
@@ -436,6 +450,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--before", default=None, metavar="LIB",
+                    help="an earlier libpagefast.so to run beside this build's in the alloc and big sections")
     ap.add_argument("--only", default="alloc,threads,cold,gather,seed,train,overhead")
     ap.add_argument("--csv", default=None)
     ap.add_argument("--md", default=None)

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""tools/bench/footprint_compare.py: issue 15's footprint measurement, side by
+side in one run: PyTorch's training loops (tools/bench/footprint.py) with
+its caching off, under cudaMalloc (no pagefast), an earlier libpagefast.so
+(--before) and this build's, with PAGEFAST_CONF variants. Every
+configuration runs in fresh processes, --repeats times, interleaved in a
+fresh random order each round; prints the medians of steps/s and of the
+peak memory the process held (nvidia-smi), and their ratios.
+
+  footprint_compare.py --build DIR [--before LIB] [--models resnet18,gpt2]
+                       [--steps N] [--repeats R] [--conf "slack:500us;slack:10ms"]
+"""
+import argparse
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run(model, steps, env_extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PAGEFAST") and k != "LD_PRELOAD"}
+    env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
+    env.update(env_extra)
+    r = subprocess.run([sys.executable, os.path.join(HERE, "footprint.py"), "train", model, str(steps)],
+                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+    m = re.search(r"([\d.]+) steps/s, peak held (\d+) MiB", r.stdout)
+    if r.returncode != 0 or not m:
+        print(f"FAILED {model} {env_extra}: rc {r.returncode}\n{r.stdout[-1500:]}\n{r.stderr[-1500:]}")
+        return None
+    losses = next((l for l in r.stdout.splitlines() if l.startswith("losses")), "")
+    return float(m.group(1)), int(m.group(2)), losses
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--before", default=None, metavar="LIB")
+    ap.add_argument("--models", default="resnet18,gpt2")
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--conf", default="", help="extra PAGEFAST_CONF variants of this build, separated by ;")
+    args = ap.parse_args()
+    lib = os.path.abspath(os.path.join(args.build, "interpose", "libpagefast.so"))
+    configs = [("cudaMalloc", {})]
+    if args.before:
+        configs.append(("pagefast before", {"LD_PRELOAD": os.path.abspath(args.before)}))
+    configs.append(("pagefast", {"LD_PRELOAD": lib}))
+    for c in [c for c in args.conf.split(";") if c]:
+        configs.append((f"pagefast {c}", {"LD_PRELOAD": lib, "PAGEFAST_CONF": c}))
+    rng = random.Random(7)
+    for model in args.models.split(","):
+        got = {name: [] for name, _ in configs}
+        losses = {name: set() for name, _ in configs}
+        for _ in range(args.repeats):
+            order = list(configs)
+            rng.shuffle(order)
+            for name, env in order:
+                r = run(model, args.steps, env)
+                if r:
+                    got[name].append(r[:2])
+                    losses[name].add(r[2])
+        print(f"## {model}, PyTorch caching off, {args.steps} steps, {args.repeats} processes each (medians)")
+        print("| allocator | steps/s | peak held MiB | steps/s vs cudaMalloc | held vs cudaMalloc | runs | losses |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
+        base = got["cudaMalloc"]
+        bs = statistics.median(s for s, _ in base) if base else float("nan")
+        bh = statistics.median(h for _, h in base) if base else float("nan")
+        ref = losses["cudaMalloc"]
+        for name, _ in configs:
+            if not got[name]:
+                print(f"| {name} | failed | | | | 0 | |")
+                continue
+            s = statistics.median(x for x, _ in got[name])
+            h = statistics.median(y for _, y in got[name])
+            same = "same as cudaMalloc" if losses[name] == ref and len(ref) == 1 else \
+                ("differ" if len(ref) == 1 else "cudaMalloc runs disagree")
+            print(f"| {name} | {s:.2f} | {h:.0f} | {s / bs:.3f} | {h / bh:.3f} | {len(got[name])} | {same} |")
+            print(f"raw {model} {name}: " + " ".join(f"{x:.2f}/{y}" for x, y in got[name]))
+        print()
+
+
+if __name__ == "__main__":
+    main()
