@@ -26,6 +26,7 @@
 #include <mutex>
 #include <new>
 
+#include "interpose/context_memo.h"
 #include "interpose/files.h"
 #include "interpose/log.h"
 #include "interpose/real_driver.h"
@@ -45,7 +46,6 @@ using trace_format::Record;
 constexpr uint32_t kRingRecords = 1u << 16;          // 2 MiB of records a thread
 constexpr uint64_t kFullWaitNs = 50'000'000;         // a producer waits this long for room
 constexpr uint32_t kBatchRecords = 1u << 14;         // the writer's buffer: 512 KiB
-constexpr uint32_t kRevalidateEvery = 1024;          // re-read a cached context's device
 constexpr long kIdleSleepMinNs = 1'000'000;          // writer poll interval after work
 constexpr long kIdleSleepMaxNs = 8'000'000;          // ... backing off to this when idle
 constexpr int kExitJoinSeconds = 2;                  // the destructor's patience with the writer
@@ -56,9 +56,7 @@ struct Ring {
   uint64_t tail_seen;  // the producer's last look at tail: one load per lap, not per push
   std::atomic<uint64_t> lost;
   bool dropping;  // the last push was dropped: drop without waiting until there is room
-  CUcontext last_context;
-  uint8_t last_device;
-  uint32_t since_check;
+  ContextMemo<uint8_t> device;  // the current context's device
   std::atomic<uint32_t> thread;  // the owner's index, for lost markers
   // Writer side.
   alignas(64) std::atomic<uint64_t> tail;
@@ -250,7 +248,7 @@ Ring* acquire_ring() {
       ring->next = head;
     } while (!g_rings.compare_exchange_weak(head, ring, std::memory_order_release, std::memory_order_relaxed));
   }
-  ring->last_context = nullptr;
+  ring->device.forget();
   ring->thread.store(g_next_thread.fetch_add(1, std::memory_order_relaxed), std::memory_order_relaxed);
   return ring;
 }
@@ -304,14 +302,12 @@ uint8_t current_device(Ring* ring) {
   CUcontext context = nullptr;
   if (!real || !real->cuCtxGetCurrent || real->cuCtxGetCurrent(&context) != CUDA_SUCCESS || !context)
     return trace_format::kUnknownDevice;
-  if (context == ring->last_context && ++ring->since_check < kRevalidateEvery) return ring->last_device;
-  CUdevice device = -1;
   uint8_t answer = trace_format::kUnknownDevice;
+  if (ring->device.recall(context, &answer)) return answer;
+  CUdevice device = -1;
   if (real->cuCtxGetDevice && real->cuCtxGetDevice(&device) == CUDA_SUCCESS && device >= 0 && device < 255)
     answer = uint8_t(device);
-  ring->last_context = context;
-  ring->last_device = answer;
-  ring->since_check = 0;
+  ring->device.learn(context, answer);
   return answer;
 }
 

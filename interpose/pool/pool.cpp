@@ -8,9 +8,7 @@
 // system call), a compare with the thread's last context, and the policy's
 // thread-cache pop or quarantine push. The context's device is re-read
 // with cuCtxGetDevice when the context changes and every
-// kRevalidateEvery allocations, so a context destroyed and re-created at
-// the same address for another device is noticed within that many calls
-// (docs/POOL.md: a cuCtxDestroy hook would make this exact).
+// kRevalidateEvery allocations (interpose/context_memo.h).
 //
 // Nothing here runs CUDA from a static constructor or destructor: every
 // global is constant-initialised, pools are made on first use and never
@@ -28,6 +26,7 @@
 #include <string>
 
 #include "interpose/pool/ipc.h"
+#include "interpose/context_memo.h"
 #include "interpose/pool/pool_internal.h"
 #include "interpose/pool/vmm_clients.h"
 #include "interpose/pool/vmm_provider.h"
@@ -47,8 +46,6 @@ using policy::DevicePool;
 using policy::FreeStatus;
 using policy::ThreadCache;
 
-// A thread re-checks its context's device this often (see above).
-constexpr uint32_t kRevalidateEvery = 1024;
 static_assert(kMaxDevices <= policy::kMaxPeerDevices, "every pooled device must fit in a peer set");
 constexpr size_t kLogLineBytes = 512;
 
@@ -78,11 +75,12 @@ pthread_key_t g_thread_key;
 pthread_once_t g_thread_key_once = PTHREAD_ONCE_INIT;
 pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
 
+struct Binding {
+  DevicePool* pool;
+  ThreadCache* cache;
+};
 struct ThreadState {
-  CUcontext last_context;
-  DevicePool* last_pool;
-  ThreadCache* last_cache;
-  uint32_t allocs_since_check;
+  ContextMemo<Binding> last;  // the current context's pool and cache
   ThreadCache* caches[kMaxDevices];
 };
 // initial-exec: one %fs-relative load; an 8-byte slot fits glibc's static
@@ -210,10 +208,7 @@ bool bind(const RealDriver* real, CUcontext context, DevicePool** pool, ThreadCa
   ThreadCache* c = cache_of(ts, p, int(device));
   if (!c) return false;
   g_providers[device]->note_context(context);
-  ts->last_context = context;
-  ts->last_pool = p;
-  ts->last_cache = c;
-  ts->allocs_since_check = 0;
+  ts->last.learn(context, Binding{p, c});
   *pool = p;
   *cache = c;
   return true;
@@ -282,9 +277,10 @@ bool try_alloc(CUdeviceptr* dptr, size_t bytes, CUresult* result) {
   DevicePool* pool;
   ThreadCache* cache;
   ThreadState* ts = t_state;
-  if (__builtin_expect(ts && ts->last_context == context && ++ts->allocs_since_check < kRevalidateEvery, 1)) {
-    pool = ts->last_pool;
-    cache = ts->last_cache;
+  Binding known;
+  if (__builtin_expect(ts && ts->last.recall(context, &known), 1)) {
+    pool = known.pool;
+    cache = known.cache;
   } else if (!bind(real, context, &pool, &cache)) {
     return false;
   }

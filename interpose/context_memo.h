@@ -1,0 +1,45 @@
+// interpose/context_memo.h: a thread's memory of what it last learned about
+// its current context (which device, which pool), shared by the pool's hot
+// path (interpose/pool/pool.cpp) and the trace recorder (trace.cpp).
+//
+// cuCtxGetCurrent is a thread-local read in the driver; cuCtxGetDevice is a
+// call that may take a lock. So the answer is kept per thread, keyed by the
+// context, and re-learned when the context changes and every
+// kRevalidateEvery uses: a context destroyed and re-created at the same
+// address for another device is noticed within that many calls (a
+// cuCtxDestroy hook would make it exact; docs/POOL.md).
+//
+// Plain data: it lives in constant-initialised thread-local or per-thread
+// records (no constructor may run on the hot path).
+#pragma once
+
+#include <cstdint>
+
+#include "interpose/real_driver.h"
+
+namespace pagefast {
+
+constexpr uint32_t kRevalidateEvery = 1024;
+
+template <typename Value>
+struct ContextMemo {
+  CUcontext context;
+  Value value;
+  uint32_t uses;
+
+  // The remembered value for `current`, if it may still be trusted; counts
+  // the use.
+  bool recall(CUcontext current, Value* out) {
+    if (current != context || ++uses >= kRevalidateEvery) return false;
+    *out = value;
+    return true;
+  }
+  void learn(CUcontext current, const Value& v) {
+    context = current;
+    value = v;
+    uses = 0;
+  }
+  void forget() { context = nullptr; }
+};
+
+}  // namespace pagefast
