@@ -85,8 +85,8 @@ constexpr OptionRow kRows[] = {
     {Opt::LiveDir, "PAGEFAST_LIVE_DIR", Scope::Own, &kDirectory, "a directory", "/dev/shm", true,
      kLib | kReadByStat, "where each process keeps its live-stats segment for `pagefast-stat`", ""},
     {Opt::IpcDir, "PAGEFAST_IPC_DIR", Scope::Own, &kDirectory, "a directory", "", true, kLib | kReadByCtl,
-     "where a process sharing pool memory through CUDA IPC keeps its socket (unset: the abstract namespace)",
-     "set it to a directory both processes see when they do not share a network namespace (docs/IPC.md); "
+     "where a process sharing pool memory through CUDA IPC keeps its socket",
+     "unset: in the abstract socket namespace; set it to a directory both processes see when they do not share a network namespace (docs/IPC.md); "
      "`pagefast-ctl` looks there too"},
     {Opt::Sysroot, "PAGEFAST_SYSROOT", Scope::Own, &kDirectory, "a directory", "", true, kLib | kRun,
      "root for every /proc and /sys path the NUMA binding reads (tests)",
