@@ -90,13 +90,14 @@ enum Reader : uint8_t {
   kReadByGpuScripts = 16, // tools/gpu-check, tools/bench
 };
 
+// A row's parser: its kind and, per kind, the rule (parse_value uses them).
 struct Parser {
   Kind kind;
-  SizeRule size{};               // Size
-  const Choice* choices = nullptr;  // Choice (and OnOff, which is one)
+  SizeRule size{};                  // Size
+  const Choice* choices = nullptr;  // Choice
   int choice_count = 0;
-  bool fold_case = false;        // Choice: any case
-  uint64_t max = 0;              // Count
+  bool fold_case = false;           // Choice: any case
+  uint64_t max = 0;                 // Count
 };
 
 struct OptionRow {
@@ -105,7 +106,9 @@ struct OptionRow {
   Scope scope;
   const Parser* parser;
   const char* accepts;   // what the parser takes: the words of a bad value's message
-  const char* default_value;  // as the parser takes it; "" when the default is "unset"
+  // As the parser takes it ("" when the default is "unset"); the test
+  // `options` checks that it gives the built-in value (config.h).
+  const char* default_value;
   bool path;             // names a file or directory: ignored in secure execution
   uint8_t readers;       // Reader bits
   const char* meaning;   // one line (markdown backticks allowed; stripped for --help)
