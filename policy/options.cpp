@@ -94,7 +94,7 @@ constexpr OptionRow kRows[] = {
     {Opt::Library, "PAGEFAST_LIBRARY", Scope::Own, &kPath, "a path", "", false, kRun,
      "the `libpagefast.so` that `pagefast-run` preloads, instead of the one it finds", ""},
     {Opt::Commit, "PAGEFAST_COMMIT", Scope::Own, &kText, "a commit id", "", false, kReadByGpuScripts,
-     "the commit the GPU scripts' reports name (unset: the checkout's `HEAD`)",
+     "the commit the GPU scripts' reports name (unset: the checkout's `HEAD`; `unknown` in tools/bench/multi.py)",
      "set it on a GPU machine whose copy of the tree has no history"},
 
     {Opt::LocalRank, "LOCAL_RANK", Scope::Foreign, &kText, "a decimal number", "", false, kLib | kRun,
