@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "numa/device_select.h"
+#include "policy/options.h"
 
 namespace pagefast::files {
 namespace {
@@ -29,8 +30,8 @@ std::string quoted(const std::string& path) { return "'" + path + "'"; }
 }  // namespace
 
 std::string local_rank(EnvLookup lookup, void* user) {
-  for (const char* name : numa::kLocalRankVars) {
-    const char* value = lookup(name, user);
+  for (Opt var : numa::kLocalRankVars) {
+    const char* value = lookup(option_name(var), user);
     // Empty counts as unset, as in numa/device_select.h.
     if (!value || !*value) continue;
     return is_decimal(value) && std::strlen(value) <= 9 ? std::string(value) : std::string();
@@ -158,18 +159,11 @@ bool write_atomic(const std::string& path, const std::string& text, std::string*
   return ok;
 }
 
-bool is_path_variable(const char* name) {
-  static const char* const kPathVariables[] = {
-      "PAGEFAST_STATS", "PAGEFAST_REPORT", "PAGEFAST_LOG_FILE", "PAGEFAST_TRACE", "PAGEFAST_LIVE_DIR",
-      "PAGEFAST_SYSROOT",
-  };
-  for (const char* p : kPathVariables)
-    if (std::strcmp(name, p) == 0) return true;
-  return false;
-}
+// Which variables name a file or directory is a column of the options table.
+bool is_path_variable(const char* name) { return hidden_in_secure_execution(name, 1); }
 
 bool ignored_in_secure_execution(const char* name, unsigned long at_secure) {
-  return at_secure != 0 && is_path_variable(name);
+  return hidden_in_secure_execution(name, at_secure);
 }
 
 }  // namespace pagefast::files

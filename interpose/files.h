@@ -60,7 +60,8 @@ bool write_text(const std::string& target, const std::string& text, std::string*
 // with *why on failure, leaving no temporary file behind.
 bool write_atomic(const std::string& path, const std::string& text, std::string* why);
 
-// The variables that name a file or directory. In secure execution
+// The variables that name a file or directory (the options table's `path`
+// column, policy/options.h). In secure execution
 // (getauxval(AT_SECURE) != 0: a setuid or setgid program, or one with file
 // capabilities) they are ignored, as glibc ignores its own: the environment
 // there belongs to a less privileged user.

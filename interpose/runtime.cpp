@@ -23,6 +23,7 @@
 #include "interpose/stats.h"
 #include "interpose/trace.h"
 #include "numa/numa.h"
+#include "policy/options.h"
 
 namespace pagefast::runtime {
 
@@ -83,8 +84,9 @@ void init_slow() {
   g_config = parse_config(&env_lookup, &view);
   // numa/ reads PAGEFAST_SYSROOT itself: in secure execution the binding
   // does not run when it is set, rather than read a root the caller chose.
-  const bool sysroot_hidden = view.at_secure && std::getenv("PAGEFAST_SYSROOT");
-  if (sysroot_hidden) view.ignored += view.ignored.empty() ? "PAGEFAST_SYSROOT" : ", PAGEFAST_SYSROOT";
+  const char* sysroot = option_name(Opt::Sysroot);
+  const bool sysroot_hidden = hidden_in_secure_execution(Opt::Sysroot, view.at_secure) && std::getenv(sysroot);
+  if (sysroot_hidden) view.ignored += view.ignored.empty() ? sysroot : std::string(", ") + sysroot;
   log::init(g_config);
   if (!view.ignored.empty())
     log::write(LogLevel::Warn, "secure execution (setuid, setgid or file capabilities): {} ignored", view.ignored);

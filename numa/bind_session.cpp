@@ -10,6 +10,7 @@
 
 #include "numa/nvml_oracle.h"
 #include "numa/topology.h"
+#include "policy/options.h"
 
 namespace pagefast::numa {
 namespace {
@@ -166,7 +167,7 @@ void check_device_with(const char* pci_bus_id, const NumaConfig& config, LogSink
 
 BindReport bind_at_start(const NumaConfig& config, LogSink log) {
   try {
-    const char* root = std::getenv("PAGEFAST_SYSROOT");
+    const char* root = std::getenv(option_name(Opt::Sysroot));
     RootedSysfsReader reader(root ? root : "");
     NvmlOracle nvml;  // loads nothing unless asked; shut down on return
     BindContext ctx;

@@ -95,19 +95,19 @@ bool resolve_token(const std::string& token, const Topology& topo, int* gpu) {
 
 StartEnv read_start_env(EnvLookup lookup, void* user) {
   StartEnv env;
-  for (const char* name : kLocalRankVars) {
-    const char* value = lookup(name, user);
+  for (Opt var : kLocalRankVars) {
+    const char* value = lookup(option_name(var), user);
     if (value && *value) {
-      env.rank_var = name;
+      env.rank_var = option_name(var);
       env.rank_text = value;
       break;
     }
   }
-  if (const char* visible = lookup("CUDA_VISIBLE_DEVICES", user)) {
+  if (const char* visible = lookup(option_name(Opt::CudaVisibleDevices), user)) {
     env.visible_set = true;
     env.visible_devices = visible;
   }
-  if (const char* order = lookup("CUDA_DEVICE_ORDER", user)) env.device_order = order;
+  if (const char* order = lookup(option_name(Opt::CudaDeviceOrder), user)) env.device_order = order;
   return env;
 }
 

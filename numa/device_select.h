@@ -16,14 +16,15 @@
 
 #include "numa/topology.h"
 #include "policy/config.h"
+#include "policy/options.h"
 
 namespace pagefast::numa {
 
 // In the order they are consulted. LOCAL_RANK: torchrun, DeepSpeed,
 // Accelerate; SLURM_LOCALID: srun; OMPI_...: Open MPI; MPI_LOCALRANKID:
 // MPICH and Intel MPI.
-inline constexpr const char* kLocalRankVars[] = {
-    "LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"};
+inline constexpr Opt kLocalRankVars[] = {Opt::LocalRank, Opt::SlurmLocalId, Opt::OmpiLocalRank,
+                                         Opt::MpiLocalRankId};
 
 struct StartEnv {
   std::string rank_var;   // the variable that gave the rank; "" when none is set

@@ -8,6 +8,7 @@
 #include "numa/device_select.h"
 #include "numa/nvml_oracle.h"
 #include "numa/topology.h"
+#include "policy/options.h"
 
 namespace pagefast::numa {
 namespace {
@@ -84,7 +85,7 @@ std::string render_report(const NumaConfig& config, const StartEnv& env, const T
 
 std::string report(const NumaConfig& config, int ranks) {
   try {
-    const char* root = std::getenv("PAGEFAST_SYSROOT");
+    const char* root = std::getenv(option_name(Opt::Sysroot));
     RootedSysfsReader reader(root ? root : "");
     StartEnv env = read_start_env([](const char* name, void*) -> const char* { return std::getenv(name); },
                                   nullptr);

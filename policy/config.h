@@ -1,13 +1,8 @@
 // policy/config.h: pagefast's configuration, parsed once from the
-// environment through one table of keys (config.cpp). Pure C++: no CUDA.
-//
-// PAGEFAST=0|1           0 turns the shim into a pure pass-through.
-// PAGEFAST_CONF="k:v,.." pool and NUMA keys, in the style of
-//                        PYTORCH_CUDA_ALLOC_CONF; sizes take K/M/G/T.
-// PAGEFAST_LOG, PAGEFAST_LOG_FILE, PAGEFAST_STATS, PAGEFAST_REPORT: logging,
-//                        stats and the memory report's destination.
-// PAGEFAST_LIVE_DIR      where live-stats segments go (default /dev/shm).
-// PAGEFAST_TRACE=path    record every cuMemAlloc/cuMemFree (docs/TRACE.md).
+// environment (config.cpp). Every variable and PAGEFAST_CONF key, with its
+// parser, default and meaning, is a row of the options table
+// (policy/options.h); README.md's tables are generated from it. Pure C++:
+// no CUDA.
 //
 // A bad key or value yields one message naming it and what is accepted;
 // the caller then runs as pass-through (Config::passthrough). A bad
@@ -18,6 +13,7 @@
 #include <string>
 
 #include "policy/log_sink.h"
+#include "policy/parsers.h"  // parse_bytes, parse_delay
 
 namespace pagefast {
 
@@ -46,9 +42,6 @@ struct PoolConfig {
   // the IPC socket, whose thread then starts with the first pool.
   bool control = true;
 };
-
-// Parses "5s", "500ms", "250us", "2m", "0", "3" (seconds); "off" or "never" give ~0.
-bool parse_delay(const std::string& text, uint64_t* ns);
 
 enum class NumaMode { Auto, Bind, Force, Off };
 
@@ -81,13 +74,11 @@ struct Config {
 using EnvLookup = const char* (*)(const char* name, void* user);
 Config parse_config(EnvLookup lookup, void* user);
 
-// Parses "123", "64K", "2M", "1G", "1T" (binary units, optional "B"/"iB").
-bool parse_bytes(const std::string& text, uint64_t* bytes);
-
 // A one-line description of the effective settings, for the info banner.
 std::string describe(const Config& config);
 
-// The keys of PAGEFAST_CONF with what each accepts, for docs and errors.
+// The keys of PAGEFAST_CONF with what each accepts: their rows of the
+// options table (options.h), in its order.
 struct ConfKeyInfo {
   const char* name;
   const char* accepts;

@@ -28,6 +28,7 @@
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
 #include "interpose/service_thread.h"
+#include "policy/options.h"
 #include "policy/units.h"
 
 namespace pagefast::ipc {
@@ -128,8 +129,8 @@ std::string ipc_dir() {
   static std::once_flag once;
   static std::string* dir = nullptr;
   std::call_once(once, [] {
-    const char* v = std::getenv("PAGEFAST_IPC_DIR");
-    if (v && *v && getauxval(AT_SECURE) == 0) dir = new std::string(v);
+    const char* v = std::getenv(option_name(Opt::IpcDir));
+    if (v && *v && !hidden_in_secure_execution(Opt::IpcDir, getauxval(AT_SECURE))) dir = new std::string(v);
   });
   return dir ? *dir : std::string();
 }

@@ -21,6 +21,7 @@
 #include "interpose/live/segment.h"
 #include "interpose/pagefast.h"
 #include "interpose/pool/ipc_wire.h"
+#include "policy/options.h"
 
 namespace {
 
@@ -64,7 +65,7 @@ int main(int argc, char** argv) {
   }
   sockaddr_un addr;
   socklen_t len = 0;
-  const char* dir = std::getenv("PAGEFAST_IPC_DIR");
+  const char* dir = std::getenv(pagefast::option_name(pagefast::Opt::IpcDir));
   if (!socket_address(uint32_t(::geteuid()), pidns, uint64_t(pid), started, dir ? dir : "", &addr, &len)) return 3;
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {

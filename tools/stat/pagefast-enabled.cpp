@@ -13,11 +13,12 @@
 #include <cstring>
 
 #include "policy/config.h"
+#include "policy/options.h"
 
 namespace {
 
 const char* only_pagefast(const char* name, void*) {
-  return std::strcmp(name, "PAGEFAST") == 0 ? std::getenv(name) : nullptr;
+  return std::strcmp(name, pagefast::option_name(pagefast::Opt::Pagefast)) == 0 ? std::getenv(name) : nullptr;
 }
 
 }  // namespace
@@ -38,7 +39,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: pagefast-enabled (no arguments; see --help)\n");
     return 2;
   }
-  const char* value = std::getenv("PAGEFAST");
+  const char* value = std::getenv(pagefast::option_name(pagefast::Opt::Pagefast));
   if (!value || !*value) return 1;  // --if-enabled: opt in, unlike the library's default
   const pagefast::Config config = pagefast::parse_config(&only_pagefast, nullptr);
   if (!config.error.empty()) {

@@ -22,6 +22,7 @@
 #include "interpose/live/segment.h"
 #include "policy/format.h"
 #include "policy/json.h"
+#include "policy/options.h"
 #include "tools/stat/json_check.h"
 #include "tools/stat/prometheus.h"
 
@@ -198,7 +199,7 @@ void print_table(const std::vector<Listing>& listings, const Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
-  if (const char* d = std::getenv("PAGEFAST_LIVE_DIR")) o.dir = d;
+  if (const char* d = std::getenv(pagefast::option_name(pagefast::Opt::LiveDir))) o.dir = d;
   static const option longs[] = {{"json", no_argument, nullptr, 'j'},
                                  {"prometheus", no_argument, nullptr, 'P'},
                                  {"textfile", required_argument, nullptr, 't'},
