@@ -13,6 +13,10 @@
 // would invalidate the capture. The capture count and the count of syncs
 // in flight form a handshake with on_capture_begin (pool.cpp): a capture
 // that announces itself first waits for syncs already running.
+//
+// Sleep's copies (host_copy.cpp) run on a few short-lived copy threads
+// with a context of this device made current; see docs/POOL.md "Sleep
+// and wake".
 #pragma once
 
 #include <cuda.h>

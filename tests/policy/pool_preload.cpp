@@ -512,9 +512,10 @@ int sleep_case(int cycles) {
   StatsGet get = stats_get();
   if (!sleep_fn || !wake_fn || !asleep_fn || !get) return fail("sleep: pagefast_sleep/wake not exported");
   if (sleep_fn(PAGEFAST_SLEEP_KEEP) != -1) return fail("sleep: answered without a pool");
-  // 100 MiB: more than one 32 MiB piece of the copies, and not a whole
-  // number of them (with chunk_size:100M, a chunk of its own).
-  const size_t sizes[] = {1000, 70000, 3u << 20, 40u << 20, 100u << 20};
+  // 260 MiB: a chunk of its own (the default chunk is 256 MiB, and the
+  // wake faults below want a second chunk), in more than one 32 MiB piece
+  // of the copies and not a whole number of them.
+  const size_t sizes[] = {1000, 70000, 3u << 20, 40u << 20, 260u << 20};
   std::vector<CUdeviceptr> blocks;
   for (size_t i = 0; i < 5; ++i) {
     CUdeviceptr p;
@@ -535,7 +536,7 @@ int sleep_case(int cycles) {
   if (fakecuda_call_count("cuMemRelease") <= releases) return fail("sleep: nothing released");
   size_t free_asleep = 0;
   CHECK_CU(cuMemGetInfo_v2(&free_asleep, &total));
-  if (free_asleep < free_before + (140u << 20)) return fail("sleep: the driver did not get the memory back");
+  if (free_asleep < free_before + (300u << 20)) return fail("sleep: the driver did not get the memory back");
   CUdeviceptr q = 0;
   if (cuMemAlloc_v2(&q, 3u << 20) != CUDA_ERROR_OUT_OF_MEMORY) return fail("sleep: allocation while asleep");
   if (cuMemAlloc_v2(&q, 1000) != CUDA_ERROR_OUT_OF_MEMORY) return fail("sleep: small allocation while asleep");
@@ -586,7 +587,8 @@ int sleep_case(int cycles) {
     // 1: a chunk whose unmap was refused above stays resident for good.
     if (sleep_fn(PAGEFAST_SLEEP_KEEP) < 0) return fail("sleep: before a wake fault");
     fakecuda_set_fail(f);
-    if (wake_fn() != -1 || asleep_fn() != 1) return fail("sleep: a driver fault in wake went unnoticed");
+    if (wake_fn() != -1 || asleep_fn() != 1)
+      return fail((std::string("sleep: a driver fault in wake went unnoticed: ") + f).c_str());
     fakecuda_set_fail("");
     if (wake_fn() != 0) return fail("sleep: wake again after a fault");
     if (!intact()) return fail((std::string("sleep: contents lost to a fault in wake: ") + f).c_str());
