@@ -117,7 +117,6 @@ class Arena {
     uint64_t slept_chunks = 0;
     uint64_t resident_chunks = 0;  // refused: still mapped
     uint64_t kept_bytes = 0;       // copied to host memory
-    uint64_t copy_bytes = 0;       // asked to be copied
     uint64_t copy_ns = 0;          // the batch copy to host memory
     uint64_t unmap_ns = 0;         // unmap and release of every chunk
   };

@@ -75,7 +75,6 @@ Arena::SleepResult Arena::sleep(bool keep, Clock& clock) {
       copy.addr = entry.first;
       copy.bytes = chunk.granules.bytes();
       copies.push_back(copy);
-      result.copy_bytes += copy.bytes;
     }
   }
   const uint64_t copy_start = clock.now_ns();

@@ -569,9 +569,10 @@ int sleep_case(int cycles) {
   std::memset(reinterpret_cast<void*>(blocks[3]), 0x42, sizes[3]);
   fill_words(blocks[4], sizes[4], 4);
   auto intact = [&] { return all_bytes(blocks[3], sizes[3], 0x42) && words_intact(blocks[4], sizes[4], 4); };
-  const char* faults[] = {"cuMemUnmap:1",           "cuMemRelease:1",        "cuMemcpyDtoHAsync_v2:1",
-                          "cuMemcpyDtoHAsync_v2:4", "cuStreamSynchronize:2", "cuMemHostAlloc:1",
-                          "cuStreamCreate:1",       "cuMemHostAlloc:1,cuStreamCreate:1,cuMemcpyDtoH_v2:2"};
+  // (The last: the first thread without staging buffer or stream, and a
+  // synchronous copy of it refused.)
+  const char* faults[] = {"cuMemUnmap:1", "cuMemRelease:1", "cuMemcpyDtoHAsync_v2:4", "cuStreamSynchronize:2",
+                          "cuMemHostAlloc:1,cuStreamCreate:1,cuMemcpyDtoH_v2:2"};
   for (const char* f : faults) {
     fakecuda_set_fail(f);
     if (sleep_fn(PAGEFAST_SLEEP_KEEP) < 0) return fail("sleep: a driver fault made sleep fail");
@@ -581,8 +582,8 @@ int sleep_case(int cycles) {
   }
   // Create, map, access or a copy piece refused at wake: still asleep,
   // wake again.
-  const char* wake_faults[] = {"cuMemCreate:1",          "cuMemMap:2",           "cuMemSetAccess:1",
-                               "cuMemcpyHtoDAsync_v2:1", "cuMemcpyHtoDAsync_v2:5", "cuStreamSynchronize:3"};
+  const char* wake_faults[] = {"cuMemCreate:1", "cuMemMap:2", "cuMemSetAccess:1", "cuMemcpyHtoDAsync_v2:5",
+                               "cuStreamSynchronize:3"};
   for (const char* f : wake_faults) {
     // 1: a chunk whose unmap was refused above stays resident for good.
     if (sleep_fn(PAGEFAST_SLEEP_KEEP) < 0) return fail("sleep: before a wake fault");
@@ -594,8 +595,8 @@ int sleep_case(int cycles) {
     if (!intact()) return fail((std::string("sleep: contents lost to a fault in wake: ") + f).c_str());
   }
   // A copy thread without staging buffer or stream copies all the same.
-  const char* degraded[] = {"cuMemHostAlloc:1", "cuStreamCreate:1",
-                            "cuMemHostAlloc:1,cuMemHostAlloc:2,cuStreamCreate:2"};
+  const char* degraded[] = {"cuMemHostAlloc:1,cuStreamCreate:2",
+                            "cuMemHostAlloc:1,cuMemHostAlloc:2,cuStreamCreate:1,cuStreamCreate:2"};
   for (const char* f : degraded) {
     if (sleep_fn(PAGEFAST_SLEEP_KEEP) < 0) return fail("sleep: before a degraded wake");
     fakecuda_set_fail(f);
