@@ -190,7 +190,12 @@ typedef CUresult(CUDAAPI* PFN_cuIpcOpenMemHandle_v4010)(CUdeviceptr_v2* pdptr, C
   X(cuMemHostAlloc, PFN_cuMemHostAlloc_v2020)                              \
   X(cuMemFreeHost, PFN_cuMemFreeHost_v2000)                                \
   X(cuMemcpyDtoH_v2, PFN_cuMemcpyDtoH_v3020)                               \
-  X(cuMemcpyHtoD_v2, PFN_cuMemcpyHtoD_v3020)
+  X(cuMemcpyHtoD_v2, PFN_cuMemcpyHtoD_v3020)                               \
+  X(cuMemcpyDtoHAsync_v2, PFN_cuMemcpyDtoHAsync_v3020)                     \
+  X(cuMemcpyHtoDAsync_v2, PFN_cuMemcpyHtoDAsync_v3020)                     \
+  X(cuStreamCreate, PFN_cuStreamCreate_v2000)                              \
+  X(cuStreamSynchronize, PFN_cuStreamSynchronize_v2000)                    \
+  X(cuStreamDestroy_v2, PFN_cuStreamDestroy_v4000)
 
 namespace pagefast {
 

@@ -105,24 +105,34 @@ class Arena {
   uint64_t opened_range_count() const { return opened_.size(); }
 
   // Sleep (docs/POOL.md "Sleep and wake"). REQUIRES: no device work on
-  // pool memory in flight. Unmaps every stitch, then per chunk: copies its
-  // contents to host memory (keep), unmaps and releases it. A chunk the
-  // driver refuses to unmap (or whose copy fails) stays resident; one it
-  // refuses to release keeps its handle, mapped again at wake with its
-  // contents. Blocks, the page map and the address space are untouched:
-  // every address stays reserved. While asleep, grow/stitch/release/
-  // dissolve/physical_pieces refuse and set_peers only records the set.
+  // pool memory in flight. Unmaps every stitch, copies the contents of
+  // every chunk to host memory in one batch (keep), then per chunk unmaps
+  // and releases it. A chunk the driver refuses to unmap (or whose copy
+  // fails) stays resident; one it refuses to release keeps its handle,
+  // mapped again at wake with its contents. Blocks, the page map and the
+  // address space are untouched: every address stays reserved. While
+  // asleep, grow/stitch/release/dissolve/physical_pieces refuse and
+  // set_peers only records the set. `clock` times the phases.
   struct SleepResult {
     uint64_t slept_chunks = 0;
     uint64_t resident_chunks = 0;  // refused: still mapped
     uint64_t kept_bytes = 0;       // copied to host memory
+    uint64_t copy_ns = 0;          // the batch copy to host memory
+    uint64_t unmap_ns = 0;         // unmap and release of every chunk
   };
-  SleepResult sleep(bool keep);
-  // Maps fresh memory (or the kept handle) at every slept home address,
-  // opens it, restores kept contents, maps the stitches again and opens
-  // every range to the current peers. On a failure what was done stays
-  // done (consistent) and the arena stays asleep: call again.
-  ProviderStatus wake();
+  SleepResult sleep(bool keep, Clock& clock);
+  // Maps fresh memory (or the kept handle) at every slept home address and
+  // opens it, restores kept contents in one batch, maps the stitches again
+  // and opens every range to the current peers. On a failure what was
+  // done stays done (consistent) and the arena stays asleep: call again.
+  struct WakeResult {
+    uint64_t woken_chunks = 0;
+    uint64_t copied_bytes = 0;  // restored from host memory
+    uint64_t map_ns = 0;        // create, map and set_access of the chunks
+    uint64_t copy_ns = 0;       // the batch copy back
+    uint64_t free_ns = 0;       // host memory given back
+  };
+  ProviderStatus wake(Clock& clock, WakeResult* result = nullptr);
   bool asleep() const { return asleep_; }
   // Host memory holding kept contents, for tests.
   uint64_t kept_bytes() const { return kept_bytes_; }
@@ -165,7 +175,7 @@ class Arena {
     // kept contents, or NULL.
     bool asleep = false;
     bool handle_kept = false;
-    bool home_mapped = false;   // wake mapped it, then could not open or fill it
+    bool home_mapped = false;   // wake mapped it (and may not have opened or filled it)
     bool fill_pending = false;  // ... and it is fresh memory: host must still go in
     void* host = nullptr;
   };
@@ -176,7 +186,14 @@ class Arena {
     uint64_t chunk_home_addr;
     Granules chunk_offset;
   };
-  bool wake_chunk(uint64_t home, Chunk& chunk);
+  // Wake's steps for one chunk: bring_up leaves it mapped at home and
+  // open (true) or, having undone what it could, asleep; finish_wake makes
+  // a chunk whose contents are in place resident; undo_fill takes back the
+  // fresh memory of a chunk whose copy failed (its host copy stays).
+  bool bring_up(uint64_t home, Chunk& chunk);
+  static bool needs_fill(const Chunk& chunk) { return chunk.host && (!chunk.handle_kept || chunk.fill_pending); }
+  void finish_wake(Chunk& chunk);
+  void undo_fill(uint64_t home, Chunk& chunk);
 
   Block* new_block(uint64_t addr, Granules granules, BlockState state);
   void recycle(Block* block);

@@ -2,20 +2,27 @@
 // docs/POOL.md "Sleep and wake"): physical memory goes, records and
 // addresses stay. Every step that fails leaves a consistent arena: a chunk
 // is either resident (mapped at home, open) or asleep (unmapped; released,
-// or its handle kept), and wake can be called again until it succeeds.
+// or its handle kept; or, in wake, mapped at home with its contents still
+// to go in), and wake can be called again until it succeeds.
+//
+// The contents move in one batch per call (Provider::copy_to_host /
+// copy_from_host), so that the provider can overlap the copies of many
+// chunks: the per-chunk driver steps (unmap, release; create, map, access)
+// come before or after it.
 #include <cstring>
 
 #include "policy/arena.h"
 
 namespace pagefast::policy {
 
-Arena::SleepResult Arena::sleep(bool keep) {
+Arena::SleepResult Arena::sleep(bool keep, Clock& clock) {
   SleepResult result;
   if (asleep_) return result;
   if (!unreleased_.empty()) retry_releases();
   // Stitches first: a chunk is released only once no mapping of it is left.
   // A stitch map the driver refuses to unmap pins its chunk (resident).
   std::vector<uint64_t> pinned;
+  bool keep_all_resident = false;
   for (const auto& range : opened_) {
     if (chunks_.count(range.first)) continue;
     Span* span = page_map_.lookup(range.first);
@@ -27,37 +34,67 @@ Arena::SleepResult Arena::sleep(bool keep) {
       bool ok = false;
       try {
         sleeping_maps_.reserve(sleeping_maps_.size() + 1);
+        pinned.reserve(pinned.size() + 1);
         ok = provider_.unmap(m.addr, m.granules);
       } catch (...) {
+        // Out of host memory: the map stays, and since its chunk is not
+        // on the list, every chunk stays.
+        keep_all_resident = true;
+        continue;
       }
       if (ok) sleeping_maps_.push_back({m.addr, m.granules, m.chunk_home_addr, m.chunk_offset});
       else pinned.push_back(m.chunk_home_addr);
     }
   }
+  // The chunks that go, and (keep) their copies. Out of host memory for
+  // these lists: every chunk stays resident, which is a legal sleep.
+  std::vector<Chunk*> going;
+  std::vector<uint64_t> homes;
+  std::vector<HostCopy> copies;
+  try {
+    going.reserve(chunks_.size());
+    homes.reserve(chunks_.size());
+    if (keep) copies.reserve(chunks_.size());
+  } catch (...) {
+    result.resident_chunks = chunks_.size();
+    asleep_ = true;
+    return result;
+  }
   for (auto& entry : chunks_) {
-    const uint64_t home = entry.first;
     Chunk& chunk = entry.second;
-    bool is_pinned = chunk.unreleasable;
-    for (uint64_t p : pinned) is_pinned |= p == home;
+    bool is_pinned = chunk.unreleasable || keep_all_resident;
+    for (uint64_t p : pinned) is_pinned |= p == entry.first;
     if (is_pinned) {
       ++result.resident_chunks;
       continue;
     }
-    const uint64_t bytes = chunk.granules.bytes();
+    going.push_back(&chunk);
+    homes.push_back(entry.first);
+    if (keep) {
+      HostCopy copy;
+      copy.addr = entry.first;
+      copy.bytes = chunk.granules.bytes();
+      copies.push_back(copy);
+    }
+  }
+  const uint64_t copy_start = clock.now_ns();
+  if (!copies.empty()) provider_.copy_to_host(copies.data(), copies.size());
+  const uint64_t unmap_start = clock.now_ns();
+  result.copy_ns = unmap_start - copy_start;
+  for (size_t i = 0; i < going.size(); ++i) {
+    Chunk& chunk = *going[i];
+    const uint64_t home = homes[i], bytes = chunk.granules.bytes();
     void* host = nullptr;
     if (keep) {
-      if (provider_.host_alloc(bytes, &host) != ProviderStatus::Ok) {
+      // A failed copy left nothing: the chunk stays as it was.
+      if (copies[i].status != ProviderStatus::Ok) {
         ++result.resident_chunks;
         continue;
       }
-      if (provider_.copy_to_host(host, home, bytes) != ProviderStatus::Ok) {
-        provider_.host_free(host);
-        ++result.resident_chunks;
-        continue;
-      }
+      host = copies[i].host;
     }
     if (!provider_.unmap(home, chunk.granules)) {
-      if (host) provider_.host_free(host);
+      if (host) provider_.host_free(host, bytes);
       ++result.resident_chunks;
       continue;
     }
@@ -71,56 +108,123 @@ Arena::SleepResult Arena::sleep(bool keep) {
     slept_ += chunk.granules;
     ++result.slept_chunks;
   }
+  result.unmap_ns = clock.now_ns() - unmap_start;
   asleep_ = true;
   return result;
 }
 
-bool Arena::wake_chunk(uint64_t home, Chunk& chunk) {
+bool Arena::bring_up(uint64_t home, Chunk& chunk) {
   ChunkHandle handle = chunk.handle;
-  if (!chunk.handle_kept && provider_.create_chunk(chunk.granules, &handle) != ProviderStatus::Ok) return false;
+  // Fresh memory: created now, its contents (if kept) still to go in.
+  const bool fresh = !chunk.handle_kept;
+  if (fresh && provider_.create_chunk(chunk.granules, &handle) != ProviderStatus::Ok) return false;
   auto undo = [&] {
-    if (!chunk.handle_kept && !provider_.release_chunk(handle)) release_or_keep(handle);
+    if (fresh) release_or_keep(handle);
   };
   if (!chunk.home_mapped && provider_.map(home, handle, Granules(0), chunk.granules) != ProviderStatus::Ok) {
     undo();
     return false;
   }
-  if (provider_.set_access(home, chunk.granules, AccessSet{peers_, revoked_asleep_}) != ProviderStatus::Ok ||
-      (chunk.host && (!chunk.handle_kept || chunk.fill_pending) &&
-       provider_.copy_from_host(home, chunk.host, chunk.granules.bytes()) != ProviderStatus::Ok)) {
+  // Mapped at home (and, below, maybe for good): the chunk's memory now.
+  auto adopt = [&] {
+    chunk.handle = handle;
+    chunk.home_mapped = true;
+    if (fresh) {
+      chunk.handle_kept = true;
+      chunk.fill_pending = chunk.host != nullptr;
+    }
+  };
+  if (provider_.set_access(home, chunk.granules, AccessSet{peers_, revoked_asleep_}) != ProviderStatus::Ok) {
     if (!provider_.unmap(home, chunk.granules)) {
-      // Mapped for good at its home: keep it as the chunk's memory (its
-      // contents are lost only if the copy failed, and that is retried).
-      chunk.handle = handle;
-      chunk.home_mapped = true;
-      if (!chunk.handle_kept) {
-        // Fresh memory: the kept contents (if any) still have to go in.
-        chunk.handle_kept = true;
-        chunk.fill_pending = chunk.host != nullptr;
-      }
+      // Mapped for good at its home: keep it as the chunk's memory; the
+      // next wake opens (and fills) it.
+      adopt();
       return false;
     }
+    chunk.home_mapped = false;
     undo();
     return false;
   }
+  adopt();
+  return true;
+}
+
+void Arena::finish_wake(Chunk& chunk) {
   if (chunk.host) {
-    provider_.host_free(chunk.host);
+    provider_.host_free(chunk.host, chunk.granules.bytes());
     kept_bytes_ -= chunk.granules.bytes();
     chunk.host = nullptr;
   }
-  chunk.handle = handle;
   chunk.handle_kept = false;
   chunk.home_mapped = false;
   chunk.fill_pending = false;
   chunk.asleep = false;
   slept_ -= chunk.granules;
-  return true;
 }
 
-ProviderStatus Arena::wake() {
+void Arena::undo_fill(uint64_t home, Chunk& chunk) {
+  // The memory holds nothing worth keeping (fill_pending): give it back if
+  // the driver lets go of the mapping; else the next wake fills it.
+  if (!provider_.unmap(home, chunk.granules)) return;
+  chunk.home_mapped = false;
+  chunk.handle_kept = false;
+  chunk.fill_pending = false;
+  release_or_keep(chunk.handle);
+}
+
+ProviderStatus Arena::wake(Clock& clock, WakeResult* out) {
+  WakeResult result;
   if (!asleep_) return ProviderStatus::Ok;
-  for (auto& entry : chunks_)
-    if (entry.second.asleep && !wake_chunk(entry.first, entry.second)) return ProviderStatus::OutOfMemory;
+  std::vector<HostCopy> fills;
+  std::vector<std::pair<uint64_t, Chunk*>> filling;
+  try {
+    fills.reserve(chunks_.size());
+    filling.reserve(chunks_.size());
+  } catch (...) {
+    return ProviderStatus::OutOfMemory;
+  }
+  // Every chunk mapped and opened first (a failure stops there: those
+  // before it still get their contents), then one batch of copies.
+  ProviderStatus status = ProviderStatus::Ok;
+  const uint64_t map_start = clock.now_ns();
+  for (auto& entry : chunks_) {
+    Chunk& chunk = entry.second;
+    if (!chunk.asleep) continue;
+    if (!bring_up(entry.first, chunk)) {
+      status = ProviderStatus::OutOfMemory;
+      break;
+    }
+    if (!needs_fill(chunk)) {
+      finish_wake(chunk);
+      ++result.woken_chunks;
+      continue;
+    }
+    HostCopy fill;
+    fill.addr = entry.first;
+    fill.bytes = chunk.granules.bytes();
+    fill.host = chunk.host;
+    fills.push_back(fill);
+    filling.emplace_back(entry.first, &chunk);
+  }
+  const uint64_t copy_start = clock.now_ns();
+  result.map_ns = copy_start - map_start;
+  if (!fills.empty()) provider_.copy_from_host(fills.data(), fills.size());
+  const uint64_t free_start = clock.now_ns();
+  result.copy_ns = free_start - copy_start;
+  for (size_t i = 0; i < fills.size(); ++i) {
+    Chunk& chunk = *filling[i].second;
+    if (fills[i].status == ProviderStatus::Ok) {
+      result.copied_bytes += fills[i].bytes;
+      finish_wake(chunk);
+      ++result.woken_chunks;
+    } else {
+      undo_fill(filling[i].first, chunk);
+      if (status == ProviderStatus::Ok) status = ProviderStatus::Failed;
+    }
+  }
+  result.free_ns = clock.now_ns() - free_start;
+  if (out) *out = result;
+  if (status != ProviderStatus::Ok) return status;
   // Every chunk is back: the stitches map them again where they were.
   while (!sleeping_maps_.empty()) {
     const SleepingMap& m = sleeping_maps_.back();

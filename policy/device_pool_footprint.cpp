@@ -76,6 +76,13 @@ uint64_t DevicePool::kept_bytes() {
   return arena_.kept_bytes();
 }
 
+namespace {
+
+// GiB/s of `bytes` moved in `ns`, for the log (0 when nothing moved).
+double gib_per_s(uint64_t bytes, uint64_t ns) { return ns ? double(bytes) / double(kGiB) / (double(ns) * 1e-9) : 0.0; }
+
+}  // namespace
+
 SleepStatus DevicePool::sleep(unsigned flags) {
   std::lock_guard<std::mutex> guard(footprint_mutex_);
   if (asleep_.load(std::memory_order_acquire)) return SleepStatus::Ok;
@@ -103,32 +110,39 @@ SleepStatus DevicePool::sleep(unsigned flags) {
   }
   sync_and_retire(nullptr, false);
   release_all_empty_slabs();
+  const uint64_t synced_ns = clock_.now_ns() - start;
   Arena::SleepResult result;
-  uint64_t idle_released = 0;
+  uint64_t idle_released = 0, idle_ns = 0;
   {
     std::lock_guard<std::mutex> arena_guard(arena_mutex_);
     // Idle memory is released rather than kept: nothing to copy for it.
+    const uint64_t idle_start = clock_.now_ns();
     const uint64_t before = arena_.resident().bytes();
     arena_.dissolve_free_stitches();
     arena_.release_free_chunks(INT_MAX);
     idle_released = before - arena_.resident().bytes();
+    idle_ns = clock_.now_ns() - idle_start;
     if (log_ && (flags & kSleepKeep) && arena_.resident().bytes() >= kSleepProgressBytes) {
       char line[192];
-      std::snprintf(line, sizeof line, "device %d: going to sleep: copying %" PRIu64 " MiB to pinned host memory",
+      std::snprintf(line, sizeof line, "device %d: going to sleep: copying %" PRIu64 " MiB to host memory",
                     settings_.device, arena_.resident().bytes() / kMiB);
       log_(LogLevel::Info, line);
     }
-    result = arena_.sleep(flags & kSleepKeep);
+    result = arena_.sleep(flags & kSleepKeep, clock_);
     mapped_bytes_.store(arena_.resident().bytes(), std::memory_order_relaxed);
   }
   if (log_) {
+    // Where the time went: one line per sleep, so that one run on a GPU
+    // shows it (docs/POOL.md "Sleep and wake": what a sleep costs).
     const uint64_t ms = (clock_.now_ns() - start) / 1000000;
-    char line[256];
+    char line[512];
     std::snprintf(line, sizeof line,
                   "device %d asleep in %" PRIu64 " ms: %" PRIu64 " chunks released, %" PRIu64 " MiB kept in host memory, %" PRIu64
-                  " MiB idle released, %" PRIu64 " chunks resident",
+                  " MiB idle released, %" PRIu64 " chunks resident; sync and drain %" PRIu64 " ms, idle release %" PRIu64
+                  " ms, copy %" PRIu64 " MiB in %" PRIu64 " ms (%.1f GiB/s), unmap and release %" PRIu64 " ms",
                   settings_.device, ms, result.slept_chunks, result.kept_bytes / kMiB, idle_released / kMiB,
-                  result.resident_chunks);
+                  result.resident_chunks, synced_ns / 1000000, idle_ns / 1000000, result.kept_bytes / kMiB,
+                  result.copy_ns / 1000000, gib_per_s(result.kept_bytes, result.copy_ns), result.unmap_ns / 1000000);
     log_(result.resident_chunks ? LogLevel::Warn : LogLevel::Info, line);
   }
   return result.resident_chunks ? SleepStatus::Partial : SleepStatus::Ok;
@@ -139,16 +153,19 @@ SleepStatus DevicePool::wake() {
   if (!asleep_.load(std::memory_order_acquire)) return SleepStatus::Ok;
   const uint64_t start = clock_.now_ns();
   ProviderStatus status;
+  Arena::WakeResult result;
   {
     std::lock_guard<std::mutex> arena_guard(arena_mutex_);
-    status = arena_.wake();
+    status = arena_.wake(clock_, &result);
     mapped_bytes_.store(arena_.resident().bytes(), std::memory_order_relaxed);
   }
   if (status != ProviderStatus::Ok) {
     if (log_) {
-      char line[160];
-      std::snprintf(line, sizeof line, "device %d: wake failed (out of device memory or a mapping refused); still asleep, "
-                    "wake again", settings_.device);
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "device %d: wake failed (out of device memory, or a mapping or copy refused) after %" PRIu64
+                    " chunks; still asleep, wake again",
+                    settings_.device, result.woken_chunks);
       log_(LogLevel::Warn, line);
     }
     return SleepStatus::Failed;
@@ -161,9 +178,13 @@ SleepStatus DevicePool::wake() {
   // A growth right after wake is no sign of a working set to keep.
   last_growth_ns_.store(clock_.now_ns(), std::memory_order_relaxed);
   if (log_) {
-    char line[128];
-    std::snprintf(line, sizeof line, "device %d awake in %" PRIu64 " ms", settings_.device,
-                  (clock_.now_ns() - start) / 1000000);
+    char line[384];
+    std::snprintf(line, sizeof line,
+                  "device %d awake in %" PRIu64 " ms: %" PRIu64 " chunks; create, map and access %" PRIu64
+                  " ms, copy %" PRIu64 " MiB in %" PRIu64 " ms (%.1f GiB/s), host memory freed in %" PRIu64 " ms",
+                  settings_.device, (clock_.now_ns() - start) / 1000000, result.woken_chunks, result.map_ns / 1000000,
+                  result.copied_bytes / kMiB, result.copy_ns / 1000000, gib_per_s(result.copied_bytes, result.copy_ns),
+                  result.free_ns / 1000000);
     log_(LogLevel::Info, line);
   }
   return SleepStatus::Ok;

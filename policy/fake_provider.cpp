@@ -44,6 +44,10 @@ FakeProvider::FakeProvider(uint64_t capacity_bytes, Backing backing)
 }
 
 FakeProvider::~FakeProvider() {
+  for (const auto& [host, bytes] : host_buffers_) {
+    if (backing_ == Backing::Host) munmap(host, bytes);
+    else std::free(host);
+  }
   for (const auto& [addr, bytes] : reservations_) munmap(reinterpret_cast<void*>(addr), bytes);
   if (memfd_ >= 0) close(memfd_);
 }
@@ -303,53 +307,89 @@ bool FakeProvider::range_open(uint64_t addr, uint64_t bytes) const {
   return true;
 }
 
-ProviderStatus FakeProvider::host_alloc(uint64_t bytes, void** host) {
+void FakeProvider::set_copy_piece(uint64_t bytes) {
   std::lock_guard<std::mutex> guard(mutex_);
-  ProviderStatus status;
-  *host = nullptr;
-  if (inject(Op::HostAlloc, &status)) return status;
-  // Without backing nothing is copied: a token stands for the buffer.
-  *host = std::malloc(backing_ == Backing::Host ? bytes : 1);
-  if (!*host) return ProviderStatus::OutOfMemory;
-  ++live_host_buffers_;
-  return ProviderStatus::Ok;
+  copy_piece_ = bytes;
 }
 
-void FakeProvider::host_free(void* host) {
+void FakeProvider::drop_host(void* host, uint64_t bytes) {
+  auto it = host_buffers_.find(host);
+  if (it == host_buffers_.end() || it->second != bytes) {
+    violation("host_free of a buffer never allocated, or of another size");
+    return;
+  }
+  host_buffers_.erase(it);
+  if (backing_ == Backing::Host) munmap(host, bytes);
+  else std::free(host);
+}
+
+bool FakeProvider::copy_one(HostCopy& copy, bool to_host) {
+  if (!range_open(copy.addr, copy.bytes)) {
+    violation(to_host ? "copy from a range that is not mapped and open" : "copy to a range that is not mapped and open");
+    copy.status = ProviderStatus::Failed;
+    return false;
+  }
+  const uint64_t piece = copy_piece_ ? copy_piece_ : copy.bytes;
+  for (uint64_t done = 0; done < copy.bytes; done += piece) {
+    if (inject(Op::Copy, &copy.status)) return false;
+    const uint64_t n = copy.bytes - done < piece ? copy.bytes - done : piece;
+    char* host = static_cast<char*>(copy.host) + done;
+    char* device = reinterpret_cast<char*>(copy.addr + done);
+    if (backing_ == Backing::Host) std::memcpy(to_host ? host : device, to_host ? device : host, n);
+  }
+  copy.status = ProviderStatus::Ok;
+  return true;
+}
+
+void FakeProvider::copy_to_host(HostCopy* copies, uint64_t count) {
   std::lock_guard<std::mutex> guard(mutex_);
-  if (!host) return;
-  std::free(host);
-  if (live_host_buffers_ == 0) violation("host_free of a buffer never allocated");
-  else --live_host_buffers_;
+  for (uint64_t i = 0; i < count; ++i) {
+    HostCopy& copy = copies[i];
+    copy.host = nullptr;
+    if (inject(Op::HostAlloc, &copy.status)) continue;
+    void* host = backing_ == Backing::Host
+                     ? mmap(nullptr, copy.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                     : std::malloc(1);
+    if (!host || host == MAP_FAILED) {
+      copy.status = ProviderStatus::OutOfMemory;
+      continue;
+    }
+    host_buffers_[host] = copy.bytes;
+    ++host_buffers_made_;
+    copy.host = host;
+    if (!copy_one(copy, true)) {
+      drop_host(host, copy.bytes);
+      copy.host = nullptr;
+    }
+  }
+}
+
+void FakeProvider::copy_from_host(HostCopy* copies, uint64_t count) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  for (uint64_t i = 0; i < count; ++i) {
+    HostCopy& copy = copies[i];
+    if (!host_buffers_.count(copy.host)) {
+      violation("copy from host memory never allocated");
+      copy.status = ProviderStatus::Failed;
+      continue;
+    }
+    if (copy_one(copy, false) && backing_ == Backing::Host) std::memset(copy.host, 0xDB, copy.bytes);
+  }
+}
+
+void FakeProvider::host_free(void* host, uint64_t bytes) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (host) drop_host(host, bytes);
 }
 
 uint64_t FakeProvider::live_host_buffers() const {
   std::lock_guard<std::mutex> guard(mutex_);
-  return live_host_buffers_;
+  return host_buffers_.size();
 }
 
-ProviderStatus FakeProvider::copy_to_host(void* host, uint64_t addr, uint64_t bytes) {
+uint64_t FakeProvider::host_buffers_made() const {
   std::lock_guard<std::mutex> guard(mutex_);
-  ProviderStatus status;
-  if (inject(Op::Copy, &status)) return status;
-  if (!range_open(addr, bytes)) {
-    violation("copy from a range that is not mapped and open");
-    return ProviderStatus::Failed;
-  }
-  if (backing_ == Backing::Host) std::memcpy(host, reinterpret_cast<const void*>(addr), bytes);
-  return ProviderStatus::Ok;
-}
-
-ProviderStatus FakeProvider::copy_from_host(uint64_t addr, const void* host, uint64_t bytes) {
-  std::lock_guard<std::mutex> guard(mutex_);
-  ProviderStatus status;
-  if (inject(Op::Copy, &status)) return status;
-  if (!range_open(addr, bytes)) {
-    violation("copy to a range that is not mapped and open");
-    return ProviderStatus::Failed;
-  }
-  if (backing_ == Backing::Host) std::memcpy(reinterpret_cast<void*>(addr), host, bytes);
-  return ProviderStatus::Ok;
+  return host_buffers_made_;
 }
 
 void FakeProvider::launch(uint64_t addr, uint64_t bytes) {

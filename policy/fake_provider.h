@@ -49,13 +49,21 @@ class FakeProvider final : public Provider {
   bool unmap(uint64_t addr, Granules granules) override;
   ProviderStatus set_access(uint64_t addr, Granules granules, const AccessSet& access) override;
   SyncStatus synchronize() override;
-  // Sleep's host memory (plain malloc, counted) and copies: memcpy with
-  // Backing::Host (the range must be mapped and open), nothing with None.
-  ProviderStatus host_alloc(uint64_t bytes, void** host) override;
-  void host_free(void* host) override;
-  ProviderStatus copy_to_host(void* host, uint64_t addr, uint64_t bytes) override;
-  ProviderStatus copy_from_host(uint64_t addr, const void* host, uint64_t bytes) override;
+  // Sleep's host memory (anonymous mmap with Backing::Host, a one-byte
+  // token with None; counted, and host_free checked against it) and
+  // copies: memcpy with Backing::Host (the range must be mapped and open),
+  // nothing with None. Each copy takes one HostAlloc (to host) and one
+  // Copy per piece of set_copy_piece bytes (0, the default: one piece),
+  // the units of fault injection; a copy failing after some pieces leaves
+  // nothing (to host) or unchanged host memory (from host). A successful
+  // copy from host scribbles over the host memory, as a provider that
+  // gives its pages back early may leave it.
+  void copy_to_host(HostCopy* copies, uint64_t count) override;
+  void copy_from_host(HostCopy* copies, uint64_t count) override;
+  void host_free(void* host, uint64_t bytes) override;
+  void set_copy_piece(uint64_t bytes);
   uint64_t live_host_buffers() const;
+  uint64_t host_buffers_made() const;  // over the fake's life
 
   // Fault injection: the call number `nth` (0-based, counted per op from
   // now) fails with `status`; with persistent, every later call too.
@@ -127,7 +135,11 @@ class FakeProvider final : public Provider {
   const Backing backing_;
   int memfd_ = -1;
   uint64_t direct_bytes_ = 0;
-  uint64_t live_host_buffers_ = 0;
+  std::map<void*, uint64_t> host_buffers_;  // live: address -> bytes
+  uint64_t host_buffers_made_ = 0;
+  uint64_t copy_piece_ = 0;
+  bool copy_one(HostCopy& copy, bool to_host);  // REQUIRES: mutex_ held
+  void drop_host(void* host, uint64_t bytes);   // REQUIRES: mutex_ held
   bool range_open(uint64_t addr, uint64_t bytes) const;
   std::map<uint64_t, uint64_t> free_pages_;  // first page -> count
   uint64_t free_page_count_ = 0;

@@ -41,6 +41,14 @@ enum class SyncStatus {
   Failed,      // the driver reported an error (e.g. a sticky kernel fault)
 };
 
+// One chunk's copy between device and host memory (sleep with keep).
+struct HostCopy {
+  uint64_t addr = 0;     // a mapped, open device range (a chunk's home)
+  uint64_t bytes = 0;
+  void* host = nullptr;  // copy_to_host: set by it; copy_from_host: given
+  ProviderStatus status = ProviderStatus::Failed;  // set by either call
+};
+
 class Provider {
  public:
   virtual ~Provider() = default;
@@ -72,23 +80,32 @@ class Provider {
   // Called with no lock of the pool held.
   virtual SyncStatus synchronize() = 0;
 
-  // Sleep with keep (docs/POOL.md "Sleep and wake"): page-locked host
-  // memory, and copies between it and an opened range. Failed is a legal
-  // answer ("unsupported"): the chunk then stays resident.
-  virtual ProviderStatus host_alloc(uint64_t bytes, void** host) {
-    (void)bytes;
-    *host = nullptr;
-    return ProviderStatus::Failed;
+  // Sleep with keep (docs/POOL.md "Sleep and wake"): whole chunks copied
+  // to host memory the provider allocates, and back. Batches, so that the
+  // provider can overlap the copies of many chunks (threads, staging
+  // buffers); each copy answers for itself. Failed is a legal answer for
+  // any of them ("unsupported"): that chunk then stays resident (sleep) or
+  // asleep (wake).
+  //
+  // copy_to_host: for each copy, host memory of `bytes` and the contents
+  // of the open range [addr, addr + bytes) in it. Ok: copy.host is the
+  // caller's until host_free. Otherwise copy.host is NULL and nothing of
+  // that copy is left.
+  virtual void copy_to_host(HostCopy* copies, uint64_t count) {
+    for (uint64_t i = 0; i < count; ++i) {
+      copies[i].host = nullptr;
+      copies[i].status = ProviderStatus::Failed;
+    }
   }
-  virtual void host_free(void* host) { (void)host; }
-  virtual ProviderStatus copy_to_host(void* host, uint64_t addr, uint64_t bytes) {
-    (void)host, (void)addr, (void)bytes;
-    return ProviderStatus::Failed;
+  // copy_from_host: copy.host (from copy_to_host) into the open range. Ok:
+  // the host memory's contents may already be gone (the provider may give
+  // its pages back as soon as they are copied); host_free it all the same.
+  // Otherwise it is unchanged: the copy can be tried again.
+  virtual void copy_from_host(HostCopy* copies, uint64_t count) {
+    for (uint64_t i = 0; i < count; ++i) copies[i].status = ProviderStatus::Failed;
   }
-  virtual ProviderStatus copy_from_host(uint64_t addr, const void* host, uint64_t bytes) {
-    (void)host, (void)addr, (void)bytes;
-    return ProviderStatus::Failed;
-  }
+  // REQUIRES: host and bytes of a copy_to_host that answered Ok.
+  virtual void host_free(void* host, uint64_t bytes) { (void)host, (void)bytes; }
 };
 
 // Monotonic time, injected so that time-dependent policy is testable.

@@ -13,6 +13,10 @@
 // would invalidate the capture. The capture count and the count of syncs
 // in flight form a handshake with on_capture_begin (pool.cpp): a capture
 // that announces itself first waits for syncs already running.
+//
+// Sleep's copies (host_copy.cpp) run on a few short-lived copy threads
+// with a context of this device made current; see docs/POOL.md "Sleep
+// and wake".
 #pragma once
 
 #include <cuda.h>
@@ -57,19 +61,21 @@ class VmmProvider final : public policy::Provider {
   policy::ProviderStatus set_access(uint64_t addr, policy::Granules granules,
                                     const policy::AccessSet& access) override;
   policy::SyncStatus synchronize() override;
-  // Sleep with keep: cuMemHostAlloc'd (page-locked) memory and synchronous
-  // copies in pieces of kCopyPieceBytes, in a context of this device (one
-  // that used the pool, pushed for the copy).
-  policy::ProviderStatus host_alloc(uint64_t bytes, void** host) override;
-  void host_free(void* host) override;
-  policy::ProviderStatus copy_to_host(void* host, uint64_t addr, uint64_t bytes) override;
-  policy::ProviderStatus copy_from_host(uint64_t addr, const void* host, uint64_t bytes) override;
-  static constexpr uint64_t kCopyPieceBytes = 256ull << 20;
+  // Sleep with keep (host_copy.cpp): each chunk's copy in ordinary
+  // anonymous host memory, moved in pieces of kCopyPieceBytes through one
+  // pinned staging buffer per copy thread (a few threads, living for one
+  // batch, each with a stream of its own), in a context of this device.
+  void copy_to_host(policy::HostCopy* copies, uint64_t count) override;
+  void copy_from_host(policy::HostCopy* copies, uint64_t count) override;
+  void host_free(void* host, uint64_t bytes) override;
+  static constexpr uint64_t kCopyPieceBytes = 32ull << 20;
+  static constexpr int kMaxCopyThreads = 8;
 
  private:
-  // Runs copy() with a context of this device current; false on failure.
-  template <typename Copy>
-  bool in_device_context(Copy copy);
+  // The context copies run in: the first that used the pool, else the
+  // calling thread's. NULL if there is none.
+  CUcontext copy_context();
+  void copy_batch(policy::HostCopy* copies, uint64_t count, bool to_host);
   VmmProvider(const RealDriver* real, CUdevice device, CaptureGate* gate, LogSink log);
   void forget_context(CUcontext context);
 

@@ -481,6 +481,30 @@ int count_fds() {
   return n;
 }
 
+// Lines of /proc/self/maps: host memory mapped and not given back shows.
+int count_maps() {
+  FILE* f = std::fopen("/proc/self/maps", "r");
+  if (!f) return -1;
+  int n = 0;
+  for (int c; (c = std::fgetc(f)) != EOF;) n += c == '\n';
+  std::fclose(f);
+  return n;
+}
+
+// A pattern that differs at every 8-byte word, so that a piece of a copy
+// put at the wrong offset (the copies move in pieces) is seen.
+void fill_words(CUdeviceptr p, size_t bytes, uint64_t seed) {
+  uint64_t* w = reinterpret_cast<uint64_t*>(p);
+  for (size_t i = 0; i < bytes / 8; ++i) w[i] = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+}
+
+bool words_intact(CUdeviceptr p, size_t bytes, uint64_t seed) {
+  const uint64_t* w = reinterpret_cast<const uint64_t*>(p);
+  for (size_t i = 0; i < bytes / 8; ++i)
+    if (w[i] != ((i + 1) * 0x9E3779B97F4A7C15ull ^ seed)) return false;
+  return true;
+}
+
 int sleep_case(int cycles) {
   SleepFn sleep_fn = reinterpret_cast<SleepFn>(dlsym(RTLD_DEFAULT, "pagefast_sleep"));
   WakeFn wake_fn = reinterpret_cast<WakeFn>(dlsym(RTLD_DEFAULT, "pagefast_wake"));
@@ -488,12 +512,16 @@ int sleep_case(int cycles) {
   StatsGet get = stats_get();
   if (!sleep_fn || !wake_fn || !asleep_fn || !get) return fail("sleep: pagefast_sleep/wake not exported");
   if (sleep_fn(PAGEFAST_SLEEP_KEEP) != -1) return fail("sleep: answered without a pool");
-  const size_t sizes[] = {1000, 70000, 3u << 20, 40u << 20, 300u << 20};
+  // 260 MiB: a chunk of its own (the default chunk is 256 MiB, and the
+  // wake faults below want a second chunk), in more than one 32 MiB piece
+  // of the copies and not a whole number of them.
+  const size_t sizes[] = {1000, 70000, 3u << 20, 40u << 20, 260u << 20};
   std::vector<CUdeviceptr> blocks;
   for (size_t i = 0; i < 5; ++i) {
     CUdeviceptr p;
     CHECK_CU(cuMemAlloc_v2(&p, sizes[i]));
-    std::memset(reinterpret_cast<void*>(p), int(0x10 + i), sizes[i]);
+    if (i == 4) fill_words(p, sizes[i], 4);
+    else std::memset(reinterpret_cast<void*>(p), int(0x10 + i), sizes[i]);
     blocks.push_back(p);
   }
   // A "kernel" still writing when sleep is asked: sleep waits for it.
@@ -508,14 +536,15 @@ int sleep_case(int cycles) {
   if (fakecuda_call_count("cuMemRelease") <= releases) return fail("sleep: nothing released");
   size_t free_asleep = 0;
   CHECK_CU(cuMemGetInfo_v2(&free_asleep, &total));
-  if (free_asleep < free_before + (340u << 20)) return fail("sleep: the driver did not get the memory back");
+  if (free_asleep < free_before + (300u << 20)) return fail("sleep: the driver did not get the memory back");
   CUdeviceptr q = 0;
   if (cuMemAlloc_v2(&q, 3u << 20) != CUDA_ERROR_OUT_OF_MEMORY) return fail("sleep: allocation while asleep");
   if (cuMemAlloc_v2(&q, 1000) != CUDA_ERROR_OUT_OF_MEMORY) return fail("sleep: small allocation while asleep");
   if (wake_fn() != 0 || asleep_fn() != 0) return fail("sleep: wake");
-  for (size_t i = 0; i < 5; ++i)
+  for (size_t i = 0; i < 4; ++i)
     if (!all_bytes(blocks[i], sizes[i], (unsigned char)(i == 3 ? 0x77 : 0x10 + i)))
       return fail("sleep: contents differ after wake");
+  if (!words_intact(blocks[4], sizes[4], 4)) return fail("sleep: a piece of a copy came back at the wrong place");
   // Without keep, waiting: an allocation on another thread waits for wake.
   if (sleep_fn(0) != 0) return fail("sleep: without keep");
   std::atomic<int> got{0};
@@ -535,25 +564,45 @@ int sleep_case(int cycles) {
   std::memset(reinterpret_cast<void*>(blocks[4]), 0x3C, sizes[4]);
   if (!all_bytes(blocks[4], sizes[4], 0x3C)) return fail("sleep: memory after wake unusable");
   // Driver faults: an unmap refused (that chunk stays resident), a release
-  // refused, a create refused at wake (still asleep, wake again).
+  // refused, a copy piece refused (its chunk stays resident), the staging
+  // buffer or stream of a copy thread refused (it copies without).
   std::memset(reinterpret_cast<void*>(blocks[3]), 0x42, sizes[3]);
-  const char* faults[] = {"cuMemUnmap:1", "cuMemRelease:1", "cuMemcpyDtoH_v2:1"};
+  fill_words(blocks[4], sizes[4], 4);
+  auto intact = [&] { return all_bytes(blocks[3], sizes[3], 0x42) && words_intact(blocks[4], sizes[4], 4); };
+  // (The last: the first thread without staging buffer or stream, and a
+  // synchronous copy of it refused.)
+  const char* faults[] = {"cuMemUnmap:1", "cuMemRelease:1", "cuMemcpyDtoHAsync_v2:4", "cuStreamSynchronize:2",
+                          "cuMemHostAlloc:1,cuStreamCreate:1,cuMemcpyDtoH_v2:2"};
   for (const char* f : faults) {
     fakecuda_set_fail(f);
     if (sleep_fn(PAGEFAST_SLEEP_KEEP) < 0) return fail("sleep: a driver fault made sleep fail");
     fakecuda_set_fail("");
     if (wake_fn() != 0) return fail("sleep: wake after a fault in sleep");
-    if (!all_bytes(blocks[3], sizes[3], 0x42)) return fail("sleep: contents lost to a fault in sleep");
+    if (!intact()) return fail((std::string("sleep: contents lost to a fault in sleep: ") + f).c_str());
   }
-  const char* wake_faults[] = {"cuMemCreate:1", "cuMemMap:2", "cuMemSetAccess:1", "cuMemcpyHtoD_v2:1"};
+  // Create, map, access or a copy piece refused at wake: still asleep,
+  // wake again.
+  const char* wake_faults[] = {"cuMemCreate:1", "cuMemMap:2", "cuMemSetAccess:1", "cuMemcpyHtoDAsync_v2:5",
+                               "cuStreamSynchronize:3"};
   for (const char* f : wake_faults) {
     // 1: a chunk whose unmap was refused above stays resident for good.
     if (sleep_fn(PAGEFAST_SLEEP_KEEP) < 0) return fail("sleep: before a wake fault");
     fakecuda_set_fail(f);
-    if (wake_fn() != -1 || asleep_fn() != 1) return fail("sleep: a driver fault in wake went unnoticed");
+    if (wake_fn() != -1 || asleep_fn() != 1)
+      return fail((std::string("sleep: a driver fault in wake went unnoticed: ") + f).c_str());
     fakecuda_set_fail("");
     if (wake_fn() != 0) return fail("sleep: wake again after a fault");
-    if (!all_bytes(blocks[3], sizes[3], 0x42)) return fail("sleep: contents lost to a fault in wake");
+    if (!intact()) return fail((std::string("sleep: contents lost to a fault in wake: ") + f).c_str());
+  }
+  // A copy thread without staging buffer or stream copies all the same.
+  const char* degraded[] = {"cuMemHostAlloc:1,cuStreamCreate:2",
+                            "cuMemHostAlloc:1,cuMemHostAlloc:2,cuStreamCreate:1,cuStreamCreate:2"};
+  for (const char* f : degraded) {
+    if (sleep_fn(PAGEFAST_SLEEP_KEEP) < 0) return fail("sleep: before a degraded wake");
+    fakecuda_set_fail(f);
+    if (wake_fn() != 0) return fail("sleep: wake without a staging buffer or stream failed");
+    fakecuda_set_fail("");
+    if (!intact()) return fail((std::string("sleep: contents lost in a degraded wake: ") + f).c_str());
   }
   // Many cycles: no handle, host buffer or descriptor left behind. Only
   // small blocks stay, so that each cycle copies little.
@@ -561,7 +610,9 @@ int sleep_case(int cycles) {
   CHECK_CU(cuMemFree_v2(blocks[4]));
   if (trim_fn()(0) != 0) return fail("sleep: trim");
   std::memset(reinterpret_cast<void*>(blocks[2]), 0x42, sizes[2]);
-  const int fds = count_fds();
+  // One cycle first: a copy thread's stack stays cached by libc.
+  if (sleep_fn(PAGEFAST_SLEEP_KEEP) < 0 || wake_fn() != 0) return fail("sleep: a cycle failed");
+  const int fds = count_fds(), maps = count_maps();
   const int creates = fakecuda_call_count("cuMemCreate"), released = fakecuda_call_count("cuMemRelease");
   const int host_allocs = fakecuda_call_count("cuMemHostAlloc"), host_frees = fakecuda_call_count("cuMemFreeHost");
   for (int i = 0; i < cycles; ++i) {
@@ -572,6 +623,7 @@ int sleep_case(int cycles) {
   if (fakecuda_call_count("cuMemHostAlloc") - host_allocs != fakecuda_call_count("cuMemFreeHost") - host_frees)
     return fail("sleep: host buffers leaked over the cycles");
   if (count_fds() != fds) return fail("sleep: descriptors leaked over the cycles");
+  if (count_maps() > maps + 2) return fail("sleep: host memory mappings leaked over the cycles");
   if (!all_bytes(blocks[2], sizes[2], 0x42)) return fail("sleep: contents lost over the cycles");
   for (size_t i = 1; i < 3; ++i) CHECK_CU(cuMemFree_v2(blocks[i]));
   if (fakecuda_violations()) return fail("sleep: the fake driver saw a violation");

@@ -265,7 +265,9 @@ def main():
         case_ctl(build)
     elif name == "sleep":
         # A thousand cycles where each copies little (2 MiB chunks).
-        for conf, cycles in [("", 5), ("chunk_size:8M", 20), ("release_delay:0", 5), ("chunk_size:2M", 1000)]:
+        # 100M chunks: the copies' 32 MiB pieces do not divide them.
+        for conf, cycles in [("", 5), ("chunk_size:8M", 20), ("release_delay:0", 5), ("chunk_size:100M", 3),
+                             ("chunk_size:2M", 1000)]:
             r = run(build, ["sleep", str(cycles)], env={"PAGEFAST_CONF": conf} if conf else None)
             expect_ok(r, "sleep", f"pagefast [{conf or 'default'}]")
             check(f"ok sleep cycles {cycles} creates" in r.stdout and "creates 0" not in r.stdout,

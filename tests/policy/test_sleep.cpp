@@ -1,11 +1,15 @@
 // tests/policy/test_sleep.cpp: DevicePool::sleep/wake on the host-backed
 // fake: contents kept (or not) at the same addresses, stitches and small
-// blocks included; allocation while asleep (fail and wait); 50
-// cycles without leaks; faults in every provider call of sleep and wake.
+// blocks included, for several chunk sizes and copies moved in pieces that
+// do not divide the chunks; allocation while asleep (fail and wait), and
+// sleep from another thread while allocations run; 50 and 1000 cycles
+// without leaks; faults in every provider call of sleep and wake, and at
+// every piece of a copy.
 #include <catch2/catch.hpp>
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -196,11 +200,15 @@ TEST_CASE("sleep and wake under injected faults: usable, nothing lost", "[sleep]
   const Op ops[] = {Op::HostAlloc, Op::Copy, Op::Unmap, Op::Release, Op::Create, Op::Map, Op::SetAccess};
   for (Op op : ops) {
     for (int phase = 0; phase < 2; ++phase) {      // 0: during sleep, 1: during wake
-      for (uint64_t nth = 0; nth < 2; ++nth) {
+      // Copies in 3 MiB pieces (8 MiB chunks: 3 + 3 + 2): a copy can fail
+      // after some of its pieces went through.
+      const uint64_t nths = op == Op::Copy ? 5 : 2;
+      for (uint64_t nth = 0; nth < nths; ++nth) {
         for (int persistent = 0; persistent < 2; ++persistent) {
           CAPTURE(int(op), phase, nth, persistent);
           // Small chunks and blocks: many chunks, little to copy.
           PoolUnderTest t(1 * kGiB, FakeProvider::Backing::Host, config_with(8 * kMiB));
+          t.provider.set_copy_piece(3 * kMiB);
           Attached cache(t.pool);
           const std::vector<Live> live = populate(t, *cache, 4 * kMiB);
           if (phase == 0) t.provider.fail(op, nth, ProviderStatus::Failed, persistent);
@@ -227,4 +235,172 @@ TEST_CASE("sleep and wake under injected faults: usable, nothing lost", "[sleep]
       }
     }
   }
+}
+
+TEST_CASE("sleep with keep: chunk sizes, copies in pieces that do not divide them", "[sleep]") {
+  // chunk size, piece size (0: a copy in one piece)
+  const uint64_t cases[][2] = {{2 * kMiB, 0},         {2 * kMiB, 1 * kMiB},  {8 * kMiB, 3 * kMiB},
+                               {64 * kMiB, 5 * kMiB}, {100 * kMiB, 32 * kMiB}};
+  for (const auto& c : cases) {
+    CAPTURE(c[0], c[1]);
+    PoolUnderTest t(2 * kGiB, FakeProvider::Backing::Host, config_with(c[0]));
+    t.provider.set_copy_piece(c[1]);
+    Attached cache(t.pool);
+    const std::vector<Live> live = populate(t, *cache);
+    const uint64_t chunks = t.provider.live_chunks();
+    const uint64_t copies = t.provider.calls(Op::Copy);
+    REQUIRE(t.pool.sleep(kSleepKeep) == SleepStatus::Ok);
+    CHECK(t.provider.live_chunks() == 0);
+    // One host copy per chunk kept (idle chunks are released, not kept).
+    CHECK(t.provider.live_host_buffers() > 0);
+    CHECK(t.provider.live_host_buffers() <= chunks);
+    REQUIRE(t.pool.wake() == SleepStatus::Ok);
+    CHECK(all_intact(live));
+    CHECK(t.provider.live_host_buffers() == 0);
+    if (c[1]) CHECK(t.provider.calls(Op::Copy) - copies > 2 * chunks);  // pieces, not whole chunks
+    CHECK(t.pool.check().empty());
+    CHECK(t.provider.violations() == 0);
+    INFO(t.provider.violation_log());
+  }
+}
+
+TEST_CASE("sleep with keep: host memory refused for every chunk leaves the pool resident", "[sleep][faults]") {
+  PoolUnderTest t(1 * kGiB, FakeProvider::Backing::Host, config_with(8 * kMiB));
+  Attached cache(t.pool);
+  const std::vector<Live> live = populate(t, *cache, 4 * kMiB);
+  const uint64_t held = t.provider.used_bytes();
+  for (int round = 0; round < 2; ++round) {
+    CAPTURE(round);
+    // Host memory refused (0), or every copy failing after its first piece (1).
+    if (round == 0) {
+      t.provider.fail(Op::HostAlloc, 0, ProviderStatus::OutOfMemory, true);
+    } else {
+      t.provider.set_copy_piece(3 * kMiB);
+      t.provider.fail(Op::Copy, 1, ProviderStatus::Failed, true);
+    }
+    CHECK(t.pool.sleep(kSleepKeep) == SleepStatus::Partial);
+    CHECK(t.provider.used_bytes() == held);  // nothing released: nothing could be kept
+    CHECK(t.provider.live_host_buffers() == 0);
+    CHECK(t.pool.kept_bytes() == 0);
+    t.provider.clear_faults();
+    REQUIRE(t.pool.wake() == SleepStatus::Ok);
+    CHECK(all_intact(live));
+    CHECK(t.pool.check().empty());
+  }
+  // And then a sleep that works.
+  REQUIRE(t.pool.sleep(kSleepKeep) == SleepStatus::Ok);
+  CHECK(t.provider.used_bytes() == 0);
+  REQUIRE(t.pool.wake() == SleepStatus::Ok);
+  CHECK(all_intact(live));
+  CHECK(t.provider.live_host_buffers() == 0);
+  CHECK(t.provider.violations() == 0);
+}
+
+TEST_CASE("wake: a copy refused for one chunk; the others are woken, wake again finishes", "[sleep][faults]") {
+  PoolUnderTest t(1 * kGiB, FakeProvider::Backing::Host, config_with(8 * kMiB));
+  Attached cache(t.pool);
+  const std::vector<Live> live = populate(t, *cache, 4 * kMiB);
+  REQUIRE(t.pool.sleep(kSleepKeep) == SleepStatus::Ok);
+  const uint64_t kept = t.provider.live_host_buffers();
+  REQUIRE(kept > 2);
+  t.provider.fail(Op::Copy, 1, ProviderStatus::Failed);  // the second chunk's copy back
+  CHECK(t.pool.wake() == SleepStatus::Failed);
+  CHECK(t.pool.asleep());
+  // Every chunk but that one is back (its host copy given back); its fresh
+  // memory went back to the device.
+  CHECK(t.provider.live_host_buffers() == 1);
+  CHECK(t.pool.kept_bytes() == 8 * kMiB);
+  CHECK(t.provider.live_chunks() == kept - 1);
+  REQUIRE(t.pool.wake() == SleepStatus::Ok);
+  CHECK(all_intact(live));
+  CHECK(t.provider.live_host_buffers() == 0);
+  CHECK(t.pool.check().empty());
+  CHECK(t.provider.violations() == 0);
+}
+
+TEST_CASE("sleep: 1000 cycles leak no host memory", "[sleep]") {
+  // Accounting only (Backing::None: a host copy is a token, nothing is
+  // copied), so that a thousand cycles stay cheap; the contents over many
+  // cycles are checked above and in the fake-driver case (pool sleep).
+  PoolUnderTest t(256 * kMiB, FakeProvider::Backing::None, config_with(2 * kMiB));
+  t.provider.set_copy_piece(1 * kMiB);
+  Attached cache(t.pool);
+  std::vector<uint64_t> blocks;
+  for (int i = 0; i < 3; ++i) {
+    uint64_t p = 0;
+    REQUIRE(t.alloc(*cache, 1 * kMiB + uint64_t(i) * 4096, &p) == AllocStatus::Ok);
+    blocks.push_back(p);
+  }
+  const uint64_t made = t.provider.host_buffers_made();
+  uint64_t kept_per_cycle = 0;
+  for (int cycle = 0; cycle < 1000; ++cycle) {
+    REQUIRE(t.pool.sleep(kSleepKeep) == SleepStatus::Ok);
+    if (cycle == 0) kept_per_cycle = t.provider.live_host_buffers();
+    REQUIRE(t.provider.live_host_buffers() == kept_per_cycle);
+    REQUIRE(t.pool.wake() == SleepStatus::Ok);
+    REQUIRE(t.provider.live_host_buffers() == 0);
+  }
+  CHECK(kept_per_cycle > 0);
+  CHECK(t.provider.host_buffers_made() - made == 1000 * kept_per_cycle);  // every one made was freed
+  CHECK(t.pool.kept_bytes() == 0);
+  for (uint64_t p : blocks) CHECK(t.free(*cache, p) == FreeStatus::Ok);
+  CHECK(t.pool.check().empty());
+  CHECK(t.provider.violations() == 0);
+}
+
+TEST_CASE("sleep and wake from another thread while allocations run and wait", "[sleep]") {
+  PoolUnderTest t(1 * kGiB, FakeProvider::Backing::Host, config_with(8 * kMiB));
+  t.provider.set_copy_piece(3 * kMiB);
+  Attached cache(t.pool);
+  const std::vector<Live> live = populate(t, *cache, 4 * kMiB);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> rounds{0}, bad{0};
+  // Memory is touched only under `touch`, which the sleeping thread holds
+  // from sleep to wake (a program must not touch pool memory while
+  // asleep); allocations are made outside it, so they race with sleep and
+  // wait for wake.
+  std::mutex touch;
+  std::thread worker([&] {
+    Attached mine(t.pool);
+    uint64_t seed = 1000;
+    std::vector<Live> held;
+    while (!stop.load()) {
+      const uint64_t bytes = (seed % 3 == 0) ? 5 * kMiB : 3000 + (seed % 7) * 1000;
+      uint64_t p = 0;
+      if (t.alloc(*mine, bytes, &p) != AllocStatus::Ok) {
+        ++bad;
+        break;
+      }
+      std::lock_guard<std::mutex> guard(touch);
+      fill(p, bytes, ++seed);
+      held.push_back({p, bytes, seed});
+      if (held.size() > 6) {
+        if (!check(held.front().addr, held.front().bytes, held.front().seed)) ++bad;
+        t.free(*mine, held.front().addr);
+        held.erase(held.begin());
+      }
+      ++rounds;
+    }
+    std::lock_guard<std::mutex> guard(touch);
+    for (const Live& l : held) {
+      if (!check(l.addr, l.bytes, l.seed)) ++bad;
+      t.free(*mine, l.addr);
+    }
+  });
+  for (int cycle = 0; cycle < 10; ++cycle) {
+    const uint64_t before = rounds.load();
+    while (rounds.load() < before + 3 && !bad.load()) std::this_thread::yield();
+    std::lock_guard<std::mutex> guard(touch);
+    REQUIRE(t.pool.sleep(kSleepKeep) != SleepStatus::Busy);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the worker now waits
+    REQUIRE(t.pool.wake() == SleepStatus::Ok);
+  }
+  stop = true;
+  worker.join();
+  CHECK(bad.load() == 0);
+  CHECK(rounds.load() > 10);
+  CHECK(all_intact(live));
+  CHECK(t.provider.live_host_buffers() == 0);
+  CHECK(t.pool.check().empty());
+  CHECK(t.provider.violations() == 0);
 }

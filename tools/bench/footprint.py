@@ -15,10 +15,17 @@ tools/bench/footprint-run runs every case and prints a table.
       Fills GIB GiB of 1 GiB tensors, then pagefast_sleep(KEEP) and
       pagefast_wake: the time of each, the copy bandwidth they reached,
       nvidia-smi's used memory before, during and after, and whether every
-      byte came back (checked on the GPU).
+      byte came back (checked on the GPU); then torch's pinned-copy
+      bandwidth of this machine, the sleep and wake GiB/s next to it, and
+      the phases pagefast logged (PAGEFAST_LOG=info: sync, copy, unmap and
+      release / create, map and access, copy, host give-back; =debug also
+      the copy threads' own breakdown), read back from this process's
+      stderr.
 """
+import contextlib
 import ctypes
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -151,6 +158,44 @@ def train(kind, steps, sleep_at, keep):
     print("losses " + " ".join(float(l).hex() for l in losses))
 
 
+@contextlib.contextmanager
+def stderr_lines(into):
+    """fd 2 (where pagefast logs) into a file for the duration; its lines
+    are appended to `into` and written to stderr again afterwards."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(f"/tmp/footprint-stderr-{os.getpid()}.txt", "w+b") as f:
+        os.dup2(f.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            f.seek(0)
+            text = f.read().decode(errors="replace")
+            os.unlink(f.name)
+    sys.stderr.write(text)
+    into.extend(text.splitlines())
+
+
+def logged_phases(lines):
+    """The phases of pagefast's sleep and wake lines (docs/POOL.md "Sleep
+    and wake": the copy path), one printable line each."""
+    out = []
+    for line in lines:
+        m = re.search(r"(device \d+ asleep in \d+ ms): .*?; (.*)$", line)
+        if m:
+            out.append(f"  sleep: {m.group(1)}: {m.group(2)}")
+        m = re.search(r"(device \d+ awake in \d+ ms): (.*)$", line)
+        if m:
+            out.append(f"  wake:  {m.group(1)}: {m.group(2)}")
+        m = re.search(r"(device \d+: copy (to|from) host: .*)$", line)
+        if m:
+            out.append(f"  copy threads: {m.group(1)}")
+    return out
+
+
 def sleep_bench(gib):
     pf = lib()
     if not pf or not hasattr(pf, "pagefast_sleep"):
@@ -162,17 +207,22 @@ def sleep_bench(gib):
         blocks.append(t)
     torch.cuda.synchronize()
     before = gpu_used_mib()
-    t0 = time.perf_counter()
-    rc = pf.pagefast_sleep(KEEP)
-    t1 = time.perf_counter()
+    log = []
+    with stderr_lines(log):
+        t0 = time.perf_counter()
+        rc = pf.pagefast_sleep(KEEP)
+        t1 = time.perf_counter()
     during = gpu_used_mib()
-    rc2 = pf.pagefast_wake()
-    t2 = time.perf_counter()
+    with stderr_lines(log):
+        t1w = time.perf_counter()
+        rc2 = pf.pagefast_wake()
+        t2 = time.perf_counter()
     after = gpu_used_mib()
+    sleep_s, wake_s = t1 - t0, t2 - t1w
     ok = all(bool(torch.equal(b, torch.arange(1 << 28, dtype=torch.int32, device="cuda") * (i + 1)))
              for i, b in enumerate(blocks))
-    print(f"sleep {gib} GiB: rc {rc}, {t1 - t0:.2f} s ({gib / (t1 - t0):.1f} GiB/s); wake rc {rc2}, "
-          f"{t2 - t1:.2f} s ({gib / (t2 - t1):.1f} GiB/s)")
+    print(f"sleep {gib} GiB: rc {rc}, {sleep_s:.2f} s ({gib / sleep_s:.1f} GiB/s); wake rc {rc2}, "
+          f"{wake_s:.2f} s ({gib / wake_s:.1f} GiB/s)")
     print(f"nvidia-smi used: before {before} MiB, asleep {during} MiB, after wake {after} MiB; "
           f"contents {'identical' if ok else 'DIFFER'}")
     # For comparison: the pinned copy bandwidth of this machine, one way each.
@@ -188,7 +238,15 @@ def sleep_bench(gib):
     torch.cuda.synchronize()
     t2 = time.perf_counter()
     n = min(8, len(blocks))
-    print(f"pinned copies (torch, 1 GiB each): D2H {n / (t1 - t0):.1f} GiB/s, H2D {n / (t2 - t1):.1f} GiB/s")
+    d2h, h2d = n / (t1 - t0), n / (t2 - t1)
+    print(f"pinned copies (torch, 1 GiB each): D2H {d2h:.1f} GiB/s, H2D {h2d:.1f} GiB/s")
+    print(f"sleep {gib / sleep_s:.1f} GiB/s vs pinned D2H {d2h:.1f} GiB/s ({100 * gib / sleep_s / d2h:.0f}%); "
+          f"wake {gib / wake_s:.1f} GiB/s vs pinned H2D {h2d:.1f} GiB/s ({100 * gib / wake_s / h2d:.0f}%)")
+    phases = logged_phases(log)
+    print("phases (pagefast log):" if phases else
+          "phases: none logged (run with PAGEFAST_LOG=info, or =debug for the copy threads' breakdown)")
+    for line in phases:
+        print(line)
 
 
 def main():
