@@ -11,6 +11,7 @@
 #include "interpose/log.h"
 #include "interpose/pool/vmm_clients.h"
 #include "interpose/pool_api.h"
+#include "interpose/thread_records.h"
 #include "policy/json.h"
 
 namespace pagefast::stats {
@@ -27,34 +28,25 @@ struct alignas(64) Block {
   Block* next;
 };
 
-std::atomic<Block*> g_blocks{nullptr};
+ThreadRecords<Block> g_blocks;
 pthread_key_t g_key;
 pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
 // Initial-exec: the library is preloaded (static TLS), and the hot path
 // counts every call; global-dynamic TLS would cost a __tls_get_addr call.
 __attribute__((tls_model("initial-exec"))) thread_local Block* t_block = nullptr;
 
-void release_block(void* block) { static_cast<Block*>(block)->owned.store(false, std::memory_order_release); }
-void make_key() { pthread_key_create(&g_key, &release_block); }
+void make_key() { pthread_key_create(&g_key, &ThreadRecords<Block>::release); }
 
+// A reused block keeps its counts: they are the process's, summed over
+// every block ever made.
 Block* acquire_block() {
-  for (Block* b = g_blocks.load(std::memory_order_acquire); b; b = b->next) {
-    bool expected = false;
-    if (!b->owned.load(std::memory_order_relaxed) &&
-        b->owned.compare_exchange_strong(expected, true, std::memory_order_acq_rel))
-      return b;
-  }
-  // Once per thread, never on the steady-state path. Never freed.
-  void* memory = std::calloc(1, sizeof(Block));
-  if (!memory) return nullptr;
-  Block* b = new (memory) Block();
-  for (auto& c : b->counter) c.store(0, std::memory_order_relaxed);
-  b->owned.store(true, std::memory_order_relaxed);
-  Block* head = g_blocks.load(std::memory_order_relaxed);
-  do {
-    b->next = head;
-  } while (!g_blocks.compare_exchange_weak(head, b, std::memory_order_release, std::memory_order_relaxed));
-  return b;
+  return g_blocks.acquire([]() -> Block* {
+    void* memory = std::calloc(1, sizeof(Block));
+    if (!memory) return nullptr;
+    Block* b = new (memory) Block();
+    for (auto& c : b->counter) c.store(0, std::memory_order_relaxed);
+    return b;
+  });
 }
 
 // A fallback for threads whose block could not be made: shared, atomic.
@@ -78,7 +70,7 @@ inline void bump(int index) {
 
 uint64_t sum(int index) {
   uint64_t total = g_overflow[index].load(std::memory_order_relaxed);
-  for (Block* b = g_blocks.load(std::memory_order_acquire); b; b = b->next)
+  for (Block* b = g_blocks.first(); b; b = b->next)
     total += b->counter[index].load(std::memory_order_relaxed);
   return total;
 }

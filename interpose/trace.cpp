@@ -27,6 +27,7 @@
 #include <new>
 
 #include "interpose/context_memo.h"
+#include "interpose/thread_records.h"
 #include "interpose/files.h"
 #include "interpose/log.h"
 #include "interpose/real_driver.h"
@@ -75,7 +76,7 @@ uint64_t g_start_wall_ns = 0;
 bool g_configured = false;
 bool g_forked = false;  // this process is a fork child of the traced one
 
-std::atomic<Ring*> g_rings{nullptr};
+ThreadRecords<Ring> g_rings;
 std::atomic<uint32_t> g_next_thread{0};
 std::atomic<int> g_writer_state{kNotStarted};
 std::atomic<bool> g_stop{false};
@@ -145,7 +146,7 @@ void batch_flush() {
 // destructor's once the writer is gone. Returns the records taken.
 uint64_t drain_all() {
   uint64_t taken = 0;
-  for (Ring* ring = g_rings.load(std::memory_order_acquire); ring; ring = ring->next) {
+  for (Ring* ring = g_rings.first(); ring; ring = ring->next) {
     const uint64_t head = ring->head.load(std::memory_order_acquire);
     uint64_t tail = ring->tail.load(std::memory_order_relaxed);
     while (tail != head) {
@@ -219,7 +220,6 @@ void start_writer() {
 
 // ---- the producers ----
 
-void release_ring(void* ring) { static_cast<Ring*>(ring)->owned.store(false, std::memory_order_release); }
 
 void on_fork_child() {
   // The writer thread does not exist here and the file is the parent's:
@@ -229,25 +229,14 @@ void on_fork_child() {
 }
 
 Ring* acquire_ring() {
-  Ring* ring = nullptr;
-  for (Ring* r = g_rings.load(std::memory_order_acquire); r && !ring; r = r->next) {
-    bool expected = false;
-    if (!r->owned.load(std::memory_order_relaxed) &&
-        r->owned.compare_exchange_strong(expected, true, std::memory_order_acq_rel))
-      ring = r;
-  }
-  if (!ring) {
-    // Once per thread. Zeroed memory is a valid empty ring. Never freed.
+  // Zeroed memory is a valid empty ring.
+  Ring* ring = g_rings.acquire([]() -> Ring* {
     void* memory = nullptr;
     if (posix_memalign(&memory, alignof(Ring), sizeof(Ring)) != 0) return nullptr;
     std::memset(memory, 0, sizeof(Ring));
-    ring = new (memory) Ring;
-    ring->owned.store(true, std::memory_order_relaxed);
-    Ring* head = g_rings.load(std::memory_order_relaxed);
-    do {
-      ring->next = head;
-    } while (!g_rings.compare_exchange_weak(head, ring, std::memory_order_release, std::memory_order_relaxed));
-  }
+    return new (memory) Ring;
+  });
+  if (!ring) return nullptr;
   ring->device.forget();
   ring->thread.store(g_next_thread.fetch_add(1, std::memory_order_relaxed), std::memory_order_relaxed);
   return ring;
@@ -317,7 +306,7 @@ void configure(const std::string& path) {
   if (path.empty() || g_configured) return;
   g_path = strdup(path.c_str());
   if (!g_path) return;
-  if (pthread_key_create(&g_key, &release_ring) != 0) return;
+  if (pthread_key_create(&g_key, &ThreadRecords<Ring>::release) != 0) return;
   pthread_atfork(nullptr, nullptr, &on_fork_child);
   g_start_mono_ns = clock_ns(CLOCK_MONOTONIC);
   g_start_wall_ns = clock_ns(CLOCK_REALTIME);
