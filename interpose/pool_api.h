@@ -14,6 +14,7 @@
 #include <string>
 
 #include "policy/config.h"
+#include "policy/pool_stats.h"
 
 namespace pagefast::pool {
 
@@ -72,6 +73,10 @@ void on_peer_access_disabled(int accessor, int owner);
 // driver from then on; addresses of the retired pool are no longer the
 // pool's (calls on them go to the driver, which answers for them).
 void on_device_reset(int device);
+
+// The figures of device `device`'s pool; false when it has none. Counters
+// and try-locks only; no CUDA (the live publisher calls it every 0.5 s).
+bool stats_of(int device, policy::PoolStats* out);
 
 // The "pool" object of the stats JSON (an object text: {"devices": [{"device": 0, ...}]}).
 // Reads counters only; no CUDA.

@@ -13,7 +13,6 @@
 #include "interpose/entries.h"
 #include "interpose/live/segment.h"
 #include "interpose/log.h"
-#include "interpose/pool/pool_internal.h"
 #include "interpose/pool_api.h"
 #include "interpose/runtime.h"
 #include "interpose/service_thread.h"
@@ -62,11 +61,9 @@ void publish_once() {
   u.free_calls = stats::calls(Entry::cuMemFree_v2);
   u.numa = runtime::numa_json();
   for (int d = 0; d < pool::kMaxDevices && int(u.devices.size()) < kMaxDevices; ++d) {
-    policy::DevicePool* pool = pool::pool_for_device(d);
-    if (!pool) continue;
     DeviceFigures f;
     f.device = d;
-    f.stats = pool->stats();  // counters and try-locks only
+    if (!pool::stats_of(d, &f.stats)) continue;
     u.devices.push_back(f);
   }
   g_writer->publish(u);

@@ -483,6 +483,13 @@ void on_capture_end() {
   if (g_gate.captures.load(std::memory_order_relaxed) > 0) g_gate.captures.fetch_sub(1, std::memory_order_seq_cst);
 }
 
+bool stats_of(int device, policy::PoolStats* out) {
+  DevicePool* pool = pool_for_device(device);
+  if (!pool) return false;
+  *out = pool->stats();
+  return true;
+}
+
 std::string stats_json() {
   // A labelled list (docs/STATS.md): {"device": 0, <the pool fields>}.
   std::string text = "{\"devices\": [";
