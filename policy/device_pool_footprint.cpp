@@ -102,13 +102,13 @@ SleepStatus DevicePool::sleep(unsigned flags) {
   // Every cached block goes central: from now on each allocation misses.
   drain_all();
   // Device work on pool memory must be over before memory goes (and
-  // before its contents are copied).
-  const SyncStatus synced = quarantine_.synchronize_untracked();
-  if (synced != SyncStatus::Done) {
+  // before its contents are copied): one sync that begins now proves it,
+  // and retires the whole quarantine (it used to be two, the first counted
+  // even when it failed).
+  if (!sync_and_retire(nullptr, false)) {
     undo();
     return SleepStatus::Busy;
   }
-  sync_and_retire(nullptr, false);
   release_all_empty_slabs();
   const uint64_t synced_ns = clock_.now_ns() - start;
   Arena::SleepResult result;

@@ -237,10 +237,4 @@ bool Quarantine::synchronize_covering(uint64_t stamp) {
   return true;
 }
 
-SyncStatus Quarantine::synchronize_untracked() {
-  const SyncStatus status = provider_.synchronize();
-  synchronizations_.fetch_add(1, std::memory_order_relaxed);
-  return status;
-}
-
 }  // namespace pagefast::policy

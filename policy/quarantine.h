@@ -161,9 +161,6 @@ class Quarantine {
   // Returns once a successful sync covers `stamp` (false: it failed or was
   // refused). Threads share syncs: one runs at a time.
   bool synchronize_covering(uint64_t stamp);
-  // A sync outside the tickets (it retires nothing): sleep's. Counted
-  // whatever its answer, not timed (as it always was).
-  SyncStatus synchronize_untracked();
   uint64_t synchronizations() const { return synchronizations_.load(std::memory_order_relaxed); }
   uint64_t synchronization_ns() const { return synchronization_ns_.load(std::memory_order_relaxed); }
 
