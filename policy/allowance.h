@@ -31,8 +31,11 @@ constexpr uint64_t kAllowanceWindowNs = 1000ull * 1000;
 // ... and smoothed with this time constant: a training step's bursts of
 // frees (the backward pass) and its quiet parts average out.
 constexpr uint64_t kAllowanceSmoothingNs = 50ull * 1000 * 1000;
-// slack's default: at most about 500 syncs a second made instead of growing.
-constexpr uint64_t kDefaultSlackNs = 2ull * 1000 * 1000;
+// slack's default: at most about 100 syncs a second made instead of
+// growing. On the H200 a sync in a GPU-bound training step cost about
+// 0.2-0.3 ms of step time (the queue drains, then refills): 2 ms cost
+// ResNet-18 6-11% of its steps/s (docs/BENCHMARKS.md "Footprint").
+constexpr uint64_t kDefaultSlackNs = 10ull * 1000 * 1000;
 // slack:off: the allowance stays at its maximum (the fixed allowance).
 constexpr uint64_t kNoSlack = ~uint64_t(0);
 

@@ -37,7 +37,7 @@ struct PoolConfig {
   // slack: freed memory may wait about the program's free rate times this
   // for a sync before the pool reuses it instead of growing
   // (policy/allowance.h); ~0 (off): the fixed allowance.
-  uint64_t slack_ns = 2ull * 1000 * 1000;
+  uint64_t slack_ns = 10ull * 1000 * 1000;
   // control: pagefast-ctl may reach the process (sleep/wake/status) over
   // the IPC socket, whose thread then starts with the first pool.
   bool control = true;
