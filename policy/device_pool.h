@@ -345,7 +345,6 @@ class DevicePool {
   std::atomic<uint64_t> seal_bytes_;  // the free path seals a batch at twice this
   std::atomic<uint64_t> allowance_sampled_ns_{0};
   std::atomic<uint64_t> folded_freed_{0};  // freed_bytes of detached caches
-  std::atomic<uint64_t> reclaims_{0};      // reclaims made instead of growing
 
   SlabCentral centrals_[kClassCount];
 

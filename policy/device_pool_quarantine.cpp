@@ -109,9 +109,7 @@ void DevicePool::retire_entries(ThreadCache* cache, const QuarantineEntry* entri
   for (int i = 0; i < large_count; ++i) give_back_large(large[i]);
 }
 
-}  // namespace pagefast::policy
-
-namespace pagefast::policy {
+// ---- the allowance (policy/allowance.h) --------------------------------------
 
 uint64_t DevicePool::allowance_for(Granules request) {
   if (!allowance_.adaptive()) return large_.batch_bytes;
@@ -167,7 +165,6 @@ bool DevicePool::reclaim_before_growth(ThreadCache* cache, Granules granules) {
   drain_all();
   if (!sync_and_retire(cache, false)) return false;
   release_all_empty_slabs();
-  reclaims_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
