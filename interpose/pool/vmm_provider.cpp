@@ -157,7 +157,17 @@ bool VmmProvider::release_chunk(policy::ChunkHandle chunk) {
 }
 
 ProviderStatus VmmProvider::map(uint64_t addr, policy::ChunkHandle chunk, Granules offset, Granules granules) {
-  return status_of(real_->cuMemMap(addr, granules.bytes(), offset.bytes(), chunk.value, 0));
+  const CUresult r = real_->cuMemMap(addr, granules.bytes(), offset.bytes(), chunk.value, 0);
+  // A refused map is a slow path's event (growth, a stitch, wake): the
+  // first few are logged at debug level, with the offset, so that a GPU
+  // run shows whether the driver takes maps at a chunk offset (stitches).
+  if (r != CUDA_SUCCESS && log_ && map_failures_logged_.fetch_add(1, std::memory_order_relaxed) < kMapFailuresLogged) {
+    char line[160];
+    std::snprintf(line, sizeof line, "device %d: cuMemMap of %llu bytes at chunk offset %llu refused (CUresult %d)",
+                  int(device_), (unsigned long long)granules.bytes(), (unsigned long long)offset.bytes(), int(r));
+    log_(LogLevel::Debug, line);
+  }
+  return status_of(r);
 }
 
 bool VmmProvider::unmap(uint64_t addr, Granules granules) {

@@ -84,6 +84,8 @@ class VmmProvider final : public policy::Provider {
   CaptureGate* const gate_;
   const LogSink log_;
   std::atomic<bool> reserve_warned_{false};
+  static constexpr int kMapFailuresLogged = 8;
+  std::atomic<int> map_failures_logged_{0};
   uint64_t total_bytes_ = 0;
   CUmemAllocationProp prop_{};
   CUmemAccessDesc access_{};
