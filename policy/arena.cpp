@@ -292,7 +292,7 @@ bool Arena::unmap_all(const StitchInfo& info) {
 }
 
 Block* Arena::stitch(Granules granules, int max_pieces, BlockState state) {
-  if (asleep_) return nullptr;
+  if (asleep_ || !provider_.maps_at_offset()) return nullptr;
   if (free_home() < granules || granules.count() == 0) return nullptr;
   if (max_pieces > 0) {
     int needed = 0;

@@ -213,10 +213,25 @@ void FakeProvider::host_protect(uint64_t addr, uint64_t bytes, bool accessible) 
     violation("host mprotect failed");
 }
 
+void FakeProvider::set_offset_maps(bool allowed) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  offset_maps_ = allowed;
+}
+
+bool FakeProvider::maps_at_offset() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return offset_maps_;
+}
+
 ProviderStatus FakeProvider::map(uint64_t addr, ChunkHandle chunk, Granules offset, Granules granules) {
   std::lock_guard<std::mutex> guard(mutex_);
   ProviderStatus status;
   if (inject(Op::Map, &status)) return status;
+  if (!offset_maps_ && offset.count() != 0) {
+    // The pool asked although maps_at_offset() said no: a wasted driver call.
+    violation("map at a chunk offset on a provider that maps at none");
+    return ProviderStatus::Failed;
+  }
   auto it = chunks_.find(chunk.value);
   const uint64_t bytes = granules.bytes();
   if (it == chunks_.end()) {

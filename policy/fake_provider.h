@@ -71,6 +71,10 @@ class FakeProvider final : public Provider {
   void clear_faults();
   void set_sync_allowed(bool allowed);  // false: synchronize() answers NotAllowed
   void set_sync_fails(bool fails);
+  // false: map() at a non-zero chunk offset fails (Failed), as on the
+  // H200, and maps_at_offset() says so. Default true.
+  void set_offset_maps(bool allowed);
+  bool maps_at_offset() override;
 
   // Device work and its checks.
   void launch(uint64_t addr, uint64_t bytes);
@@ -152,6 +156,7 @@ class FakeProvider final : public Provider {
   Fault faults_[int(Op::kCount)];
   bool sync_allowed_ = true;
   bool sync_fails_ = false;
+  bool offset_maps_ = true;
   uint64_t violations_ = 0;
   std::string violation_log_;
 };

@@ -76,6 +76,11 @@ class Provider {
   // on an open range when the peer set changes.
   virtual ProviderStatus set_access(uint64_t addr, Granules granules, const AccessSet& access) = 0;
 
+  // Whether map() takes a non-zero offset into a chunk, which stitching
+  // needs. The H200's driver (580) answers CUDA_ERROR_NOT_SUPPORTED
+  // (docs/DRIVER-FACTS.md): the arena then grows instead of stitching.
+  virtual bool maps_at_offset() { return true; }
+
   // Waits until all device work that may use pool memory has finished.
   // Called with no lock of the pool held.
   virtual SyncStatus synchronize() = 0;

@@ -156,8 +156,16 @@ bool VmmProvider::release_chunk(policy::ChunkHandle chunk) {
   return real_->cuMemRelease(chunk.value) == CUDA_SUCCESS;
 }
 
+bool VmmProvider::maps_at_offset() { return offset_maps_.load(std::memory_order_relaxed); }
+
 ProviderStatus VmmProvider::map(uint64_t addr, policy::ChunkHandle chunk, Granules offset, Granules granules) {
   const CUresult r = real_->cuMemMap(addr, granules.bytes(), offset.bytes(), chunk.value, 0);
+  // The H200's driver refuses any map at a non-zero offset into a physical
+  // allocation (CUDA_ERROR_NOT_SUPPORTED, docs/DRIVER-FACTS.md): learnt
+  // once, after which the arena grows instead of stitching.
+  if (r == CUDA_ERROR_NOT_SUPPORTED && offset.count() != 0 && offset_maps_.exchange(false) && log_)
+    log_(LogLevel::Info, "the driver does not map at an offset into a physical allocation: the pool grows instead "
+                         "of stitching scattered free memory");
   // A refused map is a slow path's event (growth, a stitch, wake): the
   // first few are logged at debug level, with the offset, so that a GPU
   // run shows whether the driver takes maps at a chunk offset (stitches).

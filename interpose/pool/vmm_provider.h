@@ -55,6 +55,7 @@ class VmmProvider final : public policy::Provider {
   policy::ProviderStatus reserve_address(uint64_t bytes, uint64_t* base_addr) override;
   policy::ProviderStatus create_chunk(policy::Granules granules, policy::ChunkHandle* chunk) override;
   bool release_chunk(policy::ChunkHandle chunk) override;
+  bool maps_at_offset() override;
   policy::ProviderStatus map(uint64_t addr, policy::ChunkHandle chunk, policy::Granules offset,
                              policy::Granules granules) override;
   bool unmap(uint64_t addr, policy::Granules granules) override;
@@ -86,6 +87,7 @@ class VmmProvider final : public policy::Provider {
   std::atomic<bool> reserve_warned_{false};
   static constexpr int kMapFailuresLogged = 8;
   std::atomic<int> map_failures_logged_{0};
+  std::atomic<bool> offset_maps_{true};
   uint64_t total_bytes_ = 0;
   CUmemAllocationProp prop_{};
   CUmemAccessDesc access_{};

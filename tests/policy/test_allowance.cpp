@@ -173,3 +173,26 @@ TEST_CASE("allowance: a slow loop waits little for its syncs", "[allowance][pool
     CHECK(t.pool.check() == "");
   }
 }
+
+TEST_CASE("a provider that maps at no chunk offset: the pool grows, never stitches", "[arena][pool]") {
+  // The H200's driver refuses cuMemMap at a non-zero offset into a physical
+  // allocation (docs/DRIVER-FACTS.md): the arena must not try to stitch.
+  PoolUnderTest t(8 * kGiB, FakeProvider::Backing::None, config_with(64 * kMiB));
+  t.provider.set_offset_maps(false);
+  Attached cache(t.pool);
+  std::vector<uint64_t> kept;
+  // Scatter free memory: allocate 24 MiB blocks, free every other one.
+  for (int i = 0; i < 40; ++i) {
+    uint64_t p = 0;
+    REQUIRE(t.alloc(*cache, 24 * kMiB, &p) == AllocStatus::Ok);
+    kept.push_back(p);
+  }
+  for (size_t i = 0; i < kept.size(); i += 2) REQUIRE(t.free(*cache, kept[i]) == FreeStatus::Ok);
+  t.pool.trim();
+  uint64_t big = 0;
+  REQUIRE(t.alloc(*cache, 200 * kMiB, &big) == AllocStatus::Ok);  // would have been a stitch
+  const PoolStats s = t.pool.stats();
+  CHECK(s.stitches == 0);
+  CHECK(t.provider.violations() == 0);
+  CHECK(t.pool.check() == "");
+}

@@ -31,13 +31,14 @@ using namespace pagefast::policy;
 namespace {
 
 const char kUsage[] =
-    "usage: pagefast-simulate TRACE [--conf \"key:value,...\"] [--device BYTES] [--timeline FILE.csv] [--json]\n"
+    "usage: pagefast-simulate TRACE [--conf \"key:value,...\"] [--device BYTES] [--timeline FILE.csv] [--json] [--offset-maps]\n"
     "Runs pagefast's pool policy on the CPU over a PAGEFAST_TRACE file and reports the\n"
     "memory it would hold, against the program's own peak, with its syncs and growths.\n"
     "  --conf      PAGEFAST_CONF keys for the simulated pool (default: none)\n"
     "  --device    the device's memory (default 140G, an H200)\n"
     "  --timeline  a CSV of time, live and held bytes, one row per change of held memory\n"
-    "  --json      one JSON object instead of the table\n";
+    "  --json      one JSON object instead of the table\n"
+    "  --offset-maps  let the pool map at chunk offsets (stitch); off by default, as on the H200\n";
 
 // The trace's clock: each record sets the time before it is played.
 class TraceClock final : public Clock {
@@ -69,7 +70,7 @@ struct Live {
 int main(int argc, char** argv) {
   std::string path, conf, timeline_path;
   uint64_t device_bytes = 140 * kGiB;
-  bool json = false;
+  bool json = false, offset_maps = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> const char* {
@@ -94,6 +95,8 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--timeline") {
       timeline_path = value();
+    } else if (a == "--offset-maps") {
+      offset_maps = true;
     } else if (a == "--json") {
       json = true;
     } else if (!a.empty() && a[0] == '-') {
@@ -128,6 +131,9 @@ int main(int argc, char** argv) {
                    [](const trace_format::Record& a, const trace_format::Record& b) { return a.t_ns < b.t_ns; });
 
   FakeProvider provider(device_bytes, FakeProvider::Backing::None);
+  // As the H200's driver: no map at an offset into a chunk, so no stitch
+  // (docs/DRIVER-FACTS.md); --offset-maps lets the pool stitch.
+  provider.set_offset_maps(offset_maps);
   TraceClock clock;
   std::unique_ptr<PageMap> page_map(new PageMap());
   PoolSettings settings;
