@@ -48,14 +48,18 @@ void start_trim_thread(uint64_t release_delay_ns) {
   start_service_thread(nullptr, &trim_main, nullptr, "pagefast-trim");
 }
 
-int sleep_all(unsigned flags) {
+// Runs `step` on every pool under the sleep lock and folds the answers:
+// 0 all Ok, 1 some Partial (asleep, some chunks resident), -1 a failure
+// or no pool at all.
+template <typename Step>
+int each_pool(Step step) {
   std::lock_guard<std::mutex> guard(g_sleep_mutex);
   int pools = 0, result = 0;
   for (int d = 0; d < kMaxDevices; ++d) {
     policy::DevicePool* pool = pool_for_device(d);
     if (!pool) continue;
     ++pools;
-    switch (pool->sleep(flags)) {
+    switch (step(*pool)) {
       case policy::SleepStatus::Ok:
         break;
       case policy::SleepStatus::Partial:
@@ -68,16 +72,13 @@ int sleep_all(unsigned flags) {
   return pools ? result : -1;
 }
 
+int sleep_all(unsigned flags) {
+  return each_pool([flags](policy::DevicePool& pool) { return pool.sleep(flags); });
+}
+
 int wake_all() {
-  std::lock_guard<std::mutex> guard(g_sleep_mutex);
-  int pools = 0, result = 0;
-  for (int d = 0; d < kMaxDevices; ++d) {
-    policy::DevicePool* pool = pool_for_device(d);
-    if (!pool) continue;
-    ++pools;
-    if (pool->wake() != policy::SleepStatus::Ok) result = -1;
-  }
-  return pools ? result : -1;
+  // wake answers Ok or Failed (or Busy); never Partial.
+  return each_pool([](policy::DevicePool& pool) { return pool.wake(); });
 }
 
 int control_op(uint16_t op, uint64_t arg) {

@@ -6,21 +6,14 @@
 #include <string>
 #include <utility>
 
+#include "env.h"
 #include "policy/config.h"
 
 using namespace pagefast;
 
 namespace {
 
-struct Env {
-  std::map<std::string, std::string> vars;
-  static const char* lookup(const char* name, void* user) {
-    auto& vars = static_cast<Env*>(user)->vars;
-    auto it = vars.find(name);
-    return it == vars.end() ? nullptr : it->second.c_str();
-  }
-  Config parse() { return parse_config(&Env::lookup, this); }
-};
+using test::Env;
 
 Config with_conf(const std::string& conf) {
   Env env;

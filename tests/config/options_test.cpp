@@ -11,6 +11,7 @@
 #include <vector>
 #include <string>
 
+#include "env.h"
 #include "policy/config.h"
 #include "policy/options.h"
 
@@ -18,15 +19,7 @@ using namespace pagefast;
 
 namespace {
 
-struct Env {
-  std::map<std::string, std::string> vars;
-  static const char* lookup(const char* name, void* user) {
-    auto& vars = static_cast<Env*>(user)->vars;
-    auto it = vars.find(name);
-    return it == vars.end() ? nullptr : it->second.c_str();
-  }
-  Config parse() { return parse_config(&Env::lookup, this); }
-};
+using test::Env;
 
 // Every field a key or a non-path variable sets.
 void check_same(const Config& a, const Config& b) {
