@@ -38,6 +38,11 @@ struct PoolConfig {
   // for a sync before the pool reuses it instead of growing
   // (policy/allowance.h); ~0 (off): the fixed allowance.
   uint64_t slack_ns = 10ull * 1000 * 1000;
+  // sync_ahead: a thread of pagefast's (pagefast-sync) synchronises ahead
+  // of need while the program frees, so that freed memory is mostly
+  // retired before an allocation asks for it (docs/POOL.md "Syncing
+  // ahead").
+  bool sync_ahead = true;
   // control: pagefast-ctl may reach the process (sleep/wake/status) over
   // the IPC socket, whose thread then starts with the first pool.
   bool control = true;

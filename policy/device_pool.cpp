@@ -164,9 +164,12 @@ AllocStatus DevicePool::alloc_small_slow(ThreadCache& cache, int class_index, ui
   for (int attempt = 0; attempt < kSlowAttempts; ++attempt) {
     retire_local(cache, true);
     if (pop_small(cache, class_index, request_bytes, addr)) return AllocStatus::Ok;
-    if (quarantine_due(cache, Granules(0)) && sync_and_retire(&cache, true) &&
-        pop_small(cache, class_index, request_bytes, addr))
-      return AllocStatus::Ok;
+    if (quarantine_due(cache, Granules(0))) {
+      retire_finished(&cache, true);  // what syncs ahead retired, first
+      if (pop_small(cache, class_index, request_bytes, addr)) return AllocStatus::Ok;
+      if (sync_and_retire(&cache, true) && pop_small(cache, class_index, request_bytes, addr))
+        return AllocStatus::Ok;
+    }
     if (refill_small(cache, class_index) && pop_small(cache, class_index, request_bytes, addr))
       return AllocStatus::Ok;
     if (!new_slab(cache, class_index, &status)) {
@@ -246,8 +249,16 @@ AllocStatus DevicePool::alloc_large_slow(ThreadCache& cache, Granules granules, 
   const bool cacheable = granules <= large_.cache_block;
   if (cacheable && pop_large(cache, granules, request_bytes, addr)) return AllocStatus::Ok;
   const bool due = quarantine_due(cache, granules);
-  if (due && sync_and_retire(&cache, cacheable) && cacheable && pop_large(cache, granules, request_bytes, addr))
+  if (due && settings_.config.sync_ahead) {
+    // What syncs ahead retired (or the one under way will), and no sync of
+    // this thread's until the pool would otherwise grow (obtain): the
+    // device's queue keeps its work.
+    retire_finished(&cache, cacheable);
+    if (cacheable && pop_large(cache, granules, request_bytes, addr)) return AllocStatus::Ok;
+  } else if (due && sync_and_retire(&cache, cacheable) && cacheable &&
+             pop_large(cache, granules, request_bytes, addr)) {
     return AllocStatus::Ok;
+  }
   AllocStatus status = AllocStatus::OutOfMemory;
   bool fresh = false;
   auto take_existing = [&]() -> Block* {

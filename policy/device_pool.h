@@ -220,6 +220,16 @@ class DevicePool {
   uint64_t decay_step();
   uint64_t footprint_interval_ns() const { return footprint_.step_interval_ns(); }
 
+  // Syncing ahead (docs/POOL.md "Syncing ahead"), called in a loop by one
+  // thread (pagefast-sync): once the program has freed a quarter of the
+  // allowance since the last such sync began, synchronises and retires the
+  // shared quarantine to the arena, so that an allocation that would grow
+  // finds freed memory already retired, or waits for a sync already under
+  // way instead of draining the device's queue with one of its own.
+  // Returns how long the caller may wait before the next step. Never waits
+  // while the pool is asleep; does nothing with sync_ahead off.
+  uint64_t sync_ahead_step();
+
   // Sleep and wake (docs/POOL.md). sleep: waits for the pool's slow paths,
   // empties every thread cache (so every allocation takes a slow path,
   // where it waits or fails), synchronises, releases idle memory, then
@@ -284,15 +294,20 @@ class DevicePool {
   // Bytes freed so far (a running total) and bytes waiting for a sync or
   // held in thread caches, over every thread. Takes the registry lock.
   void waiting(uint64_t* freed_total, uint64_t* reclaimable);
-  // Before growing by `granules`: when the memory waiting in every
+  // Before growing by `granules`: whether the memory waiting in every
   // thread's quarantine and cache is over the allowance and would cover
-  // the request, it is reclaimed (one sync) instead. true: it was.
-  bool reclaim_before_growth(ThreadCache* cache, Granules granules);
+  // the request, so that it is reclaimed instead (obtain()).
+  bool reclaim_wanted(Granules granules);
   bool quarantine_due(ThreadCache& cache, Granules request);
   // Syncs and retires the shared quarantine and the cache's own. With
   // into_cache, retired blocks refill the cache first (the caller pops
   // next); without, all go central (the caller searches the arena next).
   bool sync_and_retire(ThreadCache* cache, bool into_cache);
+  // Retires what finished syncs cover (the shared quarantine, the cache's
+  // own batches), after waiting for a sync under way, if any: no new sync.
+  // With sync_ahead only (it does nothing otherwise).
+  void retire_finished(ThreadCache* cache, bool into_cache);
+  void retire_shared_to(ThreadCache* route);
   void retire_local(ThreadCache& cache, bool into_cache);
   // At most Quarantine::kMaxRetired entries.
   void retire_entries(ThreadCache* route, const QuarantineEntry* entries, int count);
@@ -345,6 +360,10 @@ class DevicePool {
   std::atomic<uint64_t> seal_bytes_;  // the free path seals a batch at twice this
   std::atomic<uint64_t> allowance_sampled_ns_{0};
   std::atomic<uint64_t> folded_freed_{0};  // freed_bytes of detached caches
+  // sync_ahead_step's: the freed total when its last sync began, and its syncs.
+  std::mutex sync_ahead_mutex_;
+  uint64_t sync_ahead_mark_ = 0;
+  std::atomic<uint64_t> syncs_ahead_{0};
 
   SlabCentral centrals_[kClassCount];
 
@@ -384,6 +403,16 @@ class DevicePool {
   std::mutex sleep_wait_mutex_;  // with sleep_wait_cv_: slow paths waiting for wake
   std::condition_variable sleep_wait_cv_;
 };
+
+// Syncing ahead: a sync once the program has freed 1/kSyncAheadFraction of
+// the allowance (but not less than kSyncAheadMinBytes) since the last one
+// began; steps kSyncAheadIdleNs apart while it frees nothing, else slack/8
+// within [kSyncAheadMinStepNs, kSyncAheadMaxStepNs].
+constexpr uint64_t kSyncAheadFraction = 4;
+constexpr uint64_t kSyncAheadMinBytes = 8 * kMiB;
+constexpr uint64_t kSyncAheadIdleNs = 20ull * 1000 * 1000;
+constexpr uint64_t kSyncAheadMinStepNs = 100ull * 1000;
+constexpr uint64_t kSyncAheadMaxStepNs = 2ull * 1000 * 1000;
 
 // At most this many chunks are released per decay step: the step holds
 // the device lock for one chunk at a time and yields it in between.

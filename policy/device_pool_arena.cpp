@@ -70,15 +70,32 @@ Block* DevicePool::obtain(ThreadCache* cache, Granules granules, bool for_slab, 
     std::lock_guard<std::mutex> guard(arena_mutex_);
     if (Block* b = take_existing()) return b;
   }
+  auto take_locked = [&]() -> Block* {
+    std::lock_guard<std::mutex> guard(arena_mutex_);
+    return take_existing();
+  };
   // Growing would be next: retire the quarantine first, it may hold enough.
-  if (sync_before_growth && quarantine_.holds_any(cache) && sync_and_retire(cache, false)) {
-    std::lock_guard<std::mutex> guard(arena_mutex_);
-    if (Block* b = take_existing()) return b;
+  // What syncs ahead retired, or the one under way will, comes first: the
+  // device's queue keeps the work submitted since that sync began.
+  const bool ahead = settings_.config.sync_ahead;
+  if (sync_before_growth && quarantine_.holds_any(cache)) {
+    if (ahead) {
+      retire_finished(cache, false);
+      if (Block* b = take_locked()) return b;
+    }
+    if (sync_and_retire(cache, false))
+      if (Block* b = take_locked()) return b;
   }
-  // Or every thread's, when more waits there than the allowance.
-  if (reclaim_before_growth(cache, granules)) {
-    std::lock_guard<std::mutex> guard(arena_mutex_);
-    if (Block* b = take_existing()) return b;
+  // Or every thread's, when more waits there than the allowance: other
+  // threads' caches and batches too (they would otherwise keep memory the
+  // pool grows around), then what finished syncs retired, then one sync
+  // of this thread's for all of it.
+  if (reclaim_wanted(granules)) {
+    drain_all();
+    if (sync_and_retire(cache, false)) {
+      release_all_empty_slabs();
+      if (Block* b = take_locked()) return b;
+    }
   }
   {
     std::lock_guard<std::mutex> guard(arena_mutex_);
@@ -102,6 +119,9 @@ Block* DevicePool::obtain(ThreadCache* cache, Granules granules, bool for_slab, 
 Block* DevicePool::obtain_under_pressure(ThreadCache* cache, Granules granules, bool for_slab,
                                          AllocStatus* status) {
   const BlockState state = for_slab ? BlockState::SlabBacking : BlockState::Used;
+  // A sync-ahead step under way may hold retired batches it has not yet
+  // routed to the arena: let it finish, so that nothing idle is in transit.
+  { std::lock_guard<std::mutex> step(sync_ahead_mutex_); }
   // Everything idle goes back where this request can reach it.
   drain_all();
   sync_and_retire(cache, false);

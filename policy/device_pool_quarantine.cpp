@@ -38,11 +38,53 @@ void DevicePool::share_local_quarantine(ThreadCache& cache, bool may_trim) {
 bool DevicePool::sync_and_retire(ThreadCache* cache, bool into_cache) {
   if (!quarantine_.synchronize_covering(quarantine_.newest_stamp(cache))) return false;
   if (cache) retire_local(*cache, into_cache);
-  ThreadCache* route = into_cache ? cache : nullptr;
+  retire_shared_to(into_cache ? cache : nullptr);
+  return true;
+}
+
+void DevicePool::retire_shared_to(ThreadCache* route) {
   quarantine_.retire_shared([&](const ThreadCache* owner, const QuarantineEntry* entries, int count) {
     retire_entries(route && owner == route ? route : nullptr, entries, count);
   });
-  return true;
+}
+
+void DevicePool::retire_finished(ThreadCache* cache, bool into_cache) {
+  if (!settings_.config.sync_ahead) return;
+  quarantine_.wait_running();
+  if (cache) retire_local(*cache, into_cache);
+  retire_shared_to(into_cache ? cache : nullptr);
+}
+
+uint64_t DevicePool::sync_ahead_step() {
+  if (!settings_.config.sync_ahead) return kSyncAheadIdleNs;
+  // The slow paths' gate, without waiting: sleep waits for this step to
+  // leave, and while asleep there is nothing to retire.
+  slow_in_flight_.fetch_add(1, std::memory_order_seq_cst);
+  SlowGuard gate{this};
+  if (asleep_.load(std::memory_order_seq_cst)) return kSyncAheadIdleNs;
+  std::unique_lock<std::mutex> lock(sync_ahead_mutex_, std::try_to_lock);
+  if (!lock) return kSyncAheadMaxStepNs;  // another caller steps (tests)
+  const uint64_t slack = settings_.config.slack_ns;
+  uint64_t step = slack == kNoSlack ? kSyncAheadMaxStepNs : slack / 8;
+  if (step < kSyncAheadMinStepNs) step = kSyncAheadMinStepNs;
+  if (step > kSyncAheadMaxStepNs) step = kSyncAheadMaxStepNs;
+  uint64_t trigger = allowance_for(Granules(0)) / kSyncAheadFraction;
+  if (trigger < kSyncAheadMinBytes) trigger = kSyncAheadMinBytes;
+  uint64_t freed = 0, reclaimable = 0;
+  waiting(&freed, &reclaimable);
+  // The total goes back when a thread's cache is recycled mid-count.
+  if (freed < sync_ahead_mark_) sync_ahead_mark_ = freed;
+  const uint64_t since = freed - sync_ahead_mark_;
+  if (since < trigger) return since ? step : kSyncAheadIdleNs;
+  sync_ahead_mark_ = freed;
+  bool led = false;
+  if (!quarantine_.synchronize_covering(quarantine_.newest_stamp(nullptr), &led)) return step;
+  if (led) syncs_ahead_.fetch_add(1, std::memory_order_relaxed);
+  // Shared batches go to the arena, where any thread finds them; a
+  // thread's own batches stay with it (its next miss takes them back
+  // without a sync, or a reclaim before growth gathers them).
+  retire_shared_to(nullptr);
+  return step;
 }
 
 void DevicePool::retire_local(ThreadCache& cache, bool into_cache) {
@@ -153,19 +195,12 @@ void DevicePool::waiting(uint64_t* freed_total, uint64_t* reclaimable) {
   *reclaimable = held;
 }
 
-bool DevicePool::reclaim_before_growth(ThreadCache* cache, Granules granules) {
+bool DevicePool::reclaim_wanted(Granules granules) {
   if (!allowance_.adaptive()) return false;
   const uint64_t allowance = allowance_for(granules);
   uint64_t freed = 0, reclaimable = 0;
   waiting(&freed, &reclaimable);
-  if (reclaimable < granules.bytes() || reclaimable <= allowance) return false;
-  // Everything waiting goes where this request can reach it: other
-  // threads' caches and batches too (they would otherwise keep memory the
-  // pool grows around), then one sync retires it all.
-  drain_all();
-  if (!sync_and_retire(cache, false)) return false;
-  release_all_empty_slabs();
-  return true;
+  return reclaimable >= granules.bytes() && reclaimable > allowance;
 }
 
 }  // namespace pagefast::policy

@@ -141,6 +141,10 @@ constexpr OptionRow kRows[] = {
      "the device (docs/POOL.md \"Footprint\")",
      "longer syncs less often, shorter holds less; `off`: the fixed allowance of earlier versions, 1/128 of the "
      "device per thread"},
+    {Opt::KeySyncAhead, "sync_ahead", Scope::ConfKey, &kOnOff, "on|off", "on", false, kLib,
+     "`on`: the `pagefast-sync` thread synchronises while the program frees, so that freed memory is mostly "
+     "reusable before it is asked for and the program's own threads rarely wait (docs/POOL.md \"Syncing ahead\")",
+     "`off`: only the threads that need memory synchronise"},
     {Opt::KeyControl, "control", Scope::ConfKey, &kOnOff, "on|off", "on", false, kLib,
      "`on`: `pagefast-ctl` (sleep, wake, status of a PID) reaches the process (same uid) over its IPC socket",
      "whose thread starts with the first pool"},

@@ -55,6 +55,7 @@ enum class Opt : int {
   KeyVmmGrowAhead,
   KeyReleaseDelay,
   KeySlack,
+  KeySyncAhead,
   KeyControl,
   KeyNuma,
   KeyReport,

@@ -3,7 +3,7 @@
 
 namespace pagefast::policy {
 
-std::string stats_json_object(const PoolStats& stats) {
+std::string stats_json_object(const PoolStats& stats, bool json_fields) {
   std::string text = "{";
   bool first = true;
 #define PF_STATS_JSON(name, meaning)                 \
@@ -11,6 +11,9 @@ std::string stats_json_object(const PoolStats& stats) {
   text += std::to_string(stats.name);                \
   first = false;
   PAGEFAST_POOL_STATS_FIELDS(PF_STATS_JSON)
+  if (json_fields) {
+    PAGEFAST_POOL_STATS_JSON_FIELDS(PF_STATS_JSON)
+  }
 #undef PF_STATS_JSON
   text += "}";
   return text;

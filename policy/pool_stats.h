@@ -29,13 +29,24 @@ namespace pagefast::policy {
   X(synchronization_ns, "time spent in cuCtxSynchronize")                                \
   X(release_ns, "time spent unmapping and releasing")
 
+// Fields after those: in the JSON only, not in the C API's struct (whose
+// size is fixed: interpose/pagefast.h) nor in the live segment's layout.
+#define PAGEFAST_POOL_STATS_JSON_FIELDS(X) \
+  X(synchronizations_ahead, "of the synchronizations, those made ahead of need by the pagefast-sync thread")
+
 struct PoolStats {
 #define PF_STATS_FIELD(name, meaning) uint64_t name = 0;
   PAGEFAST_POOL_STATS_FIELDS(PF_STATS_FIELD)
+  PAGEFAST_POOL_STATS_JSON_FIELDS(PF_STATS_FIELD)
 #undef PF_STATS_FIELD
 };
+#define PF_STATS_COUNT(name, meaning) +1
+constexpr int kPoolStatsPublicFields = 0 PAGEFAST_POOL_STATS_FIELDS(PF_STATS_COUNT);
+#undef PF_STATS_COUNT
 
-// {"reserved_bytes": 1, ...} in table order.
-std::string stats_json_object(const PoolStats& stats);
+// {"reserved_bytes": 1, ...} in table order. json_fields false: without
+// PAGEFAST_POOL_STATS_JSON_FIELDS (figures read from the live segment,
+// which does not carry them).
+std::string stats_json_object(const PoolStats& stats, bool json_fields = true);
 
 }  // namespace pagefast::policy

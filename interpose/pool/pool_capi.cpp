@@ -18,7 +18,7 @@ namespace {
                 "pagefast_pool_stats." #name " is out of step with PoolStats");
 PAGEFAST_POOL_STATS_FIELDS(PF_CHECK_FIELD)
 #undef PF_CHECK_FIELD
-static_assert(sizeof(pagefast_pool_stats) == sizeof(pagefast::policy::PoolStats),
+static_assert(sizeof(pagefast_pool_stats) == pagefast::policy::kPoolStatsPublicFields * sizeof(uint64_t),
               "pagefast_pool_stats and PoolStats have different fields");
 
 }  // namespace

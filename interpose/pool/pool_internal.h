@@ -13,6 +13,8 @@ policy::DevicePool* pool_for_device(int device);
 // sleep.cpp: the pagefast-trim thread (once; not with release_delay off),
 // and sleep/wake of every pool (pagefast_sleep's answers).
 void start_trim_thread(uint64_t release_delay_ns);
+// The pagefast-sync thread (once; not with sync_ahead off).
+void start_sync_thread(bool sync_ahead);
 int sleep_all(unsigned flags);
 int wake_all();
 int asleep_count();

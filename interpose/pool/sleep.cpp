@@ -1,12 +1,16 @@
 // interpose/pool/sleep.cpp: the glue of the footprint policy and of sleep
-// and wake (docs/POOL.md "Footprint", "Sleep and wake"): the pagefast-trim
-// thread that runs each pool's decay step, and pagefast_sleep /
-// pagefast_wake of the C API (interpose/pagefast.h). The policy is in
-// policy/footprint.* and policy/device_pool_footprint.cpp.
+// and wake (docs/POOL.md "Footprint", "Syncing ahead", "Sleep and wake"):
+// the pagefast-trim thread that runs each pool's decay step, the
+// pagefast-sync thread that runs each pool's sync-ahead step, and
+// pagefast_sleep / pagefast_wake of the C API (interpose/pagefast.h). The
+// policy is in policy/footprint.*, policy/device_pool_footprint.cpp and
+// policy/device_pool_quarantine.cpp.
 #include <pthread.h>
 #include <time.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <mutex>
 
 #include "interpose/pagefast.h"
@@ -21,31 +25,85 @@ namespace pagefast::pool {
 namespace {
 
 std::atomic<bool> g_trim_started{false};
+std::atomic<bool> g_sync_started{false};
 std::mutex g_sleep_mutex;  // one pagefast_sleep/pagefast_wake at a time
+
+// Process exit is no place for driver calls (the runtime tears the context
+// down in its own exit handler): the service threads' steps, which call
+// the driver, stop at exit. The handler is registered with the first
+// thread, after the CUDA runtime registered its own (it initialised before
+// the first allocation), so it runs first: it raises `stop` and waits for
+// a step under way (a sync ends once the device's queue drains), at most
+// kExitWaitMs, then leaves the thread be.
+constexpr int kExitWaitMs = 2000;
+std::atomic<bool> g_steps_stop{false};
+std::timed_mutex g_trim_step;  // held by a step of pagefast-trim
+std::timed_mutex g_sync_step;  // held by a step of pagefast-sync
+std::once_flag g_exit_once;
+
+void stop_steps_at_exit() {
+  g_steps_stop.store(true, std::memory_order_release);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kExitWaitMs);
+  for (std::timed_mutex* step : {&g_trim_step, &g_sync_step})
+    if (step->try_lock_until(deadline)) step->unlock();
+}
+
+void register_exit_stop() { std::call_once(g_exit_once, [] { std::atexit(&stop_steps_at_exit); }); }
+
+void sleep_ns(uint64_t ns) {
+  timespec ts{time_t(ns / 1000000000), long(ns % 1000000000)};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+// One step over every pool under the step lock; false once stopped.
+template <typename Step>
+bool step_pools(std::timed_mutex& step_mutex, Step step) {
+  std::lock_guard<std::timed_mutex> guard(step_mutex);
+  if (g_steps_stop.load(std::memory_order_acquire)) return false;
+  for (int d = 0; d < kMaxDevices; ++d)
+    if (policy::DevicePool* pool = pool_for_device(d)) step(*pool);
+  return true;
+}
 
 void* trim_main(void*) {
   while (true) {
     uint64_t interval = policy::kFootprintMaxStepNs;
-    for (int d = 0; d < kMaxDevices; ++d) {
-      policy::DevicePool* pool = pool_for_device(d);
-      if (!pool) continue;
-      pool->decay_step();
-      if (pool->footprint_interval_ns() < interval) interval = pool->footprint_interval_ns();
-    }
-    timespec ts{time_t(interval / 1000000000), long(interval % 1000000000)};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
+    const bool on = step_pools(g_trim_step, [&](policy::DevicePool& pool) {
+      pool.decay_step();
+      if (pool.footprint_interval_ns() < interval) interval = pool.footprint_interval_ns();
+    });
+    if (!on) return nullptr;
+    sleep_ns(interval);
   }
-  return nullptr;
+}
+
+void* sync_main(void*) {
+  while (true) {
+    uint64_t wait = policy::kSyncAheadIdleNs;
+    const bool on = step_pools(g_sync_step, [&](policy::DevicePool& pool) {
+      const uint64_t w = pool.sync_ahead_step();
+      if (w < wait) wait = w;
+    });
+    if (!on) return nullptr;
+    sleep_ns(wait);
+  }
 }
 
 }  // namespace
 
+// No signal is ever delivered to these threads: the program's handlers
+// stay on its own threads.
 void start_trim_thread(uint64_t release_delay_ns) {
   if (release_delay_ns == policy::kNoReleaseDelay || g_trim_started.exchange(true)) return;
-  // No signal is ever delivered to it: the program's handlers stay on its
-  // own threads.
+  register_exit_stop();
   start_service_thread(nullptr, &trim_main, nullptr, "pagefast-trim");
+}
+
+void start_sync_thread(bool sync_ahead) {
+  if (!sync_ahead || g_sync_started.exchange(true)) return;
+  register_exit_stop();
+  start_service_thread(nullptr, &sync_main, nullptr, "pagefast-sync");
 }
 
 // Runs `step` on every pool under the sleep lock and folds the answers:

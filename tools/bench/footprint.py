@@ -127,18 +127,20 @@ def train(kind, steps, sleep_at, keep):
         loss_of = lambda out, tgt: torch.nn.functional.cross_entropy(out.reshape(-1, 50257), tgt.reshape(-1))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     pf = lib()
-    times, losses, sleep_note = [], [], ""
+    times, cpu, losses, sleep_note = [], [], [], ""
     with PeakSampler() as peak:
         for step in range(steps):
             inp, tgt = batch(step)
             torch.cuda.synchronize()
             t0 = time.perf_counter()
+            c0 = time.process_time()
             opt.zero_grad(set_to_none=True)
             loss = loss_of(model(inp), tgt)
             loss.backward()
             opt.step()
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
             losses.append(loss.item())
             if step == sleep_at:
                 if not pf or not hasattr(pf, "pagefast_sleep"):
@@ -152,7 +154,11 @@ def train(kind, steps, sleep_at, keep):
                 sleep_note = (f"sleep rc {rc} {t2 - t1:.3f} s, used during sleep {during} MiB, "
                               f"wake rc {rc2} {t3 - t2:.3f} s")
     warm = times[3:] or times
-    print(f"{kind}: {1 / statistics.median(warm):.2f} steps/s, peak held {peak.peak} MiB (nvidia-smi)")
+    # CPU time of every thread of the process (pagefast's included) per
+    # step: what a thread that waits by spinning costs.
+    warm_cpu = cpu[3:] or cpu
+    print(f"{kind}: {1 / statistics.median(warm):.2f} steps/s, peak held {peak.peak} MiB (nvidia-smi), "
+          f"cpu {1000 * statistics.median(warm_cpu):.1f} ms/step")
     if sleep_note:
         print(sleep_note)
     print("losses " + " ".join(float(l).hex() for l in losses))

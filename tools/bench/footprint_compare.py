@@ -4,8 +4,10 @@ side in one run: PyTorch's training loops (tools/bench/footprint.py) with
 its caching off, under cudaMalloc (no pagefast), an earlier libpagefast.so
 (--before) and this build's, with PAGEFAST_CONF variants. Every
 configuration runs in fresh processes, --repeats times, interleaved in a
-fresh random order each round; prints the medians of steps/s and of the
-peak memory the process held (nvidia-smi), and their ratios.
+fresh random order each round; prints the medians of steps/s, of the
+peak memory the process held (nvidia-smi) and of the process's CPU time
+per step, their ratios, and each pagefast run's pool syncs (PAGEFAST_STATS
+at exit: all, and those the pagefast-sync thread made ahead).
 
   footprint_compare.py --build DIR [--before LIB] [--models resnet18,gpt2]
                        [--steps N] [--repeats R] [--conf "slack:500us;slack:10ms"]
@@ -25,14 +27,28 @@ def run(model, steps, env_extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PAGEFAST") and k != "LD_PRELOAD"}
     env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
     env.update(env_extra)
+    stats_path = f"/tmp/footprint-compare-stats-{os.getpid()}.json"
+    if "LD_PRELOAD" in env:
+        env["PAGEFAST_STATS"] = stats_path  # the pool's figures at exit (docs/STATS.md)
+    if os.path.exists(stats_path):
+        os.unlink(stats_path)
     r = subprocess.run([sys.executable, os.path.join(HERE, "footprint.py"), "train", model, str(steps)],
                        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
     m = re.search(r"([\d.]+) steps/s, peak held (\d+) MiB", r.stdout)
+    c = re.search(r"cpu ([\d.]+) ms/step", r.stdout)
     if r.returncode != 0 or not m:
         print(f"FAILED {model} {env_extra}: rc {r.returncode}\n{r.stdout[-1500:]}\n{r.stderr[-1500:]}")
         return None
     losses = next((l for l in r.stdout.splitlines() if l.startswith("losses")), "")
-    return float(m.group(1)), int(m.group(2)), losses
+    syncs = ""
+    if os.path.exists(stats_path):
+        text = open(stats_path).read()
+        total = re.search(r'"synchronizations": (\d+)', text)
+        ahead = re.search(r'"synchronizations_ahead": (\d+)', text)
+        if total:
+            syncs = total.group(1) + (f" ({ahead.group(1)} ahead)" if ahead else "")
+        os.unlink(stats_path)
+    return float(m.group(1)), int(m.group(2)), losses, float(c.group(1)) if c else float("nan"), syncs
 
 
 def main():
@@ -55,6 +71,8 @@ def main():
     for model in args.models.split(","):
         got = {name: [] for name, _ in configs}
         losses = {name: set() for name, _ in configs}
+        cpu = {name: [] for name, _ in configs}
+        syncs = {name: [] for name, _ in configs}
         for _ in range(args.repeats):
             order = list(configs)
             rng.shuffle(order)
@@ -63,23 +81,28 @@ def main():
                 if r:
                     got[name].append(r[:2])
                     losses[name].add(r[2])
+                    cpu[name].append(r[3])
+                    syncs[name].append(r[4])
         print(f"## {model}, PyTorch caching off, {args.steps} steps, {args.repeats} processes each (medians)")
-        print("| allocator | steps/s | peak held MiB | steps/s vs cudaMalloc | held vs cudaMalloc | runs | losses |")
-        print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
+        print("| allocator | steps/s | peak held MiB | steps/s vs cudaMalloc | held vs cudaMalloc | "
+              "CPU ms/step | runs | losses |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
         base = got["cudaMalloc"]
         bs = statistics.median(s for s, _ in base) if base else float("nan")
         bh = statistics.median(h for _, h in base) if base else float("nan")
         ref = losses["cudaMalloc"]
         for name, _ in configs:
             if not got[name]:
-                print(f"| {name} | failed | | | | 0 | |")
+                print(f"| {name} | failed | | | | | 0 | |")
                 continue
             s = statistics.median(x for x, _ in got[name])
             h = statistics.median(y for _, y in got[name])
             same = "same as cudaMalloc" if losses[name] == ref and len(ref) == 1 else \
                 ("differ" if len(ref) == 1 else "cudaMalloc runs disagree")
-            print(f"| {name} | {s:.2f} | {h:.0f} | {s / bs:.3f} | {h / bh:.3f} | {len(got[name])} | {same} |")
-            print(f"raw {model} {name}: " + " ".join(f"{x:.2f}/{y}" for x, y in got[name]))
+            c = statistics.median(cpu[name])
+            print(f"| {name} | {s:.2f} | {h:.0f} | {s / bs:.3f} | {h / bh:.3f} | {c:.1f} | {len(got[name])} | {same} |")
+            print(f"raw {model} {name}: " + " ".join(f"{x:.2f}/{y}" for x, y in got[name]) +
+                  ("; pool syncs " + ", ".join(syncs[name]) if any(syncs[name]) else ""))
         print()
 
 

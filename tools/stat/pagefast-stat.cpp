@@ -118,7 +118,7 @@ void print_json(const std::vector<Listing>& listings, const Options& o) {
     out += ", \"devices\": {";
     for (size_t i = 0; i < s.devices.size(); ++i) {
       out += i ? ", \"" : "\"";
-      out += std::to_string(s.devices[i].device) + "\": " + pagefast::policy::stats_json_object(s.devices[i].stats);
+      out += std::to_string(s.devices[i].device) + "\": " + pagefast::policy::stats_json_object(s.devices[i].stats, false);
     }
     out += "}}";
   }
