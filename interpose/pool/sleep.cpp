@@ -9,7 +9,6 @@
 #include <time.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdlib>
 #include <mutex>
 
@@ -34,21 +33,13 @@ std::mutex g_sleep_mutex;  // one pagefast_sleep/pagefast_wake at a time
 // thread, after the CUDA runtime registered its own (it initialised before
 // the first allocation), so it runs first: it raises `stop` and waits for
 // a step under way (a sync ends once the device's queue drains), at most
-// kExitWaitMs, then leaves the thread be.
+// kExitWaitMs, then leaves the thread be. (Flags rather than a timed mutex:
+// pthread_mutex_clocklock would need glibc 2.30, docs/PACKAGING.md.)
 constexpr int kExitWaitMs = 2000;
 std::atomic<bool> g_steps_stop{false};
-std::timed_mutex g_trim_step;  // held by a step of pagefast-trim
-std::timed_mutex g_sync_step;  // held by a step of pagefast-sync
-std::once_flag g_exit_once;
-
-void stop_steps_at_exit() {
-  g_steps_stop.store(true, std::memory_order_release);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kExitWaitMs);
-  for (std::timed_mutex* step : {&g_trim_step, &g_sync_step})
-    if (step->try_lock_until(deadline)) step->unlock();
-}
-
-void register_exit_stop() { std::call_once(g_exit_once, [] { std::atexit(&stop_steps_at_exit); }); }
+std::atomic<bool> g_trim_busy{false};  // a step of pagefast-trim is under way
+std::atomic<bool> g_sync_busy{false};  // a step of pagefast-sync is under way
+pthread_once_t g_exit_once = PTHREAD_ONCE_INIT;
 
 void sleep_ns(uint64_t ns) {
   timespec ts{time_t(ns / 1000000000), long(ns % 1000000000)};
@@ -56,20 +47,36 @@ void sleep_ns(uint64_t ns) {
   }
 }
 
-// One step over every pool under the step lock; false once stopped.
+void stop_steps_at_exit() {
+  g_steps_stop.store(true, std::memory_order_seq_cst);
+  for (int ms = 0; ms < kExitWaitMs; ++ms) {
+    if (!g_trim_busy.load(std::memory_order_seq_cst) && !g_sync_busy.load(std::memory_order_seq_cst)) return;
+    sleep_ns(1000 * 1000);
+  }
+}
+
+void register_exit_stop() {
+  pthread_once(&g_exit_once, [] { std::atexit(&stop_steps_at_exit); });
+}
+
+// One step over every pool, marked busy; false once stopped. busy is
+// raised before stop is read, and stop before busy is read (both seq_cst):
+// either the handler sees the step, or the step sees the stop.
 template <typename Step>
-bool step_pools(std::timed_mutex& step_mutex, Step step) {
-  std::lock_guard<std::timed_mutex> guard(step_mutex);
-  if (g_steps_stop.load(std::memory_order_acquire)) return false;
-  for (int d = 0; d < kMaxDevices; ++d)
-    if (policy::DevicePool* pool = pool_for_device(d)) step(*pool);
-  return true;
+bool step_pools(std::atomic<bool>& busy, Step step) {
+  busy.store(true, std::memory_order_seq_cst);
+  const bool on = !g_steps_stop.load(std::memory_order_seq_cst);
+  if (on)
+    for (int d = 0; d < kMaxDevices; ++d)
+      if (policy::DevicePool* pool = pool_for_device(d)) step(*pool);
+  busy.store(false, std::memory_order_seq_cst);
+  return on;
 }
 
 void* trim_main(void*) {
   while (true) {
     uint64_t interval = policy::kFootprintMaxStepNs;
-    const bool on = step_pools(g_trim_step, [&](policy::DevicePool& pool) {
+    const bool on = step_pools(g_trim_busy, [&](policy::DevicePool& pool) {
       pool.decay_step();
       if (pool.footprint_interval_ns() < interval) interval = pool.footprint_interval_ns();
     });
@@ -81,7 +88,7 @@ void* trim_main(void*) {
 void* sync_main(void*) {
   while (true) {
     uint64_t wait = policy::kSyncAheadIdleNs;
-    const bool on = step_pools(g_sync_step, [&](policy::DevicePool& pool) {
+    const bool on = step_pools(g_sync_busy, [&](policy::DevicePool& pool) {
       const uint64_t w = pool.sync_ahead_step();
       if (w < wait) wait = w;
     });
