@@ -291,18 +291,38 @@ bool Arena::unmap_all(const StitchInfo& info) {
   return all;
 }
 
+bool Arena::chunk_edge(uint64_t addr) const {
+  auto it = chunks_.lower_bound(addr);
+  if (it != chunks_.end() && it->first == addr) return true;
+  if (it == chunks_.begin()) return false;
+  --it;
+  return it->first + it->second.granules.bytes() == addr;
+}
+
 Block* Arena::stitch(Granules granules, int max_pieces, BlockState state) {
-  if (asleep_ || !provider_.maps_at_offset()) return nullptr;
-  if (free_home() < granules || granules.count() == 0) return nullptr;
-  if (max_pieces > 0) {
+  if (asleep_ || free_home() < granules || granules.count() == 0) return nullptr;
+  // A driver that maps only at offset 0 of a physical allocation (the
+  // H200's, docs/DRIVER-FACTS.md) can still stitch whole chunks: only free
+  // runs made of whole chunks are pieces then (with chunk_size 2M, all
+  // are), and the stitch must end at a chunk's end.
+  const bool offsets = provider_.maps_at_offset();
+  auto usable = [&](const Block* b) {
+    return offsets || (chunk_edge(b->addr()) && chunk_edge(b->addr() + b->granules().bytes()));
+  };
+  {
     int needed = 0;
     Granules seen;
+    const Block* last = nullptr;
     bins_.for_each_largest_first([&](Block* b) {
+      if (!usable(b)) return true;
       ++needed;
       seen += b->granules();
-      return seen < granules && needed <= max_pieces;
+      last = b;
+      return seen < granules && (max_pieces <= 0 || needed <= max_pieces);
     });
-    if (needed > max_pieces) return nullptr;
+    if (seen < granules || (max_pieces > 0 && needed > max_pieces)) return nullptr;
+    // The last piece is cut to what remains: at a chunk's edge, or no stitch.
+    if (!offsets && !chunk_edge(last->addr() + (last->granules() - (seen - granules)).bytes())) return nullptr;
   }
   StitchInfo* info = nullptr;
   uint64_t addr = 0;
@@ -311,6 +331,7 @@ Block* Arena::stitch(Granules granules, int max_pieces, BlockState state) {
     std::vector<Block*> pieces;
     Granules gathered;
     bins_.for_each_largest_first([&](Block* b) {
+      if (!usable(b)) return true;
       pieces.push_back(b);
       gathered += b->granules();
       return gathered < granules;

@@ -223,6 +223,8 @@ class Arena {
   FreeBins bins_;
   MetaPool<Block> spare_blocks_;
   std::map<uint64_t, Chunk> chunks_;  // home address -> chunk
+  // addr is where a chunk begins or ends (at home).
+  bool chunk_edge(uint64_t addr) const;
   std::vector<ChunkHandle> unreleased_;  // unmapped, release refused so far
   // Every range opened by one set_access call (a chunk's home mapping or a
   // stitch), still mapped: what a change of the peer set re-applies to.

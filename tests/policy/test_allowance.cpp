@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <functional>
 #include <random>
@@ -370,6 +371,32 @@ TEST_CASE("sync ahead: on a thread of its own, nothing is reused before the devi
   CHECK(failures.load() == 0);
   INFO("syncs " << s.synchronizations << ", ahead " << s.synchronizations_ahead);
   CHECK(s.synchronizations_ahead > 0);
+  CHECK(t.provider.violations() == 0);
+  CHECK(t.pool.check() == "");
+}
+
+TEST_CASE("a provider that maps at no chunk offset: whole chunks are still stitched", "[arena][pool]") {
+  // With 2 MiB chunks every free run is made of whole chunks, each mapped
+  // at offset 0 of its physical allocation: the stitch the H200 allows.
+  PoolUnderTest t(1 * kGiB, FakeProvider::Backing::Host, config_with(2 * kMiB, 128 * kMiB));
+  t.provider.set_offset_maps(false);
+  Attached cache(t.pool);
+  std::vector<uint64_t> kept;
+  for (int i = 0; i < 64; ++i) {
+    uint64_t p = 0;
+    REQUIRE(t.alloc(*cache, 2 * kMiB, &p) == AllocStatus::Ok);
+    std::memset(reinterpret_cast<void*>(p), i, 2 * kMiB);
+    kept.push_back(p);
+  }
+  for (size_t i = 0; i < kept.size(); i += 2) REQUIRE(t.free(*cache, kept[i]) == FreeStatus::Ok);
+  // The limit (128 MiB, all mapped, half of it freed and scattered) leaves
+  // no room to grow: 20 MiB must come from ten scattered free chunks.
+  uint64_t big = 0;
+  REQUIRE(t.alloc(*cache, 20 * kMiB, &big) == AllocStatus::Ok);
+  std::memset(reinterpret_cast<void*>(big), 0xab, 20 * kMiB);
+  CHECK(t.pool.stats().stitches == 1);
+  for (size_t i = 1; i < kept.size(); i += 2)  // the live blocks kept their bytes
+    CHECK(reinterpret_cast<const unsigned char*>(kept[i])[4096] == (unsigned char)i);
   CHECK(t.provider.violations() == 0);
   CHECK(t.pool.check() == "");
 }
