@@ -37,7 +37,7 @@ struct PoolConfig {
   // slack: freed memory may wait about the program's free rate times this
   // for a sync before the pool reuses it instead of growing
   // (policy/allowance.h); ~0 (off): the fixed allowance.
-  uint64_t slack_ns = 10ull * 1000 * 1000;
+  uint64_t slack_ns = 1000ull * 1000;
   // sync_ahead: a thread of pagefast's (pagefast-sync) synchronises ahead
   // of need while the program frees, so that freed memory is mostly
   // retired before an allocation asks for it (docs/POOL.md "Syncing

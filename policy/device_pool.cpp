@@ -249,15 +249,15 @@ AllocStatus DevicePool::alloc_large_slow(ThreadCache& cache, Granules granules, 
   const bool cacheable = granules <= large_.cache_block;
   if (cacheable && pop_large(cache, granules, request_bytes, addr)) return AllocStatus::Ok;
   const bool due = quarantine_due(cache, granules);
-  if (due && settings_.config.sync_ahead) {
-    // What syncs ahead retired (or the one under way will), and no sync of
-    // this thread's until the pool would otherwise grow (obtain): the
-    // device's queue keeps its work.
+  if (due) {
+    // What syncs ahead retired (or the one under way will) first. Then a
+    // sync of this thread's, as without them: skipping it (and taking
+    // from the arena) made 1-4 MiB pool-hit pairs 1.5-2.5x slower on the
+    // H200 (docs/BENCHMARKS.md, "Syncing ahead").
     retire_finished(&cache, cacheable);
     if (cacheable && pop_large(cache, granules, request_bytes, addr)) return AllocStatus::Ok;
-  } else if (due && sync_and_retire(&cache, cacheable) && cacheable &&
-             pop_large(cache, granules, request_bytes, addr)) {
-    return AllocStatus::Ok;
+    if (sync_and_retire(&cache, cacheable) && cacheable && pop_large(cache, granules, request_bytes, addr))
+      return AllocStatus::Ok;
   }
   AllocStatus status = AllocStatus::OutOfMemory;
   bool fresh = false;

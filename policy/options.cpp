@@ -136,7 +136,7 @@ constexpr OptionRow kRows[] = {
      kLib, "idle memory unused this long goes back to the driver, by the `pagefast-trim` thread (docs/POOL.md "
      "\"Footprint\")",
      "`0`: at the next step (10 ms); `off`: never"},
-    {Opt::KeySlack, "slack", Scope::ConfKey, &kTime, "a time (e.g. 10ms, 500us, 0) or off", "10ms", false, kLib,
+    {Opt::KeySlack, "slack", Scope::ConfKey, &kTime, "a time (e.g. 1ms, 500us, 0) or off", "1ms", false, kLib,
      "memory held beyond what is in use is about the program's free rate times this, between 64M and 1/32 of "
      "the device (docs/POOL.md \"Footprint\")",
      "longer syncs less often, shorter holds less; `off`: the fixed allowance of earlier versions, 1/128 of the "
