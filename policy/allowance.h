@@ -31,13 +31,12 @@ constexpr uint64_t kAllowanceWindowNs = 1000ull * 1000;
 // ... and smoothed with this time constant: a training step's bursts of
 // frees (the backward pass) and its quiet parts average out.
 constexpr uint64_t kAllowanceSmoothingNs = 50ull * 1000 * 1000;
-// slack's default. Without syncing ahead, a sync in a GPU-bound training
-// step cost it about 0.2-0.3 ms on the H200 (the queue drains, then
-// refills), and 2 ms cost ResNet-18 6-11% of its steps/s, so the default
-// was 10 ms; with the pagefast-sync thread (sync_ahead) 1 ms held 12% less
-// than 10 ms on ResNet-18 at the same speed (docs/BENCHMARKS.md "Syncing
-// ahead").
-constexpr uint64_t kDefaultSlackNs = 1000ull * 1000;
+// slack's default: at most about 100 syncs a second made instead of
+// growing. On the H200 a sync in a GPU-bound training step cost about
+// 0.2-0.3 ms of step time (the queue drains, then refills): 2 ms cost
+// ResNet-18 6-11% of its steps/s, 1 ms 10% for 18% less memory, with or
+// without syncing ahead (docs/BENCHMARKS.md "Footprint", "Syncing ahead").
+constexpr uint64_t kDefaultSlackNs = 10ull * 1000 * 1000;
 // slack:off: the allowance stays at its maximum (the fixed allowance).
 constexpr uint64_t kNoSlack = ~uint64_t(0);
 

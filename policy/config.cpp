@@ -132,8 +132,8 @@ std::string describe(const Config& c) {
     if (!c.pool.vmm_cache) s += ", vmm_cache off";
     if (c.pool.vmm_grow_ahead) s += ", vmm_grow_ahead " + std::to_string(c.pool.vmm_grow_ahead);
     if (c.pool.slack_ns == ~uint64_t(0)) s += ", slack off";
-    else if (c.pool.slack_ns != 1000ull * 1000) s += ", slack " + std::to_string(c.pool.slack_ns / 1000) + "us";
-    if (!c.pool.sync_ahead) s += ", sync_ahead off";
+    else if (c.pool.slack_ns != 10ull * 1000 * 1000) s += ", slack " + std::to_string(c.pool.slack_ns / 1000) + "us";
+    if (c.pool.sync_ahead) s += ", sync_ahead on";
     if (c.pool.release_delay_ns == ~uint64_t(0)) s += ", release_delay off";
     else if (c.pool.release_delay_ns != 5ull * 1000 * 1000 * 1000)
       s += ", release_delay " + std::to_string(c.pool.release_delay_ns / 1000000) + "ms";

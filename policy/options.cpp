@@ -136,15 +136,16 @@ constexpr OptionRow kRows[] = {
      kLib, "idle memory unused this long goes back to the driver, by the `pagefast-trim` thread (docs/POOL.md "
      "\"Footprint\")",
      "`0`: at the next step (10 ms); `off`: never"},
-    {Opt::KeySlack, "slack", Scope::ConfKey, &kTime, "a time (e.g. 1ms, 500us, 0) or off", "1ms", false, kLib,
+    {Opt::KeySlack, "slack", Scope::ConfKey, &kTime, "a time (e.g. 10ms, 500us, 0) or off", "10ms", false, kLib,
      "memory held beyond what is in use is about the program's free rate times this, between 64M and 1/32 of "
      "the device (docs/POOL.md \"Footprint\")",
      "longer syncs less often, shorter holds less; `off`: the fixed allowance of earlier versions, 1/128 of the "
      "device per thread"},
-    {Opt::KeySyncAhead, "sync_ahead", Scope::ConfKey, &kOnOff, "on|off", "on", false, kLib,
+    {Opt::KeySyncAhead, "sync_ahead", Scope::ConfKey, &kOnOff, "on|off", "off", false, kLib,
      "`on`: the `pagefast-sync` thread synchronises while the program frees, so that freed memory is mostly "
-     "reusable before it is asked for and the program's own threads rarely wait (docs/POOL.md \"Syncing ahead\")",
-     "`off`: only the threads that need memory synchronise"},
+     "reusable before the program's threads ask for it (docs/POOL.md \"Syncing ahead\")",
+     "measured on the H200: half the syncs moved off the program's threads, no speed gained, about 10% more CPU "
+     "time, hence off"},
     {Opt::KeyControl, "control", Scope::ConfKey, &kOnOff, "on|off", "on", false, kLib,
      "`on`: `pagefast-ctl` (sleep, wake, status of a PID) reaches the process (same uid) over its IPC socket",
      "whose thread starts with the first pool"},

@@ -122,7 +122,7 @@ def case_capacity(build):
     env = {"FAKECUDA_TOTAL_MEM": "2G"}
     without = counts(run(build, ["capacity", arg], preload=False, env=env).stdout)
     check(len(without) == len(sizes), f"capacity without pagefast ran ({without})")
-    for conf in ["", "chunk_size:2M", "chunk_size:1G"]:
+    for conf in ["", "chunk_size:2M", "chunk_size:1G", "sync_ahead:on"]:
         e = dict(env)
         if conf:
             e["PAGEFAST_CONF"] = conf
@@ -248,7 +248,10 @@ def main():
     elif name == "config":
         case_config(build)
     elif name in ("reuse", "threads"):
-        case_simple(build, name, ["", "release_threshold:0", "chunk_size:2M"])
+        # sync_ahead:on: the pagefast-sync thread retires the quarantine
+        # while the program's threads reuse it (the fake driver counts
+        # any reuse before the device is done).
+        case_simple(build, name, ["", "release_threshold:0", "chunk_size:2M", "sync_ahead:on", "sync_ahead:on,slack:0"])
     elif name == "devices":
         for preload in (False, True):
             expect_ok(run(build, ["devices"], preload=preload, env={"FAKECUDA_DEVICES": "2"}), "devices",
