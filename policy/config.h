@@ -41,8 +41,9 @@ struct PoolConfig {
   // sync_ahead: a thread of pagefast's (pagefast-sync) synchronises ahead
   // of need while the program frees, so that freed memory is mostly
   // retired before an allocation asks for it (docs/POOL.md "Syncing
-  // ahead"). Off by default: on the H200 it took half the syncs off the
-  // program's threads but gained no speed, for about 10% more CPU time.
+  // ahead"). Off by default: on the H200 it took a third to a half of the
+  // syncs off the program's threads but gained no speed, for 10-20% more
+  // CPU time (docs/BENCHMARKS.md "Syncing ahead").
   bool sync_ahead = false;
   // control: pagefast-ctl may reach the process (sleep/wake/status) over
   // the IPC socket, whose thread then starts with the first pool.

@@ -144,8 +144,8 @@ constexpr OptionRow kRows[] = {
     {Opt::KeySyncAhead, "sync_ahead", Scope::ConfKey, &kOnOff, "on|off", "off", false, kLib,
      "`on`: the `pagefast-sync` thread synchronises while the program frees, so that freed memory is mostly "
      "reusable before the program's threads ask for it (docs/POOL.md \"Syncing ahead\")",
-     "measured on the H200: half the syncs moved off the program's threads, no speed gained, about 10% more CPU "
-     "time, hence off"},
+     "measured on the H200: a third to a half of the syncs moved off the program's threads, no speed gained, "
+     "10-20% more CPU time, hence off"},
     {Opt::KeyControl, "control", Scope::ConfKey, &kOnOff, "on|off", "on", false, kLib,
      "`on`: `pagefast-ctl` (sleep, wake, status of a PID) reaches the process (same uid) over its IPC socket",
      "whose thread starts with the first pool"},
