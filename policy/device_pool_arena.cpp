@@ -88,8 +88,9 @@ Block* DevicePool::obtain(ThreadCache* cache, Granules granules, bool for_slab, 
   }
   // Or every thread's, when more waits there than the allowance: other
   // threads' caches and batches too (they would otherwise keep memory the
-  // pool grows around), then what finished syncs retired, then one sync
-  // of this thread's for all of it.
+  // pool grows around), then one sync for all of it. (Taking what syncs
+  // ahead had retired first, without that sync, held more in the
+  // simulation: the rest stayed quarantined while the pool grew.)
   if (reclaim_wanted(granules)) {
     drain_all();
     if (sync_and_retire(cache, false)) {

@@ -55,8 +55,18 @@ void stop_steps_at_exit() {
   }
 }
 
+// A forked child has neither thread (a step under way in the parent at the
+// fork left its flag raised there): its exit must not wait for one.
+void steps_after_fork_child() {
+  g_trim_busy.store(false, std::memory_order_relaxed);
+  g_sync_busy.store(false, std::memory_order_relaxed);
+}
+
 void register_exit_stop() {
-  pthread_once(&g_exit_once, [] { std::atexit(&stop_steps_at_exit); });
+  pthread_once(&g_exit_once, [] {
+    std::atexit(&stop_steps_at_exit);
+    pthread_atfork(nullptr, nullptr, &steps_after_fork_child);
+  });
 }
 
 // One step over every pool, marked busy; false once stopped. busy is
