@@ -227,15 +227,16 @@ ProviderStatus FakeProvider::map(uint64_t addr, ChunkHandle chunk, Granules offs
   std::lock_guard<std::mutex> guard(mutex_);
   ProviderStatus status;
   if (inject(Op::Map, &status)) return status;
-  if (!offset_maps_ && offset.count() != 0) {
-    // The pool asked although maps_at_offset() said no: a wasted driver call.
-    violation("map at a chunk offset on a provider that maps at none");
-    return ProviderStatus::Failed;
-  }
   auto it = chunks_.find(chunk.value);
   const uint64_t bytes = granules.bytes();
   if (it == chunks_.end()) {
     violation("map of an unknown chunk");
+    return ProviderStatus::Failed;
+  }
+  if (!offset_maps_ && (offset.count() != 0 || granules.count() != it->second.granules)) {
+    // The pool asked although maps_at_offset() said no (a map at an offset,
+    // or of a part of a chunk: the H200 refuses both): a wasted driver call.
+    violation("map of part of a chunk on a provider that maps whole chunks only");
     return ProviderStatus::Failed;
   }
   if (addr % kPage || granules.count() == 0 || offset.count() + granules.count() > it->second.granules) {

@@ -71,8 +71,9 @@ class FakeProvider final : public Provider {
   void clear_faults();
   void set_sync_allowed(bool allowed);  // false: synchronize() answers NotAllowed
   void set_sync_fails(bool fails);
-  // false: map() at a non-zero chunk offset fails (Failed), as on the
-  // H200, and maps_at_offset() says so. Default true.
+  // false: map() of anything but a whole chunk (at an offset, or a part
+  // of it) fails (Failed) and counts a violation, as the H200 refuses
+  // them, and maps_at_offset() says so. Default true.
   void set_offset_maps(bool allowed);
   bool maps_at_offset() override;
 

@@ -76,9 +76,11 @@ class Provider {
   // on an open range when the peer set changes.
   virtual ProviderStatus set_access(uint64_t addr, Granules granules, const AccessSet& access) = 0;
 
-  // Whether map() takes a non-zero offset into a chunk, which stitching
-  // needs. The H200's driver (580) answers CUDA_ERROR_NOT_SUPPORTED
-  // (docs/DRIVER-FACTS.md): the arena then grows instead of stitching.
+  // Whether map() takes part of a chunk (a non-zero offset, or fewer
+  // granules than the chunk has), which most stitches need. The H200's
+  // driver (580) answers CUDA_ERROR_NOT_SUPPORTED to both
+  // (docs/DRIVER-FACTS.md): the arena then stitches whole chunks only, and
+  // otherwise grows.
   virtual bool maps_at_offset() { return true; }
 
   // Waits until all device work that may use pool memory has finished.

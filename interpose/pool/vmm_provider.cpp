@@ -160,12 +160,14 @@ bool VmmProvider::maps_at_offset() { return offset_maps_.load(std::memory_order_
 
 ProviderStatus VmmProvider::map(uint64_t addr, policy::ChunkHandle chunk, Granules offset, Granules granules) {
   const CUresult r = real_->cuMemMap(addr, granules.bytes(), offset.bytes(), chunk.value, 0);
-  // The H200's driver refuses any map at a non-zero offset into a physical
-  // allocation (CUDA_ERROR_NOT_SUPPORTED, docs/DRIVER-FACTS.md): learnt
-  // once, after which the arena grows instead of stitching.
-  if (r == CUDA_ERROR_NOT_SUPPORTED && offset.count() != 0 && offset_maps_.exchange(false) && log_)
-    log_(LogLevel::Info, "the driver does not map at an offset into a physical allocation: the pool grows instead "
-                         "of stitching scattered free memory");
+  // The H200's driver refuses any map of part of a physical allocation (at
+  // a non-zero offset, or a prefix: CUDA_ERROR_NOT_SUPPORTED,
+  // docs/DRIVER-FACTS.md): learnt once, after which the arena stitches
+  // whole chunks only and otherwise grows. (A whole chunk's map, as growth
+  // makes, refused so would only narrow stitching too.)
+  if (r == CUDA_ERROR_NOT_SUPPORTED && offset_maps_.exchange(false) && log_)
+    log_(LogLevel::Info, "the driver maps only whole physical allocations: the pool stitches whole chunks only, and "
+                         "otherwise grows rather than stitching scattered free memory");
   // A refused map is a slow path's event (growth, a stitch, wake): the
   // first few are logged at debug level, with the offset, so that a GPU
   // run shows whether the driver takes maps at a chunk offset (stitches).
