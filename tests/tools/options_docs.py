@@ -8,8 +8,8 @@ options table (policy/options.cpp):
 - the built pagefast-run --help prints that list;
 - no C or C++ source of the library or the tools names a variable of its own
   in getenv("..."): they name it by its row (option_name(Opt::...));
-- every PAGEFAST_* variable the launcher and the Python scripts read is a
-  row of the table.
+- every PAGEFAST_* variable the launcher and the Python scripts read, and
+  every one the Python package names, is a row of the table.
 
 usage: options_docs.py --build DIR --source DIR
 """
@@ -82,6 +82,19 @@ def main():
             read = set(reads.findall(f.read()))
         missing = sorted(read - names)
         check(not missing, f"{os.path.relpath(path, args.source)}: every PAGEFAST_* it reads is a row {missing or ''}")
+
+    # The Python package (pagefast's launcher module): it reads the
+    # environment through tuples of names, so every PAGEFAST_* name quoted
+    # there is a row.
+    quoted = re.compile(r'"(PAGEFAST_[A-Z_]+)"')
+    package = os.path.join(args.source, "python", "pagefast")
+    for name in sorted(os.listdir(package)) if os.path.isdir(package) else []:
+        if not name.endswith(".py"):
+            continue
+        path = os.path.join(package, name)
+        with open(path, encoding="utf-8", errors="replace") as f:
+            missing = sorted(set(quoted.findall(f.read())) - names)
+        check(not missing, f"python/pagefast/{name}: every PAGEFAST_* it names is a row {missing or ''}")
 
     print(f"{len(FAILURES)} failed checks")
     return 1 if FAILURES else 0
