@@ -7,6 +7,7 @@ more than the program's peak; the JSON output; the command-line contract
 Usage: test_simulate.py PAGEFAST-SIMULATE"""
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -80,6 +81,19 @@ with tempfile.TemporaryDirectory() as d:
     # The table form names the figures.
     r = sim(trace)
     check(r.returncode == 0 and "pool peak held" in r.stdout and "synchronizations" in r.stdout, "table output")
+    # --growths: a line per rise of held memory (the first growth, from
+    # nothing, has none; two growths in one call share one), on stderr
+    # with --json.
+    r = sim(trace, "--conf", "slack:off,release_delay:off", "--growths")
+    lines = [l for l in r.stdout.splitlines() if l.startswith("growth at ")]
+    m = re.search(r"growths (\d+)", r.stdout)
+    check(r.returncode == 0 and m and 1 <= len(lines) <= int(m.group(1)) - 1 and
+          all(re.search(r"held \d+ MiB \(\+\d+\), program \d+ MiB, in use \d+, waiting \d+, cached \d+, free \d+; "
+                        r"request \d+ MiB$", l) for l in lines),
+          f"--growths: a line per rise of held memory ({len(lines)} lines, {m and m.group(0)})")
+    r = sim(trace, "--conf", "slack:off,release_delay:off", "--growths", "--json")
+    check(r.returncode == 0 and json.loads(r.stdout)["growths"] >= 1 and "growth at " in r.stderr,
+          "--growths with --json: the object on stdout, the lines on stderr")
     # A timeline CSV, one row per change of held memory.
     tl = os.path.join(d, "t.csv")
     r = sim(trace, "--timeline", tl)

@@ -31,14 +31,18 @@ using namespace pagefast::policy;
 namespace {
 
 const char kUsage[] =
-    "usage: pagefast-simulate TRACE [--conf \"key:value,...\"] [--device BYTES] [--timeline FILE.csv] [--json] [--offset-maps]\n"
+    "usage: pagefast-simulate TRACE [--conf \"key:value,...\"] [--device BYTES] [--timeline FILE.csv] [--json]\n"
+    "                         [--offset-maps] [--growths]\n"
     "Runs pagefast's pool policy on the CPU over a PAGEFAST_TRACE file and reports the\n"
     "memory it would hold, against the program's own peak, with its syncs and growths.\n"
     "  --conf      PAGEFAST_CONF keys for the simulated pool (default: none)\n"
     "  --device    the device's memory (default 140G, an H200)\n"
     "  --timeline  a CSV of time, live and held bytes, one row per change of held memory\n"
     "  --json      one JSON object instead of the table\n"
-    "  --offset-maps  let the pool map at chunk offsets (stitch); off by default, as on the H200\n";
+    "  --offset-maps  let the pool map at chunk offsets (stitch); off by default, as on the H200\n"
+    "  --growths   a line per growth of held memory: what the pool held then, and where (in use,\n"
+    "              waiting for a sync, cached by threads, free in the arena), and the request\n"
+    "              (on stderr with --json)\n";
 
 // The trace's clock: each record sets the time before it is played.
 class TraceClock final : public Clock {
@@ -70,7 +74,7 @@ struct Live {
 int main(int argc, char** argv) {
   std::string path, conf, timeline_path;
   uint64_t device_bytes = 140 * kGiB;
-  bool json = false, offset_maps = false;
+  bool json = false, offset_maps = false, growth_lines = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> const char* {
@@ -99,6 +103,8 @@ int main(int argc, char** argv) {
       offset_maps = true;
     } else if (a == "--json") {
       json = true;
+    } else if (a == "--growths") {
+      growth_lines = true;
     } else if (!a.empty() && a[0] == '-') {
       std::fprintf(stderr, "pagefast-simulate: unknown option %s\n%s", a.c_str(), kUsage);
       return 2;
@@ -170,9 +176,22 @@ int main(int argc, char** argv) {
     std::fprintf(timeline, "t_s,live_bytes,held_bytes\n");
   }
   uint64_t last_held = ~uint64_t(0);
-  auto sample = [&](uint64_t t) {
+  // request: the allocation being served, 0 for the service threads' steps.
+  auto sample = [&](uint64_t t, uint64_t request = 0) {
     const uint64_t held = provider.used_bytes();
     if (held > peak_held) peak_held = held;
+    if (growth_lines && last_held != ~uint64_t(0) && held > last_held) {
+      const PoolStats s = pool->stats();
+      const uint64_t waiting = s.quarantined_bytes, cached = s.cached_bytes;
+      const uint64_t free_bytes = s.idle_bytes > waiting + cached ? s.idle_bytes - waiting - cached : 0;
+      // With --json, stdout is the JSON object's: the lines go to stderr.
+      std::fprintf(json ? stderr : stdout, "growth at %.3f s: held %llu MiB (+%llu), program %llu MiB, in use %llu, waiting %llu, cached %llu, "
+                  "free %llu; request %llu MiB\n",
+                  double(t) / 1e9, (unsigned long long)(held / kMiB), (unsigned long long)((held - last_held) / kMiB),
+                  (unsigned long long)(live_bytes / kMiB), (unsigned long long)(s.in_use_bytes / kMiB),
+                  (unsigned long long)(waiting / kMiB), (unsigned long long)(cached / kMiB),
+                  (unsigned long long)(free_bytes / kMiB), (unsigned long long)((request + kMiB - 1) / kMiB));
+    }
     if (timeline && held != last_held)
       std::fprintf(timeline, "%.6f,%llu,%llu\n", double(t) / 1e9, (unsigned long long)live_bytes,
                    (unsigned long long)held);
@@ -226,7 +245,7 @@ int main(int argc, char** argv) {
     } else {
       continue;
     }
-    sample(r.t_ns);
+    sample(r.t_ns, r.op == uint8_t(trace_format::Op::Alloc) ? r.bytes : 0);
   }
   held_at_end = provider.used_bytes();
   const PoolStats s = pool->stats();
