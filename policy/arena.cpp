@@ -157,6 +157,17 @@ ProviderStatus Arena::grow(Granules min_granules) {
   if (asleep_) return ProviderStatus::Failed;
   const Granules room = headroom();
   if (room < min_granules || min_granules.count() == 0) return ProviderStatus::OutOfMemory;
+  if (settings_.split_growth && min_granules > settings_.chunk_granules) {
+    // Chunk by chunk, side by side (each takes the lowest free addresses),
+    // so the run they make serves the request and each stays a whole
+    // physical allocation that a stitch can map elsewhere. A chunk that
+    // fails ends it: those grown stay, free.
+    for (Granules grown; grown < min_granules; grown += settings_.chunk_granules) {
+      const ProviderStatus status = grow(settings_.chunk_granules);
+      if (status != ProviderStatus::Ok) return status;
+    }
+    return ProviderStatus::Ok;
+  }
   Granules step = max_granules(settings_.chunk_granules, min_granules);
   if (step > room) step = room;
   if (!spare_blocks_.reserve(1)) return ProviderStatus::OutOfMemory;

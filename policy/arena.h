@@ -48,6 +48,9 @@ struct PhysicalPiece {
 
 struct ArenaSettings {
   Granules chunk_granules;                     // growth step
+  // A request larger than a chunk grows in chunk-sized physical
+  // allocations rather than one of its own size (split_growth).
+  bool split_growth = false;
   Granules limit_granules = kNoLimitGranules;  // most physical memory held
   uint64_t range_bytes = 0;                    // address space reserved at a time
 };
@@ -81,6 +84,8 @@ class Arena {
   // Creates, maps and opens a chunk of max(chunk, min_granules) granules,
   // clipped to the limit; on OutOfMemory retries with exactly min_granules.
   // Any failure leaves nothing behind (no mapping, no handle, no block).
+  // With split_growth, more than a chunk grows chunk by chunk: a failure
+  // then keeps the chunks already grown (free).
   ProviderStatus grow(Granules min_granules);
 
   // A block in `state` at fresh addresses, backed by the physical memory

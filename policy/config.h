@@ -45,6 +45,12 @@ struct PoolConfig {
   // syncs off the program's threads but gained no speed, for 10-20% more
   // CPU time (docs/BENCHMARKS.md "Syncing ahead").
   bool sync_ahead = false;
+  // split_growth: a request larger than chunk_size grows in chunk_size
+  // physical allocations, not one of its own size: with chunk_size 2M,
+  // every free run is made of whole allocations, which a driver that maps
+  // only whole allocations (the H200's) can still stitch (docs/POOL.md
+  // "Stitching").
+  bool split_growth = false;
   // control: pagefast-ctl may reach the process (sleep/wake/status) over
   // the IPC socket, whose thread then starts with the first pool.
   bool control = true;

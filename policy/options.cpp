@@ -146,6 +146,11 @@ constexpr OptionRow kRows[] = {
      "reusable before the program's threads ask for it (docs/POOL.md \"Syncing ahead\")",
      "measured on the H200: a third to a half of the syncs moved off the program's threads, no speed gained, "
      "10-20% more CPU time, hence off"},
+    {Opt::KeySplitGrowth, "split_growth", Scope::ConfKey, &kOnOff, "on|off", "off", false, kLib,
+     "`on`: a request larger than `chunk_size` grows in `chunk_size` allocations; with `chunk_size:2M`, scattered "
+     "free memory can then be stitched on drivers that map only whole allocations (docs/POOL.md \"Stitching\")",
+     "an experiment: in the simulation it held far less, but each 2 MiB allocation costs about 50 us to grow and "
+     "35 us per stitch on the H200, not yet measured in a program"},
     {Opt::KeyControl, "control", Scope::ConfKey, &kOnOff, "on|off", "on", false, kLib,
      "`on`: `pagefast-ctl` (sleep, wake, status of a PID) reaches the process (same uid) over its IPC socket",
      "whose thread starts with the first pool"},

@@ -56,6 +56,7 @@ enum class Opt : int {
   KeyReleaseDelay,
   KeySlack,
   KeySyncAhead,
+  KeySplitGrowth,
   KeyControl,
   KeyNuma,
   KeyReport,

@@ -122,7 +122,7 @@ def case_capacity(build):
     env = {"FAKECUDA_TOTAL_MEM": "2G"}
     without = counts(run(build, ["capacity", arg], preload=False, env=env).stdout)
     check(len(without) == len(sizes), f"capacity without pagefast ran ({without})")
-    for conf in ["", "chunk_size:2M", "chunk_size:1G", "sync_ahead:on"]:
+    for conf in ["", "chunk_size:2M", "chunk_size:1G", "sync_ahead:on", "chunk_size:2M,split_growth:on"]:
         e = dict(env)
         if conf:
             e["PAGEFAST_CONF"] = conf

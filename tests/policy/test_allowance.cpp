@@ -400,3 +400,54 @@ TEST_CASE("a provider that maps at no chunk offset: whole chunks are still stitc
   CHECK(t.provider.violations() == 0);
   CHECK(t.pool.check() == "");
 }
+
+TEST_CASE("split growth: a large request grows in whole chunks, which stitch where maps take no part", "[arena][pool]") {
+  PoolConfig config = config_with(2 * kMiB, 160 * kMiB);
+  config.split_growth = true;
+  PoolUnderTest t(1 * kGiB, FakeProvider::Backing::Host, config);
+  t.provider.set_offset_maps(false);
+  Attached cache(t.pool);
+  // 20 MiB: ten chunks of 2 MiB, side by side, one block over all of them.
+  uint64_t big = 0;
+  REQUIRE(t.alloc(*cache, 20 * kMiB, &big) == AllocStatus::Ok);
+  CHECK(t.provider.calls(FakeProvider::Op::Create) == 10);
+  CHECK(t.provider.live_chunks() == 10);
+  std::memset(reinterpret_cast<void*>(big), 0x5a, 20 * kMiB);
+  // Scatter: 4 MiB blocks (two chunks each), every other one freed.
+  std::vector<uint64_t> kept;
+  for (int i = 0; i < 34; ++i) {
+    uint64_t p = 0;
+    REQUIRE(t.alloc(*cache, 4 * kMiB, &p) == AllocStatus::Ok);
+    std::memset(reinterpret_cast<void*>(p), i + 1, 4 * kMiB);
+    kept.push_back(p);
+  }
+  for (size_t i = 0; i < kept.size(); i += 2) REQUIRE(t.free(*cache, kept[i]) == FreeStatus::Ok);
+  // At the limit (160 MiB), 40 MiB can only come from the scattered chunks.
+  uint64_t stitched = 0;
+  REQUIRE(t.alloc(*cache, 40 * kMiB, &stitched) == AllocStatus::Ok);
+  std::memset(reinterpret_cast<void*>(stitched), 0xc3, 40 * kMiB);
+  const PoolStats s = t.pool.stats();
+  CHECK(s.stitches == 1);
+  CHECK(s.mapped_bytes <= 160 * kMiB);
+  CHECK(reinterpret_cast<const unsigned char*>(big)[20 * kMiB - 1] == 0x5a);
+  for (size_t i = 1; i < kept.size(); i += 2)
+    CHECK(reinterpret_cast<const unsigned char*>(kept[i])[4 * kMiB - 1] == (unsigned char)(i + 1));
+  CHECK(t.provider.violations() == 0);
+  CHECK(t.pool.check() == "");
+}
+
+TEST_CASE("split growth: a chunk that fails ends the growth, the ones grown stay usable", "[arena][pool]") {
+  PoolConfig config = config_with(2 * kMiB);
+  config.split_growth = true;
+  PoolUnderTest t(1 * kGiB, FakeProvider::Backing::None, config);
+  Attached cache(t.pool);
+  t.provider.fail(FakeProvider::Op::Create, 3);  // the fourth create of the next growth
+  uint64_t p = 0;
+  // Growth fails after three chunks; the pool then retries under pressure
+  // and serves the request (the fault was once).
+  REQUIRE(t.alloc(*cache, 16 * kMiB, &p) == AllocStatus::Ok);
+  CHECK(t.provider.live_chunks() >= 8);
+  REQUIRE(t.free(*cache, p) == FreeStatus::Ok);
+  CHECK(t.provider.violations() == 0);
+  CHECK(t.pool.check() == "");
+}
