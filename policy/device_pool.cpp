@@ -166,8 +166,8 @@ AllocStatus DevicePool::alloc_small_slow(ThreadCache& cache, int class_index, ui
     retire_local(cache, true);
     if (pop_small(cache, class_index, request_bytes, addr)) return AllocStatus::Ok;
     if (quarantine_due(cache, Granules(0))) {
-      retire_finished(&cache, true);  // what syncs ahead retired, first
-      if (pop_small(cache, class_index, request_bytes, addr)) return AllocStatus::Ok;
+      // What syncs ahead retired, first.
+      if (retire_finished(&cache, true) && pop_small(cache, class_index, request_bytes, addr)) return AllocStatus::Ok;
       if (sync_and_retire(&cache, true) && pop_small(cache, class_index, request_bytes, addr))
         return AllocStatus::Ok;
     }
@@ -255,8 +255,8 @@ AllocStatus DevicePool::alloc_large_slow(ThreadCache& cache, Granules granules, 
     // sync of this thread's, as without them: skipping it (and taking
     // from the arena) made 1-4 MiB pool-hit pairs 1.5-2.5x slower on the
     // H200 (docs/BENCHMARKS.md, "Syncing ahead").
-    retire_finished(&cache, cacheable);
-    if (cacheable && pop_large(cache, granules, request_bytes, addr)) return AllocStatus::Ok;
+    if (retire_finished(&cache, cacheable) && cacheable && pop_large(cache, granules, request_bytes, addr))
+      return AllocStatus::Ok;
     if (sync_and_retire(&cache, cacheable) && cacheable && pop_large(cache, granules, request_bytes, addr))
       return AllocStatus::Ok;
   }

@@ -305,9 +305,11 @@ class DevicePool {
   bool sync_and_retire(ThreadCache* cache, bool into_cache);
   // Retires what finished syncs cover (the shared quarantine, the cache's
   // own batches), after waiting for a sync under way, if any: no new sync.
-  // With sync_ahead only (it does nothing otherwise).
-  void retire_finished(ThreadCache* cache, bool into_cache);
-  void retire_shared_to(ThreadCache* route);
+  // With sync_ahead only: false (nothing done) otherwise.
+  bool retire_finished(ThreadCache* cache, bool into_cache);
+  // What finished syncs cover, from the cache's own batches (if cache) and
+  // the shared list; with into_cache, the cache's own blocks go back to it.
+  void retire_covered(ThreadCache* cache, bool into_cache);
   void retire_local(ThreadCache& cache, bool into_cache);
   // At most Quarantine::kMaxRetired entries.
   void retire_entries(ThreadCache* route, const QuarantineEntry* entries, int count);

@@ -77,12 +77,9 @@ Block* DevicePool::obtain(ThreadCache* cache, Granules granules, bool for_slab, 
   // Growing would be next: retire the quarantine first, it may hold enough.
   // What syncs ahead retired, or the one under way will, comes first: the
   // device's queue keeps the work submitted since that sync began.
-  const bool ahead = settings_.config.sync_ahead;
   if (sync_before_growth && quarantine_.holds_any(cache)) {
-    if (ahead) {
-      retire_finished(cache, false);
+    if (retire_finished(cache, false))
       if (Block* b = take_locked()) return b;
-    }
     if (sync_and_retire(cache, false))
       if (Block* b = take_locked()) return b;
   }

@@ -37,22 +37,23 @@ void DevicePool::share_local_quarantine(ThreadCache& cache, bool may_trim) {
 
 bool DevicePool::sync_and_retire(ThreadCache* cache, bool into_cache) {
   if (!quarantine_.synchronize_covering(quarantine_.newest_stamp(cache))) return false;
-  if (cache) retire_local(*cache, into_cache);
-  retire_shared_to(into_cache ? cache : nullptr);
+  retire_covered(cache, into_cache);
   return true;
 }
 
-void DevicePool::retire_shared_to(ThreadCache* route) {
+bool DevicePool::retire_finished(ThreadCache* cache, bool into_cache) {
+  if (!settings_.config.sync_ahead) return false;
+  quarantine_.wait_running();
+  retire_covered(cache, into_cache);
+  return true;
+}
+
+void DevicePool::retire_covered(ThreadCache* cache, bool into_cache) {
+  if (cache) retire_local(*cache, into_cache);
+  ThreadCache* route = into_cache ? cache : nullptr;
   quarantine_.retire_shared([&](const ThreadCache* owner, const QuarantineEntry* entries, int count) {
     retire_entries(route && owner == route ? route : nullptr, entries, count);
   });
-}
-
-void DevicePool::retire_finished(ThreadCache* cache, bool into_cache) {
-  if (!settings_.config.sync_ahead) return;
-  quarantine_.wait_running();
-  if (cache) retire_local(*cache, into_cache);
-  retire_shared_to(into_cache ? cache : nullptr);
 }
 
 uint64_t DevicePool::sync_ahead_step() {
@@ -83,7 +84,7 @@ uint64_t DevicePool::sync_ahead_step() {
   // Shared batches go to the arena, where any thread finds them; a
   // thread's own batches stay with it (its next miss takes them back
   // without a sync, or a reclaim before growth gathers them).
-  retire_shared_to(nullptr);
+  retire_covered(nullptr, false);
   return step;
 }
 

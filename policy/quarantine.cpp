@@ -201,11 +201,20 @@ QuarantineBatch* Quarantine::take_retired_shared() {
 
 // ---- syncs -------------------------------------------------------------------
 
+void Quarantine::wait_for_running(std::unique_lock<std::mutex>& lock) {
+  // An idle-device sync takes well under a microsecond to a few: spin for
+  // it first; sleeping on the condition variable costs a futex wake-up and
+  // a reschedule, tens of microseconds.
+  lock.unlock();
+  for (int spin = 0; spin < kSyncSpins && sync_running_.load(std::memory_order_acquire); ++spin) cpu_relax();
+  lock.lock();
+  sync_wait_cv_.wait(lock, [&] { return !sync_running_.load(std::memory_order_relaxed); });
+}
+
 bool Quarantine::wait_running() {
   if (!sync_running_.load(std::memory_order_acquire)) return false;
-  for (int spin = 0; spin < kSyncSpins && sync_running_.load(std::memory_order_acquire); ++spin) cpu_relax();
   std::unique_lock<std::mutex> lock(sync_wait_mutex_);
-  sync_wait_cv_.wait(lock, [&] { return !sync_running_.load(std::memory_order_relaxed); });
+  wait_for_running(lock);
   return true;
 }
 
@@ -218,14 +227,7 @@ bool Quarantine::synchronize_covering(uint64_t stamp, bool* led) {
   while (!tickets_.retired(stamp)) {
     if (sync_running_.load(std::memory_order_relaxed)) {
       const bool covered = tickets_.covered_by_running(stamp);
-      // An idle-device sync takes well under a microsecond to a few: spin
-      // for it first; sleeping on the condition variable costs a futex
-      // wake-up and a reschedule, tens of microseconds.
-      lock.unlock();
-      for (int spin = 0; spin < kSyncSpins && sync_running_.load(std::memory_order_acquire); ++spin)
-        cpu_relax();
-      lock.lock();
-      sync_wait_cv_.wait(lock, [&] { return !sync_running_.load(std::memory_order_relaxed); });
+      wait_for_running(lock);
       if (covered && !tickets_.retired(stamp)) return false;  // that sync failed or was refused
       continue;
     }

@@ -166,13 +166,15 @@ class Quarantine {
   // one was running. What it retired is then found by take_retired and
   // retire_shared.
   bool wait_running();
-  bool sync_running() const { return sync_running_.load(std::memory_order_acquire); }
   uint64_t synchronizations() const { return synchronizations_.load(std::memory_order_relaxed); }
   uint64_t synchronization_ns() const { return synchronization_ns_.load(std::memory_order_relaxed); }
 
  private:
   // The retired shared batches, unlinked (a list through list_next).
   QuarantineBatch* take_retired_shared();
+  // REQUIRES: lock holds sync_wait_mutex_. Returns, holding it again, once
+  // no sync runs (spinning first, then on the condition variable).
+  void wait_for_running(std::unique_lock<std::mutex>& lock);
   // An empty batch for a seal or share: the cache's spare, or a new one.
   QuarantineBatch* take_cache_batch(ThreadCache& cache);
   void keep_or_give_batch(ThreadCache& cache, QuarantineBatch* batch);

@@ -69,43 +69,40 @@ void register_exit_stop() {
   });
 }
 
-// One step over every pool, marked busy; false once stopped. busy is
-// raised before stop is read, and stop before busy is read (both seq_cst):
-// either the handler sees the step, or the step sees the stop.
-template <typename Step>
-bool step_pools(std::atomic<bool>& busy, Step step) {
-  busy.store(true, std::memory_order_seq_cst);
-  const bool on = !g_steps_stop.load(std::memory_order_seq_cst);
-  if (on)
-    for (int d = 0; d < kMaxDevices; ++d)
-      if (policy::DevicePool* pool = pool_for_device(d)) step(*pool);
-  busy.store(false, std::memory_order_seq_cst);
-  return on;
-}
+// A service thread: one step over every pool, then the least wait any pool
+// asked for (at most `longest`), until the exit stop. busy is raised before
+// stop is read, and stop before busy is read (both seq_cst): either the
+// exit handler sees the step, or the step sees the stop.
+struct ServiceLoop {
+  std::atomic<bool>* busy;
+  uint64_t longest;
+  uint64_t (*step)(policy::DevicePool& pool);  // returns the pool's wait
+};
 
-void* trim_main(void*) {
+void* service_main(void* arg) {
+  const ServiceLoop& loop = *static_cast<const ServiceLoop*>(arg);
   while (true) {
-    uint64_t interval = policy::kFootprintMaxStepNs;
-    const bool on = step_pools(g_trim_busy, [&](policy::DevicePool& pool) {
-      pool.decay_step();
-      if (pool.footprint_interval_ns() < interval) interval = pool.footprint_interval_ns();
-    });
-    if (!on) return nullptr;
-    sleep_ns(interval);
-  }
-}
-
-void* sync_main(void*) {
-  while (true) {
-    uint64_t wait = policy::kSyncAheadIdleNs;
-    const bool on = step_pools(g_sync_busy, [&](policy::DevicePool& pool) {
-      const uint64_t w = pool.sync_ahead_step();
-      if (w < wait) wait = w;
-    });
+    uint64_t wait = loop.longest;
+    loop.busy->store(true, std::memory_order_seq_cst);
+    const bool on = !g_steps_stop.load(std::memory_order_seq_cst);
+    if (on)
+      for (int d = 0; d < kMaxDevices; ++d)
+        if (policy::DevicePool* pool = pool_for_device(d)) {
+          const uint64_t w = loop.step(*pool);
+          if (w < wait) wait = w;
+        }
+    loop.busy->store(false, std::memory_order_seq_cst);
     if (!on) return nullptr;
     sleep_ns(wait);
   }
 }
+
+constexpr ServiceLoop kTrimLoop{&g_trim_busy, policy::kFootprintMaxStepNs, [](policy::DevicePool& pool) {
+                                  pool.decay_step();
+                                  return pool.footprint_interval_ns();
+                                }};
+constexpr ServiceLoop kSyncLoop{&g_sync_busy, policy::kSyncAheadIdleNs,
+                                [](policy::DevicePool& pool) { return pool.sync_ahead_step(); }};
 
 }  // namespace
 
@@ -114,13 +111,13 @@ void* sync_main(void*) {
 void start_trim_thread(uint64_t release_delay_ns) {
   if (release_delay_ns == policy::kNoReleaseDelay || g_trim_started.exchange(true)) return;
   register_exit_stop();
-  start_service_thread(nullptr, &trim_main, nullptr, "pagefast-trim");
+  start_service_thread(nullptr, &service_main, const_cast<ServiceLoop*>(&kTrimLoop), "pagefast-trim");
 }
 
 void start_sync_thread(bool sync_ahead) {
   if (!sync_ahead || g_sync_started.exchange(true)) return;
   register_exit_stop();
-  start_service_thread(nullptr, &sync_main, nullptr, "pagefast-sync");
+  start_service_thread(nullptr, &service_main, const_cast<ServiceLoop*>(&kSyncLoop), "pagefast-sync");
 }
 
 // Runs `step` on every pool under the sleep lock and folds the answers:
