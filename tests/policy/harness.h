@@ -103,6 +103,17 @@ struct Attached {
   ThreadCache* cache;
 };
 
+// Appends n blocks of `bytes` from the cache to *out, in allocation
+// order; false (and no more) at the first allocation that fails.
+inline bool alloc_blocks(PoolUnderTest& t, ThreadCache& cache, int n, uint64_t bytes, std::vector<uint64_t>* out) {
+  for (int i = 0; i < n; ++i) {
+    uint64_t p = 0;
+    if (t.alloc(cache, bytes, &p) != AllocStatus::Ok) return false;
+    out->push_back(p);
+  }
+  return true;
+}
+
 inline PoolConfig config_with(uint64_t chunk_bytes, uint64_t limit_bytes = 0, uint64_t release_threshold = kUnlimited,
                               uint64_t prewarm_bytes = 0) {
   PoolConfig c;

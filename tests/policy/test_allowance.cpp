@@ -8,7 +8,6 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <cstring>
 #include <atomic>
 #include <functional>
 #include <random>
@@ -206,11 +205,7 @@ TEST_CASE("a provider that maps at no chunk offset: the pool grows, never stitch
   Attached cache(t.pool);
   std::vector<uint64_t> kept;
   // Scatter free memory: allocate 24 MiB blocks, free every other one.
-  for (int i = 0; i < 40; ++i) {
-    uint64_t p = 0;
-    REQUIRE(t.alloc(*cache, 24 * kMiB, &p) == AllocStatus::Ok);
-    kept.push_back(p);
-  }
+  REQUIRE(alloc_blocks(t, *cache, 40, 24 * kMiB, &kept));
   for (size_t i = 0; i < kept.size(); i += 2) REQUIRE(t.free(*cache, kept[i]) == FreeStatus::Ok);
   t.pool.trim();
   uint64_t big = 0;
@@ -239,10 +234,7 @@ TEST_CASE("sync ahead: a step syncs once a quarter of the allowance was freed si
   // Free past a quarter of the allowance (the fixed one until the first
   // rate: 1 GiB here, so 256 MiB): one sync, made ahead.
   std::vector<uint64_t> blocks;
-  for (int i = 0; i < 80; ++i) {
-    REQUIRE(t.alloc(*cache, 4 * kMiB, &p) == AllocStatus::Ok);
-    blocks.push_back(p);
-  }
+  REQUIRE(alloc_blocks(t, *cache, 80, 4 * kMiB, &blocks));
   for (uint64_t b : blocks) {
     t.provider.launch(b, 4 * kMiB);
     REQUIRE(t.free(*cache, b) == FreeStatus::Ok);
@@ -271,11 +263,7 @@ TEST_CASE("sync ahead: off, or asleep, the step does nothing", "[allowance][pool
     PoolUnderTest t(8 * kGiB, FakeProvider::Backing::None, with_slack(10 * kMs, /*sync_ahead=*/asleep));
     Attached cache(t.pool);
     std::vector<uint64_t> blocks;
-    for (int i = 0; i < 200; ++i) {
-      uint64_t p = 0;
-      REQUIRE(t.alloc(*cache, 4 * kMiB, &p) == AllocStatus::Ok);
-      blocks.push_back(p);
-    }
+    REQUIRE(alloc_blocks(t, *cache, 200, 4 * kMiB, &blocks));
     for (uint64_t b : blocks) REQUIRE(t.free(*cache, b) == FreeStatus::Ok);
     if (asleep) REQUIRE(t.pool.sleep(0) == SleepStatus::Ok);
     const uint64_t syncs = t.pool.stats().synchronizations;
@@ -382,21 +370,17 @@ TEST_CASE("a provider that maps at no chunk offset: whole chunks are still stitc
   t.provider.set_offset_maps(false);
   Attached cache(t.pool);
   std::vector<uint64_t> kept;
-  for (int i = 0; i < 64; ++i) {
-    uint64_t p = 0;
-    REQUIRE(t.alloc(*cache, 2 * kMiB, &p) == AllocStatus::Ok);
-    std::memset(reinterpret_cast<void*>(p), i, 2 * kMiB);
-    kept.push_back(p);
-  }
+  REQUIRE(alloc_blocks(t, *cache, 64, 2 * kMiB, &kept));
+  for (size_t i = 0; i < kept.size(); ++i) fill(kept[i], 2 * kMiB, i);
   for (size_t i = 0; i < kept.size(); i += 2) REQUIRE(t.free(*cache, kept[i]) == FreeStatus::Ok);
   // The limit (128 MiB, all mapped, half of it freed and scattered) leaves
   // no room to grow: 20 MiB must come from ten scattered free chunks.
   uint64_t big = 0;
   REQUIRE(t.alloc(*cache, 20 * kMiB, &big) == AllocStatus::Ok);
-  std::memset(reinterpret_cast<void*>(big), 0xab, 20 * kMiB);
+  fill(big, 20 * kMiB, 1000);
   CHECK(t.pool.stats().stitches == 1);
-  for (size_t i = 1; i < kept.size(); i += 2)  // the live blocks kept their bytes
-    CHECK(reinterpret_cast<const unsigned char*>(kept[i])[4096] == (unsigned char)i);
+  for (size_t i = 1; i < kept.size(); i += 2) CHECK(check(kept[i], 2 * kMiB, i));  // the live blocks kept their bytes
+  CHECK(check(big, 20 * kMiB, 1000));
   CHECK(t.provider.violations() == 0);
   CHECK(t.pool.check() == "");
 }
@@ -412,26 +396,22 @@ TEST_CASE("split growth: a large request grows in whole chunks, which stitch whe
   REQUIRE(t.alloc(*cache, 20 * kMiB, &big) == AllocStatus::Ok);
   CHECK(t.provider.calls(FakeProvider::Op::Create) == 10);
   CHECK(t.provider.live_chunks() == 10);
-  std::memset(reinterpret_cast<void*>(big), 0x5a, 20 * kMiB);
+  fill(big, 20 * kMiB, 1000);
   // Scatter: 4 MiB blocks (two chunks each), every other one freed.
   std::vector<uint64_t> kept;
-  for (int i = 0; i < 34; ++i) {
-    uint64_t p = 0;
-    REQUIRE(t.alloc(*cache, 4 * kMiB, &p) == AllocStatus::Ok);
-    std::memset(reinterpret_cast<void*>(p), i + 1, 4 * kMiB);
-    kept.push_back(p);
-  }
+  REQUIRE(alloc_blocks(t, *cache, 34, 4 * kMiB, &kept));
+  for (size_t i = 0; i < kept.size(); ++i) fill(kept[i], 4 * kMiB, i);
   for (size_t i = 0; i < kept.size(); i += 2) REQUIRE(t.free(*cache, kept[i]) == FreeStatus::Ok);
   // At the limit (160 MiB), 40 MiB can only come from the scattered chunks.
   uint64_t stitched = 0;
   REQUIRE(t.alloc(*cache, 40 * kMiB, &stitched) == AllocStatus::Ok);
-  std::memset(reinterpret_cast<void*>(stitched), 0xc3, 40 * kMiB);
+  fill(stitched, 40 * kMiB, 2000);
   const PoolStats s = t.pool.stats();
   CHECK(s.stitches == 1);
   CHECK(s.mapped_bytes <= 160 * kMiB);
-  CHECK(reinterpret_cast<const unsigned char*>(big)[20 * kMiB - 1] == 0x5a);
-  for (size_t i = 1; i < kept.size(); i += 2)
-    CHECK(reinterpret_cast<const unsigned char*>(kept[i])[4 * kMiB - 1] == (unsigned char)(i + 1));
+  CHECK(check(big, 20 * kMiB, 1000));
+  for (size_t i = 1; i < kept.size(); i += 2) CHECK(check(kept[i], 4 * kMiB, i));
+  CHECK(check(stitched, 40 * kMiB, 2000));
   CHECK(t.provider.violations() == 0);
   CHECK(t.pool.check() == "");
 }

@@ -195,11 +195,7 @@ TEST_CASE("an export names the physical memory of home, slab and stitched blocks
   }
   // Fragment the arena so that a large request is stitched together.
   std::vector<uint64_t> ones;
-  for (int i = 0; i < 24; ++i) {
-    uint64_t p = 0;
-    REQUIRE(t.alloc(*cache, 2 * kMiB, &p) == AllocStatus::Ok);
-    ones.push_back(p);
-  }
+  REQUIRE(alloc_blocks(t, *cache, 24, 2 * kMiB, &ones));
   for (size_t i = 0; i < ones.size(); i += 2) REQUIRE(t.free(*cache, ones[i]) == FreeStatus::Ok);
   t.pool.trim();
   uint64_t before = t.pool.stats().stitches;

@@ -131,11 +131,7 @@ TEST_CASE("decay: release_threshold is a floor, release_delay off keeps everythi
     PoolUnderTest t(4 * kGiB, FakeProvider::Backing::None, decay_config(1 * kSecond, 512 * kMiB));
     Attached cache(t.pool);
     std::vector<uint64_t> blocks;
-    for (int i = 0; i < 16; ++i) {
-      uint64_t p = 0;
-      REQUIRE(t.alloc(*cache, 64 * kMiB, &p) == AllocStatus::Ok);
-      blocks.push_back(p);
-    }
+    REQUIRE(alloc_blocks(t, *cache, 16, 64 * kMiB, &blocks));
     for (uint64_t p : blocks) REQUIRE(t.free(*cache, p) == FreeStatus::Ok);
     run_decay(t, 5 * kSecond);
     const PoolStats s = t.pool.stats();

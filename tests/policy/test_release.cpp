@@ -56,11 +56,7 @@ TEST_CASE("prewarm maps memory in chunk steps before the first allocation", "[re
   CHECK(t.provider.calls(Op::SetAccess) == 4);
   Attached cache(t.pool);
   std::vector<uint64_t> blocks;
-  for (int i = 0; i < 40; ++i) {
-    uint64_t p = 0;
-    REQUIRE(t.alloc(*cache, 20 * kMiB, &p) == AllocStatus::Ok);
-    blocks.push_back(p);
-  }
+  REQUIRE(alloc_blocks(t, *cache, 40, 20 * kMiB, &blocks));
   CHECK(t.pool.stats().growths == 4);  // all from the prewarmed memory
   // Prewarm never exceeds the limit.
   PoolUnderTest limited(4 * kGiB, FakeProvider::Backing::None, config_with(256 * kMiB, 600 * kMiB, kUnlimited, 1 * kGiB));
