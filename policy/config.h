@@ -51,6 +51,10 @@ struct PoolConfig {
   // only whole allocations (the H200's) can still stitch (docs/POOL.md
   // "Stitching").
   bool split_growth = false;
+  // idle_share: before growing, the pool syncs and reuses what is idle
+  // (waiting for a sync, or in thread caches) once that exceeds this
+  // percent of what the pool holds; 0: only the allowance decides.
+  int idle_share = 0;
   // control: pagefast-ctl may reach the process (sleep/wake/status) over
   // the IPC socket, whose thread then starts with the first pool.
   bool control = true;

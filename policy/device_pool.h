@@ -295,8 +295,9 @@ class DevicePool {
   // held in thread caches, over every thread. Takes the registry lock.
   void waiting(uint64_t* freed_total, uint64_t* reclaimable);
   // Before growing by `granules`: whether the memory waiting in every
-  // thread's quarantine and cache is over the allowance and would cover
-  // the request, so that it is reclaimed instead (obtain()).
+  // thread's quarantine and cache would cover the request and is over the
+  // allowance, or over idle_share of what the pool holds, so that it is
+  // reclaimed instead (obtain()).
   bool reclaim_wanted(Granules granules);
   bool quarantine_due(ThreadCache& cache, Granules request);
   // Syncs and retires the shared quarantine and the cache's own. With

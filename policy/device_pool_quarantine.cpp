@@ -197,11 +197,14 @@ void DevicePool::waiting(uint64_t* freed_total, uint64_t* reclaimable) {
 }
 
 bool DevicePool::reclaim_wanted(Granules granules) {
-  if (!allowance_.adaptive()) return false;
-  const uint64_t allowance = allowance_for(granules);
+  const uint64_t share = uint64_t(settings_.config.idle_share);
+  if (!allowance_.adaptive() && !share) return false;
   uint64_t freed = 0, reclaimable = 0;
   waiting(&freed, &reclaimable);
-  return reclaimable >= granules.bytes() && reclaimable > allowance;
+  if (reclaimable < granules.bytes()) return false;
+  // idle_share: what is idle may be that share of what the pool holds.
+  if (share && reclaimable * 100 > share * mapped_bytes_.load(std::memory_order_relaxed)) return true;
+  return allowance_.adaptive() && reclaimable > allowance_for(granules);
 }
 
 }  // namespace pagefast::policy

@@ -32,6 +32,7 @@ constexpr Parser kChunkSize{Kind::Size, {k2M, 1ull << 40, k2M, false, false}};
 constexpr Parser kLimit{Kind::Size, {k2M, UINT64_MAX, 1, true, false}};
 constexpr Parser kReserve{Kind::Size, {0, UINT64_MAX, k2M, true, false}};
 constexpr Parser kGrowAhead{Kind::Count, {}, nullptr, 0, false, 32};
+constexpr Parser kPercent{Kind::Count, {}, nullptr, 0, false, 100};
 
 // pagefast's level names and spdlog's (trace, critical, err, warning), any
 // case. pagefast has four levels: trace is debug, critical is error (its
@@ -151,6 +152,10 @@ constexpr OptionRow kRows[] = {
      "free memory can then be stitched on drivers that map only whole allocations (docs/POOL.md \"Stitching\")",
      "an experiment: in the simulation it held far less, but each 2 MiB allocation costs about 50 us to grow and "
      "35 us per stitch on the H200, not yet measured in a program"},
+    {Opt::KeyIdleShare, "idle_share", Scope::ConfKey, &kPercent, "0..100 (percent)", "0", false, kLib,
+     "before the pool grows, it syncs and reuses its idle memory (freed and waiting for a sync, or cached by "
+     "threads) when that is more than this percent of what it holds (docs/POOL.md \"Footprint\")",
+     "`0`: only `slack`'s allowance decides; lower holds less and syncs more"},
     {Opt::KeyControl, "control", Scope::ConfKey, &kOnOff, "on|off", "on", false, kLib,
      "`on`: `pagefast-ctl` (sleep, wake, status of a PID) reaches the process (same uid) over its IPC socket",
      "whose thread starts with the first pool"},

@@ -57,6 +57,7 @@ enum class Opt : int {
   KeySlack,
   KeySyncAhead,
   KeySplitGrowth,
+  KeyIdleShare,
   KeyControl,
   KeyNuma,
   KeyReport,

@@ -223,7 +223,7 @@ TEST_CASE("the variables' messages, word for word") {
   env.vars["PAGEFAST_CONF"] = "bogus:1";
   CHECK(env.parse().error ==
         "PAGEFAST_CONF: unknown key 'bogus' (accepted keys: pool, chunk_size, release_threshold, limit, prewarm, "
-        "reserve, vmm_cache, vmm_grow_ahead, release_delay, slack, sync_ahead, split_growth, control, numa, report, stats)");
+        "reserve, vmm_cache, vmm_grow_ahead, release_delay, slack, sync_ahead, split_growth, idle_share, control, numa, report, stats)");
 }
 
 TEST_CASE("PAGEFAST: empty is unset, blanks are trimmed, a blank value is refused") {

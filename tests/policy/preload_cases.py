@@ -122,7 +122,8 @@ def case_capacity(build):
     env = {"FAKECUDA_TOTAL_MEM": "2G"}
     without = counts(run(build, ["capacity", arg], preload=False, env=env).stdout)
     check(len(without) == len(sizes), f"capacity without pagefast ran ({without})")
-    for conf in ["", "chunk_size:2M", "chunk_size:1G", "sync_ahead:on", "chunk_size:2M,split_growth:on"]:
+    for conf in ["", "chunk_size:2M", "chunk_size:1G", "sync_ahead:on", "chunk_size:2M,split_growth:on",
+                 "idle_share:5"]:
         e = dict(env)
         if conf:
             e["PAGEFAST_CONF"] = conf
@@ -250,8 +251,10 @@ def main():
     elif name in ("reuse", "threads"):
         # sync_ahead:on: the pagefast-sync thread retires the quarantine
         # while the program's threads reuse it (the fake driver counts
-        # any reuse before the device is done).
-        case_simple(build, name, ["", "release_threshold:0", "chunk_size:2M", "sync_ahead:on", "sync_ahead:on,slack:0"])
+        # any reuse before the device is done). idle_share: reclaims before
+        # growth on the program's threads.
+        case_simple(build, name, ["", "release_threshold:0", "chunk_size:2M", "sync_ahead:on", "sync_ahead:on,slack:0",
+                                  "idle_share:5"])
     elif name == "devices":
         for preload in (False, True):
             expect_ok(run(build, ["devices"], preload=preload, env={"FAKECUDA_DEVICES": "2"}), "devices",

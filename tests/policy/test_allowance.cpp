@@ -150,6 +150,30 @@ TEST_CASE("allowance: a two-thread training loop holds little beyond its peak", 
   CHECK(syncs_adaptive <= run_ns / (2 * kMs) + 30ull * 4);
 }
 
+TEST_CASE("idle share: the pool syncs rather than grows once idle memory passes the share", "[allowance][pool]") {
+  // At the default slack the training loop's frees wait long: with a share
+  // of 15%, what the pool holds stays near the peak, for more syncs.
+  const StepShape shape;
+  uint64_t held[2] = {0, 0}, syncs[2] = {0, 0}, peak = 0;
+  for (int share : {0, 15}) {
+    PoolConfig c = with_slack(10 * kMs, false);
+    c.idle_share = share;
+    PoolUnderTest t(140 * kGiB, FakeProvider::Backing::None, c);
+    const int i = share ? 1 : 0;
+    peak = run_steps(t, 30, shape, &held[i]);
+    syncs[i] = t.pool.stats().synchronizations;
+    CHECK(t.pool.check() == "");
+    CHECK(t.provider.violations() == 0);
+  }
+  INFO("peak " << peak / kMiB << " MiB; held " << held[0] / kMiB << " MiB with " << syncs[0] << " syncs, "
+               << held[1] / kMiB << " MiB with " << syncs[1] << " syncs at 15%");
+  CHECK(held[1] < held[0]);
+  // The share of what is held, and a chunk of rounding (256 MiB).
+  CHECK(held[1] <= peak * 115 / 100 + 256 * kMiB);
+  CHECK(syncs[1] > syncs[0]);
+  CHECK(syncs[1] <= 30ull * 40);  // not a sync per free
+}
+
 TEST_CASE("allowance: a loop of 1 GiB blocks shares a sync among several pairs", "[allowance][pool]") {
   PoolUnderTest t(140 * kGiB, FakeProvider::Backing::None, with_slack(2 * kMs));
   Attached cache(t.pool);
