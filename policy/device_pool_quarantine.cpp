@@ -202,8 +202,14 @@ bool DevicePool::reclaim_wanted(Granules granules) {
   uint64_t freed = 0, reclaimable = 0;
   waiting(&freed, &reclaimable);
   if (reclaimable < granules.bytes()) return false;
-  // idle_share: what is idle may be that share of what the pool holds.
-  if (share && reclaimable * 100 > share * mapped_bytes_.load(std::memory_order_relaxed)) return true;
+  // idle_share: what is idle may be that share of what the pool holds,
+  // for a request small beside it (at most an eighth), and at least two
+  // requests' worth: a loop of a few big blocks keeps the allowance's
+  // batch of several pairs per sync.
+  const uint64_t held = mapped_bytes_.load(std::memory_order_relaxed);
+  if (share && granules.bytes() * 8 <= held && reclaimable >= 2 * granules.bytes() &&
+      reclaimable * 100 > share * held)
+    return true;
   return allowance_.adaptive() && reclaimable > allowance_for(granules);
 }
 

@@ -82,6 +82,7 @@ PoolConfig with_slack(uint64_t slack_ns, bool sync_ahead = true) {
   c.slack_ns = slack_ns;
   c.sync_ahead = sync_ahead;
   c.release_delay_ns = ~uint64_t(0);  // decay is another test's subject
+  c.idle_share = 0;                    // so is the idle share (its own case)
   return c;
 }
 

@@ -252,6 +252,9 @@ int main(int argc, char** argv) {
   const std::string problems = pool->check();
   if (timeline) std::fclose(timeline);
   const double seconds = double(t_end) / 1e9;
+  const uint64_t creates = provider.calls(FakeProvider::Op::Create);
+  const uint64_t maps = provider.calls(FakeProvider::Op::Map);
+  const uint64_t unmaps = provider.calls(FakeProvider::Op::Unmap);
   const double ratio = peak_live ? double(peak_held) / double(peak_live) : 0;
   if (json) {
     std::printf(
@@ -259,13 +262,15 @@ int main(int argc, char** argv) {
         "\"skipped\": %llu, \"failed\": %llu, \"threads\": %zu, \"peak_live_bytes\": %llu, "
         "\"peak_live_granule_bytes\": %llu, \"peak_held_bytes\": %llu, \"held_at_end_bytes\": %llu, "
         "\"held_vs_live\": %.4f, \"synchronizations\": %llu, \"synchronizations_ahead\": %llu, "
-        "\"growths\": %llu, \"releases\": %llu, \"stitches\": %llu}\n",
+        "\"growths\": %llu, \"releases\": %llu, \"stitches\": %llu, \"driver_creates\": %llu, "
+        "\"driver_maps\": %llu, \"driver_unmaps\": %llu}\n",
         path.c_str(), records.size(), seconds, (unsigned long long)allocs, (unsigned long long)frees,
         (unsigned long long)skipped, (unsigned long long)failed, caches.size(), (unsigned long long)peak_live,
         (unsigned long long)peak_live_granules, (unsigned long long)peak_held, (unsigned long long)held_at_end,
         ratio, (unsigned long long)s.synchronizations, (unsigned long long)s.synchronizations_ahead,
         (unsigned long long)s.growths,
-        (unsigned long long)s.releases, (unsigned long long)s.stitches);
+        (unsigned long long)s.releases, (unsigned long long)s.stitches, (unsigned long long)creates,
+        (unsigned long long)maps, (unsigned long long)unmaps);
   } else {
     auto mib = [](uint64_t b) { return double(b) / double(kMiB); };
     std::printf("trace %s: %zu records over %.2f s, %zu threads, %llu allocations, %llu frees, %llu skipped\n",
@@ -280,6 +285,10 @@ int main(int argc, char** argv) {
         (unsigned long long)s.synchronizations_ahead, (unsigned long long)(s.synchronizations - s.synchronizations_ahead),
                 (unsigned long long)s.growths, (unsigned long long)s.releases, (unsigned long long)s.stitches,
                 (unsigned long long)failed);
+    // Each map is one physical allocation opened (the H200 maps whole
+    // allocations only): its driver cost is per map (docs/DRIVER-FACTS.md).
+    std::printf("driver calls: %llu creates, %llu maps, %llu unmaps\n", (unsigned long long)creates,
+                (unsigned long long)maps, (unsigned long long)unmaps);
   }
   for (auto& c : caches) pool->detach_thread(c.second);
   if (!problems.empty()) {
