@@ -203,11 +203,12 @@ bool DevicePool::reclaim_wanted(Granules granules) {
   waiting(&freed, &reclaimable);
   if (reclaimable < granules.bytes()) return false;
   // idle_share: what is idle may be that share of what the pool holds,
-  // for a request small beside it (at most an eighth), and at least two
-  // requests' worth: a loop of a few big blocks keeps the allowance's
-  // batch of several pairs per sync.
+  // but never less than a chunk nor two requests' worth, and only for
+  // requests under a chunk: a loop of one size in a small pool, or
+  // of blocks of a GiB, keeps the allowance's batch of pairs per sync.
   const uint64_t held = mapped_bytes_.load(std::memory_order_relaxed);
-  if (share && granules.bytes() * 8 <= held && reclaimable >= 2 * granules.bytes() &&
+  const uint64_t chunk = settings_.config.chunk_bytes;
+  if (share && granules.bytes() < chunk && reclaimable >= chunk && reclaimable >= 2 * granules.bytes() &&
       reclaimable * 100 > share * held)
     return true;
   return allowance_.adaptive() && reclaimable > allowance_for(granules);

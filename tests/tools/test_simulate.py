@@ -65,7 +65,7 @@ with tempfile.TemporaryDirectory() as d:
     write_trace(trace, training_trace())
     got = {}
     for conf in ["slack:off", "slack:2ms"]:
-        r = sim(trace, "--conf", conf + ",release_delay:off", "--json")
+        r = sim(trace, "--conf", conf + ",release_delay:off,idle_share:0", "--json")
         check(r.returncode == 0, f"{conf}: rc {r.returncode} {r.stderr}")
         if r.returncode == 0:
             got[conf] = json.loads(r.stdout)
@@ -84,14 +84,14 @@ with tempfile.TemporaryDirectory() as d:
     # --growths: a line per rise of held memory (the first growth, from
     # nothing, has none; two growths in one call share one), on stderr
     # with --json.
-    r = sim(trace, "--conf", "slack:off,release_delay:off", "--growths")
+    r = sim(trace, "--conf", "slack:off,release_delay:off,idle_share:0", "--growths")
     lines = [l for l in r.stdout.splitlines() if l.startswith("growth at ")]
     m = re.search(r"growths (\d+)", r.stdout)
     check(r.returncode == 0 and m and 1 <= len(lines) <= int(m.group(1)) - 1 and
           all(re.search(r"held \d+ MiB \(\+\d+\), program \d+ MiB, in use \d+, waiting \d+, cached \d+, free \d+; "
                         r"request \d+ MiB$", l) for l in lines),
           f"--growths: a line per rise of held memory ({len(lines)} lines, {m and m.group(0)})")
-    r = sim(trace, "--conf", "slack:off,release_delay:off", "--growths", "--json")
+    r = sim(trace, "--conf", "slack:off,release_delay:off,idle_share:0", "--growths", "--json")
     check(r.returncode == 0 and json.loads(r.stdout)["growths"] >= 1 and "growth at " in r.stderr,
           "--growths with --json: the object on stdout, the lines on stderr")
     # A timeline CSV, one row per change of held memory.
