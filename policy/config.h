@@ -53,10 +53,10 @@ struct PoolConfig {
   bool split_growth = false;
   // idle_share: before growing, the pool syncs and reuses what is idle
   // (waiting for a sync, or in thread caches) once that exceeds this
-  // percent of what the pool holds; 0: only the allowance decides. 15:
-  // on the H200, ResNet-18 held 1.32x cudaMalloc's peak instead of
-  // 1.64-1.75x, at the same steps/s (docs/BENCHMARKS.md).
-  int idle_share = 15;
+  // percent of what the pool holds; 0 (off): only the allowance decides.
+  // Off by default until the kept rule is measured on a GPU
+  // (docs/POOL.md "What is idle stays a share of what is held").
+  int idle_share = 0;
   // control: pagefast-ctl may reach the process (sleep/wake/status) over
   // the IPC socket, whose thread then starts with the first pool.
   bool control = true;

@@ -176,7 +176,7 @@ TEST_CASE("idle share: the pool syncs rather than grows once idle memory passes 
 }
 
 TEST_CASE("allowance: a loop of 1 GiB blocks shares a sync among several pairs", "[allowance][pool]") {
-  // With the idle share too (the default 15%): a block over a chunk is not
+  // With the idle share too (idle_share:15): a block over a chunk is not
   // its business.
   const int share = GENERATE(0, 15);
   PoolConfig config = with_slack(2 * kMs);

@@ -169,7 +169,8 @@ TEST_CASE("a thread's large-block allowance scales with the device, within bound
 TEST_CASE("a steady large loop shares one sync among a batch's worth of pairs", "[quarantine]") {
   // Device of 128 GiB: batches of 1 GiB, so a 64 MiB loop syncs once per
   // 16 pairs and a 256 MiB loop once per 4, all within the thread's cache.
-  // idle_share:0, the batches alone (the share's own case is below).
+  // The batches alone (idle_share:0, also the default; the share's own
+  // case is below).
   for (const uint64_t bytes : {64 * kMiB, 256 * kMiB}) {
     PoolConfig config = config_with(256 * kMiB);
     config.idle_share = 0;
@@ -203,13 +204,15 @@ TEST_CASE("a steady large loop shares one sync among a batch's worth of pairs", 
 }
 
 TEST_CASE("a steady large loop with the idle share: less held, still several pairs a sync", "[quarantine]") {
-  // The default idle_share (15%) stops the loop's growth once its idle
+  // idle_share:15 stops the loop's growth once its idle
   // blocks pass that share of what the pool holds; a block of more than
   // a chunk (the 256 MiB loop) keeps the batch, and one chunk at least may
   // be idle (at fa2d4e7, without that floor, a 20 MiB loop synced every
   // other pair on the H200).
   for (const uint64_t bytes : {20 * kMiB, 64 * kMiB, 256 * kMiB}) {
-    PoolUnderTest t(4 * kGiB, FakeProvider::Backing::None, config_with(256 * kMiB), 128 * kGiB);
+    PoolConfig config = config_with(256 * kMiB);
+    config.idle_share = 15;
+    PoolUnderTest t(4 * kGiB, FakeProvider::Backing::None, config, 128 * kGiB);
     Attached cache(t.pool);
     constexpr int kPairs = 1600;
     for (int i = 0; i < 20; ++i) {
