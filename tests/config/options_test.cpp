@@ -32,6 +32,7 @@ void check_same(const Config& a, const Config& b) {
   CHECK(a.pool.reserve_bytes == b.pool.reserve_bytes);
   CHECK(a.pool.vmm_cache == b.pool.vmm_cache);
   CHECK(a.pool.vmm_grow_ahead == b.pool.vmm_grow_ahead);
+  CHECK(a.pool.idle_share == b.pool.idle_share);
   CHECK(a.pool.release_delay_ns == b.pool.release_delay_ns);
   CHECK(a.pool.control == b.pool.control);
   CHECK(a.numa.mode == b.numa.mode);
