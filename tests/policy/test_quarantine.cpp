@@ -166,40 +166,61 @@ TEST_CASE("a thread's large-block allowance scales with the device, within bound
   CHECK(h200.cache_total.bytes() == 1 * kGiB);
 }
 
+namespace {
+
+// A steady loop of `bytes` blocks on one thread, device of 128 GiB,
+// 256 MiB chunks: warmed as the benchmark is, then kLoopPairs pairs under
+// the fake driver's reuse checks. What the pool did over those pairs.
+constexpr int kLoopPairs = 1600;
+struct LoopResult {
+  uint64_t syncs = 0;
+  uint64_t hits = 0;
+  uint64_t mapped = 0;
+};
+
+LoopResult run_large_loop(uint64_t bytes, int idle_share) {
+  PoolConfig config = config_with(256 * kMiB);
+  config.idle_share = idle_share;
+  PoolUnderTest t(4 * kGiB, FakeProvider::Backing::None, config, 128 * kGiB);
+  Attached cache(t.pool);
+  for (int i = 0; i < 20; ++i) {  // warm, as the benchmark does
+    uint64_t p = 0;
+    REQUIRE(t.alloc(*cache, bytes, &p) == AllocStatus::Ok);
+    REQUIRE(t.free(*cache, p) == FreeStatus::Ok);
+  }
+  const PoolStats before = t.pool.stats();
+  for (int i = 0; i < kLoopPairs; ++i) {
+    uint64_t p = 0;
+    REQUIRE(t.alloc(*cache, bytes, &p) == AllocStatus::Ok);
+    t.provider.assert_idle(p, bytes);
+    t.provider.launch(p, bytes);
+    REQUIRE(t.free(*cache, p) == FreeStatus::Ok);
+  }
+  const PoolStats after = t.pool.stats();
+  CHECK(t.provider.violations() == 0);
+  CHECK(t.pool.check() == "");
+  LoopResult r;
+  r.syncs = after.synchronizations - before.synchronizations;
+  r.hits = after.hits - before.hits;
+  r.mapped = after.mapped_bytes;
+  return r;
+}
+
+}  // namespace
+
 TEST_CASE("a steady large loop shares one sync among a batch's worth of pairs", "[quarantine]") {
   // Device of 128 GiB: batches of 1 GiB, so a 64 MiB loop syncs once per
   // 16 pairs and a 256 MiB loop once per 4, all within the thread's cache.
   // The batches alone (idle_share:0, also the default; the share's own
   // case is below).
   for (const uint64_t bytes : {64 * kMiB, 256 * kMiB}) {
-    PoolConfig config = config_with(256 * kMiB);
-    config.idle_share = 0;
-    PoolUnderTest t(4 * kGiB, FakeProvider::Backing::None, config, 128 * kGiB);
-    Attached cache(t.pool);
-    constexpr int kPairs = 1600;
-    for (int i = 0; i < 20; ++i) {  // warm, as the benchmark does
-      uint64_t p = 0;
-      REQUIRE(t.alloc(*cache, bytes, &p) == AllocStatus::Ok);
-      REQUIRE(t.free(*cache, p) == FreeStatus::Ok);
-    }
-    const PoolStats before = t.pool.stats();
-    for (int i = 0; i < kPairs; ++i) {
-      uint64_t p = 0;
-      REQUIRE(t.alloc(*cache, bytes, &p) == AllocStatus::Ok);
-      t.provider.assert_idle(p, bytes);
-      t.provider.launch(p, bytes);
-      REQUIRE(t.free(*cache, p) == FreeStatus::Ok);
-    }
-    const PoolStats after = t.pool.stats();
-    const uint64_t syncs = after.synchronizations - before.synchronizations;
-    INFO("bytes " << bytes << " syncs " << syncs << " mapped " << after.mapped_bytes);
+    const LoopResult r = run_large_loop(bytes, 0);
+    INFO("bytes " << bytes << " syncs " << r.syncs << " mapped " << r.mapped);
     const uint64_t per_batch = (1 * kGiB) / bytes;
-    CHECK(syncs <= kPairs / per_batch + 2);
-    CHECK(syncs >= kPairs / per_batch / 2);  // still batched, never skipped
-    CHECK(after.hits - before.hits == kPairs);
-    CHECK(after.mapped_bytes <= 2 * kGiB + bytes);  // the allowance, not unbounded growth
-    CHECK(t.provider.violations() == 0);
-    CHECK(t.pool.check() == "");
+    CHECK(r.syncs <= kLoopPairs / per_batch + 2);
+    CHECK(r.syncs >= kLoopPairs / per_batch / 2);  // still batched, never skipped
+    CHECK(r.hits == kLoopPairs);
+    CHECK(r.mapped <= 2 * kGiB + bytes);  // the allowance, not unbounded growth
   }
 }
 
@@ -210,38 +231,17 @@ TEST_CASE("a steady large loop with the idle share: less held, still several pai
   // be idle (at fa2d4e7, without that floor, a 20 MiB loop synced every
   // other pair on the H200).
   for (const uint64_t bytes : {20 * kMiB, 64 * kMiB, 256 * kMiB}) {
-    PoolConfig config = config_with(256 * kMiB);
-    config.idle_share = 15;
-    PoolUnderTest t(4 * kGiB, FakeProvider::Backing::None, config, 128 * kGiB);
-    Attached cache(t.pool);
-    constexpr int kPairs = 1600;
-    for (int i = 0; i < 20; ++i) {
-      uint64_t p = 0;
-      REQUIRE(t.alloc(*cache, bytes, &p) == AllocStatus::Ok);
-      REQUIRE(t.free(*cache, p) == FreeStatus::Ok);
-    }
-    const PoolStats before = t.pool.stats();
-    for (int i = 0; i < kPairs; ++i) {
-      uint64_t p = 0;
-      REQUIRE(t.alloc(*cache, bytes, &p) == AllocStatus::Ok);
-      t.provider.assert_idle(p, bytes);
-      t.provider.launch(p, bytes);
-      REQUIRE(t.free(*cache, p) == FreeStatus::Ok);
-    }
-    const PoolStats after = t.pool.stats();
-    const uint64_t syncs = after.synchronizations - before.synchronizations;
-    INFO("bytes " << bytes << " syncs " << syncs << " mapped " << after.mapped_bytes);
+    const LoopResult r = run_large_loop(bytes, 15);
+    INFO("bytes " << bytes << " syncs " << r.syncs << " mapped " << r.mapped);
     const uint64_t per_batch = (1 * kGiB) / bytes;
     if (bytes < 256 * kMiB) {
-      CHECK(after.mapped_bytes <= 512 * kMiB);          // not the 1 GiB batch and more
+      CHECK(r.mapped <= 512 * kMiB);  // not the 1 GiB batch and more
       // A chunk's worth of pairs per sync, less the one in use.
-      CHECK(syncs * (256 * kMiB / bytes - 1) <= uint64_t(kPairs));
+      CHECK(r.syncs * (256 * kMiB / bytes - 1) <= uint64_t(kLoopPairs));
     } else {
-      CHECK(syncs <= kPairs / per_batch + 2);
-      CHECK(after.mapped_bytes <= 2 * kGiB + bytes);
+      CHECK(r.syncs <= kLoopPairs / per_batch + 2);
+      CHECK(r.mapped <= 2 * kGiB + bytes);
     }
-    CHECK(after.hits - before.hits == kPairs);
-    CHECK(t.provider.violations() == 0);
-    CHECK(t.pool.check() == "");
+    CHECK(r.hits == kLoopPairs);
   }
 }
