@@ -112,7 +112,8 @@ def measure(args, t, only):
     alloc_configs = [
         ("cudaMalloc", [bench, "cudaMalloc"], {}),
         ("cudaMallocAsync", [bench, "cudaMallocAsync"], {}),
-        ("pagefast", [bench, "cudaMalloc"], dict(pf, BENCH_LABEL="pagefast")),
+        ("pagefast", [bench, "cudaMalloc"],
+         dict(pf, BENCH_LABEL="pagefast", **({"PAGEFAST_CONF": args.conf} if args.conf else {}))),
         ("pagefast-forward", [bench, "cudaMalloc"], dict(pf, PAGEFAST_CONF="pool:off", BENCH_LABEL="forward")),
     ]
     assert [c for c, _, _ in alloc_configs] == ALLOCATORS
@@ -452,6 +453,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--before", default=None, metavar="LIB",
                     help="an earlier libpagefast.so to run beside this build's in the alloc and big sections")
+    ap.add_argument("--conf", default=None, metavar="CONF",
+                    help="PAGEFAST_CONF for this build's pagefast configuration in the alloc, threads, cold and big "
+                         "sections; with --before set to the same library, a setting against the defaults")
     ap.add_argument("--only", default="alloc,threads,cold,gather,seed,train,overhead")
     ap.add_argument("--csv", default=None)
     ap.add_argument("--md", default=None)
@@ -485,7 +489,8 @@ def main():
         smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout.strip()
         head = [f"Benchmarks, {datetime.date.today()}, commit {commit}, {smi}, {args.repeats} fresh processes per "
-                f"configuration", f"command: tools/bench/run.py --repeats {args.repeats} --only {args.only}", ""]
+                f"configuration", f"command: tools/bench/run.py --repeats {args.repeats} --only {args.only}"
+                f"{' --conf ' + args.conf if args.conf else ''}{' --before ' + args.before if args.before else ''}", ""]
     text = "\n".join(head + tables(t, sections))
     print(text)
     if args.md:
