@@ -8,7 +8,8 @@ tools/bench/footprint-run runs every case and prints a table.
       A training loop (ResNet-18, or a GPT-2-small-sized decoder on random
       tokens whose sequence length changes every step: the dynamic-shape
       loop). Prints steps/s (median step), the peak GPU memory this process
-      held (nvidia-smi, sampled every 20 ms), and the losses' exact hex
+      held (NVML, polled by tools/bench/nvml_peak.py; nvidia-smi every 20 ms
+      where NVML is not there), and the losses' exact hex
       values. --sleep-at K: pagefast_sleep between step K and K+1 (keep by
       default: the run must give the same losses bit for bit), then wake.
   footprint.py sleep GIB
@@ -24,6 +25,7 @@ tools/bench/footprint-run runs every case and prints a table.
 """
 import contextlib
 import ctypes
+import json
 import os
 import re
 import statistics
@@ -60,9 +62,17 @@ def gpu_used_mib():
 
 
 class PeakSampler:
+    """The peak of this process's GPU memory while the block runs: polled
+    through NVML by tools/bench/nvml_peak.py (a process of its own, well
+    under a millisecond a sample), else by nvidia-smi every 20 ms (tens of
+    milliseconds a query: it misses short-lived buffers). `source` says
+    which, with the sample count."""
+
     def __init__(self):
         self.peak = 0
+        self.source = "nvidia-smi"
         self.stop = False
+        self.child = None
         self.thread = threading.Thread(target=self.run, daemon=True)
 
     def run(self):
@@ -71,10 +81,35 @@ class PeakSampler:
             time.sleep(0.02)
 
     def __enter__(self):
-        self.thread.start()
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("PAGEFAST") and k != "LD_PRELOAD" and not k.startswith("PYTORCH")}
+        try:
+            self.child = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                        "nvml_peak.py"), str(os.getpid())],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True, env=env)
+        except OSError:
+            self.child = None
+        if self.child:
+            time.sleep(0.5)  # NVML's start; a child that failed has exited by now
+            if self.child.poll() is not None:
+                self.child = None
+        if not self.child:
+            self.thread.start()
         return self
 
     def __exit__(self, *a):
+        if self.child:
+            out, err = self.child.communicate(input="", timeout=60)
+            try:
+                r = json.loads(out.strip().splitlines()[-1])
+                self.peak = r["peak_mib"]
+                self.source = f"NVML, {r['samples']} samples, one per {r['interval_ms']} ms"
+                return
+            except (ValueError, IndexError, KeyError):
+                print(f"nvml_peak failed: {err.strip()[-300:]}; no peak", file=sys.stderr)
+                self.source = "none"
+                return
         self.stop = True
         self.thread.join()
 
@@ -157,7 +192,7 @@ def train(kind, steps, sleep_at, keep):
     # CPU time of every thread of the process (pagefast's included) per
     # step: what a thread that waits by spinning costs.
     warm_cpu = cpu[3:] or cpu
-    print(f"{kind}: {1 / statistics.median(warm):.2f} steps/s, peak held {peak.peak} MiB (nvidia-smi), "
+    print(f"{kind}: {1 / statistics.median(warm):.2f} steps/s, peak held {peak.peak} MiB ({peak.source}), "
           f"cpu {1000 * statistics.median(warm_cpu):.1f} ms/step")
     if sleep_note:
         print(sleep_note)

@@ -5,7 +5,8 @@ its caching off, under cudaMalloc (no pagefast), an earlier libpagefast.so
 (--before) and this build's, with PAGEFAST_CONF variants. Every
 configuration runs in fresh processes, --repeats times, interleaved in a
 fresh random order each round; prints the medians of steps/s, of the
-peak memory the process held (nvidia-smi) and of the process's CPU time
+peak memory the process held (NVML, tools/bench/nvml_peak.py, else
+nvidia-smi) and of the process's CPU time
 per step, their ratios, and each pagefast run's pool syncs (PAGEFAST_STATS
 at exit: all, and those the pagefast-sync thread made ahead).
 
@@ -40,6 +41,7 @@ def run(model, steps, env_extra):
         print(f"FAILED {model} {env_extra}: rc {r.returncode}\n{r.stdout[-1500:]}\n{r.stderr[-1500:]}")
         return None
     losses = next((l for l in r.stdout.splitlines() if l.startswith("losses")), "")
+    source = re.search(r"peak held \d+ MiB \(([^,)]*)", r.stdout)
     syncs = ""
     if os.path.exists(stats_path):
         text = open(stats_path).read()
@@ -48,7 +50,8 @@ def run(model, steps, env_extra):
         if total:
             syncs = total.group(1) + (f" ({ahead.group(1)} ahead)" if ahead else "")
         os.unlink(stats_path)
-    return float(m.group(1)), int(m.group(2)), losses, float(c.group(1)) if c else float("nan"), syncs
+    return (float(m.group(1)), int(m.group(2)), losses, float(c.group(1)) if c else float("nan"), syncs,
+            source.group(1) if source else "?")
 
 
 def main():
@@ -73,6 +76,7 @@ def main():
         losses = {name: set() for name, _ in configs}
         cpu = {name: [] for name, _ in configs}
         syncs = {name: [] for name, _ in configs}
+        sources = set()
         for _ in range(args.repeats):
             order = list(configs)
             rng.shuffle(order)
@@ -83,7 +87,9 @@ def main():
                     losses[name].add(r[2])
                     cpu[name].append(r[3])
                     syncs[name].append(r[4])
-        print(f"## {model}, PyTorch caching off, {args.steps} steps, {args.repeats} processes each (medians)")
+                    sources.add(r[5])
+        print(f"## {model}, PyTorch caching off, {args.steps} steps, {args.repeats} processes each (medians); "
+              f"peak held sampled by {', '.join(sorted(sources)) or 'nothing'}")
         print("| allocator | steps/s | peak held MiB | steps/s vs cudaMalloc | held vs cudaMalloc | "
               "CPU ms/step | runs | losses |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
