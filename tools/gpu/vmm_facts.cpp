@@ -8,13 +8,22 @@
 //  3. cuMemMap of a prefix of an allocation (offset 0, a smaller size);
 //  4. cuMemMap at a non-zero offset (the H200 refused it: DRIVER-FACTS);
 // and the time of creating, mapping and opening 256 MiB as 128 such
-// allocations against one. Every answer is printed; contents are checked
-// through cuMemsetD8/cuMemcpyDtoH over the whole range. No pagefast: run it
-// plain. Exit 0 unless a call that must succeed failed.
+// allocations against one;
+//  5. whether VMM calls on a second thread run at their own speed while the
+//     program's thread launches work or makes VMM calls of its own (what a
+//     worker opening an expandable segment's next pages ahead of the
+//     program would need: docs/VMM-CLIENTS.md "What the first pass can
+//     reach"), and what a page opened and never used costs.
+// Every answer is printed; contents are checked through cuMemsetD8/
+// cuMemcpyDtoH over the whole range. No pagefast: run it plain. Exit 0
+// unless a call that must succeed failed.
 #include <cuda.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -66,6 +75,127 @@ bool contents_ok(CUdeviceptr base, size_t pieces, size_t piece) {
     for (size_t k = 0; k < piece; k += 4096)
       if (host[i * piece + k] != (unsigned char)(i * 7 + 1)) return false;
   return true;
+}
+
+// One 20 MiB page of an expandable segment: create, map at addr, open.
+struct Page {
+  CUmemGenericAllocationHandle handle = 0;
+};
+
+constexpr size_t kPageBytes = size_t(20) << 20;
+
+double open_pages(CUdeviceptr base, int count, const CUmemAllocationProp& prop, const CUmemAccessDesc& access,
+                  std::vector<Page>* pages) {
+  const double t0 = now_us();
+  for (int i = 0; i < count; ++i) {
+    Page p;
+    MUST(cuMemCreate(&p.handle, kPageBytes, &prop, 0));
+    MUST(cuMemMap(base + i * kPageBytes, kPageBytes, 0, p.handle, 0));
+    MUST(cuMemSetAccess(base + i * kPageBytes, kPageBytes, &access, 1));
+    pages->push_back(p);
+  }
+  return (now_us() - t0) / count;
+}
+
+double close_pages(CUdeviceptr base, std::vector<Page>* pages) {
+  const double t0 = now_us();
+  for (size_t i = 0; i < pages->size(); ++i) {
+    MUST(cuMemUnmap(base + i * kPageBytes, kPageBytes));
+    MUST(cuMemRelease((*pages)[i].handle));
+  }
+  const double per = pages->empty() ? 0 : (now_us() - t0) / pages->size();
+  pages->clear();
+  return per;
+}
+
+// Launches small memsets on `stream` until stop; returns launches per ms.
+double launch_until(CUstream stream, CUdeviceptr target, const std::atomic<bool>& stop) {
+  uint64_t launches = 0;
+  const double t0 = now_us();
+  while (!stop.load(std::memory_order_relaxed)) {
+    MUST(cuMemsetD8Async(target, (unsigned char)launches, 4096, stream));
+    if (++launches % 256 == 0) MUST(cuStreamSynchronize(stream));
+  }
+  MUST(cuStreamSynchronize(stream));
+  return launches / ((now_us() - t0) / 1000.0);
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+void threads_section(CUcontext ctx, const CUmemAllocationProp& prop, const CUmemAccessDesc& access) {
+  constexpr int kPages = 32, kRounds = 5;
+  CUdeviceptr a = 0, b = 0;
+  MUST(cuMemAddressReserve(&a, kPages * kPageBytes, 0, 0, 0));
+  MUST(cuMemAddressReserve(&b, kPages * kPageBytes, 0, 0, 0));
+  CUstream stream;
+  MUST(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr target = 0;
+  MUST(cuMemAlloc(&target, 4096));
+  std::vector<Page> pa, pb;
+
+  // Alone: pages opened and closed on this thread; launches alone.
+  std::vector<double> alone_open, alone_close, alone_launch, worker_open, worker_close, busy_launch;
+  std::vector<double> main_open_alone, main_open_busy, worker_open_vmm;
+  for (int round = 0; round < kRounds; ++round) {
+    alone_open.push_back(open_pages(a, kPages, prop, access, &pa));
+    alone_close.push_back(close_pages(a, &pa));
+    std::atomic<bool> stop{false};
+    std::thread timer([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      stop = true;
+    });
+    alone_launch.push_back(launch_until(stream, target, stop));
+    timer.join();
+
+    // A worker opens and closes pages while this thread launches.
+    std::atomic<bool> done{false};
+    double w_open = 0, w_close = 0;
+    std::thread worker([&] {
+      MUST(cuCtxSetCurrent(ctx));
+      w_open = open_pages(a, kPages, prop, access, &pa);
+      w_close = close_pages(a, &pa);
+      done = true;
+    });
+    busy_launch.push_back(launch_until(stream, target, done));
+    worker.join();
+    worker_open.push_back(w_open);
+    worker_close.push_back(w_close);
+
+    // This thread opens pages of its own (range b) alone, then while the
+    // worker opens others (range a): does the driver serialise them?
+    main_open_alone.push_back(open_pages(b, kPages, prop, access, &pb));
+    close_pages(b, &pb);
+    std::atomic<bool> go{false};
+    double w2 = 0;
+    std::thread worker2([&] {
+      MUST(cuCtxSetCurrent(ctx));
+      while (!go.load()) {
+      }
+      w2 = open_pages(a, kPages, prop, access, &pa);
+    });
+    go = true;
+    main_open_busy.push_back(open_pages(b, kPages, prop, access, &pb));
+    worker2.join();
+    worker_open_vmm.push_back(w2);
+    close_pages(a, &pa);
+    close_pages(b, &pb);
+  }
+  std::printf("VMM calls on a second thread (%d pages of 20 MiB, create + map + access; medians of %d rounds):\n",
+              kPages, kRounds);
+  std::printf("  this thread alone: open %.1f us/page, unmap + release %.1f us/page; launches alone %.0f /ms\n",
+              median_of(alone_open), median_of(alone_close), median_of(alone_launch));
+  std::printf("  worker while this thread launches: open %.1f us/page, unmap + release %.1f us/page; "
+              "launches meanwhile %.0f /ms\n",
+              median_of(worker_open), median_of(worker_close), median_of(busy_launch));
+  std::printf("  both threads opening pages at once: this thread %.1f us/page (alone %.1f), worker %.1f us/page\n",
+              median_of(main_open_busy), median_of(main_open_alone), median_of(worker_open_vmm));
+  MUST(cuMemFree(target));
+  MUST(cuStreamDestroy(stream));
+  MUST(cuMemAddressFree(a, kPages * kPageBytes));
+  MUST(cuMemAddressFree(b, kPages * kPageBytes));
 }
 
 }  // namespace
@@ -143,6 +273,9 @@ int main() {
   MUST(cuMemUnmap(va, total));
   MUST(cuMemRelease(big));
   MUST(cuMemAddressFree(va, 4 * total));
+
+  // 5: a second thread.
+  threads_section(ctx, prop, access);
   std::printf("done\n");
   return 0;
 }
