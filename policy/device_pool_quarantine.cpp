@@ -203,13 +203,17 @@ bool DevicePool::reclaim_wanted(Granules granules) {
   waiting(&freed, &reclaimable);
   if (reclaimable < granules.bytes()) return false;
   // idle_share: what is idle may be that share of what the pool holds,
-  // but never less than a chunk nor two requests' worth, and only for
-  // requests under a chunk: a loop of one size in a small pool, or
-  // of blocks of a GiB, keeps the allowance's batch of pairs per sync.
+  // but never less than a chunk nor two requests' worth, only for
+  // requests under a chunk, and only once the pool holds more than two
+  // fixed allowances (2 GiB on the H200): a loop of one size in a small
+  // pool, or of blocks of a GiB, keeps the allowance's batch of pairs per
+  // sync (the H200 showed 20 and 64 MiB pool hits 3x slower without the
+  // last guard, docs/BENCHMARKS.md), and a pool that small holds little
+  // beyond what the allowance already bounds.
   const uint64_t held = mapped_bytes_.load(std::memory_order_relaxed);
   const uint64_t chunk = settings_.config.chunk_bytes;
-  if (share && granules.bytes() < chunk && reclaimable >= chunk && reclaimable >= 2 * granules.bytes() &&
-      reclaimable * 100 > share * held)
+  if (share && held > 2 * large_.batch_bytes && granules.bytes() < chunk && reclaimable >= chunk &&
+      reclaimable >= 2 * granules.bytes() && reclaimable * 100 > share * held)
     return true;
   return allowance_.adaptive() && reclaimable > allowance_for(granules);
 }
