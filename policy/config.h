@@ -53,10 +53,10 @@ struct PoolConfig {
   bool split_growth = false;
   // idle_share: before growing, the pool syncs and reuses what is idle
   // (waiting for a sync, or in thread caches) once that exceeds this
-  // percent of what the pool holds; 0 (off): only the allowance decides.
-  // Off by default until the kept rule is measured on a GPU
-  // (docs/POOL.md "What is idle stays a share of what is held").
-  int idle_share = 0;
+  // percent of what the pool holds (over 2 GiB on the H200); 0 (off): only
+  // the allowance decides (docs/POOL.md "What is idle stays a share of
+  // what is held").
+  int idle_share = 15;
   // control: pagefast-ctl may reach the process (sleep/wake/status) over
   // the IPC socket, whose thread then starts with the first pool.
   bool control = true;

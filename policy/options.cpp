@@ -153,12 +153,13 @@ constexpr OptionRow kRows[] = {
      "an experiment for drivers that map at an offset: in the simulation it held far less, but made about 930 maps "
      "and 830 unmaps per ResNet-18 step, some 50 ms of driver time per step on the H200 (docs/POOL.md "
      "\"Stitching\")"},
-    {Opt::KeyIdleShare, "idle_share", Scope::ConfKey, &kPercent, "0..100 (percent)", "0", false, kLib,
-     "before the pool grows, it syncs and reuses its idle memory (freed and waiting for a sync, or cached by "
-     "threads) when that is more than this percent of what it holds (docs/POOL.md \"Footprint\")",
-     "`0`: only `slack`'s allowance decides. On the H200 an earlier form of the rule at 15 held 1.32x "
-     "cudaMalloc's peak on ResNet-18 against 1.64-1.75x, at the same steps/s; the guards kept since (for loops "
-     "of one size) are measured on the CPU only, hence off; lower holds less and syncs more"},
+    {Opt::KeyIdleShare, "idle_share", Scope::ConfKey, &kPercent, "0..100 (percent)", "15", false, kLib,
+     "before the pool grows for a request under a chunk, it syncs and reuses its idle memory (freed and waiting "
+     "for a sync, or cached by threads) when that is more than this percent of what it holds and the pool "
+     "holds more than two fixed allowances (2 GiB on an H200; docs/POOL.md \"Footprint\")",
+     "`0`: only `slack`'s allowance decides. On the H200 (c00f346, peaks by NVML) ResNet-18 with PyTorch's "
+     "caching off held 1.41x cudaMalloc's peak at 15 against 1.72x at 0, pool-hit pairs unchanged; lower holds "
+     "less and syncs more"},
     {Opt::KeyControl, "control", Scope::ConfKey, &kOnOff, "on|off", "on", false, kLib,
      "`on`: `pagefast-ctl` (sleep, wake, status of a PID) reaches the process (same uid) over its IPC socket",
      "whose thread starts with the first pool"},

@@ -173,8 +173,9 @@ TEST_CASE("vmm_grow_ahead: 0 by default, 0..32 accepted") {
   CHECK(with_conf("vmm_grow_ahead:-1").passthrough);
 }
 
-TEST_CASE("idle_share: 0 by default, 0..100 accepted, named in the description") {
-  CHECK(with_conf("").pool.idle_share == 0);
+TEST_CASE("idle_share: 15 by default, 0..100 accepted, named in the description") {
+  CHECK(with_conf("").pool.idle_share == 15);
+  CHECK(with_conf("idle_share:0").pool.idle_share == 0);
   CHECK(with_conf("idle_share:15").pool.idle_share == 15);
   CHECK(with_conf("idle_share:100").pool.idle_share == 100);
   CHECK(with_conf("idle_share:101").passthrough);
@@ -184,7 +185,8 @@ TEST_CASE("idle_share: 0 by default, 0..100 accepted, named in the description")
   CHECK(bad.error.find("idle_share") != std::string::npos);
   CHECK(bad.error.find("0..100") != std::string::npos);
   CHECK(describe(with_conf("idle_share:15")).find("idle_share 15%") != std::string::npos);
-  CHECK(describe(with_conf("")).find("idle_share") == std::string::npos);
+  CHECK(describe(with_conf("")).find("idle_share 15%") != std::string::npos);
+  CHECK(describe(with_conf("idle_share:0")).find("idle_share") == std::string::npos);
 }
 
 TEST_CASE("vmm_cache: on by default, off by key, a bad value is an error") {
