@@ -36,6 +36,7 @@ Block* Arena::new_block(uint64_t addr, Granules granules, BlockState state) {
   block->addr_prev = block->addr_next = nullptr;
   block->list_prev = block->list_next = nullptr;
   block->bin = -1;
+  block->big = false;
   block->stitch = nullptr;
   block->lent_to = nullptr;
   block->slab = nullptr;
@@ -60,13 +61,14 @@ void Arena::mark_ends(Block* block) {
 Block* Arena::split_front(Block* block, Granules front) {
   Block* rest = new_block(block->addr() + front.bytes(), block->granules() - front, BlockState::Free);
   // Callers reserved a spare record; this cannot be NULL.
+  rest->big = block->big;
   rest->addr_prev = block;
   rest->addr_next = block->addr_next;
   if (block->addr_next) block->addr_next->addr_prev = rest;
   block->addr_next = rest;
   block->set_range(block->addr(), front);
   mark_ends(rest);
-  bins_.insert(rest);
+  bins_of(rest).insert(rest);
   mark_ends(block);
   return block;
 }
@@ -74,7 +76,7 @@ Block* Arena::split_front(Block* block, Granules front) {
 void Arena::insert_free(Block* block) {
   Block* prev = block->addr_prev;
   if (prev && prev->load_state() == BlockState::Free) {
-    bins_.remove(prev);
+    bins_of(prev).remove(prev);
     prev->set_range(prev->addr(), prev->granules() + block->granules());
     prev->addr_next = block->addr_next;
     if (block->addr_next) block->addr_next->addr_prev = prev;
@@ -83,21 +85,28 @@ void Arena::insert_free(Block* block) {
   }
   Block* next = block->addr_next;
   if (next && next->load_state() == BlockState::Free) {
-    bins_.remove(next);
+    bins_of(next).remove(next);
     block->set_range(block->addr(), block->granules() + next->granules());
     block->addr_next = next->addr_next;
     if (next->addr_next) next->addr_next->addr_prev = block;
     recycle(next);
   }
   mark_ends(block);
-  bins_.insert(block);
+  bins_of(block).insert(block);
 }
 
 Block* Arena::take(Granules granules, BlockState state) {
   if (!spare_blocks_.reserve(1)) return nullptr;
-  Block* block = bins_.find(granules);
+  Block* block = nullptr;
+  // A request over a chunk first tries the big chunks' runs, if one fits
+  // leaving at most an eighth of it unused; smaller requests never do.
+  if (settings_.big_chunks && granules > settings_.chunk_granules) {
+    block = big_bins_.find(granules);
+    if (block && (block->granules() - granules).count() * 8 > granules.count()) block = nullptr;
+  }
+  if (!block) block = bins_.find(granules);
   if (!block) return nullptr;
-  bins_.remove(block);
+  bins_of(block).remove(block);
   if (block->granules() > granules) split_front(block, granules);
   block->store_state(state);
   page_map_.set(block->addr(), granules, block);
@@ -168,8 +177,12 @@ ProviderStatus Arena::grow(Granules min_granules) {
     }
     return ProviderStatus::Ok;
   }
+  const bool big = settings_.big_chunks && min_granules > settings_.chunk_granules;
+  if (big) release_big_for(min_granules);
+  const Granules room_now = headroom();
+  if (room_now < min_granules) return ProviderStatus::OutOfMemory;
   Granules step = max_granules(settings_.chunk_granules, min_granules);
-  if (step > room) step = room;
+  if (step > room_now) step = room_now;
   if (!spare_blocks_.reserve(1)) return ProviderStatus::OutOfMemory;
 
   ChunkHandle handle;
@@ -212,11 +225,13 @@ ProviderStatus Arena::grow(Granules min_granules) {
   }
 
   Block* block = new_block(addr, step, BlockState::Free);
-  if (Block* left = neighbour_ending_at(addr)) {
+  block->big = big;
+  // A big chunk is a run of its own: nothing coalesces across its edges.
+  if (Block* left = big ? nullptr : neighbour_ending_at(addr); left && !left->big) {
     left->addr_next = block;
     block->addr_prev = left;
   }
-  if (Block* right = neighbour_starting_at(addr + step.bytes())) {
+  if (Block* right = big ? nullptr : neighbour_starting_at(addr + step.bytes()); right && !right->big) {
     right->addr_prev = block;
     block->addr_next = right;
   }
@@ -435,6 +450,43 @@ void Arena::retry_releases() {
   unreleased_.resize(kept);
 }
 
+void Arena::release_big_for(Granules granules) {
+  Granules released;
+  while (released < granules) {
+    // The smallest whole free big chunk: one that take() could not use.
+    auto best = chunks_.end();
+    Block* host = nullptr;
+    big_bins_.for_each_largest_first([&](Block* b) {
+      auto it = chunks_.find(b->addr());
+      if (it != chunks_.end() && it->second.granules == b->granules() && !it->second.unreleasable &&
+          (best == chunks_.end() || it->second.granules < best->second.granules)) {
+        best = it;
+        host = b;
+      }
+      return true;
+    });
+    if (!host) return;
+    const uint64_t addr = best->first;
+    const Granules size = best->second.granules;
+    if (!provider_.unmap(addr, size)) {
+      best->second.unreleasable = true;
+      ++counters_.leaks;
+      continue;
+    }
+    opened_.erase(addr);
+    release_or_keep(best->second.handle);
+    big_bins_.remove(host);
+    recycle(host);
+    page_map_.set(addr, size, nullptr);
+    address_space_.give(addr, size);
+    mapped_ -= size;
+    chunks_.erase(best);
+    ++counters_.releases;
+    ++counters_.big_releases;
+    released += size;
+  }
+}
+
 int Arena::release_free_chunks(int max_chunks) {
   if (asleep_) return 0;
   if (!unreleased_.empty()) retry_releases();
@@ -443,7 +495,7 @@ int Arena::release_free_chunks(int max_chunks) {
     if (!spare_blocks_.reserve(1)) break;
     Block* host = nullptr;
     auto chunk = chunks_.end();
-    bins_.for_each_largest_first([&](Block* b) {
+    auto visit = [&](Block* b) {
       for (auto it = chunks_.lower_bound(b->addr());
            it != chunks_.end() && it->first + it->second.granules.bytes() <= b->end_addr(); ++it)
         if (!it->second.unreleasable) {
@@ -452,7 +504,9 @@ int Arena::release_free_chunks(int max_chunks) {
           return false;
         }
       return true;
-    });
+    };
+    bins_.for_each_largest_first(visit);
+    if (!host) big_bins_.for_each_largest_first(visit);
     if (!host) break;
     const uint64_t chunk_addr = chunk->first, chunk_end = chunk_addr + chunk->second.granules.bytes();
     if (!provider_.unmap(chunk_addr, chunk->second.granules)) {
@@ -464,18 +518,19 @@ int Arena::release_free_chunks(int max_chunks) {
     release_or_keep(chunk->second.handle);
 
     // Cut the chunk out of its free host block; the run splits in two.
-    bins_.remove(host);
+    bins_of(host).remove(host);
     const uint64_t host_addr = host->addr(), host_end = host->end_addr();
     Block* prev = host->addr_prev;
     Block* next = host->addr_next;
     Block* left = host_addr < chunk_addr ? host : nullptr;
     Block* right = chunk_end < host_end ? new_block(chunk_end, granules_floor(host_end - chunk_end), BlockState::Free)
                                         : nullptr;
+    if (right) right->big = host->big;
     if (left) {
       left->set_range(host_addr, granules_floor(chunk_addr - host_addr));
       left->addr_next = nullptr;
       mark_ends(left);
-      bins_.insert(left);
+      bins_of(left).insert(left);
     } else {
       if (prev) prev->addr_next = nullptr;
       recycle(host);
@@ -485,7 +540,7 @@ int Arena::release_free_chunks(int max_chunks) {
       right->addr_next = next;
       if (next) next->addr_prev = right;
       mark_ends(right);
-      bins_.insert(right);
+      bins_of(right).insert(right);
     } else if (next) {
       next->addr_prev = nullptr;
     }
@@ -571,7 +626,7 @@ std::string Arena::check() const {
     (void)chunk_end;
   }
   if (covered != mapped_) return "mapped count differs from chunks";
-  if (free_seen != bins_.total()) return "free count differs from the bins";
+  if (free_seen != bins_.total() + big_bins_.total()) return "free count differs from the bins";
   if (lent_seen != lent_) return "lent count differs";
   // Every chunk's home mapping is an opened range (peer access re-applies
   // to them); the other opened ranges are stitches, each at its address.

@@ -51,6 +51,13 @@ struct ArenaSettings {
   // A request larger than a chunk grows in chunk-sized physical
   // allocations rather than one of its own size (split_growth).
   bool split_growth = false;
+  // A request larger than a chunk grows a chunk of exactly its size, kept
+  // apart (big_chunks): its free runs serve only requests over a chunk
+  // that leave at most an eighth unused, and before another such growth
+  // whole free big chunks are released, so that the big blocks of a
+  // program whose shapes change take what it needs now, not the sum of
+  // every size it has seen.
+  bool big_chunks = false;
   Granules limit_granules = kNoLimitGranules;  // most physical memory held
   uint64_t range_bytes = 0;                    // address space reserved at a time
 };
@@ -60,6 +67,7 @@ struct ArenaCounters {
   uint64_t stitches = 0;
   uint64_t dissolves = 0;
   uint64_t releases = 0;  // chunks released
+  uint64_t big_releases = 0;  // of them, big chunks released to grow another
   uint64_t leaks = 0;     // driver refused an unmap or release
   uint64_t retried = 0;   // refused releases that a later trim completed
 };
@@ -145,12 +153,12 @@ class Arena {
   Granules mapped() const { return mapped_; }
   // Physical memory held now: mapped less what sleeps.
   Granules resident() const { return mapped_ - slept_; }
-  Granules free_home() const { return bins_.total(); }
+  Granules free_home() const { return bins_.total() + big_bins_.total(); }
   Granules free_stitched() const { return free_stitched_; }
   Granules lent() const { return lent_; }
   uint64_t chunk_count() const { return chunks_.size(); }
   uint64_t reserved_bytes() const { return address_space_.reserved_bytes(); }
-  uint64_t free_block_count() const { return bins_.block_count(); }
+  uint64_t free_block_count() const { return bins_.block_count() + big_bins_.block_count(); }
   // The longest free home run: scans only the highest non-empty bin.
   Granules largest_free() const;
   const ArenaCounters& counters() const { return counters_; }
@@ -226,6 +234,11 @@ class Arena {
   const ArenaSettings settings_;
   AddressSpace address_space_;
   FreeBins bins_;
+  FreeBins big_bins_;  // free runs of big chunks (big_chunks)
+  FreeBins& bins_of(const Block* b) { return b->big ? big_bins_ : bins_; }
+  // Releases whole free big chunks, smallest first, until `granules` are
+  // released or none is left.
+  void release_big_for(Granules granules);
   MetaPool<Block> spare_blocks_;
   std::map<uint64_t, Chunk> chunks_;  // home address -> chunk
   // addr is where a chunk begins or ends (at home).

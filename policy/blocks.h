@@ -68,6 +68,9 @@ struct Block : Span {
   Block* list_prev = nullptr;
   Block* list_next = nullptr;
   int bin = -1;
+  // In a chunk of its own, grown for a request over a chunk (big_chunks):
+  // on the arena's big bins, never cut for smaller requests. Device lock.
+  bool big = false;
   // Set on a stitched block: its pieces and maps. Device lock.
   StitchInfo* stitch = nullptr;
   // Set on a Lent piece: the stitch that maps it.

@@ -29,6 +29,7 @@ void store(Config& c, Opt key, const Value& v) {
     case Opt::KeySlack: c.pool.slack_ns = v.number; break;
     case Opt::KeySyncAhead: c.pool.sync_ahead = v.choice != 0; break;
     case Opt::KeySplitGrowth: c.pool.split_growth = v.choice != 0; break;
+    case Opt::KeyBigChunks: c.pool.big_chunks = v.choice != 0; break;
     case Opt::KeyIdleShare: c.pool.idle_share = int(v.number); break;
     case Opt::KeyControl: c.pool.control = v.choice != 0; break;
     case Opt::KeyNuma:
@@ -137,6 +138,7 @@ std::string describe(const Config& c) {
     else if (c.pool.slack_ns != 10ull * 1000 * 1000) s += ", slack " + std::to_string(c.pool.slack_ns / 1000) + "us";
     if (c.pool.sync_ahead) s += ", sync_ahead on";
     if (c.pool.split_growth) s += ", split_growth on";
+    if (c.pool.big_chunks) s += ", big_chunks on";
     if (c.pool.idle_share) s += ", idle_share " + std::to_string(c.pool.idle_share) + "%";
     if (c.pool.release_delay_ns == ~uint64_t(0)) s += ", release_delay off";
     else if (c.pool.release_delay_ns != 5ull * 1000 * 1000 * 1000)

@@ -57,6 +57,7 @@ enum class Opt : int {
   KeySlack,
   KeySyncAhead,
   KeySplitGrowth,
+  KeyBigChunks,
   KeyIdleShare,
   KeyControl,
   KeyNuma,

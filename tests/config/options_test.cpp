@@ -33,6 +33,7 @@ void check_same(const Config& a, const Config& b) {
   CHECK(a.pool.vmm_cache == b.pool.vmm_cache);
   CHECK(a.pool.vmm_grow_ahead == b.pool.vmm_grow_ahead);
   CHECK(a.pool.idle_share == b.pool.idle_share);
+  CHECK(a.pool.big_chunks == b.pool.big_chunks);
   CHECK(a.pool.release_delay_ns == b.pool.release_delay_ns);
   CHECK(a.pool.control == b.pool.control);
   CHECK(a.numa.mode == b.numa.mode);
@@ -224,7 +225,7 @@ TEST_CASE("the variables' messages, word for word") {
   env.vars["PAGEFAST_CONF"] = "bogus:1";
   CHECK(env.parse().error ==
         "PAGEFAST_CONF: unknown key 'bogus' (accepted keys: pool, chunk_size, release_threshold, limit, prewarm, "
-        "reserve, vmm_cache, vmm_grow_ahead, release_delay, slack, sync_ahead, split_growth, idle_share, control, numa, report, stats)");
+        "reserve, vmm_cache, vmm_grow_ahead, release_delay, slack, sync_ahead, split_growth, big_chunks, idle_share, control, numa, report, stats)");
 }
 
 TEST_CASE("PAGEFAST: empty is unset, blanks are trimmed, a blank value is refused") {
