@@ -157,8 +157,10 @@ constexpr OptionRow kRows[] = {
      "`on`: a request larger than `chunk_size` grows a chunk of its own size, whose free runs serve only such "
      "requests (leaving at most an eighth unused); whole free ones are released before another such growth "
      "(docs/POOL.md \"Big chunks\")",
-     "for programs whose large blocks change size (dynamic shapes): in the simulation of the GPT-2 loop 1.13x "
-     "its peak against 1.27x, for some four releases and creates of a big chunk per step"},
+     "for programs whose large blocks change size (dynamic shapes), not measured on a GPU yet: in the simulation "
+     "of the recorded GPT-2 loop 1.13x its peak against 1.27x, for some four releases and creates of a big chunk "
+     "per step; synthetic loops in the unit tests held 10-16% more (smaller blocks no longer share the big ones' "
+     "memory)"},
     {Opt::KeyIdleShare, "idle_share", Scope::ConfKey, &kPercent, "0..100 (percent)", "15", false, kLib,
      "before the pool grows for a request under a chunk, it syncs and reuses its idle memory (freed and waiting "
      "for a sync, or cached by threads) when that is more than this percent of what it holds and the pool "

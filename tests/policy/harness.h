@@ -20,12 +20,15 @@ namespace pagefast::policy::test {
 // ranges and the given chunk (and limit) in granules.
 struct ArenaUnderTest {
   explicit ArenaUnderTest(uint64_t chunk_granules, uint64_t limit_granules = 0, uint64_t capacity = 256 * kMiB,
-                          FakeProvider::Backing backing = FakeProvider::Backing::None)
-      : provider(capacity, backing), page_map(new PageMap()), arena(provider, *page_map, nullptr, settings(chunk_granules, limit_granules)) {}
+                          FakeProvider::Backing backing = FakeProvider::Backing::None, bool big_chunks = false)
+      : provider(capacity, backing),
+        page_map(new PageMap()),
+        arena(provider, *page_map, nullptr, settings(chunk_granules, limit_granules, big_chunks)) {}
   ~ArenaUnderTest() { page_map->destroy_leaves_for_tests(); }
-  static ArenaSettings settings(uint64_t chunk, uint64_t limit) {
+  static ArenaSettings settings(uint64_t chunk, uint64_t limit, bool big_chunks = false) {
     ArenaSettings s;
     s.chunk_granules = Granules(chunk);
+    s.big_chunks = big_chunks;
     if (limit) s.limit_granules = Granules(limit);
     s.range_bytes = 64 * kGranuleBytes;
     return s;
