@@ -138,7 +138,7 @@ std::string describe(const Config& c) {
     else if (c.pool.slack_ns != 10ull * 1000 * 1000) s += ", slack " + std::to_string(c.pool.slack_ns / 1000) + "us";
     if (c.pool.sync_ahead) s += ", sync_ahead on";
     if (c.pool.split_growth) s += ", split_growth on";
-    if (c.pool.big_chunks) s += ", big_chunks on";
+    if (!c.pool.big_chunks) s += ", big_chunks off";
     if (c.pool.idle_share) s += ", idle_share " + std::to_string(c.pool.idle_share) + "%";
     if (c.pool.release_delay_ns == ~uint64_t(0)) s += ", release_delay off";
     else if (c.pool.release_delay_ns != 5ull * 1000 * 1000 * 1000)

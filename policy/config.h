@@ -54,7 +54,7 @@ struct PoolConfig {
   // big_chunks: a request larger than chunk_size grows a chunk of its own
   // size, kept apart from smaller blocks, and whole free ones are released
   // before another such growth (docs/POOL.md "Big chunks").
-  bool big_chunks = false;
+  bool big_chunks = true;
   // idle_share: before growing, the pool syncs and reuses what is idle
   // (waiting for a sync, or in thread caches) once that exceeds this
   // percent of what the pool holds (over 2 GiB on the H200); 0 (off): only

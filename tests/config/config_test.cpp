@@ -189,6 +189,16 @@ TEST_CASE("idle_share: 15 by default, 0..100 accepted, named in the description"
   CHECK(describe(with_conf("idle_share:0")).find("idle_share") == std::string::npos);
 }
 
+TEST_CASE("big_chunks: on by default, off by key, named in the description when off") {
+  CHECK(with_conf("").pool.big_chunks);
+  CHECK(!with_conf("big_chunks:off").pool.big_chunks);
+  CHECK(with_conf("big_chunks:on").pool.big_chunks);
+  CHECK(with_conf("big_chunks:yes").passthrough);
+  CHECK(with_conf("big_chunks:yes").error.find("big_chunks") != std::string::npos);
+  CHECK(describe(with_conf("big_chunks:off")).find("big_chunks off") != std::string::npos);
+  CHECK(describe(with_conf("")).find("big_chunks") == std::string::npos);
+}
+
 TEST_CASE("vmm_cache: on by default, off by key, a bad value is an error") {
   CHECK(with_conf("").pool.vmm_cache);
   CHECK_FALSE(with_conf("vmm_cache:off").pool.vmm_cache);
