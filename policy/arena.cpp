@@ -164,8 +164,13 @@ Block* Arena::neighbour_starting_at(uint64_t addr) const {
 
 ProviderStatus Arena::grow(Granules min_granules) {
   if (asleep_) return ProviderStatus::Failed;
+  if (min_granules.count() == 0) return ProviderStatus::OutOfMemory;
+  // Whole free big chunks go back first, so that under a limit they make
+  // room for the one that replaces them.
+  const bool big = settings_.big_chunks && !settings_.split_growth && min_granules > settings_.chunk_granules;
+  if (big) release_big_for(min_granules);
   const Granules room = headroom();
-  if (room < min_granules || min_granules.count() == 0) return ProviderStatus::OutOfMemory;
+  if (room < min_granules) return ProviderStatus::OutOfMemory;
   if (settings_.split_growth && min_granules > settings_.chunk_granules) {
     // Chunk by chunk, side by side (each takes the lowest free addresses),
     // so the run they make serves the request and each stays a whole
@@ -177,12 +182,8 @@ ProviderStatus Arena::grow(Granules min_granules) {
     }
     return ProviderStatus::Ok;
   }
-  const bool big = settings_.big_chunks && min_granules > settings_.chunk_granules;
-  if (big) release_big_for(min_granules);
-  const Granules room_now = headroom();
-  if (room_now < min_granules) return ProviderStatus::OutOfMemory;
   Granules step = max_granules(settings_.chunk_granules, min_granules);
-  if (step > room_now) step = room_now;
+  if (step > room) step = room;
   if (!spare_blocks_.reserve(1)) return ProviderStatus::OutOfMemory;
 
   ChunkHandle handle;

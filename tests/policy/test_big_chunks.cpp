@@ -122,6 +122,25 @@ TEST_CASE("big chunks: whole free big chunks are released before a big growth, u
   CHECK(t.provider.violations() == 0);
 }
 
+TEST_CASE("big chunks: under a limit, the whole free big chunks released make room for the growth",
+          "[arena][big][limit]") {
+  ArenaUnderTest t(4, 20, 256 * kMiB, FakeProvider::Backing::None, true);
+  REQUIRE(t.arena.grow(Granules(12)) == ProviderStatus::Ok);
+  REQUIRE(t.arena.grow(Granules(1)) == ProviderStatus::Ok);  // an ordinary chunk: 16 of 20 held
+  Block* small = t.arena.take(Granules(1));
+  REQUIRE(small);
+  // 14 more would pass the limit; with the free 12 released it fits.
+  REQUIRE(t.arena.grow(Granules(14)) == ProviderStatus::Ok);
+  CHECK(t.arena.counters().big_releases == 1);
+  CHECK(t.arena.mapped() == Granules(18));
+  CHECK(t.arena.take(Granules(14)) != nullptr);
+  // Nothing free to release: the limit refuses, and nothing changes.
+  CHECK(t.arena.grow(Granules(6)) == ProviderStatus::OutOfMemory);
+  CHECK(t.arena.mapped() == Granules(18));
+  CHECK(t.arena.check() == "");
+  CHECK(t.provider.violations() == 0);
+}
+
 TEST_CASE("big chunks: a refused unmap keeps the chunk, and the growth goes on", "[arena][big][faults]") {
   ArenaUnderTest t = big_arena();
   REQUIRE(t.arena.grow(Granules(8)) == ProviderStatus::Ok);
