@@ -572,15 +572,18 @@ int Arena::set_peers(uint64_t peers) {
 
 Granules Arena::largest_free() const {
   // Bins are ordered by length, so the longest run lies in the first
-  // non-empty bin visited; a bin holds a range of lengths, so all of it is read.
+  // non-empty bin visited; a bin holds a range of lengths, so all of it is
+  // read. Both sets of bins: the ordinary runs and the big chunks'.
   Granules largest;
-  int top_bin = -1;
-  bins_.for_each_largest_first([&](Block* b) {
-    if (top_bin < 0) top_bin = b->bin;
-    if (b->bin != top_bin) return false;
-    if (b->granules() > largest) largest = b->granules();
-    return true;
-  });
+  for (const FreeBins* bins : {&bins_, &big_bins_}) {
+    int top_bin = -1;
+    bins->for_each_largest_first([&](Block* b) {
+      if (top_bin < 0) top_bin = b->bin;
+      if (b->bin != top_bin) return false;
+      if (b->granules() > largest) largest = b->granules();
+      return true;
+    });
+  }
   return largest;
 }
 
