@@ -37,6 +37,7 @@ TEST_CASE("big chunks: a request over a chunk gets a chunk of its own, kept from
   // Nothing joins the big chunk: the two ordinary chunks are not one run
   // with it, so no run of 14 or 18 exists.
   CHECK(t.arena.free_block_count() == 3);
+  INFO("largest " << t.arena.largest_free().count() << " " << t.arena.describe());
   CHECK(t.arena.largest_free() == Granules(10));  // the report's largest run counts big ones
   CHECK(t.arena.take(Granules(14)) == nullptr);
   // Small requests use the ordinary chunks only, and then nothing.
