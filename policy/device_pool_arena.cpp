@@ -149,6 +149,13 @@ Block* DevicePool::obtain_under_pressure(ThreadCache* cache, Granules granules, 
     const Granules mapped_before = arena_.mapped();
     arena_.release_free_chunks(INT_MAX);
     release_ns_.fetch_add(clock_.now_ns() - start, std::memory_order_relaxed);
+    // What went back was memory this request could not use (free runs too
+    // short, or big chunks kept from smaller requests): under a limit it
+    // makes room to grow for the request itself.
+    if (arena_.mapped() < mapped_before && grow_locked(granules) == ProviderStatus::Ok) {
+      b = arena_.take(granules, state);
+      if (b) return b;
+    }
     mapped_bytes_.store(arena_.resident().bytes(), std::memory_order_relaxed);
     ooms_.fetch_add(1, std::memory_order_relaxed);
     note_oom_locked(granules, for_slab, (mapped_before - arena_.mapped()).bytes(), !settings_.config.limit_bytes);

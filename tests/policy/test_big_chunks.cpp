@@ -184,6 +184,35 @@ TEST_CASE("big chunks: a failed growth after the release leaves the arena consis
   }
 }
 
+TEST_CASE("big chunks: under a limit, smaller requests get the memory of free big chunks back",
+          "[pool][big][limit]") {
+  // A 768 MiB block in a big chunk, freed; then 64 MiB blocks up to the
+  // limit of 1 GiB. The big chunk is kept from them, so once ordinary
+  // chunks reach the limit the pool releases it and grows for them.
+  PoolConfig config = config_with(256 * kMiB, 1 * kGiB);
+  PoolUnderTest t(64 * kGiB, FakeProvider::Backing::None, config, 140 * kGiB);
+  Attached cache(t.pool);
+  uint64_t big = 0;
+  REQUIRE(t.alloc(*cache, 768 * kMiB, &big) == AllocStatus::Ok);
+  t.provider.launch(big, 768 * kMiB);
+  REQUIRE(t.free(*cache, big) == FreeStatus::Ok);
+  std::vector<uint64_t> held;
+  for (int i = 0; i < 16; ++i) {
+    uint64_t p = 0;
+    INFO("block " << i << ", pool holds " << t.pool.stats().mapped_bytes / kMiB << " MiB");
+    REQUIRE(t.alloc(*cache, 64 * kMiB, &p) == AllocStatus::Ok);
+    t.provider.assert_idle(p, 64 * kMiB);
+    t.provider.launch(p, 64 * kMiB);
+    held.push_back(p);
+  }
+  CHECK(t.pool.stats().mapped_bytes <= 1 * kGiB);
+  uint64_t one_more = 0;
+  CHECK(t.alloc(*cache, 64 * kMiB, &one_more) == AllocStatus::OutOfMemory);  // the limit, truly
+  for (uint64_t p : held) REQUIRE(t.free(*cache, p) == FreeStatus::Ok);
+  CHECK(t.provider.violations() == 0);
+  CHECK(t.pool.check() == "");
+}
+
 TEST_CASE("big chunks: a pool whose big blocks change size every step reuses nothing early", "[pool][big]") {
   // Steps of a dynamic-shape loop: three big blocks of one size per step
   // (a new size each step: random from 300 MiB to 1.5 GiB, or growing by
