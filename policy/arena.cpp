@@ -606,9 +606,11 @@ std::string Arena::check() const {
     Block* b = span->kind == SpanKind::Slab ? static_cast<Slab*>(span)->backing : static_cast<Block*>(span);
     if (!b || b->addr() != it->first) return "run start is not a block start";
     if (b->addr_prev) return "run start has a predecessor";
+    const bool run_big = b->big;
     uint64_t cursor = it->first;
     for (; b; b = b->addr_next) {
       if (b->addr() != cursor) return "blocks of a run are not contiguous";
+      if (b->big != run_big) return "a run mixes big and ordinary blocks";
       if (b->addr_next && b->addr_next->addr_prev != b) return "broken back link";
       const BlockState s = b->load_state();
       if (s == BlockState::Spare) return "spare block in a run";
@@ -623,11 +625,12 @@ std::string Arena::check() const {
       cursor = b->end_addr();
     }
     run_end = cursor;
+    // A big chunk is a run of its own.
+    if (run_big && cursor != chunk_end) return "a big chunk's run is not exactly its chunk";
     // The run must end exactly at the end of a chunk.
     auto last = chunks_.upper_bound(cursor - 1);
     --last;
     if (last->first + last->second.granules.bytes() != cursor) return "run does not end at a chunk end";
-    (void)chunk_end;
   }
   if (covered != mapped_) return "mapped count differs from chunks";
   if (free_seen != bins_.total() + big_bins_.total()) return "free count differs from the bins";
