@@ -88,7 +88,7 @@ with tempfile.TemporaryDirectory() as d:
     lines = [l for l in r.stdout.splitlines() if l.startswith("growth at ")]
     m = re.search(r"growths (\d+)", r.stdout)
     check(r.returncode == 0 and m and 1 <= len(lines) <= int(m.group(1)) - 1 and
-          all(re.search(r"held \d+ MiB \(\+\d+\), program \d+ MiB, in use \d+, waiting \d+, cached \d+, free \d+; "
+          all(re.search(r"held \d+ MiB \(\+\d+\), program \d+ MiB, in use \d+, waiting \d+, cached \d+, free \d+ in \d+ runs; "
                         r"request \d+ MiB$", l) for l in lines),
           f"--growths: a line per rise of held memory ({len(lines)} lines, {m and m.group(0)})")
     r = sim(trace, "--conf", "slack:off,release_delay:off,idle_share:0", "--growths", "--json")

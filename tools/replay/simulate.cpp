@@ -184,13 +184,18 @@ int main(int argc, char** argv) {
       const PoolStats s = pool->stats();
       const uint64_t waiting = s.quarantined_bytes, cached = s.cached_bytes;
       const uint64_t free_bytes = s.idle_bytes > waiting + cached ? s.idle_bytes - waiting - cached : 0;
+      // How many runs the free memory lies in (after the growth, so with
+      // what is left of the new chunk): many runs and a request no run
+      // held is fragmentation.
+      const PoolReport r = pool->report();
       // With --json, stdout is the JSON object's: the lines go to stderr.
       std::fprintf(json ? stderr : stdout, "growth at %.3f s: held %llu MiB (+%llu), program %llu MiB, in use %llu, waiting %llu, cached %llu, "
-                  "free %llu; request %llu MiB\n",
+                  "free %llu in %llu runs; request %llu MiB\n",
                   double(t) / 1e9, (unsigned long long)(held / kMiB), (unsigned long long)((held - last_held) / kMiB),
                   (unsigned long long)(live_bytes / kMiB), (unsigned long long)(s.in_use_bytes / kMiB),
                   (unsigned long long)(waiting / kMiB), (unsigned long long)(cached / kMiB),
-                  (unsigned long long)(free_bytes / kMiB), (unsigned long long)((request + kMiB - 1) / kMiB));
+                  (unsigned long long)(free_bytes / kMiB), (unsigned long long)r.free_blocks,
+                  (unsigned long long)((request + kMiB - 1) / kMiB));
     }
     if (timeline && held != last_held)
       std::fprintf(timeline, "%.6f,%llu,%llu\n", double(t) / 1e9, (unsigned long long)live_bytes,
