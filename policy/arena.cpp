@@ -451,9 +451,55 @@ void Arena::retry_releases() {
   unreleased_.resize(kept);
 }
 
+bool Arena::release_chunk_of(Block* host, std::map<uint64_t, Chunk>::iterator chunk) {
+  const uint64_t chunk_addr = chunk->first, chunk_end = chunk_addr + chunk->second.granules.bytes();
+  if (!provider_.unmap(chunk_addr, chunk->second.granules)) {
+    chunk->second.unreleasable = true;
+    ++counters_.leaks;
+    return false;
+  }
+  opened_.erase(chunk_addr);
+  release_or_keep(chunk->second.handle);
+
+  // Cut the chunk out of its free host block; the run splits in two.
+  bins_of(host).remove(host);
+  const uint64_t host_addr = host->addr(), host_end = host->end_addr();
+  Block* prev = host->addr_prev;
+  Block* next = host->addr_next;
+  Block* left = host_addr < chunk_addr ? host : nullptr;
+  Block* right = chunk_end < host_end ? new_block(chunk_end, granules_floor(host_end - chunk_end), BlockState::Free)
+                                      : nullptr;
+  if (right) right->big = host->big;
+  if (left) {
+    left->set_range(host_addr, granules_floor(chunk_addr - host_addr));
+    left->addr_next = nullptr;
+    mark_ends(left);
+    bins_of(left).insert(left);
+  } else {
+    if (prev) prev->addr_next = nullptr;
+    recycle(host);
+  }
+  if (right) {
+    right->addr_prev = nullptr;
+    right->addr_next = next;
+    if (next) next->addr_prev = right;
+    mark_ends(right);
+    bins_of(right).insert(right);
+  } else if (next) {
+    next->addr_prev = nullptr;
+  }
+  page_map_.set(chunk_addr, chunk->second.granules, nullptr);
+  address_space_.give(chunk_addr, chunk->second.granules);
+  mapped_ -= chunk->second.granules;
+  chunks_.erase(chunk);
+  ++counters_.releases;
+  return true;
+}
+
 void Arena::release_big_for(Granules granules) {
   Granules released;
   while (released < granules) {
+    if (!spare_blocks_.reserve(1)) return;
     // The smallest whole free big chunk: one that take() could not use.
     auto best = chunks_.end();
     Block* host = nullptr;
@@ -467,22 +513,8 @@ void Arena::release_big_for(Granules granules) {
       return true;
     });
     if (!host) return;
-    const uint64_t addr = best->first;
     const Granules size = best->second.granules;
-    if (!provider_.unmap(addr, size)) {
-      best->second.unreleasable = true;
-      ++counters_.leaks;
-      continue;
-    }
-    opened_.erase(addr);
-    release_or_keep(best->second.handle);
-    big_bins_.remove(host);
-    recycle(host);
-    page_map_.set(addr, size, nullptr);
-    address_space_.give(addr, size);
-    mapped_ -= size;
-    chunks_.erase(best);
-    ++counters_.releases;
+    if (!release_chunk_of(host, best)) continue;
     ++counters_.big_releases;
     released += size;
   }
@@ -509,48 +541,7 @@ int Arena::release_free_chunks(int max_chunks) {
     bins_.for_each_largest_first(visit);
     if (!host) big_bins_.for_each_largest_first(visit);
     if (!host) break;
-    const uint64_t chunk_addr = chunk->first, chunk_end = chunk_addr + chunk->second.granules.bytes();
-    if (!provider_.unmap(chunk_addr, chunk->second.granules)) {
-      chunk->second.unreleasable = true;
-      ++counters_.leaks;
-      continue;
-    }
-    opened_.erase(chunk_addr);
-    release_or_keep(chunk->second.handle);
-
-    // Cut the chunk out of its free host block; the run splits in two.
-    bins_of(host).remove(host);
-    const uint64_t host_addr = host->addr(), host_end = host->end_addr();
-    Block* prev = host->addr_prev;
-    Block* next = host->addr_next;
-    Block* left = host_addr < chunk_addr ? host : nullptr;
-    Block* right = chunk_end < host_end ? new_block(chunk_end, granules_floor(host_end - chunk_end), BlockState::Free)
-                                        : nullptr;
-    if (right) right->big = host->big;
-    if (left) {
-      left->set_range(host_addr, granules_floor(chunk_addr - host_addr));
-      left->addr_next = nullptr;
-      mark_ends(left);
-      bins_of(left).insert(left);
-    } else {
-      if (prev) prev->addr_next = nullptr;
-      recycle(host);
-    }
-    if (right) {
-      right->addr_prev = nullptr;
-      right->addr_next = next;
-      if (next) next->addr_prev = right;
-      mark_ends(right);
-      bins_of(right).insert(right);
-    } else if (next) {
-      next->addr_prev = nullptr;
-    }
-    page_map_.set(chunk_addr, chunk->second.granules, nullptr);
-    address_space_.give(chunk_addr, chunk->second.granules);
-    mapped_ -= chunk->second.granules;
-    chunks_.erase(chunk);
-    ++counters_.releases;
-    ++released;
+    if (release_chunk_of(host, chunk)) ++released;
   }
   return released;
 }

@@ -239,6 +239,11 @@ class Arena {
   // Releases whole free big chunks, smallest first, until `granules` are
   // released or none is left.
   void release_big_for(Granules granules);
+  // Unmaps and releases `chunk`, which lies wholly in the free block
+  // `host`, and cuts it out of it (the run splits in two); false, and the
+  // chunk never tried again, if the driver refuses the unmap. REQUIRES: a
+  // spare block record reserved.
+  bool release_chunk_of(Block* host, std::map<uint64_t, Chunk>::iterator chunk);
   MetaPool<Block> spare_blocks_;
   std::map<uint64_t, Chunk> chunks_;  // home address -> chunk
   // addr is where a chunk begins or ends (at home).
