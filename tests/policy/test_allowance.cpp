@@ -97,6 +97,17 @@ struct SyncAheadThread {
     next = now + t.pool.sync_ahead_step();
   }
 };
+// Scattered free memory on a host-backed pool: n blocks of `bytes`, block
+// i filled with seed i, then every other one (the even ones) freed.
+// Returns every block; the odd ones are live and keep their bytes.
+std::vector<uint64_t> scatter_filled(PoolUnderTest& t, ThreadCache& cache, int n, uint64_t bytes) {
+  std::vector<uint64_t> kept;
+  REQUIRE(alloc_blocks(t, cache, n, bytes, &kept));
+  for (size_t i = 0; i < kept.size(); ++i) fill(kept[i], bytes, i);
+  for (size_t i = 0; i < kept.size(); i += 2) REQUIRE(t.free(cache, kept[i]) == FreeStatus::Ok);
+  return kept;
+}
+
 }  // namespace
 
 TEST_CASE("allowance: the free rate times the slack, within bounds", "[allowance]") {
@@ -399,10 +410,7 @@ TEST_CASE("a provider that maps at no chunk offset: whole chunks are still stitc
   PoolUnderTest t(1 * kGiB, FakeProvider::Backing::Host, config_with(2 * kMiB, 128 * kMiB));
   t.provider.set_offset_maps(false);
   Attached cache(t.pool);
-  std::vector<uint64_t> kept;
-  REQUIRE(alloc_blocks(t, *cache, 64, 2 * kMiB, &kept));
-  for (size_t i = 0; i < kept.size(); ++i) fill(kept[i], 2 * kMiB, i);
-  for (size_t i = 0; i < kept.size(); i += 2) REQUIRE(t.free(*cache, kept[i]) == FreeStatus::Ok);
+  const std::vector<uint64_t> kept = scatter_filled(t, *cache, 64, 2 * kMiB);
   // The limit (128 MiB, all mapped, half of it freed and scattered) leaves
   // no room to grow: 20 MiB must come from ten scattered free chunks.
   uint64_t big = 0;
@@ -428,10 +436,7 @@ TEST_CASE("split growth: a large request grows in whole chunks, which stitch whe
   CHECK(t.provider.live_chunks() == 10);
   fill(big, 20 * kMiB, 1000);
   // Scatter: 4 MiB blocks (two chunks each), every other one freed.
-  std::vector<uint64_t> kept;
-  REQUIRE(alloc_blocks(t, *cache, 34, 4 * kMiB, &kept));
-  for (size_t i = 0; i < kept.size(); ++i) fill(kept[i], 4 * kMiB, i);
-  for (size_t i = 0; i < kept.size(); i += 2) REQUIRE(t.free(*cache, kept[i]) == FreeStatus::Ok);
+  const std::vector<uint64_t> kept = scatter_filled(t, *cache, 34, 4 * kMiB);
   // At the limit (160 MiB), 40 MiB can only come from the scattered chunks.
   uint64_t stitched = 0;
   REQUIRE(t.alloc(*cache, 40 * kMiB, &stitched) == AllocStatus::Ok);
