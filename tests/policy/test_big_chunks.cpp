@@ -20,8 +20,19 @@ using Op = FakeProvider::Op;
 
 namespace {
 
-ArenaUnderTest big_arena(uint64_t capacity = 256 * kMiB) {
-  return ArenaUnderTest(4, 0, capacity, FakeProvider::Backing::None, true);
+// Chunks of 4 granules, big chunks on, an optional limit.
+ArenaUnderTest big_arena(uint64_t limit_granules = 0) {
+  return ArenaUnderTest(4, limit_granules, 256 * kMiB, FakeProvider::Backing::None, true);
+}
+
+// A block of `bytes` that the device was done with when it came (the fake
+// driver checks), with work launched on it.
+uint64_t alloc_launched(PoolUnderTest& t, ThreadCache& cache, uint64_t bytes) {
+  uint64_t p = 0;
+  REQUIRE(t.alloc(cache, bytes, &p) == AllocStatus::Ok);
+  t.provider.assert_idle(p, bytes);
+  t.provider.launch(p, bytes);
+  return p;
 }
 
 }  // namespace
@@ -126,7 +137,7 @@ TEST_CASE("big chunks: whole free big chunks are released before a big growth, u
 
 TEST_CASE("big chunks: under a limit, the whole free big chunks released make room for the growth",
           "[arena][big][limit]") {
-  ArenaUnderTest t(4, 20, 256 * kMiB, FakeProvider::Backing::None, true);
+  ArenaUnderTest t = big_arena(20);
   REQUIRE(t.arena.grow(Granules(12)) == ProviderStatus::Ok);
   REQUIRE(t.arena.grow(Granules(1)) == ProviderStatus::Ok);  // an ordinary chunk: 16 of 20 held
   Block* small = t.arena.take(Granules(1));
@@ -192,18 +203,11 @@ TEST_CASE("big chunks: under a limit, smaller requests get the memory of free bi
   PoolConfig config = config_with(256 * kMiB, 1 * kGiB);
   PoolUnderTest t(64 * kGiB, FakeProvider::Backing::None, config, 140 * kGiB);
   Attached cache(t.pool);
-  uint64_t big = 0;
-  REQUIRE(t.alloc(*cache, 768 * kMiB, &big) == AllocStatus::Ok);
-  t.provider.launch(big, 768 * kMiB);
-  REQUIRE(t.free(*cache, big) == FreeStatus::Ok);
+  REQUIRE(t.free(*cache, alloc_launched(t, *cache, 768 * kMiB)) == FreeStatus::Ok);
   std::vector<uint64_t> held;
   for (int i = 0; i < 16; ++i) {
-    uint64_t p = 0;
     INFO("block " << i << ", pool holds " << t.pool.stats().mapped_bytes / kMiB << " MiB");
-    REQUIRE(t.alloc(*cache, 64 * kMiB, &p) == AllocStatus::Ok);
-    t.provider.assert_idle(p, 64 * kMiB);
-    t.provider.launch(p, 64 * kMiB);
-    held.push_back(p);
+    held.push_back(alloc_launched(t, *cache, 64 * kMiB));
   }
   CHECK(t.pool.stats().mapped_bytes <= 1 * kGiB);
   uint64_t one_more = 0;
@@ -233,19 +237,8 @@ TEST_CASE("big chunks: a pool whose big blocks change size every step reuses not
         const uint64_t size = (growing ? 300 + 30 * step : 300 + rng() % 1200) * kMiB;
         std::vector<uint64_t> live;
         for (int k = 0; k < 3; ++k) {
-          for (int s = 0; s < 8; ++s) {
-            uint64_t p = 0;
-            const uint64_t small = (1 + rng() % 48) * kMiB;
-            REQUIRE(t.alloc(*cache, small, &p) == AllocStatus::Ok);
-            t.provider.assert_idle(p, small);
-            t.provider.launch(p, small);
-            live.push_back(p);
-          }
-          uint64_t p = 0;
-          REQUIRE(t.alloc(*cache, size, &p) == AllocStatus::Ok);
-          t.provider.assert_idle(p, size);
-          t.provider.launch(p, size);
-          live.push_back(p);
+          for (int s = 0; s < 8; ++s) live.push_back(alloc_launched(t, *cache, (1 + rng() % 48) * kMiB));
+          live.push_back(alloc_launched(t, *cache, size));
         }
         for (uint64_t p : live) REQUIRE(t.free(*cache, p) == FreeStatus::Ok);
         const uint64_t mapped = t.pool.stats().mapped_bytes;
