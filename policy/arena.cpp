@@ -584,6 +584,37 @@ std::string Arena::describe() const {
          std::to_string(free_stitched_.count()) + ", chunks " + std::to_string(chunks_.size()) + " (granules)";
 }
 
+std::string Arena::layout() const {
+  // One letter per block state and its length in granules, runs between
+  // brackets: "[U98 F30 S1] [Q12 F116]"; big chunks' runs start with "big".
+  static const char kLetter[] = {'-', 'F', 'U', 'Q', 'C', 'L', 'S'};
+  std::string out;
+  uint64_t run_end = 0;
+  for (auto it = chunks_.begin(); it != chunks_.end(); ++it) {
+    if (it->first < run_end) continue;
+    Span* span = page_map_.lookup(it->first);
+    const Block* b = !span ? nullptr
+                     : span->kind == SpanKind::Slab ? static_cast<const Slab*>(span)->backing
+                                                    : static_cast<const Block*>(span);
+    if (!b) continue;
+    if (!out.empty()) out += ' ';
+    out += b->big ? "[big" : "[";
+    bool first = !b->big;
+    uint64_t cursor = it->first;
+    for (; b; b = b->addr_next) {
+      const auto state = static_cast<unsigned>(b->load_state());
+      if (!first) out += ' ';
+      first = false;
+      out += state < sizeof kLetter ? kLetter[state] : '?';
+      out += std::to_string(b->granules().count());
+      cursor = b->end_addr();
+    }
+    out += ']';
+    run_end = cursor;
+  }
+  return out;
+}
+
 std::string Arena::check() const {
   Granules free_seen, lent_seen, covered;
   uint64_t run_end = 0;

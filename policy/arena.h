@@ -177,6 +177,9 @@ class Arena {
   std::string check() const;
   // One line of numbers, for tests and debugging.
   std::string describe() const;
+  // The runs of home memory, block by block (state letter, granules), for
+  // pagefast-simulate --layout and for reading a test's failure.
+  std::string layout() const;
 
  private:
   struct Chunk {

@@ -263,6 +263,8 @@ class DevicePool {
   std::string check();
   // The arena's and the size classes' numbers in one line.
   std::string describe();
+  // The arena's runs block by block (Arena::layout).
+  std::string layout();
 
  private:
   // alloc paths
@@ -347,6 +349,16 @@ class DevicePool {
   void note_oom_request(uint64_t request_bytes);
   void fold(ThreadCache& cache);
   void note_peak(uint64_t in_use);
+  // What the arena's free memory looked like when a request made it grow
+  // (under the device lock, before the growth), for the debug line that
+  // note_growth writes once the lock is released.
+  struct GrowthNote {
+    Granules request, free, longest;
+    uint64_t runs = 0;
+    uint64_t held_before = 0;
+    bool for_slab = false;
+  };
+  void note_growth(const GrowthNote& note);
 
   Provider& provider_;
   Clock& clock_;
@@ -374,6 +386,7 @@ class DevicePool {
   Arena arena_;
   std::atomic<uint64_t> mapped_bytes_{0};  // mirror of arena_.mapped(), lock-free reads
   std::atomic<uint64_t> last_growth_ns_{0};
+  std::atomic<uint64_t> peak_mapped_bytes_{0};  // written under the device lock
   std::atomic<uint64_t> last_trim_ns_{0};
 
   alignas(64) Quarantine quarantine_;

@@ -2,7 +2,9 @@
 // growth, the search for arena memory (obtain, and under pressure), peer
 // access and the physical pieces of a block for CUDA IPC. Every arena call
 // is made under the device lock (arena_mutex_).
+#include <cinttypes>
 #include <climits>
+#include <cstdio>
 
 #include "policy/device_pool.h"
 
@@ -47,9 +49,32 @@ ProviderStatus DevicePool::grow_locked(Granules granules) {
   const ProviderStatus status = arena_.grow(granules);
   const uint64_t end = clock_.now_ns();
   growth_ns_.fetch_add(end - start, std::memory_order_relaxed);
-  mapped_bytes_.store(arena_.resident().bytes(), std::memory_order_relaxed);
+  const uint64_t mapped = arena_.resident().bytes();
+  mapped_bytes_.store(mapped, std::memory_order_relaxed);
+  if (mapped > peak_mapped_bytes_.load(std::memory_order_relaxed))
+    peak_mapped_bytes_.store(mapped, std::memory_order_relaxed);
   if (status == ProviderStatus::Ok) last_growth_ns_.store(end, std::memory_order_relaxed);
   return status;
+}
+
+void DevicePool::note_growth(const GrowthNote& note) {
+  if (!log_) return;
+  // Where the memory the pool held was when it grew: a growth with much
+  // free in short runs is fragmentation, one with much waiting for a sync
+  // is the quarantine's (docs/POOL.md "Footprint"). A growth costs a driver
+  // call of 0.1 ms and more, so the line's few microseconds do not show.
+  uint64_t freed = 0, reclaimable = 0;
+  waiting(&freed, &reclaimable);
+  const uint64_t held = mapped_bytes_.load(std::memory_order_relaxed);
+  char line[384];
+  std::snprintf(line, sizeof line,
+                "device %d: grew to %" PRIu64 " MiB for a %" PRIu64 " MiB %s: it held %" PRIu64
+                " MiB, of which %" PRIu64 " MiB free in %" PRIu64 " runs (the longest %" PRIu64
+                " MiB) and %" PRIu64 " MiB waiting for a sync or cached by threads; %" PRIu64 " syncs so far",
+                settings_.device, held / kMiB, note.request.bytes() / kMiB, note.for_slab ? "slab" : "block",
+                note.held_before / kMiB, note.free.bytes() / kMiB, note.runs, note.longest.bytes() / kMiB,
+                reclaimable / kMiB, quarantine_.synchronizations());
+  log_(LogLevel::Debug, line);
 }
 
 Block* DevicePool::obtain(ThreadCache* cache, Granules granules, bool for_slab, AllocStatus* status, bool* fresh,
@@ -95,6 +120,8 @@ Block* DevicePool::obtain(ThreadCache* cache, Granules granules, bool for_slab, 
       if (Block* b = take_locked()) return b;
     }
   }
+  GrowthNote note;
+  Block* grown = nullptr;
   {
     std::lock_guard<std::mutex> guard(arena_mutex_);
     if (Block* b = take_existing()) return b;
@@ -108,8 +135,19 @@ Block* DevicePool::obtain(ThreadCache* cache, Granules granules, bool for_slab, 
       if (Block* b = arena_.take(granules, state)) return b;
       if (Block* b = arena_.stitch(granules, kStitchPiecesBeforeGrowth, state)) return b;
     }
-    if (grow_locked(granules) == ProviderStatus::Ok)
-      if (Block* b = arena_.take(granules, state)) return b;
+    if (log_) {
+      note.request = granules;
+      note.free = arena_.free_home();
+      note.longest = arena_.largest_free();
+      note.runs = arena_.free_block_count();
+      note.held_before = arena_.resident().bytes();
+      note.for_slab = for_slab;
+    }
+    if (grow_locked(granules) == ProviderStatus::Ok) grown = arena_.take(granules, state);
+  }
+  if (grown) {
+    note_growth(note);
+    return grown;
   }
   return obtain_under_pressure(cache, granules, for_slab, status);
 }

@@ -238,12 +238,18 @@ PoolStats DevicePool::stats() {
   s.peak_in_use_bytes = peak_in_use_.load(std::memory_order_relaxed);
   s.synchronizations = quarantine_.synchronizations();
   s.synchronizations_ahead = syncs_ahead_.load(std::memory_order_relaxed);
+  s.peak_mapped_bytes = peak_mapped_bytes_.load(std::memory_order_relaxed);
   s.passthroughs = passthroughs_.load(std::memory_order_relaxed);
   s.ooms = ooms_.load(std::memory_order_relaxed);
   s.growth_ns = growth_ns_.load(std::memory_order_relaxed);
   s.synchronization_ns = quarantine_.synchronization_ns();
   s.release_ns = release_ns_.load(std::memory_order_relaxed);
   return s;
+}
+
+std::string DevicePool::layout() {
+  std::lock_guard<std::mutex> guard(arena_mutex_);
+  return arena_.layout();
 }
 
 std::string DevicePool::describe() {

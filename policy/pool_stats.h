@@ -31,8 +31,9 @@ namespace pagefast::policy {
 
 // Fields after those: in the JSON only, not in the C API's struct (whose
 // size is fixed: interpose/pagefast.h) nor in the live segment's layout.
-#define PAGEFAST_POOL_STATS_JSON_FIELDS(X) \
-  X(synchronizations_ahead, "of the synchronizations, those made ahead of need by the pagefast-sync thread")
+#define PAGEFAST_POOL_STATS_JSON_FIELDS(X)                                                                    \
+  X(synchronizations_ahead, "of the synchronizations, those made ahead of need by the pagefast-sync thread") \
+  X(peak_mapped_bytes, "highest mapped_bytes: the most physical memory the pool held at once")
 
 struct PoolStats {
 #define PF_STATS_FIELD(name, meaning) uint64_t name = 0;

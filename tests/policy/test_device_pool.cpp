@@ -137,6 +137,44 @@ TEST_CASE("stats add up and have every key", "[pool][stats]") {
     CHECK(json.find(std::string("\"") + key + "\": ") != std::string::npos);
 }
 
+std::vector<std::pair<LogLevel, std::string>> g_growth_lines;
+void record_growth_line(LogLevel level, const char* message) { g_growth_lines.emplace_back(level, message); }
+
+TEST_CASE("a growth logs at debug where the held memory was; peak_mapped_bytes keeps the most held", "[pool][stats]") {
+  g_growth_lines.clear();
+  FakeProvider provider(2 * kGiB, FakeProvider::Backing::None);
+  FakeClock clock;
+  std::unique_ptr<PageMap> page_map(new PageMap());
+  DevicePool pool(provider, clock, *page_map, PoolUnderTest::settings(config_with(64 * kMiB), 2 * kGiB),
+                  record_growth_line);
+  {
+    Attached cache(pool);
+    uint64_t a = 0, b = 0;
+    REQUIRE(pool.alloc(*cache, 40 * kMiB, &a) == AllocStatus::Ok);
+    // 24 MiB stay free in the first chunk: too short for another 40.
+    REQUIRE(pool.alloc(*cache, 40 * kMiB, &b) == AllocStatus::Ok);
+    REQUIRE(g_growth_lines.size() == 2);
+    for (const auto& l : g_growth_lines) CHECK(l.first == LogLevel::Debug);
+    CHECK(g_growth_lines[0].second ==
+          "device 0: grew to 64 MiB for a 40 MiB block: it held 0 MiB, of which 0 MiB free in 0 runs (the longest 0 "
+          "MiB) and 0 MiB waiting for a sync or cached by threads; 0 syncs so far");
+    CHECK(g_growth_lines[1].second ==
+          "device 0: grew to 128 MiB for a 40 MiB block: it held 64 MiB, of which 24 MiB free in 1 runs (the longest "
+          "24 MiB) and 0 MiB waiting for a sync or cached by threads; 0 syncs so far");
+    CHECK(pool.stats().peak_mapped_bytes == 128 * kMiB);
+    Span* sa = page_map->lookup(a);
+    Span* sb = page_map->lookup(b);
+    REQUIRE(pool.free(*cache, sa, a) == FreeStatus::Ok);
+    REQUIRE(pool.free(*cache, sb, b) == FreeStatus::Ok);
+  }
+  pool.trim();
+  const PoolStats s = pool.stats();
+  CHECK(s.mapped_bytes == 0);
+  CHECK(s.peak_mapped_bytes == 128 * kMiB);
+  CHECK(stats_json_object(s).find("\"peak_mapped_bytes\": 134217728") != std::string::npos);
+  page_map->destroy_leaves_for_tests();
+}
+
 TEST_CASE("sizes near 2^64 are left to the driver, never served from idle memory", "[pool][semantics]") {
   for (uint64_t prewarm : {uint64_t(0), 64 * kMiB}) {
     PoolUnderTest t(512 * kMiB, FakeProvider::Backing::None, config_with(64 * kMiB, 0, kUnlimited, prewarm));

@@ -91,6 +91,16 @@ with tempfile.TemporaryDirectory() as d:
           all(re.search(r"held \d+ MiB \(\+\d+\), program \d+ MiB, in use \d+, waiting \d+, cached \d+, free \d+ in \d+ runs; "
                         r"request \d+ MiB$", l) for l in lines),
           f"--growths: a line per rise of held memory ({len(lines)} lines, {m and m.group(0)})")
+    # --layout: after each growth line, the runs block by block; the
+    # lengths of a run's blocks add up to what the arena maps.
+    r = sim(trace, "--conf", "slack:off,release_delay:off,idle_share:0", "--layout")
+    out = r.stdout.splitlines()
+    pairs = [(a, b) for a, b in zip(out, out[1:]) if a.startswith("growth at ")]
+    def layout_granules(l):
+        return sum(int(x[1:]) for x in re.findall(r"[FUQCLS]\d+", l))
+    check(r.returncode == 0 and pairs and all(b.startswith("  layout [") for _, b in pairs) and
+          all(layout_granules(b) * 2 == int(re.search(r"held (\d+) MiB", a).group(1)) for a, b in pairs),
+          f"--layout: a layout line after each growth line, its blocks adding up to what is held ({len(pairs)})")
     r = sim(trace, "--conf", "slack:off,release_delay:off,idle_share:0", "--growths", "--json")
     check(r.returncode == 0 and json.loads(r.stdout)["growths"] >= 1 and "growth at " in r.stderr,
           "--growths with --json: the object on stdout, the lines on stderr")

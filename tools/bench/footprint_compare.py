@@ -8,10 +8,17 @@ fresh random order each round; prints the medians of steps/s, of the
 peak memory the process held (NVML, tools/bench/nvml_peak.py, else
 nvidia-smi) and of the process's CPU time
 per step, their ratios, and each pagefast run's pool syncs (PAGEFAST_STATS
-at exit: all, and those the pagefast-sync thread made ahead).
+at exit: all, and those the pagefast-sync thread made ahead), with the
+most the pool itself held (peak_mapped_bytes: the process's peak less
+that is the context's and the pass-throughs' share).
 
   footprint_compare.py --build DIR [--before LIB] [--models resnet18,gpt2]
                        [--steps N] [--repeats R] [--conf "slack:500us;slack:10ms"]
+                       [--growth-logs DIR]
+
+--growth-logs DIR: pagefast runs log at debug level into
+DIR/MODEL-CONFIG-RUN.log: one line per growth of the pool, with where its
+idle memory was (docs/POOL.md "Stats").
 """
 import argparse
 import os
@@ -24,13 +31,16 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run(model, steps, env_extra):
+def run(model, steps, env_extra, log_path=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PAGEFAST") and k != "LD_PRELOAD"}
     env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
     env.update(env_extra)
     stats_path = f"/tmp/footprint-compare-stats-{os.getpid()}.json"
     if "LD_PRELOAD" in env:
         env["PAGEFAST_STATS"] = stats_path  # the pool's figures at exit (docs/STATS.md)
+        if log_path:
+            env["PAGEFAST_LOG"] = "debug"
+            env["PAGEFAST_LOG_FILE"] = log_path
     if os.path.exists(stats_path):
         os.unlink(stats_path)
     r = subprocess.run([sys.executable, os.path.join(HERE, "footprint.py"), "train", model, str(steps)],
@@ -47,8 +57,11 @@ def run(model, steps, env_extra):
         text = open(stats_path).read()
         total = re.search(r'"synchronizations": (\d+)', text)
         ahead = re.search(r'"synchronizations_ahead": (\d+)', text)
+        pool_peak = re.search(r'"peak_mapped_bytes": (\d+)', text)
         if total:
             syncs = total.group(1) + (f" ({ahead.group(1)} ahead)" if ahead else "")
+        if pool_peak:
+            syncs += f", pool peak {int(pool_peak.group(1)) >> 20} MiB"
         os.unlink(stats_path)
     return (float(m.group(1)), int(m.group(2)), losses, float(c.group(1)) if c else float("nan"), syncs,
             source.group(1) if source else "?")
@@ -62,6 +75,8 @@ def main():
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--conf", default="", help="extra PAGEFAST_CONF variants of this build, separated by ;")
+    ap.add_argument("--growth-logs", default=None, metavar="DIR",
+                    help="pagefast runs log at debug level (one line per growth) into DIR")
     args = ap.parse_args()
     lib = os.path.abspath(os.path.join(args.build, "interpose", "libpagefast.so"))
     configs = [("cudaMalloc", {})]
@@ -81,7 +96,12 @@ def main():
             order = list(configs)
             rng.shuffle(order)
             for name, env in order:
-                r = run(model, args.steps, env)
+                log_path = None
+                if args.growth_logs and "LD_PRELOAD" in env:
+                    os.makedirs(args.growth_logs, exist_ok=True)
+                    tag = re.sub(r"[^A-Za-z0-9_.:-]+", "_", name)
+                    log_path = os.path.join(args.growth_logs, f"{model}-{tag}-{len(got[name])}.log")
+                r = run(model, args.steps, env, log_path)
                 if r:
                     got[name].append(r[:2])
                     losses[name].add(r[2])

@@ -32,7 +32,7 @@ namespace {
 
 const char kUsage[] =
     "usage: pagefast-simulate TRACE [--conf \"key:value,...\"] [--device BYTES] [--timeline FILE.csv] [--json]\n"
-    "                         [--offset-maps] [--growths]\n"
+    "                         [--offset-maps] [--growths] [--layout]\n"
     "Runs pagefast's pool policy on the CPU over a PAGEFAST_TRACE file and reports the\n"
     "memory it would hold, against the program's own peak, with its syncs and growths.\n"
     "  --conf      PAGEFAST_CONF keys for the simulated pool (default: none)\n"
@@ -42,7 +42,10 @@ const char kUsage[] =
     "  --offset-maps  let the pool map at chunk offsets (stitch); off by default, as on the H200\n"
     "  --growths   a line per growth of held memory: what the pool held then, and where (in use,\n"
     "              waiting for a sync, cached by threads, free in the arena), and the request\n"
-    "              (on stderr with --json)\n";
+    "              (on stderr with --json)\n"
+    "  --layout    --growths, and after each growth the arena's runs block by block: F free,\n"
+    "              U used, Q waiting for a sync, C cached by a thread, S slab, L lent; sizes in\n"
+    "              2 MiB granules\n";
 
 // The trace's clock: each record sets the time before it is played.
 class TraceClock final : public Clock {
@@ -74,7 +77,7 @@ struct Live {
 int main(int argc, char** argv) {
   std::string path, conf, timeline_path;
   uint64_t device_bytes = 140 * kGiB;
-  bool json = false, offset_maps = false, growth_lines = false;
+  bool json = false, offset_maps = false, growth_lines = false, layout_lines = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> const char* {
@@ -105,6 +108,8 @@ int main(int argc, char** argv) {
       json = true;
     } else if (a == "--growths") {
       growth_lines = true;
+    } else if (a == "--layout") {
+      growth_lines = layout_lines = true;
     } else if (!a.empty() && a[0] == '-') {
       std::fprintf(stderr, "pagefast-simulate: unknown option %s\n%s", a.c_str(), kUsage);
       return 2;
@@ -196,6 +201,7 @@ int main(int argc, char** argv) {
                   (unsigned long long)(waiting / kMiB), (unsigned long long)(cached / kMiB),
                   (unsigned long long)(free_bytes / kMiB), (unsigned long long)r.free_blocks,
                   (unsigned long long)((request + kMiB - 1) / kMiB));
+      if (layout_lines) std::fprintf(json ? stderr : stdout, "  layout %s\n", pool->layout().c_str());
     }
     if (timeline && held != last_held)
       std::fprintf(timeline, "%.6f,%llu,%llu\n", double(t) / 1e9, (unsigned long long)live_bytes,
