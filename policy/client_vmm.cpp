@@ -2,6 +2,7 @@
 // what and why; docs/VMM-CLIENTS.md the residual differences).
 #include "policy/client_vmm.h"
 
+#include <chrono>
 #include <cstring>
 
 namespace pagefast::policy {
@@ -13,8 +14,29 @@ std::string ClientVmmCache::slot_of(uint64_t bytes, const std::string& prop) {
 }
 
 bool ClientVmmCache::take(uint64_t bytes, const std::string& prop, uint64_t* handle) {
-  std::lock_guard<std::mutex> guard(mutex_);
-  auto slot = free_.find(slot_of(bytes, prop));
+  std::unique_lock<std::mutex> lock(mutex_);
+  const std::string key = slot_of(bytes, prop);
+  auto slot = free_.find(key);
+  // The worker is making the next page of these properties: it comes
+  // sooner than one the driver would create here (and it is the page the
+  // program will map next). A worker that does not deliver within a
+  // second (it never should) is not waited for again: the job stops.
+  bool waited = false;
+  while ((slot == free_.end() || slot->second.empty()) && jobs_count_.load(std::memory_order_relaxed) != 0) {
+    auto job = jobs_.end();
+    for (auto it = jobs_.begin(); it != jobs_.end(); ++it)
+      if (it->slot == key && !it->stop && (it->inflight || it->begun < it->pages)) job = it;
+    if (job == jobs_.end()) break;
+    if (!waited) ++stats_.ahead_waits;
+    waited = true;
+    if (jobs_cv_.wait_for(lock, std::chrono::seconds(1)) == std::cv_status::timeout) {
+      for (AheadJob& j : jobs_)
+        if (j.slot == key) j.stop = true;
+      erase_finished_jobs();
+      break;
+    }
+    slot = free_.find(key);
+  }
   if (slot == free_.end() || slot->second.empty()) {
     ++stats_.create_misses;
     return false;
@@ -126,12 +148,13 @@ void ClientVmmCache::flush_handle(uint64_t handle) {
 }
 
 void ClientVmmCache::flush_at(uint64_t addr) {
-  std::lock_guard<std::mutex> guard(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
+  settle(lock, addr, 1);
   flush_overlap(addr, 1);
 }
 
 int ClientVmmCache::map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t handle, uint64_t flags) {
-  std::lock_guard<std::mutex> guard(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
   auto h = handles_.find(handle);
   const bool tracked = h != handles_.end();
   if (tracked && h->second.refs <= 0) return kClientInvalidValue;  // released by the program
@@ -143,9 +166,14 @@ int ClientVmmCache::map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t
       deferred_count_.fetch_sub(1, std::memory_order_relaxed);
       ++h->second.live_maps;
       ++stats_.revived_maps;
+      if (it->second.ahead) {
+        it->second.ahead = false;
+        maybe_continue(addr, it->second);
+      }
       return kClientOk;
     }
   }
+  settle(lock, addr, bytes);
   flush_overlap(addr, bytes);
   const int r = driver_.map(addr, bytes, offset, handle, flags);
   if (r == kClientOk && tracked) {
@@ -160,7 +188,8 @@ int ClientVmmCache::map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t
 }
 
 int ClientVmmCache::unmap(uint64_t addr, uint64_t bytes) {
-  std::lock_guard<std::mutex> guard(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
+  settle(lock, addr, bytes);
   std::vector<MapIt> cover;
   if (exact_cover(addr, bytes, &cover)) {
     bool deferrable = true;
@@ -212,7 +241,8 @@ void ClientVmmCache::apply_access(Mapping& m, const std::string& descs) const {
 }
 
 int ClientVmmCache::set_access(uint64_t addr, uint64_t bytes, const std::string& descs) {
-  std::lock_guard<std::mutex> guard(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
+  settle(lock, addr, bytes);
   std::vector<MapIt> cover;
   if (exact_cover(addr, bytes, &cover)) {
     bool same = true;
@@ -243,6 +273,29 @@ void ClientVmmCache::note_reserved(uint64_t base, uint64_t bytes) {
   reservations_[base] = bytes;
 }
 
+uint64_t ClientVmmCache::pages_ahead(uint64_t from, uint64_t page, int device, uint64_t want) {
+  auto res = reservations_.upper_bound(from - 1);
+  if (res == reservations_.begin()) return 0;
+  --res;
+  const uint64_t res_end = res->first + res->second;
+  if (from < res->first || from >= res_end) return 0;
+  uint64_t pages = want;
+  if (pages > (res_end - from) / page) pages = (res_end - from) / page;
+  const uint64_t room = driver_.cache_room(device);
+  const uint64_t held = cached_bytes_[device];
+  if (room < held) return 0;
+  if (pages > (room - held) / page) pages = (room - held) / page;
+  // Only onto addresses the cache knows to be free of the program's maps
+  // and of pages already queued.
+  auto clash = maps_.lower_bound(from);
+  if (clash != maps_.end() && clash->first < from + pages * page) pages = (clash->first - from) / page;
+  for (const AheadJob& j : jobs_) {
+    const uint64_t lo = j.start, hi = j.start + j.pages * j.page;
+    if (lo < from + pages * page && from < hi) pages = lo > from ? (lo - from) / page : 0;
+  }
+  return pages;
+}
+
 void ClientVmmCache::maybe_prefetch(uint64_t addr, uint64_t end, const std::string& descs) {
   // The range must end with a live whole-handle mapping of a tracked,
   // unshared handle, inside one of the program's reservations.
@@ -254,24 +307,15 @@ void ClientVmmCache::maybe_prefetch(uint64_t addr, uint64_t end, const std::stri
   auto h = handles_.find(m.handle);
   if (h == handles_.end() || h->second.shared || h->second.bytes != m.bytes) return;
   const uint64_t page = m.bytes;
-  auto res = reservations_.upper_bound(addr);
-  if (res == reservations_.begin()) return;
-  --res;
-  const uint64_t res_end = res->first + res->second;
-  if (addr < res->first || end > res_end) return;
   const Handle proto = h->second;
   int& next = next_prefetch_[proto.slot];
   if (next == 0) next = 2;
-  uint64_t pages = uint64_t(next);
-  if (pages > (res_end - end) / page) pages = (res_end - end) / page;
-  const uint64_t room = driver_.cache_room(proto.device);
-  const uint64_t held = cached_bytes_[proto.device];
-  if (room < held) return;
-  if (pages > (room - held) / page) pages = (room - held) / page;
-  // Only onto addresses the cache knows to be free of the program's maps.
-  auto clash = maps_.lower_bound(end);
-  if (clash != maps_.end() && clash->first < end + pages * page) pages = (clash->first - end) / page;
+  const uint64_t pages = pages_ahead(end, page, proto.device, uint64_t(next));
   if (pages == 0) return;
+  const int grown = next;
+  if (next < prefetch_pages_) next = next * 2 > prefetch_pages_ ? prefetch_pages_ : next * 2;
+  if (ahead_on_worker_ && queue_ahead(end, page, pages, proto.slot, proto.device, descs)) return;
+  next = grown;  // on the caller: the doubling follows what was made
   const std::string prop = proto.slot.substr(0, proto.slot.size() - sizeof(uint64_t));
   std::vector<uint64_t> made;
   for (uint64_t i = 0; i < pages; ++i) {
@@ -292,29 +336,172 @@ void ClientVmmCache::maybe_prefetch(uint64_t addr, uint64_t end, const std::stri
   }
   if (made.empty()) return;
   if (next < prefetch_pages_) next = next * 2 > prefetch_pages_ ? prefetch_pages_ : next * 2;
-  for (size_t i = 0; i < made.size(); ++i) {
-    const uint64_t at = end + i * page;
-    Handle& rec = handles_[made[i]];
-    rec = Handle{};
-    rec.bytes = page;
-    rec.slot = proto.slot;
-    rec.device = proto.device;
-    rec.cached = true;
-    Mapping& map = maps_[at];
-    map = Mapping{};
-    map.bytes = page;
-    map.handle = made[i];
-    map.deferred = true;
-    apply_access(map, descs);
-    deferred_count_.fetch_add(1, std::memory_order_relaxed);
-    cached_bytes_[proto.device] += page;
-    free_[proto.slot].emplace(std::make_pair(at, arrivals_++), made[i]);
-    ++stats_.prefetched;
+  for (size_t i = 0; i < made.size(); ++i) publish_ahead(end + i * page, page, made[i], proto.slot, proto.device, descs);
+}
+
+void ClientVmmCache::publish_ahead(uint64_t at, uint64_t page, uint64_t handle, const std::string& slot, int device,
+                                   const std::string& descs) {
+  Handle& rec = handles_[handle];
+  rec = Handle{};
+  rec.bytes = page;
+  rec.slot = slot;
+  rec.device = device;
+  rec.cached = true;
+  Mapping& map = maps_[at];
+  map = Mapping{};
+  map.bytes = page;
+  map.handle = handle;
+  map.deferred = true;
+  map.ahead = true;
+  apply_access(map, descs);
+  deferred_count_.fetch_add(1, std::memory_order_relaxed);
+  cached_bytes_[device] += page;
+  free_[slot].emplace(std::make_pair(at, arrivals_++), handle);
+  ++stats_.prefetched;
+}
+
+bool ClientVmmCache::queue_ahead(uint64_t from, uint64_t page, uint64_t pages, const std::string& slot, int device,
+                                 const std::string& descs) {
+  AheadJob job;
+  job.start = from;
+  job.page = page;
+  job.pages = pages;
+  job.slot = slot;
+  job.descs = descs;
+  job.device = device;
+  job.context = driver_.current_context();
+  jobs_.push_back(std::move(job));
+  jobs_count_.store(jobs_.size(), std::memory_order_relaxed);
+  ahead_descs_[slot] = descs;
+  if (!driver_.wake_worker()) {
+    jobs_.pop_back();
+    jobs_count_.store(jobs_.size(), std::memory_order_relaxed);
+    return false;
+  }
+  jobs_cv_.notify_all();
+  return true;
+}
+
+void ClientVmmCache::maybe_continue(uint64_t addr, const Mapping& m) {
+  if (!ahead_on_worker_ || prefetch_pages_ <= 0) return;
+  auto h = handles_.find(m.handle);
+  if (h == handles_.end()) return;
+  const std::string slot = h->second.slot;
+  for (const AheadJob& j : jobs_)
+    if (j.slot == slot && !j.stop) return;  // one job per slot at a time
+  // The pages made ahead that follow this one, not yet taken.
+  uint64_t at = addr + m.bytes, left = 0;
+  for (auto it = maps_.find(at); it != maps_.end() && it->first == at && it->second.ahead && it->second.deferred;
+       it = maps_.find(at)) {
+    ++left;
+    at += it->second.bytes;
+  }
+  int& next = next_prefetch_[slot];
+  if (next == 0) next = 2;
+  if (left * 2 > uint64_t(next)) return;
+  auto descs = ahead_descs_.find(slot);
+  if (descs == ahead_descs_.end()) return;
+  const uint64_t pages = pages_ahead(at, m.bytes, h->second.device, uint64_t(next));
+  if (pages == 0) return;
+  if (queue_ahead(at, m.bytes, pages, slot, h->second.device, descs->second) && next < prefetch_pages_)
+    next = next * 2 > prefetch_pages_ ? prefetch_pages_ : next * 2;
+}
+
+void ClientVmmCache::erase_finished_jobs() {
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    const bool finished = !it->inflight && (it->stop || it->begun == it->pages);
+    if (finished) {
+      if (it->begun < it->pages) stats_.ahead_cancelled += it->pages - it->begun;
+      it = jobs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  jobs_count_.store(jobs_.size(), std::memory_order_relaxed);
+}
+
+void ClientVmmCache::settle(std::unique_lock<std::mutex>& lock, uint64_t addr, uint64_t bytes) {
+  if (jobs_count_.load(std::memory_order_relaxed) == 0) return;
+  const uint64_t end = addr + bytes < addr ? UINT64_MAX : addr + bytes;
+  bool waited = false;
+  for (;;) {
+    bool busy = false;
+    for (AheadJob& j : jobs_)
+      if (j.pending_overlaps(addr, end)) {
+        j.stop = true;
+        busy = busy || j.inflight;
+      }
+    erase_finished_jobs();
+    if (!busy) return;
+    if (!waited) ++stats_.ahead_waits;
+    waited = true;
+    // The page in flight is a driver call or three away.
+    jobs_cv_.wait(lock);
   }
 }
 
-int ClientVmmCache::address_free(uint64_t addr, uint64_t bytes) {
+void ClientVmmCache::settle_all(std::unique_lock<std::mutex>& lock) { settle(lock, 0, UINT64_MAX); }
+
+bool ClientVmmCache::work_one() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto job = jobs_.begin();
+  while (job != jobs_.end() && (job->stop || job->inflight || job->begun == job->pages)) ++job;
+  if (job == jobs_.end()) return false;
+  const uint64_t at = job->start + job->begun * job->page;
+  const uint64_t page = job->page;
+  const std::string prop = job->slot.substr(0, job->slot.size() - sizeof(uint64_t));
+  const std::string descs = job->descs;
+  const uint64_t context = job->context;
+  ++job->begun;
+  job->inflight = true;
+  lock.unlock();
+  // The page's address is pending: no call of the program touches it
+  // until the page is published (settle waits for it).
+  driver_.use_context(context);
+  uint64_t handle = 0;
+  bool ok = driver_.create(page, prop, &handle) == kClientOk;
+  bool mapped = ok && driver_.map(at, page, 0, handle, 0) == kClientOk;
+  ok = mapped && driver_.set_access(at, page, descs) == kClientOk;
+  if (!ok) {
+    if (mapped) driver_.unmap(at, page);
+    if (handle) driver_.release(handle);
+  }
+  lock.lock();
+  job->inflight = false;
+  if (ok) {
+    publish_ahead(at, page, handle, job->slot, job->device, job->descs);
+    ++job->done;
+  } else {
+    job->stop = true;  // the driver refused: the rest of the job is not tried
+  }
+  erase_finished_jobs();
+  jobs_cv_.notify_all();
+  return true;
+}
+
+bool ClientVmmCache::wait_for_work(uint64_t timeout_ns) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto ready = [&] {
+    for (const AheadJob& j : jobs_)
+      if (!j.stop && !j.inflight && j.begun < j.pages) return true;
+    return false;
+  };
+  if (ready()) return true;
+  jobs_cv_.wait_for(lock, std::chrono::nanoseconds(timeout_ns));
+  return ready();
+}
+
+uint64_t ClientVmmCache::pending_pages() {
   std::lock_guard<std::mutex> guard(mutex_);
+  uint64_t n = 0;
+  for (const AheadJob& j : jobs_)
+    if (!j.stop) n += j.pages - j.begun;
+  return n;
+}
+
+int ClientVmmCache::address_free(uint64_t addr, uint64_t bytes) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  settle(lock, addr, bytes);
   flush_overlap(addr, bytes);
   const int r = driver_.address_free(addr, bytes);
   if (r == kClientOk) reservations_.erase(addr);
@@ -322,7 +509,8 @@ int ClientVmmCache::address_free(uint64_t addr, uint64_t bytes) {
 }
 
 bool ClientVmmCache::retain(uint64_t addr, uint64_t* handle) {
-  std::lock_guard<std::mutex> guard(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
+  settle(lock, addr, 1);
   auto it = maps_.upper_bound(addr);
   if (it == maps_.begin()) return false;
   --it;
@@ -382,7 +570,8 @@ uint64_t ClientVmmCache::cached_bytes(int device) {
 }
 
 void ClientVmmCache::forget_device(int device) {
-  std::lock_guard<std::mutex> guard(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
+  settle_all(lock);
   for (auto it = maps_.begin(); it != maps_.end();) {
     auto h = handles_.find(it->second.handle);
     if (h != handles_.end() && h->second.device == device) {
@@ -404,7 +593,8 @@ void ClientVmmCache::forget_device(int device) {
 }
 
 void ClientVmmCache::abandon() {
-  std::lock_guard<std::mutex> guard(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
+  settle_all(lock);
   for (auto& [addr, m] : maps_)
     if (m.deferred) driver_.unmap(addr, m.bytes);
   for (auto& [slot, queue] : free_)

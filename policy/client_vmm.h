@@ -33,6 +33,14 @@
 //   deferred mappings: a segment that grows page by page then meets its
 //   next pages already mapped and open (2, 4, ... up to prefetch_pages per
 //   growth; never beyond cache_room; a failed step undoes the prefetch).
+//   With a worker (ahead_on_worker, and the glue's thread running
+//   work_one()), the pages are made off the program's thread, one at a
+//   time, each published (cached handle, deferred mapping) as soon as it
+//   is open: the pages not yet published are *pending*. A program's call
+//   over a pending page cancels the rest of that job and waits for the page
+//   in flight; cuMemCreate of the job's properties waits for its next page
+//   rather than creating one. When the program takes the first page of
+//   the last batch, the next batch is queued.
 // - Anything else that touches a deferred mapping's addresses (a map there,
 //   access over it, a different offset or size, cuMemAddressFree, a pointer
 //   query, cuMemRetainAllocationHandle) first unmaps it for real, so the
@@ -47,7 +55,9 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <list>
 #include <map>
 #include <mutex>
 #include <string>
@@ -77,6 +87,14 @@ class ClientDriver {
   // How many bytes the cache may hold on `device` now (limit and
   // release_threshold of the pool); UINT64_MAX for no bound.
   virtual uint64_t cache_room(int device) = 0;
+  // Growth ahead on a worker: the calling thread's context when a job is
+  // queued, made current on the worker before it works on the job.
+  virtual uint64_t current_context() { return 0; }
+  virtual void use_context(uint64_t /*context*/) {}
+  // A job was queued: the worker must run (started on first use). False:
+  // no worker can run; the cache grows ahead on the caller instead.
+  // Called under the cache's lock: it may start a thread, never wait.
+  virtual bool wake_worker() { return false; }
 };
 
 struct ClientVmmStats {
@@ -89,6 +107,8 @@ struct ClientVmmStats {
   uint64_t real_unmaps = 0;       // deferred mappings unmapped for real later
   uint64_t trimmed_bytes = 0;     // cached memory given back to the driver
   uint64_t prefetched = 0;        // handles created, mapped and opened ahead of the program
+  uint64_t ahead_waits = 0;       // program calls that waited for the worker's page
+  uint64_t ahead_cancelled = 0;   // pages planned ahead and dropped (the program came first)
 };
 
 class ClientVmmCache {
@@ -96,11 +116,21 @@ class ClientVmmCache {
   // An access descriptor is `desc_bytes` long; its first `location_bytes`
   // name the location it sets (sizeof(CUmemAccessDesc) and
   // sizeof(CUmemLocation) in production).
-  ClientVmmCache(ClientDriver& driver, size_t desc_bytes, size_t location_bytes, int prefetch_pages = 0)
+  ClientVmmCache(ClientDriver& driver, size_t desc_bytes, size_t location_bytes, int prefetch_pages = 0,
+                 bool ahead_on_worker = false)
       : driver_(driver),
         desc_bytes_(desc_bytes ? desc_bytes : 1),
         location_bytes_(location_bytes),
-        prefetch_pages_(prefetch_pages) {}
+        prefetch_pages_(prefetch_pages),
+        ahead_on_worker_(ahead_on_worker) {}
+
+  // The worker thread's step: makes one pending page (create, map, open)
+  // without the lock, then publishes it. False when no page waits.
+  bool work_one();
+  // The worker's wait for a job, at most timeout_ns. True if one waits.
+  bool wait_for_work(uint64_t timeout_ns);
+  // Queued pages not yet begun (tests).
+  uint64_t pending_pages();
 
   // cuMemAddressReserve succeeded: the program's range (prefetch stays in it).
   void note_reserved(uint64_t base, uint64_t bytes);
@@ -129,7 +159,8 @@ class ClientVmmCache {
   // Before a pointer query at `addr`: a deferred mapping there is unmapped
   // for real (the program believes it is). One relaxed load when none.
   void before_query(uint64_t addr) {
-    if (deferred_count_.load(std::memory_order_relaxed) != 0) flush_at(addr);
+    if (deferred_count_.load(std::memory_order_relaxed) != 0 || jobs_count_.load(std::memory_order_relaxed) != 0)
+      flush_at(addr);
   }
 
   // Gives cached memory of `device` back to the driver, oldest first,
@@ -163,6 +194,7 @@ class ClientVmmCache {
     uint64_t offset = 0;
     uint64_t handle = 0;
     bool deferred = false;
+    bool ahead = false;  // made ahead of the program (growth ahead), not yet taken
     // False once a call covered only part of the mapping, or failed: what
     // the driver holds is then not known here.
     bool access_known = true;
@@ -190,11 +222,45 @@ class ClientVmmCache {
   void apply_access(Mapping& m, const std::string& descs) const;
   // After a successful access call over [addr, end): grow ahead of it.
   void maybe_prefetch(uint64_t addr, uint64_t end, const std::string& descs);
+  // How many pages of `page` bytes may be made from `from` for `device`
+  // (the reservation, the cache's room, the program's maps, queued jobs).
+  uint64_t pages_ahead(uint64_t from, uint64_t page, int device, uint64_t want);
+  // Queues a job for the worker; false if no worker can run.
+  bool queue_ahead(uint64_t from, uint64_t page, uint64_t pages, const std::string& slot, int device,
+                   const std::string& descs);
+  // Records page `at` (made ahead) as a cached handle with a deferred, open mapping.
+  void publish_ahead(uint64_t at, uint64_t page, uint64_t handle, const std::string& slot, int device,
+                     const std::string& descs);
+  // The program's revive of a page made ahead: queue the next batch when
+  // the program has reached the last batch.
+  void maybe_continue(uint64_t addr, const Mapping& m);
+
+  // Jobs of the worker. Pages [start + done * page, start + pages * page)
+  // are pending while the job lives; `inflight` is the page the worker is
+  // making now (never erased under it).
+  struct AheadJob {
+    uint64_t start = 0, page = 0, pages = 0;
+    uint64_t begun = 0, done = 0;
+    bool inflight = false, stop = false;
+    std::string slot, descs;
+    int device = 0;
+    uint64_t context = 0;
+    bool pending_overlaps(uint64_t addr, uint64_t end) const {
+      const uint64_t lo = start + done * page, hi = start + pages * page;
+      return !stop || inflight ? lo < end && addr < hi && lo < hi : false;
+    }
+  };
+  // Over [addr, addr + bytes): every job there stops, and the caller waits
+  // for a page in flight. REQUIRES: `lock` holds mutex_.
+  void settle(std::unique_lock<std::mutex>& lock, uint64_t addr, uint64_t bytes);
+  void settle_all(std::unique_lock<std::mutex>& lock);
+  void erase_finished_jobs();
 
   ClientDriver& driver_;
   const size_t desc_bytes_;
   const size_t location_bytes_;
   const int prefetch_pages_;
+  const bool ahead_on_worker_;
   std::map<uint64_t, uint64_t> reservations_;        // base -> bytes
   std::unordered_map<std::string, int> next_prefetch_;  // slot -> pages the next prefetch makes
   std::mutex mutex_;
@@ -208,6 +274,10 @@ class ClientVmmCache {
   uint64_t arrivals_ = 0;
   std::map<int, uint64_t> cached_bytes_;
   std::atomic<uint64_t> deferred_count_{0};
+  std::list<AheadJob> jobs_;
+  std::atomic<uint64_t> jobs_count_{0};
+  std::condition_variable jobs_cv_;  // a job queued, a page published, a job ended
+  std::unordered_map<std::string, std::string> ahead_descs_;  // slot -> descriptors its pages are opened with
   ClientVmmStats stats_;
 };
 

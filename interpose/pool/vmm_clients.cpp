@@ -9,13 +9,16 @@
 #include "interpose/pool/vmm_clients.h"
 
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <new>
 #include <string>
 
 #include "interpose/pool/pool_internal.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
+#include "interpose/service_thread.h"
 #include "policy/client_vmm.h"
 #include "policy/device_pool.h"
 
@@ -82,6 +85,17 @@ class RealClientDriver final : public policy::ClientDriver {
     }
     return room;
   }
+  uint64_t current_context() override {
+    const RealDriver* real = real_driver();
+    CUcontext ctx = nullptr;
+    if (real && real->cuCtxGetCurrent) real->cuCtxGetCurrent(&ctx);
+    return reinterpret_cast<uint64_t>(ctx);
+  }
+  void use_context(uint64_t context) override {
+    const RealDriver* real = real_driver();
+    if (context && real && real->cuCtxSetCurrent) real->cuCtxSetCurrent(reinterpret_cast<CUcontext>(context));
+  }
+  bool wake_worker() override;
 };
 
 // Made once by configure(), never destroyed (hooks run at exit too).
@@ -89,6 +103,62 @@ RealClientDriver* g_driver = nullptr;
 policy::ClientVmmCache* g_cache = nullptr;
 
 LogSink g_log = nullptr;
+
+// Growth ahead's worker, `pagefast-vmm` (policy/client_vmm.h): started at
+// the first job, never in a constructor; all signals blocked. At exit it
+// stops taking pages, and the exit waits (up to 2 s) for the page it is
+// making, so that no driver call of it overlaps the driver's teardown.
+// A forked child never has it: the cache is off there (switch_off).
+std::atomic<int> g_worker{0};  // 0 not started, 1 running, -1 could not start
+std::atomic<bool> g_worker_stop{false};
+std::atomic<bool> g_worker_busy{false};
+constexpr uint64_t kWorkerIdleNs = 100ull * 1000 * 1000;
+
+void* worker_main(void*) {
+  while (true) {
+    g_worker_busy.store(true, std::memory_order_seq_cst);
+    if (g_worker_stop.load(std::memory_order_seq_cst)) break;
+    bool worked = false;
+    try {
+      worked = g_on.load(std::memory_order_acquire) && g_cache->work_one();
+    } catch (...) {
+      // Out of host memory publishing a page: the program's next call
+      // finds the same condition and gives the cache up.
+    }
+    g_worker_busy.store(false, std::memory_order_seq_cst);
+    if (!worked) {
+      try {
+        g_cache->wait_for_work(kWorkerIdleNs);
+      } catch (...) {
+      }
+    }
+  }
+  g_worker_busy.store(false, std::memory_order_seq_cst);
+  return nullptr;
+}
+
+void stop_worker_at_exit() {
+  g_worker_stop.store(true, std::memory_order_seq_cst);
+  for (int ms = 0; ms < 2000 && g_worker_busy.load(std::memory_order_seq_cst); ++ms) {
+    timespec ts{0, 1000 * 1000};
+    nanosleep(&ts, nullptr);
+  }
+}
+
+bool RealClientDriver::wake_worker() {
+  int state = g_worker.load(std::memory_order_acquire);
+  if (state == 1) return !g_worker_stop.load(std::memory_order_relaxed);
+  if (state < 0) return false;
+  // Under the cache's lock: one thread gets here at a time.
+  if (std::atexit(&stop_worker_at_exit) != 0 ||
+      start_service_thread(nullptr, &worker_main, nullptr, "pagefast-vmm") != 0) {
+    g_worker.store(-1, std::memory_order_release);
+    if (g_log) g_log(LogLevel::Warn, "could not start the pagefast-vmm thread; growth ahead runs on the program's thread");
+    return false;
+  }
+  g_worker.store(1, std::memory_order_release);
+  return true;
+}
 
 // An exception (out of host memory in a record) stops the cache for good:
 // the driver gets the program's view back (abandon) and every later call
@@ -130,7 +200,8 @@ void configure(const PoolConfig& config, LogSink log) {
   g_log = log;
   if (!config.enabled || !config.vmm_cache) return;
   g_driver = new (std::nothrow) RealClientDriver();
-  g_cache = g_driver ? new (std::nothrow) policy::ClientVmmCache(*g_driver, sizeof(CUmemAccessDesc), sizeof(CUmemLocation), config.vmm_grow_ahead) : nullptr;
+  g_cache = g_driver ? new (std::nothrow) policy::ClientVmmCache(*g_driver, sizeof(CUmemAccessDesc), sizeof(CUmemLocation),
+                                                             config.vmm_grow_ahead, true) : nullptr;
   if (g_cache) g_on.store(true, std::memory_order_release);
 }
 
@@ -295,6 +366,8 @@ std::string stats_json() {
   field("real_unmaps", s.real_unmaps);
   field("trimmed_bytes", s.trimmed_bytes);
   field("prefetched", s.prefetched);
+  field("ahead_waits", s.ahead_waits);
+  field("ahead_cancelled", s.ahead_cancelled);
   return out + "}";
 }
 

@@ -4,6 +4,7 @@
 #include "counters.h"
 
 #include <fcntl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,6 +32,9 @@ namespace {
 // static destructor, including the one that writes FAKECUDA_COUNTS.
 std::atomic<unsigned long long> g_counts[FN_COUNT];
 std::atomic<unsigned long long> g_totals[FN_COUNT];
+// Calls made on the process's first thread (gettid() == getpid()): what
+// the program's own thread paid, apart from pagefast's workers.
+std::atomic<unsigned long long> g_main_counts[FN_COUNT];
 
 // The plan is touched only when a failure is planned; the flag keeps the
 // common path free of the lock.
@@ -84,6 +88,11 @@ void write_counts_file() {
              g_counts[i].load(std::memory_order_relaxed));
     json += line;
   }
+  for (int i = 0; i < FN_COUNT; ++i) {
+    snprintf(line, sizeof line, ",\n  \"main_thread.%s\": %llu", kFnNames[i],
+             g_main_counts[i].load(std::memory_order_relaxed));
+    json += line;
+  }
   json += "\n}\n";
   const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
@@ -123,6 +132,7 @@ int fn_index(const char* name) {
 
 bool enter(Fn fn) {
   g_counts[fn].fetch_add(1, std::memory_order_relaxed);
+  if (syscall(SYS_gettid) == getpid()) g_main_counts[fn].fetch_add(1, std::memory_order_relaxed);
   const unsigned long long nth = g_totals[fn].fetch_add(1, std::memory_order_relaxed) + 1;
   if (g_exited.load(std::memory_order_acquire)) write_counts_file();
   if (!g_fail_active.load(std::memory_order_acquire)) return false;

@@ -10,10 +10,15 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "policy/client_vmm.h"
 
@@ -604,4 +609,255 @@ TEST_CASE("client vmm: differential against the driver, random programs") {
     CHECK(cached_fake.maps.empty());
     CHECK(cached_fake.handles.empty());
   }
+}
+
+namespace {
+
+// The fake driver for growth ahead on a worker: every call under one lock
+// (the worker and the program call at once), counted per thread, and a
+// gate that can hold the worker inside its next create.
+class WorkerDriver final : public ClientDriver {
+ public:
+  explicit WorkerDriver(FakeDriver& f) : fake(f) {}
+  FakeDriver& fake;
+  std::mutex mutex;
+  std::thread::id program = std::this_thread::get_id();
+  std::map<std::string, int> program_calls;
+  bool worker = true;  // wake_worker's answer
+  int woken = 0;
+  // Gate: while closed, the worker's create waits (and says it arrived).
+  std::mutex gate_mutex;
+  std::condition_variable gate_cv;
+  bool gate_closed = false, at_gate = false;
+
+  void count(const char* op) {
+    if (std::this_thread::get_id() == program) ++program_calls[op];
+  }
+  int create(uint64_t bytes, const std::string& prop, uint64_t* h) override {
+    if (std::this_thread::get_id() != program) {
+      std::unique_lock<std::mutex> g(gate_mutex);
+      at_gate = true;
+      gate_cv.notify_all();
+      gate_cv.wait(g, [&] { return !gate_closed; });
+    }
+    std::lock_guard<std::mutex> l(mutex);
+    count("create");
+    return fake.create(bytes, prop, h);
+  }
+  int release(uint64_t h) override {
+    std::lock_guard<std::mutex> l(mutex);
+    count("release");
+    return fake.release(h);
+  }
+  int map(uint64_t a, uint64_t b, uint64_t o, uint64_t h, uint64_t f) override {
+    std::lock_guard<std::mutex> l(mutex);
+    count("map");
+    return fake.map(a, b, o, h, f);
+  }
+  int unmap(uint64_t a, uint64_t b) override {
+    std::lock_guard<std::mutex> l(mutex);
+    count("unmap");
+    return fake.unmap(a, b);
+  }
+  int set_access(uint64_t a, uint64_t b, const std::string& d) override {
+    std::lock_guard<std::mutex> l(mutex);
+    count("set_access");
+    return fake.set_access(a, b, d);
+  }
+  int address_free(uint64_t a, uint64_t b) override {
+    std::lock_guard<std::mutex> l(mutex);
+    count("address_free");
+    return fake.address_free(a, b);
+  }
+  uint64_t cache_room(int) override { return fake.room; }
+  bool wake_worker() override {
+    ++woken;
+    return worker;
+  }
+  void close_gate() {
+    std::lock_guard<std::mutex> g(gate_mutex);
+    gate_closed = true;
+    at_gate = false;
+  }
+  void wait_at_gate() {
+    std::unique_lock<std::mutex> g(gate_mutex);
+    gate_cv.wait(g, [&] { return at_gate; });
+  }
+  void open_gate() {
+    std::lock_guard<std::mutex> g(gate_mutex);
+    gate_closed = false;
+    gate_cv.notify_all();
+  }
+};
+
+// The program's calls through the cache, misses to the locked driver.
+struct WorkerProgram {
+  WorkerDriver& driver;
+  ClientVmmCache& cache;
+  int create(uint64_t bytes, const std::string& prop, uint64_t* h) {
+    if (cache.take(bytes, prop, h)) return kClientOk;
+    const int r = driver.create(bytes, prop, h);
+    if (r == kClientOk) cache.note_created(*h, bytes, prop, 0);
+    return r;
+  }
+  int grow(uint64_t at, uint64_t* h) {
+    int r = create(kSeg, kProp, h);
+    if (r == kClientOk) r = cache.map(at, kSeg, 0, *h, 0);
+    if (r == kClientOk) r = cache.set_access(at, kSeg, kRW);
+    return r;
+  }
+};
+
+// The worker thread of the glue: work_one until stopped.
+struct Worker {
+  explicit Worker(ClientVmmCache& c) : cache(c), thread([this] {
+    while (!stop.load()) if (!cache.work_one()) cache.wait_for_work(1000 * 1000);
+  }) {}
+  ~Worker() {
+    stop.store(true);
+    thread.join();
+  }
+  ClientVmmCache& cache;
+  std::atomic<bool> stop{false};
+  std::thread thread;
+};
+
+}  // namespace
+
+TEST_CASE("client vmm: growth ahead on a worker: the program's thread opens few pages, each page its own") {
+  FakeDriver fake;
+  WorkerDriver driver(fake);
+  ClientVmmCache cache(driver, 2, 1, 32, true);
+  cache.note_reserved(kBase, 100 * kSeg);
+  WorkerProgram p{driver, cache};
+  std::vector<uint64_t> hs(64);
+  {
+    Worker worker(cache);
+    for (int i = 0; i < 64; ++i) REQUIRE(p.grow(kBase + uint64_t(i) * kSeg, &hs[size_t(i)]) == kClientOk);
+    // Everything queued is made before the worker stops.
+    while (cache.pending_pages() != 0) std::this_thread::yield();
+  }
+  INFO("program's calls: set_access " << driver.program_calls["set_access"] << ", create "
+                                      << driver.program_calls["create"]);
+  CHECK(driver.program_calls["set_access"] <= 4);
+  CHECK(driver.program_calls["create"] <= 4);
+  CHECK(cache.stats().prefetched >= 60);
+  std::lock_guard<std::mutex> l(driver.mutex);
+  for (int i = 0; i < 64; ++i) {
+    const FakeMap& m = fake.maps[kBase + uint64_t(i) * kSeg];
+    CHECK(m.handle == hs[size_t(i)]);
+    CHECK(m.access.at("r") == "w");
+  }
+  std::sort(hs.begin(), hs.end());
+  CHECK(std::unique(hs.begin(), hs.end()) == hs.end());
+  for (auto& [a, m] : fake.maps) CHECK(a + m.bytes <= kBase + 100 * kSeg);
+}
+
+TEST_CASE("client vmm: a program's call over pages queued ahead cancels them; one in flight is waited for") {
+  FakeDriver fake;
+  WorkerDriver driver(fake);
+  ClientVmmCache cache(driver, 2, 1, 32, true);
+  cache.note_reserved(kBase, 100 * kSeg);
+  WorkerProgram p{driver, cache};
+  uint64_t h0 = 0;
+  REQUIRE(p.grow(kBase, &h0) == kClientOk);
+  CHECK(driver.woken == 1);
+  CHECK(cache.pending_pages() == 2);
+  // No worker ran: the program maps a handle of other properties over
+  // the first queued page. The job stops; the driver gets the map.
+  uint64_t other = 0;
+  REQUIRE(driver.create(kSeg, "other", &other) == kClientOk);
+  cache.note_created(other, kSeg, "other", 0);
+  REQUIRE(cache.map(kBase + kSeg, kSeg, 0, other, 0) == kClientOk);
+  CHECK(cache.pending_pages() == 0);
+  CHECK(cache.stats().ahead_cancelled == 2);
+  CHECK(!cache.work_one());
+  CHECK(fake.maps.at(kBase + kSeg).handle == other);
+  // Unmap the program's page 1, then grow page 1 again: a new job queued.
+  REQUIRE(cache.unmap(kBase + kSeg, kSeg) == kClientOk);
+  REQUIRE(cache.release(other) == kClientOk);
+  uint64_t h1 = 0;
+  driver.close_gate();
+  {
+    Worker worker(cache);
+    REQUIRE(p.grow(kBase + kSeg, &h1) == kClientOk);
+    // The worker is inside its create for page 2; the program frees the
+    // whole reservation: it waits for that page, which is then unmapped.
+    driver.wait_at_gate();
+    std::atomic<bool> freed{false};
+    std::thread program2([&] {
+      REQUIRE(cache.unmap(kBase, kSeg) == kClientOk);
+      REQUIRE(cache.unmap(kBase + kSeg, kSeg) == kClientOk);
+      REQUIRE(cache.address_free(kBase, 100 * kSeg) == kClientOk);
+      freed.store(true);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    CHECK(!freed.load());  // waiting for the page in flight
+    driver.open_gate();
+    program2.join();
+    CHECK(freed.load());
+  }
+  std::lock_guard<std::mutex> l(driver.mutex);
+  CHECK(fake.maps.empty());  // nothing left mapped in the freed range
+  CHECK(cache.stats().ahead_waits >= 1);
+}
+
+TEST_CASE("client vmm: cuMemCreate waits for the worker's page instead of creating one") {
+  FakeDriver fake;
+  WorkerDriver driver(fake);
+  ClientVmmCache cache(driver, 2, 1, 32, true);
+  cache.note_reserved(kBase, 100 * kSeg);
+  WorkerProgram p{driver, cache};
+  uint64_t h0 = 0, h1 = 0;
+  REQUIRE(p.grow(kBase, &h0) == kClientOk);
+  driver.close_gate();
+  Worker worker(cache);
+  driver.wait_at_gate();
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    driver.open_gate();
+  });
+  const int creates = driver.program_calls["create"];
+  REQUIRE(p.create(kSeg, kProp, &h1) == kClientOk);
+  opener.join();
+  CHECK(driver.program_calls["create"] == creates);  // the worker's page, not the driver's
+  CHECK(cache.stats().create_hits == 1);
+  CHECK(cache.stats().ahead_waits >= 1);
+  REQUIRE(cache.map(kBase + kSeg, kSeg, 0, h1, 0) == kClientOk);
+  CHECK(cache.stats().revived_maps == 1);
+}
+
+TEST_CASE("client vmm: a worker's refused call stops its job and leaves nothing behind") {
+  for (const char* op : {"create", "map", "set_access"}) {
+    FakeDriver fake;
+    WorkerDriver driver(fake);
+    ClientVmmCache cache(driver, 2, 1, 32, true);
+    cache.note_reserved(kBase, 100 * kSeg);
+    WorkerProgram p{driver, cache};
+    uint64_t h = 0;
+    REQUIRE(p.grow(kBase, &h) == kClientOk);
+    fake.fail_op = op;  // the worker's first call of it
+    CHECK(cache.work_one());
+    CHECK(cache.pending_pages() == 0);
+    CHECK(!cache.work_one());
+    CHECK(cache.stats().prefetched == 0);
+    CHECK(fake.maps.size() == 1);
+    CHECK(fake.handles.size() == 1);
+    // The program grows on: the driver serves it.
+    REQUIRE(p.grow(kBase + kSeg, &h) == kClientOk);
+    CHECK(fake.maps.at(kBase + kSeg).handle == h);
+  }
+}
+
+TEST_CASE("client vmm: with no worker to run, growth ahead stays on the caller") {
+  FakeDriver fake;
+  WorkerDriver driver(fake);
+  driver.worker = false;
+  ClientVmmCache cache(driver, 2, 1, 32, true);
+  cache.note_reserved(kBase, 100 * kSeg);
+  WorkerProgram p{driver, cache};
+  uint64_t h = 0;
+  REQUIRE(p.grow(kBase, &h) == kClientOk);
+  CHECK(cache.pending_pages() == 0);
+  CHECK(cache.stats().prefetched == 2);
 }

@@ -94,8 +94,10 @@ BIG_SIZES = "268435456,536870912,1073741824,2147483648"
 # with its client VMM cache off (docs/VMM-CLIENTS.md).
 # "with numa:off,stats:off": pagefast's start-up work (the NUMA binding, the
 # live-stats thread) apart from the cache, as in the passthrough section.
+# "with vmm_grow_ahead:32": pages made ahead by the pagefast-vmm thread.
 VMM_LABELS = [("without", {}), ("with", None), ("with vmm_cache:off", {"PAGEFAST_CONF": "vmm_cache:off"}),
-              ("with numa:off,stats:off", {"PAGEFAST_CONF": "numa:off,stats:off"})]
+              ("with numa:off,stats:off", {"PAGEFAST_CONF": "numa:off,stats:off"}),
+              ("with vmm_grow_ahead:32", {"PAGEFAST_CONF": "vmm_grow_ahead:32"})]
 # The cost of pagefast's own observability on a pool hit (issue 5): stats on
 # (the default), stats:off, and tracing on.
 OVERHEAD_CONFIGS = ["stats on", "stats off", "trace on"]
