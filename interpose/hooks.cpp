@@ -277,12 +277,14 @@ PF_MAP_ARRAY(cuMemMapArrayAsync_ptsz)
 
 // Address reservations: forwarded; the cache notes them (it grows a
 // segment ahead only inside one; cuMemAddressFree unmaps its deferred
-// mappings there first).
+// mappings there first, or keeps a range of deferred mappings whole, which
+// a later reservation of its size gets back: take_range).
 CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t bytes, size_t alignment, CUdeviceptr addr,
                              unsigned long long flags) {
   const bool on = active(Entry::cuMemAddressReserve) && pool::clients::on();
   const RealDriver* real = real_driver();
   if (!real || !real->cuMemAddressReserve) return kMissing;
+  if (on && ptr && pool::clients::take_range(ptr, bytes, alignment, addr, flags)) return CUDA_SUCCESS;
   const CUresult result = real->cuMemAddressReserve(ptr, bytes, alignment, addr, flags);
   if (on && result == CUDA_SUCCESS && ptr) pool::clients::note_reserved(*ptr, bytes);
   return result;

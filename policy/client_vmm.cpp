@@ -176,6 +176,11 @@ int ClientVmmCache::map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t
   settle(lock, addr, bytes);
   flush_overlap(addr, bytes);
   const int r = driver_.map(addr, bytes, offset, handle, flags);
+  if (r == kClientOk && !tracked) {
+    auto res = reservations_.upper_bound(addr);
+    if (res != reservations_.begin() && addr < std::prev(res)->first + std::prev(res)->second)
+      foreign_[std::prev(res)->first] = true;
+  }
   if (r == kClientOk && tracked) {
     Mapping m;
     m.bytes = bytes;
@@ -502,10 +507,60 @@ uint64_t ClientVmmCache::pending_pages() {
 int ClientVmmCache::address_free(uint64_t addr, uint64_t bytes) {
   std::unique_lock<std::mutex> lock(mutex_);
   settle(lock, addr, bytes);
+  // A range the program freed already (kept here): the driver's answer
+  // to a second free of it.
+  for (auto& [base, kept] : kept_ranges_)
+    if (base < addr + bytes && addr < base + kept) return kClientInvalidValue;
+  // A whole reservation that holds only deferred mappings (the program
+  // unmapped everything it mapped there, all of it tracked handles) is
+  // kept with them: the program's next reservation of that size gets it
+  // back (take_range), its pages still mapped and open. PyTorch's
+  // empty_cache frees its segment's range and reserves one again.
+  auto res = reservations_.find(addr);
+  if (res != reservations_.end() && res->second == bytes && !foreign_.count(addr)) {
+    bool deferred = false, live = false;
+    for (auto it = maps_.lower_bound(addr); it != maps_.end() && it->first < addr + bytes; ++it)
+      (it->second.deferred ? deferred : live) = true;
+    if (deferred && !live) {
+      kept_ranges_[addr] = bytes;
+      reservations_.erase(res);
+      ++stats_.ranges_kept;
+      return kClientOk;
+    }
+  }
   flush_overlap(addr, bytes);
   const int r = driver_.address_free(addr, bytes);
-  if (r == kClientOk) reservations_.erase(addr);
+  if (r == kClientOk) {
+    reservations_.erase(addr);
+    foreign_.erase(addr);
+  }
   return r;
+}
+
+bool ClientVmmCache::take_range(uint64_t bytes, uint64_t alignment, uint64_t hint, uint64_t flags, uint64_t* base) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (hint || flags) return false;
+  for (auto it = kept_ranges_.begin(); it != kept_ranges_.end(); ++it) {
+    if (it->second != bytes || (alignment && it->first % alignment)) continue;
+    *base = it->first;
+    reservations_[it->first] = bytes;
+    kept_ranges_.erase(it);
+    ++stats_.ranges_reused;
+    return true;
+  }
+  return false;
+}
+
+void ClientVmmCache::free_empty_kept_ranges() {
+  for (auto it = kept_ranges_.begin(); it != kept_ranges_.end();) {
+    auto m = maps_.lower_bound(it->first);
+    if (m != maps_.end() && m->first < it->first + it->second) {
+      ++it;
+      continue;
+    }
+    driver_.address_free(it->first, it->second);  // refused: the range stays reserved, unused
+    it = kept_ranges_.erase(it);
+  }
 }
 
 bool ClientVmmCache::retain(uint64_t addr, uint64_t* handle) {
@@ -560,6 +615,7 @@ uint64_t ClientVmmCache::trim(int device, uint64_t bytes) {
     }
     if (freed >= bytes) break;
   }
+  if (freed) free_empty_kept_ranges();
   return freed;
 }
 
@@ -599,6 +655,8 @@ void ClientVmmCache::abandon() {
     if (m.deferred) driver_.unmap(addr, m.bytes);
   for (auto& [slot, queue] : free_)
     for (auto& [order, handle] : queue) driver_.release(handle);
+  for (auto& [base, bytes] : kept_ranges_) driver_.address_free(base, bytes);
+  kept_ranges_.clear();
   maps_.clear();
   free_.clear();
   handles_.clear();

@@ -109,6 +109,8 @@ struct ClientVmmStats {
   uint64_t prefetched = 0;        // handles created, mapped and opened ahead of the program
   uint64_t ahead_waits = 0;       // program calls that waited for the worker's page
   uint64_t ahead_cancelled = 0;   // pages planned ahead and dropped (the program came first)
+  uint64_t ranges_kept = 0;       // cuMemAddressFree of a range of deferred mappings, kept with them
+  uint64_t ranges_reused = 0;     // cuMemAddressReserve answered with a kept range
 };
 
 class ClientVmmCache {
@@ -146,6 +148,10 @@ class ClientVmmCache {
   int unmap(uint64_t addr, uint64_t bytes);
   int set_access(uint64_t addr, uint64_t bytes, const std::string& descs);
   int address_free(uint64_t addr, uint64_t bytes);
+  // cuMemAddressReserve, before the driver: a range the program freed
+  // while only deferred mappings were left in it, of exactly `bytes`
+  // (alignment met, no hint, no flags), is handed out again with them.
+  bool take_range(uint64_t bytes, uint64_t alignment, uint64_t hint, uint64_t flags, uint64_t* base);
 
   // cuMemRetainAllocationHandle: true with *handle when `addr` lies in a
   // live mapping of a tracked handle (answered here: the driver's count
@@ -262,6 +268,13 @@ class ClientVmmCache {
   const int prefetch_pages_;
   const bool ahead_on_worker_;
   std::map<uint64_t, uint64_t> reservations_;        // base -> bytes
+  // Reservations where the program mapped a handle the cache does not
+  // track: never kept at cuMemAddressFree (what is mapped there is unknown).
+  std::map<uint64_t, bool> foreign_;                  // base -> true
+  // Freed by the program, kept with their deferred mappings (base -> bytes).
+  std::map<uint64_t, uint64_t> kept_ranges_;
+  // Frees kept ranges with no mapping left, for real.
+  void free_empty_kept_ranges();
   std::unordered_map<std::string, int> next_prefetch_;  // slot -> pages the next prefetch makes
   std::mutex mutex_;
   std::unordered_map<uint64_t, Handle> handles_;

@@ -311,6 +311,17 @@ CUresult properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle hand
              : kMissing;
 }
 
+bool take_range(CUdeviceptr* base, size_t bytes, size_t alignment, CUdeviceptr hint, unsigned long long flags) {
+  uint64_t got = 0;
+  bool taken = false;
+  guarded([&] {
+    taken = g_cache->take_range(bytes, alignment, hint, flags, &got);
+    return CUDA_SUCCESS;
+  });
+  if (taken) *base = got;
+  return taken;
+}
+
 void note_reserved(CUdeviceptr base, size_t bytes) {
   if (on()) guarded([&] {
       g_cache->note_reserved(base, bytes);
@@ -368,6 +379,8 @@ std::string stats_json() {
   field("prefetched", s.prefetched);
   field("ahead_waits", s.ahead_waits);
   field("ahead_cancelled", s.ahead_cancelled);
+  field("ranges_kept", s.ranges_kept);
+  field("ranges_reused", s.ranges_reused);
   return out + "}";
 }
 

@@ -44,6 +44,9 @@ CUresult export_handle(void* shareable, CUmemGenericAllocationHandle handle, CUm
                        unsigned long long flags);
 CUresult properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle);
 // cuMemAddressReserve succeeded: growth ahead stays inside such ranges.
+// cuMemAddressReserve, before the driver: true with *base when a range the
+// program freed is handed out again (policy::ClientVmmCache::take_range).
+bool take_range(CUdeviceptr* base, size_t bytes, size_t alignment, CUdeviceptr hint, unsigned long long flags);
 void note_reserved(CUdeviceptr base, size_t bytes);
 // The handle is mapped where the cache cannot follow (a sparse array):
 // never cached or deferred again.

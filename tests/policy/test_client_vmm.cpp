@@ -797,9 +797,17 @@ TEST_CASE("client vmm: a program's call over pages queued ahead cancels them; on
     program2.join();
     CHECK(freed.load());
   }
-  std::lock_guard<std::mutex> l(driver.mutex);
-  CHECK(fake.maps.empty());  // nothing left mapped in the freed range
   CHECK(cache.stats().ahead_waits >= 1);
+  // The range held only deferred mappings: kept whole, with them (the
+  // worker's page included); a trim gives the memory and the range back.
+  CHECK(cache.stats().ranges_kept == 1);
+  CHECK(cache.address_free(kBase, 100 * kSeg) == kClientInvalidValue);  // freed twice
+  REQUIRE(cache.release(h0) == kClientOk);
+  REQUIRE(cache.release(h1) == kClientOk);
+  cache.trim(0, UINT64_MAX);
+  std::lock_guard<std::mutex> l(driver.mutex);
+  CHECK(fake.maps.empty());
+  CHECK(driver.program_calls["address_free"] >= 1);
 }
 
 TEST_CASE("client vmm: cuMemCreate waits for the worker's page instead of creating one") {
@@ -860,4 +868,65 @@ TEST_CASE("client vmm: with no worker to run, growth ahead stays on the caller")
   REQUIRE(p.grow(kBase, &h) == kClientOk);
   CHECK(cache.pending_pages() == 0);
   CHECK(cache.stats().prefetched == 2);
+}
+
+TEST_CASE("client vmm: a freed range of deferred mappings is kept, and the next reservation of its size gets it back") {
+  FakeDriver fake;
+  ClientVmmCache cache(fake, 2, 1);
+  Program p{fake, &cache};
+  const uint64_t range = 64 * kSeg;
+  cache.note_reserved(kBase, range);
+  std::vector<uint64_t> hs(8);
+  for (int i = 0; i < 8; ++i) {
+    REQUIRE(p.create(kSeg, kProp, &hs[size_t(i)]) == kClientOk);
+    REQUIRE(p.map(kBase + uint64_t(i) * kSeg, kSeg, 0, hs[size_t(i)]) == kClientOk);
+    REQUIRE(p.access(kBase + uint64_t(i) * kSeg, kSeg, kRW) == kClientOk);
+  }
+  // empty_cache: unmap and release every page, free the range.
+  for (int i = 0; i < 8; ++i) {
+    REQUIRE(p.unmap(kBase + uint64_t(i) * kSeg, kSeg) == kClientOk);
+    REQUIRE(p.release(hs[size_t(i)]) == kClientOk);
+  }
+  const int before = fake.total_calls();
+  REQUIRE(p.address_free(kBase, range) == kClientOk);
+  CHECK(fake.total_calls() == before);  // kept: no unmap, no free at the driver
+  CHECK(cache.stats().ranges_kept == 1);
+  // Not for another size, a hint, flags or an alignment it misses.
+  uint64_t base = 0;
+  CHECK(!cache.take_range(range / 2, 0, 0, 0, &base));
+  CHECK(!cache.take_range(range, 0, kBase, 0, &base));
+  CHECK(!cache.take_range(range, 0, 0, 1, &base));
+  CHECK(!cache.take_range(range, uint64_t(1) << 41, 0, 0, &base));
+  REQUIRE(cache.take_range(range, 0, 0, 0, &base));
+  CHECK(base == kBase);
+  cache.note_reserved(base, range);  // the glue notes what it hands out too
+  // Growing again: every page comes back where it was, open; no driver call.
+  for (int i = 0; i < 8; ++i) {
+    uint64_t h = 0;
+    REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
+    REQUIRE(p.map(kBase + uint64_t(i) * kSeg, kSeg, 0, h) == kClientOk);
+    REQUIRE(p.access(kBase + uint64_t(i) * kSeg, kSeg, kRW) == kClientOk);
+    CHECK(fake.maps.at(kBase + uint64_t(i) * kSeg).handle == h);
+  }
+  CHECK(fake.total_calls() == before);
+  CHECK(cache.stats().ranges_reused == 1);
+}
+
+TEST_CASE("client vmm: a range is not kept while a live or an untracked mapping is in it") {
+  FakeDriver fake;
+  ClientVmmCache cache(fake, 2, 1);
+  Program p{fake, &cache};
+  cache.note_reserved(kBase, 8 * kSeg);
+  uint64_t h = 0, other = 0;
+  REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
+  REQUIRE(p.map(kBase, kSeg, 0, h) == kClientOk);
+  CHECK(p.address_free(kBase, 8 * kSeg) == kClientInvalidValue);  // live: the driver refuses
+  REQUIRE(p.unmap(kBase, kSeg) == kClientOk);
+  // A handle the cache does not track, mapped and unmapped there.
+  REQUIRE(fake.create(kSeg, kProp, &other) == kClientOk);
+  REQUIRE(p.map(kBase + kSeg, kSeg, 0, other) == kClientOk);
+  REQUIRE(p.unmap(kBase + kSeg, kSeg) == kClientOk);
+  REQUIRE(p.address_free(kBase, 8 * kSeg) == kClientOk);
+  CHECK(cache.stats().ranges_kept == 0);
+  CHECK(fake.maps.empty());  // freed for real: the deferred mapping unmapped
 }
