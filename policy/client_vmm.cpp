@@ -29,7 +29,10 @@ bool ClientVmmCache::take(uint64_t bytes, const std::string& prop, uint64_t* han
     if (job == jobs_.end()) break;
     if (!waited) ++stats_.ahead_waits;
     waited = true;
-    if (jobs_cv_.wait_for(lock, std::chrono::seconds(1)) == std::cv_status::timeout) {
+    // wait_until on the system clock: a steady-clock wait would need
+    // pthread_cond_clockwait (glibc 2.34; docs/PACKAGING.md's baseline is 2.28).
+    if (jobs_cv_.wait_until(lock, std::chrono::system_clock::now() + std::chrono::seconds(1)) ==
+        std::cv_status::timeout) {
       for (AheadJob& j : jobs_)
         if (j.slot == key) j.stop = true;
       erase_finished_jobs();
@@ -492,7 +495,7 @@ bool ClientVmmCache::wait_for_work(uint64_t timeout_ns) {
     return false;
   };
   if (ready()) return true;
-  jobs_cv_.wait_for(lock, std::chrono::nanoseconds(timeout_ns));
+  jobs_cv_.wait_until(lock, std::chrono::system_clock::now() + std::chrono::nanoseconds(timeout_ns));
   return ready();
 }
 
