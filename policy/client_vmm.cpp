@@ -22,11 +22,15 @@ bool ClientVmmCache::take(uint64_t bytes, const std::string& prop, uint64_t* han
   // program will map next). A worker that does not deliver within a
   // second (it never should) is not waited for again: the job stops.
   bool waited = false;
-  while ((slot == free_.end() || slot->second.empty()) && jobs_count_.load(std::memory_order_relaxed) != 0) {
-    auto job = jobs_.end();
-    for (auto it = jobs_.begin(); it != jobs_.end(); ++it)
-      if (it->slot == key && !it->stop && (it->inflight || it->begun < it->pages)) job = it;
-    if (job == jobs_.end()) break;
+  while (jobs_count_.load(std::memory_order_relaxed) != 0) {
+    // The job's first page not yet published comes before any cached page
+    // of these properties at a higher address: the program maps in order.
+    const uint64_t lowest = slot == free_.end() || slot->second.empty() ? UINT64_MAX
+                                                                          : slot->second.begin()->first.first;
+    bool wait = false;
+    for (const AheadJob& j : jobs_)
+      if (j.slot == key && !j.stop && (j.inflight || j.begun < j.pages) && j.first_unpublished() < lowest) wait = true;
+    if (!wait) break;
     if (!waited) ++stats_.ahead_waits;
     waited = true;
     // wait_until on the system clock: a steady-clock wait would need
@@ -36,6 +40,7 @@ bool ClientVmmCache::take(uint64_t bytes, const std::string& prop, uint64_t* han
       for (AheadJob& j : jobs_)
         if (j.slot == key) j.stop = true;
       erase_finished_jobs();
+      slot = free_.find(key);
       break;
     }
     slot = free_.find(key);
@@ -417,7 +422,7 @@ void ClientVmmCache::maybe_continue(uint64_t addr, const Mapping& m) {
 
 void ClientVmmCache::erase_finished_jobs() {
   for (auto it = jobs_.begin(); it != jobs_.end();) {
-    const bool finished = !it->inflight && (it->stop || it->begun == it->pages);
+    const bool finished = it->inflight == 0 && (it->stop || it->begun == it->pages);
     if (finished) {
       if (it->begun < it->pages) stats_.ahead_cancelled += it->pages - it->begun;
       it = jobs_.erase(it);
@@ -437,7 +442,7 @@ void ClientVmmCache::settle(std::unique_lock<std::mutex>& lock, uint64_t addr, u
     for (AheadJob& j : jobs_)
       if (j.pending_overlaps(addr, end)) {
         j.stop = true;
-        busy = busy || j.inflight;
+        busy = busy || j.inflight > 0;
       }
     erase_finished_jobs();
     if (!busy) return;
@@ -453,15 +458,16 @@ void ClientVmmCache::settle_all(std::unique_lock<std::mutex>& lock) { settle(loc
 bool ClientVmmCache::work_one() {
   std::unique_lock<std::mutex> lock(mutex_);
   auto job = jobs_.begin();
-  while (job != jobs_.end() && (job->stop || job->inflight || job->begun == job->pages)) ++job;
+  while (job != jobs_.end() && (job->stop || job->begun == job->pages)) ++job;
   if (job == jobs_.end()) return false;
-  const uint64_t at = job->start + job->begun * job->page;
+  const uint64_t index = job->begun;
+  const uint64_t at = job->start + index * job->page;
   const uint64_t page = job->page;
   const std::string prop = job->slot.substr(0, job->slot.size() - sizeof(uint64_t));
   const std::string descs = job->descs;
   const uint64_t context = job->context;
   ++job->begun;
-  job->inflight = true;
+  ++job->inflight;
   lock.unlock();
   // The page's address is pending: no call of the program touches it
   // until the page is published (settle waits for it).
@@ -475,10 +481,10 @@ bool ClientVmmCache::work_one() {
     if (handle) driver_.release(handle);
   }
   lock.lock();
-  job->inflight = false;
+  --job->inflight;
   if (ok) {
     publish_ahead(at, page, handle, job->slot, job->device, job->descs);
-    ++job->done;
+    job->published |= uint64_t(1) << index;
   } else {
     job->stop = true;  // the driver refused: the rest of the job is not tried
   }
@@ -491,7 +497,7 @@ bool ClientVmmCache::wait_for_work(uint64_t timeout_ns) {
   std::unique_lock<std::mutex> lock(mutex_);
   auto ready = [&] {
     for (const AheadJob& j : jobs_)
-      if (!j.stop && !j.inflight && j.begun < j.pages) return true;
+      if (!j.stop && j.begun < j.pages) return true;
     return false;
   };
   if (ready()) return true;

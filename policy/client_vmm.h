@@ -241,18 +241,27 @@ class ClientVmmCache {
   // the program has reached the last batch.
   void maybe_continue(uint64_t addr, const Mapping& m);
 
-  // Jobs of the worker. Pages [start + done * page, start + pages * page)
-  // are pending while the job lives; `inflight` is the page the worker is
-  // making now (never erased under it).
+  // Jobs of the workers. The pages from the first one not yet published
+  // to the end are pending while the job lives; `inflight` pages are being
+  // made now (a job is never erased under them). With several workers
+  // pages finish out of order: `published` has a bit per page (at most
+  // 32 pages a job).
   struct AheadJob {
     uint64_t start = 0, page = 0, pages = 0;
-    uint64_t begun = 0, done = 0;
-    bool inflight = false, stop = false;
+    uint64_t begun = 0;
+    uint64_t published = 0;  // bit i: page i is published
+    int inflight = 0;
+    bool stop = false;
     std::string slot, descs;
     int device = 0;
     uint64_t context = 0;
+    uint64_t first_unpublished() const {
+      uint64_t i = 0;
+      while (i < pages && (published >> i & 1)) ++i;
+      return start + i * page;
+    }
     bool pending_overlaps(uint64_t addr, uint64_t end) const {
-      const uint64_t lo = start + done * page, hi = start + pages * page;
+      const uint64_t lo = first_unpublished(), hi = start + pages * page;
       return !stop || inflight ? lo < end && addr < hi && lo < hi : false;
     }
   };
