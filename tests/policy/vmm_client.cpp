@@ -13,6 +13,11 @@
 //   grow R P       R rounds of a segment growing page by page (2 MiB
 //                  pages, one access call each, PyTorch's seed loop), each
 //                  page filled and checked, then shrunk to nothing.
+//   empty R P      R rounds of PyTorch's empty_cache on an expandable
+//                  segment: reserve a range, grow P 2 MiB pages in it
+//                  (create, map, open each), fill and check them, unmap and
+//                  release every page, free the range; the next round
+//                  reserves a range of the same size again.
 //   semantics      every VMM call's answer on live, released, unmapped and
 //                  re-mapped handles and addresses (properties, retain,
 //                  granularity, pointer attributes, access, address free,
@@ -159,6 +164,40 @@ int grow(int rounds, int pages) {
     }
   }
   say("address free", cuMemAddressFree(base, size_t(pages) * 4 * page));
+  return 0;
+}
+
+int empty(int rounds, int pages) {
+  const CUmemAllocationProp prop = device_prop(true);
+  const CUmemAccessDesc access = rw_access();
+  const size_t page = 2u << 20;
+  std::vector<CUmemGenericAllocationHandle> handles(static_cast<size_t>(pages), 0);
+  for (int round = 0; round < rounds; ++round) {
+    CUdeviceptr base = 0;
+    if (say("reserve", cuMemAddressReserve(&base, size_t(pages) * 2 * page, 0, 0, 0)) != CUDA_SUCCESS) return 0;
+    int grown = 0;
+    for (; grown < pages; ++grown) {
+      const CUdeviceptr at = base + size_t(grown) * page;
+      if (say("create", cuMemCreate(&handles[size_t(grown)], page, &prop, 0)) != CUDA_SUCCESS) break;
+      if (say("map", cuMemMap(at, page, 0, handles[size_t(grown)], 0)) != CUDA_SUCCESS) {
+        say("release", cuMemRelease(handles[size_t(grown)]));
+        break;
+      }
+      if (say("access", cuMemSetAccess(at, page, &access, 1)) != CUDA_SUCCESS) {
+        say("unmap", cuMemUnmap(at, page));
+        say("release", cuMemRelease(handles[size_t(grown)]));
+        break;
+      }
+      fill_and_check("page", at, page, 0xe0000000u + unsigned(round * 4096 + grown));
+    }
+    for (int i = 0; i < grown; ++i)
+      expect_value("page kept", base + size_t(i) * page, page, 0xe0000000u + unsigned(round * 4096 + i));
+    for (int i = 0; i < grown; ++i) {
+      say("unmap", cuMemUnmap(base + size_t(i) * page, page));
+      say("release", cuMemRelease(handles[size_t(i)]));
+    }
+    say("address free", cuMemAddressFree(base, size_t(pages) * 2 * page));
+  }
   return 0;
 }
 
@@ -350,6 +389,7 @@ int main(int argc, char** argv) {
   if (!std::strcmp(argv[1], "semantics")) rc = semantics();
   if (!std::strcmp(argv[1], "oom")) rc = oom();
   if (!std::strcmp(argv[1], "grow") && argc == 4) rc = grow(std::atoi(argv[2]), std::atoi(argv[3]));
+  if (!std::strcmp(argv[1], "empty") && argc == 4) rc = empty(std::atoi(argv[2]), std::atoi(argv[3]));
   if (g_corrupt) rc = 1;
   std::printf("%s %s\n", rc == 0 ? "ok" : "FAIL", argv[1]);
   return rc;

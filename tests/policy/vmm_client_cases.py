@@ -4,7 +4,7 @@ against the fake driver. Runs vmm_client (linked with the fake libcuda.so.1)
 with and without LD_PRELOAD=libpagefast.so and compares transcripts (one
 line per driver call and its result, never an address or a handle).
 
-Usage: vmm_client_cases.py <differential|counts|grow|faults|oom> --build <build dir>
+Usage: vmm_client_cases.py <differential|counts|grow|empty|faults|oom> --build <build dir>
 """
 import json
 import os
@@ -60,6 +60,7 @@ def case_differential():
     differential_of(["semantics"])
     differential_of(["segments", "6", "4"])
     differential_of(["grow", "3", "40"])
+    differential_of(["empty", "3", "12"])
 
 
 VMM = ["cuMemCreate", "cuMemMap", "cuMemSetAccess", "cuMemUnmap", "cuMemRelease"]
@@ -110,6 +111,29 @@ def case_grow():
     check(with_cache.get("cuMemRelease", 0) == 0, "nothing released while the cache holds it")
 
 
+def case_empty():
+    """Kept ranges: a segment freed with only deferred mappings in it is
+    kept, and the next reservation of its size gets it back with its pages:
+    after the first round no VMM call, reservation or free reaches the
+    driver (docs/VMM-CLIENTS.md "Kept ranges")."""
+    rounds, pages = 4, 12
+    _, without = run_counted(["empty", str(rounds), str(pages)], preload=False)
+    for env in [{}, GROW]:
+        r, with_cache = run_counted(["empty", str(rounds), str(pages)], env=env)
+        tag = env.get("PAGEFAST_CONF", "defaults")
+        check("ok empty" in r.stdout and "CORRUPT" not in r.stdout, f"[{tag}] empty ran, data intact ({r.stdout[-200:]})")
+        for name in VMM + ["cuMemAddressReserve", "cuMemAddressFree"]:
+            print(f"[{tag}] {name}: without {without.get(name, 0)}, cache on {with_cache.get(name, 0)}")
+        check(without.get("cuMemAddressReserve", 0) == rounds and without.get("cuMemAddressFree", 0) == rounds,
+              "the program reserves and frees a range every round")
+        check(with_cache.get("cuMemAddressReserve", 0) == 1, f"[{tag}] one reservation reaches the driver")
+        check(with_cache.get("cuMemAddressFree", 0) == 0, f"[{tag}] no free reaches the driver (the range is kept)")
+        own = with_cache.get("main_thread.cuMemSetAccess", -1)
+        check(0 <= own <= pages, f"[{tag}] the program's thread opens pages in the first round only ({own})")
+        check(with_cache.get("cuMemUnmap", 0) == 0 and with_cache.get("cuMemRelease", 0) == 0,
+              f"[{tag}] nothing unmapped or released for real")
+
+
 def case_faults():
     args = ["segments", "3", "3"]
     _, counted = run_counted(args)
@@ -131,6 +155,14 @@ def case_faults():
             runs += 1
             check(r.returncode == 0 and "ok grow" in r.stdout and "CORRUPT" not in r.stdout,
                   f"grow, {name}:{n} fails: no crash, no wrong data ({r.returncode}) {r.stdout[-300:]}")
+    # Kept ranges and growth ahead on the worker threads, each driver call
+    # failing once (the threads' calls included).
+    for n in range(1, 8):
+        for name in VMM + ["cuMemAddressReserve", "cuMemAddressFree"]:
+            r = run(["empty", "3", "6"], env=dict(GROW, FAKECUDA_FAIL=f"{name}:{n}"))
+            runs += 1
+            check(r.returncode == 0 and "ok empty" in r.stdout and "CORRUPT" not in r.stdout,
+                  f"empty, {name}:{n} fails: no crash, no wrong data ({r.returncode}) {r.stdout[-300:]}")
     _, counted = run_counted(["semantics"])
     for name in VMM + ["cuMemAddressReserve", "cuMemAddressFree", "cuMemRetainAllocationHandle",
                        "cuMemGetAllocationPropertiesFromHandle", "cuMemGetAccess", "cuPointerGetAttribute"]:
