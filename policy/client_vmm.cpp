@@ -2,6 +2,7 @@
 // what and why; docs/VMM-CLIENTS.md the residual differences).
 #include "policy/client_vmm.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -55,6 +56,7 @@ bool ClientVmmCache::take(uint64_t bytes, const std::string& prop, uint64_t* han
   slot->second.erase(slot->second.begin());
   Handle& rec = handles_[h];
   rec.cached = false;
+  rec.cached_at_ns = 0;
   rec.refs = 1;
   cached_bytes_[rec.device] -= rec.bytes;
   ++stats_.create_hits;
@@ -625,6 +627,44 @@ uint64_t ClientVmmCache::trim(int device, uint64_t bytes) {
     if (freed >= bytes) break;
   }
   if (freed) free_empty_kept_ranges();
+  return freed;
+}
+
+uint64_t ClientVmmCache::decay_step(uint64_t now_ns, uint64_t delay_ns, uint64_t floor_bytes, int max_handles) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  uint64_t total = 0;
+  for (auto& [device, held] : cached_bytes_) total += held;
+  if (total <= floor_bytes) return 0;
+  // The oldest cached handles first, across slots; stamp the ones first
+  // seen now.
+  std::vector<std::pair<uint64_t, std::pair<std::string, std::pair<uint64_t, uint64_t>>>> old;
+  for (auto& [slot, queue] : free_)
+    for (auto& [order, h] : queue) {
+      Handle& rec = handles_[h];
+      if (rec.cached_at_ns == 0) rec.cached_at_ns = now_ns ? now_ns : 1;
+      else if (now_ns >= rec.cached_at_ns + delay_ns) old.push_back({rec.cached_at_ns, {slot, order}});
+    }
+  std::sort(old.begin(), old.end());
+  uint64_t freed = 0;
+  int released = 0;
+  for (const auto& [at, where] : old) {
+    if (released >= max_handles || total - freed <= floor_bytes) break;
+    auto& queue = free_[where.first];
+    auto it = queue.find(where.second);
+    if (it == queue.end()) continue;
+    const uint64_t h = it->second;
+    queue.erase(it);
+    Handle& rec = handles_[h];
+    const uint64_t bytes = rec.bytes;
+    cached_bytes_[rec.device] -= bytes;
+    ++released;
+    if (release_for_real(h) == kClientOk) {
+      freed += bytes;
+      stats_.trimmed_bytes += bytes;
+      stats_.decayed_bytes += bytes;
+    }
+  }
+  if (released) free_empty_kept_ranges();
   return freed;
 }
 

@@ -111,6 +111,7 @@ struct ClientVmmStats {
   uint64_t ahead_cancelled = 0;   // pages planned ahead and dropped (the program came first)
   uint64_t ranges_kept = 0;       // cuMemAddressFree of a range of deferred mappings, kept with them
   uint64_t ranges_reused = 0;     // cuMemAddressReserve answered with a kept range
+  uint64_t decayed_bytes = 0;     // cached memory given back after release_delay unused (part of trimmed_bytes)
 };
 
 class ClientVmmCache {
@@ -172,6 +173,14 @@ class ClientVmmCache {
   // Gives cached memory of `device` back to the driver, oldest first,
   // until `bytes` are freed (UINT64_MAX: all). Returns the bytes freed.
   uint64_t trim(int device, uint64_t bytes);
+  // The pagefast-trim thread's step (release_delay, docs/POOL.md
+  // "Footprint"): handles cached (released by the program, or made ahead
+  // and not taken) for at least `delay_ns` before `now_ns` go back to the
+  // driver, at most `max_handles` a step, while more than `floor_bytes`
+  // stay cached; kept ranges left empty are freed. `now_ns` is the
+  // caller's clock; a handle's age counts from the first step that saw it
+  // cached (so it is known within one step). Returns the bytes released.
+  uint64_t decay_step(uint64_t now_ns, uint64_t delay_ns, uint64_t floor_bytes, int max_handles);
   uint64_t cached_bytes(int device);
   ClientVmmStats stats();
 
@@ -194,6 +203,7 @@ class ClientVmmCache {
     int live_maps = 0;  // the program's live mappings (deferred ones not counted)
     bool shared = false;
     bool cached = false;
+    uint64_t cached_at_ns = 0;  // decay_step's clock when first seen cached; 0: not yet seen
   };
   struct Mapping {
     uint64_t bytes = 0;

@@ -136,7 +136,7 @@ constexpr OptionRow kRows[] = {
      "off by default until measured on more programs"},
     {Opt::KeyReleaseDelay, "release_delay", Scope::ConfKey, &kTime, "a time (e.g. 5s, 500ms, 0) or off", "5s", false,
      kLib, "idle memory unused this long goes back to the driver, by the `pagefast-trim` thread (docs/POOL.md "
-     "\"Footprint\")",
+     "\"Footprint\"); so do the VMM handles a program released and pagefast cached (docs/VMM-CLIENTS.md)",
      "`0`: at the next step (10 ms); `off`: never"},
     {Opt::KeySlack, "slack", Scope::ConfKey, &kTime, "a time (e.g. 10ms, 500us, 0) or off", "10ms", false, kLib,
      "memory held beyond what is in use is about the program's free rate times this, between 64M and 1/32 of "

@@ -14,6 +14,7 @@
 
 #include "interpose/pagefast.h"
 #include "interpose/pool/pool_internal.h"
+#include "interpose/pool/vmm_clients.h"
 #include "interpose/pool_api.h"
 #include "interpose/service_thread.h"
 #include "policy/device_pool.h"
@@ -77,6 +78,7 @@ struct ServiceLoop {
   std::atomic<bool>* busy;
   uint64_t longest;
   uint64_t (*step)(policy::DevicePool& pool);  // returns the pool's wait
+  uint64_t (*once)();                          // after the pools, once a round (or NULL); returns its wait
 };
 
 void* service_main(void* arg) {
@@ -91,18 +93,26 @@ void* service_main(void* arg) {
           const uint64_t w = loop.step(*pool);
           if (w < wait) wait = w;
         }
+    if (on && loop.once) {
+      const uint64_t w = loop.once();
+      if (w < wait) wait = w;
+    }
     loop.busy->store(false, std::memory_order_seq_cst);
     if (!on) return nullptr;
     sleep_ns(wait);
   }
 }
 
-constexpr ServiceLoop kTrimLoop{&g_trim_busy, policy::kFootprintMaxStepNs, [](policy::DevicePool& pool) {
+// The trim thread also lets the program's released VMM memory decay
+// (clients::decay_step, docs/VMM-CLIENTS.md).
+constexpr ServiceLoop kTrimLoop{&g_trim_busy, policy::kFootprintMaxStepNs,
+                                [](policy::DevicePool& pool) {
                                   pool.decay_step();
                                   return pool.footprint_interval_ns();
-                                }};
+                                },
+                                &clients::decay_step};
 constexpr ServiceLoop kSyncLoop{&g_sync_busy, policy::kSyncAheadIdleNs,
-                                [](policy::DevicePool& pool) { return pool.sync_ahead_step(); }};
+                                [](policy::DevicePool& pool) { return pool.sync_ahead_step(); }, nullptr};
 
 }  // namespace
 

@@ -117,6 +117,9 @@ std::atomic<int> g_worker{0};  // 0 not started, 1 running, -1 could not start
 std::atomic<bool> g_worker_stop{false};
 std::atomic<int> g_workers_busy{0};
 constexpr uint64_t kWorkerIdleNs = 100ull * 1000 * 1000;
+// A decay step releases at most this many handles (30-34 us each on the
+// H200, under the cache's lock), as the pool's releases at most 8 chunks.
+constexpr int kDecayHandlesPerStep = 8;
 
 void* worker_main(void*) {
   while (true) {
@@ -241,7 +244,11 @@ CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemA
 }
 
 CUresult release(CUmemGenericAllocationHandle handle) {
-  return guarded([&] { return CUresult(g_cache->release(handle)); });
+  const CUresult r = guarded([&] { return CUresult(g_cache->release(handle)); });
+  // What the program releases is cached: the trim thread lets it decay
+  // (a program that never calls cuMemAlloc has no pool to start it).
+  start_trim_thread(g_config.release_delay_ns);
+  return r;
 }
 
 CUresult map(CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAllocationHandle handle,
@@ -353,6 +360,23 @@ void before_query(CUdeviceptr ptr) {
 
 uint64_t trim(int device, uint64_t bytes) { return g_cache ? g_cache->trim(device, bytes) : 0; }
 
+uint64_t decay_step() {
+  if (!on() || g_config.release_delay_ns == policy::kNoReleaseDelay) return policy::kFootprintMaxStepNs;
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const uint64_t now = uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+  const uint64_t floor = g_config.release_threshold_bytes == kUnlimited ? 0 : g_config.release_threshold_bytes;
+  guarded([&] {
+    g_cache->decay_step(now, g_config.release_delay_ns, floor, kDecayHandlesPerStep);
+    return CUDA_SUCCESS;
+  });
+  // As the pools' steps: a 64th of the delay, within 10 ms .. 1 s.
+  uint64_t wait = g_config.release_delay_ns / 64;
+  if (wait < policy::kFootprintMinStepNs) wait = policy::kFootprintMinStepNs;
+  if (wait > policy::kFootprintMaxStepNs) wait = policy::kFootprintMaxStepNs;
+  return wait;
+}
+
 uint64_t cached_bytes(int device) { return g_cache ? g_cache->cached_bytes(device) : 0; }
 
 void make_room_for_pool(int device, uint64_t bytes) {
@@ -387,6 +411,7 @@ std::string stats_json() {
   field("ahead_cancelled", s.ahead_cancelled);
   field("ranges_kept", s.ranges_kept);
   field("ranges_reused", s.ranges_reused);
+  field("decayed_bytes", s.decayed_bytes);
   return out + "}";
 }
 

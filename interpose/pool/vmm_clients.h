@@ -44,6 +44,10 @@ CUresult export_handle(void* shareable, CUmemGenericAllocationHandle handle, CUm
                        unsigned long long flags);
 CUresult properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle);
 // cuMemAddressReserve succeeded: growth ahead stays inside such ranges.
+// The pagefast-trim thread's step: cached handles unused for release_delay
+// go back to the driver (policy::ClientVmmCache::decay_step). Returns the
+// wait before the next step.
+uint64_t decay_step();
 // cuMemAddressReserve, before the driver: true with *base when a range the
 // program freed is handed out again (policy::ClientVmmCache::take_range).
 bool take_range(CUdeviceptr* base, size_t bytes, size_t alignment, CUdeviceptr hint, unsigned long long flags);

@@ -934,3 +934,56 @@ TEST_CASE("client vmm: a range is not kept while a live or an untracked mapping 
   CHECK(cache.stats().ranges_kept == 0);
   CHECK(fake.maps.empty());  // freed for real: the deferred mapping unmapped
 }
+
+TEST_CASE("client vmm: cached handles unused for release_delay decay to the driver, and their kept range with them") {
+  FakeDriver fake;
+  ClientVmmCache cache(fake, 2, 1);
+  Program p{fake, &cache};
+  const uint64_t range = 16 * kSeg, delay = 5000;
+  cache.note_reserved(kBase, range);
+  std::vector<uint64_t> hs(12);
+  for (int i = 0; i < 12; ++i) {
+    REQUIRE(p.create(kSeg, kProp, &hs[size_t(i)]) == kClientOk);
+    REQUIRE(p.map(kBase + uint64_t(i) * kSeg, kSeg, 0, hs[size_t(i)]) == kClientOk);
+  }
+  REQUIRE(p.access(kBase, 12 * kSeg, kRW) == kClientOk);
+  for (int i = 0; i < 12; ++i) {
+    REQUIRE(p.unmap(kBase + uint64_t(i) * kSeg, kSeg) == kClientOk);
+    REQUIRE(p.release(hs[size_t(i)]) == kClientOk);
+  }
+  REQUIRE(p.address_free(kBase, range) == kClientOk);  // kept
+  CHECK(cache.cached_bytes(0) == 12 * kSeg);
+  // The first step sees them cached; nothing is old yet.
+  CHECK(cache.decay_step(1000, delay, 0, 8) == 0);
+  CHECK(cache.decay_step(5999, delay, 0, 8) == 0);
+  // A whole delay later: 8 a step, then the rest; the range goes with the last.
+  CHECK(cache.decay_step(6000, delay, 0, 8) == 8 * kSeg);
+  CHECK(fake.handles.size() == 4);
+  CHECK(fake.calls["address_free"] == 0);
+  CHECK(cache.decay_step(6010, delay, 0, 8) == 4 * kSeg);
+  CHECK(fake.handles.empty());
+  CHECK(fake.maps.empty());
+  CHECK(fake.calls["address_free"] == 1);
+  CHECK(cache.stats().decayed_bytes == 12 * kSeg);
+  CHECK(cache.cached_bytes(0) == 0);
+}
+
+TEST_CASE("client vmm: decay keeps the floor, and a handle taken back is young again") {
+  FakeDriver fake;
+  ClientVmmCache cache(fake, 2, 1);
+  Program p{fake, &cache};
+  std::vector<uint64_t> hs(4);
+  for (auto& h : hs) REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
+  for (auto h : hs) REQUIRE(p.release(h) == kClientOk);
+  CHECK(cache.decay_step(100, 1000, 0, 8) == 0);  // stamped at 100
+  uint64_t again = 0;
+  REQUIRE(p.create(kSeg, kProp, &again) == kClientOk);  // a hit: leaves the cache
+  REQUIRE(p.release(again) == kClientOk);                // cached again, not yet seen
+  // Three are old; releasing them leaves one page cached, the floor.
+  CHECK(cache.decay_step(1100, 1000, 2 * kSeg, 8) == 2 * kSeg);
+  CHECK(cache.cached_bytes(0) == 2 * kSeg);
+  CHECK(cache.decay_step(1100, 1000, 0, 8) == kSeg);   // the last old one; `again` was first seen at 1100
+  CHECK(cache.decay_step(2099, 1000, 0, 8) == 0);
+  CHECK(cache.decay_step(2100, 1000, 0, 8) == kSeg);
+  CHECK(cache.cached_bytes(0) == 0);
+}

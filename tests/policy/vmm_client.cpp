@@ -13,11 +13,12 @@
 //   grow R P       R rounds of a segment growing page by page (2 MiB
 //                  pages, one access call each, PyTorch's seed loop), each
 //                  page filled and checked, then shrunk to nothing.
-//   empty R P      R rounds of PyTorch's empty_cache on an expandable
+//   empty R P [MS] R rounds of PyTorch's empty_cache on an expandable
 //                  segment: reserve a range, grow P 2 MiB pages in it
 //                  (create, map, open each), fill and check them, unmap and
 //                  release every page, free the range; the next round
-//                  reserves a range of the same size again.
+//                  reserves a range of the same size again. Then idle MS
+//                  milliseconds (release_delay's decay) before exiting.
 //   semantics      every VMM call's answer on live, released, unmapped and
 //                  re-mapped handles and addresses (properties, retain,
 //                  granularity, pointer attributes, access, address free,
@@ -167,7 +168,7 @@ int grow(int rounds, int pages) {
   return 0;
 }
 
-int empty(int rounds, int pages) {
+int empty(int rounds, int pages, int idle_ms) {
   const CUmemAllocationProp prop = device_prop(true);
   const CUmemAccessDesc access = rw_access();
   const size_t page = 2u << 20;
@@ -198,6 +199,7 @@ int empty(int rounds, int pages) {
     }
     say("address free", cuMemAddressFree(base, size_t(pages) * 2 * page));
   }
+  if (idle_ms > 0) usleep(useconds_t(idle_ms) * 1000);
   return 0;
 }
 
@@ -389,7 +391,8 @@ int main(int argc, char** argv) {
   if (!std::strcmp(argv[1], "semantics")) rc = semantics();
   if (!std::strcmp(argv[1], "oom")) rc = oom();
   if (!std::strcmp(argv[1], "grow") && argc == 4) rc = grow(std::atoi(argv[2]), std::atoi(argv[3]));
-  if (!std::strcmp(argv[1], "empty") && argc == 4) rc = empty(std::atoi(argv[2]), std::atoi(argv[3]));
+  if (!std::strcmp(argv[1], "empty") && (argc == 4 || argc == 5))
+    rc = empty(std::atoi(argv[2]), std::atoi(argv[3]), argc == 5 ? std::atoi(argv[4]) : 0);
   if (g_corrupt) rc = 1;
   std::printf("%s %s\n", rc == 0 ? "ok" : "FAIL", argv[1]);
   return rc;

@@ -132,6 +132,15 @@ def case_empty():
         check(0 <= own <= pages, f"[{tag}] the program's thread opens pages in the first round only ({own})")
         check(with_cache.get("cuMemUnmap", 0) == 0 and with_cache.get("cuMemRelease", 0) == 0,
               f"[{tag}] nothing unmapped or released for real")
+    # Idle after the last round: the cached pages decay to the driver
+    # (release_delay, on the pagefast-trim thread), the kept range with them.
+    r, idle = run_counted(["empty", str(rounds), str(pages), "1500"], env={"PAGEFAST_CONF": "release_delay:200ms"})
+    print(f"idle 1.5 s, release_delay 200ms: cuMemRelease {idle.get('cuMemRelease', 0)}, "
+          f"cuMemUnmap {idle.get('cuMemUnmap', 0)}, cuMemAddressFree {idle.get('cuMemAddressFree', 0)}")
+    check("ok empty" in r.stdout, "empty with idle ran")
+    check(idle.get("cuMemRelease", 0) >= pages and idle.get("cuMemUnmap", 0) >= pages,
+          "the program's released pages went back to the driver after release_delay")
+    check(idle.get("cuMemAddressFree", 0) == 1, "and the kept range was freed for real")
 
 
 def case_faults():
