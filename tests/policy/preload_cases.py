@@ -133,6 +133,21 @@ def case_capacity(build):
             n0, n1 = without.get(b, 0), with_pool.get(b, -1)
             check(n1 * 100 >= n0 * 99,
                   f"[{conf or 'default'}] {b}-byte blocks: {n1} with the pool, {n0} without (>= 99%, also after free-alls)")
+    # At PAGEFAST_LOG=debug each growth says where the held memory was
+    # (docs/POOL.md "Stats"), and the stats name the most the pool held.
+    stats = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"preload-capacity-{os.getpid()}.json")
+    r = run(build, ["capacity", arg], env=dict(env, PAGEFAST_LOG="debug", PAGEFAST_STATS=stats))
+    grew = re.findall(r"device 0: grew to (\d+) MiB for a (\d+) MiB (block|slab): it held (\d+) MiB, of which "
+                      r"(\d+) MiB free in (\d+) runs \(the longest (\d+) MiB\) and (\d+) MiB waiting", r.stderr)
+    check(len(grew) >= 1 and all(int(g[0]) > 0 and int(g[4]) <= int(g[3]) for g in grew),
+          f"debug: a line per growth, with where the memory was ({len(grew)} lines) {r.stderr[-300:]}")
+    try:
+        peak = int(re.search(r'"peak_mapped_bytes": (\d+)', open(stats).read()).group(1))
+        os.unlink(stats)
+    except (OSError, AttributeError):
+        peak = -1
+    check(peak >= max(int(g[0]) for g in grew) * MiB if grew else False,
+          f"stats: peak_mapped_bytes is at least the largest size a growth reached ({peak})")
 
 
 def case_sizes(build):
