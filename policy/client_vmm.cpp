@@ -550,7 +550,30 @@ int ClientVmmCache::address_free(uint64_t addr, uint64_t bytes) {
 
 bool ClientVmmCache::take_range(uint64_t bytes, uint64_t alignment, uint64_t hint, uint64_t flags, uint64_t* base) {
   std::lock_guard<std::mutex> guard(mutex_);
-  if (hint || flags) return false;
+  if (flags || kept_ranges_.empty()) return false;
+  if (hint) {
+    // The program asks for an address: a kept range there of this size is
+    // it; one that only overlaps it is given back to the driver first, so
+    // that the driver can honour the hint as it would have.
+    auto it = kept_ranges_.find(hint);
+    if (it != kept_ranges_.end() && it->second == bytes && (!alignment || hint % alignment == 0)) {
+      *base = hint;
+      reservations_[hint] = bytes;
+      kept_ranges_.erase(it);
+      ++stats_.ranges_reused;
+      return true;
+    }
+    const uint64_t end = hint + bytes < hint ? UINT64_MAX : hint + bytes;
+    for (auto k = kept_ranges_.begin(); k != kept_ranges_.end();) {
+      if (k->first < end && hint < k->first + k->second && flush_overlap(k->first, k->second)) {
+        driver_.address_free(k->first, k->second);
+        k = kept_ranges_.erase(k);
+      } else {
+        ++k;
+      }
+    }
+    return false;
+  }
   for (auto it = kept_ranges_.begin(); it != kept_ranges_.end(); ++it) {
     if (it->second != bytes || (alignment && it->first % alignment)) continue;
     *base = it->first;

@@ -151,7 +151,9 @@ class ClientVmmCache {
   int address_free(uint64_t addr, uint64_t bytes);
   // cuMemAddressReserve, before the driver: a range the program freed
   // while only deferred mappings were left in it, of exactly `bytes`
-  // (alignment met, no hint, no flags), is handed out again with them.
+  // (alignment met, no flags, no address hint or the range's own), is
+  // handed out again with them. A hint into another kept range frees that
+  // range for real first (false: the driver answers, and can honour it).
   bool take_range(uint64_t bytes, uint64_t alignment, uint64_t hint, uint64_t flags, uint64_t* base);
 
   // cuMemRetainAllocationHandle: true with *handle when `addr` lies in a

@@ -898,7 +898,6 @@ TEST_CASE("client vmm: a freed range of deferred mappings is kept, and the next 
   // Not for another size, a hint, flags or an alignment it misses.
   uint64_t base = 0;
   CHECK(!cache.take_range(range / 2, 0, 0, 0, &base));
-  CHECK(!cache.take_range(range, 0, kBase, 0, &base));
   CHECK(!cache.take_range(range, 0, 0, 1, &base));
   CHECK(!cache.take_range(range, uint64_t(1) << 41, 0, 0, &base));
   REQUIRE(cache.take_range(range, 0, 0, 0, &base));
@@ -914,6 +913,33 @@ TEST_CASE("client vmm: a freed range of deferred mappings is kept, and the next 
   }
   CHECK(fake.total_calls() == before);
   CHECK(cache.stats().ranges_reused == 1);
+}
+
+TEST_CASE("client vmm: an address hint gets its kept range back, or frees one in the way for the driver") {
+  FakeDriver fake;
+  ClientVmmCache cache(fake, 2, 1);
+  Program p{fake, &cache};
+  const uint64_t range = 8 * kSeg;
+  auto keep = [&] {
+    cache.note_reserved(kBase, range);
+    uint64_t h = 0;
+    REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
+    REQUIRE(p.map(kBase, kSeg, 0, h) == kClientOk);
+    REQUIRE(p.unmap(kBase, kSeg) == kClientOk);
+    REQUIRE(p.release(h) == kClientOk);
+    REQUIRE(p.address_free(kBase, range) == kClientOk);
+  };
+  keep();
+  uint64_t base = 0;
+  REQUIRE(cache.take_range(range, 0, kBase, 0, &base));  // its own address: it
+  CHECK(base == kBase);
+  REQUIRE(p.address_free(kBase, range) == kClientOk);  // kept again
+  // A hint inside it, for another size: the kept range goes back to the
+  // driver (its page unmapped), and the driver answers the reservation.
+  CHECK(!cache.take_range(2 * kSeg, 0, kBase + kSeg, 0, &base));
+  CHECK(fake.maps.empty());
+  CHECK(fake.calls["address_free"] == 1);
+  CHECK(!cache.take_range(range, 0, 0, 0, &base));  // nothing kept any more
 }
 
 TEST_CASE("client vmm: a range is not kept while a live or an untracked mapping is in it") {
