@@ -189,7 +189,7 @@ int ClientVmmCache::map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t
   if (r == kClientOk && !tracked) {
     auto res = reservations_.upper_bound(addr);
     if (res != reservations_.begin() && addr < std::prev(res)->first + std::prev(res)->second)
-      foreign_[std::prev(res)->first] = true;
+      foreign_.insert(std::prev(res)->first);
   }
   if (r == kClientOk && tracked) {
     Mapping m;

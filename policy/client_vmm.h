@@ -33,14 +33,19 @@
 //   deferred mappings: a segment that grows page by page then meets its
 //   next pages already mapped and open (2, 4, ... up to prefetch_pages per
 //   growth; never beyond cache_room; a failed step undoes the prefetch).
-//   With a worker (ahead_on_worker, and the glue's thread running
-//   work_one()), the pages are made off the program's thread, one at a
-//   time, each published (cached handle, deferred mapping) as soon as it
-//   is open: the pages not yet published are *pending*. A program's call
-//   over a pending page cancels the rest of that job and waits for the page
-//   in flight; cuMemCreate of the job's properties waits for its next page
-//   rather than creating one. When the program takes the first page of
-//   the last batch, the next batch is queued.
+//   With workers (ahead_on_worker, and the glue's threads running
+//   work_one(); it runs two), the pages are made off the program's
+//   thread, a page per work_one(), each published (cached handle,
+//   deferred mapping) as soon as it is open: the pages not yet published
+//   are *pending*. A program's call over a pending page cancels the rest
+//   of that job and waits for the pages in flight; cuMemCreate of the
+//   job's properties waits for its next page, in address order, rather
+//   than creating one. When the program takes the first page of the last
+//   batch, the next batch is queued.
+// - Kept ranges: cuMemAddressFree of a whole reservation holding only
+//   deferred mappings of tracked handles keeps it with them; the next
+//   cuMemAddressReserve of its size (take_range) gets it back.
+// - Decay (decay_step): cached handles unused for release_delay go back.
 // - Anything else that touches a deferred mapping's addresses (a map there,
 //   access over it, a different offset or size, cuMemAddressFree, a pointer
 //   query, cuMemRetainAllocationHandle) first unmaps it for real, so the
@@ -60,6 +65,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -282,6 +288,8 @@ class ClientVmmCache {
   void settle(std::unique_lock<std::mutex>& lock, uint64_t addr, uint64_t bytes);
   void settle_all(std::unique_lock<std::mutex>& lock);
   void erase_finished_jobs();
+  // Frees kept ranges with no mapping left, for real.
+  void free_empty_kept_ranges();
 
   ClientDriver& driver_;
   const size_t desc_bytes_;
@@ -291,11 +299,9 @@ class ClientVmmCache {
   std::map<uint64_t, uint64_t> reservations_;        // base -> bytes
   // Reservations where the program mapped a handle the cache does not
   // track: never kept at cuMemAddressFree (what is mapped there is unknown).
-  std::map<uint64_t, bool> foreign_;                  // base -> true
+  std::set<uint64_t> foreign_;
   // Freed by the program, kept with their deferred mappings (base -> bytes).
   std::map<uint64_t, uint64_t> kept_ranges_;
-  // Frees kept ranges with no mapping left, for real.
-  void free_empty_kept_ranges();
   std::unordered_map<std::string, int> next_prefetch_;  // slot -> pages the next prefetch makes
   std::mutex mutex_;
   std::unordered_map<uint64_t, Handle> handles_;
