@@ -9,8 +9,8 @@ peak memory the process held (NVML, tools/bench/nvml_peak.py, else
 nvidia-smi) and of the process's CPU time
 per step, their ratios, and each pagefast run's pool syncs (PAGEFAST_STATS
 at exit: all, and those the pagefast-sync thread made ahead), with the
-most the pool itself held (peak_mapped_bytes: the process's peak less
-that is the context's and the pass-throughs' share).
+most the pool itself held (peak_mapped_bytes; the process's peak less
+the pool's is what the context and pass-throughs took).
 
   footprint_compare.py --build DIR [--before LIB] [--models resnet18,gpt2]
                        [--steps N] [--repeats R] [--conf "slack:500us;slack:10ms"]
