@@ -13,7 +13,13 @@
 //     program's thread launches work or makes VMM calls of its own (what a
 //     worker opening an expandable segment's next pages ahead of the
 //     program would need: docs/VMM-CLIENTS.md "What the first pass can
-//     reach"), and what a page opened and never used costs.
+//     reach"), and what a page opened and never used costs;
+//  6. what is left of a first pass when pages are opened ahead
+//     (docs/VMM-CLIENTS.md: with two workers the program hardly waits,
+//     yet the seed loop's first pass stays 1.7x its second): the first
+//     write to a freshly opened page against a write to the same page
+//     again (the GPU's first touch of a new mapping), and this thread's
+//     launch rate while one and while two workers open pages.
 // Every answer is printed; contents are checked through cuMemsetD8/
 // cuMemcpyDtoH over the whole range. No pagefast: run it plain. Exit 0
 // unless a call that must succeed failed.
@@ -198,6 +204,65 @@ void threads_section(CUcontext ctx, const CUmemAllocationProp& prop, const CUmem
   MUST(cuMemAddressFree(b, kPages * kPageBytes));
 }
 
+// 6: first touch, and launches beside two workers.
+void first_pass_section(CUcontext ctx, const CUmemAllocationProp& prop, const CUmemAccessDesc& access) {
+  constexpr int kPages = 32, kRounds = 5;
+  CUdeviceptr a = 0, b = 0;
+  MUST(cuMemAddressReserve(&a, kPages * kPageBytes, 0, 0, 0));
+  MUST(cuMemAddressReserve(&b, kPages * kPageBytes, 0, 0, 0));
+  CUstream stream;
+  MUST(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr target = 0;
+  MUST(cuMemAlloc(&target, 4096));
+  std::vector<Page> pa, pb;
+  std::vector<double> first, again, one_worker, two_workers, alone;
+  auto write_all = [&](CUdeviceptr base) {
+    const double t0 = now_us();
+    for (int i = 0; i < kPages; ++i) MUST(cuMemsetD8Async(base + i * kPageBytes, (unsigned char)i, kPageBytes, stream));
+    MUST(cuStreamSynchronize(stream));
+    return (now_us() - t0) / kPages;
+  };
+  for (int round = 0; round < kRounds; ++round) {
+    open_pages(a, kPages, prop, access, &pa);
+    first.push_back(write_all(a));
+    again.push_back(write_all(a));
+    close_pages(a, &pa);
+
+    std::atomic<bool> stop{false};
+    std::thread timer([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      stop = true;
+    });
+    alone.push_back(launch_until(stream, target, stop));
+    timer.join();
+    for (int workers = 1; workers <= 2; ++workers) {
+      std::atomic<int> left{workers};
+      std::atomic<bool> done{false};
+      std::vector<std::thread> ts;
+      for (int w = 0; w < workers; ++w)
+        ts.emplace_back([&, w] {
+          MUST(cuCtxSetCurrent(ctx));
+          std::vector<Page>& mine = w == 0 ? pa : pb;
+          const CUdeviceptr base = w == 0 ? a : b;
+          open_pages(base, kPages, prop, access, &mine);
+          close_pages(base, &mine);
+          if (left.fetch_sub(1) == 1) done = true;
+        });
+      (workers == 1 ? one_worker : two_workers).push_back(launch_until(stream, target, done));
+      for (auto& t : ts) t.join();
+    }
+  }
+  std::printf("What is left of a first pass (%d pages of 20 MiB; medians of %d rounds):\n", kPages, kRounds);
+  std::printf("  memset of a freshly opened page %.1f us/page, of the same page again %.1f us/page\n",
+              median_of(first), median_of(again));
+  std::printf("  launches alone %.0f /ms, while one worker opens and closes pages %.0f /ms, while two %.0f /ms\n",
+              median_of(alone), median_of(one_worker), median_of(two_workers));
+  MUST(cuMemFree(target));
+  MUST(cuStreamDestroy(stream));
+  MUST(cuMemAddressFree(a, kPages * kPageBytes));
+  MUST(cuMemAddressFree(b, kPages * kPageBytes));
+}
+
 }  // namespace
 
 int main() {
@@ -276,6 +341,8 @@ int main() {
 
   // 5: a second thread.
   threads_section(ctx, prop, access);
+  // 6: what is left of a first pass.
+  first_pass_section(ctx, prop, access);
   std::printf("done\n");
   return 0;
 }
