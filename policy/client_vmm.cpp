@@ -95,9 +95,17 @@ int ClientVmmCache::retire(uint64_t handle) {
     if (room >= held && room - held >= rec.bytes) {
       rec.cached = true;
       held += rec.bytes;
+      // Where its deferred mapping is (the key take() orders by): the one
+      // its last deferred unmap noted, checked; else a scan (a handle
+      // mapped at two addresses, or a mapping flushed since).
       uint64_t where = UINT64_MAX;
-      for (auto& [addr, m] : maps_)
-        if (m.handle == handle && m.deferred && addr < where) where = addr;
+      auto noted = maps_.find(rec.deferred_at);
+      if (noted != maps_.end() && noted->second.handle == handle && noted->second.deferred) {
+        where = rec.deferred_at;
+      } else if (rec.deferred_at != UINT64_MAX) {
+        for (auto& [addr, m] : maps_)
+          if (m.handle == handle && m.deferred && addr < where) where = addr;
+      }
       free_[rec.slot].emplace(std::make_pair(where, arrivals_++), handle);
       return kClientOk;
     }
@@ -216,6 +224,7 @@ int ClientVmmCache::unmap(uint64_t addr, uint64_t bytes) {
         deferred_count_.fetch_add(1, std::memory_order_relaxed);
         ++stats_.deferred_unmaps;
         Handle& rec = handles_[it->second.handle];
+        rec.deferred_at = it->first;
         if (--rec.live_maps == 0 && rec.refs == 0) orphans.push_back(it->second.handle);
       }
       for (uint64_t handle : orphans) retire(handle);
@@ -362,6 +371,7 @@ void ClientVmmCache::publish_ahead(uint64_t at, uint64_t page, uint64_t handle, 
   rec.slot = slot;
   rec.device = device;
   rec.cached = true;
+  rec.deferred_at = at;
   Mapping& map = maps_[at];
   map = Mapping{};
   map.bytes = page;

@@ -212,6 +212,9 @@ class ClientVmmCache {
     bool shared = false;
     bool cached = false;
     uint64_t cached_at_ns = 0;  // decay_step's clock when first seen cached; 0: not yet seen
+    // The address of its last deferred unmap (UINT64_MAX: none): retire()
+    // finds its deferred mapping without scanning every mapping.
+    uint64_t deferred_at = UINT64_MAX;
   };
   struct Mapping {
     uint64_t bytes = 0;
