@@ -126,7 +126,9 @@ constexpr OptionRow kRows[] = {
     {Opt::KeyReserve, "reserve", Scope::ConfKey, &kReserve, "a size, multiple of 2M, or 0 for auto", "0", false,
      kLib, "virtual address space reserved per range (`0`: auto, 2x the device's memory)", ""},
     {Opt::KeyVmmCache, "vmm_cache", Scope::ConfKey, &kOnOff, "on|off", "on", false, kLib,
-     "the program's own VMM calls served from a cache of the handles it released (docs/VMM-CLIENTS.md)",
+     "the program's own VMM calls served from a cache of the handles it released, and a range it freed with only "
+     "those in it kept for its next reservation of that size; what stays unused for `release_delay` goes back "
+     "(docs/VMM-CLIENTS.md)",
      "`cuMemCreate`/`cuMemMap`/`cuMemSetAccess`/`cuMemUnmap`/`cuMemRelease`: PyTorch's expandable segments, JAX, "
      "vLLM; `off`: counted and forwarded. On only with the pool on"},
     {Opt::KeyVmmGrowAhead, "vmm_grow_ahead", Scope::ConfKey, &kGrowAhead, "0..32 (pages)", "0", false, kLib,
