@@ -332,14 +332,13 @@ void ClientVmmCache::maybe_prefetch(uint64_t addr, uint64_t end, const std::stri
   if (h == handles_.end() || h->second.shared || h->second.bytes != m.bytes) return;
   const uint64_t page = m.bytes;
   const Handle proto = h->second;
-  int& next = next_prefetch_[proto.slot];
-  if (next == 0) next = 2;
+  int& next = batch_of(proto.slot);
   const uint64_t pages = pages_ahead(end, page, proto.device, uint64_t(next));
   if (pages == 0) return;
-  const int grown = next;
-  if (next < prefetch_pages_) next = next * 2 > prefetch_pages_ ? prefetch_pages_ : next * 2;
-  if (ahead_on_worker_ && queue_ahead(end, page, pages, proto.slot, proto.device, descs)) return;
-  next = grown;  // on the caller: the doubling follows what was made
+  if (ahead_on_worker_ && queue_ahead(end, page, pages, proto.slot, proto.device, descs)) {
+    double_batch(next);
+    return;
+  }
   const std::string prop = proto.slot.substr(0, proto.slot.size() - sizeof(uint64_t));
   std::vector<uint64_t> made;
   for (uint64_t i = 0; i < pages; ++i) {
@@ -359,7 +358,7 @@ void ClientVmmCache::maybe_prefetch(uint64_t addr, uint64_t end, const std::stri
     made.clear();
   }
   if (made.empty()) return;
-  if (next < prefetch_pages_) next = next * 2 > prefetch_pages_ ? prefetch_pages_ : next * 2;
+  double_batch(next);
   for (size_t i = 0; i < made.size(); ++i) publish_ahead(end + i * page, page, made[i], proto.slot, proto.device, descs);
 }
 
@@ -421,15 +420,23 @@ void ClientVmmCache::maybe_continue(uint64_t addr, const Mapping& m) {
     ++left;
     at += it->second.bytes;
   }
-  int& next = next_prefetch_[slot];
-  if (next == 0) next = 2;
+  int& next = batch_of(slot);
   if (left * 2 > uint64_t(next)) return;
   auto descs = ahead_descs_.find(slot);
   if (descs == ahead_descs_.end()) return;
   const uint64_t pages = pages_ahead(at, m.bytes, h->second.device, uint64_t(next));
   if (pages == 0) return;
-  if (queue_ahead(at, m.bytes, pages, slot, h->second.device, descs->second) && next < prefetch_pages_)
-    next = next * 2 > prefetch_pages_ ? prefetch_pages_ : next * 2;
+  if (queue_ahead(at, m.bytes, pages, slot, h->second.device, descs->second)) double_batch(next);
+}
+
+int& ClientVmmCache::batch_of(const std::string& slot) {
+  int& next = next_prefetch_[slot];
+  if (next == 0) next = 2;
+  return next;
+}
+
+void ClientVmmCache::double_batch(int& next) const {
+  if (next < prefetch_pages_) next = next * 2 > prefetch_pages_ ? prefetch_pages_ : next * 2;
 }
 
 void ClientVmmCache::erase_finished_jobs() {
@@ -561,18 +568,22 @@ int ClientVmmCache::address_free(uint64_t addr, uint64_t bytes) {
 bool ClientVmmCache::take_range(uint64_t bytes, uint64_t alignment, uint64_t hint, uint64_t flags, uint64_t* base) {
   std::lock_guard<std::mutex> guard(mutex_);
   if (flags || kept_ranges_.empty()) return false;
+  auto fits = [&](std::map<uint64_t, uint64_t>::iterator it) {
+    return it->second == bytes && (!alignment || it->first % alignment == 0);
+  };
+  auto hand_out = [&](std::map<uint64_t, uint64_t>::iterator it) {
+    *base = it->first;
+    reservations_[it->first] = bytes;
+    kept_ranges_.erase(it);
+    ++stats_.ranges_reused;
+    return true;
+  };
   if (hint) {
     // The program asks for an address: a kept range there of this size is
     // it; one that only overlaps it is given back to the driver first, so
     // that the driver can honour the hint as it would have.
     auto it = kept_ranges_.find(hint);
-    if (it != kept_ranges_.end() && it->second == bytes && (!alignment || hint % alignment == 0)) {
-      *base = hint;
-      reservations_[hint] = bytes;
-      kept_ranges_.erase(it);
-      ++stats_.ranges_reused;
-      return true;
-    }
+    if (it != kept_ranges_.end() && fits(it)) return hand_out(it);
     const uint64_t end = hint + bytes < hint ? UINT64_MAX : hint + bytes;
     for (auto k = kept_ranges_.begin(); k != kept_ranges_.end();) {
       if (k->first < end && hint < k->first + k->second && flush_overlap(k->first, k->second)) {
@@ -584,14 +595,8 @@ bool ClientVmmCache::take_range(uint64_t bytes, uint64_t alignment, uint64_t hin
     }
     return false;
   }
-  for (auto it = kept_ranges_.begin(); it != kept_ranges_.end(); ++it) {
-    if (it->second != bytes || (alignment && it->first % alignment)) continue;
-    *base = it->first;
-    reservations_[it->first] = bytes;
-    kept_ranges_.erase(it);
-    ++stats_.ranges_reused;
-    return true;
-  }
+  for (auto it = kept_ranges_.begin(); it != kept_ranges_.end(); ++it)
+    if (fits(it)) return hand_out(it);
   return false;
 }
 
@@ -639,6 +644,17 @@ bool ClientVmmCache::check_handle(uint64_t handle, bool exporting, int* result) 
   return false;
 }
 
+uint64_t ClientVmmCache::drop_cached(FreeQueue& queue, FreeQueue::iterator it) {
+  const uint64_t h = it->second;
+  queue.erase(it);
+  Handle& rec = handles_[h];
+  const uint64_t bytes = rec.bytes;
+  cached_bytes_[rec.device] -= bytes;
+  if (release_for_real(h) != kClientOk) return 0;
+  stats_.trimmed_bytes += bytes;
+  return bytes;
+}
+
 uint64_t ClientVmmCache::trim(int device, uint64_t bytes) {
   std::lock_guard<std::mutex> guard(mutex_);
   uint64_t freed = 0;
@@ -646,16 +662,8 @@ uint64_t ClientVmmCache::trim(int device, uint64_t bytes) {
     // Highest addresses first: the end of a segment is the last to grow back.
     while (!queue.empty() && freed < bytes) {
       const auto last = std::prev(queue.end());
-      const uint64_t h = last->second;
-      Handle& rec = handles_[h];
-      if (rec.device != device) break;  // one slot is one device (the location is in the key)
-      queue.erase(last);
-      const uint64_t held = rec.bytes;
-      cached_bytes_[device] -= held;
-      if (release_for_real(h) == kClientOk) {
-        freed += held;
-        stats_.trimmed_bytes += held;
-      }
+      if (handles_[last->second].device != device) break;  // one slot is one device (the location is in the key)
+      freed += drop_cached(queue, last);
     }
     if (freed >= bytes) break;
   }
@@ -669,33 +677,31 @@ uint64_t ClientVmmCache::decay_step(uint64_t now_ns, uint64_t delay_ns, uint64_t
   for (auto& [device, held] : cached_bytes_) total += held;
   if (total <= floor_bytes) return 0;
   // The oldest cached handles first, across slots; stamp the ones first
-  // seen now.
-  std::vector<std::pair<uint64_t, std::pair<std::string, std::pair<uint64_t, uint64_t>>>> old;
+  // seen now. (Queues are not added to below: the pointers stay valid.)
+  struct Aged {
+    uint64_t at;
+    FreeQueue* queue;
+    FreeQueue::key_type key;
+    bool operator<(const Aged& o) const { return at < o.at || (at == o.at && key < o.key); }
+  };
+  std::vector<Aged> old;
   for (auto& [slot, queue] : free_)
-    for (auto& [order, h] : queue) {
+    for (auto& [key, h] : queue) {
       Handle& rec = handles_[h];
       if (rec.cached_at_ns == 0) rec.cached_at_ns = now_ns ? now_ns : 1;
-      else if (now_ns >= rec.cached_at_ns + delay_ns) old.push_back({rec.cached_at_ns, {slot, order}});
+      else if (now_ns >= rec.cached_at_ns + delay_ns) old.push_back({rec.cached_at_ns, &queue, key});
     }
   std::sort(old.begin(), old.end());
   uint64_t freed = 0;
   int released = 0;
-  for (const auto& [at, where] : old) {
+  for (const Aged& a : old) {
     if (released >= max_handles || total - freed <= floor_bytes) break;
-    auto& queue = free_[where.first];
-    auto it = queue.find(where.second);
-    if (it == queue.end()) continue;
-    const uint64_t h = it->second;
-    queue.erase(it);
-    Handle& rec = handles_[h];
-    const uint64_t bytes = rec.bytes;
-    cached_bytes_[rec.device] -= bytes;
+    auto it = a.queue->find(a.key);
+    if (it == a.queue->end()) continue;
+    const uint64_t got = drop_cached(*a.queue, it);
     ++released;
-    if (release_for_real(h) == kClientOk) {
-      freed += bytes;
-      stats_.trimmed_bytes += bytes;
-      stats_.decayed_bytes += bytes;
-    }
+    freed += got;
+    stats_.decayed_bytes += got;
   }
   if (released) free_empty_kept_ranges();
   return freed;

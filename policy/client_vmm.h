@@ -261,6 +261,10 @@ class ClientVmmCache {
   // The program's revive of a page made ahead: queue the next batch when
   // the program has reached the last batch.
   void maybe_continue(uint64_t addr, const Mapping& m);
+  // The pages the next batch of a slot makes (2 at first), and its doubling
+  // after a batch, up to prefetch_pages_.
+  int& batch_of(const std::string& slot);
+  void double_batch(int& next) const;
 
   // Jobs of the workers. The pages from the first one not yet published
   // to the end are pending while the job lives; `inflight` pages are being
@@ -313,6 +317,9 @@ class ClientVmmCache {
   // theirs, or UINT64_MAX; arrival): lowest first, because segments grow
   // from their start, so each handle meets its own mapping again.
   using FreeQueue = std::map<std::pair<uint64_t, uint64_t>, uint64_t>;
+  // Takes a cached handle out of its queue and releases it for real (trim,
+  // decay): the bytes freed, 0 if the driver refused.
+  uint64_t drop_cached(FreeQueue& queue, FreeQueue::iterator it);
   std::unordered_map<std::string, FreeQueue> free_;
   uint64_t arrivals_ = 0;
   std::map<int, uint64_t> cached_bytes_;
