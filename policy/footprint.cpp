@@ -13,12 +13,7 @@ uint64_t Footprint::bucket_ns() const {
   return b ? b : 1;
 }
 
-uint64_t Footprint::step_interval_ns() const {
-  uint64_t s = bucket_ns() / 8;
-  if (s < kFootprintMinStepNs) s = kFootprintMinStepNs;
-  if (s > kFootprintMaxStepNs) s = kFootprintMaxStepNs;
-  return s;
-}
+uint64_t Footprint::step_interval_ns() const { return footprint_step_ns(delay_ns_); }
 
 uint64_t Footprint::step(uint64_t now_ns, uint64_t idle_bytes, bool growth) {
   if (delay_ns_ == kNoReleaseDelay) return 0;

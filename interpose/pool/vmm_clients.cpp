@@ -370,11 +370,7 @@ uint64_t decay_step() {
     g_cache->decay_step(now, g_config.release_delay_ns, floor, kDecayHandlesPerStep);
     return CUDA_SUCCESS;
   });
-  // As the pools' steps: a 64th of the delay, within 10 ms .. 1 s.
-  uint64_t wait = g_config.release_delay_ns / 64;
-  if (wait < policy::kFootprintMinStepNs) wait = policy::kFootprintMinStepNs;
-  if (wait > policy::kFootprintMaxStepNs) wait = policy::kFootprintMaxStepNs;
-  return wait;
+  return policy::footprint_step_ns(g_config.release_delay_ns);  // as the pools' steps
 }
 
 uint64_t cached_bytes(int device) { return g_cache ? g_cache->cached_bytes(device) : 0; }
