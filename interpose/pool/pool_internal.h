@@ -10,6 +10,18 @@ namespace pagefast::pool {
 // there yet, pool off, device not poolable, or a forked child).
 policy::DevicePool* pool_for_device(int device);
 
+// sleep.cpp: the exit stop of pagefast's threads that call the driver
+// (the trim and sync threads, the pagefast-vmm workers). register_exit_stop
+// once, when the first of them starts (after the CUDA runtime registered
+// its own exit handler, so ours runs first). Each step of such a thread:
+// enter_step() (false once the exit stop has come: the thread then calls
+// leave_step() and ends), its work, leave_step(). At exit the stop is
+// raised and the exit waits up to 2 s for steps under way.
+void register_exit_stop();
+bool enter_step();
+void leave_step();
+bool exit_stopping();
+
 // sleep.cpp: the pagefast-trim thread (once; not with release_delay off),
 // and sleep/wake of every pool (pagefast_sleep's answers).
 void start_trim_thread(uint64_t release_delay_ns);

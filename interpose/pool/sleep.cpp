@@ -38,8 +38,9 @@ std::mutex g_sleep_mutex;  // one pagefast_sleep/pagefast_wake at a time
 // pthread_mutex_clocklock would need glibc 2.30, docs/PACKAGING.md.)
 constexpr int kExitWaitMs = 2000;
 std::atomic<bool> g_steps_stop{false};
-std::atomic<bool> g_trim_busy{false};  // a step of pagefast-trim is under way
-std::atomic<bool> g_sync_busy{false};  // a step of pagefast-sync is under way
+// Steps under way on pagefast's threads that call the driver: the trim and
+// sync threads' and the pagefast-vmm workers' (vmm_clients.cpp).
+std::atomic<int> g_steps_busy{0};
 pthread_once_t g_exit_once = PTHREAD_ONCE_INIT;
 
 void sleep_ns(uint64_t ns) {
@@ -51,17 +52,16 @@ void sleep_ns(uint64_t ns) {
 void stop_steps_at_exit() {
   g_steps_stop.store(true, std::memory_order_seq_cst);
   for (int ms = 0; ms < kExitWaitMs; ++ms) {
-    if (!g_trim_busy.load(std::memory_order_seq_cst) && !g_sync_busy.load(std::memory_order_seq_cst)) return;
+    if (g_steps_busy.load(std::memory_order_seq_cst) == 0) return;
     sleep_ns(1000 * 1000);
   }
 }
 
-// A forked child has neither thread (a step under way in the parent at the
-// fork left its flag raised there): its exit must not wait for one.
-void steps_after_fork_child() {
-  g_trim_busy.store(false, std::memory_order_relaxed);
-  g_sync_busy.store(false, std::memory_order_relaxed);
-}
+// A forked child has none of these threads (a step under way in the parent
+// at the fork left the count raised there): its exit must not wait for one.
+void steps_after_fork_child() { g_steps_busy.store(0, std::memory_order_relaxed); }
+
+}  // namespace
 
 void register_exit_stop() {
   pthread_once(&g_exit_once, [] {
@@ -70,12 +70,23 @@ void register_exit_stop() {
   });
 }
 
+// The count is raised before the stop is read, and the stop raised before
+// the count is read (both seq_cst): either the exit handler sees the step,
+// or the step sees the stop.
+bool enter_step() {
+  g_steps_busy.fetch_add(1, std::memory_order_seq_cst);
+  return !g_steps_stop.load(std::memory_order_seq_cst);
+}
+
+void leave_step() { g_steps_busy.fetch_sub(1, std::memory_order_seq_cst); }
+
+bool exit_stopping() { return g_steps_stop.load(std::memory_order_relaxed); }
+
+namespace {
+
 // A service thread: one step over every pool, then the least wait any pool
-// asked for (at most `longest`), until the exit stop. busy is raised before
-// stop is read, and stop before busy is read (both seq_cst): either the
-// exit handler sees the step, or the step sees the stop.
+// asked for (at most `longest`), until the exit stop (enter_step).
 struct ServiceLoop {
-  std::atomic<bool>* busy;
   uint64_t longest;
   uint64_t (*step)(policy::DevicePool& pool);  // returns the pool's wait
   uint64_t (*once)();                          // after the pools, once a round (or NULL); returns its wait
@@ -85,8 +96,7 @@ void* service_main(void* arg) {
   const ServiceLoop& loop = *static_cast<const ServiceLoop*>(arg);
   while (true) {
     uint64_t wait = loop.longest;
-    loop.busy->store(true, std::memory_order_seq_cst);
-    const bool on = !g_steps_stop.load(std::memory_order_seq_cst);
+    const bool on = enter_step();
     if (on)
       for (int d = 0; d < kMaxDevices; ++d)
         if (policy::DevicePool* pool = pool_for_device(d)) {
@@ -97,7 +107,7 @@ void* service_main(void* arg) {
       const uint64_t w = loop.once();
       if (w < wait) wait = w;
     }
-    loop.busy->store(false, std::memory_order_seq_cst);
+    leave_step();
     if (!on) return nullptr;
     sleep_ns(wait);
   }
@@ -105,13 +115,13 @@ void* service_main(void* arg) {
 
 // The trim thread also lets the program's released VMM memory decay
 // (clients::decay_step, docs/VMM-CLIENTS.md).
-constexpr ServiceLoop kTrimLoop{&g_trim_busy, policy::kFootprintMaxStepNs,
+constexpr ServiceLoop kTrimLoop{policy::kFootprintMaxStepNs,
                                 [](policy::DevicePool& pool) {
                                   pool.decay_step();
                                   return pool.footprint_interval_ns();
                                 },
                                 &clients::decay_step};
-constexpr ServiceLoop kSyncLoop{&g_sync_busy, policy::kSyncAheadIdleNs,
+constexpr ServiceLoop kSyncLoop{policy::kSyncAheadIdleNs,
                                 [](policy::DevicePool& pool) { return pool.sync_ahead_step(); }, nullptr};
 
 }  // namespace

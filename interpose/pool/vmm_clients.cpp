@@ -9,7 +9,6 @@
 #include "interpose/pool/vmm_clients.h"
 
 #include <cstddef>
-#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <new>
@@ -108,14 +107,13 @@ LogSink g_log = nullptr;
 // started at the first job, never in a constructor; all signals blocked.
 // Two, because the driver opens pages for two threads at once faster than
 // for one (docs/BENCHMARKS.md "VMM calls on a second thread": 36 and 63 us
-// a page side by side, against 33 alone). At exit they stop taking pages,
-// and the exit waits (up to 2 s) for the pages they are making, so that no
-// driver call of theirs overlaps the driver's teardown. A forked child
-// never has them: the cache is off there (switch_off).
+// a page side by side, against 33 alone). Each page is a step under the
+// exit stop of sleep.cpp (enter_step): at exit they stop taking pages and
+// the exit waits for the pages they are making, so that no driver call of
+// theirs overlaps the driver's teardown. A forked child never has them:
+// the cache is off there (switch_off).
 constexpr int kWorkers = 2;
 std::atomic<int> g_worker{0};  // 0 not started, 1 running, -1 could not start
-std::atomic<bool> g_worker_stop{false};
-std::atomic<int> g_workers_busy{0};
 constexpr uint64_t kWorkerIdleNs = 100ull * 1000 * 1000;
 // A decay step releases at most this many handles (30-34 us each on the
 // H200, under the cache's lock), as the pool's releases at most 8 chunks.
@@ -123,8 +121,7 @@ constexpr int kDecayHandlesPerStep = 8;
 
 void* worker_main(void*) {
   while (true) {
-    g_workers_busy.fetch_add(1, std::memory_order_seq_cst);
-    if (g_worker_stop.load(std::memory_order_seq_cst)) break;
+    if (!enter_step()) break;
     bool worked = false;
     try {
       worked = g_on.load(std::memory_order_acquire) && g_cache->work_one();
@@ -132,7 +129,7 @@ void* worker_main(void*) {
       // Out of host memory publishing a page: the program's next call
       // finds the same condition and gives the cache up.
     }
-    g_workers_busy.fetch_sub(1, std::memory_order_seq_cst);
+    leave_step();
     if (!worked) {
       try {
         g_cache->wait_for_work(kWorkerIdleNs);
@@ -140,25 +137,17 @@ void* worker_main(void*) {
       }
     }
   }
-  g_workers_busy.fetch_sub(1, std::memory_order_seq_cst);
+  leave_step();
   return nullptr;
-}
-
-void stop_worker_at_exit() {
-  g_worker_stop.store(true, std::memory_order_seq_cst);
-  for (int ms = 0; ms < 2000 && g_workers_busy.load(std::memory_order_seq_cst) > 0; ++ms) {
-    timespec ts{0, 1000 * 1000};
-    nanosleep(&ts, nullptr);
-  }
 }
 
 bool RealClientDriver::wake_worker() {
   int state = g_worker.load(std::memory_order_acquire);
-  if (state == 1) return !g_worker_stop.load(std::memory_order_relaxed);
+  if (state == 1) return !exit_stopping();
   if (state < 0) return false;
   // Under the cache's lock: one thread gets here at a time.
-  if (std::atexit(&stop_worker_at_exit) != 0 ||
-      start_service_thread(nullptr, &worker_main, nullptr, "pagefast-vmm") != 0) {
+  register_exit_stop();
+  if (start_service_thread(nullptr, &worker_main, nullptr, "pagefast-vmm") != 0) {
     g_worker.store(-1, std::memory_order_release);
     if (g_log) g_log(LogLevel::Warn, "could not start the pagefast-vmm thread; growth ahead runs on the program's thread");
     return false;
