@@ -132,6 +132,33 @@ int segments(int rounds, int pages) {
   return 0;
 }
 
+// One round of a segment growing page by page at `base` (create, map at
+// the end, open that page, fill it), then checked and shrunk to nothing.
+void grow_and_shrink(CUdeviceptr base, int pages, size_t page, const CUmemAllocationProp& prop,
+                     const CUmemAccessDesc& access, std::vector<CUmemGenericAllocationHandle>& handles,
+                     unsigned pattern) {
+  int grown = 0;
+  for (; grown < pages; ++grown) {
+    const CUdeviceptr at = base + size_t(grown) * page;
+    if (say("create", cuMemCreate(&handles[size_t(grown)], page, &prop, 0)) != CUDA_SUCCESS) break;
+    if (say("map", cuMemMap(at, page, 0, handles[size_t(grown)], 0)) != CUDA_SUCCESS) {
+      say("release", cuMemRelease(handles[size_t(grown)]));
+      break;
+    }
+    if (say("access", cuMemSetAccess(at, page, &access, 1)) != CUDA_SUCCESS) {
+      say("unmap", cuMemUnmap(at, page));
+      say("release", cuMemRelease(handles[size_t(grown)]));
+      break;
+    }
+    fill_and_check("page", at, page, pattern + unsigned(grown));
+  }
+  for (int i = 0; i < grown; ++i) expect_value("page kept", base + size_t(i) * page, page, pattern + unsigned(i));
+  for (int i = 0; i < grown; ++i) {
+    say("unmap", cuMemUnmap(base + size_t(i) * page, page));
+    say("release", cuMemRelease(handles[size_t(i)]));
+  }
+}
+
 // PyTorch's seed loop on an expandable segment: grow page by page (create,
 // map at the end, open that page), fill each page; shrink all; again.
 int grow(int rounds, int pages) {
@@ -141,33 +168,14 @@ int grow(int rounds, int pages) {
   CUdeviceptr base = 0;
   if (say("reserve", cuMemAddressReserve(&base, size_t(pages) * 4 * page, 0, 0, 0)) != CUDA_SUCCESS) return 0;
   std::vector<CUmemGenericAllocationHandle> handles(static_cast<size_t>(pages), 0);
-  for (int round = 0; round < rounds; ++round) {
-    int grown = 0;
-    for (; grown < pages; ++grown) {
-      const CUdeviceptr at = base + size_t(grown) * page;
-      if (say("create", cuMemCreate(&handles[size_t(grown)], page, &prop, 0)) != CUDA_SUCCESS) break;
-      if (say("map", cuMemMap(at, page, 0, handles[size_t(grown)], 0)) != CUDA_SUCCESS) {
-        say("release", cuMemRelease(handles[size_t(grown)]));
-        break;
-      }
-      if (say("access", cuMemSetAccess(at, page, &access, 1)) != CUDA_SUCCESS) {
-        say("unmap", cuMemUnmap(at, page));
-        say("release", cuMemRelease(handles[size_t(grown)]));
-        break;
-      }
-      fill_and_check("page", at, page, 0x9a000000u + unsigned(round * 4096 + grown));
-    }
-    for (int i = 0; i < grown; ++i)
-      expect_value("page kept", base + size_t(i) * page, page, 0x9a000000u + unsigned(round * 4096 + i));
-    for (int i = 0; i < grown; ++i) {
-      say("unmap", cuMemUnmap(base + size_t(i) * page, page));
-      say("release", cuMemRelease(handles[size_t(i)]));
-    }
-  }
+  for (int round = 0; round < rounds; ++round)
+    grow_and_shrink(base, pages, page, prop, access, handles, 0x9a000000u + unsigned(round * 4096));
   say("address free", cuMemAddressFree(base, size_t(pages) * 4 * page));
   return 0;
 }
 
+// PyTorch's empty_cache on an expandable segment, round after round: a
+// fresh reservation each round, grown and shrunk, then freed.
 int empty(int rounds, int pages, int idle_ms) {
   const CUmemAllocationProp prop = device_prop(true);
   const CUmemAccessDesc access = rw_access();
@@ -176,27 +184,7 @@ int empty(int rounds, int pages, int idle_ms) {
   for (int round = 0; round < rounds; ++round) {
     CUdeviceptr base = 0;
     if (say("reserve", cuMemAddressReserve(&base, size_t(pages) * 2 * page, 0, 0, 0)) != CUDA_SUCCESS) return 0;
-    int grown = 0;
-    for (; grown < pages; ++grown) {
-      const CUdeviceptr at = base + size_t(grown) * page;
-      if (say("create", cuMemCreate(&handles[size_t(grown)], page, &prop, 0)) != CUDA_SUCCESS) break;
-      if (say("map", cuMemMap(at, page, 0, handles[size_t(grown)], 0)) != CUDA_SUCCESS) {
-        say("release", cuMemRelease(handles[size_t(grown)]));
-        break;
-      }
-      if (say("access", cuMemSetAccess(at, page, &access, 1)) != CUDA_SUCCESS) {
-        say("unmap", cuMemUnmap(at, page));
-        say("release", cuMemRelease(handles[size_t(grown)]));
-        break;
-      }
-      fill_and_check("page", at, page, 0xe0000000u + unsigned(round * 4096 + grown));
-    }
-    for (int i = 0; i < grown; ++i)
-      expect_value("page kept", base + size_t(i) * page, page, 0xe0000000u + unsigned(round * 4096 + i));
-    for (int i = 0; i < grown; ++i) {
-      say("unmap", cuMemUnmap(base + size_t(i) * page, page));
-      say("release", cuMemRelease(handles[size_t(i)]));
-    }
+    grow_and_shrink(base, pages, page, prop, access, handles, 0xe0000000u + unsigned(round * 4096));
     say("address free", cuMemAddressFree(base, size_t(pages) * 2 * page));
   }
   if (idle_ms > 0) usleep(useconds_t(idle_ms) * 1000);
