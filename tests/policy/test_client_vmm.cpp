@@ -266,6 +266,14 @@ int grow_page_by_page(Program& p, int pages, std::vector<uint64_t>* hs) {
   return pages;
 }
 
+// Shrinks what grow_page_by_page grew: each page unmapped, its handle released.
+void shrink_page_by_page(Program& p, const std::vector<uint64_t>& hs) {
+  for (size_t i = 0; i < hs.size(); ++i) {
+    REQUIRE(p.unmap(kBase + uint64_t(i) * kSeg, kSeg) == kClientOk);
+    REQUIRE(p.release(hs[i]) == kClientOk);
+  }
+}
+
 TEST_CASE("client vmm: growth ahead opens a growing segment with one access call per doubling") {
   FakeDriver fake;
   ClientVmmCache cache(fake, 2, 1, 32);
@@ -296,10 +304,7 @@ TEST_CASE("client vmm: growth ahead opens a growing segment with one access call
   CHECK(fake.total_calls() == before);
   // Never past the reservation, and all of it given back by a trim.
   for (auto& [a, m] : fake.maps) CHECK(a + m.bytes <= kBase + 100 * kSeg);
-  for (int i = 0; i < 64; ++i) {
-    REQUIRE(p.unmap(kBase + uint64_t(i) * kSeg, kSeg) == kClientOk);
-    REQUIRE(p.release(hs[size_t(i)]) == kClientOk);
-  }
+  shrink_page_by_page(p, hs);
   cache.trim(0, UINT64_MAX);
   CHECK(fake.maps.empty());
   CHECK(fake.handles.empty());
@@ -880,17 +885,10 @@ TEST_CASE("client vmm: a freed range of deferred mappings is kept, and the next 
   Program p{fake, &cache};
   const uint64_t range = 64 * kSeg;
   cache.note_reserved(kBase, range);
-  std::vector<uint64_t> hs(8);
-  for (int i = 0; i < 8; ++i) {
-    REQUIRE(p.create(kSeg, kProp, &hs[size_t(i)]) == kClientOk);
-    REQUIRE(p.map(kBase + uint64_t(i) * kSeg, kSeg, 0, hs[size_t(i)]) == kClientOk);
-    REQUIRE(p.access(kBase + uint64_t(i) * kSeg, kSeg, kRW) == kClientOk);
-  }
+  std::vector<uint64_t> hs;
+  REQUIRE(grow_page_by_page(p, 8, &hs) == 8);
   // empty_cache: unmap and release every page, free the range.
-  for (int i = 0; i < 8; ++i) {
-    REQUIRE(p.unmap(kBase + uint64_t(i) * kSeg, kSeg) == kClientOk);
-    REQUIRE(p.release(hs[size_t(i)]) == kClientOk);
-  }
+  shrink_page_by_page(p, hs);
   const int before = fake.total_calls();
   REQUIRE(p.address_free(kBase, range) == kClientOk);
   CHECK(fake.total_calls() == before);  // kept: no unmap, no free at the driver
@@ -904,13 +902,8 @@ TEST_CASE("client vmm: a freed range of deferred mappings is kept, and the next 
   CHECK(base == kBase);
   cache.note_reserved(base, range);  // the glue notes what it hands out too
   // Growing again: every page comes back where it was, open; no driver call.
-  for (int i = 0; i < 8; ++i) {
-    uint64_t h = 0;
-    REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
-    REQUIRE(p.map(kBase + uint64_t(i) * kSeg, kSeg, 0, h) == kClientOk);
-    REQUIRE(p.access(kBase + uint64_t(i) * kSeg, kSeg, kRW) == kClientOk);
-    CHECK(fake.maps.at(kBase + uint64_t(i) * kSeg).handle == h);
-  }
+  REQUIRE(grow_page_by_page(p, 8, &hs) == 8);
+  for (int i = 0; i < 8; ++i) CHECK(fake.maps.at(kBase + uint64_t(i) * kSeg).handle == hs[size_t(i)]);
   CHECK(fake.total_calls() == before);
   CHECK(cache.stats().ranges_reused == 1);
 }
@@ -973,10 +966,7 @@ TEST_CASE("client vmm: cached handles unused for release_delay decay to the driv
     REQUIRE(p.map(kBase + uint64_t(i) * kSeg, kSeg, 0, hs[size_t(i)]) == kClientOk);
   }
   REQUIRE(p.access(kBase, 12 * kSeg, kRW) == kClientOk);
-  for (int i = 0; i < 12; ++i) {
-    REQUIRE(p.unmap(kBase + uint64_t(i) * kSeg, kSeg) == kClientOk);
-    REQUIRE(p.release(hs[size_t(i)]) == kClientOk);
-  }
+  shrink_page_by_page(p, hs);
   REQUIRE(p.address_free(kBase, range) == kClientOk);  // kept
   CHECK(cache.cached_bytes(0) == 12 * kSeg);
   // The first step sees them cached; nothing is old yet.
