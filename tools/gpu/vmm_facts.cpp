@@ -131,16 +131,47 @@ double median_of(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-void threads_section(CUcontext ctx, const CUmemAllocationProp& prop, const CUmemAccessDesc& access) {
-  constexpr int kPages = 32, kRounds = 5;
-  CUdeviceptr a = 0, b = 0;
-  MUST(cuMemAddressReserve(&a, kPages * kPageBytes, 0, 0, 0));
-  MUST(cuMemAddressReserve(&b, kPages * kPageBytes, 0, 0, 0));
-  CUstream stream;
-  MUST(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-  CUdeviceptr target = 0;
-  MUST(cuMemAlloc(&target, 4096));
+// Sections 5 and 6: kRounds rounds over two reserved ranges of kPages pages
+// (a, b), a stream and a small target for launches; given back when the
+// section ends.
+constexpr int kPages = 32, kRounds = 5;
+struct TwoRanges {
+  CUdeviceptr a = 0, b = 0, target = 0;
+  CUstream stream = nullptr;
   std::vector<Page> pa, pb;
+  TwoRanges() {
+    MUST(cuMemAddressReserve(&a, kPages * kPageBytes, 0, 0, 0));
+    MUST(cuMemAddressReserve(&b, kPages * kPageBytes, 0, 0, 0));
+    MUST(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    MUST(cuMemAlloc(&target, 4096));
+  }
+  ~TwoRanges() {
+    MUST(cuMemFree(target));
+    MUST(cuStreamDestroy(stream));
+    MUST(cuMemAddressFree(a, kPages * kPageBytes));
+    MUST(cuMemAddressFree(b, kPages * kPageBytes));
+  }
+};
+
+// This thread's launch rate with nothing else going on, over 50 ms.
+double launch_for_50ms(CUstream stream, CUdeviceptr target) {
+  std::atomic<bool> stop{false};
+  std::thread timer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    stop = true;
+  });
+  const double rate = launch_until(stream, target, stop);
+  timer.join();
+  return rate;
+}
+
+void threads_section(CUcontext ctx, const CUmemAllocationProp& prop, const CUmemAccessDesc& access) {
+  TwoRanges r;
+  const CUdeviceptr a = r.a, b = r.b;
+  const CUstream stream = r.stream;
+  const CUdeviceptr target = r.target;
+  std::vector<Page>& pa = r.pa;
+  std::vector<Page>& pb = r.pb;
 
   // Alone: pages opened and closed on this thread; launches alone.
   std::vector<double> alone_open, alone_close, alone_launch, worker_open, worker_close, busy_launch;
@@ -148,13 +179,7 @@ void threads_section(CUcontext ctx, const CUmemAllocationProp& prop, const CUmem
   for (int round = 0; round < kRounds; ++round) {
     alone_open.push_back(open_pages(a, kPages, prop, access, &pa));
     alone_close.push_back(close_pages(a, &pa));
-    std::atomic<bool> stop{false};
-    std::thread timer([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      stop = true;
-    });
-    alone_launch.push_back(launch_until(stream, target, stop));
-    timer.join();
+    alone_launch.push_back(launch_for_50ms(stream, target));
 
     // A worker opens and closes pages while this thread launches.
     std::atomic<bool> done{false};
@@ -198,23 +223,16 @@ void threads_section(CUcontext ctx, const CUmemAllocationProp& prop, const CUmem
               median_of(worker_open), median_of(worker_close), median_of(busy_launch));
   std::printf("  both threads opening pages at once: this thread %.1f us/page (alone %.1f), worker %.1f us/page\n",
               median_of(main_open_busy), median_of(main_open_alone), median_of(worker_open_vmm));
-  MUST(cuMemFree(target));
-  MUST(cuStreamDestroy(stream));
-  MUST(cuMemAddressFree(a, kPages * kPageBytes));
-  MUST(cuMemAddressFree(b, kPages * kPageBytes));
 }
 
 // 6: first touch, and launches beside two workers.
 void first_pass_section(CUcontext ctx, const CUmemAllocationProp& prop, const CUmemAccessDesc& access) {
-  constexpr int kPages = 32, kRounds = 5;
-  CUdeviceptr a = 0, b = 0;
-  MUST(cuMemAddressReserve(&a, kPages * kPageBytes, 0, 0, 0));
-  MUST(cuMemAddressReserve(&b, kPages * kPageBytes, 0, 0, 0));
-  CUstream stream;
-  MUST(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-  CUdeviceptr target = 0;
-  MUST(cuMemAlloc(&target, 4096));
-  std::vector<Page> pa, pb;
+  TwoRanges r;
+  const CUdeviceptr a = r.a, b = r.b;
+  const CUstream stream = r.stream;
+  const CUdeviceptr target = r.target;
+  std::vector<Page>& pa = r.pa;
+  std::vector<Page>& pb = r.pb;
   std::vector<double> first, again, one_worker, two_workers, alone;
   auto write_all = [&](CUdeviceptr base) {
     const double t0 = now_us();
@@ -228,13 +246,7 @@ void first_pass_section(CUcontext ctx, const CUmemAllocationProp& prop, const CU
     again.push_back(write_all(a));
     close_pages(a, &pa);
 
-    std::atomic<bool> stop{false};
-    std::thread timer([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      stop = true;
-    });
-    alone.push_back(launch_until(stream, target, stop));
-    timer.join();
+    alone.push_back(launch_for_50ms(stream, target));
     for (int workers = 1; workers <= 2; ++workers) {
       std::atomic<int> left{workers};
       std::atomic<bool> done{false};
@@ -257,10 +269,6 @@ void first_pass_section(CUcontext ctx, const CUmemAllocationProp& prop, const CU
               median_of(first), median_of(again));
   std::printf("  launches alone %.0f /ms, while one worker opens and closes pages %.0f /ms, while two %.0f /ms\n",
               median_of(alone), median_of(one_worker), median_of(two_workers));
-  MUST(cuMemFree(target));
-  MUST(cuStreamDestroy(stream));
-  MUST(cuMemAddressFree(a, kPages * kPageBytes));
-  MUST(cuMemAddressFree(b, kPages * kPageBytes));
 }
 
 }  // namespace
