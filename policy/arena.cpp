@@ -149,7 +149,7 @@ void Arena::give_back(Block* block) {
 Block* Arena::neighbour_ending_at(uint64_t addr) const {
   Span* span = page_map_.lookup(addr - kGranuleBytes);
   if (!span || span->pool != owner_) return nullptr;
-  Block* block = span->kind == SpanKind::Slab ? static_cast<Slab*>(span)->backing : static_cast<Block*>(span);
+  Block* block = arena_block_of(span);
   if (!block || block->stitch || block->load_state() == BlockState::Spare || block->end_addr() != addr) return nullptr;
   return block;
 }
@@ -157,7 +157,7 @@ Block* Arena::neighbour_ending_at(uint64_t addr) const {
 Block* Arena::neighbour_starting_at(uint64_t addr) const {
   Span* span = page_map_.lookup(addr);
   if (!span || span->pool != owner_) return nullptr;
-  Block* block = span->kind == SpanKind::Slab ? static_cast<Slab*>(span)->backing : static_cast<Block*>(span);
+  Block* block = arena_block_of(span);
   if (!block || block->stitch || block->load_state() == BlockState::Spare || block->addr() != addr) return nullptr;
   return block;
 }
@@ -593,9 +593,7 @@ std::string Arena::layout() const {
   for (auto it = chunks_.begin(); it != chunks_.end(); ++it) {
     if (it->first < run_end) continue;
     Span* span = page_map_.lookup(it->first);
-    const Block* b = !span ? nullptr
-                     : span->kind == SpanKind::Slab ? static_cast<const Slab*>(span)->backing
-                                                    : static_cast<const Block*>(span);
+    const Block* b = arena_block_of(span);
     if (!b) continue;
     if (!out.empty()) out += ' ';
     out += b->big ? "[big" : "[";
@@ -625,7 +623,7 @@ std::string Arena::check() const {
     // A run starts here: its first granule is exact in the page map.
     Span* span = page_map_.lookup(it->first);
     if (!span) return "run start has no page-map entry";
-    Block* b = span->kind == SpanKind::Slab ? static_cast<Slab*>(span)->backing : static_cast<Block*>(span);
+    Block* b = arena_block_of(span);
     if (!b || b->addr() != it->first) return "run start is not a block start";
     if (b->addr_prev) return "run start has a predecessor";
     const bool run_big = b->big;
@@ -666,9 +664,7 @@ std::string Arena::check() const {
   for (const auto& range : opened_) {
     if (chunks_.count(range.first)) continue;
     Span* span = page_map_.lookup(range.first);
-    const Block* b = !span                           ? nullptr
-                     : span->kind == SpanKind::Slab ? static_cast<const Slab*>(span)->backing
-                                                    : static_cast<const Block*>(span);
+    const Block* b = arena_block_of(span);
     if (!b || !b->stitch || b->addr() != range.first || b->granules() != range.second)
       return "an opened range is neither a chunk nor a stitch";
   }

@@ -26,9 +26,7 @@ Arena::SleepResult Arena::sleep(bool keep, Clock& clock) {
   for (const auto& range : opened_) {
     if (chunks_.count(range.first)) continue;
     Span* span = page_map_.lookup(range.first);
-    Block* b = !span                           ? nullptr
-               : span->kind == SpanKind::Slab ? static_cast<Slab*>(span)->backing
-                                              : static_cast<Block*>(span);
+    Block* b = arena_block_of(span);
     if (!b || !b->stitch) continue;
     for (const StitchInfo::Map& m : b->stitch->maps) {
       bool ok = false;

@@ -122,6 +122,13 @@ struct Slab : Span {
   Slab* all_next = nullptr;  // every record of the class, for teardown
 };
 
+// The arena block under a span: a block is its own, a slab's is the block
+// it cuts (NULL for a slab not backed yet, or for no span).
+inline Block* arena_block_of(Span* span) {
+  return !span ? nullptr : span->kind == SpanKind::Slab ? static_cast<Slab*>(span)->backing : static_cast<Block*>(span);
+}
+inline const Block* arena_block_of(const Span* span) { return arena_block_of(const_cast<Span*>(span)); }
+
 // A free list of records, refilled in batches of kRefill on slow paths,
 // linked through the record's own list_next (no container that could
 // throw). Not thread-safe: the owner's lock protects it.

@@ -214,8 +214,7 @@ bool DevicePool::export_of(const Span* span, uint64_t addr, Export* out) {
   // Under the device lock the block cannot be retired to the arena, cut
   // or stitched while its pieces are read.
   if (!range_of(span, addr, &out->range)) return false;
-  const Block* container = span->kind == SpanKind::Slab ? static_cast<const Slab*>(span)->backing
-                                                         : static_cast<const Block*>(span);
+  const Block* container = arena_block_of(span);
   if (!container) return false;
   const uint64_t first = out->range.base_addr & ~(kGranuleBytes - 1);
   const uint64_t last = out->range.base_addr + out->range.bytes;
