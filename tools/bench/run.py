@@ -6,7 +6,7 @@ between allocators measured in this same run. Builds nothing: it runs what
 the build folder holds.
 
   tools/bench/run.py [--build DIR] [--repeats N]
-                     [--only alloc,threads,cold,gather,seed,train,overhead,passthrough,big,vmm,jax]
+                     [--only alloc,threads,cold,gather,seed,train,overhead,passthrough,big,vmm,jax,hf]
                      [--csv FILE] [--md FILE] [--svg-dir DIR]
   tools/bench/run.py --from-csv FILE [--md FILE] [--svg-dir DIR]
 
@@ -76,7 +76,7 @@ MODELS = ["resnet18", "transformer"]
 # --only's names and the bench column of the rows each one writes.
 SECTIONS = {"alloc": "pairs", "threads": "threads", "cold": "cold", "gather": "gather", "seed": "seed",
             "train": "train", "overhead": "overhead", "passthrough": "passthrough", "big": "big", "vmm": "vmm",
-            "jax": "jax"}
+            "jax": "jax", "hf": "hf"}
 # Issue 11: what forwarding costs. Every configuration runs the same number
 # of pairs (BENCH_REPEATS) in fresh processes, interleaved; the variants
 # tell pagefast's own start-up work (NUMA binding, the live-stats thread)
@@ -100,6 +100,17 @@ VMM_LABELS = [("without", {}), ("with", None), ("with vmm_cache:off", {"PAGEFAST
               ("with vmm_grow_ahead:32", {"PAGEFAST_CONF": "vmm_grow_ahead:32"})]
 # The cost of pagefast's own observability on a pool hit (issue 5): stats on
 # (the default), stats:off, and tracing on.
+# The vmm section's seed rows also report first_host_s (the first pass until
+# its last launch returned: the program's thread) and a floor: the seed
+# without pagefast with PyTorch's allocator warmed first (seed.py
+# --prewarm), what the first pass costs when nothing has to grow.
+VMM_SEED_METRICS = SEED_PASSES + ["first_host_s"]
+# A Hugging Face model (tools/bench/hf_train.py) with expandable segments:
+# the program's own VMM calls in a real training loop, an empty_cache in the
+# middle; losses must be bit-identical.
+HF_LABELS = [("without", {}), ("with", None), ("with vmm_cache:off", {"PAGEFAST_CONF": "vmm_cache:off"}),
+             ("with vmm_grow_ahead:32", {"PAGEFAST_CONF": "vmm_grow_ahead:32"})]
+HF_METRICS = ["first_step_s", "regrow_step_s", "median_step_s", "peak_reserved_mib"]
 OVERHEAD_CONFIGS = ["stats on", "stats off", "trace on"]
 OVERHEAD_SIZES = "512,65536,4194304,67108864"
 
@@ -212,8 +223,26 @@ def measure(args, t, only):
                     t.add("vmm", f"segments/{label}", "16x20MiB", "first_round_ns", res["first_round_ns"])
                     t.add("vmm", f"segments/{label}", "16x20MiB", "p50_round_ns", res["p50_round_ns"])
                 for res in results(run(seed, dict(env, **expandable)).stdout):
-                    for metric in SEED_PASSES:
+                    for metric in VMM_SEED_METRICS:
                         t.add("vmm", f"seed/{label}", "1000x4MiB", metric, res[metric])
+            for res in results(run(seed + ["--prewarm"], expandable).stdout):
+                t.add("vmm", "seed/floor", "1000x4MiB", "first_s", res["first_s"])
+
+    if "hf" in only:
+        hf = [py, os.path.join(HERE, "hf_train.py"), "20", "--empty-cache-at", "9"]
+        expandable = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+        losses = {}
+        for _ in range(args.repeats):
+            for label, extra in shuffled(HF_LABELS):
+                env = {} if label == "without" else dict(pf, **(extra or {}))
+                r = run(hf, dict(env, **expandable), timeout=600)
+                for res in results(r.stdout):
+                    for metric in HF_METRICS:
+                        t.add("hf", label, "gpt2", metric, res[metric])
+                m = re.search(r"^losses (.*)$", r.stdout, re.M)
+                losses.setdefault(label, set()).add(m.group(1) if m else None)
+        every = set().union(*losses.values()) if losses else {None}
+        t.add("hf", "losses", "gpt2", "identical", 1.0 if len(every) == 1 and None not in every else 0.0)
 
     if "jax" in only:
         jax = [py, os.path.join(HERE, "jax_loop.py"), "200"]
@@ -353,11 +382,28 @@ def tables(t, sections):
                "| workload | metric | " + " | ".join(l for l, _ in VMM_LABELS) + " | with / without |",
                "| --- | --- |" + " ---: |" * (len(VMM_LABELS) + 1)]
         for work, key, metrics in [("segments", "16x20MiB", ["first_round_ns", "p50_round_ns"]),
-                                   ("seed", "1000x4MiB", SEED_PASSES)]:
+                                   ("seed", "1000x4MiB", VMM_SEED_METRICS)]:
             for metric in metrics:
                 v = [t.median("vmm", f"{work}/{l}", key, metric) for l, _ in VMM_LABELS]
                 md.append(f"| {work} | {metric} | " + " | ".join(f"{x:.6g}" for x in v) + f" | {v[1] / v[0]:.3f} |")
+        floor = t.median("vmm", "seed/floor", "1000x4MiB", "first_s")
+        if not math.isnan(floor):
+            first = t.median("vmm", "seed/without", "1000x4MiB", "first_s")
+            md += ["", f"Seed floor (without pagefast, PyTorch's allocator warmed first, nothing grows): first pass "
+                       f"{floor:.6g} s, {floor / first:.3f} of without's first pass: what the first pass costs when "
+                       f"nothing has to grow (the randn kernel's first load included)."]
         md.append("")
+
+    if "hf" in sections:
+        md += ["### Hugging Face GPT-2 (random weights), expandable segments, empty_cache after step 9 "
+               "(median of fresh processes)", "",
+               "| metric | " + " | ".join(l for l, _ in HF_LABELS) + " | with / without |",
+               "| --- |" + " ---: |" * (len(HF_LABELS) + 1)]
+        for metric in HF_METRICS:
+            v = [t.median("hf", l, "gpt2", metric) for l, _ in HF_LABELS]
+            md.append(f"| {metric} | " + " | ".join(f"{x:.6g}" for x in v) + f" | {v[1] / v[0]:.3f} |")
+        same = t.median("hf", "losses", "gpt2", "identical")
+        md += ["", f"Losses bit-identical in every process: {'?' if math.isnan(same) else 'yes' if same == 1 else 'NO'}", ""]
 
     if "jax" in sections:
         a, b = t.median("jax", "without", "platform", "median_step_s"), t.median("jax", "with", "platform", "median_step_s")

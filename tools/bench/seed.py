@@ -3,7 +3,14 @@
 on the GPU, synchronised: first pass, second pass (cached), and a pass after
 torch.cuda.empty_cache(). Prints one RESULT line with the three times and
 PyTorch's own count of device allocations (num_device_alloc / free), which
-the GPU check compares with pagefast's stats, and a checksum of the data."""
+the GPU check compares with pagefast's stats, and a checksum of the data.
+
+first_host_s is the first pass's time until its last randn call returned
+(the program's thread: allocator, driver calls, launches); the rest of
+first_s is waiting for the GPU. With --prewarm, 1000 4 MiB tensors are
+allocated with torch.empty (no kernel) and freed before the first pass, so
+that pass grows nothing: what a first pass costs with a warm allocator (the
+randn kernel's first load included), the floor for any allocator."""
 import sys
 import time
 
@@ -14,25 +21,31 @@ def one_pass():
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     xs = [torch.randn(1024, 1024, device="cuda") for _ in range(1000)]
+    host = time.perf_counter() - t0
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     checksum = float(sum(x[0, 0].item() for x in xs[:10]))
     del xs
-    return dt, checksum
+    return dt, checksum, host
 
 
 def main():
     torch.manual_seed(0)
     torch.cuda.init()
     torch.empty(1, device="cuda")  # context and caching allocator up
-    first, c1 = one_pass()
-    second, c2 = one_pass()
+    if "--prewarm" in sys.argv:
+        xs = [torch.empty(1024, 1024, device="cuda") for _ in range(1000)]
+        del xs
+        torch.cuda.synchronize()
+    first, c1, first_host = one_pass()
+    second, c2, _ = one_pass()
     torch.cuda.empty_cache()
-    after, c3 = one_pass()
+    after, c3, _ = one_pass()
     torch.cuda.synchronize()
     stats = torch.cuda.memory_stats()
-    label = sys.argv[1] if len(sys.argv) > 1 else "run"
-    print(f"RESULT label={label} first_s={first:.5f} second_s={second:.5f} after_empty_cache_s={after:.5f} "
+    args = [a for a in sys.argv[1:] if a != "--prewarm"]
+    label = args[0] if args else "run"
+    print(f"RESULT label={label} first_s={first:.5f} second_s={second:.5f} after_empty_cache_s={after:.5f} first_host_s={first_host:.5f} "
           f"num_device_alloc={stats.get('num_device_alloc', -1)} num_device_free={stats.get('num_device_free', -1)}")
     print(f"checksum {c1:.6f} {c2:.6f} {c3:.6f}")
 
