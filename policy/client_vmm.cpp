@@ -23,6 +23,7 @@ bool ClientVmmCache::take(uint64_t bytes, const std::string& prop, uint64_t* han
   // program will map next). A worker that does not deliver within a
   // second (it never should) is not waited for again: the job stops.
   bool waited = false;
+  uint64_t wait_from = 0;
   while (jobs_count_.load(std::memory_order_relaxed) != 0) {
     // The job's first page not yet published comes before any cached page
     // of these properties at a higher address: the program maps in order.
@@ -32,7 +33,10 @@ bool ClientVmmCache::take(uint64_t bytes, const std::string& prop, uint64_t* han
     for (const AheadJob& j : jobs_)
       if (j.slot == key && !j.stop && (j.inflight || j.begun < j.pages) && j.first_unpublished() < lowest) wait = true;
     if (!wait) break;
-    if (!waited) ++stats_.ahead_waits;
+    if (!waited) {
+      ++stats_.ahead_waits;
+      wait_from = driver_.now_ns();
+    }
     waited = true;
     // wait_until on the system clock: a steady-clock wait would need
     // pthread_cond_clockwait (glibc 2.34; docs/PACKAGING.md's baseline is 2.28).
@@ -46,6 +50,7 @@ bool ClientVmmCache::take(uint64_t bytes, const std::string& prop, uint64_t* han
     }
     slot = free_.find(key);
   }
+  if (waited) stats_.ahead_wait_ns += driver_.now_ns() - wait_from;
   if (slot == free_.end() || slot->second.empty()) {
     ++stats_.create_misses;
     return false;
@@ -456,6 +461,7 @@ void ClientVmmCache::settle(std::unique_lock<std::mutex>& lock, uint64_t addr, u
   if (jobs_count_.load(std::memory_order_relaxed) == 0) return;
   const uint64_t end = addr + bytes < addr ? UINT64_MAX : addr + bytes;
   bool waited = false;
+  uint64_t wait_from = 0;
   for (;;) {
     bool busy = false;
     for (AheadJob& j : jobs_)
@@ -464,8 +470,14 @@ void ClientVmmCache::settle(std::unique_lock<std::mutex>& lock, uint64_t addr, u
         busy = busy || j.inflight > 0;
       }
     erase_finished_jobs();
-    if (!busy) return;
-    if (!waited) ++stats_.ahead_waits;
+    if (!busy) {
+      if (waited) stats_.ahead_wait_ns += driver_.now_ns() - wait_from;
+      return;
+    }
+    if (!waited) {
+      ++stats_.ahead_waits;
+      wait_from = driver_.now_ns();
+    }
     waited = true;
     // The page in flight is a driver call or three away.
     jobs_cv_.wait(lock);

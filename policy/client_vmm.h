@@ -101,6 +101,9 @@ class ClientDriver {
   // no worker can run; the cache grows ahead on the caller instead.
   // Called under the cache's lock: it may start a thread, never wait.
   virtual bool wake_worker() { return false; }
+  // A monotonic clock (ns), read only around the program's waits for a
+  // worker's page (the ahead_wait_ns stat).
+  virtual uint64_t now_ns() { return 0; }
 };
 
 struct ClientVmmStats {
@@ -114,6 +117,7 @@ struct ClientVmmStats {
   uint64_t trimmed_bytes = 0;     // cached memory given back to the driver
   uint64_t prefetched = 0;        // handles created, mapped and opened ahead of the program
   uint64_t ahead_waits = 0;       // program calls that waited for the worker's page
+  uint64_t ahead_wait_ns = 0;     // how long they waited, in all
   uint64_t ahead_cancelled = 0;   // pages planned ahead and dropped (the program came first)
   uint64_t ranges_kept = 0;       // cuMemAddressFree of a range of deferred mappings, kept with them
   uint64_t ranges_reused = 0;     // cuMemAddressReserve answered with a kept range

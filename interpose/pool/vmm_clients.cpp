@@ -37,6 +37,12 @@ constexpr CUresult kMissing = CUDA_ERROR_NOT_FOUND;
 
 PoolConfig g_config;
 
+uint64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
 class RealClientDriver final : public policy::ClientDriver {
  public:
   int create(uint64_t bytes, const std::string& prop_bytes, uint64_t* handle) override {
@@ -95,6 +101,7 @@ class RealClientDriver final : public policy::ClientDriver {
     if (context && real && real->cuCtxSetCurrent) real->cuCtxSetCurrent(reinterpret_cast<CUcontext>(context));
   }
   bool wake_worker() override;
+  uint64_t now_ns() override { return monotonic_ns(); }
 };
 
 // Made once by configure(), never destroyed (hooks run at exit too).
@@ -351,9 +358,7 @@ uint64_t trim(int device, uint64_t bytes) { return g_cache ? g_cache->trim(devic
 
 uint64_t decay_step() {
   if (!on() || g_config.release_delay_ns == policy::kNoReleaseDelay) return policy::kFootprintMaxStepNs;
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  const uint64_t now = uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+  const uint64_t now = monotonic_ns();
   const uint64_t floor = g_config.release_threshold_bytes == kUnlimited ? 0 : g_config.release_threshold_bytes;
   guarded([&] {
     g_cache->decay_step(now, g_config.release_delay_ns, floor, kDecayHandlesPerStep);
@@ -393,6 +398,7 @@ std::string stats_json() {
   field("trimmed_bytes", s.trimmed_bytes);
   field("prefetched", s.prefetched);
   field("ahead_waits", s.ahead_waits);
+  field("ahead_wait_ns", s.ahead_wait_ns);
   field("ahead_cancelled", s.ahead_cancelled);
   field("ranges_kept", s.ranges_kept);
   field("ranges_reused", s.ranges_reused);

@@ -679,6 +679,10 @@ class WorkerDriver final : public ClientDriver {
     ++woken;
     return worker;
   }
+  uint64_t now_ns() override {
+    return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now().time_since_epoch()).count());
+  }
   void close_gate() {
     std::lock_guard<std::mutex> g(gate_mutex);
     gate_closed = true;
@@ -807,6 +811,7 @@ TEST_CASE("client vmm: a program's call over pages queued ahead cancels them; on
     for (int a : answers) CHECK(a == kClientOk);
   }
   CHECK(cache.stats().ahead_waits >= 1);
+  CHECK(cache.stats().ahead_wait_ns >= 10'000'000);  // the 20 ms the gate stayed closed
   // The range held only deferred mappings: kept whole, with them (the
   // worker's page included); a trim gives the memory and the range back.
   CHECK(cache.stats().ranges_kept == 1);
@@ -840,6 +845,9 @@ TEST_CASE("client vmm: cuMemCreate waits for the worker's page instead of creati
   CHECK(driver.program_calls["create"] == creates);  // the worker's page, not the driver's
   CHECK(cache.stats().create_hits == 1);
   CHECK(cache.stats().ahead_waits >= 1);
+  // The gate opened 20 ms after the program's create began to wait.
+  CHECK(cache.stats().ahead_wait_ns >= 10'000'000);
+  CHECK(cache.stats().ahead_wait_ns < 10'000'000'000);
   REQUIRE(cache.map(kBase + kSeg, kSeg, 0, h1, 0) == kClientOk);
   CHECK(cache.stats().revived_maps == 1);
 }

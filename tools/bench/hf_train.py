@@ -40,9 +40,21 @@ def main():
 
     torch.manual_seed(0)
     torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cuda.enable_flash_sdp(False)
+    torch.backends.cuda.enable_mem_efficient_sdp(False)
+    if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
+        torch.backends.cuda.enable_cudnn_sdp(False)
     cfg = GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024, resid_pdrop=0.0, embd_pdrop=0.0,
                      attn_pdrop=0.0)
-    model = GPT2LMHeadModel(cfg, attn_implementation="eager").cuda()
+    # Eager attention: its backward is deterministic (the fused kernels'
+    # are not; they are also switched off above, so that sdpa would run the
+    # math kernel). transformers 5 takes the choice on the config.
+    try:
+        cfg._attn_implementation = "eager"
+    except (AttributeError, ValueError):
+        pass
+    model = GPT2LMHeadModel(cfg).cuda()
+    attention = getattr(model.config, "_attn_implementation", "?")
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     gen = torch.Generator().manual_seed(1)
@@ -68,7 +80,7 @@ def main():
     warm = [t for i, t in enumerate(times) if i >= 3 and i != empty_at + 1] or times
     peak = torch.cuda.max_memory_reserved() / 2**20
     print(f"RESULT first_step_s={times[0]:.5f} regrow_step_s={regrow:.5f} median_step_s={statistics.median(warm):.5f} "
-          f"peak_reserved_mib={peak:.0f} steps={steps}")
+          f"peak_reserved_mib={peak:.0f} steps={steps} attention={attention}")
     print("losses " + " ".join(float(l).hex() for l in losses))
 
 
