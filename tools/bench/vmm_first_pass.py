@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""tools/bench/vmm_first_pass.py: where the seed loop's first pass spends
+its time with expandable segments (issue 11), configurations side by side.
+
+  vmm_first_pass.py ROUNDS CONFIG...
+
+Each CONFIG is LABEL:ENV[:ARGS], ENV a comma-separated list of VAR=VALUE
+(empty for none; LD_PRELOAD=... for pagefast), ARGS extra seed.py
+arguments separated by '+', e.g.
+
+  without:  floor::--prewarm  ahead:LD_PRELOAD=lib.so,PAGEFAST_CONF=vmm_grow_ahead#32
+
+('#' stands for ':' inside a value). Every round runs each configuration
+once in a fresh process, in a shuffled order, with
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, seed.py --iter-times and
+PAGEFAST_STATS=stderr. Prints each process's RESULT and ITER lines and its
+vmm_clients stats, then per configuration the medians of first_s,
+first_host_s, after_empty_cache_s, the ITER fields, ahead_waits and
+ahead_wait_ns."""
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def parse_config(spec):
+    label, _, rest = spec.partition(":")
+    env_s, _, args_s = rest.partition(":")
+    env = {}
+    for kv in filter(None, env_s.split(",")):
+        k, _, v = kv.partition("=")
+        env[k] = v.replace("#", ":")
+    return label, env, [a for a in args_s.split("+") if a]
+
+
+def fields(line):
+    return {k: float(v) for k, v in (kv.split("=", 1) for kv in line.split()[1:]) if re.match(r"^-?[\d.]+$", v)}
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    rounds = int(sys.argv[1])
+    configs = [parse_config(s) for s in sys.argv[2:]]
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PAGEFAST") and k != "LD_PRELOAD"}
+    base["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    rng = random.Random(7)
+    samples = {label: [] for label, _, _ in configs}
+    for _ in range(rounds):
+        order = list(configs)
+        rng.shuffle(order)
+        for label, env, args in order:
+            e = dict(base, **env)
+            if "LD_PRELOAD" in env:
+                e["PAGEFAST_STATS"] = "stderr"
+            r = subprocess.run([sys.executable, os.path.join(HERE, "seed.py"), label, "--iter-times"] + args, env=e,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+            got = {}
+            for line in r.stdout.splitlines():
+                if line.startswith(("RESULT", "ITER")):
+                    print(line)
+                    got.update(fields(line))
+            m = re.search(r'"vmm_clients": (\{[^}]*\})', r.stderr)
+            if m:
+                vmm = json.loads(m.group(1))
+                print(f"STATS label={label} " + " ".join(f"{k}={v}" for k, v in vmm.items()))
+                got.update({k: float(v) for k, v in vmm.items()})
+            if r.returncode != 0:
+                print(f"FAILED label={label} rc={r.returncode}: {r.stderr[-500:]}")
+            samples[label].append(got)
+    keys = ["first_s", "first_host_s", "after_empty_cache_s", "p50_us", "p90_us", "p99_us", "max_us",
+            "above_median_ms", "slowest10_above_ms", "slowest100_above_ms", "ahead_waits", "ahead_wait_ns"]
+    print("\nmedians (first_s etc. in s; *_us per call; *_ms summed over the pass):")
+    print("| config | " + " | ".join(keys) + " |")
+    print("| --- |" + " ---: |" * len(keys))
+    for label, _, _ in configs:
+        row = []
+        for k in keys:
+            vals = [s[k] for s in samples[label] if k in s]
+            row.append(f"{statistics.median(vals):.6g}" if vals else "")
+        print(f"| {label} | " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()
