@@ -416,20 +416,34 @@ void ClientVmmCache::maybe_continue(uint64_t addr, const Mapping& m) {
   auto h = handles_.find(m.handle);
   if (h == handles_.end()) return;
   const std::string slot = h->second.slot;
-  for (const AheadJob& j : jobs_)
-    if (j.slot == slot && !j.stop) return;  // one job per slot at a time
-  // The pages made ahead that follow this one, not yet taken.
+  // The pages ahead of this one not yet taken: made (published) or still
+  // to be made by a live job of this slot. The next batch goes after
+  // them, queued behind that job, so that the worker never idles while
+  // the program catches up with it.
   uint64_t at = addr + m.bytes, left = 0;
-  for (auto it = maps_.find(at); it != maps_.end() && it->first == at && it->second.ahead && it->second.deferred;
-       it = maps_.find(at)) {
-    ++left;
-    at += it->second.bytes;
+  for (bool more = true; more;) {
+    more = false;
+    for (auto it = maps_.find(at); it != maps_.end() && it->second.ahead && it->second.deferred; it = maps_.find(at)) {
+      ++left;
+      at += it->second.bytes;
+      more = true;
+    }
+    for (const AheadJob& j : jobs_) {
+      const uint64_t end = j.start + j.pages * j.page;
+      if (j.slot == slot && !j.stop && j.start <= at && at < end) {
+        left += (end - at) / j.page;
+        at = end;
+        more = true;
+      }
+    }
   }
   int& next = batch_of(slot);
-  if (left * 2 > uint64_t(next)) return;
+  if (left * 2 > uint64_t(next) || left >= uint64_t(prefetch_pages_)) return;
   auto descs = ahead_descs_.find(slot);
   if (descs == ahead_descs_.end()) return;
-  const uint64_t pages = pages_ahead(at, m.bytes, h->second.device, uint64_t(next));
+  // Never more than prefetch_pages_ ahead of the program.
+  const uint64_t want = std::min<uint64_t>(uint64_t(next), uint64_t(prefetch_pages_) - left);
+  const uint64_t pages = pages_ahead(at, m.bytes, h->second.device, want);
   if (pages == 0) return;
   if (queue_ahead(at, m.bytes, pages, slot, h->second.device, descs->second)) double_batch(next);
 }

@@ -40,8 +40,9 @@
 //   are *pending*. A program's call over a pending page cancels the rest
 //   of that job and waits for the pages in flight; cuMemCreate of the
 //   job's properties waits for its next page, in address order, rather
-//   than creating one. When the program takes the first page of the last
-//   batch, the next batch is queued.
+//   than creating one. When the pages ahead of the one the program takes
+//   (made, or queued in a live job) are at most half a batch, the next
+//   batch is queued behind them, at most prefetch_pages ahead in all.
 // - Kept ranges: cuMemAddressFree of a whole reservation holding only
 //   deferred mappings of tracked handles keeps it with them; the next
 //   cuMemAddressReserve of its size (take_range) gets it back.
@@ -262,8 +263,8 @@ class ClientVmmCache {
   // Records page `at` (made ahead) as a cached handle with a deferred, open mapping.
   void publish_ahead(uint64_t at, uint64_t page, uint64_t handle, const std::string& slot, int device,
                      const std::string& descs);
-  // The program's revive of a page made ahead: queue the next batch when
-  // the program has reached the last batch.
+  // The program's revive of a page made ahead: queue the next batch, behind
+  // the pages still ahead, when those are at most half a batch.
   void maybe_continue(uint64_t addr, const Mapping& m);
   // The pages the next batch of a slot makes (2 at first), and its doubling
   // after a batch, up to prefetch_pages_.

@@ -30,7 +30,7 @@ struct PoolConfig {
   uint64_t prewarm_bytes = 0;               // prewarm
   uint64_t reserve_bytes = 0;               // reserve: VA per range, 0 = auto
   bool vmm_cache = true;                    // vmm_cache: cache the program's own cuMemCreate handles
-  int vmm_grow_ahead = 0;                   // vmm_grow_ahead: pages grown ahead of a program's segment (0: none)
+  int vmm_grow_ahead = 32;                  // vmm_grow_ahead: pages grown ahead of a program's segment (0: none)
   // release_delay: idle memory unused this long decays to the driver
   // (policy/footprint.h); ~0 (off): never.
   uint64_t release_delay_ns = 5ull * 1000 * 1000 * 1000;

@@ -131,11 +131,12 @@ constexpr OptionRow kRows[] = {
      "(docs/VMM-CLIENTS.md)",
      "`cuMemCreate`/`cuMemMap`/`cuMemSetAccess`/`cuMemUnmap`/`cuMemRelease`: PyTorch's expandable segments, JAX, "
      "vLLM; `off`: counted and forwarded. On only with the pool on"},
-    {Opt::KeyVmmGrowAhead, "vmm_grow_ahead", Scope::ConfKey, &kGrowAhead, "0..32 (pages)", "0", false, kLib,
+    {Opt::KeyVmmGrowAhead, "vmm_grow_ahead", Scope::ConfKey, &kGrowAhead, "0..32 (pages)", "32", false, kLib,
      "a program's VMM segment growing page by page gets up to this many next pages created, mapped and opened "
      "ahead by the `pagefast-vmm` thread (docs/VMM-CLIENTS.md)",
-     "PyTorch's seed loop with expandable segments: first pass 0.59x the time without pagefast on the H200; "
-     "off by default until measured on more programs"},
+     "device memory the program did not ask for until it does (counted free in `cuMemGetInfo`, given back on "
+     "out-of-memory and after `release_delay` unused); PyTorch's seed loop with expandable segments: first pass "
+     "about 0.6x the time without pagefast on the H200 (docs/BENCHMARKS.md); `0`: off"},
     {Opt::KeyReleaseDelay, "release_delay", Scope::ConfKey, &kTime, "a time (e.g. 5s, 500ms, 0) or off", "5s", false,
      kLib, "idle memory unused this long goes back to the driver, by the `pagefast-trim` thread (docs/POOL.md "
      "\"Footprint\"); so do the VMM handles a program released and pagefast cached (docs/VMM-CLIENTS.md)",

@@ -110,16 +110,19 @@ policy::ClientVmmCache* g_cache = nullptr;
 
 LogSink g_log = nullptr;
 
-// Growth ahead's workers, two `pagefast-vmm` threads (policy/client_vmm.h):
+// Growth ahead's worker, one `pagefast-vmm` thread (policy/client_vmm.h):
 // started at the first job, never in a constructor; all signals blocked.
-// Two, because the driver opens pages for two threads at once faster than
-// for one (docs/BENCHMARKS.md "VMM calls on a second thread": 36 and 63 us
-// a page side by side, against 33 alone). Each page is a step under the
-// exit stop of sleep.cpp (enter_step): at exit they stop taking pages and
-// the exit waits for the pages they are making, so that no driver call of
-// theirs overlaps the driver's teardown. A forked child never has them:
-// the cache is off there (switch_off).
-constexpr int kWorkers = 2;
+// One, not two: two threads opening pages at once slow each other (60 and
+// 72 us a page against 38-45 alone, docs/DRIVER-FACTS.md), so the page the
+// program waits for comes later; on the seed loop's first pass two workers
+// made the program wait 2.0 ms in all against 0.5 ms with one, and the
+// pass took 18.8 ms against 16.2 (docs/BENCHMARKS.md "2026-12-03 (night
+// 2)"). The page is a step under the exit stop of sleep.cpp (enter_step):
+// at exit the worker stops taking pages and the exit waits for the page
+// it is making, so that no driver call of its overlaps the driver's
+// teardown. A forked child never has it: the cache is off there
+// (switch_off).
+constexpr int kWorkers = 1;
 std::atomic<int> g_worker{0};  // 0 not started, 1 running, -1 could not start
 constexpr uint64_t kWorkerIdleNs = 100ull * 1000 * 1000;
 // A decay step releases at most this many handles (30-34 us each on the
@@ -159,7 +162,7 @@ bool RealClientDriver::wake_worker() {
     if (g_log) g_log(LogLevel::Warn, "could not start the pagefast-vmm thread; growth ahead runs on the program's thread");
     return false;
   }
-  // The second worker is a help, not a need: one is enough to run.
+  // Workers past the first are a help, not a need: one is enough to run.
   for (int i = 1; i < kWorkers; ++i) start_service_thread(nullptr, &worker_main, nullptr, "pagefast-vmm");
   g_worker.store(1, std::memory_order_release);
   return true;

@@ -165,8 +165,9 @@ TEST_CASE("log levels") {
   CHECK_FALSE(c.log_off);
 }
 
-TEST_CASE("vmm_grow_ahead: 0 by default, 0..32 accepted") {
-  CHECK(with_conf("").pool.vmm_grow_ahead == 0);
+TEST_CASE("vmm_grow_ahead: 32 by default, 0..32 accepted") {
+  CHECK(with_conf("").pool.vmm_grow_ahead == 32);
+  CHECK(with_conf("vmm_grow_ahead:0").pool.vmm_grow_ahead == 0);
   CHECK(with_conf("vmm_grow_ahead:32").pool.vmm_grow_ahead == 32);
   CHECK(with_conf("vmm_grow_ahead:4").pool.vmm_grow_ahead == 4);
   CHECK(with_conf("vmm_grow_ahead:33").passthrough);

@@ -852,6 +852,43 @@ TEST_CASE("client vmm: cuMemCreate waits for the worker's page instead of creati
   CHECK(cache.stats().revived_maps == 1);
 }
 
+TEST_CASE("client vmm: the next batch queues behind the job still running, never more than prefetch_pages ahead") {
+  FakeDriver fake;
+  WorkerDriver driver(fake);
+  ClientVmmCache cache(driver, 2, 1, 32, true);
+  cache.note_reserved(kBase, 200 * kSeg);
+  WorkerProgram p{driver, cache};
+  uint64_t h = 0;
+  REQUIRE(p.grow(kBase, &h) == kClientOk);  // the program's own page 0; pages 1-2 queued
+  CHECK(cache.pending_pages() == 2);
+  REQUIRE(cache.work_one());  // page 1 made, page 2 not yet
+  REQUIRE(p.grow(kBase + kSeg, &h) == kClientOk);
+  // The program took page 1 while page 2 is still to be made: the next
+  // batch (pages 3-6) is queued behind it rather than after it, so the
+  // worker goes on without waiting for the program's next call.
+  CHECK(cache.pending_pages() == 1 + 4);
+  // A worker exactly as fast as the program: one page made per page
+  // taken. The program never makes or waits for a page, and the pages
+  // ahead of it (made or queued) never pass 32.
+  uint64_t most = 0;
+  for (uint64_t i = 2; i < 150; ++i) {
+    cache.work_one();
+    const uint64_t ahead = cache.pending_pages() + cache.stats().cached_bytes / kSeg;
+    most = std::max(most, ahead);
+    CHECK(ahead <= 32);
+    REQUIRE(p.grow(kBase + i * kSeg, &h) == kClientOk);
+  }
+  CHECK(most >= 16);  // it did run ahead
+  // (Every call here is on this thread, the worker's too: the program's
+  // own are told by the cache's figures.)
+  CHECK(cache.stats().create_misses == 1);
+  CHECK(cache.stats().create_hits == 149);
+  CHECK(cache.stats().access_skipped == 149);
+  CHECK(cache.stats().ahead_waits == 0);
+  std::lock_guard<std::mutex> l(driver.mutex);
+  for (auto& [a, m] : fake.maps) CHECK(a + m.bytes <= kBase + 200 * kSeg);
+}
+
 TEST_CASE("client vmm: a worker's refused call stops its job and leaves nothing behind") {
   for (const char* op : {"create", "map", "set_access"}) {
     FakeDriver fake;

@@ -94,10 +94,11 @@ BIG_SIZES = "268435456,536870912,1073741824,2147483648"
 # with its client VMM cache off (docs/VMM-CLIENTS.md).
 # "with numa:off,stats:off": pagefast's start-up work (the NUMA binding, the
 # live-stats thread) apart from the cache, as in the passthrough section.
-# "with vmm_grow_ahead:32": pages made ahead by the pagefast-vmm thread.
+# "with vmm_grow_ahead:0": the cache without pages made ahead by the
+# pagefast-vmm thread (on by default since 2026-12-03).
 VMM_LABELS = [("without", {}), ("with", None), ("with vmm_cache:off", {"PAGEFAST_CONF": "vmm_cache:off"}),
               ("with numa:off,stats:off", {"PAGEFAST_CONF": "numa:off,stats:off"}),
-              ("with vmm_grow_ahead:32", {"PAGEFAST_CONF": "vmm_grow_ahead:32"})]
+              ("with vmm_grow_ahead:0", {"PAGEFAST_CONF": "vmm_grow_ahead:0"})]
 # The cost of pagefast's own observability on a pool hit (issue 5): stats on
 # (the default), stats:off, and tracing on.
 # The vmm section's seed rows also report first_host_s (the first pass until
@@ -109,7 +110,7 @@ VMM_SEED_METRICS = SEED_PASSES + ["first_host_s"]
 # the program's own VMM calls in a real training loop, an empty_cache in the
 # middle; losses must be bit-identical.
 HF_LABELS = [("without", {}), ("with", None), ("with vmm_cache:off", {"PAGEFAST_CONF": "vmm_cache:off"}),
-             ("with vmm_grow_ahead:32", {"PAGEFAST_CONF": "vmm_grow_ahead:32"})]
+             ("with vmm_grow_ahead:0", {"PAGEFAST_CONF": "vmm_grow_ahead:0"})]
 HF_METRICS = ["first_step_s", "regrow_step_s", "median_step_s", "peak_reserved_mib"]
 OVERHEAD_CONFIGS = ["stats on", "stats off", "trace on"]
 OVERHEAD_SIZES = "512,65536,4194304,67108864"

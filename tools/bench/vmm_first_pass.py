@@ -8,7 +8,7 @@ Each CONFIG is LABEL:ENV[:ARGS], ENV a comma-separated list of VAR=VALUE
 (empty for none; LD_PRELOAD=... for pagefast), ARGS extra seed.py
 arguments separated by '+', e.g.
 
-  without:  floor::--prewarm  ahead:LD_PRELOAD=lib.so,PAGEFAST_CONF=vmm_grow_ahead#32
+  without:  floor::--prewarm  cache:LD_PRELOAD=lib.so,PAGEFAST_CONF=vmm_grow_ahead#0
 
 ('#' stands for ':' inside a value). Every round runs each configuration
 once in a fresh process, in a shuffled order, with
