@@ -10,7 +10,10 @@ arguments separated by '+', e.g.
 
   without:  floor::--prewarm  cache:LD_PRELOAD=lib.so,PAGEFAST_CONF=vmm_grow_ahead#0
 
-('#' stands for ':' inside a value). Every round runs each configuration
+('#' stands for ':' inside a value; CPUS=LIST, with '/' for ',', runs
+the process under `taskset -c LIST`, e.g. CPUS=0/2/4/6 to keep the
+program's threads off each other's hyperthread siblings: the machine's
+sibling lists are printed first). Every round runs each configuration
 once in a fresh process, in a shuffled order, with
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, seed.py --iter-times and
 PAGEFAST_STATS=stderr. Prints each process's RESULT and ITER lines and its
@@ -34,8 +37,20 @@ def parse_config(spec):
     env = {}
     for kv in filter(None, env_s.split(",")):
         k, _, v = kv.partition("=")
-        env[k] = v.replace("#", ":")
+        env[k] = v.replace("#", ":").replace("/", ",") if k == "CPUS" else v.replace("#", ":")
     return label, env, [a for a in args_s.split("+") if a]
+
+
+def siblings():
+    """The hyperthread sibling lists of this machine's CPUs, distinct."""
+    out = set()
+    base = "/sys/devices/system/cpu"
+    for d in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        path = os.path.join(base, d, "topology", "thread_siblings_list")
+        if re.match(r"^cpu\d+$", d) and os.path.exists(path):
+            with open(path) as f:
+                out.add(f.read().strip())
+    return sorted(out, key=lambda s: int(re.split(r"[,-]", s)[0]))
 
 
 def fields(line):
@@ -49,16 +64,18 @@ def main():
     configs = [parse_config(s) for s in sys.argv[2:]]
     base = {k: v for k, v in os.environ.items() if not k.startswith("PAGEFAST") and k != "LD_PRELOAD"}
     base["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    print("hyperthread siblings: " + " ".join(f"[{s}]" for s in siblings()))
     rng = random.Random(7)
     samples = {label: [] for label, _, _ in configs}
     for _ in range(rounds):
         order = list(configs)
         rng.shuffle(order)
         for label, env, args in order:
-            e = dict(base, **env)
+            e = dict(base, **{k: v for k, v in env.items() if k != "CPUS"})
             if "LD_PRELOAD" in env:
                 e["PAGEFAST_STATS"] = "stderr"
-            r = subprocess.run([sys.executable, os.path.join(HERE, "seed.py"), label, "--iter-times"] + args, env=e,
+            pin = ["taskset", "-c", env["CPUS"]] if "CPUS" in env else []
+            r = subprocess.run(pin + [sys.executable, os.path.join(HERE, "seed.py"), label, "--iter-times"] + args, env=e,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
             got = {}
             for line in r.stdout.splitlines():
