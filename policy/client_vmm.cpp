@@ -143,6 +143,8 @@ bool ClientVmmCache::exact_cover(uint64_t addr, uint64_t bytes, std::vector<MapI
 bool ClientVmmCache::flush_mapping(MapIt it) {
   if (driver_.unmap(it->first, it->second.bytes) != kClientOk) return false;
   deferred_count_.fetch_sub(1, std::memory_order_relaxed);
+  auto h = handles_.find(it->second.handle);
+  if (h != handles_.end()) --h->second.deferred_maps;
   ++stats_.real_unmaps;
   maps_.erase(it);
   return true;
@@ -163,6 +165,18 @@ bool ClientVmmCache::flush_overlap(uint64_t addr, uint64_t bytes) {
 }
 
 void ClientVmmCache::flush_handle(uint64_t handle) {
+  // Its one deferred mapping, where its last deferred unmap noted it (a
+  // trim of thousands of cached pages stays linear); else a scan.
+  auto h = handles_.find(handle);
+  if (h != handles_.end()) {
+    if (h->second.deferred_maps == 0) return;
+    auto noted = maps_.find(h->second.deferred_at);
+    if (h->second.deferred_maps == 1 && noted != maps_.end() && noted->second.handle == handle &&
+        noted->second.deferred) {
+      flush_mapping(noted);
+      return;
+    }
+  }
   for (auto it = maps_.begin(); it != maps_.end();) {
     auto next = std::next(it);
     if (it->second.handle == handle && it->second.deferred) flush_mapping(it);
@@ -187,6 +201,7 @@ int ClientVmmCache::map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t
         it->second.offset == offset) {
       it->second.deferred = false;
       deferred_count_.fetch_sub(1, std::memory_order_relaxed);
+      --h->second.deferred_maps;
       ++h->second.live_maps;
       ++stats_.revived_maps;
       if (it->second.ahead) {
@@ -230,6 +245,7 @@ int ClientVmmCache::unmap(uint64_t addr, uint64_t bytes) {
         ++stats_.deferred_unmaps;
         Handle& rec = handles_[it->second.handle];
         rec.deferred_at = it->first;
+        ++rec.deferred_maps;
         if (--rec.live_maps == 0 && rec.refs == 0) orphans.push_back(it->second.handle);
       }
       for (uint64_t handle : orphans) retire(handle);
@@ -376,6 +392,7 @@ void ClientVmmCache::publish_ahead(uint64_t at, uint64_t page, uint64_t handle, 
   rec.device = device;
   rec.cached = true;
   rec.deferred_at = at;
+  rec.deferred_maps = 1;
   Mapping& map = maps_[at];
   map = Mapping{};
   map.bytes = page;
@@ -776,6 +793,18 @@ void ClientVmmCache::abandon() {
   handles_.clear();
   for (auto& [device, held] : cached_bytes_) held = 0;
   deferred_count_.store(0, std::memory_order_relaxed);
+}
+
+bool ClientVmmCache::deferred_counts_consistent() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  std::unordered_map<uint64_t, int> seen;
+  for (auto& [addr, m] : maps_)
+    if (m.deferred) ++seen[m.handle];
+  for (auto& [handle, rec] : handles_) {
+    auto it = seen.find(handle);
+    if (rec.deferred_maps != (it == seen.end() ? 0 : it->second)) return false;
+  }
+  return true;
 }
 
 ClientVmmStats ClientVmmCache::stats() {

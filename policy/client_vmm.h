@@ -195,6 +195,9 @@ class ClientVmmCache {
   // cached (so it is known within one step). Returns the bytes released.
   uint64_t decay_step(uint64_t now_ns, uint64_t delay_ns, uint64_t floor_bytes, int max_handles);
   uint64_t cached_bytes(int device);
+  // Tests: every handle's deferred_maps equals its deferred mappings in
+  // maps_ (flush_handle trusts it).
+  bool deferred_counts_consistent();
   ClientVmmStats stats();
 
   // The device's primary context was reset or destroyed: its handles may be
@@ -218,8 +221,10 @@ class ClientVmmCache {
     bool cached = false;
     uint64_t cached_at_ns = 0;  // decay_step's clock when first seen cached; 0: not yet seen
     // The address of its last deferred unmap (UINT64_MAX: none): retire()
-    // finds its deferred mapping without scanning every mapping.
+    // and flush_handle() find its deferred mapping without scanning every
+    // mapping.
     uint64_t deferred_at = UINT64_MAX;
+    int deferred_maps = 0;  // its deferred mappings (almost always 0 or 1)
   };
   struct Mapping {
     uint64_t bytes = 0;

@@ -596,6 +596,7 @@ TEST_CASE("client vmm: differential against the driver, random programs") {
       }
       INFO("seed " << seed << " step " << step << " op " << op);
       REQUIRE(r[0] == r[1]);
+      REQUIRE(cache.deferred_counts_consistent());
     }
     // Through the cache, each of the program's live mappings is the fake's.
     for (auto& [a, m] : direct_fake.maps) {
