@@ -3,6 +3,7 @@
 its time with expandable segments (issue 11), configurations side by side.
 
   vmm_first_pass.py ROUNDS CONFIG...
+  vmm_first_pass.py --split FILE [P10_US]
 
 Each CONFIG is LABEL:ENV[:ARGS], ENV a comma-separated list of VAR=VALUE
 (empty for none; LD_PRELOAD=... for pagefast), ARGS extra seed.py
@@ -19,7 +20,14 @@ PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, seed.py --iter-times and
 PAGEFAST_STATS=stderr. Prints each process's RESULT and ITER lines and its
 vmm_clients stats, then per configuration the medians of first_s,
 first_host_s, after_empty_cache_s, the ITER fields, ahead_waits and
-ahead_wait_ns."""
+ahead_wait_ns.
+
+--split reads such an output again and splits each configuration's
+processes by their mode: on the H200 a process runs every call either
+fast or about 40% slower, with pagefast or without (docs/BENCHMARKS.md),
+which the medians mix. A process whose 10th-percentile call took less
+than P10_US (default 10.5) is in the fast mode. Prints the median first
+pass per configuration and mode."""
 import json
 import os
 import random
@@ -57,7 +65,33 @@ def fields(line):
     return {k: float(v) for k, v in (kv.split("=", 1) for kv in line.split()[1:]) if re.match(r"^-?[\d.]+$", v)}
 
 
+def split(path, p10_us):
+    by = {}
+    cur = None
+    with open(path) as f:
+        for line in f:
+            if line.startswith("RESULT"):
+                cur = fields(line)
+                cur["label"] = re.search(r"label=(\S+)", line).group(1)
+            elif line.startswith("ITER") and cur is not None:
+                mode = "fast" if fields(line)["p10_us"] < p10_us else "slow"
+                by.setdefault(cur["label"], {"fast": [], "slow": []})[mode].append(cur["first_s"] * 1000)
+                cur = None
+    print(f"first pass (ms), processes split at a 10th-percentile call of {p10_us} us:")
+    print("| config | fast: processes | median | slow: processes | median |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for label, modes in by.items():
+        cells = []
+        for mode in ("fast", "slow"):
+            v = modes[mode]
+            cells += [str(len(v)), f"{statistics.median(v):.2f}" if v else ""]
+        print(f"| {label} | " + " | ".join(cells) + " |")
+
+
 def main():
+    if len(sys.argv) >= 3 and sys.argv[1] == "--split":
+        split(sys.argv[2], float(sys.argv[3]) if len(sys.argv) > 3 else 10.5)
+        return
     if len(sys.argv) < 3:
         sys.exit(__doc__)
     rounds = int(sys.argv[1])
