@@ -211,6 +211,7 @@ int ClientVmmCache::map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t
       return kClientOk;
     }
   }
+  if (tracked && prefetch_pages_ > 0) note_misdirected(handle, addr);
   settle(lock, addr, bytes);
   flush_overlap(addr, bytes);
   const int r = driver_.map(addr, bytes, offset, handle, flags);
@@ -341,6 +342,25 @@ uint64_t ClientVmmCache::pages_ahead(uint64_t from, uint64_t page, int device, u
   return pages;
 }
 
+void ClientVmmCache::note_misdirected(uint64_t handle, uint64_t addr) {
+  auto h = handles_.find(handle);
+  if (h == handles_.end() || h->second.deferred_maps == 0) return;
+  auto made = maps_.find(h->second.deferred_at);
+  if (made == maps_.end() || made->first == addr || made->second.handle != handle || !made->second.deferred ||
+      !made->second.ahead)
+    return;
+  made->second.ahead = false;  // counted once
+  ++stats_.ahead_misdirected;
+  const std::string& slot = h->second.slot;
+  if (++misdirected_[slot] < kMisdirectedLimit) return;
+  // Pages made ahead for this slot miss more than they hit: stop growing
+  // ahead for it (the pages already made stay cached, and decay).
+  for (AheadJob& j : jobs_)
+    if (j.slot == slot) j.stop = true;
+  erase_finished_jobs();
+  jobs_cv_.notify_all();
+}
+
 void ClientVmmCache::maybe_prefetch(uint64_t addr, uint64_t end, const std::string& descs) {
   // The range must end with a live whole-handle mapping of a tracked,
   // unshared handle, inside one of the program's reservations.
@@ -353,6 +373,7 @@ void ClientVmmCache::maybe_prefetch(uint64_t addr, uint64_t end, const std::stri
   if (h == handles_.end() || h->second.shared || h->second.bytes != m.bytes) return;
   const uint64_t page = m.bytes;
   const Handle proto = h->second;
+  if (ahead_off(proto.slot)) return;
   int& next = batch_of(proto.slot);
   const uint64_t pages = pages_ahead(end, page, proto.device, uint64_t(next));
   if (pages == 0) return;
@@ -433,6 +454,7 @@ void ClientVmmCache::maybe_continue(uint64_t addr, const Mapping& m) {
   auto h = handles_.find(m.handle);
   if (h == handles_.end()) return;
   const std::string slot = h->second.slot;
+  if (ahead_off(slot)) return;
   // The pages ahead of this one not yet taken: made (published) or still
   // to be made by a live job of this slot. The next batch goes after
   // them, queued behind that job, so that the worker never idles while

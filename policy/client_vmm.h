@@ -120,6 +120,7 @@ struct ClientVmmStats {
   uint64_t ahead_waits = 0;       // program calls that waited for the worker's page
   uint64_t ahead_wait_ns = 0;     // how long they waited, in all
   uint64_t ahead_cancelled = 0;   // pages planned ahead and dropped (the program came first)
+  uint64_t ahead_misdirected = 0; // pages made ahead that the program mapped at another address
   uint64_t ranges_kept = 0;       // cuMemAddressFree of a range of deferred mappings, kept with them
   uint64_t ranges_reused = 0;     // cuMemAddressReserve answered with a kept range
   uint64_t decayed_bytes = 0;     // cached memory given back after release_delay unused (part of trimmed_bytes)
@@ -320,6 +321,19 @@ class ClientVmmCache {
   // Freed by the program, kept with their deferred mappings (base -> bytes).
   std::map<uint64_t, uint64_t> kept_ranges_;
   std::unordered_map<std::string, int> next_prefetch_;  // slot -> pages the next prefetch makes
+  // Slot -> pages made ahead that the program took and mapped somewhere
+  // else than where they were made (two segments of the same properties
+  // growing in turns: cuMemCreate cannot tell which one a page is for).
+  // From kMisdirectedLimit on, that slot grows nothing ahead any more.
+  std::unordered_map<std::string, int> misdirected_;
+  static constexpr int kMisdirectedLimit = 2;
+  bool ahead_off(const std::string& slot) const {
+    auto it = misdirected_.find(slot);
+    return it != misdirected_.end() && it->second >= kMisdirectedLimit;
+  }
+  // A map of a tracked handle that is not the revive of its deferred
+  // mapping: if that mapping was made ahead, the page was misdirected.
+  void note_misdirected(uint64_t handle, uint64_t addr);
   std::mutex mutex_;
   std::unordered_map<uint64_t, Handle> handles_;
   std::map<uint64_t, Mapping> maps_;  // by address; tracked handles only

@@ -403,6 +403,7 @@ std::string stats_json() {
   field("ahead_waits", s.ahead_waits);
   field("ahead_wait_ns", s.ahead_wait_ns);
   field("ahead_cancelled", s.ahead_cancelled);
+  field("ahead_misdirected", s.ahead_misdirected);
   field("ranges_kept", s.ranges_kept);
   field("ranges_reused", s.ranges_reused);
   field("decayed_bytes", s.decayed_bytes);

@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <mutex>
 #include <random>
 #include <string>
@@ -272,6 +273,51 @@ void shrink_page_by_page(Program& p, const std::vector<uint64_t>& hs) {
     REQUIRE(p.unmap(kBase + uint64_t(i) * kSeg, kSeg) == kClientOk);
     REQUIRE(p.release(hs[i]) == kClientOk);
   }
+}
+
+TEST_CASE("client vmm: two segments of the same properties growing in turns stop growth ahead after two misses") {
+  FakeDriver fake;
+  ClientVmmCache cache(fake, 2, 1, 32);
+  const uint64_t base[2] = {kBase, kBase + 1000 * kSeg};
+  for (uint64_t b : base) cache.note_reserved(b, 100 * kSeg);
+  Program p{fake, &cache};
+  // cuMemCreate cannot tell which segment a page is for: the lowest page
+  // made ahead (segment 0's) goes to segment 1's growth too.
+  std::vector<uint64_t> hs[2];
+  for (int i = 0; i < 40; ++i)
+    for (int s = 0; s < 2; ++s) {
+      uint64_t h = 0;
+      const uint64_t at = base[s] + uint64_t(i) * kSeg;
+      REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
+      REQUIRE(p.map(at, kSeg, 0, h) == kClientOk);
+      REQUIRE(p.access(at, kSeg, kRW) == kClientOk);
+      hs[s].push_back(h);
+    }
+  // It stopped at the second miss: a batch or two made before it (taken,
+  // and most of them misdirected too), none after.
+  INFO("prefetched " << cache.stats().prefetched << ", misdirected " << cache.stats().ahead_misdirected);
+  CHECK(cache.stats().ahead_misdirected >= 2);
+  CHECK(cache.stats().prefetched <= 8);
+  CHECK(cache.stats().ahead_misdirected <= cache.stats().prefetched);
+  // Every page is the program's own handle where it asked, open.
+  std::set<uint64_t> seen;
+  for (int s = 0; s < 2; ++s)
+    for (int i = 0; i < 40; ++i) {
+      const FakeMap& m = fake.maps[base[s] + uint64_t(i) * kSeg];
+      CHECK(m.handle == hs[s][size_t(i)]);
+      CHECK(m.access.at("r") == "w");
+      seen.insert(hs[s][size_t(i)]);
+    }
+  CHECK(seen.size() == 80);
+  // One segment alone: a new cache grows ahead as before.
+  FakeDriver fake2;
+  ClientVmmCache one(fake2, 2, 1, 32);
+  one.note_reserved(kBase, 100 * kSeg);
+  Program p2{fake2, &one};
+  std::vector<uint64_t> hs2;
+  REQUIRE(grow_page_by_page(p2, 40, &hs2) == 40);
+  CHECK(one.stats().ahead_misdirected == 0);
+  CHECK(one.stats().prefetched >= 30);
 }
 
 TEST_CASE("client vmm: growth ahead opens a growing segment with one access call per doubling") {

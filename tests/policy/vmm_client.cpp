@@ -19,6 +19,10 @@
 //                  release every page, free the range; the next round
 //                  reserves a range of the same size again. Then idle MS
 //                  milliseconds (release_delay's decay) before exiting.
+//   two R P        R rounds of two segments (two streams' expandable
+//                  segments, FSDP's for instance) growing in turns, a 2 MiB
+//                  page each (create, map at its end, open it, fill it),
+//                  P pages each, then both checked and shrunk.
 //   semantics      every VMM call's answer on live, released, unmapped and
 //                  re-mapped handles and addresses (properties, retain,
 //                  granularity, pointer attributes, access, address free,
@@ -188,6 +192,51 @@ int empty(int rounds, int pages, int idle_ms) {
     say("address free", cuMemAddressFree(base, size_t(pages) * 2 * page));
   }
   if (idle_ms > 0) usleep(useconds_t(idle_ms) * 1000);
+  return 0;
+}
+
+// Two segments of the same properties growing in turns: pages made ahead
+// for one must not be handed to the other (each page meets its own
+// address), and neither segment's data is touched by the other's growth.
+int two(int rounds, int pages) {
+  const CUmemAllocationProp prop = device_prop(true);
+  const CUmemAccessDesc access = rw_access();
+  const size_t page = 2u << 20;
+  CUdeviceptr base[2] = {0, 0};
+  for (CUdeviceptr& b : base)
+    if (say("reserve", cuMemAddressReserve(&b, size_t(pages) * 4 * page, 0, 0, 0)) != CUDA_SUCCESS) return 0;
+  std::vector<CUmemGenericAllocationHandle> handles[2] = {std::vector<CUmemGenericAllocationHandle>(size_t(pages), 0),
+                                                          std::vector<CUmemGenericAllocationHandle>(size_t(pages), 0)};
+  for (int round = 0; round < rounds; ++round) {
+    int grown[2] = {0, 0};
+    for (int i = 0; i < pages; ++i)
+      for (int s = 0; s < 2; ++s) {
+        if (grown[s] != i) continue;  // that segment stopped at a failed call
+        const CUdeviceptr at = base[s] + size_t(i) * page;
+        const unsigned pattern = 0x7000000u + unsigned(round * 65536 + s * 4096 + i);
+        if (say("create", cuMemCreate(&handles[s][size_t(i)], page, &prop, 0)) != CUDA_SUCCESS) continue;
+        if (say("map", cuMemMap(at, page, 0, handles[s][size_t(i)], 0)) != CUDA_SUCCESS) {
+          say("release", cuMemRelease(handles[s][size_t(i)]));
+          continue;
+        }
+        if (say("access", cuMemSetAccess(at, page, &access, 1)) != CUDA_SUCCESS) {
+          say("unmap", cuMemUnmap(at, page));
+          say("release", cuMemRelease(handles[s][size_t(i)]));
+          continue;
+        }
+        fill_and_check("page", at, page, pattern);
+        ++grown[s];
+      }
+    for (int s = 0; s < 2; ++s)
+      for (int i = 0; i < grown[s]; ++i)
+        expect_value("page kept", base[s] + size_t(i) * page, page, 0x7000000u + unsigned(round * 65536 + s * 4096 + i));
+    for (int s = 0; s < 2; ++s)
+      for (int i = 0; i < grown[s]; ++i) {
+        say("unmap", cuMemUnmap(base[s] + size_t(i) * page, page));
+        say("release", cuMemRelease(handles[s][size_t(i)]));
+      }
+  }
+  for (CUdeviceptr b : base) say("address free", cuMemAddressFree(b, size_t(pages) * 4 * page));
   return 0;
 }
 
@@ -379,6 +428,7 @@ int main(int argc, char** argv) {
   if (!std::strcmp(argv[1], "semantics")) rc = semantics();
   if (!std::strcmp(argv[1], "oom")) rc = oom();
   if (!std::strcmp(argv[1], "grow") && argc == 4) rc = grow(std::atoi(argv[2]), std::atoi(argv[3]));
+  if (!std::strcmp(argv[1], "two") && argc == 4) rc = two(std::atoi(argv[2]), std::atoi(argv[3]));
   if (!std::strcmp(argv[1], "empty") && (argc == 4 || argc == 5))
     rc = empty(std::atoi(argv[2]), std::atoi(argv[3]), argc == 5 ? std::atoi(argv[4]) : 0);
   if (g_corrupt) rc = 1;

@@ -4,7 +4,7 @@ against the fake driver. Runs vmm_client (linked with the fake libcuda.so.1)
 with and without LD_PRELOAD=libpagefast.so and compares transcripts (one
 line per driver call and its result, never an address or a handle).
 
-Usage: vmm_client_cases.py <differential|counts|grow|empty|faults|oom> --build <build dir>
+Usage: vmm_client_cases.py <differential|counts|grow|empty|two|faults|oom> --build <build dir>
 """
 import json
 import os
@@ -64,6 +64,7 @@ def case_differential():
     differential_of(["segments", "6", "4"])
     differential_of(["grow", "3", "40"])
     differential_of(["empty", "3", "12"])
+    differential_of(["two", "2", "12"])
 
 
 VMM = ["cuMemCreate", "cuMemMap", "cuMemSetAccess", "cuMemUnmap", "cuMemRelease"]
@@ -144,6 +145,31 @@ def case_empty():
     check(idle.get("cuMemRelease", 0) >= pages and idle.get("cuMemUnmap", 0) >= pages,
           "the program's released pages went back to the driver after release_delay")
     check(idle.get("cuMemAddressFree", 0) == 1, "and the kept range was freed for real")
+
+
+def case_two():
+    """Two segments of the same properties growing in turns (two streams'
+    expandable segments): cuMemCreate cannot tell which segment a page is
+    for, so pages made ahead for one go to the other and must be unmapped
+    first. After two such misses growth ahead stops for those properties:
+    the program's thread then makes no more driver calls than with
+    vmm_grow_ahead:0, and the pagefast-vmm thread few pages."""
+    rounds, pages = 3, 40
+    _, without = run_counted(["two", str(rounds), str(pages)], preload=False)
+    r, ahead = run_counted(["two", str(rounds), str(pages)])
+    r0, no_ahead = run_counted(["two", str(rounds), str(pages)], env=NO_GROW)
+    for run_, tag in [(r, "defaults"), (r0, "vmm_grow_ahead:0")]:
+        check("ok two" in run_.stdout and "CORRUPT" not in run_.stdout, f"[{tag}] two ran, data intact ({run_.stdout[-200:]})")
+    for name in VMM:
+        print(f"{name}: without {without.get(name, 0)}, defaults {ahead.get(name, 0)} "
+              f"(program's thread {ahead.get('main_thread.' + name, 0)}), vmm_grow_ahead:0 {no_ahead.get(name, 0)}")
+    made_ahead = ahead.get("cuMemCreate", 0) - ahead.get("main_thread.cuMemCreate", 0)
+    check(made_ahead <= 8, f"the thread made a batch or two before stopping ({made_ahead} pages)")
+    for name in ["cuMemMap", "cuMemSetAccess", "cuMemUnmap"]:
+        own, base = ahead.get("main_thread." + name, 0), no_ahead.get(name, 0)
+        check(own <= base + 8, f"{name}: the program's thread makes about as many as with vmm_grow_ahead:0 ({own}, {base})")
+    total = sum(ahead.get("main_thread." + n, 0) for n in VMM)
+    check(total < sum(without.get(n, 0) for n in VMM), f"and fewer than without pagefast ({total})")
 
 
 def case_faults():
