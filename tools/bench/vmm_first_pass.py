@@ -13,8 +13,9 @@ arguments separated by '+', e.g.
 
 ('#' stands for ':' inside a value; CPUS=LIST, with '/' for ',', runs
 the process under `taskset -c LIST`, e.g. CPUS=0/2/4/6 to keep the
-program's threads off each other's hyperthread siblings: the machine's
-sibling lists are printed first). Every round runs each configuration
+program's threads off each other's hyperthread siblings, or
+CPUS=percore for the first CPU of each sibling list: the machine's sibling
+lists are printed first). Every round runs each configuration
 once in a fresh process, in a shuffled order, with
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, seed.py --iter-times and
 PAGEFAST_STATS=stderr. Prints each process's RESULT and ITER lines and its
@@ -108,7 +109,10 @@ def main():
             e = dict(base, **{k: v for k, v in env.items() if k != "CPUS"})
             if "LD_PRELOAD" in env:
                 e["PAGEFAST_STATS"] = "stderr"
-            pin = ["taskset", "-c", env["CPUS"]] if "CPUS" in env else []
+            cpus = env.get("CPUS")
+            if cpus == "percore":
+                cpus = ",".join(re.split(r"[,-]", sib)[0] for sib in siblings())
+            pin = ["taskset", "-c", cpus] if cpus else []
             r = subprocess.run(pin + [sys.executable, os.path.join(HERE, "seed.py"), label, "--iter-times"] + args, env=e,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
             got = {}
