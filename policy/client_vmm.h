@@ -34,8 +34,9 @@
 //   next pages already mapped and open (2, 4, ... up to prefetch_pages per
 //   growth; never beyond cache_room; a failed step undoes the prefetch).
 //   With workers (ahead_on_worker, and the glue's threads running
-//   work_one(); it runs two), the pages are made off the program's
-//   thread, a page per work_one(), each published (cached handle,
+//   work_one(); it runs one, the cache works with several), the pages
+//   are made off the program's thread, a page per work_one(), each
+//   published (cached handle,
 //   deferred mapping) as soon as it is open: the pages not yet published
 //   are *pending*. A program's call over a pending page cancels the rest
 //   of that job and waits for the pages in flight; cuMemCreate of the

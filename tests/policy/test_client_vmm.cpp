@@ -788,8 +788,8 @@ TEST_CASE("client vmm: growth ahead on two workers: the program's thread opens f
   WorkerProgram p{driver, cache};
   std::vector<uint64_t> hs(64);
   {
-    // Two, as the glue runs: pages finish out of order, the program still
-    // takes each at its own address.
+    // Two (the glue runs one; the cache must work with several): pages
+    // finish out of order, the program still takes each at its own address.
     Worker worker(cache), second(cache);
     for (int i = 0; i < 64; ++i) REQUIRE(p.grow(kBase + uint64_t(i) * kSeg, &hs[size_t(i)]) == kClientOk);
     // Everything queued is made before the worker stops.
