@@ -31,7 +31,8 @@ bool ClientVmmCache::take(uint64_t bytes, const std::string& prop, uint64_t* han
                                                                           : slot->second.begin()->first.first;
     bool wait = false;
     for (const AheadJob& j : jobs_)
-      if (j.slot == key && !j.stop && (j.inflight || j.begun < j.pages) && j.first_unpublished() < lowest) wait = true;
+      if (j.slot == key && !j.stop && (j.inflight || j.begun < j.pages) && j.first_unpublished_seq() < lowest)
+        wait = true;
     if (!wait) break;
     if (!waited) {
       ++stats_.ahead_waits;
@@ -100,18 +101,18 @@ int ClientVmmCache::retire(uint64_t handle) {
     if (room >= held && room - held >= rec.bytes) {
       rec.cached = true;
       held += rec.bytes;
-      // Where its deferred mapping is (the key take() orders by): the one
-      // its last deferred unmap noted, checked; else a scan (a handle
+      // The order of its deferred mapping (the key take() orders by): the
+      // one its last deferred unmap noted, checked; else a scan (a handle
       // mapped at two addresses, or a mapping flushed since).
-      uint64_t where = UINT64_MAX;
+      uint64_t order = UINT64_MAX;
       auto noted = maps_.find(rec.deferred_at);
       if (noted != maps_.end() && noted->second.handle == handle && noted->second.deferred) {
-        where = rec.deferred_at;
-      } else if (rec.deferred_at != UINT64_MAX) {
+        order = noted->second.seq;
+      } else if (rec.deferred_maps > 0) {
         for (auto& [addr, m] : maps_)
-          if (m.handle == handle && m.deferred && addr < where) where = addr;
+          if (m.handle == handle && m.deferred && m.seq < order) order = m.seq;
       }
-      free_[rec.slot].emplace(std::make_pair(where, arrivals_++), handle);
+      free_[rec.slot].emplace(std::make_pair(order, arrivals_++), handle);
       return kClientOk;
     }
   }
@@ -200,6 +201,9 @@ int ClientVmmCache::map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t
     if (it != maps_.end() && it->second.deferred && it->second.handle == handle && it->second.bytes == bytes &&
         it->second.offset == offset) {
       it->second.deferred = false;
+      // Its place in the order of growth is now (a page made ahead had a
+      // place only among the pages made ahead with it).
+      it->second.seq = ++map_seq_;
       deferred_count_.fetch_sub(1, std::memory_order_relaxed);
       --h->second.deferred_maps;
       ++h->second.live_maps;
@@ -225,6 +229,7 @@ int ClientVmmCache::map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t
     m.bytes = bytes;
     m.offset = offset;
     m.handle = handle;
+    m.seq = ++map_seq_;
     maps_[addr] = m;
     ++h->second.live_maps;
   }
@@ -354,11 +359,29 @@ void ClientVmmCache::note_misdirected(uint64_t handle, uint64_t addr) {
   const std::string& slot = h->second.slot;
   if (++misdirected_[slot] < kMisdirectedLimit) return;
   // Pages made ahead for this slot miss more than they hit: stop growing
-  // ahead for it (the pages already made stay cached, and decay).
+  // ahead for it. The pages already made and not taken stay cached (and
+  // decay), but go last: in the order the program's pages first grew they
+  // would stand between the two segments' own pages and hand each segment
+  // the other's from then on.
   for (AheadJob& j : jobs_)
     if (j.slot == slot) j.stop = true;
   erase_finished_jobs();
   jobs_cv_.notify_all();
+  auto queue = free_.find(slot);
+  if (queue == free_.end()) return;
+  std::vector<uint64_t> untaken;
+  for (auto it = queue->second.begin(); it != queue->second.end();) {
+    const Handle& rec = handles_[it->second];
+    auto at = maps_.find(rec.deferred_at);
+    if (it->first.first != UINT64_MAX && at != maps_.end() && at->second.handle == it->second && at->second.ahead &&
+        at->second.deferred) {
+      untaken.push_back(it->second);
+      it = queue->second.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (uint64_t h : untaken) queue->second.emplace(std::make_pair(UINT64_MAX, arrivals_++), h);
 }
 
 void ClientVmmCache::maybe_prefetch(uint64_t addr, uint64_t end, const std::string& descs) {
@@ -401,11 +424,14 @@ void ClientVmmCache::maybe_prefetch(uint64_t addr, uint64_t end, const std::stri
   }
   if (made.empty()) return;
   double_batch(next);
-  for (size_t i = 0; i < made.size(); ++i) publish_ahead(end + i * page, page, made[i], proto.slot, proto.device, descs);
+  const uint64_t seq = kAheadOrder + ahead_seq_;
+  ahead_seq_ += made.size();
+  for (size_t i = 0; i < made.size(); ++i)
+    publish_ahead(end + i * page, seq + i, page, made[i], proto.slot, proto.device, descs);
 }
 
-void ClientVmmCache::publish_ahead(uint64_t at, uint64_t page, uint64_t handle, const std::string& slot, int device,
-                                   const std::string& descs) {
+void ClientVmmCache::publish_ahead(uint64_t at, uint64_t seq, uint64_t page, uint64_t handle, const std::string& slot,
+                                   int device, const std::string& descs) {
   Handle& rec = handles_[handle];
   rec = Handle{};
   rec.bytes = page;
@@ -418,12 +444,15 @@ void ClientVmmCache::publish_ahead(uint64_t at, uint64_t page, uint64_t handle, 
   map = Mapping{};
   map.bytes = page;
   map.handle = handle;
+  map.seq = seq;
   map.deferred = true;
   map.ahead = true;
   apply_access(map, descs);
   deferred_count_.fetch_add(1, std::memory_order_relaxed);
   cached_bytes_[device] += page;
-  free_[slot].emplace(std::make_pair(at, arrivals_++), handle);
+  // A page finished after its slot stopped growing ahead goes last, as the
+  // untaken ones did then (note_misdirected).
+  free_[slot].emplace(std::make_pair(ahead_off(slot) ? UINT64_MAX : seq, arrivals_++), handle);
   ++stats_.prefetched;
 }
 
@@ -437,6 +466,7 @@ bool ClientVmmCache::queue_ahead(uint64_t from, uint64_t page, uint64_t pages, c
   job.descs = descs;
   job.device = device;
   job.context = driver_.current_context();
+  job.seq_base = kAheadOrder + ahead_seq_;
   jobs_.push_back(std::move(job));
   jobs_count_.store(jobs_.size(), std::memory_order_relaxed);
   ahead_descs_[slot] = descs;
@@ -445,6 +475,7 @@ bool ClientVmmCache::queue_ahead(uint64_t from, uint64_t page, uint64_t pages, c
     jobs_count_.store(jobs_.size(), std::memory_order_relaxed);
     return false;
   }
+  ahead_seq_ += pages;
   jobs_cv_.notify_all();
   return true;
 }
@@ -567,7 +598,7 @@ bool ClientVmmCache::work_one() {
   lock.lock();
   --job->inflight;
   if (ok) {
-    publish_ahead(at, page, handle, job->slot, job->device, job->descs);
+    publish_ahead(at, job->seq_base + index, page, handle, job->slot, job->device, job->descs);
     job->published |= uint64_t(1) << index;
   } else {
     job->stop = true;  // the driver refused: the rest of the job is not tried

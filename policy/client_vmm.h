@@ -232,6 +232,12 @@ class ClientVmmCache {
     uint64_t bytes = 0;
     uint64_t offset = 0;
     uint64_t handle = 0;
+    // The order in which the program last grew into it (its own map, or
+    // the revive of a deferred mapping; a page made ahead and not taken
+    // yet: kAheadOrder + the order it was queued in): cached handles go
+    // back lowest first, so that two segments growing in turns get their
+    // own pages back in the order they grew.
+    uint64_t seq = 0;
     bool deferred = false;
     bool ahead = false;  // made ahead of the program (growth ahead), not yet taken
     // False once a call covered only part of the mapping, or failed: what
@@ -268,7 +274,7 @@ class ClientVmmCache {
   bool queue_ahead(uint64_t from, uint64_t page, uint64_t pages, const std::string& slot, int device,
                    const std::string& descs);
   // Records page `at` (made ahead) as a cached handle with a deferred, open mapping.
-  void publish_ahead(uint64_t at, uint64_t page, uint64_t handle, const std::string& slot, int device,
+  void publish_ahead(uint64_t at, uint64_t seq, uint64_t page, uint64_t handle, const std::string& slot, int device,
                      const std::string& descs);
   // The program's revive of a page made ahead: queue the next batch, behind
   // the pages still ahead, when those are at most half a batch.
@@ -292,11 +298,14 @@ class ClientVmmCache {
     std::string slot, descs;
     int device = 0;
     uint64_t context = 0;
-    uint64_t first_unpublished() const {
+    uint64_t seq_base = 0;  // the order of its first page (kAheadOrder + ahead_seq_, when queued)
+    uint64_t first_unpublished_index() const {
       uint64_t i = 0;
       while (i < pages && (published >> i & 1)) ++i;
-      return start + i * page;
+      return i;
     }
+    uint64_t first_unpublished() const { return start + first_unpublished_index() * page; }
+    uint64_t first_unpublished_seq() const { return seq_base + first_unpublished_index(); }
     bool pending_overlaps(uint64_t addr, uint64_t end) const {
       const uint64_t lo = first_unpublished(), hi = start + pages * page;
       return !stop || inflight ? lo < end && addr < hi && lo < hi : false;
@@ -338,15 +347,21 @@ class ClientVmmCache {
   std::mutex mutex_;
   std::unordered_map<uint64_t, Handle> handles_;
   std::map<uint64_t, Mapping> maps_;  // by address; tracked handles only
-  // Per slot, the cached handles by (address of a deferred mapping of
-  // theirs, or UINT64_MAX; arrival): lowest first, because segments grow
-  // from their start, so each handle meets its own mapping again.
+  // Per slot, the cached handles by (order of a deferred mapping of theirs
+  // (Mapping::seq), or UINT64_MAX; arrival): lowest first, because a
+  // program grows its segments again in the order it first grew them (from
+  // each one's start), so each handle meets its own mapping again.
   using FreeQueue = std::map<std::pair<uint64_t, uint64_t>, uint64_t>;
   // Takes a cached handle out of its queue and releases it for real (trim,
   // decay): the bytes freed, 0 if the driver refused.
   uint64_t drop_cached(FreeQueue& queue, FreeQueue::iterator it);
   std::unordered_map<std::string, FreeQueue> free_;
   uint64_t arrivals_ = 0;
+  uint64_t map_seq_ = 0;  // Mapping::seq of the program's last map or revive
+  // Pages made ahead and not taken yet come after every page the program
+  // grew into, in the order they were queued.
+  static constexpr uint64_t kAheadOrder = uint64_t(1) << 62;
+  uint64_t ahead_seq_ = 0;
   std::map<int, uint64_t> cached_bytes_;
   std::atomic<uint64_t> deferred_count_{0};
   std::list<AheadJob> jobs_;

@@ -309,6 +309,25 @@ TEST_CASE("client vmm: two segments of the same properties growing in turns stop
       seen.insert(hs[s][size_t(i)]);
     }
   CHECK(seen.size() == 80);
+  // Both shrunk (one, then the other), then grown in turns again: each
+  // released page goes back in the order the pages grew, so each segment
+  // gets its own pages back and the driver sees no call.
+  for (int s = 0; s < 2; ++s)
+    for (int i = 0; i < 40; ++i) {
+      REQUIRE(p.unmap(base[s] + uint64_t(i) * kSeg, kSeg) == kClientOk);
+      REQUIRE(p.release(hs[s][size_t(i)]) == kClientOk);
+    }
+  const int before = fake.total_calls();
+  for (int i = 0; i < 40; ++i)
+    for (int s = 0; s < 2; ++s) {
+      uint64_t h = 0;
+      const uint64_t at = base[s] + uint64_t(i) * kSeg;
+      REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
+      REQUIRE(p.map(at, kSeg, 0, h) == kClientOk);
+      REQUIRE(p.access(at, kSeg, kRW) == kClientOk);
+      CHECK(h == hs[s][size_t(i)]);
+    }
+  CHECK(fake.total_calls() == before);
   // One segment alone: a new cache grows ahead as before.
   FakeDriver fake2;
   ClientVmmCache one(fake2, 2, 1, 32);
