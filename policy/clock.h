@@ -10,13 +10,16 @@
 
 namespace pagefast::policy {
 
+// CLOCK_MONOTONIC in nanoseconds: the one reading of it for everything
+// outside policy/ that times itself (the Clock below for what policy/ times).
+inline uint64_t monotonic_now_ns() {
+  return uint64_t(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
 class MonotonicClock final : public Clock {
  public:
-  uint64_t now_ns() override {
-    return uint64_t(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-            .count());
-  }
+  uint64_t now_ns() override { return monotonic_now_ns(); }
 };
 
 class FakeClock final : public Clock {

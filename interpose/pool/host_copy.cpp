@@ -27,7 +27,6 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -40,6 +39,7 @@
 
 #include "interpose/pool/vmm_provider.h"
 #include "interpose/service_thread.h"
+#include "policy/clock.h"
 
 namespace pagefast::pool {
 namespace {
@@ -49,11 +49,7 @@ using policy::ProviderStatus;
 
 constexpr uint64_t kHostAlign = 2ull << 20;  // a huge page
 
-uint64_t now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
+uint64_t now_ns() { return policy::monotonic_now_ns(); }
 
 // Anonymous memory for one chunk's copy, 2 MiB-aligned so that
 // transparent huge pages can back all of it. Not MAP_NORESERVE: every

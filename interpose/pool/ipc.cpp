@@ -16,7 +16,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <map>
 #include <mutex>
 #include <string>
@@ -28,6 +27,7 @@
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
 #include "interpose/service_thread.h"
+#include "policy/clock.h"
 #include "policy/options.h"
 #include "policy/units.h"
 
@@ -247,11 +247,7 @@ CUresult chunk_fd(const RealDriver* real, uint64_t chunk, int* fd_out) {
   return *fd_out >= 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
+uint64_t now_ns() { return policy::monotonic_now_ns(); }
 
 std::atomic<Control> g_control{nullptr};
 

@@ -10,7 +10,6 @@
 
 #include <cstddef>
 #include <cstring>
-#include <ctime>
 #include <new>
 #include <string>
 
@@ -19,6 +18,7 @@
 #include "interpose/real_driver.h"
 #include "interpose/service_thread.h"
 #include "policy/client_vmm.h"
+#include "policy/clock.h"
 #include "policy/device_pool.h"
 
 namespace pagefast::pool::clients {
@@ -36,12 +36,6 @@ constexpr size_t kMaxDescs = 4096;
 constexpr CUresult kMissing = CUDA_ERROR_NOT_FOUND;
 
 PoolConfig g_config;
-
-uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
 
 class RealClientDriver final : public policy::ClientDriver {
  public:
@@ -101,7 +95,7 @@ class RealClientDriver final : public policy::ClientDriver {
     if (context && real && real->cuCtxSetCurrent) real->cuCtxSetCurrent(reinterpret_cast<CUcontext>(context));
   }
   bool wake_worker() override;
-  uint64_t now_ns() override { return monotonic_ns(); }
+  uint64_t now_ns() override { return policy::monotonic_now_ns(); }
 };
 
 // Made once by configure(), never destroyed (hooks run at exit too).
@@ -361,7 +355,7 @@ uint64_t trim(int device, uint64_t bytes) { return g_cache ? g_cache->trim(devic
 
 uint64_t decay_step() {
   if (!on() || g_config.release_delay_ns == policy::kNoReleaseDelay) return policy::kFootprintMaxStepNs;
-  const uint64_t now = monotonic_ns();
+  const uint64_t now = policy::monotonic_now_ns();
   const uint64_t floor = g_config.release_threshold_bytes == kUnlimited ? 0 : g_config.release_threshold_bytes;
   guarded([&] {
     g_cache->decay_step(now, g_config.release_delay_ns, floor, kDecayHandlesPerStep);

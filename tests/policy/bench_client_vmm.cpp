@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "policy/client_vmm.h"
+#include "policy/clock.h"
 
 using namespace pagefast::policy;
 
@@ -79,10 +80,7 @@ class TimedDriver final : public ClientDriver {
   int address_free(uint64_t, uint64_t) override { return kClientOk; }
   uint64_t cache_room(int) override { return UINT64_MAX; }
   bool wake_worker() override { return true; }
-  uint64_t now_ns() override {
-    return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                        std::chrono::steady_clock::now().time_since_epoch()).count());
-  }
+  uint64_t now_ns() override { return monotonic_now_ns(); }
 
  private:
   std::atomic<uint64_t> next_{1};

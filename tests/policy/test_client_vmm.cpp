@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "policy/client_vmm.h"
+#include "policy/clock.h"
 
 namespace {
 
@@ -29,6 +30,7 @@ using pagefast::policy::ClientDriver;
 using pagefast::policy::ClientVmmCache;
 using pagefast::policy::kClientInvalidValue;
 using pagefast::policy::kClientOk;
+using pagefast::policy::monotonic_now_ns;
 
 constexpr int kFailed = 2;  // what an injected failure answers
 
@@ -745,10 +747,7 @@ class WorkerDriver final : public ClientDriver {
     ++woken;
     return worker;
   }
-  uint64_t now_ns() override {
-    return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                        std::chrono::steady_clock::now().time_since_epoch()).count());
-  }
+  uint64_t now_ns() override { return monotonic_now_ns(); }
   void close_gate() {
     std::lock_guard<std::mutex> g(gate_mutex);
     gate_closed = true;
