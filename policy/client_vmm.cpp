@@ -22,11 +22,11 @@ bool ClientVmmCache::take(uint64_t bytes, const std::string& prop, uint64_t* han
   // sooner than one the driver would create here (and it is the page the
   // program will map next). A worker that does not deliver within a
   // second (it never should) is not waited for again: the job stops.
-  bool waited = false;
-  uint64_t wait_from = 0;
+  AheadWait timer{*this};
   while (jobs_count_.load(std::memory_order_relaxed) != 0) {
-    // The job's first page not yet published comes before any cached page
-    // of these properties at a higher address: the program maps in order.
+    // The job's first page not yet published comes before the first cached
+    // page of these properties in the order of growth: the program maps in
+    // order.
     const uint64_t lowest = slot == free_.end() || slot->second.empty() ? UINT64_MAX
                                                                           : slot->second.begin()->first.first;
     bool wait = false;
@@ -34,11 +34,7 @@ bool ClientVmmCache::take(uint64_t bytes, const std::string& prop, uint64_t* han
       if (j.slot == key && !j.stop && (j.inflight || j.begun < j.pages) && j.first_unpublished_seq() < lowest)
         wait = true;
     if (!wait) break;
-    if (!waited) {
-      ++stats_.ahead_waits;
-      wait_from = driver_.now_ns();
-    }
-    waited = true;
+    timer.begin();
     // wait_until on the system clock: a steady-clock wait would need
     // pthread_cond_clockwait (glibc 2.34; docs/PACKAGING.md's baseline is 2.28).
     if (jobs_cv_.wait_until(lock, std::chrono::system_clock::now() + std::chrono::seconds(1)) ==
@@ -51,7 +47,7 @@ bool ClientVmmCache::take(uint64_t bytes, const std::string& prop, uint64_t* han
     }
     slot = free_.find(key);
   }
-  if (waited) stats_.ahead_wait_ns += driver_.now_ns() - wait_from;
+  timer.end();
   if (slot == free_.end() || slot->second.empty()) {
     ++stats_.create_misses;
     return false;
@@ -105,8 +101,8 @@ int ClientVmmCache::retire(uint64_t handle) {
       // one its last deferred unmap noted, checked; else a scan (a handle
       // mapped at two addresses, or a mapping flushed since).
       uint64_t order = UINT64_MAX;
-      auto noted = maps_.find(rec.deferred_at);
-      if (noted != maps_.end() && noted->second.handle == handle && noted->second.deferred) {
+      auto noted = noted_deferred(handle, rec);
+      if (noted != maps_.end()) {
         order = noted->second.seq;
       } else if (rec.deferred_maps > 0) {
         for (auto& [addr, m] : maps_)
@@ -165,15 +161,19 @@ bool ClientVmmCache::flush_overlap(uint64_t addr, uint64_t bytes) {
   return all;
 }
 
+ClientVmmCache::MapIt ClientVmmCache::noted_deferred(uint64_t handle, const Handle& rec) {
+  auto it = maps_.find(rec.deferred_at);
+  return it != maps_.end() && it->second.handle == handle && it->second.deferred ? it : maps_.end();
+}
+
 void ClientVmmCache::flush_handle(uint64_t handle) {
   // Its one deferred mapping, where its last deferred unmap noted it (a
   // trim of thousands of cached pages stays linear); else a scan.
   auto h = handles_.find(handle);
   if (h != handles_.end()) {
     if (h->second.deferred_maps == 0) return;
-    auto noted = maps_.find(h->second.deferred_at);
-    if (h->second.deferred_maps == 1 && noted != maps_.end() && noted->second.handle == handle &&
-        noted->second.deferred) {
+    auto noted = noted_deferred(handle, h->second);
+    if (h->second.deferred_maps == 1 && noted != maps_.end()) {
       flush_mapping(noted);
       return;
     }
@@ -349,11 +349,9 @@ uint64_t ClientVmmCache::pages_ahead(uint64_t from, uint64_t page, int device, u
 
 void ClientVmmCache::note_misdirected(uint64_t handle, uint64_t addr) {
   auto h = handles_.find(handle);
-  if (h == handles_.end() || h->second.deferred_maps == 0) return;
-  auto made = maps_.find(h->second.deferred_at);
-  if (made == maps_.end() || made->first == addr || made->second.handle != handle || !made->second.deferred ||
-      !made->second.ahead)
-    return;
+  if (h == handles_.end()) return;
+  auto made = noted_deferred(handle, h->second);
+  if (made == maps_.end() || made->first == addr || !made->second.ahead) return;
   made->second.ahead = false;  // counted once
   ++stats_.ahead_misdirected;
   const std::string& slot = h->second.slot;
@@ -371,10 +369,8 @@ void ClientVmmCache::note_misdirected(uint64_t handle, uint64_t addr) {
   if (queue == free_.end()) return;
   std::vector<uint64_t> untaken;
   for (auto it = queue->second.begin(); it != queue->second.end();) {
-    const Handle& rec = handles_[it->second];
-    auto at = maps_.find(rec.deferred_at);
-    if (it->first.first != UINT64_MAX && at != maps_.end() && at->second.handle == it->second && at->second.ahead &&
-        at->second.deferred) {
+    auto at = noted_deferred(it->second, handles_[it->second]);
+    if (it->first.first != UINT64_MAX && at != maps_.end() && at->second.ahead) {
       untaken.push_back(it->second);
       it = queue->second.erase(it);
     } else {
@@ -544,8 +540,7 @@ void ClientVmmCache::erase_finished_jobs() {
 void ClientVmmCache::settle(std::unique_lock<std::mutex>& lock, uint64_t addr, uint64_t bytes) {
   if (jobs_count_.load(std::memory_order_relaxed) == 0) return;
   const uint64_t end = addr + bytes < addr ? UINT64_MAX : addr + bytes;
-  bool waited = false;
-  uint64_t wait_from = 0;
+  AheadWait timer{*this};
   for (;;) {
     bool busy = false;
     for (AheadJob& j : jobs_)
@@ -555,14 +550,10 @@ void ClientVmmCache::settle(std::unique_lock<std::mutex>& lock, uint64_t addr, u
       }
     erase_finished_jobs();
     if (!busy) {
-      if (waited) stats_.ahead_wait_ns += driver_.now_ns() - wait_from;
+      timer.end();
       return;
     }
-    if (!waited) {
-      ++stats_.ahead_waits;
-      wait_from = driver_.now_ns();
-    }
-    waited = true;
+    timer.begin();
     // The page in flight is a driver call or three away.
     jobs_cv_.wait(lock);
   }

@@ -311,6 +311,27 @@ class ClientVmmCache {
       return !stop || inflight ? lo < end && addr < hi && lo < hi : false;
     }
   };
+  // A program call's wait for the workers' pages: its first wait counts
+  // (ahead_waits), and end() adds how long it lasted (ahead_wait_ns).
+  struct AheadWait {
+    ClientVmmCache& cache;
+    bool waiting = false;
+    uint64_t from = 0;
+    void begin() {
+      if (waiting) return;
+      waiting = true;
+      ++cache.stats_.ahead_waits;
+      from = cache.driver_.now_ns();
+    }
+    void end() {
+      if (waiting) cache.stats_.ahead_wait_ns += cache.driver_.now_ns() - from;
+      waiting = false;
+    }
+  };
+  // The deferred mapping of `handle` that its last deferred unmap noted
+  // (rec.deferred_at), if it is still that handle's and deferred; else
+  // maps_.end().
+  MapIt noted_deferred(uint64_t handle, const Handle& rec);
   // Over [addr, addr + bytes): every job there stops, and the caller waits
   // for a page in flight. REQUIRES: `lock` holds mutex_.
   void settle(std::unique_lock<std::mutex>& lock, uint64_t addr, uint64_t bytes);
