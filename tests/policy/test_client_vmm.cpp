@@ -285,16 +285,21 @@ TEST_CASE("client vmm: two segments of the same properties growing in turns stop
   Program p{fake, &cache};
   // cuMemCreate cannot tell which segment a page is for: the lowest page
   // made ahead (segment 0's) goes to segment 1's growth too.
+  // Both segments grow a page each in turns (create, map at its end, open
+  // it); the handles each got, in order.
+  auto grow_in_turns = [&](std::vector<uint64_t> (&got)[2]) {
+    for (int i = 0; i < 40; ++i)
+      for (int s = 0; s < 2; ++s) {
+        uint64_t h = 0;
+        const uint64_t at = base[s] + uint64_t(i) * kSeg;
+        REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
+        REQUIRE(p.map(at, kSeg, 0, h) == kClientOk);
+        REQUIRE(p.access(at, kSeg, kRW) == kClientOk);
+        got[s].push_back(h);
+      }
+  };
   std::vector<uint64_t> hs[2];
-  for (int i = 0; i < 40; ++i)
-    for (int s = 0; s < 2; ++s) {
-      uint64_t h = 0;
-      const uint64_t at = base[s] + uint64_t(i) * kSeg;
-      REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
-      REQUIRE(p.map(at, kSeg, 0, h) == kClientOk);
-      REQUIRE(p.access(at, kSeg, kRW) == kClientOk);
-      hs[s].push_back(h);
-    }
+  grow_in_turns(hs);
   // It stopped at the second miss: a batch or two made before it (taken,
   // and most of them misdirected too), none after.
   INFO("prefetched " << cache.stats().prefetched << ", misdirected " << cache.stats().ahead_misdirected);
@@ -320,15 +325,10 @@ TEST_CASE("client vmm: two segments of the same properties growing in turns stop
       REQUIRE(p.release(hs[s][size_t(i)]) == kClientOk);
     }
   const int before = fake.total_calls();
-  for (int i = 0; i < 40; ++i)
-    for (int s = 0; s < 2; ++s) {
-      uint64_t h = 0;
-      const uint64_t at = base[s] + uint64_t(i) * kSeg;
-      REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
-      REQUIRE(p.map(at, kSeg, 0, h) == kClientOk);
-      REQUIRE(p.access(at, kSeg, kRW) == kClientOk);
-      CHECK(h == hs[s][size_t(i)]);
-    }
+  std::vector<uint64_t> again[2];
+  grow_in_turns(again);
+  CHECK(again[0] == hs[0]);
+  CHECK(again[1] == hs[1]);
   CHECK(fake.total_calls() == before);
   // One segment alone: a new cache grows ahead as before.
   FakeDriver fake2;

@@ -65,9 +65,10 @@ class Table:
 
 
 ALLOCATORS = ["cudaMalloc", "cudaMallocAsync", "pagefast", "pagefast-forward"]
+EXPANDABLE = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 TORCH_CONFIGS = [
     ("default", {}),
-    ("expandable_segments", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
+    ("expandable_segments", EXPANDABLE),
     ("cudaMallocAsync backend", {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}),
     ("no caching", {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}),
 ]
@@ -238,7 +239,6 @@ def measure(args, t, only):
     if "vmm" in only:
         moded = []  # (config, first_s, the process's 10th-percentile call in us)
         seed = [py, os.path.join(HERE, "seed.py")]
-        expandable = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
         for _ in range(args.repeats):
             for label, extra in shuffled(VMM_LABELS):
                 env = dict(pf, **extra) if extra is not None else dict(pf)
@@ -247,12 +247,12 @@ def measure(args, t, only):
                 for res in results(run([bench, "cudaMalloc", "vmm"], dict(env, BENCH_LABEL=label.replace(" ", "_"))).stdout):
                     t.add("vmm", f"segments/{label}", "16x20MiB", "first_round_ns", res["first_round_ns"])
                     t.add("vmm", f"segments/{label}", "16x20MiB", "p50_round_ns", res["p50_round_ns"])
-                out = run(seed + ["--iter-times"], dict(env, **expandable)).stdout
+                out = run(seed + ["--iter-times"], dict(env, **EXPANDABLE)).stdout
                 for res in results(out):
                     for metric in VMM_SEED_METRICS:
                         t.add("vmm", f"seed/{label}", "1000x4MiB", metric, res[metric])
                     moded.append((f"seed/{label}", float(res["first_s"]), p10_of(out)))
-            out = run(seed + ["--prewarm", "--iter-times"], expandable).stdout
+            out = run(seed + ["--prewarm", "--iter-times"], EXPANDABLE).stdout
             for res in results(out):
                 t.add("vmm", "seed/floor", "1000x4MiB", "first_s", res["first_s"])
                 moded.append(("seed/floor", float(res["first_s"]), p10_of(out)))
@@ -260,12 +260,11 @@ def measure(args, t, only):
 
     if "hf" in only:
         hf = [py, os.path.join(HERE, "hf_train.py"), "20", "--empty-cache-at", "9"]
-        expandable = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
         losses = {}
         for _ in range(args.repeats):
             for label, extra in shuffled(HF_LABELS):
                 env = {} if label == "without" else dict(pf, **(extra or {}))
-                r = run(hf, dict(env, **expandable), timeout=600)
+                r = run(hf, dict(env, **EXPANDABLE), timeout=600)
                 for res in results(r.stdout):
                     for metric in HF_METRICS:
                         t.add("hf", label, "gpt2", metric, res[metric])
