@@ -138,24 +138,31 @@ int segments(int rounds, int pages) {
 
 // One round of a segment growing page by page at `base` (create, map at
 // the end, open that page, fill it), then checked and shrunk to nothing.
+// One page grown at `at` (create, map, open; a failed call undoes the
+// page), then filled with `value` and checked. False if a call failed.
+bool grow_page(CUdeviceptr at, size_t page, const CUmemAllocationProp& prop, const CUmemAccessDesc& access,
+               CUmemGenericAllocationHandle* handle, unsigned value) {
+  if (say("create", cuMemCreate(handle, page, &prop, 0)) != CUDA_SUCCESS) return false;
+  if (say("map", cuMemMap(at, page, 0, *handle, 0)) != CUDA_SUCCESS) {
+    say("release", cuMemRelease(*handle));
+    return false;
+  }
+  if (say("access", cuMemSetAccess(at, page, &access, 1)) != CUDA_SUCCESS) {
+    say("unmap", cuMemUnmap(at, page));
+    say("release", cuMemRelease(*handle));
+    return false;
+  }
+  fill_and_check("page", at, page, value);
+  return true;
+}
+
 void grow_and_shrink(CUdeviceptr base, int pages, size_t page, const CUmemAllocationProp& prop,
                      const CUmemAccessDesc& access, std::vector<CUmemGenericAllocationHandle>& handles,
                      unsigned pattern) {
   int grown = 0;
-  for (; grown < pages; ++grown) {
-    const CUdeviceptr at = base + size_t(grown) * page;
-    if (say("create", cuMemCreate(&handles[size_t(grown)], page, &prop, 0)) != CUDA_SUCCESS) break;
-    if (say("map", cuMemMap(at, page, 0, handles[size_t(grown)], 0)) != CUDA_SUCCESS) {
-      say("release", cuMemRelease(handles[size_t(grown)]));
-      break;
-    }
-    if (say("access", cuMemSetAccess(at, page, &access, 1)) != CUDA_SUCCESS) {
-      say("unmap", cuMemUnmap(at, page));
-      say("release", cuMemRelease(handles[size_t(grown)]));
-      break;
-    }
-    fill_and_check("page", at, page, pattern + unsigned(grown));
-  }
+  while (grown < pages && grow_page(base + size_t(grown) * page, page, prop, access, &handles[size_t(grown)],
+                                    pattern + unsigned(grown)))
+    ++grown;
   for (int i = 0; i < grown; ++i) expect_value("page kept", base + size_t(i) * page, page, pattern + unsigned(i));
   for (int i = 0; i < grown; ++i) {
     say("unmap", cuMemUnmap(base + size_t(i) * page, page));
@@ -208,28 +215,15 @@ int two(int rounds, int pages) {
   std::vector<CUmemGenericAllocationHandle> handles[2] = {std::vector<CUmemGenericAllocationHandle>(size_t(pages), 0),
                                                           std::vector<CUmemGenericAllocationHandle>(size_t(pages), 0)};
   for (int round = 0; round < rounds; ++round) {
+    auto value = [&](int s, int i) { return 0x7000000u + unsigned(round * 65536 + s * 4096 + i); };
     int grown[2] = {0, 0};
     for (int i = 0; i < pages; ++i)
       for (int s = 0; s < 2; ++s) {
         if (grown[s] != i) continue;  // that segment stopped at a failed call
-        const CUdeviceptr at = base[s] + size_t(i) * page;
-        const unsigned pattern = 0x7000000u + unsigned(round * 65536 + s * 4096 + i);
-        if (say("create", cuMemCreate(&handles[s][size_t(i)], page, &prop, 0)) != CUDA_SUCCESS) continue;
-        if (say("map", cuMemMap(at, page, 0, handles[s][size_t(i)], 0)) != CUDA_SUCCESS) {
-          say("release", cuMemRelease(handles[s][size_t(i)]));
-          continue;
-        }
-        if (say("access", cuMemSetAccess(at, page, &access, 1)) != CUDA_SUCCESS) {
-          say("unmap", cuMemUnmap(at, page));
-          say("release", cuMemRelease(handles[s][size_t(i)]));
-          continue;
-        }
-        fill_and_check("page", at, page, pattern);
-        ++grown[s];
+        if (grow_page(base[s] + size_t(i) * page, page, prop, access, &handles[s][size_t(i)], value(s, i))) ++grown[s];
       }
     for (int s = 0; s < 2; ++s)
-      for (int i = 0; i < grown[s]; ++i)
-        expect_value("page kept", base[s] + size_t(i) * page, page, 0x7000000u + unsigned(round * 65536 + s * 4096 + i));
+      for (int i = 0; i < grown[s]; ++i) expect_value("page kept", base[s] + size_t(i) * page, page, value(s, i));
     for (int s = 0; s < 2; ++s)
       for (int i = 0; i < grown[s]; ++i) {
         say("unmap", cuMemUnmap(base[s] + size_t(i) * page, page));
