@@ -17,11 +17,15 @@ program's threads off each other's hyperthread siblings, or
 CPUS=percore for the first CPU of each sibling list: the machine's sibling
 lists are printed first). Every round runs each configuration
 once in a fresh process, in a shuffled order, with
-PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, seed.py --iter-times and
-PAGEFAST_STATS=stderr. Prints each process's RESULT and ITER lines and its
-vmm_clients stats, then per configuration the medians of first_s,
-first_host_s, after_empty_cache_s, the ITER fields, ahead_waits and
-ahead_wait_ns.
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, seed.py --iter-times
+--sched and PAGEFAST_STATS=stderr. Prints each process's RESULT, ITER and
+SCHED lines and its vmm_clients stats, then per configuration the medians
+of first_s, first_host_s, after_empty_cache_s, the ITER fields, the
+scheduler's account of the program's thread during the first pass (time
+on a CPU and on a run queue, voluntary and involuntary switches) and of
+the pagefast-vmm thread, how many processes ended the pass with that
+thread on the program's CPU or on a hyperthread sibling of it, and
+ahead_waits and ahead_wait_ns.
 
 --split reads such an output again and splits each configuration's
 processes by their mode: on the H200 a process runs every call either
@@ -60,6 +64,16 @@ def siblings():
             with open(path) as f:
                 out.add(f.read().strip())
     return sorted(out, key=lambda s: int(re.split(r"[,-]", s)[0]))
+
+
+def core_of(cpu):
+    """The sibling list holding cpu, or None."""
+    for sib in siblings():
+        for part in sib.split(","):
+            lo, _, hi = part.partition("-")
+            if int(lo) <= cpu <= int(hi or lo):
+                return sib
+    return None
 
 
 def fields(line):
@@ -113,13 +127,18 @@ def main():
             if cpus == "percore":
                 cpus = ",".join(re.split(r"[,-]", sib)[0] for sib in siblings())
             pin = ["taskset", "-c", cpus] if cpus else []
-            r = subprocess.run(pin + [sys.executable, os.path.join(HERE, "seed.py"), label, "--iter-times"] + args, env=e,
+            r = subprocess.run(pin + [sys.executable, os.path.join(HERE, "seed.py"), label, "--iter-times", "--sched"] + args, env=e,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
             got = {}
             for line in r.stdout.splitlines():
-                if line.startswith(("RESULT", "ITER")):
+                if line.startswith(("RESULT", "ITER", "SCHED")):
                     print(line)
                     got.update(fields(line))
+                m = re.search(r"main_cpu_end=(\d+).* worker_cpu=(\d+)", line) if line.startswith("SCHED") else None
+                if m:
+                    main_cpu, worker_cpu = int(m.group(1)), int(m.group(2))
+                    got["worker_same_cpu"] = float(main_cpu == worker_cpu)
+                    got["worker_sibling"] = float(main_cpu != worker_cpu and core_of(main_cpu) == core_of(worker_cpu))
             m = re.search(r'"vmm_clients": (\{[^}]*\})', r.stderr)
             if m:
                 vmm = json.loads(m.group(1))
@@ -129,15 +148,20 @@ def main():
                 print(f"FAILED label={label} rc={r.returncode}: {r.stderr[-500:]}")
             samples[label].append(got)
     keys = ["first_s", "first_host_s", "after_empty_cache_s", "p50_us", "p90_us", "p99_us", "max_us",
-            "above_median_ms", "slowest10_above_ms", "slowest100_above_ms", "ahead_waits", "ahead_wait_ns"]
+            "above_median_ms", "slowest10_above_ms", "slowest100_above_ms", "main_run_ms", "main_wait_ms", "main_vcsw",
+            "main_ivcsw", "worker_run_ms", "worker_wait_ms", "ahead_waits", "ahead_wait_ns"]
+    counts = ["worker_same_cpu", "worker_sibling"]
     print("\nmedians (first_s etc. in s; *_us per call; *_ms summed over the pass):")
-    print("| config | " + " | ".join(keys) + " |")
-    print("| --- |" + " ---: |" * len(keys))
+    print("| config | " + " | ".join(keys + counts) + " |")
+    print("| --- |" + " ---: |" * len(keys + counts))
     for label, _, _ in configs:
         row = []
         for k in keys:
             vals = [s[k] for s in samples[label] if k in s]
             row.append(f"{statistics.median(vals):.6g}" if vals else "")
+        for k in counts:
+            vals = [s[k] for s in samples[label] if k in s]
+            row.append(f"{int(sum(vals))}/{len(vals)}" if vals else "")
         print(f"| {label} | " + " | ".join(row) + " |")
 
 
