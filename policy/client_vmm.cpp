@@ -231,7 +231,19 @@ int ClientVmmCache::map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t
   }
   if (tracked && prefetch_pages_ > 0) note_misdirected(handle, addr);
   settle(lock, addr, bytes);
+  // settle() may have waited, unlocked: the worker's pages went into
+  // handles_ meanwhile, and an insert may rehash it.
+  h = handles_.find(handle);
+  if (tracked && h == handles_.end()) return driver_.map(addr, bytes, offset, handle, flags);
   flush_overlap(addr, bytes);
+  // A cached handle taken back and mapped somewhere else than its deferred
+  // mapping (a page made ahead for another segment, a page released in the
+  // middle of a segment and taken for its end): the deferred mapping goes
+  // first, so that the driver sees the handle mapped where the program
+  // maps it and nowhere else. The H200 answered CUDA_ERROR_UNKNOWN to such
+  // a map while the old mapping stayed (docs/DRIVER-FACTS.md), which
+  // PyTorch raised as "CUDA driver error: unknown error".
+  if (tracked && h->second.deferred_maps > 0) flush_handle(handle);
   const int r = driver_.map(addr, bytes, offset, handle, flags);
   if (r == kClientOk && !tracked) {
     auto res = reservations_.upper_bound(addr);

@@ -1154,3 +1154,117 @@ TEST_CASE("client vmm: decay keeps the floor, and a handle taken back is young a
   CHECK(cache.decay_step(2100, 1000, 0, 8) == kSeg);
   CHECK(cache.cached_bytes(0) == 0);
 }
+
+namespace {
+
+// PyTorch's expandable segment (CUDACachingAllocator.cpp, ExpandableSegment):
+// map() creates the handles of a run of unmapped pages first, then maps
+// each, then opens the whole run with ONE access call; unmap() unmaps and
+// releases page by page; empty_cache unmaps everything and frees the
+// range, and the next allocation reserves one of the same size again.
+struct TorchSegment {
+  uint64_t base = 0, page = 0, reserved = 0;
+  std::vector<uint64_t> handles;  // per page, 0 when unmapped
+};
+
+}  // namespace
+
+TEST_CASE("client vmm: PyTorch-shaped segments with growth ahead: every page is the program's own, every call succeeds") {
+  for (uint32_t seed = 1; seed <= 300; ++seed) {
+    FakeDriver fake;
+    WorkerDriver driver(fake);
+    ClientVmmCache cache(driver, 2, 1, 8, true);
+    WorkerProgram p{driver, cache};
+    std::mt19937 rng(seed);
+    auto pick = [&](uint32_t n) { return rng() % n; };
+    // A large-pool segment of 20 MiB pages and a small-pool one of 2 MiB
+    // pages, both of the same properties, as PyTorch has.
+    TorchSegment segs[2];
+    segs[0].page = kSeg;
+    segs[1].page = 2 << 20;
+    for (int s = 0; s < 2; ++s) {
+      segs[s].handles.assign(24, 0);
+      segs[s].reserved = segs[s].page * 24;
+      segs[s].base = kBase + uint64_t(s) * (uint64_t(1) << 36);
+      cache.note_reserved(segs[s].base, segs[s].reserved);
+    }
+    auto create = [&](uint64_t bytes, uint64_t* h) {
+      if (cache.take(bytes, kProp, h)) return kClientOk;
+      const int r = driver.create(bytes, kProp, h);
+      if (r == kClientOk) cache.note_created(*h, bytes, kProp, 0);
+      return r;
+    };
+    for (int step = 0; step < 120; ++step) {
+      TorchSegment& g = segs[pick(2)];
+      const size_t n = g.handles.size();
+      const uint32_t op = pick(10);
+      INFO("seed " << seed << " step " << step << " op " << op << " page " << g.page);
+      if (op < 6) {
+        // Map a run of unmapped pages: the first unmapped page onwards
+        // (growth at the end), or a hole an unmap left.
+        size_t b = op < 4 ? 0 : pick(uint32_t(n));
+        while (b < n && g.handles[b]) ++b;
+        size_t e = b;
+        const size_t want = 1 + pick(4);
+        while (e < n && e - b < want && !g.handles[e]) ++e;
+        if (b == e) continue;
+        std::vector<uint64_t> made(e - b);
+        for (auto& h : made) {
+          REQUIRE(create(g.page, &h) == kClientOk);
+          if (pick(3) == 0) cache.work_one();  // the worker runs beside the program's calls
+        }
+        for (size_t i = b; i < e; ++i) {
+          REQUIRE(cache.map(g.base + i * g.page, g.page, 0, made[i - b], 0) == kClientOk);
+          g.handles[i] = made[i - b];
+          if (pick(3) == 0) cache.work_one();
+        }
+        REQUIRE(cache.set_access(g.base + b * g.page, (e - b) * g.page, kRW) == kClientOk);
+      } else if (op < 9) {
+        // Unmap a run of mapped pages, page by page, each released.
+        size_t b = pick(uint32_t(n));
+        while (b < n && !g.handles[b]) ++b;
+        for (size_t i = b; i < n && i < b + 1 + pick(4) && g.handles[i]; ++i) {
+          REQUIRE(cache.unmap(g.base + i * g.page, g.page) == kClientOk);
+          REQUIRE(cache.release(g.handles[i]) == kClientOk);
+          g.handles[i] = 0;
+        }
+      } else {
+        // empty_cache: everything unmapped and released, the range freed,
+        // the same size reserved again.
+        for (size_t i = 0; i < n; ++i)
+          if (g.handles[i]) {
+            REQUIRE(cache.unmap(g.base + i * g.page, g.page) == kClientOk);
+            REQUIRE(cache.release(g.handles[i]) == kClientOk);
+            g.handles[i] = 0;
+          }
+        REQUIRE(cache.address_free(g.base, g.reserved) == kClientOk);
+        uint64_t base = 0;
+        if (cache.take_range(g.reserved, 0, 0, 0, &base)) {
+          g.base = base;
+        } else {
+          cache.note_reserved(g.base, g.reserved);
+        }
+      }
+      // The worker (on this thread) makes a few of its pages between the
+      // program's calls.
+      for (uint32_t w = pick(4); w > 0; --w) cache.work_one();
+      REQUIRE(cache.deferred_counts_consistent());
+      // Each page the program mapped is its own handle, open, at the driver.
+      std::lock_guard<std::mutex> l(driver.mutex);
+      // No handle is mapped twice: the program never does it, and the
+      // H200 refused (CUDA_ERROR_UNKNOWN) a map of a cached handle whose
+      // deferred mapping elsewhere was still there (docs/DRIVER-FACTS.md).
+      std::map<uint64_t, int> mappings_of;
+      for (auto& [a, m] : fake.maps) REQUIRE(++mappings_of[m.handle] == 1);
+      for (const TorchSegment& s : segs)
+        for (size_t i = 0; i < s.handles.size(); ++i)
+          if (s.handles[i]) {
+            auto m = fake.maps.find(s.base + i * s.page);
+            REQUIRE(m != fake.maps.end());
+            REQUIRE(m->second.handle == s.handles[i]);
+            REQUIRE(m->second.bytes == s.page);
+            REQUIRE(m->second.access.count("r") == 1);
+          }
+    }
+  }
+}
