@@ -26,7 +26,12 @@
 //   semantics      every VMM call's answer on live, released, unmapped and
 //                  re-mapped handles and addresses (properties, retain,
 //                  granularity, pointer attributes, access, address free,
-//                  export).
+//                  export). Built for the real driver (tools/gpu, with
+//                  VMM_CLIENT_REAL_DRIVER), it leaves out the calls on
+//                  released handles: the H200's driver crashes on a map or
+//                  an export of one and answers property queries of one
+//                  with stale success (docs/DRIVER-FACTS.md), where pagefast
+//                  and the fake driver refuse them.
 //   oom            with 512 MiB of device memory: released pages serve a
 //                  400 MiB cuMemAlloc, and freed pool memory new pages.
 #include <cuda.h>
@@ -41,6 +46,11 @@
 namespace {
 
 constexpr size_t kPage = 20u << 20;
+#ifdef VMM_CLIENT_REAL_DRIVER
+constexpr bool kRealDriver = true;
+#else
+constexpr bool kRealDriver = false;
+#endif
 int g_corrupt = 0;
 
 CUresult say(const char* what, CUresult r) {
@@ -324,7 +334,7 @@ int semantics() {
   // b released while mapped: it stays usable through its mapping.
   say("map b", cuMemMap(base + 2 * kPage, 2 * kPage, 0, b, 0));
   say("release b while mapped", cuMemRelease(b));
-  properties("b released while mapped", b);
+  if (!kRealDriver) properties("b released while mapped", b);
   say("access b after release", cuMemSetAccess(base + 2 * kPage, 2 * kPage, &access, 1));
   fill_and_check("b after release", base + 2 * kPage, 2 * kPage, 0xbbbb0002u);
   say("retain b through its mapping", cuMemRetainAllocationHandle(&again, reinterpret_cast<void*>(base + 2 * kPage)));
@@ -332,13 +342,15 @@ int semantics() {
   properties("b retained", again);
   say("release b again", cuMemRelease(again));
   say("unmap b for good", cuMemUnmap(base + 2 * kPage, 2 * kPage));
-  properties("b gone", b);
+  if (!kRealDriver) properties("b gone", b);
   say("release b gone", cuMemRelease(b));
   // a released: refused everywhere, as the driver refuses it.
   say("release a", cuMemRelease(a));
   say("release a twice", cuMemRelease(a));
-  properties("a released", a);
-  say("map a released", cuMemMap(base, kPage, 0, a, 0));
+  if (!kRealDriver) {
+    properties("a released", a);
+    say("map a released", cuMemMap(base, kPage, 0, a, 0));
+  }
   // A new handle of a's size and properties (the cache may serve a's).
   say("create d", cuMemCreate(&c, kPage, &prop, 0));
   properties("d", c);
@@ -365,7 +377,8 @@ int semantics() {
   if (fd >= 0) close(fd);
   say("unmap e", cuMemUnmap(base, kPage));
   say("release e", cuMemRelease(e));
-  say("export e released", cuMemExportToShareableHandle(&fd, e, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+  if (!kRealDriver)
+    say("export e released", cuMemExportToShareableHandle(&fd, e, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
   say("create f", cuMemCreate(&f, kPage, &prop, 0));
   std::printf("f is e %d\n", int(f == e));
   say("release f", cuMemRelease(f));
