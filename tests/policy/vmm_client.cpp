@@ -380,7 +380,9 @@ int semantics() {
   if (!kRealDriver)
     say("export e released", cuMemExportToShareableHandle(&fd, e, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
   say("create f", cuMemCreate(&f, kPage, &prop, 0));
-  std::printf("f is e %d\n", int(f == e));
+  // The fake driver never reuses a value; the H200's gives e's value to the
+  // next create once e is gone, so there the line says nothing.
+  if (!kRealDriver) std::printf("f is e %d\n", int(f == e));
   say("release f", cuMemRelease(f));
   say("address free", cuMemAddressFree(base, 8 * kPage));
   say("address free twice", cuMemAddressFree(base, 8 * kPage));
