@@ -136,7 +136,7 @@ constexpr OptionRow kRows[] = {
      "ahead by the `pagefast-vmm` thread (docs/VMM-CLIENTS.md)",
      "device memory the program did not ask for until it does (counted free in `cuMemGetInfo`, given back on "
      "out-of-memory and after `release_delay` unused); PyTorch's seed loop with expandable segments: first pass "
-     "0.64-0.66x the time without pagefast on the H200, 1.07-1.25x with `0` (docs/BENCHMARKS.md); `0`: off"},
+     "0.58-0.73x the time without pagefast on the H200 from run to run (the same pass with nothing to grow: 0.52-0.71x), 1.07-1.25x with `0` (docs/BENCHMARKS.md); `0`: off"},
     {Opt::KeyReleaseDelay, "release_delay", Scope::ConfKey, &kTime, "a time (e.g. 5s, 500ms, 0) or off", "5s", false,
      kLib, "idle memory unused this long goes back to the driver, by the `pagefast-trim` thread (docs/POOL.md "
      "\"Footprint\"); so do the VMM handles a program released and pagefast cached (docs/VMM-CLIENTS.md)",
