@@ -1188,12 +1188,6 @@ TEST_CASE("client vmm: PyTorch-shaped segments with growth ahead: every page is 
       segs[s].base = kBase + uint64_t(s) * (uint64_t(1) << 36);
       cache.note_reserved(segs[s].base, segs[s].reserved);
     }
-    auto create = [&](uint64_t bytes, uint64_t* h) {
-      if (cache.take(bytes, kProp, h)) return kClientOk;
-      const int r = driver.create(bytes, kProp, h);
-      if (r == kClientOk) cache.note_created(*h, bytes, kProp, 0);
-      return r;
-    };
     for (int step = 0; step < 120; ++step) {
       TorchSegment& g = segs[pick(2)];
       const size_t n = g.handles.size();
@@ -1210,7 +1204,7 @@ TEST_CASE("client vmm: PyTorch-shaped segments with growth ahead: every page is 
         if (b == e) continue;
         std::vector<uint64_t> made(e - b);
         for (auto& h : made) {
-          REQUIRE(create(g.page, &h) == kClientOk);
+          REQUIRE(p.create(g.page, kProp, &h) == kClientOk);
           if (pick(3) == 0) cache.work_one();  // the worker runs beside the program's calls
         }
         for (size_t i = b; i < e; ++i) {

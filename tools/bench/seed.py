@@ -21,8 +21,10 @@ on a CPU, waiting on a run queue (preempted or not yet placed) and its
 context switches (voluntary: it slept, on a lock or a wait; involuntary:
 it was preempted), the CPUs it started and ended on, and the same for a
 `pagefast-vmm` thread if there is one (its time on a CPU and waiting
-during the pass, its CPU after it). Linux only; fields it cannot read
-are left out."""
+during the pass, its CPU after it). The kernel brings a running thread's
+time up to date only at ticks and switches: the times are good to a tick
+(4 ms at 250 Hz), the switch counts exact. Linux only; fields it cannot
+read are left out."""
 import os
 import resource
 import sys
