@@ -18,36 +18,22 @@ bool ClientVmmCache::take(uint64_t bytes, const std::string& prop, uint64_t* han
   std::unique_lock<std::mutex> lock(mutex_);
   const std::string key = slot_of(bytes, prop);
   auto slot = free_.find(key);
-  // The next page of these properties in the order of growth (the page
-  // the program maps next) may be a worker's page not yet published. If
-  // the worker is making it, it comes sooner than one the driver would
-  // create here: wait for it. If the worker has not begun it (it is busy
-  // with the page before, or not yet running), the program makes that
-  // page itself, as without the cache, and the worker goes on with the
-  // next one: waiting would cost a whole page's opening, or more. A
-  // worker that does not deliver within a second (it never should) is
-  // not waited for again: the job stops.
+  // The worker is making the next page of these properties: it comes
+  // sooner than one the driver would create here (and it is the page the
+  // program will map next). A worker that does not deliver within a
+  // second (it never should) is not waited for again: the job stops.
   AheadWait timer{*this};
   while (jobs_count_.load(std::memory_order_relaxed) != 0) {
+    // The job's first page not yet published comes before the first cached
+    // page of these properties in the order of growth: the program maps in
+    // order.
     const uint64_t lowest = slot == free_.end() || slot->second.empty() ? UINT64_MAX
                                                                           : slot->second.begin()->first.first;
-    AheadJob* next = nullptr;
-    for (AheadJob& j : jobs_)
-      if (j.slot == key && !j.stop && (j.inflight || j.begun < j.pages) && j.first_unpublished_seq() < lowest &&
-          (!next || j.first_unpublished_seq() < next->first_unpublished_seq()))
-        next = &j;
-    if (!next) break;
-    if (next->first_unpublished_index() == next->begun) {
-      // Not begun: the program's own. It is no longer pending (the
-      // program's map there waits for nothing), and the worker skips it.
-      next->published |= uint64_t(1) << next->begun;
-      ++next->begun;
-      ++stats_.ahead_overtaken;
-      erase_finished_jobs();
-      timer.end();
-      ++stats_.create_misses;
-      return false;
-    }
+    bool wait = false;
+    for (const AheadJob& j : jobs_)
+      if (j.slot == key && !j.stop && (j.inflight || j.begun < j.pages) && j.first_unpublished_seq() < lowest)
+        wait = true;
+    if (!wait) break;
     timer.begin();
     // wait_until on the system clock: a steady-clock wait would need
     // pthread_cond_clockwait (glibc 2.34; docs/PACKAGING.md's baseline is 2.28).

@@ -40,9 +40,8 @@
 //   deferred mapping) as soon as it is open: the pages not yet published
 //   are *pending*. A program's call over a pending page cancels the rest
 //   of that job and waits for the pages in flight; cuMemCreate of the
-//   job's properties waits for its next page in the order of growth if a
-//   worker is making it, rather than creating one, and makes it itself
-//   (a miss; the worker skips it) if no worker has begun it. When the pages ahead of the one the program takes
+//   job's properties waits for its next page, in address order, rather
+//   than creating one. When the pages ahead of the one the program takes
 //   (made, or queued in a live job) are at most half a batch, the next
 //   batch is queued behind them, at most prefetch_pages ahead in all.
 // - Kept ranges: cuMemAddressFree of a whole reservation holding only
@@ -123,7 +122,6 @@ struct ClientVmmStats {
   uint64_t ahead_wait_ns = 0;     // how long they waited, in all
   uint64_t ahead_cancelled = 0;   // pages planned ahead and dropped (the program came first)
   uint64_t ahead_misdirected = 0; // pages made ahead that the program mapped at another address
-  uint64_t ahead_overtaken = 0;   // pages queued that the program made itself (the worker had not begun them)
   uint64_t ranges_kept = 0;       // cuMemAddressFree of a range of deferred mappings, kept with them
   uint64_t ranges_reused = 0;     // cuMemAddressReserve answered with a kept range
   uint64_t decayed_bytes = 0;     // cached memory given back after release_delay unused (part of trimmed_bytes)
@@ -294,7 +292,7 @@ class ClientVmmCache {
   struct AheadJob {
     uint64_t start = 0, page = 0, pages = 0;
     uint64_t begun = 0;
-    uint64_t published = 0;  // bit i: page i is published (or the program made it: no longer pending)
+    uint64_t published = 0;  // bit i: page i is published
     int inflight = 0;
     bool stop = false;
     std::string slot, descs;

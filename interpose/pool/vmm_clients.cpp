@@ -398,7 +398,6 @@ std::string stats_json() {
   field("ahead_wait_ns", s.ahead_wait_ns);
   field("ahead_cancelled", s.ahead_cancelled);
   field("ahead_misdirected", s.ahead_misdirected);
-  field("ahead_overtaken", s.ahead_overtaken);
   field("ranges_kept", s.ranges_kept);
   field("ranges_reused", s.ranges_reused);
   field("decayed_bytes", s.decayed_bytes);

@@ -813,17 +813,11 @@ TEST_CASE("client vmm: growth ahead on two workers: the program's thread opens f
     // Everything queued is made before the worker stops.
     while (cache.pending_pages() != 0) std::this_thread::yield();
   }
-  // The program makes a queued page itself only when no worker has begun
-  // it (the workers start late, or lag): every other page it made is one
-  // no job covered, a few at the start of each doubling at most.
-  const pagefast::policy::ClientVmmStats st = cache.stats();
   INFO("program's calls: set_access " << driver.program_calls["set_access"] << ", create "
-                                      << driver.program_calls["create"] << "; overtaken " << st.ahead_overtaken);
-  CHECK(st.create_hits + st.create_misses == 64);
-  CHECK(driver.program_calls["create"] == int(st.create_misses));
-  CHECK(st.create_misses <= 4 + st.ahead_overtaken);
-  CHECK(driver.program_calls["set_access"] <= 4 + int(st.ahead_overtaken));
-  CHECK(st.prefetched + st.ahead_overtaken >= 60);
+                                      << driver.program_calls["create"]);
+  CHECK(driver.program_calls["set_access"] <= 4);
+  CHECK(driver.program_calls["create"] <= 4);
+  CHECK(cache.stats().prefetched >= 60);
   std::lock_guard<std::mutex> l(driver.mutex);
   for (int i = 0; i < 64; ++i) {
     const FakeMap& m = fake.maps[kBase + uint64_t(i) * kSeg];
@@ -921,41 +915,6 @@ TEST_CASE("client vmm: cuMemCreate waits for the worker's page instead of creati
   CHECK(cache.stats().ahead_wait_ns < 10'000'000'000);
   REQUIRE(cache.map(kBase + kSeg, kSeg, 0, h1, 0) == kClientOk);
   CHECK(cache.stats().revived_maps == 1);
-}
-
-TEST_CASE("client vmm: cuMemCreate makes a queued page itself when no worker has begun it") {
-  FakeDriver fake;
-  WorkerDriver driver(fake);
-  ClientVmmCache cache(driver, 2, 1, 32, true);
-  cache.note_reserved(kBase, 100 * kSeg);
-  WorkerProgram p{driver, cache};
-  uint64_t h0 = 0, h1 = 0, h2 = 0;
-  REQUIRE(p.grow(kBase, &h0) == kClientOk);  // pages 1-2 queued; no worker has run
-  REQUIRE(cache.pending_pages() == 2);
-  const int creates = driver.program_calls["create"];
-  // Page 1: nobody is making it, so waiting would cost a whole page (or a
-  // second, if no worker ever comes): the program makes it, as without
-  // the cache, and it is no longer pending; page 2 stays queued.
-  REQUIRE(p.grow(kBase + kSeg, &h1) == kClientOk);
-  CHECK(driver.program_calls["create"] == creates + 1);
-  CHECK(cache.stats().ahead_overtaken == 1);
-  CHECK(cache.stats().ahead_waits == 0);
-  CHECK(cache.stats().ahead_cancelled == 0);
-  CHECK(cache.pending_pages() == 1);
-  // The worker (here on this thread) skips page 1 and makes page 2,
-  // which the program takes.
-  REQUIRE(cache.work_one());
-  CHECK(cache.pending_pages() == 0);
-  CHECK(cache.stats().prefetched == 1);
-  REQUIRE(p.grow(kBase + 2 * kSeg, &h2) == kClientOk);
-  CHECK(cache.stats().create_misses == 2);  // pages 0 and 1
-  CHECK(cache.stats().create_hits == 1);
-  CHECK(cache.stats().revived_maps == 1);
-  CHECK(h1 != h2);
-  std::lock_guard<std::mutex> l(driver.mutex);
-  CHECK(fake.maps.at(kBase + kSeg).handle == h1);
-  CHECK(fake.maps.at(kBase + 2 * kSeg).handle == h2);
-  for (uint64_t i = 0; i < 3; ++i) CHECK(fake.maps.at(kBase + i * kSeg).access.at("r") == "w");
 }
 
 TEST_CASE("client vmm: the next batch queues behind the job still running, never more than prefetch_pages ahead") {
