@@ -1163,13 +1163,16 @@ TEST_CASE("client vmm: PyTorch-shaped segments with growth ahead: every page is 
         if (b == e) continue;
         std::vector<uint64_t> made(e - b);
         for (auto& h : made) {
+          // The worker (on this thread) has made every page queued: a
+          // create waits for a page nobody is making (a second, here).
+          while (cache.work_one()) {
+          }
           REQUIRE(p.create(g.page, kProp, &h) == kClientOk);
-          if (pick(3) == 0) cache.work_one();  // the worker runs beside the program's calls
         }
         for (size_t i = b; i < e; ++i) {
           REQUIRE(cache.map(g.base + i * g.page, g.page, 0, made[i - b], 0) == kClientOk);
           g.handles[i] = made[i - b];
-          if (pick(3) == 0) cache.work_one();
+          if (pick(3) == 0) cache.work_one();  // the worker between the program's maps
         }
         REQUIRE(cache.set_access(g.base + b * g.page, (e - b) * g.page, kRW) == kClientOk);
       } else if (op < 9) {
