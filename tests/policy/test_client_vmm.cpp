@@ -17,6 +17,7 @@
 #include <map>
 #include <set>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -1128,12 +1129,23 @@ struct TorchSegment {
 
 }  // namespace
 
-TEST_CASE("client vmm: PyTorch-shaped segments with growth ahead: every page is the program's own, every call succeeds") {
-  for (uint32_t seed = 1; seed <= 300; ++seed) {
+namespace {
+
+// PyTorch's two segments through the cache with growth ahead, `seeds`
+// random programs. The worker runs on the test's thread between the
+// program's calls (deterministic), or on a thread of its own (`threaded`:
+// its pages finish while the program's calls run, as in the glue).
+void torch_segments(uint32_t seeds, bool threaded) {
+  for (uint32_t seed = 1; seed <= seeds; ++seed) {
     FakeDriver fake;
     WorkerDriver driver(fake);
     ClientVmmCache cache(driver, 2, 1, 8, true);
     WorkerProgram p{driver, cache};
+    std::optional<Worker> worker;
+    if (threaded) worker.emplace(cache);
+    auto work = [&] {
+      if (!threaded) cache.work_one();
+    };
     std::mt19937 rng(seed);
     auto pick = [&](uint32_t n) { return rng() % n; };
     // A large-pool segment of 20 MiB pages and a small-pool one of 2 MiB
@@ -1165,14 +1177,14 @@ TEST_CASE("client vmm: PyTorch-shaped segments with growth ahead: every page is 
         for (auto& h : made) {
           // The worker (on this thread) has made every page queued: a
           // create waits for a page nobody is making (a second, here).
-          while (cache.work_one()) {
+          while (!threaded && cache.work_one()) {
           }
           REQUIRE(p.create(g.page, kProp, &h) == kClientOk);
         }
         for (size_t i = b; i < e; ++i) {
           REQUIRE(cache.map(g.base + i * g.page, g.page, 0, made[i - b], 0) == kClientOk);
           g.handles[i] = made[i - b];
-          if (pick(3) == 0) cache.work_one();  // the worker between the program's maps
+          if (pick(3) == 0) work();  // the worker between the program's maps
         }
         REQUIRE(cache.set_access(g.base + b * g.page, (e - b) * g.page, kRW) == kClientOk);
       } else if (op < 9) {
@@ -1203,7 +1215,7 @@ TEST_CASE("client vmm: PyTorch-shaped segments with growth ahead: every page is 
       }
       // The worker (on this thread) makes a few of its pages between the
       // program's calls.
-      for (uint32_t w = pick(4); w > 0; --w) cache.work_one();
+      for (uint32_t w = pick(4); w > 0; --w) work();
       REQUIRE(cache.deferred_counts_consistent());
       // Each page the program mapped is its own handle, open, at the driver.
       std::lock_guard<std::mutex> l(driver.mutex);
@@ -1223,4 +1235,14 @@ TEST_CASE("client vmm: PyTorch-shaped segments with growth ahead: every page is 
           }
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("client vmm: PyTorch-shaped segments with growth ahead: every page is the program's own, every call succeeds") {
+  torch_segments(300, false);
+}
+
+TEST_CASE("client vmm: PyTorch-shaped segments with the worker on its own thread") {
+  torch_segments(60, true);
 }
