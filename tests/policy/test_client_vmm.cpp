@@ -783,6 +783,18 @@ struct WorkerProgram {
   }
 };
 
+// The set-up of the growth-ahead cases: a program growing 20 MiB pages in
+// a reservation of `Pages` of them, up to 32 pages ahead on a worker the
+// case runs itself (or none: driver.worker = false).
+template <uint64_t Pages = 100>
+struct WorkerCase {
+  WorkerCase() { cache.note_reserved(kBase, Pages * kSeg); }
+  FakeDriver fake;
+  WorkerDriver driver{fake};
+  ClientVmmCache cache{driver, 2, 1, 32, true};
+  WorkerProgram p{driver, cache};
+};
+
 // The worker thread of the glue: work_one until stopped.
 struct Worker {
   explicit Worker(ClientVmmCache& c) : cache(c), thread([this] {
@@ -799,12 +811,7 @@ struct Worker {
 
 }  // namespace
 
-TEST_CASE("client vmm: growth ahead on two workers: the program's thread opens few pages, each page its own") {
-  FakeDriver fake;
-  WorkerDriver driver(fake);
-  ClientVmmCache cache(driver, 2, 1, 32, true);
-  cache.note_reserved(kBase, 100 * kSeg);
-  WorkerProgram p{driver, cache};
+TEST_CASE_METHOD(WorkerCase<>, "client vmm: growth ahead on two workers: the program's thread opens few pages, each page its own") {
   std::vector<uint64_t> hs(64);
   {
     // Two (the glue runs one; the cache must work with several): pages
@@ -830,12 +837,7 @@ TEST_CASE("client vmm: growth ahead on two workers: the program's thread opens f
   for (auto& [a, m] : fake.maps) CHECK(a + m.bytes <= kBase + 100 * kSeg);
 }
 
-TEST_CASE("client vmm: a program's call over pages queued ahead cancels them; one in flight is waited for") {
-  FakeDriver fake;
-  WorkerDriver driver(fake);
-  ClientVmmCache cache(driver, 2, 1, 32, true);
-  cache.note_reserved(kBase, 100 * kSeg);
-  WorkerProgram p{driver, cache};
+TEST_CASE_METHOD(WorkerCase<>, "client vmm: a program's call over pages queued ahead cancels them; one in flight is waited for") {
   uint64_t h0 = 0;
   REQUIRE(p.grow(kBase, &h0) == kClientOk);
   CHECK(driver.woken == 1);
@@ -890,12 +892,7 @@ TEST_CASE("client vmm: a program's call over pages queued ahead cancels them; on
   CHECK(driver.program_calls["address_free"] >= 1);
 }
 
-TEST_CASE("client vmm: cuMemCreate waits for the worker's page instead of creating one") {
-  FakeDriver fake;
-  WorkerDriver driver(fake);
-  ClientVmmCache cache(driver, 2, 1, 32, true);
-  cache.note_reserved(kBase, 100 * kSeg);
-  WorkerProgram p{driver, cache};
+TEST_CASE_METHOD(WorkerCase<>, "client vmm: cuMemCreate waits for the worker's page instead of creating one") {
   uint64_t h0 = 0, h1 = 0;
   REQUIRE(p.grow(kBase, &h0) == kClientOk);
   driver.close_gate();
@@ -918,12 +915,7 @@ TEST_CASE("client vmm: cuMemCreate waits for the worker's page instead of creati
   CHECK(cache.stats().revived_maps == 1);
 }
 
-TEST_CASE("client vmm: the next batch queues behind the job still running, never more than prefetch_pages ahead") {
-  FakeDriver fake;
-  WorkerDriver driver(fake);
-  ClientVmmCache cache(driver, 2, 1, 32, true);
-  cache.note_reserved(kBase, 200 * kSeg);
-  WorkerProgram p{driver, cache};
+TEST_CASE_METHOD(WorkerCase<200>, "client vmm: the next batch queues behind the job still running, never more than prefetch_pages ahead") {
   uint64_t h = 0;
   REQUIRE(p.grow(kBase, &h) == kClientOk);  // the program's own page 0; pages 1-2 queued
   CHECK(cache.pending_pages() == 2);
@@ -977,13 +969,8 @@ TEST_CASE("client vmm: a worker's refused call stops its job and leaves nothing 
   }
 }
 
-TEST_CASE("client vmm: with no worker to run, growth ahead stays on the caller") {
-  FakeDriver fake;
-  WorkerDriver driver(fake);
+TEST_CASE_METHOD(WorkerCase<>, "client vmm: with no worker to run, growth ahead stays on the caller") {
   driver.worker = false;
-  ClientVmmCache cache(driver, 2, 1, 32, true);
-  cache.note_reserved(kBase, 100 * kSeg);
-  WorkerProgram p{driver, cache};
   uint64_t h = 0;
   REQUIRE(p.grow(kBase, &h) == kClientOk);
   CHECK(cache.pending_pages() == 0);
