@@ -33,6 +33,7 @@ fast or about 40% slower, with pagefast or without (docs/BENCHMARKS.md),
 which the medians mix. A process whose 10th-percentile call took less
 than P10_US (default 10.5) is in the fast mode. Prints the median first
 pass per configuration and mode."""
+import functools
 import json
 import os
 import random
@@ -54,8 +55,10 @@ def parse_config(spec):
     return label, env, [a for a in args_s.split("+") if a]
 
 
+@functools.lru_cache(maxsize=None)
 def siblings():
-    """The hyperthread sibling lists of this machine's CPUs, distinct."""
+    """The hyperthread sibling lists of this machine's CPUs, distinct (read
+    once: every process's placement is checked against them)."""
     out = set()
     base = "/sys/devices/system/cpu"
     for d in sorted(os.listdir(base)) if os.path.isdir(base) else []:
