@@ -110,6 +110,19 @@
     (CUdeviceptr* dptr, size_t* pitch, size_t width_bytes, size_t height,                  \
      unsigned int element_bytes),                                                          \
     (dptr, pitch, width_bytes, height, element_bytes))                                     \
+  /* stream-ordered allocation, served as cuMemAlloc memory (memory.cpp) */                \
+  L(cuMemAllocAsync, 11020, cuMemAllocAsync,                                               \
+    (CUdeviceptr* dptr, size_t bytes, CUstream stream), (dptr, bytes, stream))             \
+  P(cuMemAllocAsync, 11020, cuMemAllocAsync_ptsz, ptsz, cuMemAllocAsync,                   \
+    (CUdeviceptr* dptr, size_t bytes, CUstream stream), (dptr, bytes, stream))             \
+  L(cuMemFreeAsync, 11020, cuMemFreeAsync, (CUdeviceptr dptr, CUstream stream),            \
+    (dptr, stream))                                                                        \
+  P(cuMemFreeAsync, 11020, cuMemFreeAsync_ptsz, ptsz, cuMemFreeAsync,                      \
+    (CUdeviceptr dptr, CUstream stream), (dptr, stream))                                   \
+  /* modules: the driver's own device memory, charged per module (memory.cpp) */           \
+  L(cuModuleLoadData, 2000, cuModuleLoadData, (CUmodule* module, const void* image),       \
+    (module, image))                                                                       \
+  L(cuModuleUnload, 2000, cuModuleUnload, (CUmodule module), (module))                     \
   L(cuMemGetInfo, 3020, cuMemGetInfo_v2, (size_t* free_bytes, size_t* total_bytes),        \
     (free_bytes, total_bytes))                                                             \
   L(cuMemGetAddressRange, 3020, cuMemGetAddressRange_v2,                                   \

@@ -85,6 +85,15 @@ Config read_config() {
            static_cast<unsigned long long>(config.total_bytes));
     }
   }
+  if (const char* text = getenv("FAKECUDA_MODULE_MEM")) {
+    uint64_t bytes = 0;
+    if (parse_bytes(text, &bytes)) {
+      config.module_bytes = bytes;
+    } else {
+      warn("FAKECUDA_MODULE_MEM=\"%s\" is not a byte count (e.g. 8M); using %llu", text,
+           static_cast<unsigned long long>(config.module_bytes));
+    }
+  }
   config.pci.resize(size_t(config.devices));
   for (int i = 0; i < config.devices; ++i) config.pci[size_t(i)].bus = unsigned(0x06 + i) & 0xff;
   if (const char* text = getenv("FAKECUDA_PCI_BUS_IDS")) {

@@ -12,6 +12,8 @@
 //   FAKECUDA_NO_POSIX_FD  "1": the devices cannot share VMM memory through
 //                         POSIX file descriptors (the attribute answers 0,
 //                         cuMemCreate refuses that handle type); default 0
+//   FAKECUDA_MODULE_MEM   device memory a loaded module takes, K/M/G suffixes
+//                         (default 8M)
 // A bad value prints one line to stderr, naming the option, and the default
 // is used.
 #pragma once
@@ -35,6 +37,7 @@ struct Config {
   uint64_t total_bytes = uint64_t(16) << 30;
   std::vector<PciAddress> pci;  // one per device, defaults filled in
   bool posix_fd = true;         // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR supported
+  uint64_t module_bytes = uint64_t(8) << 20;  // device memory of one loaded module
 };
 
 constexpr int kMaxDevices = 64;

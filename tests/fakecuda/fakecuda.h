@@ -62,6 +62,17 @@ FAKECUDA_API_EXPORT CUresult fakecuda_launch_delayed_check(CUstream stream, CUde
                                                            size_t bytes, unsigned char expected,
                                                            unsigned delay_ms, int* ok_out);
 
+/* Device memory that other processes hold on device `ordinal` from now on
+ * (replacing the last figure): cuMemGetInfo reports that much less free,
+ * and cuMemAlloc, cuMemCreate and module loads fail sooner. Returns 0, or -1
+ * for an ordinal the fake does not have (or before cuInit). */
+FAKECUDA_API_EXPORT int fakecuda_set_external_bytes(int ordinal, unsigned long long bytes);
+
+/* The device memory really free on device `ordinal` (what cuMemGetInfo
+ * answers without pagefast, which adds its idle memory), from any thread,
+ * no context needed; 0 for an ordinal the fake does not have. */
+FAKECUDA_API_EXPORT unsigned long long fakecuda_free_bytes(int ordinal);
+
 /* Use-after-free violations seen by delayed kernels and asynchronous copies
  * since the process started. */
 FAKECUDA_API_EXPORT unsigned long long fakecuda_violations(void);

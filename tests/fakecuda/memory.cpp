@@ -1,5 +1,6 @@
 // tests/fakecuda/memory.cpp: cuMemAlloc-style memory (alloc, pitch, free,
-// info, address range), pointer attributes for every kind of address the
+// info, address range), stream-ordered allocation, modules, the test
+// extension's device memory figures, pointer attributes for every kind of address the
 // fake knows (cuMemAlloc blocks, VMM mappings, bare reservations, legacy-IPC
 // imports). cuMemAlloc memory lives in the device's memory file, mapped
 // shared, so that another process can map it (ipc.cpp). The answers follow docs/DRIVER-FACTS.md ("What the real driver
@@ -7,6 +8,7 @@
 #include <cstring>
 
 #include "api_list.h"
+#include "fakecuda.h"
 #include "os.h"
 #include "state.h"
 
@@ -369,13 +371,62 @@ CUresult impl::cuMemFree_v2(CUdeviceptr dptr) {
   return CUDA_SUCCESS;
 }
 
+// Stream-ordered memory is served as cuMemAlloc memory, from the same
+// device memory; the H200's driver frees a cuMemAlloc block through
+// cuMemFreeAsync too, and refuses addresses it did not allocate
+// (docs/DRIVER-FACTS.md). The free waits for the device's queued work, as
+// cuMemFree does here: later in stream order, never earlier.
+CUresult impl::cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
+  (void)stream;
+  return impl::cuMemAlloc_v2(dptr, bytes);
+}
+
+CUresult impl::cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
+  (void)stream;
+  if (dptr == 0) return CUDA_SUCCESS;
+  return impl::cuMemFree_v2(dptr);
+}
+
+// A module takes Config::module_bytes of the current context's device;
+// the handle is a heap record of where it was charged.
+namespace {
+struct FakeModule {
+  int device;
+  uint64_t bytes;
+};
+}  // namespace
+
+CUresult impl::cuModuleLoadData(CUmodule* module, const void* image) {
+  FAKE_REQUIRE_INIT();
+  Lock lock(state().mu);
+  Context* ctx = nullptr;
+  FAKE_TRY(current_context(&ctx));
+  if (!module || !image) return CUDA_ERROR_INVALID_VALUE;
+  Device& device = state().devices[size_t(ctx->device)];
+  const uint64_t bytes = state().config.module_bytes;
+  if (device.used_bytes + bytes > device.total_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
+  device.used_bytes += bytes;
+  *module = reinterpret_cast<CUmodule>(new FakeModule{ctx->device, bytes});
+  return CUDA_SUCCESS;
+}
+
+CUresult impl::cuModuleUnload(CUmodule module) {
+  FAKE_REQUIRE_INIT();
+  Lock lock(state().mu);
+  if (!module) return CUDA_ERROR_INVALID_HANDLE;
+  auto* m = reinterpret_cast<FakeModule*>(module);
+  state().devices[size_t(m->device)].used_bytes -= m->bytes;
+  delete m;
+  return CUDA_SUCCESS;
+}
+
 CUresult impl::cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   FAKE_REQUIRE_INIT();
   Lock lock(state().mu);
   Context* ctx = nullptr;
   FAKE_TRY(current_context(&ctx));
   const Device& device = state().devices[size_t(ctx->device)];
-  if (free_bytes) *free_bytes = size_t(device.total_bytes - device.used_bytes);
+  if (free_bytes) *free_bytes = size_t(device.total_bytes > device.used_bytes ? device.total_bytes - device.used_bytes : 0);
   if (total_bytes) *total_bytes = size_t(device.total_bytes);
   return CUDA_SUCCESS;
 }
@@ -431,4 +482,24 @@ CUresult impl::cuPointerGetAttributes(unsigned int count, CUpointer_attribute* a
     if (attributes[i] == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) put(data[i], int(CU_DEVICE_INVALID));
   }
   return CUDA_SUCCESS;
+}
+
+// --- the test extension ------------------------------------------------------------
+
+extern "C" int fakecuda_set_external_bytes(int ordinal, unsigned long long bytes) {
+  State& st = state();
+  Lock lock(st.mu);
+  if (ordinal < 0 || size_t(ordinal) >= st.devices.size()) return -1;
+  Device& device = st.devices[size_t(ordinal)];
+  device.used_bytes = device.used_bytes - device.external_bytes + bytes;
+  device.external_bytes = bytes;
+  return 0;
+}
+
+extern "C" unsigned long long fakecuda_free_bytes(int ordinal) {
+  State& st = state();
+  Lock lock(st.mu);
+  if (ordinal < 0 || size_t(ordinal) >= st.devices.size()) return 0;
+  const Device& device = st.devices[size_t(ordinal)];
+  return device.total_bytes > device.used_bytes ? device.total_bytes - device.used_bytes : 0;
 }

@@ -125,7 +125,11 @@ struct Import {
 struct Device {
   int ordinal = 0;
   uint64_t total_bytes = 0;
+  // Everything that takes device memory: cuMemAlloc blocks, cuMemCreate
+  // handles, loaded modules, and what fakecuda_set_external_bytes says
+  // other processes hold (external_bytes; used_bytes may then pass total).
   uint64_t used_bytes = 0;
+  uint64_t external_bytes = 0;
   PciAddress pci;
   Context* primary = nullptr;
   int primary_refs = 0;
