@@ -36,6 +36,8 @@ typedef CUresult(CUDAAPI* PFN_cuStreamBeginCapture_v10000)(CUstream stream);
 typedef CUresult(CUDAAPI* PFN_cuStreamBeginCapture_v10000_ptsz)(CUstream stream);
 typedef CUresult(CUDAAPI* PFN_cuDevicePrimaryCtxReset_v7000)(CUdevice device);
 typedef CUresult(CUDAAPI* PFN_cuDevicePrimaryCtxRelease_v7000)(CUdevice device);
+typedef CUresult(CUDAAPI* PFN_cuGraphInstantiate_v11000)(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node,
+                                                         char* log, size_t log_bytes);
 typedef CUresult(CUDAAPI* PFN_cuIpcOpenMemHandle_v4010)(CUdeviceptr_v2* pdptr, CUipcMemHandle_v1 handle,
                                                         unsigned int Flags);
 
@@ -48,6 +50,79 @@ typedef CUresult(CUDAAPI* PFN_cuIpcOpenMemHandle_v4010)(CUdeviceptr_v2* pdptr, C
   X(cuMemAllocPitch_v2, "cuMemAllocPitch", 3020, PF_NO_LIMIT, 0, PFN_cuMemAllocPitch_v3020,     \
     (CUdeviceptr* dptr, size_t* pitch, size_t width_bytes, size_t height, unsigned element_bytes), \
     (dptr, pitch, width_bytes, height, element_bytes))                                          \
+  /* Stream-ordered free: a pool block is freed as cuMemFree frees it    \
+     (cuSPARSE frees what it took with cudaMalloc through cudaFreeAsync); \
+     every other address goes to the driver. */                            \
+  X(cuMemFreeAsync, "cuMemFreeAsync", 11020, PF_NO_LIMIT, 0, PFN_cuMemFreeAsync_v11020,         \
+    (CUdeviceptr dptr, CUstream stream), (dptr, stream))                                        \
+  X(cuMemFreeAsync_ptsz, "cuMemFreeAsync", 11020, PF_NO_LIMIT, 1, PFN_cuMemFreeAsync_v11020_ptsz, \
+    (CUdeviceptr dptr, CUstream stream), (dptr, stream))                                        \
+  /* Calls that take device memory outside the pool: forwarded; on       \
+     CUDA_ERROR_OUT_OF_MEMORY pagefast's idle memory of the device goes   \
+     back and the call is made once more (docs/POOL.md "Headroom"). */    \
+  X(cuMemAllocAsync, "cuMemAllocAsync", 11020, PF_NO_LIMIT, 0, PFN_cuMemAllocAsync_v11020,      \
+    (CUdeviceptr* dptr, size_t bytesize, CUstream stream), (dptr, bytesize, stream))            \
+  X(cuMemAllocAsync_ptsz, "cuMemAllocAsync", 11020, PF_NO_LIMIT, 1, PFN_cuMemAllocAsync_v11020_ptsz, \
+    (CUdeviceptr* dptr, size_t bytesize, CUstream stream), (dptr, bytesize, stream))            \
+  X(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 11020, PF_NO_LIMIT, 0,                  \
+    PFN_cuMemAllocFromPoolAsync_v11020,                                                         \
+    (CUdeviceptr* dptr, size_t bytesize, CUmemoryPool mempool, CUstream stream),                \
+    (dptr, bytesize, mempool, stream))                                                          \
+  X(cuMemAllocFromPoolAsync_ptsz, "cuMemAllocFromPoolAsync", 11020, PF_NO_LIMIT, 1,             \
+    PFN_cuMemAllocFromPoolAsync_v11020_ptsz,                                                    \
+    (CUdeviceptr* dptr, size_t bytesize, CUmemoryPool mempool, CUstream stream),                \
+    (dptr, bytesize, mempool, stream))                                                          \
+  X(cuMemPoolCreate, "cuMemPoolCreate", 11020, PF_NO_LIMIT, 0, PFN_cuMemPoolCreate_v11020,      \
+    (CUmemoryPool* mempool, const CUmemPoolProps* props), (mempool, props))                     \
+  X(cuMemAllocManaged, "cuMemAllocManaged", 6000, PF_NO_LIMIT, 0, PFN_cuMemAllocManaged_v6000,  \
+    (CUdeviceptr* dptr, size_t bytesize, unsigned int flags), (dptr, bytesize, flags))          \
+  X(cuArrayCreate_v2, "cuArrayCreate", 3020, PF_NO_LIMIT, 0, PFN_cuArrayCreate_v3020,           \
+    (CUarray* array, const CUDA_ARRAY_DESCRIPTOR* desc), (array, desc))                         \
+  X(cuArray3DCreate_v2, "cuArray3DCreate", 3020, PF_NO_LIMIT, 0, PFN_cuArray3DCreate_v3020,     \
+    (CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc), (array, desc))                       \
+  X(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", 5000, PF_NO_LIMIT, 0,                     \
+    PFN_cuMipmappedArrayCreate_v5000,                                                           \
+    (CUmipmappedArray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc, unsigned int levels),        \
+    (array, desc, levels))                                                                      \
+  X(cuModuleLoad, "cuModuleLoad", 2000, PF_NO_LIMIT, 0, PFN_cuModuleLoad_v2000,                 \
+    (CUmodule* module, const char* fname), (module, fname))                                     \
+  X(cuModuleLoadData, "cuModuleLoadData", 2000, PF_NO_LIMIT, 0, PFN_cuModuleLoadData_v2000,     \
+    (CUmodule* module, const void* image), (module, image))                                     \
+  X(cuModuleLoadDataEx, "cuModuleLoadDataEx", 2010, PF_NO_LIMIT, 0, PFN_cuModuleLoadDataEx_v2010, \
+    (CUmodule* module, const void* image, unsigned int count, CUjit_option* options, void** values), \
+    (module, image, count, options, values))                                                    \
+  X(cuModuleLoadFatBinary, "cuModuleLoadFatBinary", 2000, PF_NO_LIMIT, 0,                       \
+    PFN_cuModuleLoadFatBinary_v2000, (CUmodule* module, const void* fatbin), (module, fatbin))  \
+  X(cuLibraryLoadData, "cuLibraryLoadData", 12000, PF_NO_LIMIT, 0, PFN_cuLibraryLoadData_v12000, \
+    (CUlibrary* library, const void* code, CUjit_option* jit_options, void** jit_values,        \
+     unsigned int jit_count, CUlibraryOption* options, void** values, unsigned int count),      \
+    (library, code, jit_options, jit_values, jit_count, options, values, count))                \
+  X(cuLibraryLoadFromFile, "cuLibraryLoadFromFile", 12000, PF_NO_LIMIT, 0,                      \
+    PFN_cuLibraryLoadFromFile_v12000,                                                           \
+    (CUlibrary* library, const char* file, CUjit_option* jit_options, void** jit_values,        \
+     unsigned int jit_count, CUlibraryOption* options, void** values, unsigned int count),      \
+    (library, file, jit_options, jit_values, jit_count, options, values, count))                \
+  X(cuGraphInstantiate_v2, "cuGraphInstantiate", 11000, 12000, 0, PFN_cuGraphInstantiate_v11000, \
+    (CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node, char* log, size_t log_bytes),   \
+    (exec, graph, error_node, log, log_bytes))                                                  \
+  X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 11040, PF_NO_LIMIT, 0,          \
+    PFN_cuGraphInstantiateWithFlags_v11040,                                                     \
+    (CUgraphExec* exec, CUgraph graph, unsigned long long flags), (exec, graph, flags))         \
+  X(cuGraphInstantiateWithParams, "cuGraphInstantiateWithParams", 12000, PF_NO_LIMIT, 0,        \
+    PFN_cuGraphInstantiateWithParams_v12000,                                                    \
+    (CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* params), (exec, graph, params)) \
+  X(cuGraphInstantiateWithParams_ptsz, "cuGraphInstantiateWithParams", 12000, PF_NO_LIMIT, 1,   \
+    PFN_cuGraphInstantiateWithParams_v12000_ptsz,                                               \
+    (CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* params), (exec, graph, params)) \
+  /* A graph's memory nodes take their memory at launch or upload. */    \
+  X(cuGraphLaunch, "cuGraphLaunch", 10000, PF_NO_LIMIT, 0, PFN_cuGraphLaunch_v10000,            \
+    (CUgraphExec exec, CUstream stream), (exec, stream))                                        \
+  X(cuGraphLaunch_ptsz, "cuGraphLaunch", 10000, PF_NO_LIMIT, 1, PFN_cuGraphLaunch_v10000_ptsz,  \
+    (CUgraphExec exec, CUstream stream), (exec, stream))                                        \
+  X(cuGraphUpload, "cuGraphUpload", 11010, PF_NO_LIMIT, 0, PFN_cuGraphUpload_v11010,            \
+    (CUgraphExec exec, CUstream stream), (exec, stream))                                        \
+  X(cuGraphUpload_ptsz, "cuGraphUpload", 11010, PF_NO_LIMIT, 1, PFN_cuGraphUpload_v11010_ptsz,  \
+    (CUgraphExec exec, CUstream stream), (exec, stream))                                        \
   X(cuMemGetInfo_v2, "cuMemGetInfo", 3020, PF_NO_LIMIT, 0, PFN_cuMemGetInfo_v3020,              \
     (size_t* free_bytes, size_t* total_bytes), (free_bytes, total_bytes))                       \
   X(cuMemGetAddressRange_v2, "cuMemGetAddressRange", 3020, PF_NO_LIMIT, 0,                      \

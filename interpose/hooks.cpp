@@ -36,6 +36,26 @@ inline bool active(Entry entry) {
   return true;
 }
 
+// A driver call that can answer CUDA_ERROR_OUT_OF_MEMORY for lack of the
+// memory pagefast holds idle: on that answer (and only when pagefast is
+// on), every idle byte of the device goes back to the driver and the call
+// is made once more (docs/POOL.md "Headroom"). A failed call changed
+// nothing, so making it again is safe; one compare on the way out.
+template <typename Call>
+inline CUresult retried_on_oom(bool on, Call&& call) {
+  const CUresult result = call();
+  if (__builtin_expect(result != CUDA_ERROR_OUT_OF_MEMORY, 1) || !on) return result;
+  return pool::release_idle_for_driver() ? call() : result;
+}
+
+// The real function of a table entry with that retry.
+#define PF_FORWARD_RETRIED(on, symbol, args)                           \
+  do {                                                                 \
+    const RealDriver* real = real_driver();                            \
+    if (!real || !real->symbol) return kMissing;                       \
+    return retried_on_oom(on, [&] { return real->symbol args; });      \
+  } while (0)
+
 std::atomic<bool> g_first_alloc_done{false};
 
 // Streams being captured into a graph. Capture begin/end are rare; a lock
@@ -85,6 +105,8 @@ CUresult alloc_untraced(CUdeviceptr* dptr, size_t bytesize) {
     // NULL and 0 are answered by the driver itself, byte for byte.
     CUresult result;
     if (dptr && bytesize && pool::try_alloc(dptr, bytesize, &result)) return result;
+    // Not the pool's (too large, unpoolable, no context): the driver's.
+    PF_FORWARD_RETRIED(true, cuMemAlloc_v2, (dptr, bytesize));
   }
   PF_FORWARD(cuMemAlloc_v2, (dptr, bytesize));
 }
@@ -113,8 +135,82 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
 CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width_bytes, size_t height,
                             unsigned element_bytes) {
   // Pitched memory keeps the driver's own layout rules: never pooled.
-  active(Entry::cuMemAllocPitch_v2);
-  PF_FORWARD(cuMemAllocPitch_v2, (dptr, pitch, width_bytes, height, element_bytes));
+  const bool on = active(Entry::cuMemAllocPitch_v2);
+  PF_FORWARD_RETRIED(on, cuMemAllocPitch_v2, (dptr, pitch, width_bytes, height, element_bytes));
+}
+
+// Stream-ordered frees of pool blocks (pool_api.h try_free_async); in the
+// per-thread-stream variant stream 0 is the calling thread's stream.
+#define PF_FREE_ASYNC(symbol, default_stream)                                            \
+  CUresult symbol(CUdeviceptr dptr, CUstream stream) {                                   \
+    if (active(Entry::symbol) && dptr) {                                                 \
+      CUresult result;                                                                   \
+      if (pool::try_free_async(dptr, stream ? stream : (default_stream), &result)) return result; \
+    }                                                                                    \
+    PF_FORWARD(symbol, (dptr, stream));                                                  \
+  }
+PF_FREE_ASYNC(cuMemFreeAsync, CUstream(nullptr))
+PF_FREE_ASYNC(cuMemFreeAsync_ptsz, CU_STREAM_PER_THREAD)
+#undef PF_FREE_ASYNC
+
+// Device memory the driver takes outside the pool: forwarded, retried
+// once after an out-of-memory answer.
+#define PF_RETRY_ON_OOM(symbol, params, args)                          \
+  CUresult symbol params {                                             \
+    const bool on = active(Entry::symbol);                             \
+    PF_FORWARD_RETRIED(on, symbol, args);                              \
+  }
+PF_RETRY_ON_OOM(cuMemAllocAsync, (CUdeviceptr* dptr, size_t bytesize, CUstream stream), (dptr, bytesize, stream))
+PF_RETRY_ON_OOM(cuMemAllocAsync_ptsz, (CUdeviceptr* dptr, size_t bytesize, CUstream stream),
+                (dptr, bytesize, stream))
+PF_RETRY_ON_OOM(cuMemAllocFromPoolAsync,
+                (CUdeviceptr* dptr, size_t bytesize, CUmemoryPool mempool, CUstream stream),
+                (dptr, bytesize, mempool, stream))
+PF_RETRY_ON_OOM(cuMemAllocFromPoolAsync_ptsz,
+                (CUdeviceptr* dptr, size_t bytesize, CUmemoryPool mempool, CUstream stream),
+                (dptr, bytesize, mempool, stream))
+PF_RETRY_ON_OOM(cuMemPoolCreate, (CUmemoryPool* mempool, const CUmemPoolProps* props), (mempool, props))
+PF_RETRY_ON_OOM(cuArrayCreate_v2, (CUarray* array, const CUDA_ARRAY_DESCRIPTOR* desc), (array, desc))
+PF_RETRY_ON_OOM(cuArray3DCreate_v2, (CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc), (array, desc))
+PF_RETRY_ON_OOM(cuMipmappedArrayCreate,
+                (CUmipmappedArray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc, unsigned int levels),
+                (array, desc, levels))
+PF_RETRY_ON_OOM(cuModuleLoad, (CUmodule* module, const char* fname), (module, fname))
+PF_RETRY_ON_OOM(cuModuleLoadData, (CUmodule* module, const void* image), (module, image))
+PF_RETRY_ON_OOM(cuModuleLoadDataEx,
+                (CUmodule* module, const void* image, unsigned int count, CUjit_option* options, void** values),
+                (module, image, count, options, values))
+PF_RETRY_ON_OOM(cuModuleLoadFatBinary, (CUmodule* module, const void* fatbin), (module, fatbin))
+PF_RETRY_ON_OOM(cuLibraryLoadData,
+                (CUlibrary* library, const void* code, CUjit_option* jit_options, void** jit_values,
+                 unsigned int jit_count, CUlibraryOption* options, void** values, unsigned int count),
+                (library, code, jit_options, jit_values, jit_count, options, values, count))
+PF_RETRY_ON_OOM(cuLibraryLoadFromFile,
+                (CUlibrary* library, const char* file, CUjit_option* jit_options, void** jit_values,
+                 unsigned int jit_count, CUlibraryOption* options, void** values, unsigned int count),
+                (library, file, jit_options, jit_values, jit_count, options, values, count))
+PF_RETRY_ON_OOM(cuGraphInstantiate_v2,
+                (CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node, char* log, size_t log_bytes),
+                (exec, graph, error_node, log, log_bytes))
+PF_RETRY_ON_OOM(cuGraphInstantiateWithFlags, (CUgraphExec* exec, CUgraph graph, unsigned long long flags),
+                (exec, graph, flags))
+PF_RETRY_ON_OOM(cuGraphInstantiateWithParams,
+                (CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* params), (exec, graph, params))
+PF_RETRY_ON_OOM(cuGraphInstantiateWithParams_ptsz,
+                (CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* params), (exec, graph, params))
+PF_RETRY_ON_OOM(cuGraphLaunch, (CUgraphExec exec, CUstream stream), (exec, stream))
+PF_RETRY_ON_OOM(cuGraphLaunch_ptsz, (CUgraphExec exec, CUstream stream), (exec, stream))
+PF_RETRY_ON_OOM(cuGraphUpload, (CUgraphExec exec, CUstream stream), (exec, stream))
+PF_RETRY_ON_OOM(cuGraphUpload_ptsz, (CUgraphExec exec, CUstream stream), (exec, stream))
+#undef PF_RETRY_ON_OOM
+
+// Managed memory takes device memory when the device first touches a
+// page, where running out is a fault, not an answer: idle memory makes
+// room first (pool_api.h make_room_for_managed), then the call as above.
+CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
+  const bool on = active(Entry::cuMemAllocManaged);
+  if (on && bytesize) pool::make_room_for_managed(bytesize);
+  PF_FORWARD_RETRIED(on, cuMemAllocManaged, (dptr, bytesize, flags));
 }
 
 CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {

@@ -33,6 +33,11 @@ void configure(const PoolConfig& config, LogSink log);
 bool try_alloc(CUdeviceptr* dptr, size_t bytes, CUresult* result);
 // cuMemFree_v2. false when dptr is not inside any pool range.
 bool try_free(CUdeviceptr dptr, CUresult* result);
+// cuMemFreeAsync(_ptsz) of a pool block: freed as cuMemFree frees it (the
+// block is reused only after a synchronisation that follows this call, so
+// after the stream's earlier work). false when dptr is not pool memory, or
+// when `stream` is being captured (the driver answers for a capture).
+bool try_free_async(CUdeviceptr dptr, CUstream stream, CUresult* result);
 // cuMemGetAddressRange_v2 for an address inside a pool range.
 bool try_address_range(CUdeviceptr* base, size_t* bytes, CUdeviceptr dptr, CUresult* result);
 // cuPointerGetAttribute(s): the pool answers RANGE_START_ADDR, RANGE_SIZE,
@@ -52,6 +57,23 @@ bool capture_active();
 // cuMemGetInfo_v2, after the real call succeeded: add idle bytes to free,
 // apply the limit to total. Either pointer may be NULL.
 void adjust_mem_info(size_t* free_bytes, size_t* total_bytes);
+// The driver answered a call CUDA_ERROR_OUT_OF_MEMORY: every byte pagefast
+// holds idle on `device` (its pool's, the client VMM cache's) goes back to
+// the driver (policy/device_budget.h); kCurrentDevice: the calling
+// context's device, or every device when there is no context. true when
+// anything went back: the caller then retries once. May synchronise the
+// device.
+constexpr int kCurrentDevice = -1;
+bool release_idle_for_driver(int device = kCurrentDevice);
+// A managed allocation of `bytes` is about to be made (cuMemAllocManaged):
+// its pages take device memory when the device first touches them, where
+// an out-of-memory answer comes too late (a fault). Idle memory goes back
+// first so that the device keeps `bytes` plus the headroom free, as far
+// as pagefast's idle memory allows.
+void make_room_for_managed(size_t bytes);
+// The pagefast-trim thread's step for every device with a budget: free
+// memory under the headroom gives idle memory back (DeviceBudget::relieve).
+void relieve_headroom();
 // Stream capture began / ended somewhere in the process: while any capture
 // is active the pool never synchronises.
 void on_capture_begin();

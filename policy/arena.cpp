@@ -162,7 +162,7 @@ Block* Arena::neighbour_starting_at(uint64_t addr) const {
   return block;
 }
 
-ProviderStatus Arena::grow(Granules min_granules) {
+ProviderStatus Arena::grow(Granules min_granules, Granules max_step) {
   if (asleep_) return ProviderStatus::Failed;
   if (min_granules.count() == 0) return ProviderStatus::OutOfMemory;
   // Whole free big chunks go back first, so that under a limit they make
@@ -177,12 +177,13 @@ ProviderStatus Arena::grow(Granules min_granules) {
     // physical allocation that a stitch can map elsewhere. A chunk that
     // fails ends it: those grown stay, free.
     for (Granules grown; grown < min_granules; grown += settings_.chunk_granules) {
-      const ProviderStatus status = grow(settings_.chunk_granules);
+      const ProviderStatus status = grow(settings_.chunk_granules, max_step);
       if (status != ProviderStatus::Ok) return status;
     }
     return ProviderStatus::Ok;
   }
   Granules step = max_granules(settings_.chunk_granules, min_granules);
+  if (step > max_step) step = max_granules(max_step, min_granules);
   if (step > room) step = room;
   if (!spare_blocks_.reserve(1)) return ProviderStatus::OutOfMemory;
 

@@ -93,8 +93,10 @@ class Arena {
   // clipped to the limit; on OutOfMemory retries with exactly min_granules.
   // Any failure leaves nothing behind (no mapping, no handle, no block).
   // With split_growth, more than a chunk grows chunk by chunk: a failure
-  // then keeps the chunks already grown (free).
-  ProviderStatus grow(Granules min_granules);
+  // then keeps the chunks already grown (free). A step never exceeds
+  // max(min_granules, max_step): the caller's bound (the headroom,
+  // DevicePool::grow_locked).
+  ProviderStatus grow(Granules min_granules, Granules max_step = Granules(UINT64_MAX >> kGranuleShift));
 
   // A block in `state` at fresh addresses, backed by the physical memory
   // of free home pieces, largest first. NULL if free memory is short, if

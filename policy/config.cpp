@@ -21,6 +21,7 @@ void store(Config& c, Opt key, const Value& v) {
     case Opt::KeyChunkSize: c.pool.chunk_bytes = v.number; break;
     case Opt::KeyReleaseThreshold: c.pool.release_threshold_bytes = v.number; break;
     case Opt::KeyLimit: c.pool.limit_bytes = v.number; break;
+    case Opt::KeyHeadroom: c.pool.headroom_bytes = v.number; break;
     case Opt::KeyPrewarm: c.pool.prewarm_bytes = v.number; break;
     case Opt::KeyReserve: c.pool.reserve_bytes = v.number; break;
     case Opt::KeyVmmCache: c.pool.vmm_cache = v.choice != 0; break;
@@ -131,6 +132,7 @@ std::string describe(const Config& c) {
     s += ", chunk_size " + size(c.pool.chunk_bytes);
     s += ", release_threshold " + size(c.pool.release_threshold_bytes);
     s += ", limit " + (c.pool.limit_bytes ? size(c.pool.limit_bytes) : std::string("none"));
+    if (c.pool.headroom_bytes != kDefaultHeadroomBytes) s += ", headroom " + size(c.pool.headroom_bytes);
     if (c.pool.prewarm_bytes) s += ", prewarm " + size(c.pool.prewarm_bytes);
     if (!c.pool.vmm_cache) s += ", vmm_cache off";
     if (c.pool.vmm_grow_ahead) s += ", vmm_grow_ahead " + std::to_string(c.pool.vmm_grow_ahead);

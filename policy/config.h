@@ -22,11 +22,19 @@ constexpr uint64_t kMiB = 1024 * kKiB;
 constexpr uint64_t kGiB = 1024 * kMiB;
 constexpr uint64_t kUnlimited = UINT64_MAX;
 
+// headroom's default: what the driver and the CUDA libraries took on first
+// use on the H200, outside any allocator (746 MiB: cuBLAS, cuDNN, cuSOLVER,
+// cuFFT and a one-rank NCCL group; docs/POOL.md "Headroom"), and a margin.
+constexpr uint64_t kDefaultHeadroomBytes = 1 * kGiB;
+
 struct PoolConfig {
   bool enabled = true;                      // pool:on|off
   uint64_t chunk_bytes = 256 * kMiB;        // chunk_size: physical growth step
   uint64_t release_threshold_bytes = kUnlimited;  // release_threshold
   uint64_t limit_bytes = 0;                 // limit: 0 means none
+  // headroom: device memory left really free for the driver and the CUDA
+  // libraries while pagefast holds idle memory (policy/device_budget.h).
+  uint64_t headroom_bytes = kDefaultHeadroomBytes;
   uint64_t prewarm_bytes = 0;               // prewarm
   uint64_t reserve_bytes = 0;               // reserve: VA per range, 0 = auto
   bool vmm_cache = true;                    // vmm_cache: cache the program's own cuMemCreate handles

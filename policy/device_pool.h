@@ -41,6 +41,7 @@
 #include "policy/allowance.h"
 #include "policy/arena.h"
 #include "policy/config.h"
+#include "policy/device_budget.h"
 #include "policy/footprint.h"
 #include "policy/log_sink.h"
 #include "policy/pool_stats.h"
@@ -162,7 +163,7 @@ struct PoolReport {
   OomRecord last_oom;
 };
 
-class DevicePool {
+class DevicePool final : public IdleMemory {
  public:
   DevicePool(Provider& provider, Clock& clock, PageMap& page_map, const PoolSettings& settings, LogSink log);
   // Frees host records. Production pools are never destroyed (process exit
@@ -200,7 +201,10 @@ class DevicePool {
   // if allowed), drains thread caches, empty slabs, free stitches, and
   // every chunk left wholly free. May call the provider. Never call it
   // from a destructor.
-  void trim();
+  void trim() { give_back(kAllIdle); }
+  // IdleMemory (policy/device_budget.h): as trim(), but the chunks go
+  // back one at a time until `bytes` went back. Returns the bytes.
+  uint64_t give_back(uint64_t bytes) override;
 
   // Peer access (docs/POOL.md): device `peer` may now access / may no
   // longer access this pool's memory. Re-applies access on every mapping
@@ -249,7 +253,7 @@ class DevicePool {
   int device() const { return settings_.device; }
   const PoolSettings& settings() const { return settings_; }
   // Idle bytes for cuMemGetInfo and in-use bytes for the limit.
-  uint64_t idle_bytes();
+  uint64_t idle_bytes() override;
   uint64_t in_use_bytes();
   uint64_t limit_bytes() const { return settings_.config.limit_bytes; }
   // Lock-free (the client VMM cache reads it under its own lock).
@@ -284,6 +288,13 @@ class DevicePool {
                 bool sync_before_growth = true);
   Block* obtain_under_pressure(ThreadCache* cache, Granules granules, bool for_slab, AllocStatus* status);
   ProviderStatus grow_locked(Granules granules);
+  // REQUIRES: the device lock. The largest step a growth for `granules`
+  // may take and leave the headroom free; first releases chunks wholly
+  // free when the request would cut into it (docs/POOL.md "Headroom").
+  Granules growth_step_within_headroom(Granules granules);
+  // Whether growing by `granules` would leave less than the headroom free
+  // (false when the provider cannot tell). No lock needed.
+  bool growth_cuts_headroom(Granules granules);
 
   // quarantine (device_pool_quarantine.cpp): when to sync, and routing
   // The allowance now (policy/allowance.h), its rate sampled at most once
@@ -404,6 +415,7 @@ class DevicePool {
   std::atomic<uint64_t> ooms_{0};
   std::atomic<uint64_t> growth_ns_{0};
   std::atomic<uint64_t> release_ns_{0};
+  std::atomic<uint64_t> headroom_releases_{0};  // growths that released chunks first
   std::atomic<uint64_t> lost_blocks_{0};  // could not be quarantined (host OOM)
   std::mutex oom_mutex_;  // last_oom_; taken on OOM paths only, never at exit
   OomRecord last_oom_;

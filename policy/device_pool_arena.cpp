@@ -44,9 +44,34 @@ uint64_t DevicePool::peers() {
 
 // ---- arena memory ----------------------------------------------------------
 
+bool DevicePool::growth_cuts_headroom(Granules granules) {
+  const uint64_t headroom = settings_.config.headroom_bytes;
+  uint64_t free_bytes = 0;
+  return headroom && provider_.device_free_bytes(&free_bytes) && free_bytes < headroom + granules.bytes();
+}
+
+Granules DevicePool::growth_step_within_headroom(Granules granules) {
+  const uint64_t headroom = settings_.config.headroom_bytes;
+  uint64_t free_bytes = 0;
+  if (!headroom || !provider_.device_free_bytes(&free_bytes)) return Granules(UINT64_MAX >> kGranuleShift);
+  const Granules before = arena_.resident();
+  // Growing would cut into the headroom: chunks left wholly free, which
+  // this request could not use, go back to the driver first, one by one.
+  auto room = [&] {
+    const uint64_t now_free = free_bytes + (before - arena_.resident()).bytes();
+    return now_free > headroom ? now_free - headroom : 0;
+  };
+  while (room() < granules.bytes() && arena_.release_free_chunks(1) > 0) {
+  }
+  if (arena_.resident() < before) headroom_releases_.fetch_add(1, std::memory_order_relaxed);
+  // Grow no more than what leaves the headroom free (at least the request:
+  // the program's own allocation is served as the driver would serve it).
+  return granules_floor(room());
+}
+
 ProviderStatus DevicePool::grow_locked(Granules granules) {
   const uint64_t start = clock_.now_ns();
-  const ProviderStatus status = arena_.grow(granules);
+  const ProviderStatus status = arena_.grow(granules, growth_step_within_headroom(granules));
   const uint64_t end = clock_.now_ns();
   growth_ns_.fetch_add(end - start, std::memory_order_relaxed);
   const uint64_t mapped = arena_.resident().bytes();
@@ -114,6 +139,15 @@ Block* DevicePool::obtain(ThreadCache* cache, Granules granules, bool for_slab, 
   // ahead had retired first, without that sync, held more in the
   // simulation: the rest stayed quarantined while the pool grew.)
   if (reclaim_wanted(granules)) {
+    drain_all();
+    if (sync_and_retire(cache, false)) {
+      release_all_empty_slabs();
+      if (Block* b = take_locked()) return b;
+    }
+  }
+  // Growing would cut into the headroom: what waits for a sync or sits in
+  // thread caches is reclaimed first, as above (docs/POOL.md "Headroom").
+  if (growth_cuts_headroom(granules)) {
     drain_all();
     if (sync_and_retire(cache, false)) {
       release_all_empty_slabs();

@@ -170,16 +170,21 @@ void DevicePool::maybe_trim() {
   mapped_bytes_.store(arena_.resident().bytes(), std::memory_order_relaxed);
 }
 
-void DevicePool::trim() {
+uint64_t DevicePool::give_back(uint64_t bytes) {
   drain_all();
   sync_and_retire(nullptr, false);
   release_all_empty_slabs();
   std::lock_guard<std::mutex> guard(arena_mutex_);
   const uint64_t start = clock_.now_ns();
+  const Granules before = arena_.resident();
   arena_.dissolve_free_stitches();
-  arena_.release_free_chunks(INT_MAX);
+  if (bytes == kAllIdle) arena_.release_free_chunks(INT_MAX);
+  else
+    while ((before - arena_.resident()).bytes() < bytes && arena_.release_free_chunks(1) > 0) {
+    }
   release_ns_.fetch_add(clock_.now_ns() - start, std::memory_order_relaxed);
   mapped_bytes_.store(arena_.resident().bytes(), std::memory_order_relaxed);
+  return (before - arena_.resident()).bytes();
 }
 
 // ---- numbers ---------------------------------------------------------------------
@@ -239,6 +244,7 @@ PoolStats DevicePool::stats() {
   s.synchronizations = quarantine_.synchronizations();
   s.synchronizations_ahead = syncs_ahead_.load(std::memory_order_relaxed);
   s.peak_mapped_bytes = peak_mapped_bytes_.load(std::memory_order_relaxed);
+  s.headroom_releases = headroom_releases_.load(std::memory_order_relaxed);
   s.passthroughs = passthroughs_.load(std::memory_order_relaxed);
   s.ooms = ooms_.load(std::memory_order_relaxed);
   s.growth_ns = growth_ns_.load(std::memory_order_relaxed);

@@ -434,6 +434,13 @@ uint64_t FakeProvider::used_bytes() const {
   return capacity_bytes_ - free_page_count_ * kPage;
 }
 
+bool FakeProvider::device_free_bytes(uint64_t* free_bytes) {
+  if (!reports_free_.load(std::memory_order_relaxed)) return false;
+  std::lock_guard<std::mutex> guard(mutex_);
+  *free_bytes = free_page_count_ * kPage;
+  return true;
+}
+
 uint64_t FakeProvider::live_chunks() const {
   std::lock_guard<std::mutex> guard(mutex_);
   return chunks_.size();

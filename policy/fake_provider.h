@@ -21,6 +21,7 @@
 // Thread-safe (one mutex): the pool calls synchronize() without its locks.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -49,6 +50,11 @@ class FakeProvider final : public Provider {
   bool unmap(uint64_t addr, Granules granules) override;
   ProviderStatus set_access(uint64_t addr, Granules granules, const AccessSet& access) override;
   SyncStatus synchronize() override;
+  // The capacity not in chunks nor taken directly (take_direct), once
+  // set_reports_free(true); "unknown" (false) before, as a provider that
+  // cannot tell: the pool then grows without regard to a headroom.
+  bool device_free_bytes(uint64_t* free_bytes) override;
+  void set_reports_free(bool reports) { reports_free_ = reports; }
   // Sleep's host memory (anonymous mmap with Backing::Host, a one-byte
   // token with None; counted, and host_free checked against it) and
   // copies: memcpy with Backing::Host (the range must be mapped and open),
@@ -136,6 +142,7 @@ class FakeProvider final : public Provider {
   };
 
   mutable std::mutex mutex_;
+  std::atomic<bool> reports_free_{false};
   const uint64_t capacity_bytes_;
   const Backing backing_;
   int memfd_ = -1;

@@ -121,6 +121,10 @@ constexpr OptionRow kRows[] = {
      "also the floor of `release_delay`'s decay (`max`: no floor)"},
     {Opt::KeyLimit, "limit", Scope::ConfKey, &kLimit, "a size of at least 2M (e.g. 40G), 0 for none", "0", false,
      kLib, "the most device memory the pool may hold; `cuMemGetInfo` then reports it as total", ""},
+    {Opt::KeyHeadroom, "headroom", Scope::ConfKey, &kAnySize, "a size (e.g. 1G), 0 for none", "1G", false, kLib,
+     "while pagefast holds idle memory, the device keeps at least this much really free for the driver and the "
+     "CUDA libraries (docs/POOL.md \"Headroom\")",
+     "idle memory goes back when free memory falls under it; `0`: only out-of-memory answers give it back"},
     {Opt::KeyPrewarm, "prewarm", Scope::ConfKey, &kAnySize, "a size (e.g. 4G)", "0", false, kLib,
      "created and mapped at the first allocation on a device", ""},
     {Opt::KeyReserve, "reserve", Scope::ConfKey, &kReserve, "a size, multiple of 2M, or 0 for auto", "0", false,

@@ -49,6 +49,7 @@ enum class Opt : int {
   KeyChunkSize,
   KeyReleaseThreshold,
   KeyLimit,
+  KeyHeadroom,
   KeyPrewarm,
   KeyReserve,
   KeyVmmCache,

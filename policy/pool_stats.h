@@ -33,7 +33,11 @@ namespace pagefast::policy {
 // size is fixed: interpose/pagefast.h) nor in the live segment's layout.
 #define PAGEFAST_POOL_STATS_JSON_FIELDS(X)                                                                    \
   X(synchronizations_ahead, "of the synchronizations, those made ahead of need by the pagefast-sync thread") \
-  X(peak_mapped_bytes, "highest mapped_bytes: the most physical memory the pool held at once")
+  X(peak_mapped_bytes, "highest mapped_bytes: the most physical memory the pool held at once")             \
+  X(headroom_releases, "growths that first released free chunks to keep the headroom")                     \
+  X(headroom_relieved_bytes, "idle memory given back because free memory fell under the headroom")          \
+  X(oom_released_bytes, "idle memory given back after the driver answered a call out of memory")            \
+  X(oom_retries, "driver calls retried after that")
 
 struct PoolStats {
 #define PF_STATS_FIELD(name, meaning) uint64_t name = 0;

@@ -83,6 +83,15 @@ class Provider {
   // otherwise grows.
   virtual bool maps_at_offset() { return true; }
 
+  // The device's free memory as the driver sees it now (cuMemGetInfo),
+  // for the headroom (policy/device_budget.h). false: unknown ("unsupported"
+  // is a legal answer; the pool then grows as if nothing else needed the
+  // device).
+  virtual bool device_free_bytes(uint64_t* free_bytes) {
+    (void)free_bytes;
+    return false;
+  }
+
   // Waits until all device work that may use pool memory has finished.
   // Called with no lock of the pool held.
   virtual SyncStatus synchronize() = 0;

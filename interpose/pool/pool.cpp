@@ -33,6 +33,7 @@
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
 #include "policy/clock.h"
+#include "policy/device_budget.h"
 #include "policy/device_pool.h"
 #include "policy/format.h"
 #include "policy/page_map.h"
@@ -71,6 +72,23 @@ policy::MonotonicClock* g_clock = nullptr;
 // pairs (accessor's context -> owner's context) with peer access enabled.
 // Under g_create_mutex, so a pool being made sees every grant.
 int g_peer_grants[kMaxDevices][kMaxDevices];
+// Per device: what pagefast holds idle there, and the headroom it leaves
+// the driver (policy/device_budget.h). Made with the device's pool or at
+// the first out-of-memory answer there; never destroyed.
+std::atomic<policy::DeviceBudget*> g_budgets[kMaxDevices];
+std::atomic<uint64_t> g_oom_retries[kMaxDevices];
+
+// The client VMM cache's memory of one device, as a holder of the budget.
+class ClientIdle final : public policy::IdleMemory {
+ public:
+  explicit ClientIdle(int device) : device_(device) {}
+  uint64_t idle_bytes() override { return clients::cached_bytes(device_); }
+  uint64_t give_back(uint64_t bytes) override { return clients::trim(device_, bytes); }
+
+ private:
+  const int device_;
+};
+
 pthread_key_t g_thread_key;
 pthread_once_t g_thread_key_once = PTHREAD_ONCE_INIT;
 pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
@@ -139,6 +157,19 @@ ThreadState* thread_state() {
   return ts;
 }
 
+// REQUIRES: g_create_mutex. The device's budget, made (with the client
+// cache as its first holder) if there is none; NULL on host out of memory.
+policy::DeviceBudget* budget_locked(int device) {
+  if (policy::DeviceBudget* made = g_budgets[device].load(std::memory_order_acquire)) return made;
+  auto* budget = new (std::nothrow) policy::DeviceBudget(g_config.headroom_bytes);
+  if (!budget) return nullptr;
+  // The cache's released pages go first: the pool's idle memory is what
+  // its threads' next allocations hit.
+  if (auto* client = new (std::nothrow) ClientIdle(device)) budget->add(client);
+  g_budgets[device].store(budget, std::memory_order_release);
+  return budget;
+}
+
 DevicePool* pool_of(const RealDriver* real, CUdevice device) {
   if (DevicePool* p = g_pools[device].load(std::memory_order_acquire)) return p;
   if (g_unpoolable[device].load(std::memory_order_acquire)) return nullptr;
@@ -175,11 +206,12 @@ DevicePool* pool_of(const RealDriver* real, CUdevice device) {
   }
   g_providers[device] = provider;
   g_fallback_caches[device] = fallback;
+  if (policy::DeviceBudget* budget = budget_locked(int(device))) budget->add(pool);
   for (int accessor = 0; accessor < kMaxDevices; ++accessor)
     if (g_peer_grants[device][accessor] > 0) pool->add_peer(accessor);  // no mapping yet: no driver call
   pool->prewarm();
   g_pools[device].store(pool, std::memory_order_release);
-  start_trim_thread(g_config.release_delay_ns);
+  start_trim_thread(g_config);
   start_sync_thread(g_config.sync_ahead);
   if (g_config.control) ipc::start_control();
   log_line(LogLevel::Info, "device %d pooled: chunk %s, release threshold %s, limit %s, prewarm %s, reserve %s",
@@ -219,10 +251,10 @@ CUresult free_result(FreeStatus status) {
   return status == FreeStatus::Ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-inline bool retired(const DevicePool* pool) {
-  const int device = pool->device();
+inline bool retired_device(int device) {
   return device >= 0 && device < kMaxDevices && g_retired[device].load(std::memory_order_relaxed);
 }
+inline bool retired(const DevicePool* pool) { return retired_device(pool->device()); }
 
 // The pool's record of an address, or NULL when the address is not pool
 // memory any more: never made by the pool, or made by a retired pool,
@@ -337,6 +369,22 @@ bool try_free(CUdeviceptr dptr, CUresult* result) {
   return true;
 }
 
+bool try_free_async(CUdeviceptr dptr, CUstream stream, CUresult* result) {
+  if (!g_active.load(std::memory_order_acquire) || !live_span(dptr)) return false;
+  if (capture_active()) {
+    // In a capture the driver makes a free node, which only a graph
+    // allocation may be: it answers for pool memory as for cuMemAlloc's.
+    const RealDriver* real = driver();
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (!real || !real->cuStreamIsCapturing || real->cuStreamIsCapturing(stream, &status) != CUDA_SUCCESS ||
+        status != CU_STREAM_CAPTURE_STATUS_NONE)
+      return false;
+  }
+  // The quarantine reuses a block only after a synchronisation that began
+  // after its free, which waits for the stream's earlier work too.
+  return try_free(dptr, result);
+}
+
 bool try_address_range(CUdeviceptr* base, size_t* bytes, CUdeviceptr dptr, CUresult* result) {
   if (!g_active.load(std::memory_order_acquire)) return false;
   policy::Span* span = live_span(dptr);
@@ -422,6 +470,69 @@ void free_held_block(CUdeviceptr dptr) {
 
 }  // namespace
 
+namespace {
+
+// The calling thread's context's device; -1 when there is none.
+int current_device() {
+  const RealDriver* real = driver();
+  CUdevice device = 0;
+  if (!real || !real->cuCtxGetDevice || real->cuCtxGetDevice(&device) != CUDA_SUCCESS) return -1;
+  return device >= 0 && device < kMaxDevices ? int(device) : -1;
+}
+
+}  // namespace
+
+bool release_idle_for_driver(int device) {
+  if (!g_active.load(std::memory_order_acquire)) return false;
+  if (device == kCurrentDevice) device = current_device();
+  else if (device < 0 || device >= kMaxDevices) return false;
+  uint64_t released = 0;
+  for (int d = 0; d < kMaxDevices; ++d) {
+    if (device >= 0 && d != device) continue;
+    policy::DeviceBudget* budget;
+    {
+      std::lock_guard<std::mutex> guard(g_create_mutex);
+      budget = d == device ? budget_locked(d) : g_budgets[d].load(std::memory_order_acquire);
+    }
+    if (!budget || retired_device(d)) continue;
+    const uint64_t given = budget->release_all();
+    if (given) g_oom_retries[d].fetch_add(1, std::memory_order_relaxed);
+    released += given;
+  }
+  if (released)
+    log_line(LogLevel::Debug, "the driver answered out of memory: %s of idle memory given back, retrying once",
+             human_bytes(released).c_str());
+  return released > 0;
+}
+
+void make_room_for_managed(size_t bytes) {
+  if (!g_active.load(std::memory_order_acquire)) return;
+  const int device = current_device();
+  if (device < 0 || retired_device(device)) return;
+  policy::DeviceBudget* budget = g_budgets[device].load(std::memory_order_acquire);
+  if (!budget || budget->idle_bytes() == 0) return;
+  const RealDriver* real = driver();
+  size_t free_now = 0, total = 0;
+  if (!real->cuMemGetInfo_v2 || real->cuMemGetInfo_v2(&free_now, &total) != CUDA_SUCCESS) return;
+  // As if the managed pages were on the device already.
+  budget->relieve(free_now > bytes ? free_now - bytes : 0);
+}
+
+void relieve_headroom() {
+  if (!g_active.load(std::memory_order_acquire)) return;
+  for (int d = 0; d < kMaxDevices; ++d) {
+    DevicePool* pool = pool_for_device(d);
+    policy::DeviceBudget* budget = pool ? g_budgets[d].load(std::memory_order_acquire) : nullptr;
+    if (!budget || !budget->headroom_bytes() || budget->idle_bytes() == 0) continue;
+    uint64_t free_now = 0;
+    if (!g_providers[d]->device_free_bytes(&free_now)) continue;
+    if (const uint64_t given = budget->relieve(free_now))
+      log_line(LogLevel::Debug, "device %d: %s free, under the headroom of %s: %s of idle memory given back", d,
+               human_bytes(free_now).c_str(), human_bytes(budget->headroom_bytes()).c_str(),
+               human_bytes(given).c_str());
+  }
+}
+
 void adjust_mem_info(size_t* free_bytes, size_t* total_bytes) {
   if (!g_active.load(std::memory_order_acquire)) return;
   const RealDriver* real = driver();
@@ -484,10 +595,25 @@ void on_capture_end() {
   if (g_gate.captures.load(std::memory_order_relaxed) > 0) g_gate.captures.fetch_sub(1, std::memory_order_seq_cst);
 }
 
+namespace {
+
+policy::PoolStats device_stats(DevicePool* pool, int device) {
+  policy::PoolStats s = pool->stats();
+  if (const policy::DeviceBudget* budget = g_budgets[device].load(std::memory_order_acquire)) {
+    const policy::DeviceBudget::Counters c = budget->counters();
+    s.headroom_relieved_bytes = c.relieved_bytes;
+    s.oom_released_bytes = c.released_bytes;
+  }
+  s.oom_retries = g_oom_retries[device].load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace
+
 bool stats_of(int device, policy::PoolStats* out) {
   DevicePool* pool = pool_for_device(device);
   if (!pool) return false;
-  *out = pool->stats();
+  *out = device_stats(pool, device);
   return true;
 }
 
@@ -498,7 +624,7 @@ std::string stats_json() {
   for (int d = 0; d < kMaxDevices; ++d) {
     DevicePool* pool = pool_for_device(d);
     if (!pool) continue;
-    const std::string fields = policy::stats_json_object(pool->stats());  // "{...}"
+    const std::string fields = policy::stats_json_object(device_stats(pool, d));  // "{...}"
     text += first ? "{\"device\": " : ", {\"device\": ";
     text += std::to_string(d) + (fields.size() > 2 ? ", " : "") + fields.substr(1);
     first = false;

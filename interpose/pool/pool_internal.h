@@ -22,9 +22,9 @@ bool enter_step();
 void leave_step();
 bool exit_stopping();
 
-// sleep.cpp: the pagefast-trim thread (once; not with release_delay off),
-// and sleep/wake of every pool (pagefast_sleep's answers).
-void start_trim_thread(uint64_t release_delay_ns);
+// sleep.cpp: the pagefast-trim thread (once; not with release_delay off
+// and no headroom), and sleep/wake of every pool (pagefast_sleep's answers).
+void start_trim_thread(const PoolConfig& config);
 // The pagefast-sync thread (once; not with sync_ahead off).
 void start_sync_thread(bool sync_ahead);
 int sleep_all(unsigned flags);

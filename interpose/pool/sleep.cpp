@@ -113,14 +113,22 @@ void* service_main(void* arg) {
   }
 }
 
-// The trim thread also lets the program's released VMM memory decay
-// (clients::decay_step, docs/VMM-CLIENTS.md).
+// Once a round the trim thread also keeps the headroom (relieve_headroom,
+// docs/POOL.md "Headroom"), at least every kHeadroomStepNs, and lets the
+// program's released VMM memory decay (clients::decay_step,
+// docs/VMM-CLIENTS.md).
+constexpr uint64_t kHeadroomStepNs = 100ull * 1000 * 1000;
+uint64_t trim_round_once() {
+  relieve_headroom();
+  const uint64_t wait = clients::decay_step();
+  return wait < kHeadroomStepNs ? wait : kHeadroomStepNs;
+}
 constexpr ServiceLoop kTrimLoop{policy::kFootprintMaxStepNs,
                                 [](policy::DevicePool& pool) {
                                   pool.decay_step();
                                   return pool.footprint_interval_ns();
                                 },
-                                &clients::decay_step};
+                                &trim_round_once};
 constexpr ServiceLoop kSyncLoop{policy::kSyncAheadIdleNs,
                                 [](policy::DevicePool& pool) { return pool.sync_ahead_step(); }, nullptr};
 
@@ -128,8 +136,9 @@ constexpr ServiceLoop kSyncLoop{policy::kSyncAheadIdleNs,
 
 // No signal is ever delivered to these threads: the program's handlers
 // stay on its own threads.
-void start_trim_thread(uint64_t release_delay_ns) {
-  if (release_delay_ns == policy::kNoReleaseDelay || g_trim_started.exchange(true)) return;
+void start_trim_thread(const PoolConfig& config) {
+  if (config.release_delay_ns == policy::kNoReleaseDelay && !config.headroom_bytes) return;
+  if (g_trim_started.exchange(true)) return;
   register_exit_stop();
   start_service_thread(nullptr, &service_main, const_cast<ServiceLoop*>(&kTrimLoop), "pagefast-trim");
 }

@@ -223,14 +223,9 @@ CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemA
     return CUDA_SUCCESS;
   }
   CUresult r = real->cuMemCreate(handle, bytes, prop, flags);
-  if (r == CUDA_ERROR_OUT_OF_MEMORY && g_cache->trim(device, bytes) > 0) r = real->cuMemCreate(handle, bytes, prop, flags);
-  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-    // The pool's idle memory (the trim syncs, unless a capture is active).
-    if (policy::DevicePool* pool = pool_for_device(device)) {
-      pool->trim();
-      r = real->cuMemCreate(handle, bytes, prop, flags);
-    }
-  }
+  // The cache's and the pool's idle memory of the device go back, then
+  // once more (interpose/pool_api.h, as every call out of memory).
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && release_idle_for_driver(device)) r = real->cuMemCreate(handle, bytes, prop, flags);
   if (r == CUDA_SUCCESS) g_cache->note_created(*handle, bytes, key, device);
   return r;
   });
@@ -240,7 +235,7 @@ CUresult release(CUmemGenericAllocationHandle handle) {
   const CUresult r = guarded([&] { return CUresult(g_cache->release(handle)); });
   // What the program releases is cached: the trim thread lets it decay
   // (a program that never calls cuMemAlloc has no pool to start it).
-  start_trim_thread(g_config.release_delay_ns);
+  start_trim_thread(g_config);
   return r;
 }
 

@@ -202,6 +202,29 @@ ProviderStatus VmmProvider::set_access(uint64_t addr, Granules granules, const p
   return status_of(real_->cuMemSetAccess(addr, granules.bytes(), descs, count));
 }
 
+bool VmmProvider::device_free_bytes(uint64_t* free_bytes) {
+  if (!real_->cuMemGetInfo_v2 || !real_->cuCtxGetCurrent) return false;
+  const CUcontext context = copy_context();
+  if (!context) return false;
+  CUcontext current = nullptr;
+  real_->cuCtxGetCurrent(&current);
+  size_t free_now = 0, total = 0;
+  CUresult r;
+  if (context == current) {
+    r = real_->cuMemGetInfo_v2(&free_now, &total);
+  } else {
+    if (!real_->cuCtxPushCurrent_v2 || !real_->cuCtxPopCurrent_v2) return false;
+    r = real_->cuCtxPushCurrent_v2(context);
+    if (r != CUDA_SUCCESS) return false;
+    r = real_->cuMemGetInfo_v2(&free_now, &total);
+    CUcontext popped = nullptr;
+    real_->cuCtxPopCurrent_v2(&popped);
+  }
+  if (r != CUDA_SUCCESS) return false;
+  *free_bytes = free_now;
+  return true;
+}
+
 policy::SyncStatus VmmProvider::synchronize() {
   // Announce the sync, then look for captures: a capture that announced
   // itself first is seen here; one that comes later waits for us.

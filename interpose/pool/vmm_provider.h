@@ -62,6 +62,8 @@ class VmmProvider final : public policy::Provider {
   policy::ProviderStatus set_access(uint64_t addr, policy::Granules granules,
                                     const policy::AccessSet& access) override;
   policy::SyncStatus synchronize() override;
+  // cuMemGetInfo in the pool's first context (pushed when not current).
+  bool device_free_bytes(uint64_t* free_bytes) override;
   // Sleep with keep (host_copy.cpp): each chunk's copy in ordinary
   // anonymous host memory, moved in pieces of kCopyPieceBytes through one
   // pinned staging buffer per copy thread (a few threads, living for one

@@ -224,7 +224,7 @@ TEST_CASE("the variables' messages, word for word") {
         "of 2M (e.g. 256M))");
   env.vars["PAGEFAST_CONF"] = "bogus:1";
   CHECK(env.parse().error ==
-        "PAGEFAST_CONF: unknown key 'bogus' (accepted keys: pool, chunk_size, release_threshold, limit, prewarm, "
+        "PAGEFAST_CONF: unknown key 'bogus' (accepted keys: pool, chunk_size, release_threshold, limit, headroom, prewarm, "
         "reserve, vmm_cache, vmm_grow_ahead, release_delay, slack, sync_ahead, split_growth, big_chunks, idle_share, control, numa, report, stats)");
 }
 

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""tests/policy/headroom_cases.py: the headroom and out-of-memory cases
+(docs/POOL.md "Headroom"). Runs headroom_preload (linked with the fake
+libcuda.so.1) with and without LD_PRELOAD=libpagefast.so on a small fake
+device, and checks what it prints.
+
+Usage: headroom_cases.py <case> --build <build dir>
+"""
+import os
+import re
+import subprocess
+import sys
+
+MiB = 1 << 20
+DEVICE = "2G"
+
+
+def run(build, args, preload=True, env=None):
+    e = {k: v for k, v in os.environ.items()
+         if not (k.startswith("PAGEFAST") or k.startswith("FAKECUDA") or k == "LD_PRELOAD")}
+    e["LD_LIBRARY_PATH"] = os.path.join(build, "tests", "fakecuda")
+    e["FAKECUDA_TOTAL_MEM"] = DEVICE
+    e["FAKECUDA_MODULE_MEM"] = "64M"
+    if preload:
+        e["LD_PRELOAD"] = os.path.join(build, "interpose", "libpagefast.so")
+    e.update(env or {})
+    exe = os.path.join(build, "tests", "policy", "headroom_preload")
+    return subprocess.run([exe] + args, env=e, capture_output=True, text=True, timeout=240)
+
+
+failures = []
+
+
+def check(ok, what):
+    print(("PASS " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def expect_ok(r, name, label):
+    check(r.returncode == 0 and f"ok {name}" in r.stdout,
+          f"{label}: {name} (rc {r.returncode}) {r.stdout[-400:]} {r.stderr[-400:]}")
+
+
+def main():
+    name = sys.argv[1]
+    build = sys.argv[sys.argv.index("--build") + 1]
+    if name == "recover":
+        # release_delay:off and headroom:0: nothing gives idle memory back
+        # but the retry after an out-of-memory answer, so the case shows
+        # that alone; then the defaults, and a pool with a limit.
+        expect_ok(run(build, ["recover"], preload=False), "recover", "without pagefast")
+        for conf in ["release_delay:off", "release_delay:off,headroom:0", "", "limit:1536M,release_delay:off",
+                     "chunk_size:1G,headroom:0"]:
+            r = run(build, ["recover"], env={"PAGEFAST_CONF": conf} if conf else {})
+            expect_ok(r, "recover", f"pagefast [{conf or 'default'}]")
+        r = run(build, ["recover"], env={"PAGEFAST_CONF": "release_delay:off,headroom:0",
+                                         "PAGEFAST_STATS": "stderr"})
+        retries = re.search(r'"oom_retries": (\d+)', r.stderr)
+        released = re.search(r'"oom_released_bytes": (\d+)', r.stderr)
+        check(retries and int(retries.group(1)) >= 1 and released and int(released.group(1)) >= 1 << 30,
+              f"the stats count the retries and what went back ({r.stderr[-600:]})")
+    elif name == "headroom":
+        headroom = 512 * MiB
+        expect_ok(run(build, ["headroom", str(headroom)], preload=False), "headroom", "without pagefast")
+        # release_delay:off: the decay gives nothing back; the headroom does
+        # (set, and the default of 1 GiB).
+        for conf, bytes_ in [(f"release_delay:off,headroom:{headroom // MiB}M", headroom), ("release_delay:off", 1 << 30)]:
+            r = run(build, ["headroom", str(bytes_)], env={"PAGEFAST_CONF": conf})
+            expect_ok(r, "headroom", f"pagefast [{conf}]")
+    elif name == "pressure":
+        headroom = 256 * MiB
+        r = run(build, ["pressure", str(headroom)],
+                env={"PAGEFAST_CONF": f"release_delay:off,headroom:{headroom // MiB}M"})
+        expect_ok(r, "pressure", "pagefast: another process took the headroom")
+    elif name == "free_async":
+        expect_ok(run(build, ["free_async"], preload=False), "free_async", "without pagefast")
+        for conf in ["", "release_delay:0"]:
+            r = run(build, ["free_async"], env={"PAGEFAST_CONF": conf} if conf else {})
+            expect_ok(r, "free_async", f"pagefast [{conf or 'default'}]")
+    else:
+        print("unknown case " + name)
+        return 2
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+// tests/policy/headroom_preload.cpp: a CUDA driver program for the
+// headroom and out-of-memory cases (docs/POOL.md "Headroom"), linked with
+// the fake libcuda.so.1 and run by headroom_cases.py with and without
+// LD_PRELOAD=libpagefast.so. Each subcommand prints one "ok ..." line, or
+// "FAIL ..." and exits 1.
+//
+//   recover    fill the device through cuMemAlloc until out of memory, free
+//              everything, then a module load, a cuMemAllocAsync and a
+//              cuMemCreate each succeed (the driver needs what the pool
+//              holds idle), and the pool still serves cuMemAlloc
+//   headroom   after the same fill and free, the device's really free
+//              memory comes back to at least HEADROOM bytes (argv[2])
+//              while the pool keeps the rest idle
+//   pressure   the pool holds idle memory; another "process" takes device
+//              memory until less than HEADROOM is free: the pool gives
+//              back what brings it to the headroom, and keeps the rest
+//   free_async a pool block freed with cuMemFreeAsync is freed (a second
+//              free is INVALID_VALUE, an interior pointer too), and its
+//              memory is reused only after the stream's earlier work
+#include <cuda.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fakecuda.h"
+
+namespace {
+
+constexpr size_t kMiB = size_t(1) << 20;
+
+int fail(const char* what) {
+  std::printf("FAIL %s\n", what);
+  return 1;
+}
+
+#define CHECK_CU(call)                                                   \
+  do {                                                                   \
+    CUresult r_ = (call);                                                \
+    if (r_ != CUDA_SUCCESS) {                                            \
+      std::printf("FAIL %s -> %d (line %d)\n", #call, int(r_), __LINE__); \
+      return 1;                                                          \
+    }                                                                    \
+  } while (0)
+
+CUcontext g_context = nullptr;
+
+int start() {
+  CHECK_CU(cuInit(0));
+  CUdevice device;
+  CHECK_CU(cuDeviceGet(&device, 0));
+  CHECK_CU(cuDevicePrimaryCtxRetain(&g_context, device));
+  CHECK_CU(cuCtxSetCurrent(g_context));
+  return 0;
+}
+
+// cuMemAlloc in `piece`-byte blocks until the driver (or the pool) says
+// out of memory; returns the blocks.
+std::vector<CUdeviceptr> fill(size_t piece) {
+  std::vector<CUdeviceptr> held;
+  CUdeviceptr p = 0;
+  while (cuMemAlloc_v2(&p, piece) == CUDA_SUCCESS) held.push_back(p);
+  return held;
+}
+
+int fill_and_free(size_t* filled_bytes) {
+  std::vector<CUdeviceptr> held = fill(64 * kMiB);
+  std::vector<CUdeviceptr> small = fill(2 * kMiB);
+  if (held.empty()) return fail("nothing could be allocated");
+  *filled_bytes = held.size() * 64 * kMiB + small.size() * 2 * kMiB;
+  for (CUdeviceptr p : held) CHECK_CU(cuMemFree_v2(p));
+  for (CUdeviceptr p : small) CHECK_CU(cuMemFree_v2(p));
+  return 0;
+}
+
+// Polls until the device's really free memory is at least `bytes`: the
+// pagefast-trim thread gives idle memory back in steps of 100 ms. The
+// bound is a guard against a hang, not the thing checked.
+bool wait_free_at_least(unsigned long long bytes) {
+  for (int i = 0; i < 1200; ++i) {
+    if (fakecuda_free_bytes(0) >= bytes) return true;
+    usleep(50 * 1000);
+  }
+  return false;
+}
+
+CUmemAllocationProp device_prop() {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  return prop;
+}
+
+int recover() {
+  size_t filled = 0;
+  if (fill_and_free(&filled)) return 1;
+  // The driver's own memory: a module (FAKECUDA_MODULE_MEM), a
+  // stream-ordered allocation, a handle of the program's own VMM.
+  CUmodule module = nullptr;
+  const char image[] = "a module";
+  CHECK_CU(cuModuleLoadData(&module, image));
+  CUdeviceptr async = 0;
+  CHECK_CU(cuMemAllocAsync(&async, 256 * kMiB, nullptr));
+  CUmemAllocationProp prop = device_prop();
+  CUmemGenericAllocationHandle handle = 0;
+  CHECK_CU(cuMemCreate(&handle, 64 * kMiB, &prop, 0));
+  // And the pool still serves the program.
+  CUdeviceptr p = 0;
+  CHECK_CU(cuMemAlloc_v2(&p, 64 * kMiB));
+  CHECK_CU(cuMemFree_v2(p));
+  CHECK_CU(cuMemRelease(handle));
+  CHECK_CU(cuMemFreeAsync(async, nullptr));
+  CHECK_CU(cuModuleUnload(module));
+  std::printf("ok recover filled %zu MiB\n", filled / kMiB);
+  return 0;
+}
+
+int headroom(unsigned long long headroom_bytes) {
+  size_t filled = 0;
+  if (fill_and_free(&filled)) return 1;
+  if (!wait_free_at_least(headroom_bytes)) {
+    std::printf("FAIL headroom: %llu MiB free, not %llu MiB\n", fakecuda_free_bytes(0) >> 20, headroom_bytes >> 20);
+    return 1;
+  }
+  size_t free_seen = 0, total = 0;
+  CHECK_CU(cuMemGetInfo_v2(&free_seen, &total));
+  // What cuMemGetInfo reports free (the pool's idle memory counted) can
+  // be had: the whole of it in one block.
+  CUdeviceptr p = 0;
+  const size_t whole = (free_seen - 64 * kMiB) & ~(2 * kMiB - 1);
+  CHECK_CU(cuMemAlloc_v2(&p, whole));
+  CHECK_CU(cuMemFree_v2(p));
+  std::printf("ok headroom filled %zu MiB free %llu MiB reported %zu MiB\n", filled / kMiB,
+              fakecuda_free_bytes(0) >> 20, free_seen / kMiB);
+  return 0;
+}
+
+int pressure(unsigned long long headroom_bytes) {
+  // 1 GiB in use, then idle.
+  std::vector<CUdeviceptr> held;
+  for (int i = 0; i < 16; ++i) {
+    CUdeviceptr p = 0;
+    CHECK_CU(cuMemAlloc_v2(&p, 64 * kMiB));
+    held.push_back(p);
+  }
+  for (CUdeviceptr p : held) CHECK_CU(cuMemFree_v2(p));
+  const unsigned long long free_before = fakecuda_free_bytes(0);
+  if (free_before < headroom_bytes + 256 * kMiB) return fail("pressure: the device is too small for the case");
+  // Another process takes all but half the headroom.
+  const unsigned long long taken = free_before - headroom_bytes / 2;
+  if (fakecuda_set_external_bytes(0, taken) != 0) return fail("pressure: external bytes refused");
+  if (!wait_free_at_least(headroom_bytes)) {
+    std::printf("FAIL pressure: %llu MiB free, not %llu MiB\n", fakecuda_free_bytes(0) >> 20, headroom_bytes >> 20);
+    return 1;
+  }
+  const unsigned long long free_after = fakecuda_free_bytes(0);
+  // Only the shortfall went back: the pool keeps the rest idle (counted
+  // free by cuMemGetInfo, over what the device really has free).
+  size_t reported = 0, total = 0;
+  CHECK_CU(cuMemGetInfo_v2(&reported, &total));
+  const unsigned long long kept = reported > free_after ? reported - free_after : 0;
+  std::printf("pressure free %llu MiB kept idle %llu MiB\n", free_after >> 20, kept >> 20);
+  if (kept < 512 * kMiB) return fail("pressure: the pool gave back more than the headroom needed");
+  std::printf("ok pressure free %llu MiB (headroom %llu MiB)\n", free_after >> 20, headroom_bytes >> 20);
+  fakecuda_set_external_bytes(0, 0);
+  return 0;
+}
+
+int free_async() {
+  CUstream stream = nullptr;
+  CHECK_CU(cuStreamCreate(&stream, 0));
+  CUdeviceptr a = 0;
+  CHECK_CU(cuMemAlloc_v2(&a, 4096));
+  CHECK_CU(cuMemsetD8_v2(a, 0x11, 4096));
+  // Work still queued on the stream when the block is freed: the block's
+  // memory must not be handed out before it ran.
+  int ok = 0;
+  CHECK_CU(fakecuda_launch_delayed_check(stream, a, 4096, 0x11, 200, &ok));
+  CHECK_CU(cuMemFreeAsync(a, stream));
+  const CUresult again = cuMemFreeAsync(a, stream);
+  CUdeviceptr b = 0;
+  CHECK_CU(cuMemAlloc_v2(&b, 4096));
+  const CUresult interior = cuMemFreeAsync(b + 256, stream);
+  CHECK_CU(cuMemsetD8_v2(b, 0x22, 4096));
+  CHECK_CU(cuStreamSynchronize(stream));
+  CHECK_CU(cuMemFreeAsync(b, stream));
+  CHECK_CU(cuMemFreeAsync(0, stream));
+  CHECK_CU(cuStreamSynchronize(stream));
+  CHECK_CU(cuStreamDestroy_v2(stream));
+  std::printf("free_async again %d interior %d kernel saw its data %d violations %llu\n", int(again), int(interior), ok,
+              fakecuda_violations());
+  if (again != CUDA_ERROR_INVALID_VALUE || interior != CUDA_ERROR_INVALID_VALUE) return fail("free_async answers");
+  if (!ok || fakecuda_violations() != 0) return fail("free_async: reused before the stream's work ran");
+  std::printf("ok free_async\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return fail("usage: headroom_preload <case> [headroom bytes]");
+  if (start()) return 1;
+  const std::string c = argv[1];
+  const unsigned long long bytes = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 0;
+  if (c == "recover") return recover();
+  if (c == "headroom") return headroom(bytes);
+  if (c == "pressure") return pressure(bytes);
+  if (c == "free_async") return free_async();
+  return fail("unknown case");
+}

@@ -1,0 +1,150 @@
+// tests/policy/test_headroom.cpp: the device budget (policy/device_budget.h)
+// and the pool's growth within the headroom (docs/POOL.md "Headroom").
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "harness.h"
+
+using namespace pagefast;
+using namespace pagefast::policy;
+using namespace pagefast::policy::test;
+
+namespace {
+
+// An idle-memory holder that gives back in whole units, as a pool gives
+// back whole chunks.
+struct FakeHolder final : IdleMemory {
+  FakeHolder(uint64_t idle, uint64_t unit) : idle(idle), unit(unit) {}
+  uint64_t idle_bytes() override { return idle; }
+  uint64_t give_back(uint64_t bytes) override {
+    ++asked;
+    uint64_t given = 0;
+    while (idle >= unit && (bytes == kAllIdle || given < bytes)) {
+      idle -= unit;
+      given += unit;
+    }
+    return given;
+  }
+  uint64_t idle, unit;
+  int asked = 0;
+};
+
+}  // namespace
+
+TEST_CASE("the budget gives back the shortfall under the headroom, in holder order", "[headroom]") {
+  FakeHolder first(256 * kMiB, 64 * kMiB), second(1 * kGiB, 256 * kMiB);
+  DeviceBudget budget(512 * kMiB);
+  REQUIRE(budget.add(&first));
+  REQUIRE(budget.add(&second));
+  CHECK(budget.idle_bytes() == 256 * kMiB + 1 * kGiB);
+  // At or over the headroom: nothing.
+  CHECK(budget.relieve(512 * kMiB) == 0);
+  CHECK(budget.relieve(8 * kGiB) == 0);
+  CHECK(first.asked == 0);
+  // 100 MiB under it: the first holder covers it, in its units.
+  CHECK(budget.relieve(412 * kMiB) == 128 * kMiB);
+  CHECK(first.idle == 128 * kMiB);
+  CHECK(second.asked == 0);
+  // 400 MiB under it: the first gives what it has, the second the rest.
+  CHECK(budget.relieve(112 * kMiB) == 128 * kMiB + 512 * kMiB);
+  CHECK(first.idle == 0);
+  CHECK(second.idle == 512 * kMiB);
+  // Out of memory: everything.
+  CHECK(budget.release_all() == 512 * kMiB);
+  CHECK(budget.idle_bytes() == 0);
+  CHECK(budget.release_all() == 0);
+  const DeviceBudget::Counters c = budget.counters();
+  CHECK(c.relieves == 2);
+  CHECK(c.relieved_bytes == 768 * kMiB);
+  CHECK(c.releases == 1);
+  CHECK(c.released_bytes == 512 * kMiB);
+  CHECK(budget.room_above_headroom(600 * kMiB) == 88 * kMiB);
+  CHECK(budget.room_above_headroom(100 * kMiB) == 0);
+}
+
+TEST_CASE("a budget without headroom only gives back on out of memory", "[headroom]") {
+  FakeHolder holder(1 * kGiB, 2 * kMiB);
+  DeviceBudget budget(0);
+  REQUIRE(budget.add(&holder));
+  CHECK(budget.relieve(0) == 0);
+  CHECK(holder.asked == 0);
+  CHECK(budget.release_all() == 1 * kGiB);
+}
+
+TEST_CASE("a growth takes no more than leaves the headroom free, but always the request", "[headroom][pool]") {
+  PoolConfig config = config_with(1 * kGiB);
+  config.headroom_bytes = 1 * kGiB;
+  PoolUnderTest t(1536 * kMiB, FakeProvider::Backing::None, config);
+  t.provider.set_reports_free(true);
+  Attached cache(t.pool);
+  uint64_t a = 0, b = 0;
+  // 1.5 GiB free, 1 GiB of headroom: the 1 GiB chunk shrinks to 512 MiB.
+  REQUIRE(t.alloc(*cache, 4 * kMiB, &a) == AllocStatus::Ok);
+  CHECK(t.provider.used_bytes() == 512 * kMiB);
+  // No room left above the headroom: a 600 MiB request grows by itself
+  // alone, as the driver would serve it.
+  REQUIRE(t.alloc(*cache, 600 * kMiB, &b) == AllocStatus::Ok);
+  CHECK(t.provider.used_bytes() == 1112 * kMiB);
+  CHECK(t.pool.check() == "");
+}
+
+TEST_CASE("a provider that cannot tell free memory grows as before", "[headroom][pool]") {
+  PoolConfig config = config_with(1 * kGiB);
+  config.headroom_bytes = 1 * kGiB;
+  PoolUnderTest t(1536 * kMiB, FakeProvider::Backing::None, config);
+  Attached cache(t.pool);
+  uint64_t a = 0;
+  REQUIRE(t.alloc(*cache, 4 * kMiB, &a) == AllocStatus::Ok);
+  CHECK(t.provider.used_bytes() == 1 * kGiB);
+}
+
+TEST_CASE("a growth that would cut into the headroom first releases chunks left wholly free", "[headroom][pool]") {
+  for (const bool headroom : {false, true}) {
+    CAPTURE(headroom);
+    PoolConfig config = config_with(256 * kMiB);
+    config.headroom_bytes = headroom ? 256 * kMiB : 0;
+    PoolUnderTest t(1 * kGiB, FakeProvider::Backing::None, config);
+    t.provider.set_reports_free(true);
+    Attached cache(t.pool);
+    uint64_t a = 0, b = 0, c = 0;
+    REQUIRE(t.alloc(*cache, 256 * kMiB, &a) == AllocStatus::Ok);
+    REQUIRE(t.alloc(*cache, 256 * kMiB, &b) == AllocStatus::Ok);
+    CHECK(t.provider.used_bytes() == 512 * kMiB);
+    REQUIRE(t.free(*cache, a) == FreeStatus::Ok);
+    // Idle: a's chunk, once a sync retired it. 500 MiB does not fit there.
+    REQUIRE(t.alloc(*cache, 500 * kMiB, &c) == AllocStatus::Ok);
+    uint64_t free_now = 0;
+    REQUIRE(t.provider.device_free_bytes(&free_now));
+    if (headroom) {
+      CHECK(free_now >= 256 * kMiB);
+      CHECK(t.provider.used_bytes() == 256 * kMiB + 500 * kMiB);
+      CHECK(t.pool.stats().headroom_releases == 1);
+    } else {
+      CHECK(free_now < 256 * kMiB);
+      CHECK(t.pool.stats().headroom_releases == 0);
+    }
+    CHECK(t.pool.check() == "");
+  }
+}
+
+TEST_CASE("the pool gives back idle memory in chunks until the bytes asked for went back", "[headroom][pool]") {
+  PoolUnderTest t(2 * kGiB, FakeProvider::Backing::None, config_with(128 * kMiB));
+  Attached cache(t.pool);
+  std::vector<uint64_t> blocks;
+  REQUIRE(alloc_blocks(t, *cache, 8, 100 * kMiB, &blocks));
+  for (uint64_t p : blocks) REQUIRE(t.free(*cache, p) == FreeStatus::Ok);
+  const uint64_t held = t.provider.used_bytes();
+  CHECK(held >= 800 * kMiB);
+  CHECK(t.pool.idle_bytes() == held);
+  // 200 MiB asked: whole chunks, one at a time, until 200 MiB went back.
+  const uint64_t given = t.pool.give_back(200 * kMiB);
+  CHECK(given >= 200 * kMiB);
+  CHECK(given < 200 * kMiB + 128 * kMiB);
+  CHECK(t.provider.used_bytes() == held - given);
+  // All of it.
+  CHECK(t.pool.give_back(kAllIdle) == held - given);
+  CHECK(t.provider.used_bytes() == 0);
+  CHECK(t.pool.idle_bytes() == 0);
+  CHECK(t.pool.check() == "");
+}
