@@ -214,7 +214,10 @@ def measure(args, t, only):
         seed = [py, os.path.join(HERE, "seed.py")]
         for _ in range(args.repeats):
             for name, env in shuffled(TORCH_CONFIGS):
-                for label, extra in shuffled([("without", {}), ("with", pf)]):
+                labels = [("without", {}), ("with", pf)]
+                if args.before:
+                    labels.append(("before", {"LD_PRELOAD": args.before}))
+                for label, extra in shuffled(labels):
                     for res in results(run(seed, dict(env, **extra)).stdout):
                         for metric in SEED_PASSES:
                             t.add("seed", f"{name}/{label}", "1000x4MiB", metric, res[metric])
@@ -370,6 +373,15 @@ def tables(t, sections):
                 b = t.median("seed", f"{name}/with", "1000x4MiB", metric)
                 md.append(f"| {name} | {metric[:-2]} | {a:.4f} | {b:.4f} | {b / a:.2f} |")
         md.append("")
+        if any(c.endswith("/before") for b, c, k, m, v in t.rows if b == "seed"):
+            md += ["### seed benchmark: this build against --before (s, median of fresh processes)", "",
+                   "| PyTorch allocator | pass | before | now | now / before |", "| --- | --- | ---: | ---: | ---: |"]
+            for name, _ in TORCH_CONFIGS:
+                for metric in SEED_PASSES:
+                    a = t.median("seed", f"{name}/before", "1000x4MiB", metric)
+                    b = t.median("seed", f"{name}/with", "1000x4MiB", metric)
+                    md.append(f"| {name} | {metric[:-2]} | {a:.4f} | {b:.4f} | {b / a:.3f} |")
+            md.append("")
 
     if "overhead" in sections:
         md += ["### observability cost on a pool hit (pair p50 / p99, ns)", "",
@@ -543,7 +555,7 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--before", default=None, metavar="LIB",
-                    help="an earlier libpagefast.so to run beside this build's in the alloc and big sections")
+                    help="an earlier libpagefast.so to run beside this build's in the alloc, big and seed sections")
     ap.add_argument("--conf", default=None, metavar="CONF",
                     help="PAGEFAST_CONF for this build's pagefast configuration in the alloc, threads, cold and big "
                          "sections; with --before set to the same library, a setting against the defaults")
