@@ -110,12 +110,18 @@ def main():
         check(re.search(r"\| cupy: cuda_tests \| 12 \| 8 \| 4 \|", text) is not None, "the group's row")
         check("skipped 1" in text and "xfailed 1" in text and "xpassed 1" in text and "error 1" in text,
               "outcome tallies")
+        check("## Files pytest could not collect" in text and "`broken.py (collection)`: E   ImportError: x" in text,
+              "collection errors listed")
         logs = os.listdir(report + ".logs") if os.path.isdir(report + ".logs") else []
         check("cupy-cuda_tests.with.log" in logs, f"logs kept: {logs}")
         dry = subprocess.run(cmd[:-2] + ["--dry-run", "-k", "memory or stream"], stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, timeout=60)
         check(dry.returncode == 0 and "would run cupy: cuda_tests:" in dry.stdout and "'not slow'" in dry.stdout
               and "-k 'memory or stream'" in dry.stdout and "t.py" not in dry.stdout, "dry run, with -k")
+        # A Python without pytest (here: one that fails at once) is named, not a silent zero.
+        r = subprocess.run(cmd[:cmd.index("--python") + 1] + ["/bin/false"] + cmd[cmd.index("--python") + 2:-2],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+        check("pytest exit 1 without collecting anything" in r.stdout, "a pytest that never starts")
     print(f"{checks[0] - len(failures)} checks passed, {len(failures)} failed")
     return 1 if failures else 0
 
