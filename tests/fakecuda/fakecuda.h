@@ -62,6 +62,12 @@ FAKECUDA_API_EXPORT CUresult fakecuda_launch_delayed_check(CUstream stream, CUde
                                                            size_t bytes, unsigned char expected,
                                                            unsigned delay_ms, int* ok_out);
 
+/* A "kernel" on `stream` that, after the work queued before it, waits until
+ * a byte can be read from `fd` (it reads it) and does nothing else: a test
+ * holds the stream busy, and everything that waits for it, until it writes
+ * to the other end of a pipe. Returns CUDA_ERROR_INVALID_VALUE for fd < 0. */
+FAKECUDA_API_EXPORT CUresult fakecuda_launch_gate(CUstream stream, int fd);
+
 /* Use-after-free violations seen by delayed kernels and asynchronous copies
  * since the process started. */
 FAKECUDA_API_EXPORT unsigned long long fakecuda_violations(void);
