@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """tests/interpose/ipc_safety_cases.py: CUDA IPC of pool blocks, and the
-control socket, when the other side misbehaves (docs/IPC.md "Safety"): the
-exporter stopped while an importer opens, a flood of connections, a
-descriptor shortage, another uid holding the socket's name, an unsafe
-PAGEFAST_IPC_DIR, sleep and wake with importers, pagefast-ctl's requests
-while a sleep blocks, forged handles, a forked child that exits. Each case
-a meson test in suite 'ipc': `ipc_safety_cases.py CASE --build DIR`.
+control socket, when the other side misbehaves (docs/IPC.md, "Holds" to
+"Fork"): the exporter stopped while an importer opens, a flood of
+connections, a descriptor shortage, another uid holding the socket's name,
+an unsafe PAGEFAST_IPC_DIR, sleep and wake with importers, pagefast-ctl's
+requests while a sleep blocks, forged handles, a forked child that exits.
+Each case a meson test in suite 'ipc': `ipc_safety_cases.py CASE --build
+DIR`.
 
 ipc_target (ipc_target.c) is the exporter, driven line by line; ipc_importer
 (ipc_importer.c) the importer, driven with the pipe protocol of
