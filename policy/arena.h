@@ -127,15 +127,20 @@ class Arena {
   // mapped again at wake with its contents. Blocks, the page map and the
   // address space are untouched: every address stays reserved. While
   // asleep, grow/stitch/release/dissolve/physical_pieces refuse and
-  // set_peers only records the set. `clock` times the phases.
+  // set_peers only records the set. `clock` times the phases. A chunk in
+  // `shared` (another process maps its memory: CUDA IPC) stays resident
+  // and untouched, so that both processes keep seeing the same bytes; the
+  // stitches over it are unmapped and mapped again as every stitch is.
   struct SleepResult {
     uint64_t slept_chunks = 0;
-    uint64_t resident_chunks = 0;  // refused: still mapped
+    uint64_t resident_chunks = 0;  // refused or shared: still mapped
+    uint64_t shared_chunks = 0;    // of those, the ones in `shared`
+    uint64_t shared_bytes = 0;
     uint64_t kept_bytes = 0;       // copied to host memory
     uint64_t copy_ns = 0;          // the batch copy to host memory
     uint64_t unmap_ns = 0;         // unmap and release of every chunk
   };
-  SleepResult sleep(bool keep, Clock& clock);
+  SleepResult sleep(bool keep, Clock& clock, const std::vector<ChunkHandle>& shared = {});
   // Maps fresh memory (or the kept handle) at every slept home address and
   // opens it, restores kept contents in one batch, maps the stitches again
   // and opens every range to the current peers. On a failure what was

@@ -15,7 +15,7 @@
 
 namespace pagefast::policy {
 
-Arena::SleepResult Arena::sleep(bool keep, Clock& clock) {
+Arena::SleepResult Arena::sleep(bool keep, Clock& clock, const std::vector<ChunkHandle>& shared) {
   SleepResult result;
   if (asleep_) return result;
   if (!unreleased_.empty()) retry_releases();
@@ -62,8 +62,14 @@ Arena::SleepResult Arena::sleep(bool keep, Clock& clock) {
     Chunk& chunk = entry.second;
     bool is_pinned = chunk.unreleasable || keep_all_resident;
     for (uint64_t p : pinned) is_pinned |= p == entry.first;
-    if (is_pinned) {
+    bool is_shared = false;
+    for (const ChunkHandle& h : shared) is_shared |= h.value == chunk.handle.value;
+    if (is_pinned || is_shared) {
       ++result.resident_chunks;
+      if (is_shared) {
+        ++result.shared_chunks;
+        result.shared_bytes += chunk.granules.bytes();
+      }
       continue;
     }
     going.push_back(&chunk);

@@ -242,7 +242,10 @@ class DevicePool final : public IdleMemory {
   // same addresses, the same access, the kept contents. Frees are served
   // while asleep (host bookkeeping only). Serialised with each other and
   // with decay_step. May call the provider; never from a destructor.
-  SleepStatus sleep(unsigned flags);
+  // `shared`: chunks another process maps (CUDA IPC), which stay resident
+  // (Arena::sleep); the answer is then Partial, and the log line counts
+  // them.
+  SleepStatus sleep(unsigned flags, const std::vector<ChunkHandle>& shared = {});
   SleepStatus wake();
   bool asleep() const { return asleep_.load(std::memory_order_acquire); }
   // Bytes copied to host memory by the last sleep with kSleepKeep.

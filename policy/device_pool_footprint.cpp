@@ -83,7 +83,7 @@ double gib_per_s(uint64_t bytes, uint64_t ns) { return ns ? double(bytes) / doub
 
 }  // namespace
 
-SleepStatus DevicePool::sleep(unsigned flags) {
+SleepStatus DevicePool::sleep(unsigned flags, const std::vector<ChunkHandle>& shared) {
   std::lock_guard<std::mutex> guard(footprint_mutex_);
   if (asleep_.load(std::memory_order_acquire)) return SleepStatus::Ok;
   const uint64_t start = clock_.now_ns();
@@ -128,20 +128,25 @@ SleepStatus DevicePool::sleep(unsigned flags) {
                     settings_.device, arena_.resident().bytes() / kMiB);
       log_(LogLevel::Info, line);
     }
-    result = arena_.sleep(flags & kSleepKeep, clock_);
+    result = arena_.sleep(flags & kSleepKeep, clock_, shared);
     mapped_bytes_.store(arena_.resident().bytes(), std::memory_order_relaxed);
   }
   if (log_) {
     // Where the time went: one line per sleep, so that one run on a GPU
     // shows it (docs/POOL.md "Sleep and wake": what a sleep costs).
     const uint64_t ms = (clock_.now_ns() - start) / 1000000;
-    char line[512];
+    char shared_note[128] = "";
+    if (result.shared_chunks)
+      std::snprintf(shared_note, sizeof shared_note,
+                    " (%" PRIu64 " of them, %" PRIu64 " MiB, mapped by another process through CUDA IPC)",
+                    result.shared_chunks, result.shared_bytes / kMiB);
+    char line[640];
     std::snprintf(line, sizeof line,
                   "device %d asleep in %" PRIu64 " ms: %" PRIu64 " chunks released, %" PRIu64 " MiB kept in host memory, %" PRIu64
-                  " MiB idle released, %" PRIu64 " chunks resident; sync and drain %" PRIu64 " ms, idle release %" PRIu64
+                  " MiB idle released, %" PRIu64 " chunks resident%s; sync and drain %" PRIu64 " ms, idle release %" PRIu64
                   " ms, copy %" PRIu64 " MiB in %" PRIu64 " ms (%.1f GiB/s), unmap and release %" PRIu64 " ms",
                   settings_.device, ms, result.slept_chunks, result.kept_bytes / kMiB, idle_released / kMiB,
-                  result.resident_chunks, synced_ns / 1000000, idle_ns / 1000000, result.kept_bytes / kMiB,
+                  result.resident_chunks, shared_note, synced_ns / 1000000, idle_ns / 1000000, result.kept_bytes / kMiB,
                   result.copy_ns / 1000000, gib_per_s(result.kept_bytes, result.copy_ns), result.unmap_ns / 1000000);
     log_(result.resident_chunks ? LogLevel::Warn : LogLevel::Info, line);
   }

@@ -12,10 +12,14 @@
 // export. The importer maps them into address space of its own.
 //
 // The exporter keeps a freed block that an importer still holds: its
-// memory is not reused until the last importer closes it (or dies), as the
-// driver keeps a cuMemAlloc block's memory alive until the last unmap.
+// memory is not reused until the last importer closes it (or provably
+// dies), as the driver keeps a cuMemAlloc block's memory alive until the
+// last unmap. A hold belongs to the importing process (pid, start time,
+// pid namespace, read with SO_PEERCRED and /proc), never to one request
+// or one connection.
 //
-// This file and ipc.cpp are the VMM provider's IPC half: with
+// ipc.cpp (handle, registry), ipc_server.cpp (socket, threads) and
+// ipc_import.cpp (importer) are the VMM provider's IPC half: with
 // vmm_provider.cpp, the only code that calls cuMem* VMM functions.
 #pragma once
 
@@ -23,6 +27,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <vector>
 
 #include "policy/device_pool.h"
 
@@ -64,11 +69,24 @@ void set_free_held(FreeHeld free_held);
 void forget_chunk(uint64_t chunk);
 
 // Control requests from pagefast-ctl (sleep, wake, status) over the same
-// socket: answered by `control` (op, argument) on the exporter thread.
-// start_control starts that thread (once; false with a warning if it
-// cannot); pool.cpp calls it when a pool is made (PAGEFAST_CONF control).
+// socket: answered by `control` (op, argument); sleep and wake on a thread
+// of their own, so that they never delay an open or a close. start_control
+// starts the socket's thread (once; false with a warning if it cannot);
+// pool.cpp calls it when a pool is made (PAGEFAST_CONF control).
 using Control = int (*)(uint16_t op, uint64_t arg);
 void set_control(Control control);
 bool start_control();
+
+// Sleep of the pool of `device` (sleep.cpp, docs/IPC.md "Sleep and wake"):
+// begin_sleep returns the chunks importers map now, which must stay
+// resident; until end_sleep (after a wake, or a sleep that did not
+// happen) only blocks wholly in them can be opened, and any other export
+// reads its chunks again from the pool before its next open.
+std::vector<policy::ChunkHandle> begin_sleep(int device);
+void end_sleep(int device);
+// Blocks this process opened from other processes: they stay mapped across
+// a sleep. Logs one warning with their count and bytes when there are any;
+// returns the count.
+uint64_t imports_across_sleep();
 
 }  // namespace pagefast::ipc

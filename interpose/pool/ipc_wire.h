@@ -1,12 +1,16 @@
 // interpose/pool/ipc_wire.h: the wire of pagefast's per-process socket
-// (docs/IPC.md), shared by the library's exporter thread (ipc.cpp) and
-// pagefast-ctl: the socket's name, the request, the reply's header. No
-// CUDA here: the tool includes it.
+// (docs/IPC.md), shared by the library (ipc_server.cpp, ipc_import.cpp)
+// and pagefast-ctl: the socket's name and the rules for its directory, the
+// request, the reply's header, and the check of who answers. No CUDA
+// here: the tool includes it.
 #pragma once
 
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -17,7 +21,10 @@ namespace pagefast::ipc::wire {
 
 constexpr uint32_t kRequestMagic = 0x71524650;  // "PFRq"
 constexpr uint32_t kReplyMagic = 0x72524650;    // "PFRr"
-constexpr uint16_t kVersion = 1;
+// 2: requests carry a sequence number the reply echoes, and an open names
+// the block's size, offset and device; holds belong to the importing
+// process, not to its connection.
+constexpr uint16_t kVersion = 2;
 constexpr uint16_t kOpOpen = 1;
 constexpr uint16_t kOpClose = 2;
 // Control (pagefast-ctl, docs/POOL.md "Sleep and wake"): `arg` carries
@@ -25,22 +32,44 @@ constexpr uint16_t kOpClose = 2;
 constexpr uint16_t kOpSleep = 3;
 constexpr uint16_t kOpWake = 4;
 constexpr uint16_t kOpStatus = 5;
+// The importer holds nothing of this exporter any more: every hold it has
+// here ends (also one taken by an open it gave up waiting for). No reply.
+constexpr uint16_t kOpReleaseAll = 6;
+
+// A control answer besides pagefast_sleep's and pagefast_wake's: other
+// sleep or wake requests are queued already.
+constexpr int kControlBusy = -2;
 
 struct Request {
   uint32_t magic;
   uint16_t version;
   uint16_t op;
-  uint64_t arg;  // the export id of an open or a close; sleep's flags
-  uint64_t reserved[2];
+  uint64_t arg;      // the export id of an open or a close; sleep's flags
+  uint64_t seq;      // echoed in the reply (its low 32 bits)
+  uint64_t bytes;    // an open: the block's size, as the handle says
+  uint32_t offset;   // an open: the block's offset in its first granule
+  uint32_t device;   // an open: the exporter's device ordinal
+};
+static_assert(sizeof(Request) == 40, "the request is 40 bytes");
+
+// Why an open was refused (the reply's `reason`), for the importer's log.
+enum Reason : uint32_t {
+  kReasonNone = 0,
+  kReasonNoExport = 1,      // no such block exported (freed, or the handle does not match it)
+  kReasonAsleep = 2,        // the exporter's pool is asleep and the block's memory with it
+  kReasonExportFailed = 3,  // the driver refused to export the block's memory
 };
 
-// Every reply starts so; an open's pieces follow (ipc.cpp).
+// Every reply starts so; an open's pieces follow (ipc_internal.h).
 struct ReplyHeader {
   uint32_t magic;
   uint32_t status;  // a CUresult, or a control answer as a signed number
   uint32_t piece_count;
+  uint32_t seq;     // the request's, low 32 bits
+  uint32_t reason;  // Reason, for a refused open
   uint32_t reserved;
 };
+static_assert(sizeof(ReplyHeader) == 24, "the reply header is 24 bytes");
 
 // The exporter's socket: DIR/pagefast-ipc.<uid>.<pidns>.<pid>.<start>, or
 // that name in the abstract namespace when `dir` is empty. false if it
@@ -63,6 +92,52 @@ inline bool socket_address(uint32_t uid, uint64_t pidns, uint64_t pid, uint64_t 
   if (path.size() + 1 > sizeof addr->sun_path) return false;
   std::memcpy(addr->sun_path, path.c_str(), path.size() + 1);
   *len = socklen_t(sizeof *addr);
+  return true;
+}
+
+// The address as people read it: "@name" for the abstract namespace, else
+// the path.
+inline std::string address_text(const sockaddr_un& addr, socklen_t len) {
+  if (addr.sun_path[0]) return addr.sun_path;
+  const size_t n = len > offsetof(sockaddr_un, sun_path) + 1 ? len - offsetof(sockaddr_un, sun_path) - 1 : 0;
+  return "@" + std::string(addr.sun_path + 1, n);
+}
+
+// PAGEFAST_IPC_DIR is used only if it is a directory owned by this
+// (effective) user that no one else may write to: anyone who can create
+// files there could put a socket of their own under an exporter's name.
+// Otherwise *why says what is wrong, and the caller uses the abstract
+// namespace (exporter, importer and pagefast-ctl decide alike).
+inline bool usable_dir(const char* dir, std::string* why) {
+  struct stat st;
+  if (::stat(dir, &st) != 0) {
+    *why = std::string("cannot be read (") + std::strerror(errno) + ")";
+    return false;
+  }
+  char text[160];
+  if (!S_ISDIR(st.st_mode)) {
+    *why = "is not a directory";
+  } else if (st.st_uid != ::geteuid()) {
+    std::snprintf(text, sizeof text, "belongs to uid %u, not to this user (uid %u)", unsigned(st.st_uid),
+                  unsigned(::geteuid()));
+    *why = text;
+  } else if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+    std::snprintf(text, sizeof text, "may be written by others (mode %04o; chmod go-w it)", unsigned(st.st_mode & 07777));
+    *why = text;
+  } else {
+    return true;
+  }
+  return false;
+}
+
+// Who is at the other end of a connected socket (SO_PEERCRED; for the
+// connecting side, the process that listens). false if unknown.
+inline bool peer_of(int fd, uint32_t* uid, int32_t* pid) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || len != sizeof cred) return false;
+  *uid = uint32_t(cred.uid);
+  *pid = int32_t(cred.pid);
   return true;
 }
 

@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "interpose/pagefast.h"
+#include "interpose/pool/ipc.h"
 #include "interpose/pool/pool_internal.h"
 #include "interpose/pool/vmm_clients.h"
 #include "interpose/pool_api.h"
@@ -173,18 +174,31 @@ int each_pool(Step step) {
   return pools ? result : -1;
 }
 
+// Memory another process maps through CUDA IPC stays resident and shared
+// across the sleep (docs/IPC.md "Sleep and wake"): chunks importers hold,
+// and blocks this process imported. Either makes the answer 1.
 int sleep_all(unsigned flags) {
-  return each_pool([flags](policy::DevicePool& pool) { return pool.sleep(flags); });
+  int answer = each_pool([flags](policy::DevicePool& pool) {
+    const policy::SleepStatus status = pool.sleep(flags, ipc::begin_sleep(pool.device()));
+    if (!pool.asleep()) ipc::end_sleep(pool.device());
+    return status;
+  });
+  if (answer == 0 && ipc::imports_across_sleep() > 0) answer = 1;
+  return answer;
 }
 
 int wake_all() {
   // wake answers Ok or Failed (or Busy); never Partial.
-  return each_pool([](policy::DevicePool& pool) { return pool.wake(); });
+  return each_pool([](policy::DevicePool& pool) {
+    const policy::SleepStatus status = pool.wake();
+    if (!pool.asleep()) ipc::end_sleep(pool.device());
+    return status;
+  });
 }
 
 int control_op(uint16_t op, uint64_t arg) {
   switch (op) {
-    case 3:  // kOpSleep (interpose/pool/ipc.cpp)
+    case 3:  // kOpSleep (interpose/pool/ipc_wire.h)
       return sleep_all(unsigned(arg) & (policy::kSleepKeep | policy::kSleepFail));
     case 4:
       return wake_all();

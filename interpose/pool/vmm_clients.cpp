@@ -313,6 +313,9 @@ CUresult properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle hand
 }
 
 bool take_range(CUdeviceptr* base, size_t bytes, size_t alignment, CUdeviceptr hint, unsigned long long flags) {
+  // An alignment that is not a power of two is the driver's to refuse
+  // (CUDA_ERROR_INVALID_VALUE), even where a kept range would fit it.
+  if (alignment & (alignment - 1)) return false;
   uint64_t got = 0;
   bool taken = false;
   guarded([&] {

@@ -73,6 +73,12 @@ FAKECUDA_API_EXPORT int fakecuda_set_external_bytes(int ordinal, unsigned long l
  * no context needed; 0 for an ordinal the fake does not have. */
 FAKECUDA_API_EXPORT unsigned long long fakecuda_free_bytes(int ordinal);
 
+/* A "kernel" on `stream` that, after the work queued before it, waits until
+ * a byte can be read from `fd` (it reads it) and does nothing else: a test
+ * holds the stream busy, and everything that waits for it, until it writes
+ * to the other end of a pipe. Returns CUDA_ERROR_INVALID_VALUE for fd < 0. */
+FAKECUDA_API_EXPORT CUresult fakecuda_launch_gate(CUstream stream, int fd);
+
 /* Use-after-free violations seen by delayed kernels and asynchronous copies
  * since the process started. */
 FAKECUDA_API_EXPORT unsigned long long fakecuda_violations(void);

@@ -3,6 +3,9 @@
 // the capture rules declared in state.h.
 #include "state.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cinttypes>
 
 #include "os.h"
@@ -282,6 +285,13 @@ void drain(Lock& lock, Stream* stream) {
     if (op.delay_ms != 0) {
       lock.unlock();
       std::this_thread::sleep_for(std::chrono::milliseconds(op.delay_ms));
+      lock.lock();
+    }
+    if (op.gate_fd >= 0) {
+      lock.unlock();
+      char byte;
+      while (read(op.gate_fd, &byte, 1) < 0 && errno == EINTR) {
+      }
       lock.lock();
     }
     op.run(lock);

@@ -160,6 +160,7 @@ struct Context {
 // with the state lock held (the delay before it is waited without it).
 struct Op {
   unsigned delay_ms = 0;
+  int gate_fd = -1;  // >= 0: first waits (unlocked) until a byte can be read from it
   std::function<void(Lock&)> run;
 };
 

@@ -1,6 +1,6 @@
 // tests/fakecuda/stream.cpp: streams, events, stream capture and the
 // delayed "kernels" of the test extension (fakecuda_launch_delayed_fill /
-// _check, fakecuda_violations).
+// _check, fakecuda_launch_gate, fakecuda_violations).
 //
 // Device work is synchronous except what the extension queues: a stream is
 // busy while its queue (state.h, Stream::queue) holds work, and every wait
@@ -410,6 +410,22 @@ CUresult fakecuda_launch_delayed_check(CUstream stream, CUdeviceptr src, size_t 
                   for (size_t i = 0; i < bytes && ok; ++i) ok = p[i] == expected;
                   *ok_out = ok;
                 });
+}
+
+CUresult fakecuda_launch_gate(CUstream handle, int fd) {
+  FAKE_REQUIRE_INIT();
+  if (fd < 0) return CUDA_ERROR_INVALID_VALUE;
+  Lock lock(state().mu);
+  Stream* stream = nullptr;
+  FAKE_TRY(resolve_stream(handle, &stream));
+  bool captured = false;
+  FAKE_TRY(capture_disposition(stream, &captured));
+  if (captured) return CUDA_SUCCESS;
+  Op op;
+  op.gate_fd = fd;
+  op.run = [](Lock&) {};
+  enqueue(lock, stream, std::move(op));
+  return CUDA_SUCCESS;
 }
 
 unsigned long long fakecuda_violations(void) { return violation_count(); }

@@ -280,6 +280,23 @@ def case_ctx_reset():
     check(stats and all(d["device"] != 0 for d in stats["pool"]["devices"]), "the retired pool is not reported as live")
 
 
+def case_reserve_alignment():
+    """cuMemAddressReserve with an alignment that is not a power of two
+    answers the driver's CUDA_ERROR_INVALID_VALUE even when the client VMM
+    cache keeps a range of that size (reserve_align.c); a power of two gets
+    a range as before."""
+    argv = [os.path.join(paths()["bin"], "reserve_align")]
+    base = run(argv)
+    check(base.returncode == 0 and "reserve alignment not a power of two=CUDA_ERROR_INVALID_VALUE" in base.stdout,
+          f"without pagefast the driver refuses the alignment ({base.stdout!r} {base.stderr[-300:]})")
+    r, stats = with_stats(argv)
+    check(r.returncode == 0 and r.stdout == base.stdout,
+          f"the same answers with pagefast\n--- without:\n{base.stdout}--- with:\n{r.stdout}")
+    clients = (stats or {}).get("vmm_clients") or {}
+    check(clients.get("ranges_kept", 0) >= 1 and clients.get("ranges_reused", 0) >= 1,
+          f"the cache kept the freed range, and the aligned request got it back ({clients})")
+
+
 def case_exports():
     """Only the table's entry points, dlsym and pagefast_* leave the library;
     it needs nothing but glibc (no libcuda, libcudart, spdlog, fmt, libstdc++)."""

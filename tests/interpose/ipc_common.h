@@ -3,8 +3,8 @@
  *
  * The exporter writes one ipc_request at a time to the importer's stdin, the
  * CUipcMemHandle in it as its raw 64 bytes; the importer answers each with
- * one ipc_reply on its stdout. Both are fixed-size, native byte order:
- * struct formats "<BBB5xQQ64s" and "<iiQQ" on x86-64. */
+ * one ipc_reply on its stdout. Both are fixed-size, native byte order
+ * (struct formats below). */
 #ifndef PAGEFAST_TESTS_IPC_COMMON_H
 #define PAGEFAST_TESTS_IPC_COMMON_H
 
@@ -21,12 +21,17 @@
  *   'C' cuIpcCloseMemHandle(ptr)
  *   'A' value = CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE of ptr
  *   'F' value = open file descriptors of the importer
- *   'Q' exit */
+ *   'S' pagefast_sleep(value) (after one allocation, so that a pool exists):
+ *       value = its answer (as int64); INVALID_VALUE without pagefast
+ *   'K' pagefast_wake(): value = its answer
+ *   'Q' exit
+ * The struct formats: "<BBBB4xQQ64s" and "<iiQQ" on x86-64. */
 struct ipc_request {
   uint8_t op;
   uint8_t expect;
   uint8_t value;
-  uint8_t pad[5];
+  uint8_t slot; /* which opened pointer O, R, W, C and A use (0 to 7) */
+  uint8_t pad[4];
   uint64_t offset;
   uint64_t bytes;
   CUipcMemHandle handle;

@@ -4,7 +4,9 @@
  * (protocol in ipc_common.h).
  *
  *   ipc_importer [--as-nobody]
+ * Up to 8 pointers are open at once, one per request slot.
  * --as-nobody: switch to uid/gid 65534 before cuInit (needs root). */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -28,13 +30,15 @@ int main(int argc, char** argv) {
   CUcontext ctx = NULL;
   if (ready == CUDA_SUCCESS) ready = cuDevicePrimaryCtxRetain(&ctx, 0);
   if (ready == CUDA_SUCCESS) ready = cuCtxSetCurrent(ctx);
-  CUdeviceptr ptr = 0;
+  CUdeviceptr ptrs[8] = {0};
   for (;;) {
     struct ipc_request request;
     if (!ipc_read_full(0, &request, sizeof request)) return 0;
     struct ipc_reply reply;
     memset(&reply, 0, sizeof reply);
     reply.rc = (int32_t)ready;
+    CUdeviceptr* slot = &ptrs[request.slot & 7];
+    const CUdeviceptr ptr = *slot;
     if (ready == CUDA_SUCCESS) {
       switch (request.op) {
         case 'O': {
@@ -42,7 +46,7 @@ int main(int argc, char** argv) {
           CUdeviceptr got = 0;
           reply.rc = (int32_t)cuIpcOpenMemHandle(&got, request.handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
           reply.ms = now_ms() - start;
-          if (reply.rc == CUDA_SUCCESS) ptr = got;
+          if (reply.rc == CUDA_SUCCESS) *slot = got;
           reply.value = got != 0;
           break;
         }
@@ -73,6 +77,21 @@ int main(int argc, char** argv) {
           reply.rc = CUDA_SUCCESS;
           reply.value = (uint64_t)ipc_open_fds();
           break;
+        case 'S':
+        case 'K': {
+          /* pagefast's C API, when it is there (interpose/pagefast.h). */
+          typedef int (*sleep_fn)(unsigned);
+          typedef int (*wake_fn)(void);
+          static CUdeviceptr pool_block;
+          reply.rc = CUDA_ERROR_INVALID_VALUE;
+          void* sym = dlsym(RTLD_DEFAULT, request.op == 'S' ? "pagefast_sleep" : "pagefast_wake");
+          if (!sym) break;
+          if (!pool_block) cuMemAlloc(&pool_block, 4096);
+          const int answer = request.op == 'S' ? ((sleep_fn)sym)(request.value) : ((wake_fn)sym)();
+          reply.rc = CUDA_SUCCESS;
+          reply.value = (uint64_t)(int64_t)answer;
+          break;
+        }
         case 'Q': return 0;
         default: reply.rc = CUDA_ERROR_INVALID_VALUE;
       }

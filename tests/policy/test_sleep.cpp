@@ -164,6 +164,81 @@ TEST_CASE("sleep: refused while a capture forbids the sync, nothing changes", "[
   CHECK(all_intact(live));
 }
 
+namespace {
+
+// The chunks behind the block at addr, as an IPC export names them.
+std::vector<ChunkHandle> chunks_of(PoolUnderTest& t, uint64_t addr) {
+  Span* span = t.page_map->lookup(addr);
+  REQUIRE(span);
+  DevicePool::Export e;
+  REQUIRE(t.pool.export_of(span, addr, &e));
+  std::vector<ChunkHandle> out;
+  for (const PhysicalPiece& piece : e.pieces) {
+    bool known = false;
+    for (const ChunkHandle& h : out) known |= h.value == piece.chunk.value;
+    if (!known) out.push_back(piece.chunk);
+  }
+  return out;
+}
+
+bool same_chunks(const std::vector<ChunkHandle>& a, const std::vector<ChunkHandle>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].value != b[i].value) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("sleep: a chunk another process maps stays resident with its bytes; the answer is Partial", "[sleep]") {
+  PoolUnderTest t(2 * kGiB, FakeProvider::Backing::Host, small_chunks());
+  Attached cache(t.pool);
+  const std::vector<Live> live = populate(t, *cache);
+  // A block of a chunk of its own (more than half a chunk: nothing else fits).
+  uint64_t mapped_elsewhere = 0;
+  REQUIRE(t.alloc(*cache, 40 * kMiB, &mapped_elsewhere) == AllocStatus::Ok);
+  fill(mapped_elsewhere, 40 * kMiB, 77);
+  const std::vector<ChunkHandle> shared = chunks_of(t, mapped_elsewhere);
+  REQUIRE(shared.size() == 1);
+  // Without keep: what sleeps comes back as fresh memory, what is shared
+  // never left.
+  REQUIRE(t.pool.sleep(0, shared) == SleepStatus::Partial);
+  CHECK(t.pool.asleep());
+  CHECK(t.provider.live_chunks() == 1);
+  CHECK(t.provider.used_bytes() == 64 * kMiB);
+  CHECK(check(mapped_elsewhere, 40 * kMiB, 77));  // resident: readable while asleep too
+  REQUIRE(t.pool.wake() == SleepStatus::Ok);
+  CHECK(check(mapped_elsewhere, 40 * kMiB, 77));
+  CHECK(same_chunks(chunks_of(t, mapped_elsewhere), shared));
+  CHECK(t.pool.check().empty());
+  CHECK(t.provider.violations() == 0);
+  // Nothing shared any more: the next sleep is whole (and keeps what the
+  // first one discarded, written again).
+  for (const Live& l : live) fill(l.addr, l.bytes, l.seed);
+  REQUIRE(t.pool.sleep(kSleepKeep) == SleepStatus::Ok);
+  CHECK(t.provider.live_chunks() == 0);
+  REQUIRE(t.pool.wake() == SleepStatus::Ok);
+  CHECK(all_intact(live));
+  CHECK(check(mapped_elsewhere, 40 * kMiB, 77));
+}
+
+TEST_CASE("sleep with keep: a shared stitch's chunks stay, the stitch maps them again at wake", "[sleep]") {
+  PoolUnderTest t(2 * kGiB, FakeProvider::Backing::Host, small_chunks());
+  Attached cache(t.pool);
+  const std::vector<Live> live = populate(t, *cache);
+  const Live& stitched = live.back();  // the 60 MiB block over freed 20 MiB holes
+  const std::vector<ChunkHandle> shared = chunks_of(t, stitched.addr);
+  REQUIRE(t.pool.sleep(kSleepKeep, shared) == SleepStatus::Partial);
+  CHECK(t.provider.live_chunks() == shared.size());
+  REQUIRE(t.pool.wake() == SleepStatus::Ok);
+  CHECK(all_intact(live));
+  CHECK(same_chunks(chunks_of(t, stitched.addr), shared));
+  CHECK(t.pool.kept_bytes() == 0);
+  CHECK(t.provider.live_host_buffers() == 0);
+  CHECK(t.pool.check().empty());
+  CHECK(t.provider.violations() == 0);
+}
+
 TEST_CASE("sleep: many cycles leak nothing", "[sleep]") {
   // 50 here (each pays the fake's page faults); the fake-driver case
   // (pool sleep) runs 1000.

@@ -22,6 +22,16 @@
 //   ipc_check foreign         a handle opened by a child without pagefast
 //                             (LD_PRELOAD removed): the driver's answer,
 //                             and no crash.
+//   ipc_check stall ROUNDS    for tools/gpu/ipc-stall-check, which stops
+//                             this process (SIGSTOP) for a while mid-run:
+//                             a child holds a buffer the exporter freed and
+//                             opens, verifies and closes six others ROUNDS
+//                             times, while the exporter allocates and fills
+//                             new buffers and prints "round N" lines. An
+//                             open may fail (the exporter does not answer
+//                             while stopped); a wrong word never counts as
+//                             right. Last line: STALL OK or STALL FAILED.
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -206,6 +216,104 @@ int exporter(const char* self, int children) {
   return ok ? 0 : 1;
 }
 
+// ---- stall: opens while the exporter may be stopped --------------------------------
+
+struct StallResult {
+  unsigned long long opens_ok, opens_failed, bad, held_bad;
+  int first_error;  // cudaError_t of the first failed open
+  int rounds_done;
+};
+
+int stall_child(int rounds) {
+  CK(cudaSetDevice(0));
+  cudaIpcMemHandle_t handles[kBuffers], held_handle;
+  if (!read_all(0, handles, sizeof handles) || !read_all(0, &held_handle, sizeof held_handle)) return 2;
+  void* held = nullptr;
+  CK(cudaIpcOpenMemHandle(&held, held_handle, cudaIpcMemLazyEnablePeerAccess));
+  char step = 'o';
+  if (!write_all(3, &step, 1)) return 3;
+  StallResult r{};
+  for (int round = 0; round < rounds; ++round) {
+    for (int b = 0; b < kBuffers; ++b) {
+      void* p = nullptr;
+      const cudaError_t e = cudaIpcOpenMemHandle(&p, handles[b], cudaIpcMemLazyEnablePeerAccess);
+      if (e != cudaSuccess) {
+        cudaGetLastError();
+        if (!r.opens_failed++) r.first_error = int(e);
+        continue;
+      }
+      ++r.opens_ok;
+      r.bad += count_bad(p, kSizes[b], 1000 + b, 0);
+      CK(cudaIpcCloseMemHandle(p));
+    }
+    r.held_bad += count_bad(held, 20 << 20, 77, 0);
+    r.rounds_done = round + 1;
+  }
+  CK(cudaIpcCloseMemHandle(held));
+  return write_all(3, &r, sizeof r) ? 0 : 4;
+}
+
+int stall(const char* self, int rounds) {
+  CK(cudaSetDevice(0));
+  void* bufs[kBuffers];
+  cudaIpcMemHandle_t handles[kBuffers], held_handle;
+  for (int b = 0; b < kBuffers; ++b) {
+    CK(cudaMalloc(&bufs[b], kSizes[b]));
+    fill<<<256, 256>>>(static_cast<unsigned*>(bufs[b]), kSizes[b] / 4, 1000 + b);
+    CK(cudaGetLastError());
+    CK(cudaIpcGetMemHandle(&handles[b], bufs[b]));
+  }
+  void* held;
+  CK(cudaMalloc(&held, 20 << 20));
+  fill<<<256, 256>>>(static_cast<unsigned*>(held), (20 << 20) / 4, 77);
+  CK(cudaDeviceSynchronize());
+  CK(cudaIpcGetMemHandle(&held_handle, held));
+  std::fflush(stdout);
+  ChildIo io = spawn(self, "stall-child", rounds);
+  write_all(io.to, handles, sizeof handles);
+  write_all(io.to, &held_handle, sizeof held_handle);
+  char step = 0;
+  if (!read_all(io.from, &step, 1)) {
+    std::printf("stall: the child could not open the held buffer (rc %d)\nSTALL FAILED\n", wait_child(io.pid));
+    return 1;
+  }
+  // Freed while the child holds it: its memory must not come back to the
+  // new buffers below, stopped or not.
+  CK(cudaFree(held));
+  std::vector<void*> fresh;
+  StallResult r{};
+  bool got = false;
+  for (int round = 0; !got; ++round) {
+    for (void* f : fresh) CK(cudaFree(f));
+    fresh.assign(2, nullptr);
+    for (void*& f : fresh) {
+      CK(cudaMalloc(&f, 20 << 20));
+      fill<<<256, 256>>>(static_cast<unsigned*>(f), (20 << 20) / 4, 99);
+    }
+    CK(cudaDeviceSynchronize());
+    std::printf("round %d\n", round);
+    std::fflush(stdout);
+    pollfd pfd{io.from, POLLIN, 0};
+    if (poll(&pfd, 1, 10) > 0) {
+      read_all(io.from, &r, sizeof r);  // a child that died leaves r zero: rounds_done 0 fails below
+      got = true;
+    }
+  }
+  const int rc = wait_child(io.pid);
+  for (void* f : fresh) CK(cudaFree(f));
+  bool exporter_ok = true;
+  for (int b = 0; b < kBuffers; ++b) exporter_ok &= count_bad(bufs[b], kSizes[b], 1000 + b, 0) == 0;
+  for (int b = 0; b < kBuffers; ++b) CK(cudaFree(bufs[b]));
+  std::printf("stall: %d of %d rounds, %llu opens ok, %llu failed (first: %s), bad words %llu, held buffer bad words "
+              "%llu, exporter's buffers intact %d, child rc %d\n",
+              r.rounds_done, rounds, r.opens_ok, r.opens_failed,
+              r.opens_failed ? cudaGetErrorName(cudaError_t(r.first_error)) : "none", r.bad, r.held_bad,
+              int(exporter_ok), rc);
+  const bool ok = rc == 0 && r.rounds_done == rounds && r.bad == 0 && r.held_bad == 0 && exporter_ok;
+  std::printf("%s\n", ok ? "STALL OK" : "STALL FAILED");
+  return ok ? 0 : 1;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -332,5 +440,7 @@ int main(int argc, char** argv) {
   if (mode == "answers") return answers();
   if (mode == "foreign") return foreign("/proc/self/exe");
   if (mode == "try-open") return try_open();
+  if (mode == "stall-child") return stall_child(argc > 2 ? std::atoi(argv[2]) : 200);
+  if (mode == "stall") return stall("/proc/self/exe", argc > 2 ? std::atoi(argv[2]) : 200);
   return exporter("/proc/self/exe", std::atoi(mode.c_str()));
 }

@@ -1,0 +1,144 @@
+// interpose/pool/ipc_internal.h: what the three parts of CUDA IPC share
+// (ipc.h is the API; docs/IPC.md the design). ipc.cpp owns the handle and
+// the export registry with its holds; ipc_server.cpp the socket, the
+// pagefast-ipc thread and the background thread; ipc_import.cpp the
+// importer's links and mappings.
+#pragma once
+
+#include <cuda.h>
+#include <sys/un.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "interpose/pool/ipc.h"
+#include "interpose/pool/ipc_wire.h"
+
+namespace pagefast::ipc::detail {
+
+// ---- the handle (docs/IPC.md "The handle") --------------------------------------
+
+constexpr char kMagic[8] = {'p', 'g', 'f', 's', 't', 'I', 'P', 'C'};
+constexpr uint16_t kHandleVersion = 1;
+
+// The 64 bytes of a pagefast IPC handle, little-endian as the hosts that
+// run CUDA are. Untrusted when received: every field is checked before
+// use, with arithmetic that cannot wrap.
+struct Wire {
+  char magic[8];
+  uint16_t version;
+  uint16_t flags;
+  uint32_t device;      // the exporter's device ordinal
+  uint32_t pid;         // the exporter, in its pid namespace
+  uint32_t check;       // FNV-1a of every other byte
+  uint64_t start_time;  // the exporter's start, clock ticks after boot
+  uint64_t pidns;       // the inode of the exporter's pid namespace
+  uint64_t export_id;
+  uint64_t bytes;       // the block's size, as allocated
+  uint64_t offset;      // the block's offset inside its first granule
+};
+static_assert(sizeof(Wire) == sizeof(CUipcMemHandle), "a pagefast handle fills a CUipcMemHandle exactly");
+
+uint32_t checksum(const Wire& w);
+
+// ---- the reply to an open --------------------------------------------------------
+
+// A block maps at most this many chunk segments (a stitch has at most 64
+// pieces before growth; under pressure more: those are not exported).
+constexpr int kMaxPieces = 128;
+// How long an importer waits for the exporter's answer.
+constexpr int kTimeoutMs = 2000;
+
+struct ReplyPiece {
+  uint64_t chunk_offset;  // bytes into the chunk whose descriptor comes in this position
+  uint64_t bytes;
+  uint64_t chunk_bytes;   // the whole chunk
+};
+
+struct Reply {
+  wire::ReplyHeader header;
+  ReplyPiece pieces[kMaxPieces];
+};
+
+// ---- who this process is, and the others ---------------------------------------------
+
+struct Identity {
+  int32_t pid = 0;
+  uint64_t start_time = 0;
+  uint64_t pidns = 0;
+};
+// Re-read after a fork changes the pid.
+const Identity& self();
+
+// PAGEFAST_IPC_DIR when set and usable (wire::usable_dir; one warning if
+// not), else empty: the abstract namespace. Ignored in a secure-execution
+// process (docs/SECURITY.md).
+std::string ipc_dir();
+
+// The exporter's socket address (ipc_wire.h) for this user.
+bool socket_address(uint32_t pid, uint64_t start_time, uint64_t pidns, sockaddr_un* addr, socklen_t* len);
+
+// /proc/<pid>/stat's state letter and start time (field 22); false if there
+// is no such process. Only meaningful when proc_is_ours().
+struct ProcStat {
+  char state = 0;
+  uint64_t start_ticks = 0;
+};
+bool read_proc_stat(int32_t pid, ProcStat* out);
+// The inode of /proc/<pid>/ns/pid; 0 if it cannot be read.
+uint64_t pid_namespace_of(int32_t pid);
+// Whether /proc shows this process's pid namespace (a container may mount
+// another's): only then do pids read from SO_PEERCRED name its entries.
+bool proc_is_ours();
+
+bool send_all(int fd, const void* data, size_t bytes);
+const char* error_name(CUresult r);
+uint64_t now_ns();
+
+// ---- the export registry (ipc.cpp), as the server thread uses it ---------------------
+
+// Who holds an export. An importer the exporter can see (its pid in this
+// pid namespace, its start time) holds until it closes or provably dies;
+// one it cannot see (another pid namespace) holds through its connection,
+// which `connection` then names.
+struct HolderKey {
+  uint64_t pid = 0, start_ticks = 0, pidns = 0;
+  uint64_t connection = 0;
+  bool identified() const { return pid != 0; }
+  bool operator<(const HolderKey& o) const {
+    if (pid != o.pid) return pid < o.pid;
+    if (start_ticks != o.start_ticks) return start_ticks < o.start_ticks;
+    if (pidns != o.pidns) return pidns < o.pidns;
+    return connection < o.connection;
+  }
+};
+
+// An open request: on success the reply has the pieces, *fds the chunks'
+// descriptors (the caller sends and closes them) and `holder` one more
+// hold; else the reply's status and reason say why.
+void open_export(const wire::Request& request, const HolderKey& holder, Reply* reply, std::vector<int>* fds);
+// One hold of `holder` ends (a close), or all of them (release-all, its
+// death, the end of an unidentified holder's connection). A block the
+// program freed meanwhile goes back to the pool once no one holds it.
+void release(uint64_t export_id, const HolderKey& holder);
+void release_holder(const HolderKey& holder);
+// The identified holders with at least one hold (checked for death).
+std::vector<HolderKey> identified_holders();
+// Gives blocks back to the pool (set_free_held's function), on the caller's
+// thread.
+void hand_back_now(const std::vector<uint64_t>& addrs);
+// The control function set_control gave (NULL if none).
+Control control_handler();
+
+// ---- the server (ipc_server.cpp) ---------------------------------------------------
+
+// Starts the socket and the pagefast-ipc thread of this process once;
+// false (with one warning per process) if it cannot.
+bool start_server();
+// Blocks whose last hold ended after the program freed them: given back to
+// the pool on the background thread (a free may wait for the pool's locks,
+// which a sleep holds), never on the pagefast-ipc thread.
+void give_back(const std::vector<uint64_t>& addrs);
+
+}  // namespace pagefast::ipc::detail

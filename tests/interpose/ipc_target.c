@@ -1,0 +1,162 @@
+/* tests/interpose/ipc_target.c: an exporting process that a test drives
+ * line by line (ipc_safety_cases.py), so that the test can stop it, flood
+ * it, squat its name, sleep it or fork it between any two steps. One
+ * command a line on stdin, one answer a line on stdout:
+ *
+ *   alloc N BYTES BYTE   cuMemAlloc block N (0-31), filled: "ok"
+ *   handle N             cuIpcGetMemHandle of block N: "handle HEX" or "error NAME"
+ *   free N               cuMemFree of block N: "free NAME"
+ *   fill N BYTE          every byte of block N: "ok"
+ *   check N BYTE         whether every byte of block N is BYTE: "check 0|1"
+ *   churn COUNT BYTES N  COUNT new blocks filled with 0x99 and kept (memory a
+ *                        freed block would come back as): "churn ok|failed
+ *                        overlapping K", K of them where block N was
+ *   sleep FLAGS          pagefast_sleep(FLAGS): "sleep ANSWER"
+ *   wake                 pagefast_wake(): "wake ANSWER"
+ *   gate                 a fake "kernel" holding the stream (and every sync,
+ *                        sleep's included) until open-gate: "ok"
+ *   open-gate            lets it finish: "ok"
+ *   wait-asleep          returns once pagefast_asleep() is 1 (a sleep began):
+ *                        "asleep 1"
+ *   fork-exit            a forked child calls exit(0): "child exit=0"
+ *   fds                  open descriptors (-1 if /proc/self/fd cannot be
+ *                        opened): "fds N"
+ *   hog / unhog          takes every free descriptor / gives them back
+ *   quit
+ * Started with cuInit and a context, before any allocation (no pool yet),
+ * it prints "ready". */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "../fakecuda/fakecuda.h"
+#include "ipc_common.h"
+
+#define BLOCKS 32
+
+static CUdeviceptr g_block[BLOCKS];
+static size_t g_bytes[BLOCKS];
+static int g_gate[2] = {-1, -1};
+static int g_hog[65536];
+static int g_hogged;
+
+static const char* name(CUresult rc) {
+  const char* text = NULL;
+  if (cuGetErrorName(rc, &text) != CUDA_SUCCESS || !text) return "unknown";
+  return text;
+}
+
+static int api(const char* symbol, unsigned flags, int with_flags) {
+  void* fn = dlsym(RTLD_DEFAULT, symbol);
+  if (!fn) return -100;
+  return with_flags ? ((int (*)(unsigned))fn)(flags) : ((int (*)(void))fn)();
+}
+
+static int all_equal(int n, unsigned char value) {
+  static unsigned char buffer[8 << 20];
+  if (g_bytes[n] > sizeof buffer || cuMemcpyDtoH(buffer, g_block[n], g_bytes[n]) != CUDA_SUCCESS) return 0;
+  for (size_t i = 0; i < g_bytes[n]; ++i)
+    if (buffer[i] != value) return 0;
+  return 1;
+}
+
+static void command(const char* line) {
+  char verb[32] = "";
+  unsigned long long a = 0, b = 0, c = 0;
+  const int got = sscanf(line, "%31s %llu %llu %llx", verb, &a, &b, &c);
+  const int n = (int)(a % BLOCKS);
+  if (got < 1) {
+    printf("error empty\n");
+  } else if (!strcmp(verb, "alloc") && got == 4) {
+    CUresult rc = cuMemAlloc(&g_block[n], (size_t)b);
+    g_bytes[n] = (size_t)b;
+    if (rc == CUDA_SUCCESS) rc = cuMemsetD8(g_block[n], (unsigned char)c, (size_t)b);
+    printf(rc == CUDA_SUCCESS ? "ok\n" : "error %s\n", name(rc));
+  } else if (!strcmp(verb, "handle")) {
+    CUipcMemHandle handle;
+    const CUresult rc = cuIpcGetMemHandle(&handle, g_block[n]);
+    if (rc != CUDA_SUCCESS) {
+      printf("error %s\n", name(rc));
+    } else {
+      printf("handle ");
+      for (int i = 0; i < CU_IPC_HANDLE_SIZE; ++i) printf("%02x", (unsigned char)handle.reserved[i]);
+      printf("\n");
+    }
+  } else if (!strcmp(verb, "free")) {
+    printf("free %s\n", name(cuMemFree(g_block[n])));
+  } else if (!strcmp(verb, "fill")) {
+    sscanf(line, "%31s %llu %llx", verb, &a, &b);
+    const CUresult rc = cuMemsetD8(g_block[n], (unsigned char)b, g_bytes[n]);
+    printf(rc == CUDA_SUCCESS ? "ok\n" : "error %s\n", name(rc));
+  } else if (!strcmp(verb, "check")) {
+    sscanf(line, "%31s %llu %llx", verb, &a, &b);
+    printf("check %d\n", all_equal(n, (unsigned char)b));
+  } else if (!strcmp(verb, "churn")) {
+    /* c: the block whose range the new ones must not overlap (freed). */
+    int ok = 1, overlaps = 0;
+    sscanf(line, "%31s %llu %llu %llu", verb, &a, &b, &c);
+    const CUdeviceptr old = g_block[c % BLOCKS];
+    const size_t old_bytes = g_bytes[c % BLOCKS];
+    for (unsigned long long i = 0; i < a; ++i) {
+      CUdeviceptr d = 0;
+      ok &= cuMemAlloc(&d, (size_t)b) == CUDA_SUCCESS && cuMemsetD8(d, 0x99, (size_t)b) == CUDA_SUCCESS;
+      if (d && d < old + old_bytes && old < d + (size_t)b) ++overlaps;
+    }
+    printf("churn %s overlapping %d\n", ok ? "ok" : "failed", overlaps);
+  } else if (!strcmp(verb, "sleep")) {
+    printf("sleep %d\n", api("pagefast_sleep", (unsigned)a, 1));
+  } else if (!strcmp(verb, "wake")) {
+    printf("wake %d\n", api("pagefast_wake", 0, 0));
+  } else if (!strcmp(verb, "gate")) {
+    const CUresult rc = pipe(g_gate) == 0 ? fakecuda_launch_gate(0, g_gate[0]) : CUDA_ERROR_INVALID_VALUE;
+    printf(rc == CUDA_SUCCESS ? "ok\n" : "error %s\n", name(rc));
+  } else if (!strcmp(verb, "open-gate")) {
+    printf(write(g_gate[1], "g", 1) == 1 ? "ok\n" : "error write\n");
+  } else if (!strcmp(verb, "wait-asleep")) {
+    while (api("pagefast_asleep", 0, 0) != 1) usleep(1000);
+    printf("asleep 1\n");
+  } else if (!strcmp(verb, "fork-exit")) {
+    fflush(stdout);
+    const pid_t pid = fork();
+    if (pid == 0) exit(0); /* atexit handlers run, as in any child that exits */
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    printf("child exit=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  } else if (!strcmp(verb, "fds")) {
+    printf("fds %d\n", ipc_open_fds());
+  } else if (!strcmp(verb, "hog")) {
+    while (g_hogged < 65536) {
+      const int fd = dup(0);
+      if (fd < 0) break;
+      g_hog[g_hogged++] = fd;
+    }
+    printf("hog %d\n", g_hogged);
+  } else if (!strcmp(verb, "unhog")) {
+    while (g_hogged > 0) close(g_hog[--g_hogged]);
+    printf("ok\n");
+  } else {
+    printf("error unknown %s\n", verb);
+  }
+}
+
+int main(void) {
+  CUcontext ctx = NULL;
+  if (cuInit(0) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&ctx, 0) != CUDA_SUCCESS ||
+      cuCtxSetCurrent(ctx) != CUDA_SUCCESS) {
+    fprintf(stderr, "ipc_target: no CUDA context\n");
+    return 1;
+  }
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  printf("ready\n");
+  char line[256];
+  while (fgets(line, sizeof line, stdin)) {
+    if (!strncmp(line, "quit", 4)) break;
+    command(line);
+  }
+  return 0;
+}
