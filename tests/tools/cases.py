@@ -65,6 +65,24 @@ def start_hold(live_dir, extra=None, argv=None):
     return p
 
 
+def wait_published(live_dir, count=1, extra_args=()):
+    """Waits until pagefast-stat lists `count` processes whose published
+    figures show the holding program's three allocations (each process
+    publishes every 0.5 s on a thread of its own: when is the scheduler's).
+    False after a minute (a hang guard)."""
+    give_up = time.monotonic() + 60
+    while time.monotonic() < give_up:
+        r = run([tool("tools", "pagefast-stat"), "--dir", live_dir, "--json", *extra_args])
+        try:
+            procs = json.loads(r.stdout)["processes"] if r.returncode == 0 else []
+        except ValueError:
+            procs = []
+        if len([x for x in procs if x.get("calls", {}).get("cuMemAlloc_v2") == 3]) >= count:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def finish(p):
     out, err = p.communicate("go\n", timeout=60)
     return p.returncode, out, err
@@ -191,7 +209,7 @@ def case_prometheus():
     stat_tool = tool("tools", "pagefast-stat")
     with tempfile.TemporaryDirectory() as d:
         p = start_hold(d, {"LOCAL_RANK": "3"})
-        time.sleep(0.7)  # one publishing interval
+        check(wait_published(d), "the process published its figures")
         r = run([stat_tool, "--dir", d, "--prometheus"])
         check(r.returncode == 0, f"--prometheus rc {r.returncode} {r.stderr}")
         try:
@@ -250,7 +268,7 @@ def case_textfile():
     stat_tool = tool("tools", "pagefast-stat")
     with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as out:
         p = start_hold(d)
-        time.sleep(0.7)
+        check(wait_published(d), "the process published its figures")
         r = run([stat_tool, "--dir", d, "--prometheus", "--textfile", out])
         path = os.path.join(out, "pagefast.prom")
         check(r.returncode == 0 and r.stdout == "", f"--textfile rc {r.returncode}, nothing on stdout")
@@ -262,19 +280,27 @@ def case_textfile():
         check(fams["pagefast_processes"][2][0][1] == 1, "the file holds the process")
         # --watch rewrites it each round by rename (a freed inode number may
         # come back: inode and modification time together tell versions apart).
+        # The watch runs until three versions were seen (a minute at most: a
+        # hang guard), however often this loop gets to look.
         inodes = set()
-        w = subprocess.Popen([stat_tool, "--dir", d, "--prometheus", "--textfile", out, "--watch", "0.2",
-                              "--count", "5"], env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        deadline = time.time() + 30
-        while w.poll() is None and time.time() < deadline:
+        w = subprocess.Popen([stat_tool, "--dir", d, "--prometheus", "--textfile", out, "--watch", "0.05",
+                              "--count", "100000"], env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        give_up = time.monotonic() + 60
+        missing = 0
+        while w.poll() is None and len(inodes) < 3 and time.monotonic() < give_up:
             try:
                 st = os.stat(path)
                 inodes.add((st.st_ino, st.st_mtime_ns))
             except FileNotFoundError:
-                check(False, "pagefast.prom is never missing")
-            time.sleep(0.02)
-        w.wait(timeout=30)
-        check(w.returncode == 0 and len(inodes) >= 3, f"--watch rewrote the file ({len(inodes)} versions seen)")
+                missing += 1
+            time.sleep(0.005)
+        running = w.poll() is None
+        w.kill()
+        w.wait(timeout=60)
+        check(missing == 0, f"pagefast.prom is never missing ({missing} looks found none)")
+        check(running and len(inodes) >= 3, f"--watch rewrote the file ({len(inodes)} versions seen)")
+        w = run([stat_tool, "--dir", d, "--prometheus", "--textfile", out, "--watch", "0.05", "--count", "3"])
+        check(w.returncode == 0 and w.stdout == "", f"--watch --count 3 ends by itself, rc 0 ({w.returncode})")
         finish(p)
         r = run([stat_tool, "--dir", d, "--prometheus", "--textfile", os.path.join(out, "missing")])
         check(r.returncode == 1 and "textfile" in r.stderr, f"an unwritable directory: rc {r.returncode}, a message")
@@ -295,7 +321,7 @@ def case_pidns():
     with tempfile.TemporaryDirectory() as d:
         wrap = [unshare, "--pid", "--fork", "--mount-proc", "--kill-child"]
         a, b = start_hold(d, argv=wrap), start_hold(d, argv=wrap)
-        time.sleep(0.7)
+        check(wait_published(d, count=2, extra_args=["--all"]), "both processes published their figures")
         names = sorted(os.listdir(d))
         check(len(names) == 2, f"two segments ({names})")
         check(all(n.split(".")[3] == "1" for n in names), "each is pid 1 of its namespace")
