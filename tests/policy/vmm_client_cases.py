@@ -138,8 +138,10 @@ def case_empty():
               f"[{tag}] nothing unmapped or released for real")
     # Idle after the last round: the cached pages decay to the driver
     # (release_delay, on the pagefast-trim thread), the kept range with them.
-    r, idle = run_counted(["empty", str(rounds), str(pages), "1500"], env={"PAGEFAST_CONF": "release_delay:200ms"})
-    print(f"idle 1.5 s, release_delay 200ms: cuMemRelease {idle.get('cuMemRelease', 0)}, "
+    # The program idles until the driver has them back, a minute at most
+    # (a hang guard: how soon the thread runs is the scheduler's).
+    r, idle = run_counted(["empty", str(rounds), str(pages), "60000"], env={"PAGEFAST_CONF": "release_delay:200ms"})
+    print(f"idle, release_delay 200ms: cuMemRelease {idle.get('cuMemRelease', 0)}, "
           f"cuMemUnmap {idle.get('cuMemUnmap', 0)}, cuMemAddressFree {idle.get('cuMemAddressFree', 0)}")
     check("ok empty" in r.stdout, "empty with idle ran")
     check(idle.get("cuMemRelease", 0) >= pages and idle.get("cuMemUnmap", 0) >= pages,
