@@ -3,7 +3,9 @@
 driver. Every tool answers --version (the project's version) and --help,
 and exits 2 for a usage error (pagefast-run: 125, as env does); pagefast-run
 exits 126/127 for a program that cannot be run / is not found and the
-program's status otherwise; --if-enabled accepts exactly the PAGEFAST
+program's status otherwise, and 125 for a PAGEFAST or PAGEFAST_CONF the
+library would refuse (the closest key named), before the program starts;
+--if-enabled accepts exactly the PAGEFAST
 spellings the library accepts; pagefast-stat --prometheus prints a valid
 exposition whose figures match --json, and --textfile writes it atomically;
 segments of another pid namespace are listed and never removed.
@@ -140,6 +142,62 @@ def case_exit_codes():
         for argv, want, what in cases:
             r = run(argv)
             check(r.returncode == want, f"pagefast-run, {what}: rc {r.returncode} (want {want}) {r.stderr.strip()[:100]}")
+
+
+# ---- pagefast-run checks the settings before the program starts ---------------------
+
+
+def conf_keys():
+    """The PAGEFAST_CONF keys, from the options table (pagefast-options)."""
+    out = run([tool("tools", "pagefast-options")]).stdout
+    return [line.split()[0] for line in out.splitlines() if line.split()[1:3] == ["conf", "key"]]
+
+
+def case_conf_check():
+    """A bad PAGEFAST, PAGEFAST_CONF or --conf: pagefast-run exits 125 with
+    the library's own message (an unknown key: the closest one named) and
+    never starts the program; the library itself still runs the program as
+    a pass-through with one message."""
+    launcher = tool("tools", "pagefast-run")
+    with tempfile.TemporaryDirectory() as d:
+        mark = os.path.join(d, "ran")
+        program = ["sh", "-c", f'touch "{mark}"']
+        bad = [({"PAGEFAST_CONF": "chunksize:256M"}, [], "unknown key 'chunksize': did you mean chunk_size?"),
+               ({}, ["--conf", "chunksize:256M"], "did you mean chunk_size?"),
+               ({"PAGEFAST_CONF": "numa:off"}, ["--conf=Slak:1ms"], "unknown key 'Slak': did you mean slack?"),
+               ({}, ["--conf", "chunk_size:3M"], "bad value '3M' for key 'chunk_size' (accepted: a size, 2M..1T"),
+               ({}, ["--conf", "pool:of"], "bad value 'of' for key 'pool'"),
+               ({}, ["--numa", "bogus"], "bad value 'bogus' for key 'numa'"),
+               ({}, ["--conf", "chunk_size"], "key 'chunk_size' has no value"),
+               ({}, ["--conf", "zzzzzz:1"], "unknown key 'zzzzzz' (accepted keys: pool, chunk_size"),
+               ({"PAGEFAST": "maybe"}, [], "PAGEFAST: bad value 'maybe'")]
+        for env, args, want in bad:
+            r = run([launcher, *args, "--", *program], env=clean_env(env))
+            check(r.returncode == 125 and want in r.stderr and r.stderr.startswith("pagefast-run: error: ")
+                  and not os.path.exists(mark),
+                  f"pagefast-run {env} {args}: rc {r.returncode} (want 125), {r.stderr.strip()!r}, program not run")
+        # Each key with its last letter lost: that key is named.
+        keys = conf_keys()
+        check(len(keys) >= 10 and "chunk_size" in keys, f"the table's keys ({keys})")
+        for key in keys:
+            r = run([launcher, "--conf", key[:-1] + ":1", "--", *program])
+            check(r.returncode == 125 and f"did you mean {key}?" in r.stderr, f"'{key[:-1]}' names {key}: {r.stderr.strip()!r}")
+        check(not os.path.exists(mark), "no program ran")
+        # Good settings, and a bad PAGEFAST_LOG (the library only warns): the program runs.
+        for env, args in [({"PAGEFAST_CONF": "chunk_size:4M, release_delay:off"}, ["--conf", "numa:off"]),
+                          ({"PAGEFAST": "0", "PAGEFAST_CONF": "pool:off"}, []), ({"PAGEFAST_LOG": "loud"}, []),
+                          ({}, ["--no-pool", "--numa", "off"])]:
+            r = run([launcher, *args, "--", *program], env=clean_env(env))
+            check(r.returncode == 0 and os.path.exists(mark), f"pagefast-run {env} {args}: the program ran ({r.stderr!r})")
+            if os.path.exists(mark):
+                os.unlink(mark)
+    # The library's own way stays: one message, and the program runs.
+    with tempfile.TemporaryDirectory() as d:
+        p = start_hold(d, {"PAGEFAST_CONF": "chunksize:256M"})
+        rc, out, err = finish(p)
+        lines = [l for l in err.splitlines() if "PAGEFAST_CONF" in l]
+        check(rc == 0 and "done" in out and len(lines) == 1 and "unknown key 'chunksize'" in lines[0]
+              and "pass-through" in lines[0], f"preloaded as it is: one message, the program runs ({err.strip()!r})")
 
 
 # ---- --if-enabled and the library read PAGEFAST alike ----------------------------
