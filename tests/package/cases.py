@@ -7,9 +7,10 @@
              runs under the installed pagefast-run and pagefast counts its
              calls; `python -m pagefast` reads the driver and the pool's mode;
              the helpers in the package's libexec/ are found.
-    install  `meson install` into a DESTDIR: pagefast.pc, LICENSE, docs, the
-             helpers in libexec, and the installed launcher and replayer find
-             them there.
+    install  `meson install` into a DESTDIR: the tools in bin (pagefast-run,
+             -stat, -replay, -simulate, -ctl), pagefast.pc, LICENSE, docs,
+             the helpers in libexec, and the installed launcher and replayer
+             find them there.
 
 Each needs only Debian packages (python3-mesonpy, python3-venv for the wheel);
 the wheel case exits 77 (skipped) when no Python can import mesonpy.
@@ -161,6 +162,11 @@ def case_wheel():
               % r.returncode)
         r = run([os.path.join(vbin, "pagefast-stat"), "--help"], env=env)
         check(r.returncode == 0 and "pagefast-stat" in r.stdout, "pagefast-stat runs from the venv")
+        r = run([os.path.join(vbin, "pagefast-simulate"), "--version"], env=env)
+        check(r.returncode == 0 and r.stdout.startswith("pagefast-simulate "), "pagefast-simulate runs from the venv")
+        r = run([os.path.join(vbin, "pagefast-ctl")], env=env)
+        check(r.returncode not in (0, 127) and "pagefast-ctl" in r.stdout + r.stderr,
+              "pagefast-ctl runs from the venv (its usage, rc %d)" % r.returncode)
 
 
 def case_install():
@@ -177,6 +183,7 @@ def case_install():
         docdir = os.path.join(root, opt["datadir"], "doc", "pagefast")
         for path in [os.path.join(libdir, "libpagefast.so"), os.path.join(bindir, "pagefast-run"),
                      os.path.join(bindir, "pagefast-stat"), os.path.join(bindir, "pagefast-replay"),
+                     os.path.join(bindir, "pagefast-simulate"), os.path.join(bindir, "pagefast-ctl"),
                      os.path.join(libexec, "pagefast-replay-engine"), os.path.join(libexec, "pagefast-numa-report"),
                      os.path.join(root, opt["includedir"], "pagefast.h"), os.path.join(docdir, "LICENSE"),
                      os.path.join(docdir, "POOL.md"), os.path.join(libdir, "pkgconfig", "pagefast.pc")]:
