@@ -58,3 +58,13 @@ def run_stat():
 def run_replay():
     """Console script `pagefast-replay`."""
     return _exec_tool("pagefast-replay")
+
+
+def run_simulate():
+    """Console script `pagefast-simulate`: the pool's policy over a trace, on the CPU."""
+    return _exec_tool("pagefast-simulate")
+
+
+def run_ctl():
+    """Console script `pagefast-ctl`: sleep, wake and status of a running process's pools."""
+    return _exec_tool("pagefast-ctl")

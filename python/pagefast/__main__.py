@@ -1,5 +1,6 @@
 """python -m pagefast: what is installed, the CUDA driver this machine would
-use, and whether pagefast's pool would be active with this environment.
+use, and whether pagefast's pool would serve a CUDA program run here with
+this environment: one line "pool here   yes: ..." or "no: ...", with why.
 
     python -m pagefast           the report
     python -m pagefast --json    the same as one JSON object
@@ -36,13 +37,6 @@ doc = json.loads(buf.value.decode())
 print(json.dumps({"version": lib.pagefast_version().decode(), "active": lib.pagefast_is_active(),
                   "mode": doc["pagefast"]["mode"], "config": doc["pagefast"]["config"]}))
 """
-
-_MODES = {
-    "pool": "active: cuMemAlloc/cuMemFree are served from the pool",
-    "forward": "counting only: every call goes to the driver (pool:off)",
-    "passthrough": "pass-through: the library is loaded but does nothing",
-}
-
 
 def probe_library(lib):
     """The library's own answer: version, mode and configuration."""
@@ -104,15 +98,43 @@ def _launcher():
     return tool_path("pagefast-run")
 
 
+def verdict(probe, driver):
+    """Whether the pool would serve a CUDA program run here with this
+    environment, and why: one answer from the library's mode and the
+    driver, so that the report never says two things."""
+    if not probe.get("loads"):
+        return {"pool": False, "why": "the library does not load (%s)" % probe.get("error")}
+    mode = probe.get("mode")
+    if mode == "passthrough":
+        if any(": error: " in m for m in probe.get("messages", [])):
+            return {"pool": False, "why": "a setting is refused (the library's message above), so every call "
+                                          "goes to the driver untouched"}
+        return {"pool": False, "why": "PAGEFAST=%s: every call goes to the driver untouched"
+                                      % (os.environ.get("PAGEFAST") or "0")}
+    if mode == "forward":
+        return {"pool": False, "why": "pool:off: every call is counted and goes to the driver"}
+    if not driver.get("loads"):
+        return {"pool": False,
+                "why": "no CUDA driver here (libcuda.so.1 does not load): nothing to serve; where there is one, "
+                       "the pool would serve cuMemAlloc/cuMemFree as configured"}
+    if driver.get("result") != 0:
+        return {"pool": False, "why": "the driver answers cuDriverGetVersion with %d: CUDA does not work here, "
+                                      "with or without pagefast" % driver.get("result")}
+    return {"pool": True, "why": "the pool serves cuMemAlloc/cuMemFree (on a device with CUDA virtual memory "
+                                 "management; a device without it passes through, with one log line)"}
+
+
 def report():
     lib = library_path()
+    probe, driver = probe_library(lib), probe_driver()
     return {
         "pagefast": __version__,
         "library": lib,
         "launcher": _launcher(),
         "environment": {k: os.environ.get(k) for k in ("PAGEFAST", "PAGEFAST_CONF", "LD_PRELOAD")},
-        "library_probe": probe_library(lib),
-        "driver": probe_driver(),
+        "library_probe": probe,
+        "driver": driver,
+        "verdict": verdict(probe, driver),
     }
 
 
@@ -127,7 +149,6 @@ def print_report(r):
     d = r["driver"]
     if not d["loads"]:
         print("driver      libcuda.so.1 not loadable (%s)" % d["error"])
-        print("            pagefast would pass every call through; nothing to serve")
     elif d["result"] != 0:
         print("driver      %s: cuDriverGetVersion returned %d" % (d["path"], d["result"]))
     else:
@@ -135,10 +156,11 @@ def print_report(r):
     env = r["environment"]
     print("environment PAGEFAST=%s PAGEFAST_CONF=%s" % (env["PAGEFAST"] or "(unset)", env["PAGEFAST_CONF"] or "(unset)"))
     if p.get("loads"):
-        print("pool        %s" % _MODES.get(p["mode"], p["mode"]))
-        print("            %s" % p["config"])
+        print("settings    %s" % p["config"])
         for m in p.get("messages", []):
             print("            %s" % m)
+    v = r["verdict"]
+    print("pool here   %s: %s" % ("yes" if v["pool"] else "no", v["why"]))
     print("use         LD_PRELOAD=%s python train.py" % r["library"])
     print("            pagefast-run -- python train.py")
 

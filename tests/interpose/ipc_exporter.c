@@ -265,7 +265,7 @@ static int case_cycles(int cycles) {
    * exporter's side for a moment (its thread sees the end asynchronously):
    * a leak is what stays. */
   int exporter_delta = ipc_open_fds() - exporter_before;
-  for (int wait = 0; wait < 200 && exporter_delta > 0; ++wait) {
+  for (int wait = 0; wait < 6000 && exporter_delta > 0; ++wait) {  /* a minute: a hang guard */
     usleep(10000);
     exporter_delta = ipc_open_fds() - exporter_before;
   }

@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import casekit  # noqa: E402  (tests/casekit.py)
@@ -299,11 +300,57 @@ def case_replay_table():
         rows = list(csv.DictReader(open(out_csv))) if os.path.exists(out_csv) else []
         check([r["allocator"] for r in rows] == ["cudaMalloc", "cudaMallocAsync", "pagefast"], "CSV: one row each")
         check(rows and rows[0]["runs"] == "2" and float(rows[2]["peak_reserved_bytes"]) > 0, "CSV: medians of 2 runs")
-        svg = open(out_svg).read() if os.path.exists(out_svg) else ""
-        check(svg.lstrip().startswith("<svg") and "</svg>" in svg, "SVG written")
+        # The chart: the benchmarks' plotting module (found beside the
+        # script), with its axis label, ticks and every bar a visible height.
+        try:
+            root = ET.parse(out_svg).getroot()
+        except (OSError, ET.ParseError) as e:
+            check(False, f"SVG written and well formed ({e})")
+            root = None
+        if root is not None:
+            words = ["".join(e.itertext()).strip() for e in root.iter() if e.tag.endswith("text")]
+            check("ratio to cudaMalloc (lower is better)" in words and "cudaMalloc" in words and "pagefast" in words
+                  and "1" in words, f"the chart has its axis label, categories and ticks ({words[:12]})")
+            bars = [float(e.get("height")) for e in root.iter() if e.tag.endswith("rect") and e.get("fill") is None
+                    and e.get("height")]
+            check(b"matplotlib" in open(out_svg, "rb").read() or (len(bars) == 4 and min(bars) >= 1),
+                  f"every bar has a height ({bars})")
         # The default run finds the library through pagefast-run and the engine beside itself.
         rr = run([p["replay"], "--repeats", "1", "--allocators", "pagefast", trace])
         check(rr.returncode == 0 and "pagefast " in rr.stdout, f"finds engine and library by itself {rr.stderr[-300:]}")
+
+
+def case_replay_no_gpu():
+    """Without a GPU the replay says so and names pagefast-simulate, rather
+    than 'pagefast failed (rc 1)'."""
+    p = paths()
+    with tempfile.TemporaryDirectory() as d:
+        r, trace = record_seq(d)
+        check(r.returncode == 0 and trace, "a trace recorded")
+        if not trace:
+            return
+        # The fake driver with no device: cuInit answers CUDA_ERROR_NO_DEVICE.
+        rr = run([p["replay"], "--repeats", "1", "--lib", p["lib"], "--engine", p["engine"], trace],
+                 env_extra={"FAKECUDA_DEVICES": "0"})
+        check(rr.returncode == 4, f"no device: exit status 4 (got {rr.returncode})")
+        check("no GPU here" in rr.stderr and "pagefast-simulate" in rr.stderr and trace in rr.stderr
+              and "failed (rc" not in rr.stderr, f"it says so and names pagefast-simulate: {rr.stderr!r}")
+        simulate = next((l.split()[0] for l in rr.stderr.splitlines() if "pagefast-simulate" in l and trace in l), "")
+        check(os.access(simulate, os.X_OK), f"the pagefast-simulate it names is there: {simulate!r}")
+        if os.access(simulate, os.X_OK):
+            rs = run([simulate, trace])
+            check(rs.returncode == 0, f"and runs the trace ({rs.returncode}) {rs.stderr[-200:]}")
+        # No driver at all (where this machine has none of its own).
+        env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "LD_PRELOAD")}
+        has_driver = subprocess.run([sys.executable, "-c", "import ctypes; ctypes.CDLL('libcuda.so.1')"],
+                                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+        if has_driver:
+            print("this machine has a libcuda.so.1: the no-driver half is skipped")
+            return
+        rr = subprocess.run([p["replay"], "--repeats", "1", "--allocators", "cudaMalloc", "--engine", p["engine"], trace],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=240)
+        check(rr.returncode == 4 and "no CUDA driver" in rr.stderr and "pagefast-simulate" in rr.stderr,
+              f"no driver: exit status 4, said, pagefast-simulate named ({rr.returncode}, {rr.stderr!r})")
 
 
 if __name__ == "__main__":

@@ -70,8 +70,19 @@ def case_listed():
         check(os.path.exists(path), "the process has a segment")
         st = os.lstat(path)
         check(stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600, f"segment mode {oct(st.st_mode)}")
-        time.sleep(0.7)  # one publishing interval (500 ms) at least
-        r = stat_tool(build, d, "--json")
+        # The library publishes every 0.5 s on a thread of its own: wait
+        # for figures that show the three allocations (a minute at most: a
+        # hang guard), not for a time.
+        give_up = time.monotonic() + 60
+        while True:
+            r = stat_tool(build, d, "--json")
+            try:
+                listed = [x for x in json.loads(r.stdout)["processes"] if x["pid"] == p.pid]
+            except ValueError:
+                listed = []
+            if (listed and listed[0]["calls"].get("cuMemAlloc_v2") == 3) or time.monotonic() > give_up:
+                break
+            time.sleep(0.05)
         check(r.returncode == 0, f"pagefast-stat --json rc {r.returncode} {r.stderr}")
         doc = json.loads(r.stdout)
         procs = [x for x in doc["processes"] if x["pid"] == p.pid]

@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdlib>
 #include <dirent.h>
 #include <string>
@@ -385,12 +384,12 @@ TEST_CASE("a FIFO, a directory or a link named like a segment never blocks nor i
   REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
   REQUIRE(mkfifo(old_fifo.c_str(), 0600) == 0);
   REQUIRE(mkdir(sub.c_str(), 0700) == 0);
-  const auto start = std::chrono::steady_clock::now();
+  // A FIFO opened for reading would block until a writer came: these
+  // calls return at all (the suite's timeout is the hang guard).
   Snapshot s;
   std::string detail;
   CHECK(read_segment(fifo, &s, &detail) == ReadStatus::Refused);
   std::vector<Listing> all = list_segments(dir.path, getuid(), true);
-  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
   REQUIRE(all.size() == 3);
   for (const Listing& l : all) {
     CHECK(l.status == ReadStatus::Refused);

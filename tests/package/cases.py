@@ -5,11 +5,13 @@
              installs it into a fresh venv, then: `python -m pagefast --lib`
              names a loadable library inside the venv; a fake-driver program
              runs under the installed pagefast-run and pagefast counts its
-             calls; `python -m pagefast` reads the driver and the pool's mode;
-             the helpers in the package's libexec/ are found.
-    install  `meson install` into a DESTDIR: pagefast.pc, LICENSE, docs, the
-             helpers in libexec, and the installed launcher and replayer find
-             them there.
+             calls; `python -m pagefast` reads the driver and the pool's mode
+             and gives one answer; the helpers in the package's libexec/ are
+             found; every console script runs.
+    install  `meson install` into a DESTDIR: the tools in bin (pagefast-run,
+             -stat, -replay, -simulate, -ctl), pagefast.pc, LICENSE, docs,
+             the helpers in libexec, and the installed launcher and replayer
+             find them there.
 
 Each needs only Debian packages (python3-mesonpy, python3-venv for the wheel);
 the wheel case exits 77 (skipped) when no Python can import mesonpy.
@@ -150,9 +152,19 @@ def case_wheel():
         check(r.returncode == 0 and doc.get("driver", {}).get("loads") is False,
               "python -m pagefast: no driver is reported, not a crash (%s)" % doc.get("driver"))
         r = run([os.path.join(vbin, "python"), "-m", "pagefast"], env=dict(env, LD_LIBRARY_PATH=fake))
-        check(r.returncode == 0 and "pool        active" in r.stdout and lib in r.stdout,
-              "python -m pagefast prints the report")
+        check(r.returncode == 0 and "pool here   yes: " in r.stdout and lib in r.stdout,
+              "python -m pagefast prints the report: the pool would serve here")
         print(r.stdout)
+        # One answer each time: never a yes beside a word of pass-through.
+        for extra, want in [({"LD_LIBRARY_PATH": "/nonexistent"}, "pool here   no: no CUDA driver"),
+                            ({"LD_LIBRARY_PATH": fake, "PAGEFAST": "0"}, "pool here   no: PAGEFAST=0"),
+                            ({"LD_LIBRARY_PATH": fake, "PAGEFAST_CONF": "chunksize:2M"}, "pool here   no: a setting"),
+                            ({"LD_LIBRARY_PATH": fake, "PAGEFAST_CONF": "pool:off"}, "pool here   no: pool:off")]:
+            r = run([os.path.join(vbin, "python"), "-m", "pagefast"], env=dict(env, **extra))
+            verdicts = [l for l in r.stdout.splitlines() if l.startswith("pool here")]
+            check(r.returncode == 0 and len(verdicts) == 1 and verdicts[0].startswith(want)
+                  and "pool would pass" not in r.stdout and "active" not in r.stdout,
+                  "python -m pagefast with %s says one thing: %s" % (extra, verdicts))
 
         r = run([launcher, "--numa-report"], env=env)
         check(r.returncode == 0 and "NUMA report" in r.stdout, "pagefast-run --numa-report finds the helper in the package")
@@ -161,6 +173,11 @@ def case_wheel():
               % r.returncode)
         r = run([os.path.join(vbin, "pagefast-stat"), "--help"], env=env)
         check(r.returncode == 0 and "pagefast-stat" in r.stdout, "pagefast-stat runs from the venv")
+        r = run([os.path.join(vbin, "pagefast-simulate"), "--version"], env=env)
+        check(r.returncode == 0 and r.stdout.startswith("pagefast-simulate "), "pagefast-simulate runs from the venv")
+        r = run([os.path.join(vbin, "pagefast-ctl")], env=env)
+        check(r.returncode not in (0, 127) and "pagefast-ctl" in r.stdout + r.stderr,
+              "pagefast-ctl runs from the venv (its usage, rc %d)" % r.returncode)
 
 
 def case_install():
@@ -177,6 +194,7 @@ def case_install():
         docdir = os.path.join(root, opt["datadir"], "doc", "pagefast")
         for path in [os.path.join(libdir, "libpagefast.so"), os.path.join(bindir, "pagefast-run"),
                      os.path.join(bindir, "pagefast-stat"), os.path.join(bindir, "pagefast-replay"),
+                     os.path.join(bindir, "pagefast-simulate"), os.path.join(bindir, "pagefast-ctl"),
                      os.path.join(libexec, "pagefast-replay-engine"), os.path.join(libexec, "pagefast-numa-report"),
                      os.path.join(root, opt["includedir"], "pagefast.h"), os.path.join(docdir, "LICENSE"),
                      os.path.join(docdir, "POOL.md"), os.path.join(libdir, "pkgconfig", "pagefast.pc")]:

@@ -218,10 +218,11 @@ int ipc() {
   CHECK_CU(cuMemFree_v2(before));
   // Once the pool releases its chunks, no exported descriptor of them may
   // stay open (it would keep the memory alive). The held block comes back
-  // from the exporter thread a moment after the child closed it.
+  // from the exporter thread a moment after the child closed it (a minute
+  // at most: a hang guard).
   int exported = -1;
   if (Trim trim = trim_fn()) {
-    for (int wait = 0; wait < 200; ++wait) {
+    for (int wait = 0; wait < 6000; ++wait) {
       CHECK_CU(cuCtxSynchronize());
       trim(0);
       exported = count_fds_to("memfd:fakecuda-shareable");

@@ -29,6 +29,7 @@ namespace {
 
 using pagefast::policy::ClientDriver;
 using pagefast::policy::ClientVmmCache;
+using pagefast::policy::ClientVmmStats;
 using pagefast::policy::kClientInvalidValue;
 using pagefast::policy::kClientOk;
 using pagefast::policy::monotonic_now_ns;
@@ -795,6 +796,19 @@ struct WorkerCase {
   WorkerProgram p{driver, cache};
 };
 
+// Waits until the cache has counted `count` waits for pages made ahead
+// (a program's call is then waiting for the worker): a case opens its
+// gate after that, not after a sleep. False if it never does (a minute:
+// a hang guard, not a measure).
+bool wait_for_ahead_waits(ClientVmmCache& cache, uint64_t count) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (cache.stats().ahead_waits < count) {
+    if (std::chrono::steady_clock::now() > give_up) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
 // The worker thread of the glue: work_one until stopped.
 struct Worker {
   explicit Worker(ClientVmmCache& c) : cache(c), thread([this] {
@@ -865,21 +879,28 @@ TEST_CASE_METHOD(WorkerCase<>, "client vmm: a program's call over pages queued a
     driver.wait_at_gate();
     std::atomic<bool> freed{false};
     int answers[3] = {-1, -1, -1};  // Catch's assertions stay on this thread
+    uint64_t program_ns = 0;
+    const ClientVmmStats before = cache.stats();
     std::thread program2([&] {
+      const uint64_t t0 = monotonic_now_ns();
       answers[0] = cache.unmap(kBase, kSeg);
       answers[1] = cache.unmap(kBase + kSeg, kSeg);
       answers[2] = cache.address_free(kBase, 100 * kSeg);
+      program_ns = monotonic_now_ns() - t0;
       freed.store(true);
     });
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    CHECK(!freed.load());  // waiting for the page in flight
+    // The gate opens once the program waits for the page in flight.
+    REQUIRE(wait_for_ahead_waits(cache, before.ahead_waits + 1));
+    CHECK(!freed.load());
     driver.open_gate();
     program2.join();
     CHECK(freed.load());
     for (int a : answers) CHECK(a == kClientOk);
+    // The wait is counted, and within the program's calls.
+    const uint64_t waited_ns = cache.stats().ahead_wait_ns - before.ahead_wait_ns;
+    CHECK(waited_ns > 0);
+    CHECK(waited_ns <= program_ns);
   }
-  CHECK(cache.stats().ahead_waits >= 1);
-  CHECK(cache.stats().ahead_wait_ns >= 10'000'000);  // the 20 ms the gate stayed closed
   // The range held only deferred mappings: kept whole, with them (the
   // worker's page included); a trim gives the memory and the range back.
   CHECK(cache.stats().ranges_kept == 1);
@@ -898,19 +919,25 @@ TEST_CASE_METHOD(WorkerCase<>, "client vmm: cuMemCreate waits for the worker's p
   driver.close_gate();
   Worker worker(cache);
   driver.wait_at_gate();
+  const ClientVmmStats before = cache.stats();
+  std::atomic<bool> waited{false};
   std::thread opener([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // The gate opens once the program's create waits for the worker's page.
+    waited.store(wait_for_ahead_waits(cache, before.ahead_waits + 1));
     driver.open_gate();
   });
   const int creates = driver.program_calls["create"];
+  const uint64_t t0 = monotonic_now_ns();
   REQUIRE(p.create(kSeg, kProp, &h1) == kClientOk);
+  const uint64_t create_ns = monotonic_now_ns() - t0;
   opener.join();
+  CHECK(waited.load());
   CHECK(driver.program_calls["create"] == creates);  // the worker's page, not the driver's
   CHECK(cache.stats().create_hits == 1);
-  CHECK(cache.stats().ahead_waits >= 1);
-  // The gate opened 20 ms after the program's create began to wait.
-  CHECK(cache.stats().ahead_wait_ns >= 10'000'000);
-  CHECK(cache.stats().ahead_wait_ns < 10'000'000'000);
+  // The wait is counted, and within the program's create.
+  const uint64_t waited_ns = cache.stats().ahead_wait_ns - before.ahead_wait_ns;
+  CHECK(waited_ns > 0);
+  CHECK(waited_ns <= create_ns);
   REQUIRE(cache.map(kBase + kSeg, kSeg, 0, h1, 0) == kClientOk);
   CHECK(cache.stats().revived_maps == 1);
 }

@@ -17,8 +17,11 @@
 //                  segment: reserve a range, grow P 2 MiB pages in it
 //                  (create, map, open each), fill and check them, unmap and
 //                  release every page, free the range; the next round
-//                  reserves a range of the same size again. Then idle MS
-//                  milliseconds (release_delay's decay) before exiting.
+//                  reserves a range of the same size again. Then idle
+//                  (release_delay's decay) until the fake driver has P
+//                  pages and the range back, or MS milliseconds have
+//                  passed (a hang guard; on the real driver, with no
+//                  counters to read, MS milliseconds).
 //   two R P        R rounds of two segments (two streams' expandable
 //                  segments, FSDP's for instance) growing in turns, a 2 MiB
 //                  page each (create, map at its end, open it, fill it),
@@ -41,6 +44,7 @@
 #include <cstring>
 #include <vector>
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 namespace {
@@ -195,6 +199,21 @@ int grow(int rounds, int pages) {
   return 0;
 }
 
+// Idles until the driver has `pages` pages and a range back (pagefast's
+// pagefast-trim thread returns what the program released once
+// release_delay passed), read from the fake driver's call counters; at
+// most `idle_ms` milliseconds. The real driver has no such counters: it
+// idles `idle_ms`.
+void idle_until_released(int pages, int idle_ms) {
+  using Count = int (*)(const char*);
+  const auto count = reinterpret_cast<Count>(dlsym(RTLD_DEFAULT, "fakecuda_call_count"));
+  for (int waited_ms = 0; waited_ms < idle_ms; waited_ms += 10) {
+    if (count && count("cuMemRelease") >= pages && count("cuMemUnmap") >= pages && count("cuMemAddressFree") >= 1)
+      return;
+    usleep(10 * 1000);
+  }
+}
+
 // PyTorch's empty_cache on an expandable segment, round after round: a
 // fresh reservation each round, grown and shrunk, then freed.
 int empty(int rounds, int pages, int idle_ms) {
@@ -208,7 +227,7 @@ int empty(int rounds, int pages, int idle_ms) {
     grow_and_shrink(base, pages, page, prop, access, handles, 0xe0000000u + unsigned(round * 4096));
     say("address free", cuMemAddressFree(base, size_t(pages) * 2 * page));
   }
-  if (idle_ms > 0) usleep(useconds_t(idle_ms) * 1000);
+  idle_until_released(pages, idle_ms);
   return 0;
 }
 

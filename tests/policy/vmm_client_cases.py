@@ -24,6 +24,16 @@ GROW = {"PAGEFAST_CONF": "vmm_grow_ahead:32"}
 NO_GROW = {"PAGEFAST_CONF": "vmm_grow_ahead:0"}
 
 
+def held(env=None):
+    """env with release_delay:off: what the cache holds goes back to the
+    driver once unused for release_delay (5 s, on the pagefast-trim thread),
+    so a run that counts 'nothing released' must not depend on finishing
+    sooner than that on a busy machine."""
+    env = dict(env or {})
+    env["PAGEFAST_CONF"] = ",".join(c for c in [env.get("PAGEFAST_CONF", ""), "release_delay:off"] if c)
+    return env
+
+
 def run(args, preload=True, env=None):
     build = ARGS.build  # noqa: F821 (set by casekit.main)
     e = {k: v for k, v in os.environ.items()
@@ -73,7 +83,7 @@ VMM = ["cuMemCreate", "cuMemMap", "cuMemSetAccess", "cuMemUnmap", "cuMemRelease"
 def case_counts():
     rounds, pages = 10, 4
     _, without = run_counted(["segments", str(rounds), str(pages)], preload=False)
-    r, with_cache = run_counted(["segments", str(rounds), str(pages)])
+    r, with_cache = run_counted(["segments", str(rounds), str(pages)], env=held())
     _, off = run_counted(["segments", str(rounds), str(pages)], env={"PAGEFAST_CONF": "vmm_cache:off"})
     check("ok segments" in r.stdout, f"segments ran through the cache ({r.stdout[-200:]})")
     for name in VMM:
@@ -100,7 +110,7 @@ def case_grow():
     doubling."""
     rounds, pages = 3, 64
     _, without = run_counted(["grow", str(rounds), str(pages)], preload=False)
-    r, with_cache = run_counted(["grow", str(rounds), str(pages)], env=GROW)
+    r, with_cache = run_counted(["grow", str(rounds), str(pages)], env=held(GROW))
     check("ok grow" in r.stdout and "CORRUPT" not in r.stdout, f"grow ran through the cache ({r.stdout[-200:]})")
     for name in VMM:
         print(f"{name}: without {without.get(name, 0)}, cache on {with_cache.get(name, 0)}")
@@ -123,7 +133,7 @@ def case_empty():
     rounds, pages = 4, 12
     _, without = run_counted(["empty", str(rounds), str(pages)], preload=False)
     for env in [NO_GROW, {}]:
-        r, with_cache = run_counted(["empty", str(rounds), str(pages)], env=env)
+        r, with_cache = run_counted(["empty", str(rounds), str(pages)], env=held(env))
         tag = env.get("PAGEFAST_CONF", "defaults")
         check("ok empty" in r.stdout and "CORRUPT" not in r.stdout, f"[{tag}] empty ran, data intact ({r.stdout[-200:]})")
         for name in VMM + ["cuMemAddressReserve", "cuMemAddressFree"]:
@@ -138,8 +148,10 @@ def case_empty():
               f"[{tag}] nothing unmapped or released for real")
     # Idle after the last round: the cached pages decay to the driver
     # (release_delay, on the pagefast-trim thread), the kept range with them.
-    r, idle = run_counted(["empty", str(rounds), str(pages), "1500"], env={"PAGEFAST_CONF": "release_delay:200ms"})
-    print(f"idle 1.5 s, release_delay 200ms: cuMemRelease {idle.get('cuMemRelease', 0)}, "
+    # The program idles until the driver has them back, a minute at most
+    # (a hang guard: how soon the thread runs is the scheduler's).
+    r, idle = run_counted(["empty", str(rounds), str(pages), "60000"], env={"PAGEFAST_CONF": "release_delay:200ms"})
+    print(f"idle, release_delay 200ms: cuMemRelease {idle.get('cuMemRelease', 0)}, "
           f"cuMemUnmap {idle.get('cuMemUnmap', 0)}, cuMemAddressFree {idle.get('cuMemAddressFree', 0)}")
     check("ok empty" in r.stdout, "empty with idle ran")
     check(idle.get("cuMemRelease", 0) >= pages and idle.get("cuMemUnmap", 0) >= pages,

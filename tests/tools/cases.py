@@ -3,7 +3,9 @@
 driver. Every tool answers --version (the project's version) and --help,
 and exits 2 for a usage error (pagefast-run: 125, as env does); pagefast-run
 exits 126/127 for a program that cannot be run / is not found and the
-program's status otherwise; --if-enabled accepts exactly the PAGEFAST
+program's status otherwise, and 125 for a PAGEFAST or PAGEFAST_CONF the
+library would refuse (the closest key named), before the program starts;
+--if-enabled accepts exactly the PAGEFAST
 spellings the library accepts; pagefast-stat --prometheus prints a valid
 exposition whose figures match --json, and --textfile writes it atomically;
 segments of another pid namespace are listed and never removed.
@@ -65,6 +67,24 @@ def start_hold(live_dir, extra=None, argv=None):
     return p
 
 
+def wait_published(live_dir, count=1, extra_args=()):
+    """Waits until pagefast-stat lists `count` processes whose published
+    figures show the holding program's three allocations (each process
+    publishes every 0.5 s on a thread of its own: when is the scheduler's).
+    False after a minute (a hang guard)."""
+    give_up = time.monotonic() + 60
+    while time.monotonic() < give_up:
+        r = run([tool("tools", "pagefast-stat"), "--dir", live_dir, "--json", *extra_args])
+        try:
+            procs = json.loads(r.stdout)["processes"] if r.returncode == 0 else []
+        except ValueError:
+            procs = []
+        if len([x for x in procs if x.get("calls", {}).get("cuMemAlloc_v2") == 3]) >= count:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def finish(p):
     out, err = p.communicate("go\n", timeout=60)
     return p.returncode, out, err
@@ -122,6 +142,62 @@ def case_exit_codes():
         for argv, want, what in cases:
             r = run(argv)
             check(r.returncode == want, f"pagefast-run, {what}: rc {r.returncode} (want {want}) {r.stderr.strip()[:100]}")
+
+
+# ---- pagefast-run checks the settings before the program starts ---------------------
+
+
+def conf_keys():
+    """The PAGEFAST_CONF keys, from the options table (pagefast-options)."""
+    out = run([tool("tools", "pagefast-options")]).stdout
+    return [line.split()[0] for line in out.splitlines() if line.split()[1:3] == ["conf", "key"]]
+
+
+def case_conf_check():
+    """A bad PAGEFAST, PAGEFAST_CONF or --conf: pagefast-run exits 125 with
+    the library's own message (an unknown key: the closest one named) and
+    never starts the program; the library itself still runs the program as
+    a pass-through with one message."""
+    launcher = tool("tools", "pagefast-run")
+    with tempfile.TemporaryDirectory() as d:
+        mark = os.path.join(d, "ran")
+        program = ["sh", "-c", f'touch "{mark}"']
+        bad = [({"PAGEFAST_CONF": "chunksize:256M"}, [], "unknown key 'chunksize': did you mean chunk_size?"),
+               ({}, ["--conf", "chunksize:256M"], "did you mean chunk_size?"),
+               ({"PAGEFAST_CONF": "numa:off"}, ["--conf=Slak:1ms"], "unknown key 'Slak': did you mean slack?"),
+               ({}, ["--conf", "chunk_size:3M"], "bad value '3M' for key 'chunk_size' (accepted: a size, 2M..1T"),
+               ({}, ["--conf", "pool:of"], "bad value 'of' for key 'pool'"),
+               ({}, ["--numa", "bogus"], "bad value 'bogus' for key 'numa'"),
+               ({}, ["--conf", "chunk_size"], "key 'chunk_size' has no value"),
+               ({}, ["--conf", "zzzzzz:1"], "unknown key 'zzzzzz' (accepted keys: pool, chunk_size"),
+               ({"PAGEFAST": "maybe"}, [], "PAGEFAST: bad value 'maybe'")]
+        for env, args, want in bad:
+            r = run([launcher, *args, "--", *program], env=clean_env(env))
+            check(r.returncode == 125 and want in r.stderr and r.stderr.startswith("pagefast-run: error: ")
+                  and not os.path.exists(mark),
+                  f"pagefast-run {env} {args}: rc {r.returncode} (want 125), {r.stderr.strip()!r}, program not run")
+        # Each key with its last letter lost: that key is named.
+        keys = conf_keys()
+        check(len(keys) >= 10 and "chunk_size" in keys, f"the table's keys ({keys})")
+        for key in keys:
+            r = run([launcher, "--conf", key[:-1] + ":1", "--", *program])
+            check(r.returncode == 125 and f"did you mean {key}?" in r.stderr, f"'{key[:-1]}' names {key}: {r.stderr.strip()!r}")
+        check(not os.path.exists(mark), "no program ran")
+        # Good settings, and a bad PAGEFAST_LOG (the library only warns): the program runs.
+        for env, args in [({"PAGEFAST_CONF": "chunk_size:4M, release_delay:off"}, ["--conf", "numa:off"]),
+                          ({"PAGEFAST": "0", "PAGEFAST_CONF": "pool:off"}, []), ({"PAGEFAST_LOG": "loud"}, []),
+                          ({}, ["--no-pool", "--numa", "off"])]:
+            r = run([launcher, *args, "--", *program], env=clean_env(env))
+            check(r.returncode == 0 and os.path.exists(mark), f"pagefast-run {env} {args}: the program ran ({r.stderr!r})")
+            if os.path.exists(mark):
+                os.unlink(mark)
+    # The library's own way stays: one message, and the program runs.
+    with tempfile.TemporaryDirectory() as d:
+        p = start_hold(d, {"PAGEFAST_CONF": "chunksize:256M"})
+        rc, out, err = finish(p)
+        lines = [l for l in err.splitlines() if "PAGEFAST_CONF" in l]
+        check(rc == 0 and "done" in out and len(lines) == 1 and "unknown key 'chunksize'" in lines[0]
+              and "pass-through" in lines[0], f"preloaded as it is: one message, the program runs ({err.strip()!r})")
 
 
 # ---- --if-enabled and the library read PAGEFAST alike ----------------------------
@@ -191,7 +267,7 @@ def case_prometheus():
     stat_tool = tool("tools", "pagefast-stat")
     with tempfile.TemporaryDirectory() as d:
         p = start_hold(d, {"LOCAL_RANK": "3"})
-        time.sleep(0.7)  # one publishing interval
+        check(wait_published(d), "the process published its figures")
         r = run([stat_tool, "--dir", d, "--prometheus"])
         check(r.returncode == 0, f"--prometheus rc {r.returncode} {r.stderr}")
         try:
@@ -250,7 +326,7 @@ def case_textfile():
     stat_tool = tool("tools", "pagefast-stat")
     with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as out:
         p = start_hold(d)
-        time.sleep(0.7)
+        check(wait_published(d), "the process published its figures")
         r = run([stat_tool, "--dir", d, "--prometheus", "--textfile", out])
         path = os.path.join(out, "pagefast.prom")
         check(r.returncode == 0 and r.stdout == "", f"--textfile rc {r.returncode}, nothing on stdout")
@@ -262,19 +338,27 @@ def case_textfile():
         check(fams["pagefast_processes"][2][0][1] == 1, "the file holds the process")
         # --watch rewrites it each round by rename (a freed inode number may
         # come back: inode and modification time together tell versions apart).
+        # The watch runs until three versions were seen (a minute at most: a
+        # hang guard), however often this loop gets to look.
         inodes = set()
-        w = subprocess.Popen([stat_tool, "--dir", d, "--prometheus", "--textfile", out, "--watch", "0.2",
-                              "--count", "5"], env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        deadline = time.time() + 30
-        while w.poll() is None and time.time() < deadline:
+        w = subprocess.Popen([stat_tool, "--dir", d, "--prometheus", "--textfile", out, "--watch", "0.05",
+                              "--count", "100000"], env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        give_up = time.monotonic() + 60
+        missing = 0
+        while w.poll() is None and len(inodes) < 3 and time.monotonic() < give_up:
             try:
                 st = os.stat(path)
                 inodes.add((st.st_ino, st.st_mtime_ns))
             except FileNotFoundError:
-                check(False, "pagefast.prom is never missing")
-            time.sleep(0.02)
-        w.wait(timeout=30)
-        check(w.returncode == 0 and len(inodes) >= 3, f"--watch rewrote the file ({len(inodes)} versions seen)")
+                missing += 1
+            time.sleep(0.005)
+        running = w.poll() is None
+        w.kill()
+        w.wait(timeout=60)
+        check(missing == 0, f"pagefast.prom is never missing ({missing} looks found none)")
+        check(running and len(inodes) >= 3, f"--watch rewrote the file ({len(inodes)} versions seen)")
+        w = run([stat_tool, "--dir", d, "--prometheus", "--textfile", out, "--watch", "0.05", "--count", "3"])
+        check(w.returncode == 0 and w.stdout == "", f"--watch --count 3 ends by itself, rc 0 ({w.returncode})")
         finish(p)
         r = run([stat_tool, "--dir", d, "--prometheus", "--textfile", os.path.join(out, "missing")])
         check(r.returncode == 1 and "textfile" in r.stderr, f"an unwritable directory: rc {r.returncode}, a message")
@@ -295,7 +379,7 @@ def case_pidns():
     with tempfile.TemporaryDirectory() as d:
         wrap = [unshare, "--pid", "--fork", "--mount-proc", "--kill-child"]
         a, b = start_hold(d, argv=wrap), start_hold(d, argv=wrap)
-        time.sleep(0.7)
+        check(wait_published(d, count=2, extra_args=["--all"]), "both processes published their figures")
         names = sorted(os.listdir(d))
         check(len(names) == 2, f"two segments ({names})")
         check(all(n.split(".")[3] == "1" for n in names), "each is pid 1 of its namespace")

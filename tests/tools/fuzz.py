@@ -31,7 +31,7 @@ from casekit import check  # noqa: E402
 from promcheck import strict_parse  # noqa: E402  (tests/tools/promcheck.py)
 
 ARGS = None  # set by casekit.main
-TIMEOUT_S = 10  # far above a normal run (milliseconds): a run this long hangs
+TIMEOUT_S = 60  # far above a normal run (milliseconds): a run this long hangs (a hang guard)
 
 # interpose/live/segment.h: the header's 64-bit words, then the text fields.
 HEADER_WORDS = ["magic", "version", "bytes", "pid", "uid", "start_ticks", "created_unix_ns", "seq",
@@ -80,7 +80,19 @@ def real_segment():
         p = subprocess.Popen([tool("tests", "live", "hold")], env=env, stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
         check(p.stdout.readline().strip() == "ready", "the holding program is ready")
-        time.sleep(0.7)  # one publishing interval
+        # Published figures (every 0.5 s, on the library's own thread): wait
+        # until they show the three allocations; a minute at most (a hang guard).
+        give_up = time.monotonic() + 60
+        while time.monotonic() < give_up:
+            r = subprocess.run([tool("tools", "pagefast-stat"), "--dir", d, "--json"], env=clean_env(),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+            try:
+                procs = json.loads(r.stdout)["processes"]
+            except ValueError:
+                procs = []
+            if any(x["pid"] == p.pid and x["calls"].get("cuMemAlloc_v2") == 3 for x in procs):
+                break
+            time.sleep(0.05)
         names = os.listdir(d)
         data = open(os.path.join(d, names[0]), "rb").read() if len(names) == 1 else b""
         p.communicate("go\n", timeout=60)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tests/tools/test_nvml_peak.py: tools/bench/nvml_peak.py against a fake
 libnvidia-ml.so.1 (tests/tools/fakenvml): it finds a peak that lasts a few
-milliseconds between lower values, counts only the given pid (summing
+queries between lower values, counts only the given pid (summing
 nothing of others), stops when standard input closes, and exits 3 with one
 line when NVML is missing, refuses, or hides per-process memory.
 
@@ -32,6 +32,24 @@ def write(state, lines):
     os.replace(tmp, state)  # the sampler never reads half a file
 
 
+def queries(reads):
+    """How many process queries the fake NVML has answered (FAKE_NVML_READS)."""
+    try:
+        return os.path.getsize(reads)
+    except FileNotFoundError:
+        return 0
+
+
+def wait_reads(reads, n):
+    """Waits for the n-th query; False after a minute (a hang guard)."""
+    give_up = time.monotonic() + 60
+    while queries(reads) < n:
+        if time.monotonic() > give_up:
+            return False
+        time.sleep(0.001)
+    return True
+
+
 def main():
     fake_dir = sys.argv[1]
     failures = []
@@ -43,30 +61,34 @@ def main():
 
     with tempfile.TemporaryDirectory() as d:
         state = os.path.join(d, "procs")
+        reads = os.path.join(d, "reads")
         pid = 4242
         write(state, [(pid, 100 * MIB), (7, 900 * MIB)])
-        p = start(fake_dir, state, pid)
-        time.sleep(0.3)
-        write(state, [(pid, 700 * MIB), (7, 900 * MIB)])  # a peak of 20 ms
-        time.sleep(0.02)
+        p = start(fake_dir, state, pid, {"FAKE_NVML_READS": reads})
+        # Each value stays until the sampler has queried twice more: the
+        # second of those queries began after the value was written (one
+        # query at a time), so it saw it, however the sampler is scheduled.
+        check(wait_reads(reads, 2), "the sampler queries NVML")
+        write(state, [(pid, 700 * MIB), (7, 900 * MIB)])  # a short peak
+        check(wait_reads(reads, queries(reads) + 2), "the sampler saw the peak")
         write(state, [(pid, 300 * MIB), (7, 5000 * MIB)])  # another process's, not ours
-        time.sleep(0.3)
-        t0 = time.perf_counter()
-        out, err = p.communicate(input="", timeout=30)
-        stopped = time.perf_counter() - t0
+        check(wait_reads(reads, queries(reads) + 2), "the sampler saw the last value")
+        out, err = p.communicate(input="", timeout=60)  # stops when stdin closes (a hang guard)
         check(p.returncode == 0, f"exit 0 (got {p.returncode}: {err.strip()})")
         r = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
-        check(r.get("peak_mib") == 700, f"peak 700 MiB, a 20 ms peak among lower samples (got {r.get('peak_mib')})")
-        check(r.get("samples", 0) >= 100, f"at least 100 samples in 0.6 s (got {r.get('samples')})")
+        check(r.get("peak_mib") == 700, f"peak 700 MiB, a peak among lower samples (got {r.get('peak_mib')})")
+        # The first query is the check that NVML shows per-process memory.
+        check(r.get("samples", 0) >= 6 and r.get("samples") == queries(reads) - 1,
+              f"every query after the first is a sample (got {r.get('samples')} of {queries(reads)} queries)")
         check(r.get("source") == "nvml", "source nvml")
-        check(stopped < 2, f"stops soon after stdin closes ({stopped:.2f} s)")
 
         # Two processes' worth of rows, ours twice (two devices' worth in one
         # list): the sum of ours.
         write(state, [(pid, 100 * MIB), (pid, 50 * MIB), (9, 1 * MIB)])
-        p = start(fake_dir, state, pid)
-        time.sleep(0.2)
-        out, err = p.communicate(input="", timeout=30)
+        os.unlink(reads)
+        p = start(fake_dir, state, pid, {"FAKE_NVML_READS": reads})
+        check(wait_reads(reads, 2), "the sampler took a sample")
+        out, err = p.communicate(input="", timeout=60)
         r = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
         check(r.get("peak_mib") == 150, f"rows of the pid summed: 150 (got {r.get('peak_mib')})")
 

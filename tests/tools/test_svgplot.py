@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""tests/tools/test_svgplot.py: the benchmark charts, on a CPU. Checks
-tools/bench/svgplot.py on its own (ticks, NaN points, escaping, same bytes
-for the same input) and tools/bench/run.py --from-csv on a small synthetic
-CSV (which charts and tables come out, and that they parse as XML).
+"""tests/tools/test_svgplot.py: the benchmark and replay charts, on a CPU.
+Checks tools/bench/svgplot.py's own SVG writer (ticks, NaN points,
+escaping, same bytes for the same input, a log scale where values span
+decades so that no bar is drawn zero high), tools/bench/run.py --from-csv
+on a small synthetic CSV (which charts and tables come out, and that they
+parse as XML), and the same charts drawn by matplotlib where a Python here
+has it (skipped otherwise).
 
   python3 tests/tools/test_svgplot.py [case ...]   (no case: all)
 """
@@ -18,6 +21,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BENCH = os.path.join(ROOT, "tools", "bench")
 sys.path.insert(0, BENCH)
 import svgplot  # noqa: E402
+
+svgplot.ENGINE = "svg"  # the cases below check the SVG writer; case_matplotlib the other
 
 NS = "{http://www.w3.org/2000/svg}"
 ALLOCATORS = ["cudaMalloc", "cudaMallocAsync", "pagefast", "pagefast-forward"]
@@ -66,13 +71,13 @@ def synthetic_csv(path, benches):
         w.writerows((b, c, k, m, float(v)) for b, c, k, m, v in rows)
 
 
-def from_csv(tmp, benches, extra=()):
+def from_csv(tmp, benches, extra=(), python=sys.executable, plot="svg"):
     src = os.path.join(tmp, "BENCH.csv")
     synthetic_csv(src, benches)
     out = os.path.join(tmp, "charts")
     md = os.path.join(tmp, "BENCH.md")
-    r = subprocess.run([sys.executable, os.path.join(BENCH, "run.py"), "--from-csv", src, "--svg-dir", out,
-                        "--md", md, *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    r = subprocess.run([python, os.path.join(BENCH, "run.py"), "--from-csv", src, "--svg-dir", out,
+                        "--md", md, "--plot", plot, *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert r.returncode == 0, r.stdout
     return out, open(md).read(), r.stdout
 
@@ -164,6 +169,80 @@ def case_escape_and_same_bytes():
         for v in ["1", "2.5", "3", "4M"]:  # the bars' value labels
             assert v in strings, (v, strings)
         assert b"<script" not in outs[0] and b"@import" not in outs[0] and b"href" not in outs[0]
+
+
+def bar_heights(path):
+    """The heights of the bars of an SVG-writer bar chart (its <rect>s
+    without a fill of their own: background, frame and legend have one)."""
+    return [float(e.get("height")) for e in ET.parse(path).getroot().iter(NS + "rect") if e.get("fill") is None]
+
+
+def case_auto_log():
+    assert svgplot.auto_log([1.0, 0.0075]) and svgplot.auto_log([67.2, 5.8])
+    assert not svgplot.auto_log([1.0, 2.2]) and not svgplot.auto_log([1.0, float("nan"), 0.0])
+    with tempfile.TemporaryDirectory() as tmp:
+        # pagefast-replay's chart: time and peak memory as ratios to
+        # cudaMalloc. Time spans decades: on a linear axis pagefast's bar
+        # was under a pixel high.
+        p = os.path.join(tmp, "replay.svg")
+        svgplot.bar_chart(p, "Trace replay", ["cudaMalloc", "pagefast"],
+                          [("time allocating", [1.0, 0.0075]), ("peak reserved", [1.0, 2.2])],
+                          "ratio to cudaMalloc (lower is better)")
+        heights = bar_heights(p)
+        assert len(heights) == 4 and min(heights) >= 20, heights  # every bar a visible height
+        _, strings = texts(p)
+        for tick in ["0.01", "0.1", "1"]:  # decades on the value axis
+            assert tick in strings, (tick, strings)
+        assert "ratio to cudaMalloc (lower is better)" in strings and "cudaMalloc" in strings
+        assert "7.5m" in strings or "0.0075" in strings, strings  # the bar's own value
+        # Values within a decade stay linear: ticks from 0, bars in proportion.
+        p = os.path.join(tmp, "linear.svg")
+        svgplot.bar_chart(p, "linear", ["a", "b"], [("s", [1.0, 2.2])], "v")
+        heights = bar_heights(p)
+        _, strings = texts(p)
+        assert "0" in strings and abs(heights[1] / heights[0] - 2.2) < 0.01, (heights, strings)
+        # A zero on a log scale says 0, not n/a.
+        p = os.path.join(tmp, "zero.svg")
+        svgplot.bar_chart(p, "zero", ["a", "b", "c"], [("s", [0.0, 1.0, 100.0])], "v")
+        _, strings = texts(p)
+        assert len(bar_heights(p)) == 2 and "0" in strings and "n/a" not in strings, strings
+
+
+def matplotlib_python():
+    """A Python here that imports matplotlib (Debian's python3-matplotlib
+    serves /usr/bin/python3), or None."""
+    for candidate in [sys.executable, "/usr/bin/python3"]:
+        if os.path.exists(candidate) and subprocess.run(
+                [candidate, "-c", "import matplotlib.backends.backend_svg"], stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL).returncode == 0:
+            return candidate
+    return None
+
+
+def case_matplotlib():
+    python = matplotlib_python()
+    if not python:
+        print("skipped matplotlib: no Python here imports it (the SVG writer draws instead)")
+        return
+    with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+        out_a, _, _ = from_csv(a, {"pairs", "cold", "seed"}, python=python, plot="matplotlib")
+        out_b, _, _ = from_csv(b, {"pairs", "cold", "seed"}, python=python, plot="matplotlib")
+        assert sorted(os.listdir(out_a)) == ["alloc-latency-p99.svg", "alloc-latency.svg", "cold.svg", "seed.svg"]
+        for name in os.listdir(out_a):
+            data = open(os.path.join(out_a, name), "rb").read()
+            assert b"matplotlib" in data, name  # drawn by it, not by the SVG writer
+            assert data == open(os.path.join(out_b, name), "rb").read(), name  # same bytes
+            assert b"<script" not in data and b"@import" not in data, name
+        title, strings = texts(os.path.join(out_a, "alloc-latency.svg"))
+        assert title and title.startswith("alloc+free pair latency"), title
+        for lab in ["512 B", "1 GiB", "request size", "pagefast", "cudaMalloc"]:
+            assert any(lab == s.strip() for s in strings), (lab, strings)
+        # cold: 67.2 against 5.8 ms spans a decade: a log axis, its decades
+        # labelled, and every bar carrying its value.
+        _, strings = texts(os.path.join(out_a, "cold.svg"))
+        words = [s.strip() for s in strings]
+        for want in ["1", "10", "67.3", "5.9", "total ms (lower is faster)", "16 GiB in 20 MiB requests"]:
+            assert want in words, (want, words)
 
 
 def case_demo():

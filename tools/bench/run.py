@@ -486,12 +486,14 @@ BYTE_TICKS = [(512, "512 B"), (4 << 10, "4 KiB"), (64 << 10, "64 KiB"), (1 << 20
               (256 << 20, "256 MiB"), (1 << 30, "1 GiB"), (16 << 30, "16 GiB")]
 
 
-def charts(t, out):
-    """SVG charts of the benchmarks that have rows in t, into out; returns
+def charts(t, out, engine="auto"):
+    """SVG charts of the benchmarks that have rows in t, into out, drawn by
+    svgplot (matplotlib where installed, unless engine says "svg"); returns
     the file names written."""
     if HERE not in sys.path:
         sys.path.insert(0, HERE)
     import svgplot
+    svgplot.ENGINE = engine
     os.makedirs(out, exist_ok=True)
     have = {b for b, c, k, m, v in t.rows}
     written = []
@@ -563,6 +565,9 @@ def main():
     ap.add_argument("--csv", default=None)
     ap.add_argument("--md", default=None)
     ap.add_argument("--svg-dir", default=None, help="write SVG charts of what ran into this folder")
+    ap.add_argument("--plot", default="auto", choices=["auto", "svg", "matplotlib"],
+                    help="who draws the charts: matplotlib where installed (auto), or tools/bench/svgplot.py's own "
+                         "SVG writer")
     ap.add_argument("--from-csv", default=None, metavar="FILE",
                     help="run nothing; read the rows from a CSV that --csv wrote and write --md / --svg-dir from it")
     args = ap.parse_args()
@@ -604,7 +609,7 @@ def main():
             w.writerow(["bench", "config", "key", "metric", "value"])
             w.writerows(t.rows)
     if args.svg_dir:
-        written = charts(t, args.svg_dir)
+        written = charts(t, args.svg_dir, args.plot)
         print(f"charts in {args.svg_dir}: {', '.join(written) or 'none (no rows)'}")
     return 0
 

@@ -1,18 +1,28 @@
 #!/usr/bin/env python3
-"""tools/bench/svgplot.py: line and grouped-bar charts as self-contained SVG
-files, Python 3 standard library only (the GPU machine may have no
-matplotlib). No fonts, scripts or styles from outside: the files show as
-they are on GitHub. The same input writes the same bytes.
+"""tools/bench/svgplot.py: the charts of the benchmarks (tools/bench/run.py)
+and of pagefast-replay, line and grouped-bar charts as self-contained SVG
+files, with axes, ticks, labels and a legend. Drawn by matplotlib where it
+is installed, else by the SVG writer here (Python 3 standard library only:
+the GPU machine may have no matplotlib). No fonts, scripts or styles from
+outside: the files show as they are on GitHub. The same input writes the
+same bytes, either way.
 
   line_chart(path, title, series, xlabel, ylabel, logx=False, logy=False, xticks_labels=None)
-  bar_chart(path, title, categories, series, ylabel, logy=False)
+  bar_chart(path, title, categories, series, ylabel, logy=None)
 
-  python3 tools/bench/svgplot.py OUTDIR   (writes demo-line.svg and demo-bar.svg)
+logy=None: a log scale when the positive values span a decade or more
+(auto_log), so that no bar that matters is drawn zero high. ENGINE picks
+the drawer: "auto" (matplotlib if it imports), "svg" or "matplotlib".
+
+  python3 tools/bench/svgplot.py OUTDIR [svg|matplotlib]   (writes demo-line.svg and demo-bar.svg)
 """
 import math
 import os
 import sys
 from xml.sax.saxutils import escape
+
+ENGINE = "auto"  # "auto", "svg" or "matplotlib" (run.py --plot, pagefast-replay --plot)
+ENGINES = ("auto", "svg", "matplotlib")
 
 COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
            "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
@@ -45,6 +55,14 @@ def _short(x):
     if x == round(x) and abs(x) < 1e3:
         return str(int(round(x)))
     return f"{x:.3g}"
+
+
+def auto_log(values):
+    """A log scale fits when the positive values span a decade or more: on a
+    linear one the smallest would be a tenth of the plot or less (a bar of
+    a few pixels, or none)."""
+    pos = [v for v in values if finite(v) and v > 0]
+    return len(pos) >= 2 and max(pos) >= 10 * min(pos)
 
 
 def log_ticks(lo, hi):
@@ -170,6 +188,10 @@ def line_chart(path, title, series, xlabel, ylabel, logx=False, logy=False, xtic
     line. xticks_labels: [(x, label), ...] in place of the computed ticks."""
     def ok(x, y):
         return finite(x) and finite(y) and (x > 0 or not logx) and (y > 0 or not logy)
+    if logy is None:
+        logy = auto_log([y for s in series for _, y in s[1]])
+    if _matplotlib():
+        return _mpl_line_chart(path, title, _styled(series), xlabel, ylabel, logx, logy, xticks_labels)
     series = _styled(series)
     pts = [[(x, y) for x, y in s[1] if ok(x, y)] for s in series]
     xs = [p[0] for s in pts for p in s] + [x for x, _ in (xticks_labels or []) if finite(x)]
@@ -225,12 +247,17 @@ def _wrap(label, width_px, size=11):
     return lines
 
 
-def bar_chart(path, title, categories, series, ylabel, logy=False):
+def bar_chart(path, title, categories, series, ylabel, logy=None):
     """Grouped bars: categories [str, ...], series [(name, [value per
-    category][, colour]), ...]; a "\n" in a category starts a new line. Each bar carries its value; a missing or NaN value
-    draws no bar, only "n/a"."""
+    category][, colour]), ...]; a "\n" in a category starts a new line.
+    Each bar carries its value; a missing or NaN value draws no bar, only
+    "n/a" (and 0 on a log scale, only "0"). logy=None: auto_log."""
     series = _styled(series)
     vals = [v for s in series for v in s[1]]
+    if logy is None:
+        logy = auto_log(vals)
+    if _matplotlib():
+        return _mpl_bar_chart(path, title, categories, series, ylabel, logy)
     names = [s[0] for s in series]
     # Wide enough for each bar to carry its value upright (about 34 px a bar).
     plot_w = max(PLOT_W, int(len(categories) * max(1, len(series)) * 34 / 0.8))
@@ -252,7 +279,8 @@ def bar_chart(path, title, categories, series, ylabel, logy=False):
         for j, v in enumerate(list(vs)[:len(categories)]):
             x = LEFT + slot * (j + 0.1) + bw * i
             if not finite(v) or (logy and v <= 0):
-                svg.text(x + bw / 2, base - 4, "n/a", size=10, extra=' fill="#888888"')
+                label = "0" if finite(v) and v == 0 else "n/a"
+                svg.text(x + bw / 2, base - 4, label, size=10, extra=' fill="#888888"')
                 continue
             y = ay(v)
             top, h = min(y, base), abs(base - y)
@@ -268,10 +296,126 @@ def bar_chart(path, title, categories, series, ylabel, logy=False):
     svg.save(path)
 
 
+# ---- matplotlib ---------------------------------------------------------------
+
+
+def _matplotlib():
+    """matplotlib's Figure and SVG canvas when ENGINE lets it draw and it
+    imports; None for the SVG writer here."""
+    if ENGINE == "svg":
+        return None
+    try:
+        import matplotlib
+        from matplotlib.backends.backend_svg import FigureCanvasSVG
+        from matplotlib.figure import Figure
+    except ImportError:
+        if ENGINE == "matplotlib":
+            raise
+        return None
+    return matplotlib, Figure, FigureCanvasSVG
+
+
+def _mpl_save(fig, path, title):
+    matplotlib = _matplotlib()[0]
+    # No date and fixed ids: the same input writes the same bytes. Text
+    # stays text (searchable, and the tests read it).
+    with matplotlib.rc_context({"svg.hashsalt": "pagefast-svgplot", "svg.fonttype": "none"}):
+        fig.savefig(path, format="svg", metadata={"Date": None, "Title": str(title)}, bbox_inches="tight")
+
+
+def _mpl_figure(width_px):
+    _, Figure, FigureCanvasSVG = _matplotlib()
+    fig = Figure(figsize=(width_px / 100, (PLOT_H + TOP + BOTTOM) / 100), dpi=100)
+    FigureCanvasSVG(fig)
+    return fig, fig.add_subplot(1, 1, 1)
+
+
+def _mpl_log_labels(axis):
+    """Decades labelled as the SVG writer labels them (1, 10, 100k, 0.01), no
+    labels on the minor ticks."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+    axis.set_major_formatter(FuncFormatter(lambda v, _: compact(v)))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _mpl_dash(dash):
+    if not dash:
+        return "-"
+    parts = [float(p) for p in dash.split()]
+    return (0, tuple(parts))
+
+
+def _mpl_line_chart(path, title, series, xlabel, ylabel, logx, logy, xticks_labels):
+    def ok(x, y):
+        return finite(x) and finite(y) and (x > 0 or not logx) and (y > 0 or not logy)
+    fig, ax = _mpl_figure(LEFT + PLOT_W + 200)
+    for name, data, colour, dash in series:
+        # A point left out breaks the line there, as in the SVG writer.
+        xs = [x if ok(x, y) else float("nan") for x, y in data]
+        ys = [y if ok(x, y) else float("nan") for x, y in data]
+        ax.plot(xs, ys, color=colour, linestyle=_mpl_dash(dash), linewidth=2, marker="o", markersize=4, label=str(name))
+    if logx:
+        ax.set_xscale("log")
+        _mpl_log_labels(ax.xaxis)
+    if logy:
+        ax.set_yscale("log")
+        _mpl_log_labels(ax.yaxis)
+    if xticks_labels is not None:
+        xt = [(x, lab) for x, lab in xticks_labels if finite(x) and (x > 0 or not logx)]
+        ax.set_xticks([x for x, _ in xt])
+        ax.set_xticklabels([lab for _, lab in xt])
+        ax.minorticks_off()
+    ax.set_title(str(title), fontweight="bold")
+    ax.set_xlabel(str(xlabel))
+    ax.set_ylabel(str(ylabel))
+    ax.grid(True, color="#dddddd")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    _mpl_save(fig, path, title)
+
+
+def _mpl_bar_chart(path, title, categories, series, ylabel, logy):
+    vals = [v for s in series for v in s[1]]
+    plot_w = max(PLOT_W, int(len(categories) * max(1, len(series)) * 34 / 0.8))
+    fig, ax = _mpl_figure(LEFT + plot_w + 200)
+    lo, hi = data_range(vals, logy, pad=0.08, zero=True)
+    if logy:
+        lo = min(lo, 10 ** math.floor(math.log10(lo * 1.0001)))
+        ax.set_yscale("log")
+        _mpl_log_labels(ax.yaxis)
+    ax.set_ylim(lo, hi)
+    base = lo if logy else 0.0
+    width = 0.8 / max(1, len(series))
+    for i, (name, vs, colour, _) in enumerate(series):
+        xs = [j - 0.4 + width * (i + 0.5) for j in range(len(categories))]
+        vs = list(vs)[:len(categories)] + [None] * (len(categories) - len(vs))
+        for x, v in zip(xs, vs):
+            if not finite(v) or (logy and v <= 0):
+                label = "0" if finite(v) and v == 0 else "n/a"
+                ax.text(x, base, label, ha="center", va="bottom", fontsize=8, color="#888888")
+                continue
+            ax.bar([x], [v - base], width=width, bottom=base, color=colour)
+            ax.text(x, v, compact(v), ha="center", va="bottom", fontsize=8, color="#222222",
+                    rotation=0 if width * plot_w / max(1, len(categories)) >= 7 * len(compact(v)) else 90)
+    ax.set_xticks(list(range(len(categories))))
+    ax.set_xticklabels([str(c) for c in categories])
+    ax.set_xlim(-0.5, len(categories) - 0.5)
+    ax.set_title(str(title), fontweight="bold")
+    ax.set_ylabel(str(ylabel))
+    ax.grid(True, axis="y", color="#dddddd")
+    ax.set_axisbelow(True)
+    from matplotlib.patches import Patch
+    ax.legend(handles=[Patch(color=colour, label=str(name)) for name, _, colour, _ in series],
+              loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    _mpl_save(fig, path, title)
+
+
 def main(argv):
-    if len(argv) != 2:
+    global ENGINE
+    if len(argv) not in (2, 3) or (len(argv) == 3 and argv[2] not in ENGINES):
         print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
         return 2
+    if len(argv) == 3:
+        ENGINE = argv[2]
     out = argv[1]
     os.makedirs(out, exist_ok=True)
     sizes = [512 * 8 ** i for i in range(8)]

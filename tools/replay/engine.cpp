@@ -13,7 +13,8 @@
 // libpagefast.so preloaded (its dlsym then hands out the hooks).
 //
 // Exit status: 0 done, 2 bad trace or usage, 3 the driver lacks what this
-// allocator needs (skipped), 1 any other failure.
+// allocator needs (skipped), 4 no GPU here (no driver, or it finds no
+// device), 1 any other failure.
 #include <cuda.h>
 #include <dlfcn.h>
 
@@ -38,6 +39,7 @@ namespace {
 
 constexpr int kBadTrace = 2;
 constexpr int kUnsupported = 3;
+constexpr int kNoGpu = 4;
 
 [[noreturn]] void die(int status, const char* format, const std::string& detail) {
   std::fprintf(stderr, "pagefast-replay-engine: ");
@@ -72,7 +74,7 @@ void resolve(void* handle, const char* name, Fn* fn) {
 
 Driver load_driver() {
   void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-  if (!handle) die(1, "cannot open libcuda.so.1: %s", dlerror());
+  if (!handle) die(kNoGpu, "no GPU here: no CUDA driver (cannot open libcuda.so.1: %s)", dlerror());
   Driver d{};
   resolve(handle, "cuInit", &d.init);
   resolve(handle, "cuDeviceGet", &d.device_get);
@@ -332,9 +334,14 @@ int main(int argc, char** argv) {
   Backend be{kind, &d};
   be.device = device;
   be.pool_stats = pool_stats;
-  check_cu(d.init(0), "cuInit");
+  const CUresult init = d.init(0);
+  if (init == CUDA_ERROR_NO_DEVICE || init == CUDA_ERROR_STUB_LIBRARY)
+    die(kNoGpu, "no GPU here: cuInit answers CUresult %s", std::to_string(int(init)));
+  check_cu(init, "cuInit");
   CUdevice dev;
-  check_cu(d.device_get(&dev, device), "cuDeviceGet");
+  const CUresult got = d.device_get(&dev, device);
+  if (got == CUDA_ERROR_INVALID_DEVICE) die(kNoGpu, "no GPU %s here (cuDeviceGet: no such device)", std::to_string(device));
+  check_cu(got, "cuDeviceGet");
   CUcontext ctx;
   check_cu(d.primary_ctx_retain(&ctx, dev), "cuDevicePrimaryCtxRetain");
   check_cu(d.ctx_set_current(ctx), "cuCtxSetCurrent");

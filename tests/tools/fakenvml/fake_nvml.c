@@ -3,7 +3,10 @@
  * processes it reports are read on every query from the file named by
  * FAKE_NVML_FILE, one "pid bytes" line each ("pid -" for memory NVML
  * cannot see), so that a test moves a process's memory up and down while
- * the sampler polls. FAKE_NVML_FAIL=init makes nvmlInit_v2 refuse. */
+ * the sampler polls. FAKE_NVML_FAIL=init makes nvmlInit_v2 refuse.
+ * FAKE_NVML_READS names a file that gets one byte appended at the end of
+ * every process query: a test waits for queries by its size, not by
+ * sleeping. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +52,12 @@ int nvmlDeviceGetComputeRunningProcesses_v3(void* device, unsigned int* count, P
     ++n;
   }
   if (f) fclose(f);
+  const char* reads = getenv("FAKE_NVML_READS");
+  FILE* r = reads ? fopen(reads, "a") : NULL;
+  if (r) {
+    fputc('.', r);
+    fclose(r);
+  }
   const int too_small = n > *count;
   *count = n;
   return too_small ? 7 : 0;
