@@ -320,6 +320,9 @@ class DevicePool final : public IdleMemory {
   // into_cache, retired blocks refill the cache first (the caller pops
   // next); without, all go central (the caller searches the arena next).
   bool sync_and_retire(ThreadCache* cache, bool into_cache);
+  // sync_and_retire(cache, false) where a block of the pool waits in the
+  // quarantine (after drain_all); true, and no synchronization, where none does.
+  bool sync_if_waiting(ThreadCache* cache);
   // Retires what finished syncs cover (the shared quarantine, the cache's
   // own batches), after waiting for a sync under way, if any: no new sync.
   // With sync_ahead only: false (nothing done) otherwise.

@@ -149,7 +149,7 @@ Block* DevicePool::obtain(ThreadCache* cache, Granules granules, bool for_slab, 
   // thread caches is reclaimed first, as above (docs/POOL.md "Headroom").
   if (growth_cuts_headroom(granules)) {
     drain_all();
-    if (sync_and_retire(cache, false)) {
+    if (sync_if_waiting(cache)) {
       release_all_empty_slabs();
       if (Block* b = take_locked()) return b;
     }
@@ -194,7 +194,7 @@ Block* DevicePool::obtain_under_pressure(ThreadCache* cache, Granules granules, 
   { std::lock_guard<std::mutex> step(sync_ahead_mutex_); }
   // Everything idle goes back where this request can reach it.
   drain_all();
-  sync_and_retire(cache, false);
+  sync_if_waiting(cache);
   release_all_empty_slabs();
   {
     std::lock_guard<std::mutex> guard(arena_mutex_);

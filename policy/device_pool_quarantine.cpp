@@ -41,6 +41,16 @@ bool DevicePool::sync_and_retire(ThreadCache* cache, bool into_cache) {
   return true;
 }
 
+bool DevicePool::sync_if_waiting(ThreadCache* cache) {
+  // No synchronization on the program's behalf when none of the pool's
+  // blocks waits for one: a synchronization has effects beyond the pool
+  // (the driver's stream-ordered pools give their freed memory back at
+  // one), and a program that did not synchronize must find the device as
+  // it would without pagefast (docs/DRIVER-FACTS.md).
+  if (!quarantine_.holds_any(cache)) return true;
+  return sync_and_retire(cache, false);
+}
+
 bool DevicePool::retire_finished(ThreadCache* cache, bool into_cache) {
   if (!settings_.config.sync_ahead) return false;
   quarantine_.wait_running();

@@ -409,6 +409,7 @@ CUresult impl::cuCtxSynchronize(void) {
   // capture on a GPU; the fake enforces it the same way.
   FAKE_TRY(check_capture_unsafe());
   wait_streams_idle(lock, [ctx](const Stream* s) { return s->ctx == ctx; });
+  release_retained(ctx->device);
   return CUDA_SUCCESS;
 }
 

@@ -310,6 +310,14 @@ void free_block(Block* block) {
   delete block;
 }
 
+void release_retained(int device) {
+  for (Device& d : state().devices) {
+    if (device >= 0 && d.ordinal != device) continue;
+    d.used_bytes -= d.retained_bytes;
+    d.retained_bytes = 0;
+  }
+}
+
 }  // namespace fake
 
 CUresult impl::cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
@@ -375,16 +383,41 @@ CUresult impl::cuMemFree_v2(CUdeviceptr dptr) {
 // device memory; the H200's driver frees a cuMemAlloc block through
 // cuMemFreeAsync too, and refuses addresses it did not allocate
 // (docs/DRIVER-FACTS.md). The free waits for the device's queued work, as
-// cuMemFree does here: later in stream order, never earlier.
+// cuMemFree does here: later in stream order, never earlier. Memory that
+// came from cuMemAllocAsync stays with the driver's pool until the next
+// synchronization (release_retained): until then cuMemAlloc and cuMemCreate
+// cannot have it, as on the H200.
 CUresult impl::cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
   (void)stream;
-  return impl::cuMemAlloc_v2(dptr, bytes);
+  const CUresult r = impl::cuMemAlloc_v2(dptr, bytes);
+  if (r == CUDA_SUCCESS) {
+    Lock lock(state().mu);
+    if (Block* block = find_block(uintptr_t(*dptr))) block->stream_ordered = true;
+  }
+  return r;
 }
 
 CUresult impl::cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
   (void)stream;
   if (dptr == 0) return CUDA_SUCCESS;
-  return impl::cuMemFree_v2(dptr);
+  uint64_t retained = 0;
+  int device = 0;
+  {
+    Lock lock(state().mu);
+    Block* block = find_block(uintptr_t(dptr));
+    if (block && block->base == uintptr_t(dptr) && block->stream_ordered) {
+      retained = block->charged_bytes;
+      device = block->device;
+    }
+  }
+  const CUresult r = impl::cuMemFree_v2(dptr);
+  if (r == CUDA_SUCCESS && retained) {
+    Lock lock(state().mu);
+    Device& d = state().devices[size_t(device)];
+    d.used_bytes += retained;
+    d.retained_bytes += retained;
+  }
+  return r;
 }
 
 // A module takes Config::module_bytes of the current context's device;

@@ -70,6 +70,7 @@ struct Block {
   Slab* slab = nullptr;  // null: a block of its own (large)
   uint64_t file_offset = 0;  // of `base` in the device's memory file
   bool exported = false;     // large blocks: went out through cuIpcGetMemHandle
+  bool stream_ordered = false;  // from cuMemAllocAsync
 };
 
 // One cuMemCreate allocation: a range of the device's memory file, or, when
@@ -130,6 +131,10 @@ struct Device {
   // other processes hold (external_bytes; used_bytes may then pass total).
   uint64_t used_bytes = 0;
   uint64_t external_bytes = 0;
+  // Stream-ordered memory freed with cuMemFreeAsync: the driver's pool
+  // keeps it (in used_bytes) until the next synchronization, as a pool with
+  // the default release threshold of 0 does (docs/DRIVER-FACTS.md).
+  uint64_t retained_bytes = 0;
   PciAddress pci;
   Context* primary = nullptr;
   int primary_refs = 0;
@@ -270,6 +275,9 @@ Mapping* find_mapping(Reservation* reservation, uintptr_t addr);
 bool is_device_address(uintptr_t addr);  // inside a block or a reservation
 Import* find_import(uintptr_t addr);  // the import whose block contains addr
 void free_block(Block* block);
+// The memory of stream-ordered frees goes back to the device (a
+// synchronization on a context of `device`; -1: every device).
+void release_retained(int device);
 // Unmaps an import and forgets it (its last close, or its context's end).
 void free_import(Import* import);
 // The file a Physical's memory lives in.

@@ -202,6 +202,7 @@ CUresult impl::cuStreamSynchronize(CUstream handle) {
   } else {
     wait_streams_idle(lock, [stream](const Stream* s) { return s == stream; });
   }
+  release_retained(stream->ctx ? stream->ctx->device : -1);
   return CUDA_SUCCESS;
 }
 
@@ -352,6 +353,7 @@ CUresult impl::cuEventSynchronize(CUevent handle) {
   ++event->op_refs;  // keeps it alive should another thread destroy it meanwhile
   state().cv.wait(lock, [event] { return event->done; });
   drop_event_ref(event);
+  release_retained(-1);
   return CUDA_SUCCESS;
 }
 

@@ -78,6 +78,13 @@ def main():
         for conf in ["", "release_delay:0"]:
             r = run(build, ["free_async"], env={"PAGEFAST_CONF": conf} if conf else {})
             expect_ok(r, "free_async", f"pagefast [{conf or 'default'}]")
+    elif name == "async_then_alloc":
+        # CuPy's TestMemoryAsyncPool::test_free_all_blocks_large_chunk: the
+        # same answers with pagefast, whatever its configuration.
+        expect_ok(run(build, ["async_then_alloc"], preload=False), "async_then_alloc", "without pagefast")
+        for conf in ["", "release_delay:0", "headroom:0"]:
+            r = run(build, ["async_then_alloc"], env={"PAGEFAST_CONF": conf} if conf else {})
+            expect_ok(r, "async_then_alloc", f"pagefast [{conf or 'default'}]")
     else:
         print("unknown case " + name)
         return 2

@@ -14,6 +14,12 @@
 //   pressure   the pool holds idle memory; another "process" takes device
 //              memory until less than HEADROOM is free: the pool gives
 //              back what brings it to the headroom, and keeps the rest
+//   async_then_alloc  75% of the device from cuMemAllocAsync, freed with
+//              cuMemFreeAsync, then 30% through cuMemAlloc: out of memory
+//              (the driver's pool keeps what was freed until a
+//              synchronization), and after cuCtxSynchronize it succeeds;
+//              pagefast, holding nothing that waits, does not synchronize
+//              on the program's behalf
 //   free_async a pool block freed with cuMemFreeAsync is freed (a second
 //              free is INVALID_VALUE, an interior pointer too), and its
 //              memory is reused only after the stream's earlier work
@@ -199,6 +205,27 @@ int free_async() {
   return 0;
 }
 
+int async_then_alloc() {
+  size_t free_bytes = 0, total = 0;
+  CHECK_CU(cuMemGetInfo_v2(&free_bytes, &total));
+  CUdeviceptr big = 0;
+  // 75% rather than CuPy's 70%: the fake's context takes no memory.
+  CHECK_CU(cuMemAllocAsync(&big, size_t(0.75 * double(total)), nullptr));
+  CHECK_CU(cuMemFreeAsync(big, nullptr));
+  const size_t rest = size_t(0.3 * double(total)) & ~(2 * kMiB - 1);
+  CUdeviceptr p = 0;
+  const CUresult before_sync = cuMemAlloc_v2(&p, rest);
+  if (before_sync == CUDA_SUCCESS) CHECK_CU(cuMemFree_v2(p));
+  CHECK_CU(cuCtxSynchronize());
+  const CUresult after_sync = cuMemAlloc_v2(&p, rest);
+  if (after_sync == CUDA_SUCCESS) CHECK_CU(cuMemFree_v2(p));
+  std::printf("async_then_alloc before the sync %d after %d\n", int(before_sync), int(after_sync));
+  if (before_sync != CUDA_ERROR_OUT_OF_MEMORY) return fail("async_then_alloc: served before a synchronization");
+  if (after_sync != CUDA_SUCCESS) return fail("async_then_alloc: refused after the synchronization");
+  std::printf("ok async_then_alloc\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -210,5 +237,6 @@ int main(int argc, char** argv) {
   if (c == "headroom") return headroom(bytes);
   if (c == "pressure") return pressure(bytes);
   if (c == "free_async") return free_async();
+  if (c == "async_then_alloc") return async_then_alloc();
   return fail("unknown case");
 }

@@ -24,16 +24,28 @@ def fill():
 first = fill()
 second = fill()
 torch.manual_seed(0)
+# Exact comparisons need FP32 arithmetic on the GPU: cuDNN's TF32 default
+# rounds a convolution's inputs to 10 bits of mantissa.
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
 a = torch.randn(256, 256)
 x = torch.randn(2, 8, 32, 32)
 w = torch.randn(16, 8, 3, 3)
-ok = True
-try:
-    ok &= torch.allclose((a.cuda() @ a.cuda()).cpu(), a @ a, rtol=1e-3, atol=1e-3)
-    conv = torch.nn.functional.conv2d(x.cuda(), w.cuda(), padding=1).cpu()
-    ok &= torch.allclose(conv, torch.nn.functional.conv2d(x, w, padding=1), rtol=1e-3, atol=1e-3)
-    ok &= torch.equal(torch.special.erfcx(a.cuda()[:4, :4].double()).cpu(), torch.special.erfcx(a[:4, :4].double()))
-except RuntimeError as e:
-    print(f"after the fills: {e}")
-    ok = False
-print(f"RESULT mode=oom first_gib={first} second_gib={second} carries_on={int(ok)}")
+checks = {
+    "matmul": lambda: torch.allclose((a.cuda() @ a.cuda()).cpu(), a @ a, rtol=1e-4, atol=1e-4),
+    "conv": lambda: torch.allclose(torch.nn.functional.conv2d(x.cuda(), w.cuda(), padding=1).cpu(),
+                                   torch.nn.functional.conv2d(x, w, padding=1), rtol=1e-4, atol=1e-4),
+    # A kernel this program has not used yet, loaded lazily after the fills.
+    "erfcx": lambda: torch.allclose(torch.special.erfcx(a.cuda()[:4, :4].double()).cpu(),
+                                    torch.special.erfcx(a[:4, :4].double()), rtol=1e-12, atol=0),
+}
+failed = []
+for name, check in checks.items():
+    try:
+        if not check():
+            failed.append(f"{name}: differs from the CPU")
+    except RuntimeError as e:
+        failed.append(f"{name}: {str(e).splitlines()[0]}")
+for line in failed:
+    print(f"after the fills: {line}")
+print(f"RESULT mode=oom first_gib={first} second_gib={second} carries_on={int(not failed)}")
