@@ -93,6 +93,21 @@ typedef CUresult(CUDAAPI* PFN_cuIpcOpenMemHandle_v4010)(CUdeviceptr_v2* pdptr, C
     (module, image, count, options, values))                                                    \
   X(cuModuleLoadFatBinary, "cuModuleLoadFatBinary", 2000, PF_NO_LIMIT, 0,                       \
     PFN_cuModuleLoadFatBinary_v2000, (CUmodule* module, const void* fatbin), (module, fatbin))  \
+  /* Lazy loading (the default since CUDA 12.2): kernels and globals take \
+     their device memory when first asked for, not at the load. */      \
+  X(cuModuleGetFunction, "cuModuleGetFunction", 2000, PF_NO_LIMIT, 0, PFN_cuModuleGetFunction_v2000, \
+    (CUfunction* function, CUmodule module, const char* name), (function, module, name))       \
+  X(cuModuleGetGlobal_v2, "cuModuleGetGlobal", 3020, PF_NO_LIMIT, 0, PFN_cuModuleGetGlobal_v3020, \
+    (CUdeviceptr* dptr, size_t* bytes, CUmodule module, const char* name), (dptr, bytes, module, name)) \
+  X(cuLibraryGetKernel, "cuLibraryGetKernel", 12000, PF_NO_LIMIT, 0, PFN_cuLibraryGetKernel_v12000, \
+    (CUkernel* kernel, CUlibrary library, const char* name), (kernel, library, name))          \
+  X(cuLibraryGetModule, "cuLibraryGetModule", 12000, PF_NO_LIMIT, 0, PFN_cuLibraryGetModule_v12000, \
+    (CUmodule* module, CUlibrary library), (module, library))                                   \
+  X(cuLibraryGetGlobal, "cuLibraryGetGlobal", 12000, PF_NO_LIMIT, 0, PFN_cuLibraryGetGlobal_v12000, \
+    (CUdeviceptr* dptr, size_t* bytes, CUlibrary library, const char* name), (dptr, bytes, library, name)) \
+  X(cuKernelGetFunction, "cuKernelGetFunction", 12000, PF_NO_LIMIT, 0, PFN_cuKernelGetFunction_v12000, \
+    (CUfunction* function, CUkernel kernel), (function, kernel))                                \
+  X(cuFuncLoad, "cuFuncLoad", 12040, PF_NO_LIMIT, 0, PFN_cuFuncLoad_v12040, (CUfunction function), (function)) \
   X(cuLibraryLoadData, "cuLibraryLoadData", 12000, PF_NO_LIMIT, 0, PFN_cuLibraryLoadData_v12000, \
     (CUlibrary* library, const void* code, CUjit_option* jit_options, void** jit_values,        \
      unsigned int jit_count, CUlibraryOption* options, void** values, unsigned int count),      \

@@ -189,6 +189,17 @@ PF_RETRY_ON_OOM(cuLibraryLoadFromFile,
                 (CUlibrary* library, const char* file, CUjit_option* jit_options, void** jit_values,
                  unsigned int jit_count, CUlibraryOption* options, void** values, unsigned int count),
                 (library, file, jit_options, jit_values, jit_count, options, values, count))
+PF_RETRY_ON_OOM(cuModuleGetFunction, (CUfunction* function, CUmodule module, const char* name),
+                (function, module, name))
+PF_RETRY_ON_OOM(cuModuleGetGlobal_v2, (CUdeviceptr* dptr, size_t* bytes, CUmodule module, const char* name),
+                (dptr, bytes, module, name))
+PF_RETRY_ON_OOM(cuLibraryGetKernel, (CUkernel* kernel, CUlibrary library, const char* name),
+                (kernel, library, name))
+PF_RETRY_ON_OOM(cuLibraryGetModule, (CUmodule* module, CUlibrary library), (module, library))
+PF_RETRY_ON_OOM(cuLibraryGetGlobal, (CUdeviceptr* dptr, size_t* bytes, CUlibrary library, const char* name),
+                (dptr, bytes, library, name))
+PF_RETRY_ON_OOM(cuKernelGetFunction, (CUfunction* function, CUkernel kernel), (function, kernel))
+PF_RETRY_ON_OOM(cuFuncLoad, (CUfunction function), (function))
 PF_RETRY_ON_OOM(cuGraphInstantiate_v2,
                 (CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node, char* log, size_t log_bytes),
                 (exec, graph, error_node, log, log_bytes))

@@ -172,7 +172,7 @@ void DevicePool::maybe_trim() {
 
 uint64_t DevicePool::give_back(uint64_t bytes) {
   drain_all();
-  sync_and_retire(nullptr, false);
+  sync_if_waiting(nullptr);
   release_all_empty_slabs();
   std::lock_guard<std::mutex> guard(arena_mutex_);
   const uint64_t start = clock_.now_ns();

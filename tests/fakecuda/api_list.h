@@ -123,6 +123,8 @@
   L(cuModuleLoadData, 2000, cuModuleLoadData, (CUmodule* module, const void* image),       \
     (module, image))                                                                       \
   L(cuModuleUnload, 2000, cuModuleUnload, (CUmodule module), (module))                     \
+  L(cuModuleGetFunction, 2000, cuModuleGetFunction,                                        \
+    (CUfunction* function, CUmodule module, const char* name), (function, module, name))   \
   L(cuMemGetInfo, 3020, cuMemGetInfo_v2, (size_t* free_bytes, size_t* total_bytes),        \
     (free_bytes, total_bytes))                                                             \
   L(cuMemGetAddressRange, 3020, cuMemGetAddressRange_v2,                                   \

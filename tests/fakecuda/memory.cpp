@@ -421,11 +421,15 @@ CUresult impl::cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
 }
 
 // A module takes Config::module_bytes of the current context's device;
-// the handle is a heap record of where it was charged.
+// the handle is a heap record of where it was charged. Its kernels load
+// lazily, as with CUDA_MODULE_LOADING=LAZY (the default since CUDA 12.2):
+// the first cuModuleGetFunction takes module_bytes more, and can answer
+// CUDA_ERROR_OUT_OF_MEMORY where the load succeeded.
 namespace {
 struct FakeModule {
   int device;
   uint64_t bytes;
+  bool kernels_loaded = false;
 };
 }  // namespace
 
@@ -440,6 +444,25 @@ CUresult impl::cuModuleLoadData(CUmodule* module, const void* image) {
   if (device.used_bytes + bytes > device.total_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
   device.used_bytes += bytes;
   *module = reinterpret_cast<CUmodule>(new FakeModule{ctx->device, bytes});
+  return CUDA_SUCCESS;
+}
+
+CUresult impl::cuModuleGetFunction(CUfunction* function, CUmodule module, const char* name) {
+  FAKE_REQUIRE_INIT();
+  Lock lock(state().mu);
+  if (!function || !name) return CUDA_ERROR_INVALID_VALUE;
+  if (!module) return CUDA_ERROR_INVALID_HANDLE;
+  auto* m = reinterpret_cast<FakeModule*>(module);
+  if (!m->kernels_loaded) {
+    Device& device = state().devices[size_t(m->device)];
+    const uint64_t bytes = state().config.module_bytes;
+    if (device.used_bytes + bytes > device.total_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
+    device.used_bytes += bytes;
+    m->bytes += bytes;
+    m->kernels_loaded = true;
+  }
+  // Any non-null handle: the fake launches no kernels from modules.
+  *function = reinterpret_cast<CUfunction>(m);
   return CUDA_SUCCESS;
 }
 

@@ -60,6 +60,12 @@ def main():
         released = re.search(r'"oom_released_bytes": (\d+)', r.stderr)
         check(retries and int(retries.group(1)) >= 1 and released and int(released.group(1)) >= 1 << 30,
               f"the stats count the retries and what went back ({r.stderr[-600:]})")
+    elif name == "lazy_kernel":
+        # Only the retry gives memory back (release_delay:off, headroom:0).
+        expect_ok(run(build, ["lazy_kernel"], preload=False), "lazy_kernel", "without pagefast")
+        for conf in ["release_delay:off,headroom:0", ""]:
+            r = run(build, ["lazy_kernel"], env={"PAGEFAST_CONF": conf} if conf else {})
+            expect_ok(r, "lazy_kernel", f"pagefast [{conf or 'default'}]")
     elif name == "headroom":
         headroom = 512 * MiB
         expect_ok(run(build, ["headroom", str(headroom)], preload=False), "headroom", "without pagefast")

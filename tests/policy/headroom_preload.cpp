@@ -8,6 +8,9 @@
 //              everything, then a module load, a cuMemAllocAsync and a
 //              cuMemCreate each succeed (the driver needs what the pool
 //              holds idle), and the pool still serves cuMemAlloc
+//   lazy_kernel a module loaded before the fill gets its first function
+//              after it: its kernels load then (lazy loading) and need the
+//              memory the pool holds idle
 //   headroom   after the same fill and free, the device's really free
 //              memory comes back to at least HEADROOM bytes (argv[2])
 //              while the pool keeps the rest idle
@@ -125,6 +128,19 @@ int recover() {
   return 0;
 }
 
+int lazy_kernel() {
+  CUmodule module = nullptr;
+  const char image[] = "a module";
+  CHECK_CU(cuModuleLoadData(&module, image));
+  size_t filled = 0;
+  if (fill_and_free(&filled)) return 1;
+  CUfunction function = nullptr;
+  CHECK_CU(cuModuleGetFunction(&function, module, "kernel"));
+  CHECK_CU(cuModuleUnload(module));
+  std::printf("ok lazy_kernel filled %zu MiB\n", filled / kMiB);
+  return 0;
+}
+
 int headroom(unsigned long long headroom_bytes) {
   size_t filled = 0;
   if (fill_and_free(&filled)) return 1;
@@ -234,6 +250,7 @@ int main(int argc, char** argv) {
   const std::string c = argv[1];
   const unsigned long long bytes = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 0;
   if (c == "recover") return recover();
+  if (c == "lazy_kernel") return lazy_kernel();
   if (c == "headroom") return headroom(bytes);
   if (c == "pressure") return pressure(bytes);
   if (c == "free_async") return free_async();
