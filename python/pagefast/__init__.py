@@ -6,13 +6,17 @@ library and the tools (docs/PACKAGING.md):
     pagefast-run -- python train.py
     python -m pagefast            # what is installed, the driver, the pool
 
-Nothing here is imported by the program being run: the library works by
-being preloaded, not through Python.
+The library works by being preloaded, not through Python. A program run
+with it can put its pools to sleep and wake them from Python
+(pagefast.sleep, pagefast.wake, `with pagefast.asleep(): ...`), which
+call the library already loaded in the process.
 """
 import os
 import sys
 
-__all__ = ["library_path", "tool_path", "__version__"]
+from ._sleep import Error, asleep, is_asleep, loaded, sleep, wake
+
+__all__ = ["library_path", "tool_path", "__version__", "Error", "loaded", "sleep", "wake", "is_asleep", "asleep"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 try:
