@@ -35,7 +35,7 @@ constexpr uint64_t kAllowanceSmoothingNs = 50ull * 1000 * 1000;
 // growing. On the H200 a sync in a GPU-bound training step cost about
 // 0.2-0.3 ms of step time (the queue drains, then refills): 2 ms cost
 // ResNet-18 6-11% of its steps/s, 1 ms 10% for 18% less memory, with or
-// without syncing ahead (docs/BENCHMARKS.md "Footprint", "Syncing ahead").
+// without syncing ahead (docs/BENCHMARKS.md "Footprint", "`sync_ahead`").
 constexpr uint64_t kDefaultSlackNs = 10ull * 1000 * 1000;
 // slack:off: the allowance stays at its maximum (the fixed allowance).
 constexpr uint64_t kNoSlack = ~uint64_t(0);

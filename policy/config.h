@@ -51,7 +51,7 @@ struct PoolConfig {
   // retired before an allocation asks for it (docs/POOL.md "Syncing
   // ahead"). Off by default: on the H200 it took a third to a half of the
   // syncs off the program's threads but gained no speed, for 10-20% more
-  // CPU time (docs/BENCHMARKS.md "Syncing ahead").
+  // CPU time (docs/BENCHMARKS.md "`sync_ahead`").
   bool sync_ahead = false;
   // split_growth: a request larger than chunk_size grows in chunk_size
   // physical allocations, not one of its own size: with chunk_size 2M,

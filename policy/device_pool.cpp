@@ -255,7 +255,7 @@ AllocStatus DevicePool::alloc_large_slow(ThreadCache& cache, Granules granules, 
     // What syncs ahead retired (or the one under way will) first. Then a
     // sync of this thread's, as without them: skipping it (and taking
     // from the arena) made 1-4 MiB pool-hit pairs 1.5-2.5x slower on the
-    // H200 (docs/BENCHMARKS.md, "Syncing ahead").
+    // H200 (docs/BENCHMARKS.md "`sync_ahead`").
     if (retire_finished(&cache, cacheable) && cacheable && pop_large(cache, granules, request_bytes, addr))
       return AllocStatus::Ok;
     if (sync_and_retire(&cache, cacheable) && cacheable && pop_large(cache, granules, request_bytes, addr))

@@ -446,7 +446,7 @@ constexpr uint64_t kSyncAheadFraction = 4;
 constexpr uint64_t kSyncAheadMinBytes = 8 * kMiB;
 constexpr uint64_t kSyncAheadIdleNs = 20ull * 1000 * 1000;
 // (Steps of 125 us, at slack 1 ms, made every pool-hit pair 1.5x slower on
-// the H200; steps of 1.25 ms did not: docs/BENCHMARKS.md "Syncing ahead".)
+// the H200; steps of 1.25 ms did not: docs/BENCHMARKS.md "`sync_ahead`".)
 constexpr uint64_t kSyncAheadMinStepNs = 1000ull * 1000;
 constexpr uint64_t kSyncAheadMaxStepNs = 2ull * 1000 * 1000;
 

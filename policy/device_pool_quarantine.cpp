@@ -218,7 +218,7 @@ bool DevicePool::reclaim_wanted(Granules granules) {
   // fixed allowances (2 GiB on the H200): a loop of one size in a small
   // pool, or of blocks of a GiB, keeps the allowance's batch of pairs per
   // sync (the H200 showed 20 and 64 MiB pool hits 3x slower without the
-  // last guard, docs/BENCHMARKS.md), and a pool that small holds little
+  // last guard, docs/data/bench-alloc-idle-share-19bbe9c.md), and a pool that small holds little
   // beyond what the allowance already bounds.
   const uint64_t held = mapped_bytes_.load(std::memory_order_relaxed);
   const uint64_t chunk = settings_.config.chunk_bytes;

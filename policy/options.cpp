@@ -138,9 +138,8 @@ constexpr OptionRow kRows[] = {
     {Opt::KeyVmmGrowAhead, "vmm_grow_ahead", Scope::ConfKey, &kGrowAhead, "0..32 (pages)", "32", false, kLib,
      "a program's VMM segment growing page by page gets up to this many next pages created, mapped and opened "
      "ahead by the `pagefast-vmm` thread (docs/VMM-CLIENTS.md)",
-     "device memory the program did not ask for until it does (counted free in `cuMemGetInfo`, given back on "
-     "out-of-memory and after `release_delay` unused); PyTorch's seed loop with expandable segments: first pass "
-     "0.58-0.73x the time without pagefast on the H200 from run to run (the same pass with nothing to grow: 0.52-0.71x), 1.07-1.25x with `0` (docs/BENCHMARKS.md); `0`: off"},
+     "pages made ahead are counted free in `cuMemGetInfo` and given back on out-of-memory and after "
+     "`release_delay` unused; `0`: off"},
     {Opt::KeyReleaseDelay, "release_delay", Scope::ConfKey, &kTime, "a time (e.g. 5s, 500ms, 0) or off", "5s", false,
      kLib, "idle memory unused this long goes back to the driver, by the `pagefast-trim` thread (docs/POOL.md "
      "\"Footprint\"); so do the VMM handles a program released and pagefast cached (docs/VMM-CLIENTS.md)",
@@ -148,33 +147,26 @@ constexpr OptionRow kRows[] = {
     {Opt::KeySlack, "slack", Scope::ConfKey, &kTime, "a time (e.g. 10ms, 500us, 0) or off", "10ms", false, kLib,
      "memory held beyond what is in use is about the program's free rate times this, between 64M and 1/32 of "
      "the device (docs/POOL.md \"Footprint\")",
-     "longer syncs less often, shorter holds less; `off`: the fixed allowance of earlier versions, 1/128 of the "
-     "device per thread"},
+     "longer syncs less often, shorter holds less; `off`: a fixed allowance of 1/128 of the device per thread"},
     {Opt::KeySyncAhead, "sync_ahead", Scope::ConfKey, &kOnOff, "on|off", "off", false, kLib,
      "`on`: the `pagefast-sync` thread synchronises while the program frees, so that freed memory is mostly "
      "reusable before the program's threads ask for it (docs/POOL.md \"Syncing ahead\")",
-     "measured on the H200: a third to a half of the syncs moved off the program's threads, no speed gained, "
-     "10-20% more CPU time, hence off"},
+     "off by default: it moves syncs off the program's threads but gains no speed and costs CPU time "
+     "(docs/BENCHMARKS.md)"},
     {Opt::KeySplitGrowth, "split_growth", Scope::ConfKey, &kOnOff, "on|off", "off", false, kLib,
      "`on`: a request larger than `chunk_size` grows in `chunk_size` allocations; with `chunk_size:2M`, scattered "
      "free memory can then be stitched on drivers that map only whole allocations (docs/POOL.md \"Stitching\")",
-     "an experiment for drivers that map at an offset: in the simulation it held far less, but made about 930 maps "
-     "and 830 unmaps per ResNet-18 step, some 50 ms of driver time per step on the H200 (docs/POOL.md "
-     "\"Stitching\")"},
+     "an experiment for drivers that map at an offset: it holds less but maps and unmaps far more often"},
     {Opt::KeyBigChunks, "big_chunks", Scope::ConfKey, &kOnOff, "on|off", "on", false, kLib,
      "`on`: a request larger than `chunk_size` grows a chunk of its own size, whose free runs serve only such "
      "requests (leaving at most an eighth unused); whole free ones are released before another such growth "
      "(docs/POOL.md \"Big chunks\")",
-     "for programs whose large blocks change size (dynamic shapes). On the H200 (3f6c2fc) the GPT-2 loop held "
-     "1.21x cudaMalloc's peak against 1.35x with `off`, steps/s -1%; ResNet-18 and pool-hit pairs unchanged. "
-     "Synthetic loops in the unit tests held 10-16% more (smaller blocks no longer share the big ones' memory)"},
+     "for programs whose large blocks change size (dynamic shapes); `off`: large requests share chunks with "
+     "small ones (docs/BENCHMARKS.md)"},
     {Opt::KeyIdleShare, "idle_share", Scope::ConfKey, &kPercent, "0..100 (percent)", "15", false, kLib,
-     "before the pool grows for a request under a chunk, it syncs and reuses its idle memory (freed and waiting "
-     "for a sync, or cached by threads) when that is more than this percent of what it holds and the pool "
-     "holds more than two fixed allowances (2 GiB on an H200; docs/POOL.md \"Footprint\")",
-     "`0`: only `slack`'s allowance decides. On the H200 (c00f346, peaks by NVML) ResNet-18 with PyTorch's "
-     "caching off held 1.41x cudaMalloc's peak at 15 against 1.72x at 0, pool-hit pairs unchanged; lower holds "
-     "less and syncs more"},
+     "before the pool grows for a request under a chunk, it syncs and reuses its idle memory when that is more "
+     "than this percent of what it holds (docs/POOL.md \"Footprint\")",
+     "`0`: only `slack`'s allowance decides; lower holds less and syncs more (docs/BENCHMARKS.md)"},
     {Opt::KeyControl, "control", Scope::ConfKey, &kOnOff, "on|off", "on", false, kLib,
      "`on`: `pagefast-ctl` (sleep, wake, status of a PID) reaches the process (same uid) over its IPC socket",
      "whose thread starts with the first pool"},

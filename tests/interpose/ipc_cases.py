@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tests/interpose/ipc_cases.py: legacy CUDA IPC (cuIpcGetMemHandle /
 cuIpcOpenMemHandle / cuIpcCloseMemHandle) of cuMemAlloc memory between
-processes, with and without libpagefast.so, on the fake driver (issue 10).
+processes, with and without libpagefast.so, on the fake driver.
 Each case a separate meson test in suite 'ipc': `ipc_cases.py CASE --build DIR`.
 
 ipc_exporter (ipc_exporter.c) allocates, writes, exports and starts

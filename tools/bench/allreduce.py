@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tools/bench/allreduce.py: one rank of an NCCL all-reduce job, started by
-torchrun (issue 6). Each rank fills 1 GiB of float32 with rank + 1 on its
-own GPU (LOCAL_RANK), all-reduces it 20 times (after 5 warm-ups), checks
+torchrun (docs/BENCHMARKS.md "Several GPUs, many processes"). Each rank
+fills 1 GiB of float32 with rank + 1 on its own GPU (LOCAL_RANK),
+all-reduces it 20 times (after 5 warm-ups), checks
 that every element is the sum 1 + 2 + ... + world, and prints one RESULT
 line: the median time, the bus bandwidth as nccl-tests reports it
 (algorithm bandwidth x 2 (n - 1) / n), the devices on which pagefast holds

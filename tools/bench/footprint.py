@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tools/bench/footprint.py: issue 15's GPU measurements (docs/POOL.md
+"""tools/bench/footprint.py: the footprint's GPU measurements (docs/POOL.md
 "Footprint", "Sleep and wake"). Run with PyTorch's caching off
 (PYTORCH_NO_CUDA_MEMORY_CACHING=1), with and without pagefast preloaded;
 tools/bench/footprint-run runs every case and prints a table.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tools/bench/footprint_compare.py: issue 15's footprint measurement, side by
+"""tools/bench/footprint_compare.py: the footprint measurement, side by
 side in one run: PyTorch's training loops (tools/bench/footprint.py) with
 its caching off, under cudaMalloc (no pagefast), an earlier libpagefast.so
 (--before) and this build's, with PAGEFAST_CONF variants. Every

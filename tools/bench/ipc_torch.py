@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """tools/bench/ipc_torch.py: torch.multiprocessing sharing CUDA tensors
-(issue 10, docs/IPC.md). The parent puts CUDA tensors (small, 4 MiB, 80 MiB,
+(docs/IPC.md). The parent puts CUDA tensors (small, 4 MiB, 80 MiB,
 and a view at an offset into a shared storage) on a queue for a spawned
 child; the child checks them, adds 1 in place and answers; the parent checks
 that it sees the child's writes. Then a tensor the parent drops while the

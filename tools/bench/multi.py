@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tools/bench/multi.py: issue 6's measurements on a machine with several
+"""tools/bench/multi.py: the multi-GPU measurements on a machine with several
 GPUs, side by side in one run, each configuration in fresh processes
 (--repeats, default 5, shuffled), medians and ratios:
 

@@ -78,7 +78,7 @@ MODELS = ["resnet18", "transformer"]
 SECTIONS = {"alloc": "pairs", "threads": "threads", "cold": "cold", "gather": "gather", "seed": "seed",
             "train": "train", "overhead": "overhead", "passthrough": "passthrough", "big": "big", "vmm": "vmm",
             "jax": "jax", "hf": "hf"}
-# Issue 11: what forwarding costs. Every configuration runs the same number
+# What forwarding costs. Every configuration runs the same number
 # of pairs (BENCH_REPEATS) in fresh processes, interleaved; the variants
 # tell pagefast's own start-up work (NUMA binding, the live-stats thread)
 # from the hooks.
@@ -100,7 +100,7 @@ BIG_SIZES = "268435456,536870912,1073741824,2147483648"
 VMM_LABELS = [("without", {}), ("with", None), ("with vmm_cache:off", {"PAGEFAST_CONF": "vmm_cache:off"}),
               ("with numa:off,stats:off", {"PAGEFAST_CONF": "numa:off,stats:off"}),
               ("with vmm_grow_ahead:0", {"PAGEFAST_CONF": "vmm_grow_ahead:0"})]
-# The cost of pagefast's own observability on a pool hit (issue 5): stats on
+# The cost of pagefast's own observability on a pool hit: stats on
 # (the default), stats:off, and tracing on.
 # The vmm section's seed rows also report first_host_s (the first pass until
 # its last launch returned: the program's thread) and a floor: the seed
@@ -124,7 +124,7 @@ def p10_of(stdout):
 
 def add_modes(t, moded):
     """On the H200 a process runs every call fast or about 40% slower, with
-    pagefast or without (docs/BENCHMARKS.md "2026-12-03 (night 2)"), and
+    pagefast or without (docs/data/first-pass-3c88f9c.txt), and
     the medians mix the two. Splits the seed processes at the widest gap
     between their 10th-percentile call times, if that gap is over 15%,
     and adds first_s per mode (metrics first_s@fast, first_s@slow)."""

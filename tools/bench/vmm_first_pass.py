@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """tools/bench/vmm_first_pass.py: where the seed loop's first pass spends
-its time with expandable segments (issue 11), configurations side by side.
+its time with expandable segments, configurations side by side.
 
   vmm_first_pass.py ROUNDS CONFIG...
   vmm_first_pass.py --split FILE [P10_US]

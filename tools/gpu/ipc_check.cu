@@ -1,5 +1,5 @@
 // tools/gpu/ipc_check.cu: CUDA IPC between processes, as a multi-process
-// CUDA program uses it (issue 10; docs/IPC.md). Run with and without
+// CUDA program uses it (docs/IPC.md). Run with and without
 // LD_PRELOAD=libpagefast.so: the output must be the same, bar timings.
 //
 //   ipc_check [children]      the exporter: cudaMalloc buffers of several

@@ -1,4 +1,4 @@
-// tools/gpu/peer_bench.cu: peer access over allocator memory (issue 6).
+// tools/gpu/peer_bench.cu: peer access over allocator memory.
 // Needs two GPUs with peer access between them; with fewer it says so and
 // exits 0 without a RESULT line. On devices 0 and 1: enables peer access
 // both ways (cudaDeviceEnablePeerAccess, which pagefast turns into
