@@ -150,17 +150,6 @@ constexpr OptionRow kRows[] = {
      "the device (docs/POOL.md \"Footprint\")",
      "longer syncs less often, shorter holds less; `off`: the fixed allowance of earlier versions, 1/128 of the "
      "device per thread"},
-    {Opt::KeySyncAhead, "sync_ahead", Scope::ConfKey, &kOnOff, "on|off", "off", false, kLib,
-     "`on`: the `pagefast-sync` thread synchronises while the program frees, so that freed memory is mostly "
-     "reusable before the program's threads ask for it (docs/POOL.md \"Syncing ahead\")",
-     "measured on the H200: a third to a half of the syncs moved off the program's threads, no speed gained, "
-     "10-20% more CPU time, hence off"},
-    {Opt::KeySplitGrowth, "split_growth", Scope::ConfKey, &kOnOff, "on|off", "off", false, kLib,
-     "`on`: a request larger than `chunk_size` grows in `chunk_size` allocations; with `chunk_size:2M`, scattered "
-     "free memory can then be stitched on drivers that map only whole allocations (docs/POOL.md \"Stitching\")",
-     "an experiment for drivers that map at an offset: in the simulation it held far less, but made about 930 maps "
-     "and 830 unmaps per ResNet-18 step, some 50 ms of driver time per step on the H200 (docs/POOL.md "
-     "\"Stitching\")"},
     {Opt::KeyBigChunks, "big_chunks", Scope::ConfKey, &kOnOff, "on|off", "on", false, kLib,
      "`on`: a request larger than `chunk_size` grows a chunk of its own size, whose free runs serve only such "
      "requests (leaving at most an eighth unused); whole free ones are released before another such growth "

@@ -25,8 +25,6 @@ bool exit_stopping();
 // sleep.cpp: the pagefast-trim thread (once; not with release_delay off
 // and no headroom), and sleep/wake of every pool (pagefast_sleep's answers).
 void start_trim_thread(const PoolConfig& config);
-// The pagefast-sync thread (once; not with sync_ahead off).
-void start_sync_thread(bool sync_ahead);
 int sleep_all(unsigned flags);
 int wake_all();
 int asleep_count();

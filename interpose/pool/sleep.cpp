@@ -1,10 +1,8 @@
 // interpose/pool/sleep.cpp: the glue of the footprint policy and of sleep
-// and wake (docs/POOL.md "Footprint", "Syncing ahead", "Sleep and wake"):
-// the pagefast-trim thread that runs each pool's decay step, the
-// pagefast-sync thread that runs each pool's sync-ahead step, and
-// pagefast_sleep / pagefast_wake of the C API (interpose/pagefast.h). The
-// policy is in policy/footprint.*, policy/device_pool_footprint.cpp and
-// policy/device_pool_quarantine.cpp.
+// and wake (docs/POOL.md "Footprint", "Sleep and wake"): the pagefast-trim
+// thread that runs each pool's decay step, and pagefast_sleep /
+// pagefast_wake of the C API (interpose/pagefast.h). The policy is in
+// policy/footprint.* and policy/device_pool_footprint.cpp.
 #include <pthread.h>
 #include <time.h>
 
@@ -26,7 +24,6 @@ namespace pagefast::pool {
 namespace {
 
 std::atomic<bool> g_trim_started{false};
-std::atomic<bool> g_sync_started{false};
 std::mutex g_sleep_mutex;  // one pagefast_sleep/pagefast_wake at a time
 
 // Process exit is no place for driver calls (the runtime tears the context
@@ -39,8 +36,8 @@ std::mutex g_sleep_mutex;  // one pagefast_sleep/pagefast_wake at a time
 // pthread_mutex_clocklock would need glibc 2.30, docs/PACKAGING.md.)
 constexpr int kExitWaitMs = 2000;
 std::atomic<bool> g_steps_stop{false};
-// Steps under way on pagefast's threads that call the driver: the trim and
-// sync threads' and the pagefast-vmm workers' (vmm_clients.cpp).
+// Steps under way on pagefast's threads that call the driver: the trim
+// thread's and the pagefast-vmm worker's (vmm_clients.cpp).
 std::atomic<int> g_steps_busy{0};
 pthread_once_t g_exit_once = PTHREAD_ONCE_INIT;
 
@@ -130,8 +127,6 @@ constexpr ServiceLoop kTrimLoop{policy::kFootprintMaxStepNs,
                                   return pool.footprint_interval_ns();
                                 },
                                 &trim_round_once};
-constexpr ServiceLoop kSyncLoop{policy::kSyncAheadIdleNs,
-                                [](policy::DevicePool& pool) { return pool.sync_ahead_step(); }, nullptr};
 
 }  // namespace
 
@@ -142,12 +137,6 @@ void start_trim_thread(const PoolConfig& config) {
   if (g_trim_started.exchange(true)) return;
   register_exit_stop();
   start_service_thread(nullptr, &service_main, const_cast<ServiceLoop*>(&kTrimLoop), "pagefast-trim");
-}
-
-void start_sync_thread(bool sync_ahead) {
-  if (!sync_ahead || g_sync_started.exchange(true)) return;
-  register_exit_stop();
-  start_service_thread(nullptr, &service_main, const_cast<ServiceLoop*>(&kSyncLoop), "pagefast-sync");
 }
 
 // Runs `step` on every pool under the sleep lock and folds the answers:

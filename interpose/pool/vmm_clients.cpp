@@ -115,8 +115,7 @@ LogSink g_log = nullptr;
 // at exit the worker stops taking pages and the exit waits for the page
 // it is making, so that no driver call of its overlaps the driver's
 // teardown. A forked child never has it: the cache is off there
-// (switch_off).
-constexpr int kWorkers = 1;
+// (switch_off). The cache requires this: one worker (ClientVmmCache::work_one).
 std::atomic<int> g_worker{0};  // 0 not started, 1 running, -1 could not start
 constexpr uint64_t kWorkerIdleNs = 100ull * 1000 * 1000;
 // A decay step releases at most this many handles (30-34 us each on the
@@ -156,8 +155,6 @@ bool RealClientDriver::wake_worker() {
     if (g_log) g_log(LogLevel::Warn, "could not start the pagefast-vmm thread; growth ahead runs on the program's thread");
     return false;
   }
-  // Workers past the first are a help, not a need: one is enough to run.
-  for (int i = 1; i < kWorkers; ++i) start_service_thread(nullptr, &worker_main, nullptr, "pagefast-vmm");
   g_worker.store(1, std::memory_order_release);
   return true;
 }
