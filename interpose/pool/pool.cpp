@@ -25,8 +25,8 @@
 #include <new>
 #include <string>
 
-#include "interpose/pool/ipc.h"
 #include "interpose/context_memo.h"
+#include "interpose/ipc/ipc.h"
 #include "interpose/pool/pool_internal.h"
 #include "interpose/pool/vmm_clients.h"
 #include "interpose/pool/vmm_provider.h"

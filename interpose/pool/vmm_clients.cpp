@@ -111,7 +111,7 @@ LogSink g_log = nullptr;
 // program waits for comes later; on the seed loop's first pass two workers
 // made the program wait 2.0 ms in all against 0.5 ms with one, and the
 // pass took 18.8 ms against 16.2 (docs/BENCHMARKS.md "2026-12-03 (night
-// 2)"). The page is a step under the exit stop of sleep.cpp (enter_step):
+// 2)"). The page is a step under the exit stop of service_threads.cpp (enter_step):
 // at exit the worker stops taking pages and the exit waits for the page
 // it is making, so that no driver call of its overlaps the driver's
 // teardown. A forked child never has it: the cache is off there

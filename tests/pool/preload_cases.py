@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/policy/preload_cases.py: the pool's integration cases. Runs
+"""tests/pool/preload_cases.py: the pool's integration cases. Runs
 pool_preload (linked with the fake libcuda.so.1) with and without
 LD_PRELOAD=libpagefast.so and checks what it prints.
 
@@ -19,7 +19,7 @@ def paths(build):
     return {
         "lib": os.path.join(build, "interpose", "libpagefast.so"),
         "fake": os.path.join(build, "tests", "fakecuda"),
-        "exe": os.path.join(build, "tests", "policy", "pool_preload"),
+        "exe": os.path.join(build, "tests", "pool", "pool_preload"),
     }
 
 
