@@ -152,7 +152,7 @@ typedef CUresult(CUDAAPI* PFN_cuIpcOpenMemHandle_v4010)(CUdeviceptr_v2* pdptr, C
     (count, attributes, data, ptr))                                                             \
   X(cuIpcGetMemHandle, "cuIpcGetMemHandle", 4010, PF_NO_LIMIT, 0, PFN_cuIpcGetMemHandle_v4010,  \
     (CUipcMemHandle* handle, CUdeviceptr dptr), (handle, dptr))                                 \
-  /* CUDA IPC of pool blocks (interpose/pool/ipc.h): pagefast's handles are \
+  /* CUDA IPC of pool blocks (interpose/ipc/ipc.h): pagefast's handles are \
      opened and closed here; every other handle goes to the driver. */     \
   X(cuIpcOpenMemHandle, "cuIpcOpenMemHandle", 4010, 11000, 0, PFN_cuIpcOpenMemHandle_v4010,     \
     (CUdeviceptr* pdptr, CUipcMemHandle handle, unsigned int Flags), (pdptr, handle, Flags))    \

@@ -48,7 +48,7 @@ void patch_pointer_attribute(void* data, CUpointer_attribute attribute, CUdevice
 // clear error where the device cannot share VMM memory.
 bool try_ipc_get_mem_handle(CUipcMemHandle* handle, CUdeviceptr dptr, CUresult* result);
 // cuIpcOpenMemHandle(_v2) of a pagefast handle, and cuIpcCloseMemHandle of
-// what it opened (interpose/pool/ipc.h). Work in every mode but PAGEFAST=0,
+// what it opened (interpose/ipc/ipc.h). Work in every mode but PAGEFAST=0,
 // also with the pool off: a process may import what another exported.
 bool try_ipc_open(CUdeviceptr* pdptr, const CUipcMemHandle& handle, unsigned flags, CUresult* result);
 bool try_ipc_close(CUdeviceptr dptr, CUresult* result);

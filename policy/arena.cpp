@@ -167,21 +167,10 @@ ProviderStatus Arena::grow(Granules min_granules, Granules max_step) {
   if (min_granules.count() == 0) return ProviderStatus::OutOfMemory;
   // Whole free big chunks go back first, so that under a limit they make
   // room for the one that replaces them.
-  const bool big = settings_.big_chunks && !settings_.split_growth && min_granules > settings_.chunk_granules;
+  const bool big = settings_.big_chunks && min_granules > settings_.chunk_granules;
   if (big) release_big_for(min_granules);
   const Granules room = headroom();
   if (room < min_granules) return ProviderStatus::OutOfMemory;
-  if (settings_.split_growth && min_granules > settings_.chunk_granules) {
-    // Chunk by chunk, side by side (each takes the lowest free addresses),
-    // so the run they make serves the request and each stays a whole
-    // physical allocation that a stitch can map elsewhere. A chunk that
-    // fails ends it: those grown stay, free.
-    for (Granules grown; grown < min_granules; grown += settings_.chunk_granules) {
-      const ProviderStatus status = grow(settings_.chunk_granules, max_step);
-      if (status != ProviderStatus::Ok) return status;
-    }
-    return ProviderStatus::Ok;
-  }
   Granules step = max_granules(settings_.chunk_granules, min_granules);
   if (step > max_step) step = max_granules(max_step, min_granules);
   if (step > room) step = room;

@@ -48,9 +48,6 @@ struct PhysicalPiece {
 
 struct ArenaSettings {
   Granules chunk_granules;                     // growth step
-  // A request larger than a chunk grows in chunk-sized physical
-  // allocations rather than one of its own size (split_growth).
-  bool split_growth = false;
   // A request larger than a chunk grows a chunk of exactly its size, kept
   // apart (big_chunks): its free runs serve only requests over a chunk
   // that leave at most an eighth unused, and before another such growth
@@ -92,8 +89,7 @@ class Arena {
   // Creates, maps and opens a chunk of max(chunk, min_granules) granules,
   // clipped to the limit; on OutOfMemory retries with exactly min_granules.
   // Any failure leaves nothing behind (no mapping, no handle, no block).
-  // With split_growth, more than a chunk grows chunk by chunk: a failure
-  // then keeps the chunks already grown (free). A step never exceeds
+  // A step never exceeds
   // max(min_granules, max_step): the caller's bound (the headroom,
   // DevicePool::grow_locked).
   ProviderStatus grow(Granules min_granules, Granules max_step = Granules(UINT64_MAX >> kGranuleShift));

@@ -538,7 +538,7 @@ void ClientVmmCache::double_batch(int& next) const {
 
 void ClientVmmCache::erase_finished_jobs() {
   for (auto it = jobs_.begin(); it != jobs_.end();) {
-    const bool finished = it->inflight == 0 && (it->stop || it->begun == it->pages);
+    const bool finished = !it->inflight && (it->stop || it->begun == it->pages);
     if (finished) {
       if (it->begun < it->pages) stats_.ahead_cancelled += it->pages - it->begun;
       it = jobs_.erase(it);
@@ -558,7 +558,7 @@ void ClientVmmCache::settle(std::unique_lock<std::mutex>& lock, uint64_t addr, u
     for (AheadJob& j : jobs_)
       if (j.pending_overlaps(addr, end)) {
         j.stop = true;
-        busy = busy || j.inflight > 0;
+        busy = busy || j.inflight;
       }
     erase_finished_jobs();
     if (!busy) {
@@ -585,7 +585,7 @@ bool ClientVmmCache::work_one() {
   const std::string descs = job->descs;
   const uint64_t context = job->context;
   ++job->begun;
-  ++job->inflight;
+  job->inflight = true;
   lock.unlock();
   // The page's address is pending: no call of the program touches it
   // until the page is published (settle waits for it).
@@ -599,10 +599,10 @@ bool ClientVmmCache::work_one() {
     if (handle) driver_.release(handle);
   }
   lock.lock();
-  --job->inflight;
+  job->inflight = false;
   if (ok) {
     publish_ahead(at, job->seq_base + index, page, handle, job->slot, job->device, job->descs);
-    job->published |= uint64_t(1) << index;
+    job->published = index + 1;
   } else {
     job->stop = true;  // the driver refused: the rest of the job is not tried
   }

@@ -33,10 +33,9 @@
 //   deferred mappings: a segment that grows page by page then meets its
 //   next pages already mapped and open (2, 4, ... up to prefetch_pages per
 //   growth; never beyond cache_room; a failed step undoes the prefetch).
-//   With workers (ahead_on_worker, and the glue's threads running
-//   work_one(); it runs one, the cache works with several), the pages
-//   are made off the program's thread, a page per work_one(), each
-//   published (cached handle,
+//   With a worker (ahead_on_worker, and the glue's pagefast-vmm thread
+//   running work_one()), the pages are made off the program's thread, in
+//   order, a page per work_one(), each published (cached handle,
 //   deferred mapping) as soon as it is open: the pages not yet published
 //   are *pending*. A program's call over a pending page cancels the rest
 //   of that job and waits for the pages in flight; cuMemCreate of the
@@ -142,6 +141,8 @@ class ClientVmmCache {
 
   // The worker thread's step: makes one pending page (create, map, open)
   // without the lock, then publishes it. False when no page waits.
+  // REQUIRES: one thread at a time (the one worker): a job's pages are
+  // made and published in address order.
   bool work_one();
   // The worker's wait for a job, at most timeout_ns. True if one waits.
   bool wait_for_work(uint64_t timeout_ns);
@@ -284,34 +285,28 @@ class ClientVmmCache {
   int& batch_of(const std::string& slot);
   void double_batch(int& next) const;
 
-  // Jobs of the workers. The pages from the first one not yet published
-  // to the end are pending while the job lives; `inflight` pages are being
-  // made now (a job is never erased under them). With several workers
-  // pages finish out of order: `published` has a bit per page (at most
-  // 32 pages a job).
+  // Jobs of the worker. The pages from the first one not yet published
+  // to the end are pending while the job lives; while `inflight`, page
+  // `begun - 1` is being made now (a job is never erased under it). The
+  // one worker makes a job's pages in order: the first `published` are.
   struct AheadJob {
     uint64_t start = 0, page = 0, pages = 0;
     uint64_t begun = 0;
-    uint64_t published = 0;  // bit i: page i is published
-    int inflight = 0;
+    uint64_t published = 0;
+    bool inflight = false;
     bool stop = false;
     std::string slot, descs;
     int device = 0;
     uint64_t context = 0;
     uint64_t seq_base = 0;  // the order of its first page (kAheadOrder + ahead_seq_, when queued)
-    uint64_t first_unpublished_index() const {
-      uint64_t i = 0;
-      while (i < pages && (published >> i & 1)) ++i;
-      return i;
-    }
-    uint64_t first_unpublished() const { return start + first_unpublished_index() * page; }
-    uint64_t first_unpublished_seq() const { return seq_base + first_unpublished_index(); }
+    uint64_t first_unpublished() const { return start + published * page; }
+    uint64_t first_unpublished_seq() const { return seq_base + published; }
     bool pending_overlaps(uint64_t addr, uint64_t end) const {
       const uint64_t lo = first_unpublished(), hi = start + pages * page;
       return !stop || inflight ? lo < end && addr < hi && lo < hi : false;
     }
   };
-  // A program call's wait for the workers' pages: its first wait counts
+  // A program call's wait for the worker's pages: its first wait counts
   // (ahead_waits), and end() adds how long it lasted (ahead_wait_ns).
   struct AheadWait {
     ClientVmmCache& cache;

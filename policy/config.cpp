@@ -28,8 +28,6 @@ void store(Config& c, Opt key, const Value& v) {
     case Opt::KeyVmmGrowAhead: c.pool.vmm_grow_ahead = int(v.number); break;
     case Opt::KeyReleaseDelay: c.pool.release_delay_ns = v.number; break;
     case Opt::KeySlack: c.pool.slack_ns = v.number; break;
-    case Opt::KeySyncAhead: c.pool.sync_ahead = v.choice != 0; break;
-    case Opt::KeySplitGrowth: c.pool.split_growth = v.choice != 0; break;
     case Opt::KeyBigChunks: c.pool.big_chunks = v.choice != 0; break;
     case Opt::KeyIdleShare: c.pool.idle_share = int(v.number); break;
     case Opt::KeyControl: c.pool.control = v.choice != 0; break;
@@ -41,6 +39,30 @@ void store(Config& c, Opt key, const Value& v) {
     case Opt::KeyStats: c.stats_on = v.choice != 0; break;
     default: break;  // not a key
   }
+}
+
+// Keys that earlier versions accepted and this one no longer has. A
+// configuration written for an earlier version that names one still runs
+// with the pool, warned: each was an experiment that was off by default,
+// so the behaviour the user had is the behaviour they get.
+struct RemovedKey {
+  const char* name;
+  const char* why;
+};
+constexpr RemovedKey kRemovedKeys[] = {
+    {"sync_ahead", "it gained no speed for more CPU time"},
+    {"split_growth", "an experiment for drivers that map at an offset"},
+};
+
+const RemovedKey* find_removed_key(const std::string& key) {
+  for (const RemovedKey& r : kRemovedKeys)
+    if (key == r.name) return &r;
+  return nullptr;
+}
+
+void warn(Config& c, const std::string& message) {
+  if (!c.warning.empty()) c.warning += "; ";
+  c.warning += message;
 }
 
 std::string accepted_keys() {
@@ -67,6 +89,10 @@ void parse_conf(Config& c, const std::string& text) {
     const size_t colon = item.find(':');
     const std::string key = trim(item.substr(0, colon));
     const OptionRow* found = find_conf_key(key);
+    if (const RemovedKey* removed = found ? nullptr : find_removed_key(key)) {
+      warn(c, conf + ": key '" + key + "' was removed (" + removed->why + "); ignored");
+      continue;
+    }
     if (!found) {
       c.error = conf + ": unknown key '" + key + "' (accepted keys: " + accepted_keys() + ")";
       return;
@@ -138,8 +164,6 @@ std::string describe(const Config& c) {
     if (c.pool.vmm_grow_ahead) s += ", vmm_grow_ahead " + std::to_string(c.pool.vmm_grow_ahead);
     if (c.pool.slack_ns == ~uint64_t(0)) s += ", slack off";
     else if (c.pool.slack_ns != 10ull * 1000 * 1000) s += ", slack " + std::to_string(c.pool.slack_ns / 1000) + "us";
-    if (c.pool.sync_ahead) s += ", sync_ahead on";
-    if (c.pool.split_growth) s += ", split_growth on";
     if (!c.pool.big_chunks) s += ", big_chunks off";
     if (c.pool.idle_share) s += ", idle_share " + std::to_string(c.pool.idle_share) + "%";
     if (c.pool.release_delay_ns == ~uint64_t(0)) s += ", release_delay off";

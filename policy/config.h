@@ -5,8 +5,10 @@
 // no CUDA.
 //
 // A bad key or value yields one message naming it and what is accepted;
-// the caller then runs as pass-through (Config::passthrough). A bad
-// PAGEFAST_LOG only is a warning (Config::warning): the level stays warn.
+// the caller then runs as pass-through (Config::passthrough). Warnings
+// only (Config::warning): a bad PAGEFAST_LOG (the level stays warn), and a
+// PAGEFAST_CONF key an earlier version had and this one removed (ignored:
+// config.cpp kRemovedKeys).
 #pragma once
 
 #include <cstdint>
@@ -46,19 +48,6 @@ struct PoolConfig {
   // for a sync before the pool reuses it instead of growing
   // (policy/allowance.h); ~0 (off): the fixed allowance.
   uint64_t slack_ns = 10ull * 1000 * 1000;
-  // sync_ahead: a thread of pagefast's (pagefast-sync) synchronises ahead
-  // of need while the program frees, so that freed memory is mostly
-  // retired before an allocation asks for it (docs/POOL.md "Syncing
-  // ahead"). Off by default: on the H200 it took a third to a half of the
-  // syncs off the program's threads but gained no speed, for 10-20% more
-  // CPU time (docs/BENCHMARKS.md "`sync_ahead`").
-  bool sync_ahead = false;
-  // split_growth: a request larger than chunk_size grows in chunk_size
-  // physical allocations, not one of its own size: with chunk_size 2M,
-  // every free run is made of whole allocations, which a driver that maps
-  // only whole allocations (the H200's) can still stitch (docs/POOL.md
-  // "Stitching").
-  bool split_growth = false;
   // big_chunks: a request larger than chunk_size grows a chunk of its own
   // size, kept apart from smaller blocks, and whole free ones are released
   // before another such growth (docs/POOL.md "Big chunks").
@@ -97,7 +86,7 @@ struct Config {
   std::string trace_path;       // PAGEFAST_TRACE; a path (%p = pid), empty = no trace
   std::string conf_text;   // PAGEFAST_CONF as given, for the banner
   std::string error;       // the one message for a bad setting, if any
-  std::string warning;     // a bad setting that is ignored (PAGEFAST_LOG): warned, not fatal
+  std::string warning;     // settings that are ignored (PAGEFAST_LOG, removed keys), "; "-joined: warned, not fatal
 };
 
 // Reads the variables through `lookup` (getenv in production, a map in

@@ -20,7 +20,6 @@ constexpr int kSlowAttempts = 4;
 ArenaSettings arena_settings(const PoolSettings& s) {
   ArenaSettings a;
   a.chunk_granules = max_granules(granules_ceil(s.config.chunk_bytes), Granules(1));
-  a.split_growth = s.config.split_growth;
   a.big_chunks = s.config.big_chunks;
   if (s.config.limit_bytes) a.limit_granules = granules_floor(s.config.limit_bytes);
   uint64_t range = s.config.reserve_bytes;
@@ -167,8 +166,6 @@ AllocStatus DevicePool::alloc_small_slow(ThreadCache& cache, int class_index, ui
     retire_local(cache, true);
     if (pop_small(cache, class_index, request_bytes, addr)) return AllocStatus::Ok;
     if (quarantine_due(cache, Granules(0))) {
-      // What syncs ahead retired, first.
-      if (retire_finished(&cache, true) && pop_small(cache, class_index, request_bytes, addr)) return AllocStatus::Ok;
       if (sync_and_retire(&cache, true) && pop_small(cache, class_index, request_bytes, addr))
         return AllocStatus::Ok;
     }
@@ -252,12 +249,6 @@ AllocStatus DevicePool::alloc_large_slow(ThreadCache& cache, Granules granules, 
   if (cacheable && pop_large(cache, granules, request_bytes, addr)) return AllocStatus::Ok;
   const bool due = quarantine_due(cache, granules);
   if (due) {
-    // What syncs ahead retired (or the one under way will) first. Then a
-    // sync of this thread's, as without them: skipping it (and taking
-    // from the arena) made 1-4 MiB pool-hit pairs 1.5-2.5x slower on the
-    // H200 (docs/BENCHMARKS.md "`sync_ahead`").
-    if (retire_finished(&cache, cacheable) && cacheable && pop_large(cache, granules, request_bytes, addr))
-      return AllocStatus::Ok;
     if (sync_and_retire(&cache, cacheable) && cacheable && pop_large(cache, granules, request_bytes, addr))
       return AllocStatus::Ok;
   }

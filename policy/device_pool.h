@@ -224,16 +224,6 @@ class DevicePool final : public IdleMemory {
   uint64_t decay_step();
   uint64_t footprint_interval_ns() const { return footprint_.step_interval_ns(); }
 
-  // Syncing ahead (docs/POOL.md "Syncing ahead"), called in a loop by one
-  // thread (pagefast-sync): once the program has freed a quarter of the
-  // allowance since the last such sync began, synchronises and retires the
-  // shared quarantine to the arena, so that an allocation that would grow
-  // finds freed memory already retired, or waits for a sync already under
-  // way instead of draining the device's queue with one of its own.
-  // Returns how long the caller may wait before the next step. Never waits
-  // while the pool is asleep; does nothing with sync_ahead off.
-  uint64_t sync_ahead_step();
-
   // Sleep and wake (docs/POOL.md). sleep: waits for the pool's slow paths,
   // empties every thread cache (so every allocation takes a slow path,
   // where it waits or fails), synchronises, releases idle memory, then
@@ -323,10 +313,6 @@ class DevicePool final : public IdleMemory {
   // sync_and_retire(cache, false) where a block of the pool waits in the
   // quarantine (after drain_all); true, and no synchronization, where none does.
   bool sync_if_waiting(ThreadCache* cache);
-  // Retires what finished syncs cover (the shared quarantine, the cache's
-  // own batches), after waiting for a sync under way, if any: no new sync.
-  // With sync_ahead only: false (nothing done) otherwise.
-  bool retire_finished(ThreadCache* cache, bool into_cache);
   // What finished syncs cover, from the cache's own batches (if cache) and
   // the shared list; with into_cache, the cache's own blocks go back to it.
   void retire_covered(ThreadCache* cache, bool into_cache);
@@ -392,10 +378,6 @@ class DevicePool final : public IdleMemory {
   std::atomic<uint64_t> seal_bytes_;  // the free path seals a batch at twice this
   std::atomic<uint64_t> allowance_sampled_ns_{0};
   std::atomic<uint64_t> folded_freed_{0};  // freed_bytes of detached caches
-  // sync_ahead_step's: the freed total when its last sync began, and its syncs.
-  std::mutex sync_ahead_mutex_;
-  uint64_t sync_ahead_mark_ = 0;
-  std::atomic<uint64_t> syncs_ahead_{0};
 
   SlabCentral centrals_[kClassCount];
 
@@ -437,18 +419,6 @@ class DevicePool final : public IdleMemory {
   std::mutex sleep_wait_mutex_;  // with sleep_wait_cv_: slow paths waiting for wake
   std::condition_variable sleep_wait_cv_;
 };
-
-// Syncing ahead: a sync once the program has freed 1/kSyncAheadFraction of
-// the allowance (but not less than kSyncAheadMinBytes) since the last one
-// began; steps kSyncAheadIdleNs apart while it frees nothing, else slack/8
-// within [kSyncAheadMinStepNs, kSyncAheadMaxStepNs].
-constexpr uint64_t kSyncAheadFraction = 4;
-constexpr uint64_t kSyncAheadMinBytes = 8 * kMiB;
-constexpr uint64_t kSyncAheadIdleNs = 20ull * 1000 * 1000;
-// (Steps of 125 us, at slack 1 ms, made every pool-hit pair 1.5x slower on
-// the H200; steps of 1.25 ms did not: docs/BENCHMARKS.md "`sync_ahead`".)
-constexpr uint64_t kSyncAheadMinStepNs = 1000ull * 1000;
-constexpr uint64_t kSyncAheadMaxStepNs = 2ull * 1000 * 1000;
 
 // At most this many chunks are released per decay step: the step holds
 // the device lock for one chunk at a time and yields it in between.

@@ -125,19 +125,13 @@ Block* DevicePool::obtain(ThreadCache* cache, Granules granules, bool for_slab, 
     return take_existing();
   };
   // Growing would be next: retire the quarantine first, it may hold enough.
-  // What syncs ahead retired, or the one under way will, comes first: the
-  // device's queue keeps the work submitted since that sync began.
   if (sync_before_growth && quarantine_.holds_any(cache)) {
-    if (retire_finished(cache, false))
-      if (Block* b = take_locked()) return b;
     if (sync_and_retire(cache, false))
       if (Block* b = take_locked()) return b;
   }
   // Or every thread's, when more waits there than the allowance: other
   // threads' caches and batches too (they would otherwise keep memory the
-  // pool grows around), then one sync for all of it. (Taking what syncs
-  // ahead had retired first, without that sync, held more in the
-  // simulation: the rest stayed quarantined while the pool grew.)
+  // pool grows around), then one sync for all of it.
   if (reclaim_wanted(granules)) {
     drain_all();
     if (sync_and_retire(cache, false)) {
@@ -189,9 +183,6 @@ Block* DevicePool::obtain(ThreadCache* cache, Granules granules, bool for_slab, 
 Block* DevicePool::obtain_under_pressure(ThreadCache* cache, Granules granules, bool for_slab,
                                          AllocStatus* status) {
   const BlockState state = for_slab ? BlockState::SlabBacking : BlockState::Used;
-  // A sync-ahead step under way may hold retired batches it has not yet
-  // routed to the arena: let it finish, so that nothing idle is in transit.
-  { std::lock_guard<std::mutex> step(sync_ahead_mutex_); }
   // Everything idle goes back where this request can reach it.
   drain_all();
   sync_if_waiting(cache);

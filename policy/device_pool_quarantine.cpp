@@ -51,51 +51,12 @@ bool DevicePool::sync_if_waiting(ThreadCache* cache) {
   return sync_and_retire(cache, false);
 }
 
-bool DevicePool::retire_finished(ThreadCache* cache, bool into_cache) {
-  if (!settings_.config.sync_ahead) return false;
-  quarantine_.wait_running();
-  retire_covered(cache, into_cache);
-  return true;
-}
-
 void DevicePool::retire_covered(ThreadCache* cache, bool into_cache) {
   if (cache) retire_local(*cache, into_cache);
   ThreadCache* route = into_cache ? cache : nullptr;
   quarantine_.retire_shared([&](const ThreadCache* owner, const QuarantineEntry* entries, int count) {
     retire_entries(route && owner == route ? route : nullptr, entries, count);
   });
-}
-
-uint64_t DevicePool::sync_ahead_step() {
-  if (!settings_.config.sync_ahead) return kSyncAheadIdleNs;
-  // The slow paths' gate, without waiting: sleep waits for this step to
-  // leave, and while asleep there is nothing to retire.
-  slow_in_flight_.fetch_add(1, std::memory_order_seq_cst);
-  SlowGuard gate{this};
-  if (asleep_.load(std::memory_order_seq_cst)) return kSyncAheadIdleNs;
-  std::unique_lock<std::mutex> lock(sync_ahead_mutex_, std::try_to_lock);
-  if (!lock) return kSyncAheadMaxStepNs;  // another caller steps (tests)
-  const uint64_t slack = settings_.config.slack_ns;
-  uint64_t step = slack == kNoSlack ? kSyncAheadMaxStepNs : slack / 8;
-  if (step < kSyncAheadMinStepNs) step = kSyncAheadMinStepNs;
-  if (step > kSyncAheadMaxStepNs) step = kSyncAheadMaxStepNs;
-  uint64_t trigger = allowance_for(Granules(0)) / kSyncAheadFraction;
-  if (trigger < kSyncAheadMinBytes) trigger = kSyncAheadMinBytes;
-  uint64_t freed = 0, reclaimable = 0;
-  waiting(&freed, &reclaimable);
-  // The total goes back when a thread's cache is recycled mid-count.
-  if (freed < sync_ahead_mark_) sync_ahead_mark_ = freed;
-  const uint64_t since = freed - sync_ahead_mark_;
-  if (since < trigger) return since ? step : kSyncAheadIdleNs;
-  sync_ahead_mark_ = freed;
-  bool led = false;
-  if (!quarantine_.synchronize_covering(quarantine_.newest_stamp(nullptr), &led)) return step;
-  if (led) syncs_ahead_.fetch_add(1, std::memory_order_relaxed);
-  // Shared batches go to the arena, where any thread finds them; a
-  // thread's own batches stay with it (its next miss takes them back
-  // without a sync, or a reclaim before growth gathers them).
-  retire_covered(nullptr, false);
-  return step;
 }
 
 void DevicePool::retire_local(ThreadCache& cache, bool into_cache) {

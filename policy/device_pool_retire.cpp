@@ -242,7 +242,6 @@ PoolStats DevicePool::stats() {
   s.idle_bytes = s.mapped_bytes > s.in_use_bytes ? s.mapped_bytes - s.in_use_bytes : 0;
   s.peak_in_use_bytes = peak_in_use_.load(std::memory_order_relaxed);
   s.synchronizations = quarantine_.synchronizations();
-  s.synchronizations_ahead = syncs_ahead_.load(std::memory_order_relaxed);
   s.peak_mapped_bytes = peak_mapped_bytes_.load(std::memory_order_relaxed);
   s.headroom_releases = headroom_releases_.load(std::memory_order_relaxed);
   s.passthroughs = passthroughs_.load(std::memory_order_relaxed);

@@ -148,15 +148,6 @@ constexpr OptionRow kRows[] = {
      "memory held beyond what is in use is about the program's free rate times this, between 64M and 1/32 of "
      "the device (docs/POOL.md \"Footprint\")",
      "longer syncs less often, shorter holds less; `off`: a fixed allowance of 1/128 of the device per thread"},
-    {Opt::KeySyncAhead, "sync_ahead", Scope::ConfKey, &kOnOff, "on|off", "off", false, kLib,
-     "`on`: the `pagefast-sync` thread synchronises while the program frees, so that freed memory is mostly "
-     "reusable before the program's threads ask for it (docs/POOL.md \"Syncing ahead\")",
-     "off by default: it moves syncs off the program's threads but gains no speed and costs CPU time "
-     "(docs/BENCHMARKS.md)"},
-    {Opt::KeySplitGrowth, "split_growth", Scope::ConfKey, &kOnOff, "on|off", "off", false, kLib,
-     "`on`: a request larger than `chunk_size` grows in `chunk_size` allocations; with `chunk_size:2M`, scattered "
-     "free memory can then be stitched on drivers that map only whole allocations (docs/POOL.md \"Stitching\")",
-     "an experiment for drivers that map at an offset: it holds less but maps and unmaps far more often"},
     {Opt::KeyBigChunks, "big_chunks", Scope::ConfKey, &kOnOff, "on|off", "on", false, kLib,
      "`on`: a request larger than `chunk_size` grows a chunk of its own size, whose free runs serve only such "
      "requests (leaving at most an eighth unused); whole free ones are released before another such growth "

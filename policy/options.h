@@ -56,8 +56,6 @@ enum class Opt : int {
   KeyVmmGrowAhead,
   KeyReleaseDelay,
   KeySlack,
-  KeySyncAhead,
-  KeySplitGrowth,
   KeyBigChunks,
   KeyIdleShare,
   KeyControl,

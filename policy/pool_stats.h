@@ -32,7 +32,6 @@ namespace pagefast::policy {
 // Fields after those: in the JSON only, not in the C API's struct (whose
 // size is fixed: interpose/pagefast.h) nor in the live segment's layout.
 #define PAGEFAST_POOL_STATS_JSON_FIELDS(X)                                                                    \
-  X(synchronizations_ahead, "of the synchronizations, those made ahead of need by the pagefast-sync thread") \
   X(peak_mapped_bytes, "highest mapped_bytes: the most physical memory the pool held at once")             \
   X(headroom_releases, "growths that first released free chunks to keep the headroom")                     \
   X(headroom_relieved_bytes, "idle memory given back because free memory fell under the headroom")          \

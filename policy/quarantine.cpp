@@ -211,14 +211,7 @@ void Quarantine::wait_for_running(std::unique_lock<std::mutex>& lock) {
   sync_wait_cv_.wait(lock, [&] { return !sync_running_.load(std::memory_order_relaxed); });
 }
 
-bool Quarantine::wait_running() {
-  if (!sync_running_.load(std::memory_order_acquire)) return false;
-  std::unique_lock<std::mutex> lock(sync_wait_mutex_);
-  wait_for_running(lock);
-  return true;
-}
-
-bool Quarantine::synchronize_covering(uint64_t stamp, bool* led) {
+bool Quarantine::synchronize_covering(uint64_t stamp) {
   // One sync at a time (a leader), shared by every thread that needs one:
   // on the H200, 16 concurrent cuCtxSynchronize calls took 21 us each
   // against 0.37 us for one. A sync that began after `stamp` covers it;
@@ -239,7 +232,6 @@ bool Quarantine::synchronize_covering(uint64_t stamp, bool* led) {
     synchronization_ns_.fetch_add(clock_.now_ns() - start, std::memory_order_relaxed);
     tickets_.finish(ticket, status == SyncStatus::Done);
     if (status == SyncStatus::Done) synchronizations_.fetch_add(1, std::memory_order_relaxed);
-    if (led) *led = true;
     lock.lock();
     sync_running_.store(false, std::memory_order_release);
     sync_wait_cv_.notify_all();

@@ -159,13 +159,8 @@ class Quarantine {
 
   // ---- syncs ---------------------------------------------------------------
   // Returns once a successful sync covers `stamp` (false: it failed or was
-  // refused). Threads share syncs: one runs at a time. *led (if given) is
-  // set when this call made the sync itself rather than waiting for one.
-  bool synchronize_covering(uint64_t stamp, bool* led = nullptr);
-  // Waits for the sync running now, if any, to finish; starts none. true:
-  // one was running. What it retired is then found by take_retired and
-  // retire_shared.
-  bool wait_running();
+  // refused). Threads share syncs: one runs at a time.
+  bool synchronize_covering(uint64_t stamp);
   uint64_t synchronizations() const { return synchronizations_.load(std::memory_order_relaxed); }
   uint64_t synchronization_ns() const { return synchronization_ns_.load(std::memory_order_relaxed); }
 

@@ -25,8 +25,8 @@
 #include <new>
 #include <string>
 
-#include "interpose/pool/ipc.h"
 #include "interpose/context_memo.h"
+#include "interpose/ipc/ipc.h"
 #include "interpose/pool/pool_internal.h"
 #include "interpose/pool/vmm_clients.h"
 #include "interpose/pool/vmm_provider.h"
@@ -212,7 +212,6 @@ DevicePool* pool_of(const RealDriver* real, CUdevice device) {
   pool->prewarm();
   g_pools[device].store(pool, std::memory_order_release);
   start_trim_thread(g_config);
-  start_sync_thread(g_config.sync_ahead);
   if (g_config.control) ipc::start_control();
   log_line(LogLevel::Info, "device %d pooled: chunk %s, release threshold %s, limit %s, prewarm %s, reserve %s",
            int(device), human_bytes(g_config.chunk_bytes).c_str(),

@@ -1,5 +1,6 @@
-// interpose/pool/pool_internal.h: what the C API (pool_capi.cpp) needs
-// from the glue (pool.cpp) beyond interpose/pool_api.h.
+// interpose/pool/pool_internal.h: what the C API (pool_capi.cpp), the
+// service threads, sleep and the IPC need from the glue (pool.cpp) and
+// from each other, beyond interpose/pool_api.h.
 #pragma once
 
 #include "policy/device_pool.h"
@@ -10,8 +11,8 @@ namespace pagefast::pool {
 // there yet, pool off, device not poolable, or a forked child).
 policy::DevicePool* pool_for_device(int device);
 
-// sleep.cpp: the exit stop of pagefast's threads that call the driver
-// (the trim and sync threads, the pagefast-vmm workers). register_exit_stop
+// service_threads.cpp: the exit stop of pagefast's threads that call the
+// driver (the trim thread, the pagefast-vmm worker). register_exit_stop
 // once, when the first of them starts (after the CUDA runtime registered
 // its own exit handler, so ours runs first). Each step of such a thread:
 // enter_step() (false once the exit stop has come: the thread then calls
@@ -22,11 +23,11 @@ bool enter_step();
 void leave_step();
 bool exit_stopping();
 
-// sleep.cpp: the pagefast-trim thread (once; not with release_delay off
-// and no headroom), and sleep/wake of every pool (pagefast_sleep's answers).
+// service_threads.cpp: the pagefast-trim thread (once; not with
+// release_delay off and no headroom).
 void start_trim_thread(const PoolConfig& config);
-// The pagefast-sync thread (once; not with sync_ahead off).
-void start_sync_thread(bool sync_ahead);
+
+// sleep.cpp: sleep/wake of every pool (pagefast_sleep's answers).
 int sleep_all(unsigned flags);
 int wake_all();
 int asleep_count();

@@ -1,23 +1,14 @@
-// interpose/pool/sleep.cpp: the glue of the footprint policy and of sleep
-// and wake (docs/POOL.md "Footprint", "Syncing ahead", "Sleep and wake"):
-// the pagefast-trim thread that runs each pool's decay step, the
-// pagefast-sync thread that runs each pool's sync-ahead step, and
-// pagefast_sleep / pagefast_wake of the C API (interpose/pagefast.h). The
-// policy is in policy/footprint.*, policy/device_pool_footprint.cpp and
-// policy/device_pool_quarantine.cpp.
-#include <pthread.h>
-#include <time.h>
-
-#include <atomic>
-#include <cstdlib>
+// interpose/pool/sleep.cpp: the glue of sleep and wake (docs/POOL.md
+// "Sleep and wake"): pagefast_sleep / pagefast_wake of the C API
+// (interpose/pagefast.h) over every pool, and pagefast-ctl's requests
+// that reach them through the control socket (interpose/ipc/). The policy
+// is in policy/device_pool.h.
 #include <mutex>
 
+#include "interpose/ipc/ipc.h"
 #include "interpose/pagefast.h"
-#include "interpose/pool/ipc.h"
 #include "interpose/pool/pool_internal.h"
-#include "interpose/pool/vmm_clients.h"
 #include "interpose/pool_api.h"
-#include "interpose/service_thread.h"
 #include "policy/device_pool.h"
 
 #define PF_EXPORT extern "C" __attribute__((visibility("default")))
@@ -25,130 +16,9 @@
 namespace pagefast::pool {
 namespace {
 
-std::atomic<bool> g_trim_started{false};
-std::atomic<bool> g_sync_started{false};
 std::mutex g_sleep_mutex;  // one pagefast_sleep/pagefast_wake at a time
 
-// Process exit is no place for driver calls (the runtime tears the context
-// down in its own exit handler): the service threads' steps, which call
-// the driver, stop at exit. The handler is registered with the first
-// thread, after the CUDA runtime registered its own (it initialised before
-// the first allocation), so it runs first: it raises `stop` and waits for
-// a step under way (a sync ends once the device's queue drains), at most
-// kExitWaitMs, then leaves the thread be. (Flags rather than a timed mutex:
-// pthread_mutex_clocklock would need glibc 2.30, docs/PACKAGING.md.)
-constexpr int kExitWaitMs = 2000;
-std::atomic<bool> g_steps_stop{false};
-// Steps under way on pagefast's threads that call the driver: the trim and
-// sync threads' and the pagefast-vmm workers' (vmm_clients.cpp).
-std::atomic<int> g_steps_busy{0};
-pthread_once_t g_exit_once = PTHREAD_ONCE_INIT;
-
-void sleep_ns(uint64_t ns) {
-  timespec ts{time_t(ns / 1000000000), long(ns % 1000000000)};
-  while (nanosleep(&ts, &ts) != 0) {
-  }
-}
-
-void stop_steps_at_exit() {
-  g_steps_stop.store(true, std::memory_order_seq_cst);
-  for (int ms = 0; ms < kExitWaitMs; ++ms) {
-    if (g_steps_busy.load(std::memory_order_seq_cst) == 0) return;
-    sleep_ns(1000 * 1000);
-  }
-}
-
-// A forked child has none of these threads (a step under way in the parent
-// at the fork left the count raised there): its exit must not wait for one.
-void steps_after_fork_child() { g_steps_busy.store(0, std::memory_order_relaxed); }
-
 }  // namespace
-
-void register_exit_stop() {
-  pthread_once(&g_exit_once, [] {
-    std::atexit(&stop_steps_at_exit);
-    pthread_atfork(nullptr, nullptr, &steps_after_fork_child);
-  });
-}
-
-// The count is raised before the stop is read, and the stop raised before
-// the count is read (both seq_cst): either the exit handler sees the step,
-// or the step sees the stop.
-bool enter_step() {
-  g_steps_busy.fetch_add(1, std::memory_order_seq_cst);
-  return !g_steps_stop.load(std::memory_order_seq_cst);
-}
-
-void leave_step() { g_steps_busy.fetch_sub(1, std::memory_order_seq_cst); }
-
-bool exit_stopping() { return g_steps_stop.load(std::memory_order_relaxed); }
-
-namespace {
-
-// A service thread: one step over every pool, then the least wait any pool
-// asked for (at most `longest`), until the exit stop (enter_step).
-struct ServiceLoop {
-  uint64_t longest;
-  uint64_t (*step)(policy::DevicePool& pool);  // returns the pool's wait
-  uint64_t (*once)();                          // after the pools, once a round (or NULL); returns its wait
-};
-
-void* service_main(void* arg) {
-  const ServiceLoop& loop = *static_cast<const ServiceLoop*>(arg);
-  while (true) {
-    uint64_t wait = loop.longest;
-    const bool on = enter_step();
-    if (on)
-      for (int d = 0; d < kMaxDevices; ++d)
-        if (policy::DevicePool* pool = pool_for_device(d)) {
-          const uint64_t w = loop.step(*pool);
-          if (w < wait) wait = w;
-        }
-    if (on && loop.once) {
-      const uint64_t w = loop.once();
-      if (w < wait) wait = w;
-    }
-    leave_step();
-    if (!on) return nullptr;
-    sleep_ns(wait);
-  }
-}
-
-// Once a round the trim thread also keeps the headroom (relieve_headroom,
-// docs/POOL.md "Headroom"), at least every kHeadroomStepNs, and lets the
-// program's released VMM memory decay (clients::decay_step,
-// docs/VMM-CLIENTS.md).
-constexpr uint64_t kHeadroomStepNs = 100ull * 1000 * 1000;
-uint64_t trim_round_once() {
-  relieve_headroom();
-  const uint64_t wait = clients::decay_step();
-  return wait < kHeadroomStepNs ? wait : kHeadroomStepNs;
-}
-constexpr ServiceLoop kTrimLoop{policy::kFootprintMaxStepNs,
-                                [](policy::DevicePool& pool) {
-                                  pool.decay_step();
-                                  return pool.footprint_interval_ns();
-                                },
-                                &trim_round_once};
-constexpr ServiceLoop kSyncLoop{policy::kSyncAheadIdleNs,
-                                [](policy::DevicePool& pool) { return pool.sync_ahead_step(); }, nullptr};
-
-}  // namespace
-
-// No signal is ever delivered to these threads: the program's handlers
-// stay on its own threads.
-void start_trim_thread(const PoolConfig& config) {
-  if (config.release_delay_ns == policy::kNoReleaseDelay && !config.headroom_bytes) return;
-  if (g_trim_started.exchange(true)) return;
-  register_exit_stop();
-  start_service_thread(nullptr, &service_main, const_cast<ServiceLoop*>(&kTrimLoop), "pagefast-trim");
-}
-
-void start_sync_thread(bool sync_ahead) {
-  if (!sync_ahead || g_sync_started.exchange(true)) return;
-  register_exit_stop();
-  start_service_thread(nullptr, &service_main, const_cast<ServiceLoop*>(&kSyncLoop), "pagefast-sync");
-}
 
 // Runs `step` on every pool under the sleep lock and folds the answers:
 // 0 all Ok, 1 some Partial (asleep, some chunks resident), -1 a failure
@@ -198,7 +68,7 @@ int wake_all() {
 
 int control_op(uint16_t op, uint64_t arg) {
   switch (op) {
-    case 3:  // kOpSleep (interpose/pool/ipc_wire.h)
+    case 3:  // kOpSleep (interpose/ipc/ipc_wire.h)
       return sleep_all(unsigned(arg) & (policy::kSleepKeep | policy::kSleepFail));
     case 4:
       return wake_all();

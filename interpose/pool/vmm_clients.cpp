@@ -110,12 +110,11 @@ LogSink g_log = nullptr;
 // 72 us a page against 38-45 alone, docs/DRIVER-FACTS.md), so the page the
 // program waits for comes later; on the seed loop's first pass two workers
 // made the program wait 2.0 ms in all against 0.5 ms with one, and the
-// pass took 18.8 ms against 16.2 (docs/data/first-pass-workers-c375c26.txt). The page is a step under the exit stop of sleep.cpp (enter_step):
+// pass took 18.8 ms against 16.2 (docs/data/first-pass-workers-c375c26.txt). The page is a step under the exit stop of service_threads.cpp (enter_step):
 // at exit the worker stops taking pages and the exit waits for the page
 // it is making, so that no driver call of its overlaps the driver's
 // teardown. A forked child never has it: the cache is off there
-// (switch_off).
-constexpr int kWorkers = 1;
+// (switch_off). The cache requires this: one worker (ClientVmmCache::work_one).
 std::atomic<int> g_worker{0};  // 0 not started, 1 running, -1 could not start
 constexpr uint64_t kWorkerIdleNs = 100ull * 1000 * 1000;
 // A decay step releases at most this many handles (30-34 us each on the
@@ -155,8 +154,6 @@ bool RealClientDriver::wake_worker() {
     if (g_log) g_log(LogLevel::Warn, "could not start the pagefast-vmm thread; growth ahead runs on the program's thread");
     return false;
   }
-  // Workers past the first are a help, not a need: one is enough to run.
-  for (int i = 1; i < kWorkers; ++i) start_service_thread(nullptr, &worker_main, nullptr, "pagefast-vmm");
   g_worker.store(1, std::memory_order_release);
   return true;
 }

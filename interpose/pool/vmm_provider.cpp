@@ -5,7 +5,7 @@
 
 #include <cstdio>
 
-#include "interpose/pool/ipc.h"
+#include "interpose/ipc/ipc.h"
 #include "interpose/pool/vmm_clients.h"
 
 #include <new>

@@ -225,7 +225,22 @@ TEST_CASE("the variables' messages, word for word") {
   env.vars["PAGEFAST_CONF"] = "bogus:1";
   CHECK(env.parse().error ==
         "PAGEFAST_CONF: unknown key 'bogus' (accepted keys: pool, chunk_size, release_threshold, limit, headroom, prewarm, "
-        "reserve, vmm_cache, vmm_grow_ahead, release_delay, slack, sync_ahead, split_growth, big_chunks, idle_share, control, numa, report, stats)");
+        "reserve, vmm_cache, vmm_grow_ahead, release_delay, slack, big_chunks, idle_share, control, numa, report, stats)");
+}
+
+TEST_CASE("removed keys: warned by name and ignored, the rest of PAGEFAST_CONF still read") {
+  Env env;
+  env.vars["PAGEFAST_CONF"] = "sync_ahead:on, chunk_size:4M, split_growth:on";
+  const Config c = env.parse();
+  CHECK(c.error.empty());
+  CHECK_FALSE(c.passthrough);
+  CHECK(c.pool.chunk_bytes == (4ull << 20));
+  CHECK(c.warning ==
+        "PAGEFAST_CONF: key 'sync_ahead' was removed (it gained no speed for more CPU time); ignored; "
+        "PAGEFAST_CONF: key 'split_growth' was removed (an experiment for drivers that map at an offset); ignored");
+  // Neither is a key of the table any more.
+  CHECK(find_conf_key("sync_ahead") == nullptr);
+  CHECK(find_conf_key("split_growth") == nullptr);
 }
 
 TEST_CASE("PAGEFAST: empty is unset, blanks are trimmed, a blank value is refused") {

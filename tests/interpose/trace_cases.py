@@ -242,19 +242,18 @@ def case_trace_unset():
     p = paths()
     with tempfile.TemporaryDirectory() as d:
         base = run([p["workload"], "seq"], cwd=d)
-        # stats:off, release_delay:off, headroom:0, control:off, sync_ahead:off:
+        # stats:off, release_delay:off, headroom:0, control:off:
         # the live-stats thread (pagefast-live), the decay thread (pagefast-trim),
-        # the control socket's (pagefast-ipc) and the sync thread
-        # (pagefast-sync) are not the subject here.
+        # and the control socket's (pagefast-ipc) are not the subject here.
         plain = run([p["workload"], "seq"], preload=True, cwd=d,
-                    env_extra={"PAGEFAST_CONF": "stats:off,release_delay:off,headroom:0,control:off,sync_ahead:off"})
+                    env_extra={"PAGEFAST_CONF": "stats:off,release_delay:off,headroom:0,control:off"})
         m_base = re.search(r"threads (\d+) writer (\d+)", base.stdout)
         m_plain = re.search(r"threads (\d+) writer (\d+)", plain.stdout)
         check(m_base and m_plain and m_plain.group(1) == m_base.group(1) and m_plain.group(2) == "0",
               f"unset: no extra thread (without pagefast {m_base and m_base.group(0)}, with {m_plain and m_plain.group(0)})")
         check(os.listdir(d) == [], f"unset: no file written ({os.listdir(d)})")
         traced = run([p["workload"], "seq"], preload=True, cwd=d,
-                     env_extra={"PAGEFAST_TRACE": os.path.join(d, "t"), "PAGEFAST_CONF": "stats:off,release_delay:off,headroom:0,control:off,sync_ahead:off"})
+                     env_extra={"PAGEFAST_TRACE": os.path.join(d, "t"), "PAGEFAST_CONF": "stats:off,release_delay:off,headroom:0,control:off"})
         m = re.search(r"threads (\d+) writer (\d+)", traced.stdout)
         check(m and m.group(2) == "1" and int(m.group(1)) == int(m_base.group(1)) + 1,
               f"set: exactly one writer thread ({m and m.group(0)})")

@@ -2,16 +2,10 @@
 // (policy/allowance.h) alone, and through DevicePool over a fake clock: a
 // training-shaped loop on two threads holds little beyond its peak, a
 // loop of huge blocks shares syncs, and slack:off keeps the fixed one.
-// Syncing ahead (DevicePool::sync_ahead_step): when it syncs, that the
-// program's threads then sync less, and that nothing is reused early with
-// it running on a thread of its own.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <functional>
-#include <random>
-#include <thread>
 #include <vector>
 
 #include "harness.h"
@@ -77,26 +71,14 @@ uint64_t run_steps(PoolUnderTest& t, int steps, const StepShape& shape, uint64_t
   return peak_live;
 }
 
-PoolConfig with_slack(uint64_t slack_ns, bool sync_ahead = true) {
+PoolConfig with_slack(uint64_t slack_ns) {
   PoolConfig c;
   c.slack_ns = slack_ns;
-  c.sync_ahead = sync_ahead;
   c.release_delay_ns = ~uint64_t(0);  // decay is another test's subject
   c.idle_share = 0;                    // so is the idle share (its own case)
   return c;
 }
 
-// The pagefast-sync thread over the fake clock: a step whenever the last
-// one's answer has elapsed.
-struct SyncAheadThread {
-  PoolUnderTest& t;
-  uint64_t next = 0;
-  void operator()() {
-    const uint64_t now = t.clock.now_ns();
-    if (now < next) return;
-    next = now + t.pool.sync_ahead_step();
-  }
-};
 // Scattered free memory on a host-backed pool: n blocks of `bytes`, block
 // i filled with seed i, then every other one (the even ones) freed.
 // Returns every block; the odd ones are live and keep their bytes.
@@ -168,7 +150,7 @@ TEST_CASE("idle share: the pool syncs rather than grows once idle memory passes 
   const StepShape shape;
   uint64_t held[2] = {0, 0}, syncs[2] = {0, 0}, peak = 0;
   for (int share : {0, 15}) {
-    PoolConfig c = with_slack(10 * kMs, false);
+    PoolConfig c = with_slack(10 * kMs);
     c.idle_share = share;
     PoolUnderTest t(140 * kGiB, FakeProvider::Backing::None, c);
     const int i = share ? 1 : 0;
@@ -257,153 +239,6 @@ TEST_CASE("a provider that maps at no chunk offset: the pool grows, never stitch
   CHECK(t.pool.check() == "");
 }
 
-TEST_CASE("sync ahead: a step syncs once a quarter of the allowance was freed since the last", "[allowance][pool]") {
-  PoolUnderTest t(140 * kGiB, FakeProvider::Backing::None, with_slack(10 * kMs));
-  Attached cache(t.pool);
-  // Nothing freed: no sync, and the thread may idle.
-  CHECK(t.pool.sync_ahead_step() == kSyncAheadIdleNs);
-  CHECK(t.pool.stats().synchronizations == 0);
-  // Below the least trigger (8 MiB; the allowance's quarter is more until
-  // a rate is known): a short wait, no sync.
-  uint64_t p = 0;
-  REQUIRE(t.alloc(*cache, 4 * kMiB, &p) == AllocStatus::Ok);
-  t.provider.launch(p, 4 * kMiB);
-  REQUIRE(t.free(*cache, p) == FreeStatus::Ok);
-  const uint64_t step = t.pool.sync_ahead_step();
-  CHECK(step == 10 * kMs / 8);  // slack / 8
-  CHECK(t.pool.stats().synchronizations == 0);
-  // Free past a quarter of the allowance (the fixed one until the first
-  // rate: 1 GiB here, so 256 MiB): one sync, made ahead.
-  std::vector<uint64_t> blocks;
-  REQUIRE(alloc_blocks(t, *cache, 80, 4 * kMiB, &blocks));
-  for (uint64_t b : blocks) {
-    t.provider.launch(b, 4 * kMiB);
-    REQUIRE(t.free(*cache, b) == FreeStatus::Ok);
-  }
-  t.pool.sync_ahead_step();
-  PoolStats s = t.pool.stats();
-  CHECK(s.synchronizations == 1);
-  CHECK(s.synchronizations_ahead == 1);
-  // The thread's batch was retired in place: its next miss takes it back
-  // without a sync of its own, and the device is idle under every block.
-  for (int i = 0; i < 81; ++i) {
-    REQUIRE(t.alloc(*cache, 4 * kMiB, &p) == AllocStatus::Ok);
-    t.provider.assert_idle(p, 4 * kMiB);
-  }
-  s = t.pool.stats();
-  CHECK(s.synchronizations == 1);
-  CHECK(t.provider.violations() == 0);
-  // Nothing freed since: no sync.
-  t.pool.sync_ahead_step();
-  CHECK(t.pool.stats().synchronizations == 1);
-  CHECK(t.pool.check() == "");
-}
-
-TEST_CASE("sync ahead: off, or asleep, the step does nothing", "[allowance][pool]") {
-  for (const bool asleep : {false, true}) {
-    PoolUnderTest t(8 * kGiB, FakeProvider::Backing::None, with_slack(10 * kMs, /*sync_ahead=*/asleep));
-    Attached cache(t.pool);
-    std::vector<uint64_t> blocks;
-    REQUIRE(alloc_blocks(t, *cache, 200, 4 * kMiB, &blocks));
-    for (uint64_t b : blocks) REQUIRE(t.free(*cache, b) == FreeStatus::Ok);
-    if (asleep) REQUIRE(t.pool.sleep(0) == SleepStatus::Ok);
-    const uint64_t syncs = t.pool.stats().synchronizations;
-    CHECK(t.pool.sync_ahead_step() == kSyncAheadIdleNs);
-    CHECK(t.pool.stats().synchronizations == syncs);
-    CHECK(t.pool.stats().synchronizations_ahead == 0);
-    if (asleep) REQUIRE(t.pool.wake() == SleepStatus::Ok);
-    CHECK(t.pool.check() == "");
-  }
-}
-
-TEST_CASE("sync ahead: the program's threads sync less, for no more memory", "[allowance][pool]") {
-  // The two-thread training loop, with and without the sync thread's steps:
-  // with them, most syncs are made ahead, and the program's own (each of
-  // which drains the device's queue on a GPU) are fewer.
-  const StepShape shape;
-  uint64_t held_off = 0, held_on = 0, peak = 0;
-  PoolStats off, on;
-  {
-    PoolUnderTest t(140 * kGiB, FakeProvider::Backing::None, with_slack(2 * kMs, false));
-    peak = run_steps(t, 30, shape, &held_off);
-    off = t.pool.stats();
-    CHECK(t.provider.violations() == 0);
-  }
-  {
-    PoolUnderTest t(140 * kGiB, FakeProvider::Backing::None, with_slack(2 * kMs, true));
-    SyncAheadThread sync{t};
-    CHECK(run_steps(t, 30, shape, &held_on, std::ref(sync)) == peak);
-    on = t.pool.stats();
-    CHECK(t.provider.violations() == 0);
-    CHECK(t.pool.check() == "");
-  }
-  const uint64_t own_off = off.synchronizations, own_on = on.synchronizations - on.synchronizations_ahead;
-  INFO("peak " << peak / kMiB << " MiB; off: held " << held_off / kMiB << " MiB, " << own_off
-               << " syncs; on: held " << held_on / kMiB << " MiB, " << on.synchronizations_ahead << " ahead, "
-               << own_on << " by the program");
-  CHECK(on.synchronizations_ahead > 0);
-  CHECK(own_on < own_off);  // 69 -> 63 when written, steps at most every 1 ms
-  CHECK(held_on <= held_off + 256 * kMiB);  // a chunk at most
-}
-
-TEST_CASE("sync ahead: on a thread of its own, nothing is reused before the device is done", "[allowance][pool]") {
-  // Random sizes on two program threads that launch work on every block
-  // they hold and check the device is idle under every block they get,
-  // while a third thread steps as pagefast-sync does (real time, so the
-  // interleavings are the scheduler's).
-  PoolUnderTest t(16 * kGiB, FakeProvider::Backing::None, with_slack(100 * kUs));
-  std::atomic<bool> done{false};
-  std::thread syncer([&] {
-    while (!done.load()) {
-      t.pool.sync_ahead_step();
-      t.clock.advance_ns(50 * kUs);
-      std::this_thread::yield();
-    }
-  });
-  std::atomic<int> failures{0};  // Catch's assertions are for the main thread
-  auto program = [&](unsigned seed) {
-    Attached cache(t.pool);
-    std::mt19937_64 rng(seed);
-    std::vector<std::pair<uint64_t, uint64_t>> held;
-    // At least 4000 calls, and on until the sync thread has made a sync
-    // (the scheduler decides when it runs).
-    auto more = [&](int i) { return i < 4000 || (i < 400000 && t.pool.stats().synchronizations_ahead == 0); };
-    for (int i = 0; more(i); ++i) {
-      if (held.size() < 40 && (held.empty() || rng() % 3)) {
-        static const uint64_t kSizes[] = {512, 3000, 200 * 1024, 1 * kMiB, 3 * kMiB, 20 * kMiB, 64 * kMiB};
-        const uint64_t bytes = kSizes[rng() % 7];
-        uint64_t p = 0;
-        if (t.alloc(*cache, bytes, &p) != AllocStatus::Ok) {
-          failures.fetch_add(1);
-          return;
-        }
-        t.provider.assert_idle(p, bytes);
-        t.provider.launch(p, bytes);
-        held.emplace_back(p, bytes);
-      } else {
-        const size_t k = size_t(rng() % held.size());
-        t.provider.launch(held[k].first, held[k].second);
-        if (t.free(*cache, held[k].first) != FreeStatus::Ok) failures.fetch_add(1);
-        held[k] = held.back();
-        held.pop_back();
-      }
-    }
-    for (auto& h : held)
-      if (t.free(*cache, h.first) != FreeStatus::Ok) failures.fetch_add(1);
-  };
-  std::thread a(program, 1u), b(program, 2u);
-  a.join();
-  b.join();
-  done.store(true);
-  syncer.join();
-  const PoolStats s = t.pool.stats();
-  CHECK(failures.load() == 0);
-  INFO("syncs " << s.synchronizations << ", ahead " << s.synchronizations_ahead);
-  CHECK(s.synchronizations_ahead > 0);
-  CHECK(t.provider.violations() == 0);
-  CHECK(t.pool.check() == "");
-}
-
 TEST_CASE("a provider that maps at no chunk offset: whole chunks are still stitched", "[arena][pool]") {
   // With 2 MiB chunks every free run is made of whole chunks, each mapped
   // at offset 0 of its physical allocation: the stitch the H200 allows.
@@ -419,50 +254,6 @@ TEST_CASE("a provider that maps at no chunk offset: whole chunks are still stitc
   CHECK(t.pool.stats().stitches == 1);
   for (size_t i = 1; i < kept.size(); i += 2) CHECK(check(kept[i], 2 * kMiB, i));  // the live blocks kept their bytes
   CHECK(check(big, 20 * kMiB, 1000));
-  CHECK(t.provider.violations() == 0);
-  CHECK(t.pool.check() == "");
-}
-
-TEST_CASE("split growth: a large request grows in whole chunks, which stitch where maps take no part", "[arena][pool]") {
-  PoolConfig config = config_with(2 * kMiB, 160 * kMiB);
-  config.split_growth = true;
-  PoolUnderTest t(1 * kGiB, FakeProvider::Backing::Host, config);
-  t.provider.set_offset_maps(false);
-  Attached cache(t.pool);
-  // 20 MiB: ten chunks of 2 MiB, side by side, one block over all of them.
-  uint64_t big = 0;
-  REQUIRE(t.alloc(*cache, 20 * kMiB, &big) == AllocStatus::Ok);
-  CHECK(t.provider.calls(FakeProvider::Op::Create) == 10);
-  CHECK(t.provider.live_chunks() == 10);
-  fill(big, 20 * kMiB, 1000);
-  // Scatter: 4 MiB blocks (two chunks each), every other one freed.
-  const std::vector<uint64_t> kept = scatter_filled(t, *cache, 34, 4 * kMiB);
-  // At the limit (160 MiB), 40 MiB can only come from the scattered chunks.
-  uint64_t stitched = 0;
-  REQUIRE(t.alloc(*cache, 40 * kMiB, &stitched) == AllocStatus::Ok);
-  fill(stitched, 40 * kMiB, 2000);
-  const PoolStats s = t.pool.stats();
-  CHECK(s.stitches == 1);
-  CHECK(s.mapped_bytes <= 160 * kMiB);
-  CHECK(check(big, 20 * kMiB, 1000));
-  for (size_t i = 1; i < kept.size(); i += 2) CHECK(check(kept[i], 4 * kMiB, i));
-  CHECK(check(stitched, 40 * kMiB, 2000));
-  CHECK(t.provider.violations() == 0);
-  CHECK(t.pool.check() == "");
-}
-
-TEST_CASE("split growth: a chunk that fails ends the growth, the ones grown stay usable", "[arena][pool]") {
-  PoolConfig config = config_with(2 * kMiB);
-  config.split_growth = true;
-  PoolUnderTest t(1 * kGiB, FakeProvider::Backing::None, config);
-  Attached cache(t.pool);
-  t.provider.fail(FakeProvider::Op::Create, 3);  // the fourth create of the next growth
-  uint64_t p = 0;
-  // Growth fails after three chunks; the pool then retries under pressure
-  // and serves the request (the fault was once).
-  REQUIRE(t.alloc(*cache, 16 * kMiB, &p) == AllocStatus::Ok);
-  CHECK(t.provider.live_chunks() >= 8);
-  REQUIRE(t.free(*cache, p) == FreeStatus::Ok);
   CHECK(t.provider.violations() == 0);
   CHECK(t.pool.check() == "");
 }

@@ -34,7 +34,7 @@ def main():
                 "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:halt_on_error=1",
                 "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
                 "PAGEFAST_STATS": "stderr"})
-    exe = os.path.join(build, "tests", "policy", "pool_preload")
+    exe = os.path.join(build, "tests", "pool", "pool_preload")
     failures = 0
     for case in CASES:
         e = dict(env)

@@ -8,7 +8,7 @@ fresh random order each round; prints the medians of steps/s, of the
 peak memory the process held (NVML, tools/bench/nvml_peak.py, else
 nvidia-smi) and of the process's CPU time
 per step, their ratios, and each pagefast run's pool syncs (PAGEFAST_STATS
-at exit: all, and those the pagefast-sync thread made ahead), with the
+at exit), with the
 most the pool itself held (peak_mapped_bytes; the process's peak less
 the pool's is what the context and pass-throughs took).
 
@@ -56,10 +56,9 @@ def run(model, steps, env_extra, log_path=None):
     if os.path.exists(stats_path):
         text = open(stats_path).read()
         total = re.search(r'"synchronizations": (\d+)', text)
-        ahead = re.search(r'"synchronizations_ahead": (\d+)', text)
         pool_peak = re.search(r'"peak_mapped_bytes": (\d+)', text)
         if total:
-            syncs = total.group(1) + (f" ({ahead.group(1)} ahead)" if ahead else "")
+            syncs = total.group(1)
         if pool_peak:
             syncs += f", pool peak {int(pool_peak.group(1)) >> 20} MiB"
         os.unlink(stats_path)

@@ -22,9 +22,9 @@
 #include <cstring>
 #include <string>
 
+#include "interpose/ipc/ipc_wire.h"
 #include "interpose/live/segment.h"
 #include "interpose/pagefast.h"
-#include "interpose/pool/ipc_wire.h"
 #include "policy/options.h"
 
 #ifndef PAGEFAST_VERSION

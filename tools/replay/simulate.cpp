@@ -167,10 +167,6 @@ int main(int argc, char** argv) {
   uint64_t t_end = records.empty() ? 0 : records.back().t_ns;
   const uint64_t interval = pool->footprint_interval_ns();
   uint64_t next_decay = interval;
-  // The pagefast-sync thread's steps (sync_ahead): each says when the next
-  // comes. Its syncs finish at once here, as every sync of the simulation
-  // does: the GPU's would take until the device's queue drained.
-  uint64_t next_sync_ahead = 0;
   FILE* timeline = nullptr;
   if (!timeline_path.empty()) {
     timeline = std::fopen(timeline_path.c_str(), "w");
@@ -215,11 +211,6 @@ int main(int argc, char** argv) {
       pool->decay_step();
       sample(next_decay);
       next_decay += interval;
-    }
-    while (settings.config.sync_ahead && next_sync_ahead <= r.t_ns) {
-      clock.set(next_sync_ahead);
-      next_sync_ahead += pool->sync_ahead_step();
-      sample(clock.now_ns());
     }
     clock.set(r.t_ns);
     if (r.op == uint8_t(trace_format::Op::Alloc)) {
@@ -272,14 +263,13 @@ int main(int argc, char** argv) {
         "{\"trace\": \"%s\", \"records\": %zu, \"seconds\": %.3f, \"allocs\": %llu, \"frees\": %llu, "
         "\"skipped\": %llu, \"failed\": %llu, \"threads\": %zu, \"peak_live_bytes\": %llu, "
         "\"peak_live_granule_bytes\": %llu, \"peak_held_bytes\": %llu, \"held_at_end_bytes\": %llu, "
-        "\"held_vs_live\": %.4f, \"synchronizations\": %llu, \"synchronizations_ahead\": %llu, "
+        "\"held_vs_live\": %.4f, \"synchronizations\": %llu, "
         "\"growths\": %llu, \"releases\": %llu, \"stitches\": %llu, \"driver_creates\": %llu, "
         "\"driver_maps\": %llu, \"driver_unmaps\": %llu}\n",
         path.c_str(), records.size(), seconds, (unsigned long long)allocs, (unsigned long long)frees,
         (unsigned long long)skipped, (unsigned long long)failed, caches.size(), (unsigned long long)peak_live,
         (unsigned long long)peak_live_granules, (unsigned long long)peak_held, (unsigned long long)held_at_end,
-        ratio, (unsigned long long)s.synchronizations, (unsigned long long)s.synchronizations_ahead,
-        (unsigned long long)s.growths,
+        ratio, (unsigned long long)s.synchronizations, (unsigned long long)s.growths,
         (unsigned long long)s.releases, (unsigned long long)s.stitches, (unsigned long long)creates,
         (unsigned long long)maps, (unsigned long long)unmaps);
   } else {
@@ -290,10 +280,9 @@ int main(int argc, char** argv) {
     std::printf("program peak %.0f MiB (%.0f MiB in whole granules); pool peak held %.0f MiB (%.3fx), %.0f MiB at end\n",
                 mib(peak_live), mib(peak_live_granules), mib(peak_held), ratio, mib(held_at_end));
     std::printf(
-        "synchronizations %llu (%.0f/s; %llu ahead, %llu by the program's threads), growths %llu, releases %llu, "
+        "synchronizations %llu (%.0f/s), growths %llu, releases %llu, "
         "stitches %llu, failed %llu\n",
         (unsigned long long)s.synchronizations, seconds > 0 ? double(s.synchronizations) / seconds : 0.0,
-        (unsigned long long)s.synchronizations_ahead, (unsigned long long)(s.synchronizations - s.synchronizations_ahead),
                 (unsigned long long)s.growths, (unsigned long long)s.releases, (unsigned long long)s.stitches,
                 (unsigned long long)failed);
     // Each map is one physical allocation opened (the H200 maps whole

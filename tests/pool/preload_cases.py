@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/policy/preload_cases.py: the pool's integration cases. Runs
+"""tests/pool/preload_cases.py: the pool's integration cases. Runs
 pool_preload (linked with the fake libcuda.so.1) with and without
 LD_PRELOAD=libpagefast.so and checks what it prints.
 
@@ -19,7 +19,7 @@ def paths(build):
     return {
         "lib": os.path.join(build, "interpose", "libpagefast.so"),
         "fake": os.path.join(build, "tests", "fakecuda"),
-        "exe": os.path.join(build, "tests", "policy", "pool_preload"),
+        "exe": os.path.join(build, "tests", "pool", "pool_preload"),
     }
 
 
@@ -130,13 +130,8 @@ def case_capacity(build):
     env = {"FAKECUDA_TOTAL_MEM": "2G"}
     without = counts(run(build, ["capacity", arg], preload=False, env=env).stdout)
     check(len(without) == len(sizes), f"capacity without pagefast ran ({without})")
-    # Not split_growth:on (an experiment, off by default, to be removed):
-    # with chunk_size:2M its 5 MiB + 1 case held 298 blocks against 341 in
-    # half the runs of the suite on a fresh machine, and never in 46 runs of
-    # it alone on the development machine (idle or loaded, on one CPU,
-    # release_delay from 0 to 4s); no cause was found. Its unit cases stay
-    # (tests/policy/test_allowance.cpp). A shortfall prints the pool's stats.
-    for conf in ["", "chunk_size:2M", "chunk_size:1G", "sync_ahead:on", "idle_share:5"]:
+    # A shortfall prints the pool's stats.
+    for conf in ["", "chunk_size:2M", "chunk_size:1G", "idle_share:5"]:
         e = dict(env)
         if conf:
             e["PAGEFAST_CONF"] = conf
@@ -204,6 +199,16 @@ def case_config(build):
     check(m is not None and int(m.group(1)) < 16 * GiB, f"prewarm beyond the device did not take the device ({m and m.group(1)})")
     r = run(build, ["reuse"], env={"PAGEFAST_CONF": "limit:1"})
     check("'limit'" in r.stderr and "at least 2M" in r.stderr, f"limit:1 refused with the accepted values ({r.stderr[-300:]})")
+    # Keys an earlier version had: one warning naming them, and the pool
+    # still serves the program (not a pass-through).
+    r = run(build, ["reuse"], env={"PAGEFAST_CONF": "sync_ahead:on,chunk_size:2M,split_growth:on", "PAGEFAST_STATS": "stderr"})
+    expect_ok(r, "reuse", "removed keys")
+    lines = [l for l in r.stderr.splitlines() if "removed" in l]
+    check(len(lines) == 1 and "'sync_ahead' was removed" in lines[0] and "'split_growth' was removed" in lines[0]
+          and "ignored" in lines[0], f"removed keys: one warning naming both ({r.stderr[-400:]})")
+    m = re.search(r'"growths": (\d+)', r.stderr)
+    check("pass-through" not in r.stderr and m is not None and int(m.group(1)) > 0,
+          f"removed keys: the pool still serves ({r.stderr[-300:]})")
 
 
 def case_faults(build):
@@ -325,12 +330,9 @@ def main():
     elif name == "config":
         case_config(build)
     elif name in ("reuse", "threads"):
-        # sync_ahead:on: the pagefast-sync thread retires the quarantine
-        # while the program's threads reuse it (the fake driver counts
-        # any reuse before the device is done). idle_share: reclaims before
-        # growth on the program's threads.
-        case_simple(build, name, ["", "release_threshold:0", "chunk_size:2M", "sync_ahead:on", "sync_ahead:on,slack:0",
-                                  "idle_share:5"])
+        # The fake driver counts any reuse before the device is done.
+        # idle_share: reclaims before growth on the program's threads.
+        case_simple(build, name, ["", "release_threshold:0", "chunk_size:2M", "slack:0", "idle_share:5"])
     elif name == "devices":
         for preload in (False, True):
             expect_ok(run(build, ["devices"], preload=preload, env={"FAKECUDA_DEVICES": "2"}), "devices",

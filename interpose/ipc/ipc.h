@@ -1,4 +1,4 @@
-// interpose/pool/ipc.h: CUDA IPC (cuIpcGetMemHandle / cuIpcOpenMemHandle /
+// interpose/ipc/ipc.h: CUDA IPC (cuIpcGetMemHandle / cuIpcOpenMemHandle /
 // cuIpcCloseMemHandle) for pool blocks. docs/IPC.md has the handle layout,
 // the socket protocol and the failure answers.
 //
@@ -77,7 +77,7 @@ using Control = int (*)(uint16_t op, uint64_t arg);
 void set_control(Control control);
 bool start_control();
 
-// Sleep of the pool of `device` (sleep.cpp, docs/IPC.md "Sleep and wake"):
+// Sleep of the pool of `device` (interpose/pool/sleep.cpp, docs/IPC.md "Sleep and wake"):
 // begin_sleep returns the chunks importers map now, which must stay
 // resident; until end_sleep (after a wake, or a sleep that did not
 // happen) only blocks wholly in them can be opened, and any other export

@@ -1,4 +1,4 @@
-// tests/policy/pool_preload.cpp: a CUDA driver program for the pool's
+// tests/pool/pool_preload.cpp: a CUDA driver program for the pool's
 // integration tests: linked with the fake libcuda.so.1, run by
 // preload_cases.py with and without LD_PRELOAD=libpagefast.so. Each
 // subcommand checks what it can itself and prints one "ok ..." line, or

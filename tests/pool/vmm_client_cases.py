@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/policy/vmm_client_cases.py: the client VMM cache (docs/VMM-CLIENTS.md)
+"""tests/pool/vmm_client_cases.py: the client VMM cache (docs/VMM-CLIENTS.md)
 against the fake driver. Runs vmm_client (linked with the fake libcuda.so.1)
 with and without LD_PRELOAD=libpagefast.so and compares transcripts (one
 line per driver call and its result, never an address or a handle).
@@ -42,7 +42,7 @@ def run(args, preload=True, env=None):
     if preload:
         e["LD_PRELOAD"] = os.path.join(build, "interpose", "libpagefast.so")
     e.update(env or {})
-    exe = os.path.join(build, "tests", "policy", "vmm_client")
+    exe = os.path.join(build, "tests", "pool", "vmm_client")
     return subprocess.run([exe] + args, env=e, capture_output=True, text=True, timeout=120)
 
 

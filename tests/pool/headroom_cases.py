@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/policy/headroom_cases.py: the headroom and out-of-memory cases
+"""tests/pool/headroom_cases.py: the headroom and out-of-memory cases
 (docs/POOL.md "Headroom"). Runs headroom_preload (linked with the fake
 libcuda.so.1) with and without LD_PRELOAD=libpagefast.so on a small fake
 device, and checks what it prints.
@@ -24,7 +24,7 @@ def run(build, args, preload=True, env=None):
     if preload:
         e["LD_PRELOAD"] = os.path.join(build, "interpose", "libpagefast.so")
     e.update(env or {})
-    exe = os.path.join(build, "tests", "policy", "headroom_preload")
+    exe = os.path.join(build, "tests", "pool", "headroom_preload")
     return subprocess.run([exe] + args, env=e, capture_output=True, text=True, timeout=240)
 
 

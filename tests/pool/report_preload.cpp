@@ -1,4 +1,4 @@
-// tests/policy/report_preload.cpp: a CUDA driver program for the memory
+// tests/pool/report_preload.cpp: a CUDA driver program for the memory
 // report's integration cases (report_cases.py), linked with the fake
 // libcuda.so.1 and run under LD_PRELOAD=libpagefast.so. It fills the pool
 // with small and large blocks until CUDA_ERROR_OUT_OF_MEMORY (the limit

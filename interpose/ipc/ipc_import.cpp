@@ -1,4 +1,4 @@
-// interpose/pool/ipc_import.cpp: the importer's half of CUDA IPC of pool
+// interpose/ipc/ipc_import.cpp: the importer's half of CUDA IPC of pool
 // blocks (ipc.h, docs/IPC.md): the link to each exporter (one connection
 // while anything of it is open here), the check of who answers on it, the
 // requests with their sequence numbers and timeouts, and the mappings of
@@ -15,9 +15,9 @@
 #include <mutex>
 #include <vector>
 
+#include "interpose/ipc/ipc.h"
+#include "interpose/ipc/ipc_internal.h"
 #include "interpose/log.h"
-#include "interpose/pool/ipc.h"
-#include "interpose/pool/ipc_internal.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
 #include "policy/units.h"

@@ -1,4 +1,4 @@
-// interpose/pool/ipc_server.cpp: the exporter's socket (docs/IPC.md "The
+// interpose/ipc/ipc_server.cpp: the exporter's socket (docs/IPC.md "The
 // socket"): listening under the process's name, the pagefast-ipc thread
 // that serves opens, closes and status, who is at the other end of each
 // connection and whether that process still lives, the limits on
@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "interpose/ipc/ipc_internal.h"
 #include "interpose/log.h"
-#include "interpose/pool/ipc_internal.h"
 #include "interpose/service_thread.h"
 
 namespace pagefast::ipc::detail {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/policy/report_cases.py: the memory report (PAGEFAST_CONF
+"""tests/pool/report_cases.py: the memory report (PAGEFAST_CONF
 report:exit, PAGEFAST_REPORT, pagefast_report) on the fake driver. Runs
 report_preload under LD_PRELOAD=libpagefast.so with a 64 MiB limit and
 checks the report's file, mode and content; and that nothing is written
@@ -32,7 +32,7 @@ def run(build, args, env):
     e["LD_PRELOAD"] = os.path.join(build, "interpose", "libpagefast.so")
     e["FAKECUDA_TOTAL_MEM"] = "256M"
     e.update(env)
-    exe = os.path.join(build, "tests", "policy", "report_preload")
+    exe = os.path.join(build, "tests", "pool", "report_preload")
     return subprocess.run([exe] + args, env=e, capture_output=True, text=True, timeout=120)
 
 

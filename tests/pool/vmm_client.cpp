@@ -1,4 +1,4 @@
-// tests/policy/vmm_client.cpp: a program that manages VMM itself, for the
+// tests/pool/vmm_client.cpp: a program that manages VMM itself, for the
 // client VMM cache's integration tests (vmm_client_cases.py): linked with
 // the fake libcuda.so.1, run with and without LD_PRELOAD=libpagefast.so.
 // It prints a transcript: one line per driver call with its result (never

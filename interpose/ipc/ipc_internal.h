@@ -1,4 +1,4 @@
-// interpose/pool/ipc_internal.h: what the three parts of CUDA IPC share
+// interpose/ipc/ipc_internal.h: what the three parts of CUDA IPC share
 // (ipc.h is the API; docs/IPC.md the design). ipc.cpp owns the handle and
 // the export registry with its holds; ipc_server.cpp the socket, the
 // pagefast-ipc thread and the background thread; ipc_import.cpp the
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "interpose/pool/ipc.h"
-#include "interpose/pool/ipc_wire.h"
+#include "interpose/ipc/ipc.h"
+#include "interpose/ipc/ipc_wire.h"
 
 namespace pagefast::ipc::detail {
 

@@ -1,4 +1,4 @@
-// tests/policy/headroom_preload.cpp: a CUDA driver program for the
+// tests/pool/headroom_preload.cpp: a CUDA driver program for the
 // headroom and out-of-memory cases (docs/POOL.md "Headroom"), linked with
 // the fake libcuda.so.1 and run by headroom_cases.py with and without
 // LD_PRELOAD=libpagefast.so. Each subcommand prints one "ok ..." line, or

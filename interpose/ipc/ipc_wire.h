@@ -1,4 +1,4 @@
-// interpose/pool/ipc_wire.h: the wire of pagefast's per-process socket
+// interpose/ipc/ipc_wire.h: the wire of pagefast's per-process socket
 // (docs/IPC.md), shared by the library (ipc_server.cpp, ipc_import.cpp)
 // and pagefast-ctl: the socket's name and the rules for its directory, the
 // request, the reply's header, and the check of who answers. No CUDA

@@ -1,10 +1,10 @@
-// interpose/pool/ipc.cpp: CUDA IPC of pool blocks (see ipc.h and
+// interpose/ipc/ipc.cpp: CUDA IPC of pool blocks (see ipc.h and
 // docs/IPC.md), the exporter's half: the handle, the export registry and
 // its holds, what a sleep keeps resident, the chunks' exported
 // descriptors; and the small helpers the other parts share
 // (ipc_internal.h). The socket and its threads are ipc_server.cpp; the
 // importer is ipc_import.cpp.
-#include "interpose/pool/ipc.h"
+#include "interpose/ipc/ipc.h"
 
 #include <fcntl.h>
 #include <sys/auxv.h>
@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "interpose/ipc/ipc_internal.h"
 #include "interpose/live/segment.h"
 #include "interpose/log.h"
-#include "interpose/pool/ipc_internal.h"
 #include "interpose/pool/pool_internal.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
