@@ -30,8 +30,7 @@ std::atomic<bool> g_symbol_bound[kEntryCount];
 
 inline void note_symbol(Entry entry) {
   auto& bound = g_symbol_bound[int(entry)];
-  if (__builtin_expect(!bound.load(std::memory_order_relaxed), 0) && !bound.exchange(true) &&
-      !runtime::passthrough())
+  if (__builtin_expect(!bound.load(std::memory_order_relaxed), 0) && !bound.exchange(true) && !runtime::passthrough())
     stats::count_door(stats::Door::Symbol);
 }
 
@@ -59,8 +58,7 @@ void* proc_address_replacement(const char* symbol, void* driver_pointer, int cud
   const bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
   for (int i = 0; i < kEntryCount; ++i) {
     const EntryInfo& e = kEntryInfo[i];
-    if (e.ptds == per_thread && cuda_version >= e.since && cuda_version < e.until &&
-        std::strcmp(symbol, e.proc) == 0) {
+    if (e.ptds == per_thread && cuda_version >= e.since && cuda_version < e.until && std::strcmp(symbol, e.proc) == 0) {
       stats::count_door(stats::Door::ProcAddress);
       return kHookAddress[i];
     }
@@ -74,9 +72,9 @@ using namespace pagefast;
 
 // Door 1: the exported symbols, one per row, with the row's prototype.
 #define PF_EXPORTED(symbol, proc, since, until, ptds, pfn, params, args) \
-  PF_EXPORT CUresult symbol params {                                    \
-    note_symbol(Entry::symbol);                                         \
-    return hook::symbol args;                                           \
+  PF_EXPORT CUresult symbol params {                                     \
+    note_symbol(Entry::symbol);                                          \
+    return hook::symbol args;                                            \
   }
 PAGEFAST_ENTRIES(PF_EXPORTED)
 #undef PF_EXPORTED
@@ -115,8 +113,7 @@ void* decide_driver_name(void* handle, const char* name, DlsymFn real_lookup);
 // every dlsym call runs, is never instrumented and touches nothing but the
 // real dlsym's pointer and the name; names outside the table (all of the
 // runtime's) go straight to the real dlsym.
-extern "C" __attribute__((visibility("hidden"), PF_NO_SANITIZE)) void* pf_dlsym_decide(void* handle,
-                                                                                         const char* name) {
+extern "C" __attribute__((visibility("hidden"), PF_NO_SANITIZE)) void* pf_dlsym_decide(void* handle, const char* name) {
   DlsymFn real_lookup = real_dlsym();
   if (!real_lookup || !name || name[0] != 'c' || name[1] != 'u') return nullptr;
   return decide_driver_name(handle, name, real_lookup);

@@ -26,7 +26,6 @@ namespace pagefast {
 
 // What the driver's cuGetProcAddress returned for (symbol, version, flags),
 // or NULL when it is not an entry of the table.
-void* proc_address_replacement(const char* symbol, void* driver_pointer, int cuda_version,
-                               cuuint64_t flags);
+void* proc_address_replacement(const char* symbol, void* driver_pointer, int cuda_version, cuuint64_t flags);
 
 }  // namespace pagefast

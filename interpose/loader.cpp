@@ -62,8 +62,8 @@ bool load(RealDriver* d) {
   if (!handle) return false;
   d->handle = handle;
   int i = 0;
-#define PF_RESOLVE(symbol, proc, since, until, ptds, pfn, ...)  \
-  d->symbol = reinterpret_cast<pfn>(sym(handle, #symbol));      \
+#define PF_RESOLVE(symbol, proc, since, until, ptds, pfn, ...) \
+  d->symbol = reinterpret_cast<pfn>(sym(handle, #symbol));     \
   d->entry_address[i++] = reinterpret_cast<void*>(d->symbol);
   PAGEFAST_ENTRIES(PF_RESOLVE)
 #undef PF_RESOLVE
@@ -80,8 +80,7 @@ const RealDriver* real_driver() {
   if (state == 1) return &g_driver;
   if (state == 2) return nullptr;
   std::lock_guard<std::mutex> lock(g_load_mutex);
-  if (g_state.load(std::memory_order_relaxed) == 0)
-    g_state.store(load(&g_driver) ? 1 : 2, std::memory_order_release);
+  if (g_state.load(std::memory_order_relaxed) == 0) g_state.store(load(&g_driver) ? 1 : 2, std::memory_order_release);
   return g_state.load(std::memory_order_relaxed) == 1 ? &g_driver : nullptr;
 }
 

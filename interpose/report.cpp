@@ -12,8 +12,8 @@
 namespace pagefast::report {
 
 std::string text(const Config& config) {
-  std::string out = "pagefast memory report (pid " + std::to_string(getpid()) + ", version " PAGEFAST_VERSION "): " +
-                    describe(config) + "\n";
+  std::string out = "pagefast memory report (pid " + std::to_string(getpid()) +
+                    ", version " PAGEFAST_VERSION "): " + describe(config) + "\n";
   const std::string devices = pool::report_text();
   out += devices.empty() ? "no device pool (no pooled allocation yet, or the pool is off)\n" : devices;
   return out;

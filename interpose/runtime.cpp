@@ -125,7 +125,8 @@ bool driver_entered() { return g_passthrough_entered.load(std::memory_order_rela
 bool on_first_alloc() {
   static std::atomic<bool> bannered{false};
   if (!bannered.exchange(true)) {
-    log::write(LogLevel::Info, "active (pid {}, version {}): {}", getpid(), PAGEFAST_VERSION, describe(g_state->config));
+    log::write(LogLevel::Info, "active (pid {}, version {}): {}", getpid(), PAGEFAST_VERSION,
+               describe(g_state->config));
     if (g_state->config.stats_on) live::start(g_state->config);
   }
   static std::atomic<bool> checked{false};

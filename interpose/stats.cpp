@@ -70,11 +70,9 @@ inline void bump(int index) {
 
 uint64_t sum(int index) {
   uint64_t total = g_overflow[index].load(std::memory_order_relaxed);
-  for (Block* b = g_blocks.first(); b; b = b->next)
-    total += b->counter[index].load(std::memory_order_relaxed);
+  for (Block* b = g_blocks.first(); b; b = b->next) total += b->counter[index].load(std::memory_order_relaxed);
   return total;
 }
-
 
 }  // namespace
 

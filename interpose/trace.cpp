@@ -27,11 +27,11 @@
 #include <new>
 
 #include "interpose/context_memo.h"
-#include "interpose/thread_records.h"
 #include "interpose/files.h"
 #include "interpose/log.h"
 #include "interpose/real_driver.h"
 #include "interpose/service_thread.h"
+#include "interpose/thread_records.h"
 #include "interpose/trace_format.h"
 #include "policy/spin.h"
 
@@ -44,20 +44,20 @@ namespace {
 using trace_format::Op;
 using trace_format::Record;
 
-constexpr uint32_t kRingRecords = 1u << 16;          // 2 MiB of records a thread
-constexpr uint64_t kFullWaitNs = 50'000'000;         // a producer waits this long for room
-constexpr uint32_t kBatchRecords = 1u << 14;         // the writer's buffer: 512 KiB
-constexpr long kIdleSleepMinNs = 1'000'000;          // writer poll interval after work
-constexpr long kIdleSleepMaxNs = 8'000'000;          // ... backing off to this when idle
-constexpr int kExitJoinSeconds = 2;                  // the destructor's patience with the writer
+constexpr uint32_t kRingRecords = 1u << 16;   // 2 MiB of records a thread
+constexpr uint64_t kFullWaitNs = 50'000'000;  // a producer waits this long for room
+constexpr uint32_t kBatchRecords = 1u << 14;  // the writer's buffer: 512 KiB
+constexpr long kIdleSleepMinNs = 1'000'000;   // writer poll interval after work
+constexpr long kIdleSleepMaxNs = 8'000'000;   // ... backing off to this when idle
+constexpr int kExitJoinSeconds = 2;           // the destructor's patience with the writer
 
 struct Ring {
   // Producer side (the owning thread).
   alignas(64) std::atomic<uint64_t> head;
   uint64_t tail_seen;  // the producer's last look at tail: one load per lap, not per push
   std::atomic<uint64_t> lost;
-  bool dropping;  // the last push was dropped: drop without waiting until there is room
-  ContextMemo<uint8_t> device;  // the current context's device
+  bool dropping;                 // the last push was dropped: drop without waiting until there is room
+  ContextMemo<uint8_t> device;   // the current context's device
   std::atomic<uint32_t> thread;  // the owner's index, for lost markers
   // Writer side.
   alignas(64) std::atomic<uint64_t> tail;
@@ -133,8 +133,7 @@ int open_trace_file() {
 }
 
 void batch_flush() {
-  if (g_batch_used && !g_write_failed &&
-      !files::write_all(g_fd, g_batch, size_t(g_batch_used) * sizeof(Record))) {
+  if (g_batch_used && !g_write_failed && !files::write_all(g_fd, g_batch, size_t(g_batch_used) * sizeof(Record))) {
     g_write_failed = true;  // keep draining, so that producers never stall on a dead file
     log::write(LogLevel::Warn, "PAGEFAST_TRACE: write failed: {}; the rest of the trace is dropped",
                std::strerror(errno));
@@ -219,7 +218,6 @@ void start_writer() {
 }
 
 // ---- the producers ----
-
 
 void on_fork_child() {
   // The writer thread does not exist here and the file is the parent's:

@@ -33,16 +33,16 @@ inline constexpr uint8_t kMaxOp = 3;
 
 // Offsets of the header fields (docs/TRACE.md "Header").
 struct Header {
-  char magic[8];            // 0: "PFTRACE1"
-  uint32_t version;         // 8: kVersion
-  uint32_t header_bytes;    // 12: kHeaderBytes
-  uint32_t record_bytes;    // 16: kRecordBytes
-  uint32_t pid;             // 20: the traced process
-  uint64_t start_wall_ns;   // 24: CLOCK_REALTIME at trace start, ns since the epoch
-  uint64_t start_mono_ns;   // 32: CLOCK_MONOTONIC at trace start (t_ns = 0)
-  uint32_t ring_records;    // 40: per-thread ring capacity, in records
-  uint32_t flags;           // 44: 0 (reserved)
-  uint8_t reserved[16];     // 48: zero
+  char magic[8];           // 0: "PFTRACE1"
+  uint32_t version;        // 8: kVersion
+  uint32_t header_bytes;   // 12: kHeaderBytes
+  uint32_t record_bytes;   // 16: kRecordBytes
+  uint32_t pid;            // 20: the traced process
+  uint64_t start_wall_ns;  // 24: CLOCK_REALTIME at trace start, ns since the epoch
+  uint64_t start_mono_ns;  // 32: CLOCK_MONOTONIC at trace start (t_ns = 0)
+  uint32_t ring_records;   // 40: per-thread ring capacity, in records
+  uint32_t flags;          // 44: 0 (reserved)
+  uint8_t reserved[16];    // 48: zero
 };
 static_assert(sizeof(Header) == kHeaderBytes, "header layout");
 static_assert(offsetof(Header, start_wall_ns) == 24 && offsetof(Header, ring_records) == 40, "header layout");

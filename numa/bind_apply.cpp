@@ -39,8 +39,7 @@ const LibNuma* libnuma() {
     LibNuma found;
     found.available = reinterpret_cast<decltype(found.available)>(::dlsym(handle, "numa_available"));
     found.max_node = reinterpret_cast<decltype(found.max_node)>(::dlsym(handle, "numa_max_node"));
-    found.set_mempolicy =
-        reinterpret_cast<decltype(found.set_mempolicy)>(::dlsym(handle, "set_mempolicy"));
+    found.set_mempolicy = reinterpret_cast<decltype(found.set_mempolicy)>(::dlsym(handle, "set_mempolicy"));
     if (found.available && found.max_node && found.set_mempolicy) lib = found;
   });
   return lib.set_mempolicy ? &lib : nullptr;
@@ -108,11 +107,10 @@ class SystemAffinityOps final : public AffinityOps {
     if (const LibNuma* lib = libnuma()) {
       if (lib->available() < 0) return ENOSYS;
       if (mode != MPOL_DEFAULT && node > lib->max_node()) return EINVAL;  // the kernel lacks it
-      return to_errno(lib->set_mempolicy(mode, mask.empty() ? nullptr : mask.data(),
-                                         mask.empty() ? 0 : maxnode));
+      return to_errno(lib->set_mempolicy(mode, mask.empty() ? nullptr : mask.data(), mask.empty() ? 0 : maxnode));
     }
-    return to_errno(::syscall(SYS_set_mempolicy, mode, mask.empty() ? nullptr : mask.data(),
-                              mask.empty() ? 0ul : maxnode));
+    return to_errno(
+        ::syscall(SYS_set_mempolicy, mode, mask.empty() ? nullptr : mask.data(), mask.empty() ? 0ul : maxnode));
   }
 
  private:
@@ -140,8 +138,7 @@ AffinityOps& system_affinity_ops() {
   return *ops;
 }
 
-ApplyResult apply_plan(const BindPlan& plan, const CpuSet& restore_cpus, bool all_threads,
-                       AffinityOps& ops) {
+ApplyResult apply_plan(const BindPlan& plan, const CpuSet& restore_cpus, bool all_threads, AffinityOps& ops) {
   ApplyResult result;
   if (int err = ops.set_cpus(plan.cpus, all_threads)) {
     ops.set_cpus(restore_cpus, all_threads);  // all_threads may have moved some before failing

@@ -40,7 +40,6 @@ struct ApplyResult {
 
 // REQUIRES: plan.verdict == Verdict::Bind; restore_cpus is what the
 // affinity is now (put back on failure).
-ApplyResult apply_plan(const BindPlan& plan, const CpuSet& restore_cpus, bool all_threads,
-                       AffinityOps& ops);
+ApplyResult apply_plan(const BindPlan& plan, const CpuSet& restore_cpus, bool all_threads, AffinityOps& ops);
 
 }  // namespace pagefast::numa

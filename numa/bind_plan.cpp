@@ -13,8 +13,7 @@ BindPlan skip(BindPlan plan, Verdict verdict, std::string reason) {
 // The CPUs "not narrowed" is measured against; false when unknown.
 bool reference_cpus(const Topology& topo, CpuSet* cpus) {
   if (!topo.machine_cpus(cpus)) return false;
-  if (topo.cgroup_known && !topo.cgroup_cpus.intersect(*cpus).empty())
-    *cpus = topo.cgroup_cpus.intersect(*cpus);
+  if (topo.cgroup_known && !topo.cgroup_cpus.intersect(*cpus).empty()) *cpus = topo.cgroup_cpus.intersect(*cpus);
   return true;
 }
 
@@ -53,8 +52,7 @@ BindPlan plan_binding(const PlanInputs& in, const Topology& topo) {
     if (plan.who.empty()) plan.who = "device in use";
     gpu_index = topo.find_gpu(in.device_bdf);
     if (gpu_index < 0)
-      return skip(plan, Verdict::NodeUnknown,
-                  "device " + in.device_bdf + " is not under /proc/driver/nvidia/gpus");
+      return skip(plan, Verdict::NodeUnknown, "device " + in.device_bdf + " is not under /proc/driver/nvidia/gpus");
   } else {
     plan.gpu = choice.label;
     switch (choice.status) {
@@ -72,8 +70,7 @@ BindPlan plan_binding(const PlanInputs& in, const Topology& topo) {
   if (topo.cpu_node_count() < 2) return skip(plan, Verdict::OneNode, "one node");
   const GpuInfo& gpu = topo.gpus[static_cast<size_t>(gpu_index)];
   if (gpu.node < 0)
-    return skip(plan, Verdict::NodeUnknown,
-                "GPU " + gpu.bdf + " has no node (numa_node -1) and NVML did not say");
+    return skip(plan, Verdict::NodeUnknown, "GPU " + gpu.bdf + " has no node (numa_node -1) and NVML did not say");
   plan.node = gpu.node;
 
   CpuSet node_cpus;
@@ -83,20 +80,17 @@ BindPlan plan_binding(const PlanInputs& in, const Topology& topo) {
   } else if (gpu.local_cpus_known && !gpu.local_cpus.empty()) {
     node_cpus = gpu.local_cpus;  // the device's own list stands in for its node's
   } else {
-    return skip(plan, Verdict::Unusable,
-                "node " + std::to_string(gpu.node) + "'s CPUs cannot be read");
+    return skip(plan, Verdict::Unusable, "node " + std::to_string(gpu.node) + "'s CPUs cannot be read");
   }
 
   CpuSet reference;
   const bool reference_known = reference_cpus(topo, &reference);
   if (in.config.mode != NumaMode::Force) {
     if (!reference_known)
-      return skip(plan, Verdict::Unusable,
-                  "cannot tell whether the affinity was narrowed (no cpu/online)");
+      return skip(plan, Verdict::Unusable, "cannot tell whether the affinity was narrowed (no cpu/online)");
     if (!reference.subset_of(in.allowed))
       return skip(plan, Verdict::Narrowed,
-                  "affinity already narrowed to " + in.allowed.to_list() + " (of " +
-                      reference.to_list() + ")");
+                  "affinity already narrowed to " + in.allowed.to_list() + " (of " + reference.to_list() + ")");
   }
 
   const CpuSet& base = in.config.mode == NumaMode::Force && reference_known ? reference : in.allowed;

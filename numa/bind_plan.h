@@ -54,13 +54,13 @@ struct PlanInputs {
 struct BindPlan {
   Verdict verdict = Verdict::NoGpu;
   NumaMode mode = NumaMode::Auto;
-  std::string who;    // "rank 1", "numa:gpu=2"
+  std::string who;  // "rank 1", "numa:gpu=2"
   int rank = -1;
-  std::string gpu;    // bus id; the CUDA_VISIBLE_DEVICES entry when unresolved
+  std::string gpu;  // bus id; the CUDA_VISIBLE_DEVICES entry when unresolved
   int node = -1;
-  CpuSet cpus;        // Bind: the CPUs to run on
+  CpuSet cpus;  // Bind: the CPUs to run on
   MemoryPolicy memory = MemoryPolicy::None;
-  std::string reason; // one clause: why this, or why nothing
+  std::string reason;  // one clause: why this, or why nothing
 };
 
 BindPlan plan_binding(const PlanInputs& in, const Topology& topo);

@@ -43,9 +43,9 @@ std::string chain(const BindReport& r) {
 
 std::string BindReport::json() const {
   return std::string("{\"mode\":\"") + mode_name(mode) + "\",\"rank\":" + json_int(rank) +
-         ",\"gpu\":" + json_text(gpu) + ",\"node\":" + json_int(node) +
-         ",\"cpus\":" + json_text(cpus) + ",\"memory\":\"" + (memory.empty() ? "none" : memory) +
-         "\",\"action\":\"" + action_name(action) + "\",\"reason\":" + json_string(reason) + "}";
+         ",\"gpu\":" + json_text(gpu) + ",\"node\":" + json_int(node) + ",\"cpus\":" + json_text(cpus) +
+         ",\"memory\":\"" + (memory.empty() ? "none" : memory) + "\",\"action\":\"" + action_name(action) +
+         "\",\"reason\":" + json_string(reason) + "}";
 }
 
 std::string BindReport::line() const {
@@ -53,21 +53,16 @@ std::string BindReport::line() const {
                                    : memory == "bind"    ? "memory bound"
                                                          : "memory untouched";
   switch (action) {
-    case BindAction::Bound:
-      return "numa: " + chain(*this) + ", cpus " + cpus + ", " + memory_words;
+    case BindAction::Bound: return "numa: " + chain(*this) + ", cpus " + cpus + ", " + memory_words;
     case BindAction::Rebound:
-      return "numa: rebound for the device in use: " + chain(*this) + ", cpus " + cpus + ", " +
-             memory_words;
-    case BindAction::Unbound:
-      return "numa: " + reason + "; put back the affinity from before binding";
+      return "numa: rebound for the device in use: " + chain(*this) + ", cpus " + cpus + ", " + memory_words;
+    case BindAction::Unbound: return "numa: " + reason + "; put back the affinity from before binding";
     case BindAction::Nothing:
       return "numa: " + reason + "; nothing to bind" + (gpu.empty() ? "" : " (GPU " + gpu + ")");
-    case BindAction::LeftAlone:
-      return "numa: " + reason + "; left alone (" + chain(*this) + ")";
+    case BindAction::LeftAlone: return "numa: " + reason + "; left alone (" + chain(*this) + ")";
     case BindAction::Failed: {
       const std::string where = chain(*this);
-      return "numa: " + reason + "; left the process as it was" +
-             (where.empty() ? "" : " (" + where + ")");
+      return "numa: " + reason + "; left the process as it was" + (where.empty() ? "" : " (" + where + ")");
     }
   }
   return "numa: " + reason;

@@ -21,8 +21,8 @@ struct Session {
   Topology topo;
   CpuSet allowed_at_start;  // the affinity before pagefast touched it
   BindPlan plan;
-  bool bound = false;       // the start (or a re-) binding is in force
-  bool checked = false;     // check_device has run
+  bool bound = false;    // the start (or a re-) binding is in force
+  bool checked = false;  // check_device has run
   BindReport report;
 };
 
@@ -70,8 +70,7 @@ BindReport bind_at_start_with(const NumaConfig& config, LogSink log, const BindC
       s->plan = plan_binding(in, s->topo);
       s->report = make_report(s->plan, BindAction::Nothing);
     } else {
-      s->topo = read_topology(*ctx.reader, visible_needs_uuids(s->env) ? GpuUuids::ReadIfMultiNode
-                                                                        : GpuUuids::Skip);
+      s->topo = read_topology(*ctx.reader, visible_needs_uuids(s->env) ? GpuUuids::ReadIfMultiNode : GpuUuids::Skip);
       complete_with_oracle(&s->topo, s->env, ctx.oracle);
       if (!s->topo.problems.empty()) {
         std::string detail = "numa: topology:";
@@ -79,8 +78,7 @@ BindReport bind_at_start_with(const NumaConfig& config, LogSink log, const BindC
         emit(log, LogLevel::Debug, detail);
       }
       if (int err = ctx.ops->get_cpus(&s->allowed_at_start)) {
-        s->report = failed(s->plan, std::string("cannot read the CPU affinity (") +
-                                        std::strerror(err) + ")");
+        s->report = failed(s->plan, std::string("cannot read the CPU affinity (") + std::strerror(err) + ")");
       } else {
         in.allowed = s->allowed_at_start;
         s->plan = plan_binding(in, s->topo);
@@ -92,8 +90,7 @@ BindReport bind_at_start_with(const NumaConfig& config, LogSink log, const BindC
         }
       }
     }
-    emit(log, s->report.action == BindAction::Failed ? LogLevel::Warn : LogLevel::Info,
-         s->report.line());
+    emit(log, s->report.action == BindAction::Failed ? LogLevel::Warn : LogLevel::Info, s->report.line());
     BindReport out = s->report;
     std::lock_guard<std::mutex> lock(session_mutex());
     delete session_slot();
@@ -105,13 +102,11 @@ BindReport bind_at_start_with(const NumaConfig& config, LogSink log, const BindC
   }
 }
 
-void check_device_with(const char* pci_bus_id, const NumaConfig& config, LogSink log,
-                       AffinityOps& ops) {
+void check_device_with(const char* pci_bus_id, const NumaConfig& config, LogSink log, AffinityOps& ops) {
   try {
     std::string bdf;
     if (!pci_bus_id || !normalize_bdf(pci_bus_id, &bdf)) {
-      emit(log, LogLevel::Debug,
-           std::string("numa: cannot read the bus id '") + (pci_bus_id ? pci_bus_id : "") + "'");
+      emit(log, LogLevel::Debug, std::string("numa: cannot read the bus id '") + (pci_bus_id ? pci_bus_id : "") + "'");
       return;
     }
     std::lock_guard<std::mutex> lock(session_mutex());
@@ -123,16 +118,14 @@ void check_device_with(const char* pci_bus_id, const NumaConfig& config, LogSink
       return;
     }
     const std::string chosen = s->plan.gpu.empty() ? "none" : s->plan.gpu;
-    emit(log, LogLevel::Info, "numa: the device in use is " + bdf + ", not " + chosen +
-                                  " as chosen at start");
+    emit(log, LogLevel::Info, "numa: the device in use is " + bdf + ", not " + chosen + " as chosen at start");
     if (config.mode != NumaMode::Auto || config.gpu >= 0) return;  // asked for explicitly: kept
 
     // Only an affinity that is still what pagefast left is ours to change.
     CpuSet now;
     const CpuSet& expected = s->bound ? s->plan.cpus : s->allowed_at_start;
     if (ops.get_cpus(&now) != 0 || now != expected) {
-      emit(log, LogLevel::Info, "numa: the affinity changed since start (now " + now.to_list() +
-                                    "); not rebinding");
+      emit(log, LogLevel::Info, "numa: the affinity changed since start (now " + now.to_list() + "); not rebinding");
       return;
     }
     PlanInputs in{config, s->env, s->allowed_at_start, bdf};
@@ -159,8 +152,7 @@ void check_device_with(const char* pci_bus_id, const NumaConfig& config, LogSink
       s->plan = plan;  // nothing to undo; the stats should name the real device
       s->report = make_report(plan, action_for(plan.verdict));
     }
-    emit(log, s->report.action == BindAction::Failed ? LogLevel::Warn : LogLevel::Info,
-         s->report.line());
+    emit(log, s->report.action == BindAction::Failed ? LogLevel::Warn : LogLevel::Info, s->report.line());
   } catch (...) {
   }
 }

@@ -24,13 +24,12 @@ struct BindContext {
 
 // REQUIRES: lookup, reader and ops set.
 BindReport bind_at_start_with(const NumaConfig& config, LogSink log, const BindContext& ctx);
-void check_device_with(const char* pci_bus_id, const NumaConfig& config, LogSink log,
-                       AffinityOps& ops);
+void check_device_with(const char* pci_bus_id, const NumaConfig& config, LogSink log, AffinityOps& ops);
 
 // The report of a plan that ended in `action`.
 BindReport make_report(const BindPlan& plan, BindAction action);
 
-std::string render_report(const NumaConfig& config, const StartEnv& env, const Topology& topo,
-                          const CpuSet& allowed, int ranks, const std::string& sysroot);
+std::string render_report(const NumaConfig& config, const StartEnv& env, const Topology& topo, const CpuSet& allowed,
+                          int ranks, const std::string& sysroot);
 
 }  // namespace pagefast::numa

@@ -87,9 +87,7 @@ bool CpuSet::subset_of(const CpuSet& other) const {
   return true;
 }
 
-bool CpuSet::operator==(const CpuSet& other) const {
-  return subset_of(other) && other.subset_of(*this);
-}
+bool CpuSet::operator==(const CpuSet& other) const { return subset_of(other) && other.subset_of(*this); }
 
 std::vector<int> CpuSet::members() const {
   std::vector<int> out;

@@ -25,8 +25,7 @@ bool starts_with_nocase(const std::string& text, const std::string& prefix) {
 std::string printable(const std::string& text) {
   constexpr size_t kMaxQuoted = 64;
   std::string out;
-  for (char c : text.substr(0, kMaxQuoted))
-    out += std::isprint(static_cast<unsigned char>(c)) ? c : '?';
+  for (char c : text.substr(0, kMaxQuoted)) out += std::isprint(static_cast<unsigned char>(c)) ? c : '?';
   return text.size() > kMaxQuoted ? out + "..." : out;
 }
 
@@ -72,9 +71,8 @@ bool resolve_token(const std::string& token, const Topology& topo, int* gpu) {
     return *gpu >= 0;
   }
   if (starts_with_nocase(token, "MIG-GPU-")) {
-    std::string parent = token.substr(4, token.find('/') == std::string::npos
-                                             ? std::string::npos
-                                             : token.find('/') - 4);
+    std::string parent =
+        token.substr(4, token.find('/') == std::string::npos ? std::string::npos : token.find('/') - 4);
     *gpu = gpu_by_uuid_prefix(topo, parent);
     return *gpu >= 0;
   }
@@ -123,8 +121,7 @@ std::vector<std::string> split_visible(const std::string& text) {
   size_t start = 0;
   while (true) {
     size_t comma = text.find(',', start);
-    std::string token = text.substr(start, comma == std::string::npos ? std::string::npos
-                                                                      : comma - start);
+    std::string token = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     size_t b = token.find_first_not_of(" \t\n");
     size_t e = token.find_last_not_of(" \t\n");
     out.push_back(b == std::string::npos ? "" : token.substr(b, e - b + 1));
@@ -138,18 +135,15 @@ std::vector<std::string> split_visible(const std::string& text) {
 VisibleDevices resolve_visible(const StartEnv& env, const Topology& topo) {
   VisibleDevices visible;
   if (!env.visible_set) {
-    for (size_t i = 0; i < topo.gpus.size(); ++i)
-      visible.devices.push_back({std::to_string(i), static_cast<int>(i)});
+    for (size_t i = 0; i < topo.gpus.size(); ++i) visible.devices.push_back({std::to_string(i), static_cast<int>(i)});
     return visible;
   }
   std::vector<bool> listed(topo.gpus.size(), false);
   for (const std::string& token : split_visible(env.visible_devices)) {
     int gpu = -1;
     // MIG instances share a parent, and unread UUIDs all map to the one GPU.
-    bool is_mig = starts_with_nocase(token, "MIG-") ||
-                  (!topo.uuids_read && starts_with_nocase(token, "GPU-"));
-    if (!resolve_token(token, topo, &gpu) ||
-        (!is_mig && gpu >= 0 && listed[static_cast<size_t>(gpu)])) {
+    bool is_mig = starts_with_nocase(token, "MIG-") || (!topo.uuids_read && starts_with_nocase(token, "GPU-"));
+    if (!resolve_token(token, topo, &gpu) || (!is_mig && gpu >= 0 && listed[static_cast<size_t>(gpu)])) {
       visible.stopped_at = token.empty() ? "(empty entry)" : token;
       break;
     }
@@ -180,11 +174,8 @@ DeviceChoice choose_device(const StartEnv& env, const Topology& topo, int gpu_ov
   }
   if (count == 0) {
     choice.status = ChoiceStatus::NoGpu;
-    if (env.visible_set)
-      choice.why = "CUDA_VISIBLE_DEVICES='" + printable(env.visible_devices) + "' names no GPU here";
-    else
-      choice.why = topo.gpus.empty() ? "no NVIDIA GPU under /proc/driver/nvidia/gpus"
-                                     : "no visible GPU";
+    if (env.visible_set) choice.why = "CUDA_VISIBLE_DEVICES='" + printable(env.visible_devices) + "' names no GPU here";
+    else choice.why = topo.gpus.empty() ? "no NVIDIA GPU under /proc/driver/nvidia/gpus" : "no visible GPU";
     return choice;
   }
   if (gpu_override >= 0) {
@@ -200,8 +191,7 @@ DeviceChoice choose_device(const StartEnv& env, const Topology& topo, int gpu_ov
   } else {
     choice.ordinal = static_cast<int>(choice.rank % count);
     if (choice.rank >= count)
-      choice.why = "rank " + std::to_string(choice.rank) + " wraps onto " +
-                   std::to_string(count) + " visible GPUs";
+      choice.why = "rank " + std::to_string(choice.rank) + " wraps onto " + std::to_string(count) + " visible GPUs";
   }
   const VisibleDevice& device = visible.devices[static_cast<size_t>(choice.ordinal)];
   choice.gpu = device.gpu;

@@ -23,8 +23,7 @@ namespace pagefast::numa {
 // In the order they are consulted. LOCAL_RANK: torchrun, DeepSpeed,
 // Accelerate; SLURM_LOCALID: srun; OMPI_...: Open MPI; MPI_LOCALRANKID:
 // MPICH and Intel MPI.
-inline constexpr Opt kLocalRankVars[] = {Opt::LocalRank, Opt::SlurmLocalId, Opt::OmpiLocalRank,
-                                         Opt::MpiLocalRankId};
+inline constexpr Opt kLocalRankVars[] = {Opt::LocalRank, Opt::SlurmLocalId, Opt::OmpiLocalRank, Opt::MpiLocalRankId};
 
 struct StartEnv {
   std::string rank_var;   // the variable that gave the rank; "" when none is set
@@ -47,7 +46,7 @@ struct VisibleDevice {
 
 struct VisibleDevices {
   std::vector<VisibleDevice> devices;  // ordinal i is devices[i]
-  std::string stopped_at;  // the first entry that named nothing, "" if none did
+  std::string stopped_at;              // the first entry that named nothing, "" if none did
 };
 
 // CUDA's rules: unset means every GPU in order; entries are indexes,
@@ -70,19 +69,19 @@ std::vector<std::string> split_visible(const std::string& text);
 
 enum class ChoiceStatus {
   Chosen,
-  NoGpu,       // nothing visible: nothing to bind, not an error
+  NoGpu,          // nothing visible: nothing to bind, not an error
   ParentUnknown,  // a MIG instance whose GPU could not be found
-  Invalid,     // a rank or numa:gpu value that makes no sense: warn
+  Invalid,        // a rank or numa:gpu value that makes no sense: warn
 };
 
 struct DeviceChoice {
   ChoiceStatus status = ChoiceStatus::NoGpu;
-  std::string who;   // "rank 1", "numa:gpu=2": the start of the info line
+  std::string who;  // "rank 1", "numa:gpu=2": the start of the info line
   int rank = -1;
-  int ordinal = -1;  // the CUDA device ordinal inside the process
-  int gpu = -1;      // index into Topology::gpus when status is Chosen
-  std::string label; // the bus id, or the entry as written when unresolved
-  std::string why;   // a clause explaining a non-obvious choice or a failure
+  int ordinal = -1;   // the CUDA device ordinal inside the process
+  int gpu = -1;       // index into Topology::gpus when status is Chosen
+  std::string label;  // the bus id, or the entry as written when unresolved
+  std::string why;    // a clause explaining a non-obvious choice or a failure
 };
 
 // REQUIRES: gpu_override is NumaConfig::gpu (-1: choose from the rank).

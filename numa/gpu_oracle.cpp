@@ -22,8 +22,7 @@ void complete_with_oracle(Topology* topo, const StartEnv& env, GpuOracle* oracle
         strncasecmp(token.c_str(), "MIG-GPU-", 8) == 0)
       continue;
     std::string bdf;
-    if (oracle->mig_parent(token, &bdf) && normalize_bdf(bdf, &bdf))
-      topo->mig_parents.push_back({token, bdf});
+    if (oracle->mig_parent(token, &bdf) && normalize_bdf(bdf, &bdf)) topo->mig_parents.push_back({token, bdf});
   }
 }
 

@@ -28,9 +28,9 @@ enum class BindAction {
 struct BindReport {
   NumaMode mode = NumaMode::Auto;
   BindAction action = BindAction::Nothing;
-  std::string who;     // "rank 1", "numa:gpu=2"
-  int rank = -1;       // -1 when numa:gpu chose, or the rank was malformed
-  std::string gpu;     // bus id "0000:41:00.0"; "" when none was chosen
+  std::string who;  // "rank 1", "numa:gpu=2"
+  int rank = -1;    // -1 when numa:gpu chose, or the rank was malformed
+  std::string gpu;  // bus id "0000:41:00.0"; "" when none was chosen
   int node = -1;
   std::string cpus;    // the CPUs bound to, list format; "" when none
   std::string memory;  // "preferred", "bind" or "none"

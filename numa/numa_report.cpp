@@ -32,13 +32,12 @@ std::string describe_gpu(const Topology& topo, const VisibleDevice& device) {
 
 }  // namespace
 
-std::string render_report(const NumaConfig& config, const StartEnv& env, const Topology& topo,
-                          const CpuSet& allowed, int ranks, const std::string& sysroot) {
+std::string render_report(const NumaConfig& config, const StartEnv& env, const Topology& topo, const CpuSet& allowed,
+                          int ranks, const std::string& sysroot) {
   std::string out = "pagefast NUMA report (sysroot " + sysroot + ", numa:" + mode_name(config.mode);
   if (config.gpu >= 0) out += ", numa:gpu=" + std::to_string(config.gpu);
   out += ")\n";
-  out += "CUDA_VISIBLE_DEVICES " +
-         (env.visible_set ? "'" + env.visible_devices + "'" : std::string("unset")) +
+  out += "CUDA_VISIBLE_DEVICES " + (env.visible_set ? "'" + env.visible_devices + "'" : std::string("unset")) +
          "; CUDA_DEVICE_ORDER " + (env.device_order.empty() ? "unset" : env.device_order) +
          " (ordinals follow PCI bus order)\n";
 
@@ -87,8 +86,7 @@ std::string report(const NumaConfig& config, int ranks) {
   try {
     const char* root = std::getenv(option_name(Opt::Sysroot));
     RootedSysfsReader reader(root ? root : "");
-    StartEnv env = read_start_env([](const char* name, void*) -> const char* { return std::getenv(name); },
-                                  nullptr);
+    StartEnv env = read_start_env([](const char* name, void*) -> const char* { return std::getenv(name); }, nullptr);
     Topology topo = read_topology(reader);
     NvmlOracle nvml;
     if (reader.is_real_root()) complete_with_oracle(&topo, env, &nvml);

@@ -27,13 +27,13 @@ struct NvmlPciInfo {
 }  // namespace
 
 struct NvmlOracle::Api {
-  nvmlReturn_t (*init)();                                           // nvmlInit_v2
-  nvmlReturn_t (*shutdown)();                                       // nvmlShutdown
-  nvmlReturn_t (*by_pci_bus_id)(const char*, nvmlDevice_t*);        // nvmlDeviceGetHandleByPciBusId_v2
+  nvmlReturn_t (*init)();                                     // nvmlInit_v2
+  nvmlReturn_t (*shutdown)();                                 // nvmlShutdown
+  nvmlReturn_t (*by_pci_bus_id)(const char*, nvmlDevice_t*);  // nvmlDeviceGetHandleByPciBusId_v2
   nvmlReturn_t (*memory_affinity)(nvmlDevice_t, unsigned int, unsigned long*, unsigned int);
-  nvmlReturn_t (*by_uuid)(const char*, nvmlDevice_t*);              // nvmlDeviceGetHandleByUUID
-  nvmlReturn_t (*parent_of_mig)(nvmlDevice_t, nvmlDevice_t*);       // ...FromMigDeviceHandle
-  nvmlReturn_t (*pci_info)(nvmlDevice_t, NvmlPciInfo*);             // nvmlDeviceGetPciInfo_v3
+  nvmlReturn_t (*by_uuid)(const char*, nvmlDevice_t*);         // nvmlDeviceGetHandleByUUID
+  nvmlReturn_t (*parent_of_mig)(nvmlDevice_t, nvmlDevice_t*);  // ...FromMigDeviceHandle
+  nvmlReturn_t (*pci_info)(nvmlDevice_t, NvmlPciInfo*);        // nvmlDeviceGetPciInfo_v3
 };
 
 NvmlOracle::~NvmlOracle() {
@@ -49,13 +49,11 @@ bool NvmlOracle::ready() {
   Api api{};
   api.init = reinterpret_cast<decltype(api.init)>(::dlsym(lib, "nvmlInit_v2"));
   api.shutdown = reinterpret_cast<decltype(api.shutdown)>(::dlsym(lib, "nvmlShutdown"));
-  api.by_pci_bus_id =
-      reinterpret_cast<decltype(api.by_pci_bus_id)>(::dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
-  api.memory_affinity =
-      reinterpret_cast<decltype(api.memory_affinity)>(::dlsym(lib, "nvmlDeviceGetMemoryAffinity"));
+  api.by_pci_bus_id = reinterpret_cast<decltype(api.by_pci_bus_id)>(::dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
+  api.memory_affinity = reinterpret_cast<decltype(api.memory_affinity)>(::dlsym(lib, "nvmlDeviceGetMemoryAffinity"));
   api.by_uuid = reinterpret_cast<decltype(api.by_uuid)>(::dlsym(lib, "nvmlDeviceGetHandleByUUID"));
-  api.parent_of_mig = reinterpret_cast<decltype(api.parent_of_mig)>(
-      ::dlsym(lib, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle"));
+  api.parent_of_mig =
+      reinterpret_cast<decltype(api.parent_of_mig)>(::dlsym(lib, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle"));
   api.pci_info = reinterpret_cast<decltype(api.pci_info)>(::dlsym(lib, "nvmlDeviceGetPciInfo_v3"));
   if (!api.init || !api.shutdown || api.init() != kNvmlSuccess) return false;
   api_ = new Api(api);
@@ -67,8 +65,7 @@ int NvmlOracle::node_of(const std::string& bdf) {
   nvmlDevice_t device = nullptr;
   if (api_->by_pci_bus_id(bdf.c_str(), &device) != kNvmlSuccess) return -1;
   unsigned long mask[kNodeMaskWords] = {};
-  if (api_->memory_affinity(device, kNodeMaskWords, mask, kAffinityScopeNode) != kNvmlSuccess)
-    return -1;
+  if (api_->memory_affinity(device, kNodeMaskWords, mask, kAffinityScopeNode) != kNvmlSuccess) return -1;
   // One node, or no answer: a GPU "near" several nodes does not say where to bind.
   int node = -1;
   const int bits = static_cast<int>(8 * sizeof(unsigned long));
@@ -87,8 +84,7 @@ bool NvmlOracle::mig_parent(const std::string& mig_uuid, std::string* bdf) {
   nvmlDevice_t mig = nullptr, parent = nullptr;
   NvmlPciInfo info;
   std::memset(&info, 0, sizeof info);
-  if (api_->by_uuid(mig_uuid.c_str(), &mig) != kNvmlSuccess ||
-      api_->parent_of_mig(mig, &parent) != kNvmlSuccess ||
+  if (api_->by_uuid(mig_uuid.c_str(), &mig) != kNvmlSuccess || api_->parent_of_mig(mig, &parent) != kNvmlSuccess ||
       api_->pci_info(parent, &info) != kNvmlSuccess)
     return false;
   info.busId[sizeof info.busId - 1] = '\0';

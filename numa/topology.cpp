@@ -208,12 +208,11 @@ bool normalize_bdf(const std::string& text, std::string* bdf) {
   if (c2 == std::string::npos) return false;
   size_t c1 = c2 == 0 ? std::string::npos : t.rfind(':', c2 - 1);
   std::string domain_text = c1 == std::string::npos ? "0" : t.substr(0, c1);
-  std::string bus_text = t.substr(c1 == std::string::npos ? 0 : c1 + 1,
-                                  c2 - (c1 == std::string::npos ? 0 : c1 + 1));
+  std::string bus_text = t.substr(c1 == std::string::npos ? 0 : c1 + 1, c2 - (c1 == std::string::npos ? 0 : c1 + 1));
   unsigned long domain, bus, device, function;
   if (!parse_hex(domain_text, 8, &domain) || !parse_hex(bus_text, 2, &bus) ||
-      !parse_hex(t.substr(c2 + 1, dot - c2 - 1), 2, &device) ||
-      !parse_hex(t.substr(dot + 1), 1, &function) || device > 0x1f || function > 7)
+      !parse_hex(t.substr(c2 + 1, dot - c2 - 1), 2, &device) || !parse_hex(t.substr(dot + 1), 1, &function) ||
+      device > 0x1f || function > 7)
     return false;
   char out[32];
   std::snprintf(out, sizeof out, "%04lx:%02lx:%02lx.%lx", domain, bus, device, function);
@@ -242,18 +241,16 @@ Topology read_topology(const SysfsReader& reader, GpuUuids uuids) {
         continue;
       NodeInfo node;
       node.id = std::atoi(name.c_str() + 4);
-      node.cpus_known = read_cpulist(reader, std::string(kNodesDir) + "/" + name + "/cpulist",
-                                     &node.cpus, &topo.problems);
+      node.cpus_known =
+          read_cpulist(reader, std::string(kNodesDir) + "/" + name + "/cpulist", &node.cpus, &topo.problems);
       topo.nodes.push_back(node);
     }
-    std::sort(topo.nodes.begin(), topo.nodes.end(),
-              [](const NodeInfo& a, const NodeInfo& b) { return a.id < b.id; });
+    std::sort(topo.nodes.begin(), topo.nodes.end(), [](const NodeInfo& a, const NodeInfo& b) { return a.id < b.id; });
   } else {
     topo.problems.push_back(std::string(kNodesDir) + ": missing (kernel without NUMA)");
   }
 
-  topo.uuids_read = uuids == GpuUuids::Read ||
-                    (uuids == GpuUuids::ReadIfMultiNode && topo.cpu_node_count() >= 2);
+  topo.uuids_read = uuids == GpuUuids::Read || (uuids == GpuUuids::ReadIfMultiNode && topo.cpu_node_count() >= 2);
   if (reader.list_dir(kGpusDir, &names)) {
     for (const std::string& name : names) {
       GpuInfo gpu = read_gpu(reader, name, topo.uuids_read, &topo.problems);

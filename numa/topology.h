@@ -16,9 +16,9 @@
 namespace pagefast::numa {
 
 struct GpuInfo {
-  std::string bdf;   // normalised PCI bus id, "0000:41:00.0"
-  std::string uuid;  // "GPU-ba62939c-...", "" when the information file said none
-  int node = -1;     // nearest NUMA node; -1 unknown (sysfs says -1 in VMs)
+  std::string bdf;              // normalised PCI bus id, "0000:41:00.0"
+  std::string uuid;             // "GPU-ba62939c-...", "" when the information file said none
+  int node = -1;                // nearest NUMA node; -1 unknown (sysfs says -1 in VMs)
   bool node_from_nvml = false;  // node came from NVML, not sysfs
   bool local_cpus_known = false;
   CpuSet local_cpus;  // the device's local_cpulist
@@ -42,9 +42,9 @@ struct Topology {
   bool uuids_read = false;      // the information files were read (GpuUuids)
   std::vector<NodeInfo> nodes;  // ascending id
   bool online_known = false;
-  CpuSet online;                // /sys/devices/system/cpu/online
+  CpuSet online;  // /sys/devices/system/cpu/online
   bool cgroup_known = false;
-  CpuSet cgroup_cpus;           // the process's cgroup cpuset, effective CPUs
+  CpuSet cgroup_cpus;  // the process's cgroup cpuset, effective CPUs
   std::vector<MigParent> mig_parents;
   std::vector<std::string> problems;  // "<path>: missing" and the like
 

@@ -8,7 +8,9 @@ Allowance::Allowance(uint64_t slack_ns, uint64_t min_bytes, uint64_t max_bytes, 
     : slack_ns_(slack_ns),
       min_bytes_(min_bytes < max_bytes ? min_bytes : max_bytes),
       max_bytes_(max_bytes),
-      bytes_(initial_bytes < min_bytes_ ? min_bytes_ : initial_bytes > max_bytes ? max_bytes : initial_bytes) {}
+      bytes_(initial_bytes < min_bytes_  ? min_bytes_
+             : initial_bytes > max_bytes ? max_bytes
+                                         : initial_bytes) {}
 
 uint64_t Allowance::update(uint64_t now_ns, uint64_t freed_total) {
   if (slack_ns_ == kNoSlack) return bytes_;

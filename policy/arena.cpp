@@ -232,8 +232,7 @@ ProviderStatus Arena::grow(Granules min_granules, Granules max_step) {
   return ProviderStatus::Ok;
 }
 
-bool Arena::map_pieces(uint64_t stitch_addr, Block* const* pieces, int piece_count, Granules total,
-                       StitchInfo* info) {
+bool Arena::map_pieces(uint64_t stitch_addr, Block* const* pieces, int piece_count, Granules total, StitchInfo* info) {
   Granules offset;
   for (int i = 0; i < piece_count && offset < total; ++i) {
     const Granules taken = min_granules(pieces[i]->granules(), total - offset);
@@ -359,8 +358,7 @@ Block* Arena::stitch(Granules granules, int max_pieces, BlockState state) {
     if (!spare_blocks_.reserve(2)) throw std::bad_alloc();
     if (address_space_.take(granules, AddressSpace::End::High, &addr) != ProviderStatus::Ok) throw std::bad_alloc();
     have_addr = true;
-    if (!page_map_.ensure(addr, granules) ||
-        !map_pieces(addr, pieces.data(), int(pieces.size()), granules, info) ||
+    if (!page_map_.ensure(addr, granules) || !map_pieces(addr, pieces.data(), int(pieces.size()), granules, info) ||
         provider_.set_access(addr, granules, AccessSet{peers_, 0}) != ProviderStatus::Ok)
       throw std::bad_alloc();
     opened_.emplace(addr, granules);
@@ -457,8 +455,8 @@ bool Arena::release_chunk_of(Block* host, std::map<uint64_t, Chunk>::iterator ch
   Block* prev = host->addr_prev;
   Block* next = host->addr_next;
   Block* left = host_addr < chunk_addr ? host : nullptr;
-  Block* right = chunk_end < host_end ? new_block(chunk_end, granules_floor(host_end - chunk_end), BlockState::Free)
-                                      : nullptr;
+  Block* right =
+      chunk_end < host_end ? new_block(chunk_end, granules_floor(host_end - chunk_end), BlockState::Free) : nullptr;
   if (right) right->big = host->big;
   if (left) {
     left->set_range(host_addr, granules_floor(chunk_addr - host_addr));

@@ -25,8 +25,8 @@
 
 #include <cstdint>
 #include <map>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "policy/address_space.h"
 #include "policy/blocks.h"
@@ -41,13 +41,13 @@ constexpr Granules kNoLimitGranules = Granules(~uint64_t(0) >> kGranuleShift);
 // A run of one chunk's physical memory (for CUDA IPC of a block).
 struct PhysicalPiece {
   ChunkHandle chunk;
-  Granules offset;    // into the chunk
+  Granules offset;  // into the chunk
   Granules granules;
   Granules chunk_granules;  // the whole chunk's size
 };
 
 struct ArenaSettings {
-  Granules chunk_granules;                     // growth step
+  Granules chunk_granules;  // growth step
   // A request larger than a chunk grows a chunk of exactly its size, kept
   // apart (big_chunks): its free runs serve only requests over a chunk
   // that leave at most an eighth unused, and before another such growth
@@ -63,10 +63,10 @@ struct ArenaCounters {
   uint64_t growths = 0;
   uint64_t stitches = 0;
   uint64_t dissolves = 0;
-  uint64_t releases = 0;  // chunks released
+  uint64_t releases = 0;      // chunks released
   uint64_t big_releases = 0;  // of them, big chunks released to grow another
-  uint64_t leaks = 0;     // driver refused an unmap or release
-  uint64_t retried = 0;   // refused releases that a later trim completed
+  uint64_t leaks = 0;         // driver refused an unmap or release
+  uint64_t retried = 0;       // refused releases that a later trim completed
 };
 
 class Arena {
@@ -132,9 +132,9 @@ class Arena {
     uint64_t resident_chunks = 0;  // refused or shared: still mapped
     uint64_t shared_chunks = 0;    // of those, the ones in `shared`
     uint64_t shared_bytes = 0;
-    uint64_t kept_bytes = 0;       // copied to host memory
-    uint64_t copy_ns = 0;          // the batch copy to host memory
-    uint64_t unmap_ns = 0;         // unmap and release of every chunk
+    uint64_t kept_bytes = 0;  // copied to host memory
+    uint64_t copy_ns = 0;     // the batch copy to host memory
+    uint64_t unmap_ns = 0;    // unmap and release of every chunk
   };
   SleepResult sleep(bool keep, Clock& clock, const std::vector<ChunkHandle>& shared = {});
   // Maps fresh memory (or the kept handle) at every slept home address and
@@ -173,8 +173,7 @@ class Arena {
   // Used or SlabBacking block (home or stitched), in address order: one
   // piece per chunk segment. false if the range leaves the block or a
   // chunk cannot be found. Device lock held by the caller.
-  bool physical_pieces(const Block* block, Granules offset, Granules granules,
-                       std::vector<PhysicalPiece>* out) const;
+  bool physical_pieces(const Block* block, Granules offset, Granules granules, std::vector<PhysicalPiece>* out) const;
 
   // Consistency check for tests: links, page map, counts. Empty = fine.
   std::string check() const;
@@ -223,8 +222,7 @@ class Arena {
   void insert_free(Block* block);  // coalesce, then put on the bins
   // Appends the chunk segments of home range [addr, addr + granules).
   bool home_pieces(uint64_t addr, Granules granules, std::vector<PhysicalPiece>* out) const;
-  bool map_pieces(uint64_t stitch_addr, Block* const* pieces, int piece_count, Granules total,
-                  StitchInfo* info);
+  bool map_pieces(uint64_t stitch_addr, Block* const* pieces, int piece_count, Granules total, StitchInfo* info);
   // false if an unmap failed (its chunk is then never released).
   bool unmap_all(const StitchInfo& info);
   // Releases an unmapped chunk; one the driver refuses is kept and tried
@@ -258,8 +256,8 @@ class Arena {
   // Every range opened by one set_access call (a chunk's home mapping or a
   // stitch), still mapped: what a change of the peer set re-applies to.
   std::map<uint64_t, Granules> opened_;
-  uint64_t peers_ = 0;  // AccessSet::peers of every opened range
-  Block* free_stitches_ = nullptr;    // list of Free stitches (list_next)
+  uint64_t peers_ = 0;              // AccessSet::peers of every opened range
+  Block* free_stitches_ = nullptr;  // list of Free stitches (list_next)
   Granules free_stitched_;
   Granules lent_;
   Granules mapped_;

@@ -110,7 +110,7 @@ struct Slab : Span {
   uint8_t class_index = 0;
   uint32_t block_bytes = 0;
   uint32_t block_count = 0;
-  Block* backing = nullptr;  // the arena block cut by this slab
+  Block* backing = nullptr;       // the arena block cut by this slab
   SlabBlockInfo* info = nullptr;  // block_count entries
 
   // Central state, under the class lock: which blocks sit in the slab.

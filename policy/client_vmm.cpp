@@ -27,8 +27,8 @@ bool ClientVmmCache::take(uint64_t bytes, const std::string& prop, uint64_t* han
     // The job's first page not yet published comes before the first cached
     // page of these properties in the order of growth: the program maps in
     // order.
-    const uint64_t lowest = slot == free_.end() || slot->second.empty() ? UINT64_MAX
-                                                                          : slot->second.begin()->first.first;
+    const uint64_t lowest =
+        slot == free_.end() || slot->second.empty() ? UINT64_MAX : slot->second.begin()->first.first;
     bool wait = false;
     for (const AheadJob& j : jobs_)
       if (j.slot == key && !j.stop && (j.inflight || j.begun < j.pages) && j.first_unpublished_seq() < lowest)

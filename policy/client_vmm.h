@@ -108,22 +108,22 @@ class ClientDriver {
 };
 
 struct ClientVmmStats {
-  uint64_t cached_bytes = 0;      // released by the program, held by the cache
-  uint64_t create_hits = 0;       // cuMemCreate served from the cache
-  uint64_t create_misses = 0;     // eligible cuMemCreate that went to the driver
-  uint64_t deferred_unmaps = 0;   // cuMemUnmap answered without the driver
-  uint64_t revived_maps = 0;      // cuMemMap answered without the driver
-  uint64_t access_skipped = 0;    // cuMemSetAccess answered without the driver
-  uint64_t real_unmaps = 0;       // deferred mappings unmapped for real later
-  uint64_t trimmed_bytes = 0;     // cached memory given back to the driver
-  uint64_t prefetched = 0;        // handles created, mapped and opened ahead of the program
-  uint64_t ahead_waits = 0;       // program calls that waited for the worker's page
-  uint64_t ahead_wait_ns = 0;     // how long they waited, in all
-  uint64_t ahead_cancelled = 0;   // pages planned ahead and dropped (the program came first)
-  uint64_t ahead_misdirected = 0; // pages made ahead that the program mapped at another address
-  uint64_t ranges_kept = 0;       // cuMemAddressFree of a range of deferred mappings, kept with them
-  uint64_t ranges_reused = 0;     // cuMemAddressReserve answered with a kept range
-  uint64_t decayed_bytes = 0;     // cached memory given back after release_delay unused (part of trimmed_bytes)
+  uint64_t cached_bytes = 0;       // released by the program, held by the cache
+  uint64_t create_hits = 0;        // cuMemCreate served from the cache
+  uint64_t create_misses = 0;      // eligible cuMemCreate that went to the driver
+  uint64_t deferred_unmaps = 0;    // cuMemUnmap answered without the driver
+  uint64_t revived_maps = 0;       // cuMemMap answered without the driver
+  uint64_t access_skipped = 0;     // cuMemSetAccess answered without the driver
+  uint64_t real_unmaps = 0;        // deferred mappings unmapped for real later
+  uint64_t trimmed_bytes = 0;      // cached memory given back to the driver
+  uint64_t prefetched = 0;         // handles created, mapped and opened ahead of the program
+  uint64_t ahead_waits = 0;        // program calls that waited for the worker's page
+  uint64_t ahead_wait_ns = 0;      // how long they waited, in all
+  uint64_t ahead_cancelled = 0;    // pages planned ahead and dropped (the program came first)
+  uint64_t ahead_misdirected = 0;  // pages made ahead that the program mapped at another address
+  uint64_t ranges_kept = 0;        // cuMemAddressFree of a range of deferred mappings, kept with them
+  uint64_t ranges_reused = 0;      // cuMemAddressReserve answered with a kept range
+  uint64_t decayed_bytes = 0;      // cached memory given back after release_delay unused (part of trimmed_bytes)
 };
 
 class ClientVmmCache {
@@ -340,7 +340,7 @@ class ClientVmmCache {
   const size_t location_bytes_;
   const int prefetch_pages_;
   const bool ahead_on_worker_;
-  std::map<uint64_t, uint64_t> reservations_;        // base -> bytes
+  std::map<uint64_t, uint64_t> reservations_;  // base -> bytes
   // Reservations where the program mapped a handle the cache does not
   // track: never kept at cuMemAddressFree (what is mapped there is unknown).
   std::set<uint64_t> foreign_;
@@ -382,7 +382,7 @@ class ClientVmmCache {
   std::atomic<uint64_t> deferred_count_{0};
   std::list<AheadJob> jobs_;
   std::atomic<uint64_t> jobs_count_{0};
-  std::condition_variable jobs_cv_;  // a job queued, a page published, a job ended
+  std::condition_variable jobs_cv_;                           // a job queued, a page published, a job ended
   std::unordered_map<std::string, std::string> ahead_descs_;  // slot -> descriptors its pages are opened with
   ClientVmmStats stats_;
 };

@@ -14,7 +14,8 @@ namespace pagefast::policy {
 // outside policy/ that times itself (the Clock below for what policy/ times).
 inline uint64_t monotonic_now_ns() {
   return uint64_t(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
 }
 
 class MonotonicClock final : public Clock {

@@ -30,17 +30,17 @@ constexpr uint64_t kUnlimited = UINT64_MAX;
 constexpr uint64_t kDefaultHeadroomBytes = 1 * kGiB;
 
 struct PoolConfig {
-  bool enabled = true;                      // pool:on|off
-  uint64_t chunk_bytes = 256 * kMiB;        // chunk_size: physical growth step
+  bool enabled = true;                            // pool:on|off
+  uint64_t chunk_bytes = 256 * kMiB;              // chunk_size: physical growth step
   uint64_t release_threshold_bytes = kUnlimited;  // release_threshold
-  uint64_t limit_bytes = 0;                 // limit: 0 means none
+  uint64_t limit_bytes = 0;                       // limit: 0 means none
   // headroom: device memory left really free for the driver and the CUDA
   // libraries while pagefast holds idle memory (policy/device_budget.h).
   uint64_t headroom_bytes = kDefaultHeadroomBytes;
-  uint64_t prewarm_bytes = 0;               // prewarm
-  uint64_t reserve_bytes = 0;               // reserve: VA per range, 0 = auto
-  bool vmm_cache = true;                    // vmm_cache: cache the program's own cuMemCreate handles
-  int vmm_grow_ahead = 32;                  // vmm_grow_ahead: pages grown ahead of a program's segment (0: none)
+  uint64_t prewarm_bytes = 0;  // prewarm
+  uint64_t reserve_bytes = 0;  // reserve: VA per range, 0 = auto
+  bool vmm_cache = true;       // vmm_cache: cache the program's own cuMemCreate handles
+  int vmm_grow_ahead = 32;     // vmm_grow_ahead: pages grown ahead of a program's segment (0: none)
   // release_delay: idle memory unused this long decays to the driver
   // (policy/footprint.h); ~0 (off): never.
   uint64_t release_delay_ns = 5ull * 1000 * 1000 * 1000;
@@ -77,16 +77,16 @@ struct Config {
   NumaConfig numa;
   LogLevel log_level = LogLevel::Warn;
   bool log_off = false;
-  std::string log_file;    // PAGEFAST_LOG_FILE; empty = stderr
-  std::string stats_path;  // PAGEFAST_STATS; "stderr", a path, empty = none
+  std::string log_file;         // PAGEFAST_LOG_FILE; empty = stderr
+  std::string stats_path;       // PAGEFAST_STATS; "stderr", a path, empty = none
   bool report_at_exit = false;  // report:exit|off: the memory report at exit
   bool stats_on = true;         // stats:on|off: call counters and the live segment
   std::string live_dir;         // PAGEFAST_LIVE_DIR; empty = /dev/shm
   std::string report_path;      // PAGEFAST_REPORT; "stderr", a path, empty = stderr
   std::string trace_path;       // PAGEFAST_TRACE; a path (%p = pid), empty = no trace
-  std::string conf_text;   // PAGEFAST_CONF as given, for the banner
-  std::string error;       // the one message for a bad setting, if any
-  std::string warning;     // settings that are ignored (PAGEFAST_LOG, removed keys), "; "-joined: warned, not fatal
+  std::string conf_text;        // PAGEFAST_CONF as given, for the banner
+  std::string error;            // the one message for a bad setting, if any
+  std::string warning;  // settings that are ignored (PAGEFAST_LOG, removed keys), "; "-joined: warned, not fatal
 };
 
 // Reads the variables through `lookup` (getenv in production, a map in

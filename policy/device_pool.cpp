@@ -56,8 +56,7 @@ Allowance make_allowance(uint64_t slack_ns, uint64_t device_total_bytes, uint64_
   return Allowance(slack_ns, kAllowanceMinBytes < fixed ? kAllowanceMinBytes : fixed, most, fixed);
 }
 
-DevicePool::DevicePool(Provider& provider, Clock& clock, PageMap& page_map, const PoolSettings& settings,
-                       LogSink log)
+DevicePool::DevicePool(Provider& provider, Clock& clock, PageMap& page_map, const PoolSettings& settings, LogSink log)
     : provider_(provider),
       clock_(clock),
       page_map_(page_map),
@@ -69,9 +68,8 @@ DevicePool::DevicePool(Provider& provider, Clock& clock, PageMap& page_map, cons
       seal_bytes_(large_.batch_bytes),
       arena_(provider, page_map, this, arena_settings(settings)),
       quarantine_(provider, clock),
-      footprint_(settings.config.release_delay_ns, settings.config.release_threshold_bytes == kUnlimited
-                                                         ? 0
-                                                         : settings.config.release_threshold_bytes) {
+      footprint_(settings.config.release_delay_ns,
+                 settings.config.release_threshold_bytes == kUnlimited ? 0 : settings.config.release_threshold_bytes) {
   for (int c = 0; c < kClassCount; ++c) centrals_[c].init(c);
 }
 
@@ -156,8 +154,7 @@ bool DevicePool::new_slab(ThreadCache& cache, int class_index, AllocStatus* stat
   return true;
 }
 
-AllocStatus DevicePool::alloc_small_slow(ThreadCache& cache, int class_index, uint64_t request_bytes,
-                                         uint64_t* addr) {
+AllocStatus DevicePool::alloc_small_slow(ThreadCache& cache, int class_index, uint64_t request_bytes, uint64_t* addr) {
   if (!enter_slow()) return AllocStatus::OutOfMemory;
   SlowGuard gate{this};
   fold(cache);
@@ -166,17 +163,14 @@ AllocStatus DevicePool::alloc_small_slow(ThreadCache& cache, int class_index, ui
     retire_local(cache, true);
     if (pop_small(cache, class_index, request_bytes, addr)) return AllocStatus::Ok;
     if (quarantine_due(cache, Granules(0))) {
-      if (sync_and_retire(&cache, true) && pop_small(cache, class_index, request_bytes, addr))
-        return AllocStatus::Ok;
+      if (sync_and_retire(&cache, true) && pop_small(cache, class_index, request_bytes, addr)) return AllocStatus::Ok;
     }
-    if (refill_small(cache, class_index) && pop_small(cache, class_index, request_bytes, addr))
-      return AllocStatus::Ok;
+    if (refill_small(cache, class_index) && pop_small(cache, class_index, request_bytes, addr)) return AllocStatus::Ok;
     if (!new_slab(cache, class_index, &status)) {
       note_oom_request(request_bytes);
       return status;
     }
-    if (refill_small(cache, class_index) && pop_small(cache, class_index, request_bytes, addr))
-      return AllocStatus::Ok;
+    if (refill_small(cache, class_index) && pop_small(cache, class_index, request_bytes, addr)) return AllocStatus::Ok;
   }
   return status;
 }

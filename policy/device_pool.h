@@ -404,14 +404,14 @@ class DevicePool final : public IdleMemory {
   std::atomic<uint64_t> growth_ns_{0};
   std::atomic<uint64_t> release_ns_{0};
   std::atomic<uint64_t> headroom_releases_{0};  // growths that released chunks first
-  std::atomic<uint64_t> lost_blocks_{0};  // could not be quarantined (host OOM)
-  std::mutex oom_mutex_;  // last_oom_; taken on OOM paths only, never at exit
+  std::atomic<uint64_t> lost_blocks_{0};        // could not be quarantined (host OOM)
+  std::mutex oom_mutex_;                        // last_oom_; taken on OOM paths only, never at exit
   OomRecord last_oom_;
 
   // footprint and sleep (device_pool_footprint.cpp)
   std::mutex footprint_mutex_;  // footprint_, sleep, wake, decay_step
   Footprint footprint_;
-  uint64_t growths_seen_ = 0;   // arena growths at the last decay step
+  uint64_t growths_seen_ = 0;  // arena growths at the last decay step
   uint64_t last_decay_drain_ns_ = 0;
   std::atomic<bool> asleep_{false};
   std::atomic<unsigned> sleep_flags_{0};

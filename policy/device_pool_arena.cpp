@@ -94,8 +94,8 @@ void DevicePool::note_growth(const GrowthNote& note) {
   char line[384];
   std::snprintf(line, sizeof line,
                 "device %d: grew to %" PRIu64 " MiB for a %" PRIu64 " MiB %s: it held %" PRIu64
-                " MiB, of which %" PRIu64 " MiB free in %" PRIu64 " runs (the longest %" PRIu64
-                " MiB) and %" PRIu64 " MiB waiting for a sync or cached by threads; %" PRIu64 " syncs so far",
+                " MiB, of which %" PRIu64 " MiB free in %" PRIu64 " runs (the longest %" PRIu64 " MiB) and %" PRIu64
+                " MiB waiting for a sync or cached by threads; %" PRIu64 " syncs so far",
                 settings_.device, held / kMiB, note.request.bytes() / kMiB, note.for_slab ? "slab" : "block",
                 note.held_before / kMiB, note.free.bytes() / kMiB, note.runs, note.longest.bytes() / kMiB,
                 reclaimable / kMiB, quarantine_.synchronizations());
@@ -180,8 +180,7 @@ Block* DevicePool::obtain(ThreadCache* cache, Granules granules, bool for_slab, 
   return obtain_under_pressure(cache, granules, for_slab, status);
 }
 
-Block* DevicePool::obtain_under_pressure(ThreadCache* cache, Granules granules, bool for_slab,
-                                         AllocStatus* status) {
+Block* DevicePool::obtain_under_pressure(ThreadCache* cache, Granules granules, bool for_slab, AllocStatus* status) {
   const BlockState state = for_slab ? BlockState::SlabBacking : BlockState::Used;
   // Everything idle goes back where this request can reach it.
   drain_all();

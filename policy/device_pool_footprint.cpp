@@ -142,9 +142,10 @@ SleepStatus DevicePool::sleep(unsigned flags, const std::vector<ChunkHandle>& sh
                     result.shared_chunks, result.shared_bytes / kMiB);
     char line[640];
     std::snprintf(line, sizeof line,
-                  "device %d asleep in %" PRIu64 " ms: %" PRIu64 " chunks released, %" PRIu64 " MiB kept in host memory, %" PRIu64
-                  " MiB idle released, %" PRIu64 " chunks resident%s; sync and drain %" PRIu64 " ms, idle release %" PRIu64
-                  " ms, copy %" PRIu64 " MiB in %" PRIu64 " ms (%.1f GiB/s), unmap and release %" PRIu64 " ms",
+                  "device %d asleep in %" PRIu64 " ms: %" PRIu64 " chunks released, %" PRIu64
+                  " MiB kept in host memory, %" PRIu64 " MiB idle released, %" PRIu64
+                  " chunks resident%s; sync and drain %" PRIu64 " ms, idle release %" PRIu64 " ms, copy %" PRIu64
+                  " MiB in %" PRIu64 " ms (%.1f GiB/s), unmap and release %" PRIu64 " ms",
                   settings_.device, ms, result.slept_chunks, result.kept_bytes / kMiB, idle_released / kMiB,
                   result.resident_chunks, shared_note, synced_ns / 1000000, idle_ns / 1000000, result.kept_bytes / kMiB,
                   result.copy_ns / 1000000, gib_per_s(result.kept_bytes, result.copy_ns), result.unmap_ns / 1000000);

@@ -341,7 +341,8 @@ void FakeProvider::drop_host(void* host, uint64_t bytes) {
 
 bool FakeProvider::copy_one(HostCopy& copy, bool to_host) {
   if (!range_open(copy.addr, copy.bytes)) {
-    violation(to_host ? "copy from a range that is not mapped and open" : "copy to a range that is not mapped and open");
+    violation(to_host ? "copy from a range that is not mapped and open"
+                      : "copy to a range that is not mapped and open");
     copy.status = ProviderStatus::Failed;
     return false;
   }

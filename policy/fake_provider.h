@@ -158,7 +158,7 @@ class FakeProvider final : public Provider {
   std::map<uint64_t, uint64_t> reservations_;  // addr -> bytes
   std::map<uint64_t, Chunk> chunks_;
   uint64_t next_chunk_ = 1;
-  std::map<uint64_t, Mapping> maps_;  // addr -> mapping
+  std::map<uint64_t, Mapping> maps_;   // addr -> mapping
   std::map<uint64_t, uint64_t> busy_;  // addr -> end of device work
   uint64_t calls_[int(Op::kCount)] = {};
   Fault faults_[int(Op::kCount)];

@@ -38,10 +38,11 @@ constexpr Parser kPercent{Kind::Count, {}, nullptr, 0, false, 100};
 // case. pagefast has four levels: trace is debug, critical is error (its
 // errors are its gravest lines). Empty is the default.
 constexpr Choice kLevels[] = {
-    {"", int(LogLevel::Warn)},     {"warn", int(LogLevel::Warn)},   {"warning", int(LogLevel::Warn)},
-    {"off", kLogOff},              {"error", int(LogLevel::Error)}, {"err", int(LogLevel::Error)},
-    {"critical", int(LogLevel::Error)}, {"info", int(LogLevel::Info)}, {"debug", int(LogLevel::Debug)},
-    {"trace", int(LogLevel::Debug)},
+    {"", int(LogLevel::Warn)},          {"warn", int(LogLevel::Warn)},
+    {"warning", int(LogLevel::Warn)},   {"off", kLogOff},
+    {"error", int(LogLevel::Error)},    {"err", int(LogLevel::Error)},
+    {"critical", int(LogLevel::Error)}, {"info", int(LogLevel::Info)},
+    {"debug", int(LogLevel::Debug)},    {"trace", int(LogLevel::Debug)},
 };
 constexpr Parser kLevel{Kind::Choice, {}, kLevels, int(sizeof kLevels / sizeof kLevels[0]), true};
 
@@ -83,11 +84,12 @@ constexpr OptionRow kRows[] = {
     {Opt::Trace, "PAGEFAST_TRACE", Scope::Own, &kPath, "a path (%p, %r, %h)", "", true, kLib,
      "record every `cuMemAlloc`/`cuMemFree` into a binary trace for `pagefast-replay` (docs/TRACE.md)",
      "size, address, result, thread, device, time; read once at load, works in every mode"},
-    {Opt::LiveDir, "PAGEFAST_LIVE_DIR", Scope::Own, &kDirectory, "a directory", "/dev/shm", true,
-     kLib | kReadByStat, "where each process keeps its live-stats segment for `pagefast-stat`", ""},
+    {Opt::LiveDir, "PAGEFAST_LIVE_DIR", Scope::Own, &kDirectory, "a directory", "/dev/shm", true, kLib | kReadByStat,
+     "where each process keeps its live-stats segment for `pagefast-stat`", ""},
     {Opt::IpcDir, "PAGEFAST_IPC_DIR", Scope::Own, &kDirectory, "a directory", "", true, kLib | kReadByCtl,
      "where a process sharing pool memory through CUDA IPC keeps its socket",
-     "unset: in the abstract socket namespace; set it to a directory both processes see when they do not share a network namespace (docs/IPC.md); "
+     "unset: in the abstract socket namespace; set it to a directory both processes see when they do not share a "
+     "network namespace (docs/IPC.md); "
      "`pagefast-ctl` looks there too"},
     {Opt::Sysroot, "PAGEFAST_SYSROOT", Scope::Own, &kDirectory, "a directory", "", true, kLib | kRun,
      "root for every /proc and /sys path the NUMA binding reads (tests)",
@@ -109,26 +111,26 @@ constexpr OptionRow kRows[] = {
      "the local rank under MPICH and Intel MPI", ""},
     {Opt::CudaVisibleDevices, "CUDA_VISIBLE_DEVICES", Scope::Foreign, &kText, "CUDA's device list", "", false,
      kLib | kRun, "the GPUs the process sees, read as CUDA reads it, for the NUMA binding (docs/NUMA.md)", ""},
-    {Opt::CudaDeviceOrder, "CUDA_DEVICE_ORDER", Scope::Foreign, &kText, "CUDA's device order", "", false,
-     kLib | kRun, "named in the NUMA report only: ordinals follow PCI bus order either way (docs/NUMA.md)", ""},
+    {Opt::CudaDeviceOrder, "CUDA_DEVICE_ORDER", Scope::Foreign, &kText, "CUDA's device order", "", false, kLib | kRun,
+     "named in the NUMA report only: ordinals follow PCI bus order either way (docs/NUMA.md)", ""},
 
     {Opt::KeyPool, "pool", Scope::ConfKey, &kOnOff, "on|off", "on", false, kLib,
      "`off`: count and forward every call to the driver", ""},
-    {Opt::KeyChunkSize, "chunk_size", Scope::ConfKey, &kChunkSize, "a size, 2M..1T, multiple of 2M (e.g. 256M)",
-     "256M", false, kLib, "physical memory is created, mapped and opened for access in steps of this size", ""},
+    {Opt::KeyChunkSize, "chunk_size", Scope::ConfKey, &kChunkSize, "a size, 2M..1T, multiple of 2M (e.g. 256M)", "256M",
+     false, kLib, "physical memory is created, mapped and opened for access in steps of this size", ""},
     {Opt::KeyReleaseThreshold, "release_threshold", Scope::ConfKey, &kSizeOrMax, "a size (e.g. 8G) or max", "max",
      false, kLib, "idle memory kept beyond this is unmapped and released",
      "also the floor of `release_delay`'s decay (`max`: no floor)"},
-    {Opt::KeyLimit, "limit", Scope::ConfKey, &kLimit, "a size of at least 2M (e.g. 40G), 0 for none", "0", false,
-     kLib, "the most device memory the pool may hold; `cuMemGetInfo` then reports it as total", ""},
+    {Opt::KeyLimit, "limit", Scope::ConfKey, &kLimit, "a size of at least 2M (e.g. 40G), 0 for none", "0", false, kLib,
+     "the most device memory the pool may hold; `cuMemGetInfo` then reports it as total", ""},
     {Opt::KeyHeadroom, "headroom", Scope::ConfKey, &kAnySize, "a size (e.g. 1G), 0 for none", "1G", false, kLib,
      "while pagefast holds idle memory, the device keeps at least this much really free for the driver and the "
      "CUDA libraries (docs/POOL.md \"Headroom\")",
      "idle memory goes back when free memory falls under it; `0`: only out-of-memory answers give it back"},
     {Opt::KeyPrewarm, "prewarm", Scope::ConfKey, &kAnySize, "a size (e.g. 4G)", "0", false, kLib,
      "created and mapped at the first allocation on a device", ""},
-    {Opt::KeyReserve, "reserve", Scope::ConfKey, &kReserve, "a size, multiple of 2M, or 0 for auto", "0", false,
-     kLib, "virtual address space reserved per range (`0`: auto, 2x the device's memory)", ""},
+    {Opt::KeyReserve, "reserve", Scope::ConfKey, &kReserve, "a size, multiple of 2M, or 0 for auto", "0", false, kLib,
+     "virtual address space reserved per range (`0`: auto, 2x the device's memory)", ""},
     {Opt::KeyVmmCache, "vmm_cache", Scope::ConfKey, &kOnOff, "on|off", "on", false, kLib,
      "the program's own VMM calls served from a cache of the handles it released, and a range it freed with only "
      "those in it kept for its next reservation of that size; what stays unused for `release_delay` goes back "
@@ -141,7 +143,8 @@ constexpr OptionRow kRows[] = {
      "pages made ahead are counted free in `cuMemGetInfo` and given back on out-of-memory and after "
      "`release_delay` unused; `0`: off"},
     {Opt::KeyReleaseDelay, "release_delay", Scope::ConfKey, &kTime, "a time (e.g. 5s, 500ms, 0) or off", "5s", false,
-     kLib, "idle memory unused this long goes back to the driver, by the `pagefast-trim` thread (docs/POOL.md "
+     kLib,
+     "idle memory unused this long goes back to the driver, by the `pagefast-trim` thread (docs/POOL.md "
      "\"Footprint\"); so do the VMM handles a program released and pagefast cached (docs/VMM-CLIENTS.md)",
      "`0`: at the next step (10 ms); `off`: never"},
     {Opt::KeySlack, "slack", Scope::ConfKey, &kTime, "a time (e.g. 10ms, 500us, 0) or off", "10ms", false, kLib,

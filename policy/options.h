@@ -67,15 +67,15 @@ enum class Opt : int {
 
 // What a value is, for the parser and for the docs.
 enum class Kind : uint8_t {
-  OnOff,       // the one on/off parser (on, 1, true / off, 0, false)
-  Size,        // the one size parser (K/M/G/T) under a SizeRule
-  Time,        // parse_delay: 5s, 500ms, 250us, 2m, off
-  Count,       // a decimal number up to Parser::max
-  Choice,      // the one enum parser: a word from Parser::choices
-  Keys,        // PAGEFAST_CONF's key:value list
-  Path,        // a file; %p, %r, %h expanded (interpose/files.h)
-  Directory,   // a directory, taken as given
-  Text,        // taken as given
+  OnOff,      // the one on/off parser (on, 1, true / off, 0, false)
+  Size,       // the one size parser (K/M/G/T) under a SizeRule
+  Time,       // parse_delay: 5s, 500ms, 250us, 2m, off
+  Count,      // a decimal number up to Parser::max
+  Choice,     // the one enum parser: a word from Parser::choices
+  Keys,       // PAGEFAST_CONF's key:value list
+  Path,       // a file; %p, %r, %h expanded (interpose/files.h)
+  Directory,  // a directory, taken as given
+  Text,       // taken as given
 };
 
 // Where a row is set.
@@ -87,11 +87,11 @@ enum class Scope : uint8_t {
 
 // Who reads a row (a bit set), for the docs.
 enum Reader : uint8_t {
-  kReadByLibrary = 1,     // libpagefast.so
-  kReadByLauncher = 2,    // pagefast-run (and its helpers pagefast-enabled, pagefast-numa-report)
-  kReadByStat = 4,        // pagefast-stat
-  kReadByCtl = 8,         // pagefast-ctl
-  kReadByGpuScripts = 16, // tools/gpu-check, tools/bench
+  kReadByLibrary = 1,      // libpagefast.so
+  kReadByLauncher = 2,     // pagefast-run (and its helpers pagefast-enabled, pagefast-numa-report)
+  kReadByStat = 4,         // pagefast-stat
+  kReadByCtl = 8,          // pagefast-ctl
+  kReadByGpuScripts = 16,  // tools/gpu-check, tools/bench
 };
 
 // A row's parser: its kind and, per kind, the rule (parse_value uses them).
@@ -100,23 +100,23 @@ struct Parser {
   SizeRule size{};                  // Size
   const Choice* choices = nullptr;  // Choice
   int choice_count = 0;
-  bool fold_case = false;           // Choice: any case
-  uint64_t max = 0;                 // Count
+  bool fold_case = false;  // Choice: any case
+  uint64_t max = 0;        // Count
 };
 
 struct OptionRow {
-  Opt index;             // its own position: checked at compile time
-  const char* name;      // the variable, or the key
+  Opt index;         // its own position: checked at compile time
+  const char* name;  // the variable, or the key
   Scope scope;
   const Parser* parser;
-  const char* accepts;   // what the parser takes: the words of a bad value's message
+  const char* accepts;  // what the parser takes: the words of a bad value's message
   // As the parser takes it ("" when the default is "unset"); the test
   // `options` checks that it gives the built-in value (config.h).
   const char* default_value;
-  bool path;             // names a file or directory: ignored in secure execution
-  uint8_t readers;       // Reader bits
-  const char* meaning;   // one line (markdown backticks allowed; stripped for --help)
-  const char* notes;     // more for README.md, appended after "; " ("" when none)
+  bool path;            // names a file or directory: ignored in secure execution
+  uint8_t readers;      // Reader bits
+  const char* meaning;  // one line (markdown backticks allowed; stripped for --help)
+  const char* notes;    // more for README.md, appended after "; " ("" when none)
 };
 
 // The row of `o`, and its name (the variable or key).

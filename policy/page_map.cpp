@@ -4,7 +4,6 @@
 
 #include <sys/mman.h>
 
-
 namespace pagefast::policy {
 
 bool PageMap::ensure(uint64_t addr, Granules granules) {
@@ -13,8 +12,8 @@ bool PageMap::ensure(uint64_t addr, Granules granules) {
   if (last >> (kRootBits + kLeafBits)) return false;
   for (uint64_t r = first >> kLeafBits; r <= (last >> kLeafBits); ++r) {
     if (root_[r].load(std::memory_order_acquire)) continue;
-    void* memory = mmap(nullptr, sizeof(Leaf), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                        -1, 0);
+    void* memory =
+        mmap(nullptr, sizeof(Leaf), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (memory == MAP_FAILED) return false;
     Leaf* expected = nullptr;
     // Zero-filled by the kernel: every atomic entry reads as NULL.

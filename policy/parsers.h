@@ -12,11 +12,11 @@ namespace pagefast {
 
 // A size's bounds, for parse_size.
 struct SizeRule {
-  uint64_t min = 0;           // the least size but zero
+  uint64_t min = 0;  // the least size but zero
   uint64_t max = UINT64_MAX;
   uint64_t multiple = 1;
-  bool zero_ok = true;        // 0 passes whatever min says (limit:0 means none)
-  bool max_word = false;      // "max" and "unlimited" give UINT64_MAX
+  bool zero_ok = true;    // 0 passes whatever min says (limit:0 means none)
+  bool max_word = false;  // "max" and "unlimited" give UINT64_MAX
 };
 
 // One word that parse_choice takes. With digits > 0 the word is a prefix

@@ -141,9 +141,9 @@ std::string report_text(int device, const PoolReport& r) {
     out += buf;
     for (int i = 0; i < r.class_count; ++i) {
       const ClassOccupancy& c = r.classes[i];
-      const std::string block =
-          c.block_bytes >= kKiB && c.block_bytes % kKiB == 0 ? std::to_string(c.block_bytes / kKiB) + " KiB"
-                                                             : std::to_string(c.block_bytes) + " B";
+      const std::string block = c.block_bytes >= kKiB && c.block_bytes % kKiB == 0
+                                    ? std::to_string(c.block_bytes / kKiB) + " KiB"
+                                    : std::to_string(c.block_bytes) + " B";
       std::snprintf(buf, sizeof buf, "    %10s %8llu %14llu %12llu\n", block.c_str(), (unsigned long long)c.slabs,
                     (unsigned long long)c.blocks_in_use, (unsigned long long)c.free_blocks);
       out += buf;
@@ -155,9 +155,11 @@ std::string report_text(int device, const PoolReport& r) {
   } else {
     out += "  arena\n";
     line(out, "  chunks", count(r.chunks));
-    line(out, "  mapped granules", count(r.mapped.count()) + " (" + format_bytes(r.mapped.bytes(), ByteStyle::Report) + ")");
-    line(out, "  free granules", count(r.free_home.count()) + " in " + count(r.free_blocks) + " free blocks (" +
-                                     format_bytes(r.free_home.bytes(), ByteStyle::Report) + ")");
+    line(out, "  mapped granules",
+         count(r.mapped.count()) + " (" + format_bytes(r.mapped.bytes(), ByteStyle::Report) + ")");
+    line(out, "  free granules",
+         count(r.free_home.count()) + " in " + count(r.free_blocks) + " free blocks (" +
+             format_bytes(r.free_home.bytes(), ByteStyle::Report) + ")");
     line(out, "  lent / free stitched", count(r.lent.count()) + " / " + count(r.free_stitched.count()) + " granules");
     char frag[32];
     std::snprintf(frag, sizeof frag, "%.1f%%", 100.0 * fragmentation(r));
@@ -169,7 +171,8 @@ std::string report_text(int device, const PoolReport& r) {
            format_bytes(r.free_home.bytes(), ByteStyle::Report) + " by stitching free granules (largest free run " +
                format_bytes(r.largest_free_run.bytes(), ByteStyle::Report) + ")");
     else
-      line(out, "largest block, no growth", format_bytes(r.largest_free_run.bytes(), ByteStyle::Report) + " (the largest free run)");
+      line(out, "largest block, no growth",
+           format_bytes(r.largest_free_run.bytes(), ByteStyle::Report) + " (the largest free run)");
   }
 
   const OomRecord& o = r.last_oom;
@@ -179,17 +182,21 @@ std::string report_text(int device, const PoolReport& r) {
     line(out, "last out-of-memory", "none");
   } else {
     out += "  last out-of-memory (answer " + count(o.count) + ")\n";
-    line(out, "  request", o.request_bytes ? format_bytes(o.request_bytes, ByteStyle::Report) + " (" + count(o.request_bytes) + " bytes)"
-                                             : std::string("unknown"));
-    if (o.for_slab) line(out, "  needed", format_bytes(o.needed_bytes, ByteStyle::Report) + " for a new slab of its size class");
+    line(out, "  request",
+         o.request_bytes ? format_bytes(o.request_bytes, ByteStyle::Report) + " (" + count(o.request_bytes) + " bytes)"
+                         : std::string("unknown"));
+    if (o.for_slab)
+      line(out, "  needed", format_bytes(o.needed_bytes, ByteStyle::Report) + " for a new slab of its size class");
     line(out, "  limit", o.limit_bytes ? format_bytes(o.limit_bytes, ByteStyle::Report) : std::string("none"));
     line(out, "  idle released first", format_bytes(o.released_bytes, ByteStyle::Report));
     line(out, "  left (pool's view)",
          format_bytes(o.free_bytes, ByteStyle::Report) + " free in the pool" +
-             (o.headroom_bytes == kUnlimited ? std::string(", growth not limited")
-                                             : ", " + format_bytes(o.headroom_bytes, ByteStyle::Report) + " under the limit"));
-    line(out, "  answer", o.forwarded ? "handed to the driver (no limit: it may have memory the pool has not)"
-                                      : "CUDA_ERROR_OUT_OF_MEMORY");
+             (o.headroom_bytes == kUnlimited
+                  ? std::string(", growth not limited")
+                  : ", " + format_bytes(o.headroom_bytes, ByteStyle::Report) + " under the limit"));
+    line(out, "  answer",
+         o.forwarded ? "handed to the driver (no limit: it may have memory the pool has not)"
+                     : "CUDA_ERROR_OUT_OF_MEMORY");
   }
   return out;
 }

@@ -10,32 +10,32 @@
 namespace pagefast::policy {
 
 // X(name, meaning)
-#define PAGEFAST_POOL_STATS_FIELDS(X)                                                     \
-  X(reserved_bytes, "virtual address space reserved")                                    \
-  X(mapped_bytes, "physical memory created and mapped")                                  \
-  X(in_use_bytes, "handed out to the program (size classes and granules rounded up)")    \
-  X(idle_bytes, "mapped and not in use: free, cached, quarantined")                      \
-  X(peak_in_use_bytes, "highest in_use_bytes seen (sampled on slow paths and reads)")    \
-  X(hits, "allocations served without growing")                                          \
-  X(growths, "chunks created")                                                           \
-  X(stitches, "stitched mappings made from scattered free memory")                       \
-  X(releases, "chunks released to the driver")                                           \
-  X(synchronizations, "cuCtxSynchronize calls made to retire the quarantine")            \
-  X(passthroughs, "allocations handed to the real driver")                               \
-  X(quarantined_bytes, "freed, waiting for a synchronisation")                           \
-  X(cached_bytes, "retired blocks held by thread caches")                                \
-  X(ooms, "requests the pool could not serve after releasing what it could")             \
-  X(growth_ns, "time spent creating and mapping chunks")                                 \
-  X(synchronization_ns, "time spent in cuCtxSynchronize")                                \
+#define PAGEFAST_POOL_STATS_FIELDS(X)                                                 \
+  X(reserved_bytes, "virtual address space reserved")                                 \
+  X(mapped_bytes, "physical memory created and mapped")                               \
+  X(in_use_bytes, "handed out to the program (size classes and granules rounded up)") \
+  X(idle_bytes, "mapped and not in use: free, cached, quarantined")                   \
+  X(peak_in_use_bytes, "highest in_use_bytes seen (sampled on slow paths and reads)") \
+  X(hits, "allocations served without growing")                                       \
+  X(growths, "chunks created")                                                        \
+  X(stitches, "stitched mappings made from scattered free memory")                    \
+  X(releases, "chunks released to the driver")                                        \
+  X(synchronizations, "cuCtxSynchronize calls made to retire the quarantine")         \
+  X(passthroughs, "allocations handed to the real driver")                            \
+  X(quarantined_bytes, "freed, waiting for a synchronisation")                        \
+  X(cached_bytes, "retired blocks held by thread caches")                             \
+  X(ooms, "requests the pool could not serve after releasing what it could")          \
+  X(growth_ns, "time spent creating and mapping chunks")                              \
+  X(synchronization_ns, "time spent in cuCtxSynchronize")                             \
   X(release_ns, "time spent unmapping and releasing")
 
 // Fields after those: in the JSON only, not in the C API's struct (whose
 // size is fixed: interpose/pagefast.h) nor in the live segment's layout.
-#define PAGEFAST_POOL_STATS_JSON_FIELDS(X)                                                                    \
-  X(peak_mapped_bytes, "highest mapped_bytes: the most physical memory the pool held at once")             \
-  X(headroom_releases, "growths that first released free chunks to keep the headroom")                     \
-  X(headroom_relieved_bytes, "idle memory given back because free memory fell under the headroom")          \
-  X(oom_released_bytes, "idle memory given back after the driver answered a call out of memory")            \
+#define PAGEFAST_POOL_STATS_JSON_FIELDS(X)                                                         \
+  X(peak_mapped_bytes, "highest mapped_bytes: the most physical memory the pool held at once")     \
+  X(headroom_releases, "growths that first released free chunks to keep the headroom")             \
+  X(headroom_relieved_bytes, "idle memory given back because free memory fell under the headroom") \
+  X(oom_released_bytes, "idle memory given back after the driver answered a call out of memory")   \
   X(oom_retries, "driver calls retried after that")
 
 struct PoolStats {

@@ -43,9 +43,9 @@ enum class SyncStatus {
 
 // One chunk's copy between device and host memory (sleep with keep).
 struct HostCopy {
-  uint64_t addr = 0;     // a mapped, open device range (a chunk's home)
+  uint64_t addr = 0;  // a mapped, open device range (a chunk's home)
   uint64_t bytes = 0;
-  void* host = nullptr;  // copy_to_host: set by it; copy_from_host: given
+  void* host = nullptr;                            // copy_to_host: set by it; copy_from_host: given
   ProviderStatus status = ProviderStatus::Failed;  // set by either call
 };
 

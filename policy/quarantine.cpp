@@ -20,8 +20,7 @@ uint64_t entry_bytes(const QuarantineEntry& e) {
 }
 
 // Moves the retired prefix of `batch` to `out`; returns its bytes.
-uint64_t take_retired_prefix(const SyncTickets& tickets, QuarantineBatch* batch, QuarantineEntry* out,
-                             int* out_count) {
+uint64_t take_retired_prefix(const SyncTickets& tickets, QuarantineBatch* batch, QuarantineEntry* out, int* out_count) {
   uint32_t n = 0;
   while (n < batch->count && tickets.retired(batch->entries[n].stamp)) ++n;
   uint64_t bytes = 0;

@@ -130,7 +130,7 @@ class Quarantine {
   int take_retired(ThreadCache& cache, QuarantineEntry* out);
   // What the cache's own batches hold (for the caller's sync decision).
   struct Load {
-    bool sealed;  // a full batch waits
+    bool sealed;             // a full batch waits
     uint64_t blocks, bytes;  // in the filling batch
   };
   Load local_load(ThreadCache& cache);
@@ -181,7 +181,7 @@ class Quarantine {
   std::mutex sync_wait_mutex_;  // guards sync_running_; with sync_wait_cv_
   std::condition_variable sync_wait_cv_;
   std::atomic<bool> sync_running_{false};  // written under sync_wait_mutex_
-  std::mutex shared_mutex_;  // the shared list and the batch pool
+  std::mutex shared_mutex_;                // the shared list and the batch pool
   QuarantineBatch* shared_ = nullptr;
   QuarantineBatch* shared_tail_ = nullptr;
   MetaPool<QuarantineBatch, kQuarantineBatchRefill> batches_;

@@ -276,7 +276,7 @@ CUresult chunk_fd(const RealDriver* real, uint64_t chunk, int* fd_out) {
   }
   int fd = -1;
   const CUresult r = real->cuMemExportToShareableHandle(&fd, CUmemGenericAllocationHandle(chunk),
-                                                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+                                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
   if (r != CUDA_SUCCESS) return r;
   if (fd < 0) return CUDA_ERROR_INVALID_VALUE;
   ::fcntl(fd, F_SETFD, FD_CLOEXEC);
@@ -295,8 +295,8 @@ namespace detail {
 
 void open_export(const wire::Request& request, const HolderKey& holder, Reply* reply, std::vector<int>* fds) {
   wire::ReplyHeader& h = reply->header;
-  h = wire::ReplyHeader{wire::kReplyMagic, CUDA_ERROR_INVALID_VALUE, 0, uint32_t(request.seq), wire::kReasonNoExport,
-                        0};
+  h = wire::ReplyHeader{wire::kReplyMagic,     CUDA_ERROR_INVALID_VALUE, 0,
+                        uint32_t(request.seq), wire::kReasonNoExport,    0};
   const RealDriver* real = real_driver();
   std::lock_guard<std::mutex> guard(g_export_mutex);
   if (!g_by_id) return;
@@ -327,8 +327,10 @@ void open_export(const wire::Request& request, const HolderKey& holder, Reply* r
     if (r != CUDA_SUCCESS || fd < 0) {
       h.status = r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_VALUE;
       if (!g_warned_export.exchange(true))
-        log::write(LogLevel::Warn, "CUDA IPC: cuMemExportToShareableHandle answered {} for a pool chunk; another "
-                   "process cannot open this process's pool blocks", error_name(r));
+        log::write(LogLevel::Warn,
+                   "CUDA IPC: cuMemExportToShareableHandle answered {} for a pool chunk; another "
+                   "process cannot open this process's pool blocks",
+                   error_name(r));
       for (int sent : *fds) ::close(sent);
       fds->clear();
       h.piece_count = 0;
@@ -517,8 +519,13 @@ CUresult get_handle(policy::DevicePool* pool, policy::Span* span, CUdeviceptr dp
       }
     }
     if (!w.export_id) {
-      Export e{device, pool, found.range.base_addr, found.range.bytes, found.range.buffer_id,
-               found.first_granule_addr, std::move(found.pieces)};
+      Export e{device,
+               pool,
+               found.range.base_addr,
+               found.range.bytes,
+               found.range.buffer_id,
+               found.first_granule_addr,
+               std::move(found.pieces)};
       e.stale = sleeping;
       w.export_id = g_next_export_id++;
       (*g_by_id)[w.export_id] = std::move(e);

@@ -116,8 +116,10 @@ int connect_to(const ExporterKey& key) {
   } while (rc != 0 && errno == EINTR);
   if (rc != 0) {
     if (errno == EAGAIN || errno == ETIMEDOUT)
-      log::write(LogLevel::Warn, "CUDA IPC: process {} did not accept a connection within {} ms (stopped?); the "
-                 "open fails", key.pid, kTimeoutMs);
+      log::write(LogLevel::Warn,
+                 "CUDA IPC: process {} did not accept a connection within {} ms (stopped?); the "
+                 "open fails",
+                 key.pid, kTimeoutMs);
     ::close(fd);
     return -1;
   }
@@ -125,9 +127,10 @@ int connect_to(const ExporterKey& key) {
   int32_t pid = 0;
   if (!is_exporter(fd, key, &uid, &pid)) {
     if (!g_warned_impostor.exchange(true))
-      log::write(LogLevel::Warn, "CUDA IPC: the socket of process {}, {}, is held by another process (uid {}, pid {}), "
-                 "not by the process the handle names: not trusting it; opens of that process's handles fail", key.pid,
-                 wire::address_text(addr, len), uid, pid);
+      log::write(LogLevel::Warn,
+                 "CUDA IPC: the socket of process {}, {}, is held by another process (uid {}, pid {}), "
+                 "not by the process the handle names: not trusting it; opens of that process's handles fail",
+                 key.pid, wire::address_text(addr, len), uid, pid);
     ::close(fd);
     return -1;
   }
@@ -225,8 +228,8 @@ Exchange exchange_open(Link& link, const Wire& w, Reply* reply, std::vector<int>
   if (!drain_late(link, reply)) return Exchange::Broken;
   uint32_t seq = link.next_seq++;
   if (seq == 0) seq = link.next_seq++;
-  const wire::Request req{wire::kRequestMagic, wire::kVersion, wire::kOpOpen, w.export_id, seq,
-                          w.bytes, uint32_t(w.offset), w.device};
+  const wire::Request req{wire::kRequestMagic, wire::kVersion, wire::kOpOpen, w.export_id, seq, w.bytes,
+                          uint32_t(w.offset),  w.device};
   if (!send_all(link.fd, &req, sizeof req)) return Exchange::Broken;
   const uint64_t deadline = now_ns() + uint64_t(kTimeoutMs) * 1000000;
   for (;;) {
@@ -281,8 +284,8 @@ bool pieces_valid(const Reply& reply, bool whole, size_t* total) {
 // Whole chunks where they fit (a mapping at offset 0 of its handle, which
 // every driver takes), else each piece at its offset. *lead_out is where
 // the first piece starts in the mapping.
-CUresult map_import(const Reply& reply, const std::vector<int>& fds, int device, CUdeviceptr* va_out,
-                    size_t* bytes_out, uint64_t* lead_out, OpenTimes* times) {
+CUresult map_import(const Reply& reply, const std::vector<int>& fds, int device, CUdeviceptr* va_out, size_t* bytes_out,
+                    uint64_t* lead_out, OpenTimes* times) {
   const RealDriver* real = real_driver();
   if (!real || !real->cuMemImportFromShareableHandle || !real->cuMemAddressReserve || !real->cuMemMap ||
       !real->cuMemSetAccess || !real->cuMemUnmap || !real->cuMemRelease || !real->cuMemAddressFree)
@@ -307,7 +310,7 @@ CUresult map_import(const Reply& reply, const std::vector<int>& fds, int device,
     CUmemGenericAllocationHandle h = 0;
     uint64_t t0 = now_ns();
     r = real->cuMemImportFromShareableHandle(&h, reinterpret_cast<void*>(uintptr_t(fds[i])),
-                                            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
     times->import_ns += now_ns() - t0;
     t0 = now_ns();
     if (r != CUDA_SUCCESS) {
@@ -337,8 +340,10 @@ CUresult map_import(const Reply& reply, const std::vector<int>& fds, int device,
     failed = "cuMemSetAccess";
   }
   if (r != CUDA_SUCCESS) {
-    log::write(LogLevel::Warn, "CUDA IPC: cannot open a pool block of another process: {} answered {} ({} piece(s), "
-               "{} MiB{})", failed, error_name(r), count, total >> 20, whole ? ", whole chunks" : "");
+    log::write(LogLevel::Warn,
+               "CUDA IPC: cannot open a pool block of another process: {} answered {} ({} piece(s), "
+               "{} MiB{})",
+               failed, error_name(r), count, total >> 20, whole ? ", whole chunks" : "");
     for (const auto& m : maps) real->cuMemUnmap(m.first, m.second);
     real->cuMemAddressFree(va, total);
     return r == CUDA_ERROR_OUT_OF_MEMORY ? r : CUDA_ERROR_MAP_FAILED;
@@ -361,18 +366,23 @@ bool handle_valid(const Wire& w) {
 void log_refusal(const ExporterKey& key, const Reply& reply) {
   switch (reply.header.reason) {
     case wire::kReasonAsleep:
-      log::write(LogLevel::Warn, "CUDA IPC: cannot open a pool block of process {}: its pool is asleep "
+      log::write(LogLevel::Warn,
+                 "CUDA IPC: cannot open a pool block of process {}: its pool is asleep "
                  "(pagefast_sleep or pagefast-ctl sleep) and the block's memory with it; open it after the wake",
                  key.pid);
       break;
     case wire::kReasonExportFailed:
-      log::write(LogLevel::Warn, "CUDA IPC: cannot open a pool block of process {}: its driver answered {} to the "
-                 "export of the block's memory", key.pid, error_name(CUresult(reply.header.status)));
+      log::write(LogLevel::Warn,
+                 "CUDA IPC: cannot open a pool block of process {}: its driver answered {} to the "
+                 "export of the block's memory",
+                 key.pid, error_name(CUresult(reply.header.status)));
       break;
     default:
       if (log::enabled(LogLevel::Debug))
-        log::write(LogLevel::Debug, "CUDA IPC: process {} has no such block (freed, or a handle that does not match "
-                   "it)", key.pid);
+        log::write(LogLevel::Debug,
+                   "CUDA IPC: process {} has no such block (freed, or a handle that does not match "
+                   "it)",
+                   key.pid);
   }
 }
 
@@ -443,8 +453,10 @@ bool try_open(CUdeviceptr* pdptr, const CUipcMemHandle& handle, unsigned flags, 
     if (ex != Exchange::Ok) {
       for (int fd : fds) ::close(fd);
       if (ex == Exchange::Timeout)
-        log::write(LogLevel::Warn, "CUDA IPC: process {} did not answer an open within {} ms (stopped, or busy); the "
-                   "open fails, and what is open from it stays as it is", key.pid, kTimeoutMs);
+        log::write(LogLevel::Warn,
+                   "CUDA IPC: process {} did not answer an open within {} ms (stopped, or busy); the "
+                   "open fails, and what is open from it stays as it is",
+                   key.pid, kTimeoutMs);
       delete reply;
       if (link.imports == 0) retire_link(link_it);
       return true;
@@ -460,11 +472,13 @@ bool try_open(CUdeviceptr* pdptr, const CUipcMemHandle& handle, unsigned flags, 
     size_t map_bytes = 0;
     uint64_t lead = 0;
     OpenTimes times;
-    CUresult r = truncated ? CUDA_ERROR_INVALID_VALUE
-                           : map_import(*reply, fds, int(device), &va, &map_bytes, &lead, &times);
+    CUresult r =
+        truncated ? CUDA_ERROR_INVALID_VALUE : map_import(*reply, fds, int(device), &va, &map_bytes, &lead, &times);
     if (log::enabled(LogLevel::Debug))
-      log::write(LogLevel::Debug, "CUDA IPC open: connect {} us, request {} us, import {} us, map {} us, access {} us "
-                 "({} MiB)", (t_connected - t_start) / 1000, (t_replied - t_connected) / 1000, times.import_ns / 1000,
+      log::write(LogLevel::Debug,
+                 "CUDA IPC open: connect {} us, request {} us, import {} us, map {} us, access {} us "
+                 "({} MiB)",
+                 (t_connected - t_start) / 1000, (t_replied - t_connected) / 1000, times.import_ns / 1000,
                  times.map_ns / 1000, times.access_ns / 1000, map_bytes >> 20);
     for (int fd : fds) ::close(fd);
     delete reply;
@@ -558,8 +572,10 @@ uint64_t imports_across_sleep() {
     }
   }
   if (count)
-    log::write(LogLevel::Warn, "sleep: {} block(s) ({} MiB) this process opened from other processes through CUDA "
-               "IPC stay mapped: their memory is the exporter's", count, bytes >> 20);
+    log::write(LogLevel::Warn,
+               "sleep: {} block(s) ({} MiB) this process opened from other processes through CUDA "
+               "IPC stay mapped: their memory is the exporter's",
+               count, bytes >> 20);
   return count;
 }
 

@@ -35,8 +35,8 @@ struct Wire {
   uint64_t start_time;  // the exporter's start, clock ticks after boot
   uint64_t pidns;       // the inode of the exporter's pid namespace
   uint64_t export_id;
-  uint64_t bytes;       // the block's size, as allocated
-  uint64_t offset;      // the block's offset inside its first granule
+  uint64_t bytes;   // the block's size, as allocated
+  uint64_t offset;  // the block's offset inside its first granule
 };
 static_assert(sizeof(Wire) == sizeof(CUipcMemHandle), "a pagefast handle fills a CUipcMemHandle exactly");
 
@@ -53,7 +53,7 @@ constexpr int kTimeoutMs = 2000;
 struct ReplyPiece {
   uint64_t chunk_offset;  // bytes into the chunk whose descriptor comes in this position
   uint64_t bytes;
-  uint64_t chunk_bytes;   // the whole chunk
+  uint64_t chunk_bytes;  // the whole chunk
 };
 
 struct Reply {

@@ -167,8 +167,7 @@ bool identify(int fd, uint64_t serial, HolderKey* key, int32_t* pid_out) {
 // not a zombie, started when it did, in the same pid namespace.
 bool alive(const HolderKey& key) {
   ProcStat st;
-  if (!read_proc_stat(int32_t(key.pid), &st) || dead_state(st.state) || st.start_ticks != key.start_ticks)
-    return false;
+  if (!read_proc_stat(int32_t(key.pid), &st) || dead_state(st.state) || st.start_ticks != key.start_ticks) return false;
   const uint64_t ns = key.pidns ? pid_namespace_of(int32_t(key.pid)) : 0;
   return ns == 0 || ns == key.pidns;
 }
@@ -195,7 +194,7 @@ struct Server {
   size_t max_connections = kMostConnections;
   uint64_t next_serial = 1;
   uint64_t backoff_ns = 0;
-  uint64_t listen_again_ns = 0;  // while resting after an accept error
+  uint64_t listen_again_ns = 0;      // while resting after an accept error
   std::map<HolderKey, Watch> watch;  // identified holders: when to look for their death
   Reply* reply = nullptr;
   bool warned_peer = false, warned_total = false, warned_accept = false;
@@ -262,14 +261,9 @@ enum class Served { Keep, End, HandedOver };
 Served serve(Server& s, Connection& c, const Request& req, uint64_t now) {
   if (req.magic != wire::kRequestMagic || req.version != wire::kVersion) return Served::End;
   switch (req.op) {
-    case wire::kOpOpen:
-      return serve_open(s, c, req, now) ? Served::Keep : Served::End;
-    case wire::kOpClose:
-      release(req.arg, c.holder);
-      return Served::Keep;
-    case wire::kOpReleaseAll:
-      release_holder(c.holder);
-      return Served::Keep;
+    case wire::kOpOpen: return serve_open(s, c, req, now) ? Served::Keep : Served::End;
+    case wire::kOpClose: release(req.arg, c.holder); return Served::Keep;
+    case wire::kOpReleaseAll: release_holder(c.holder); return Served::Keep;
     case wire::kOpStatus: {
       // Reads a few flags: never blocks, answered here.
       Control control = control_handler();
@@ -283,8 +277,7 @@ Served serve(Server& s, Connection& c, const Request& req, uint64_t now) {
       if (queue_control(ControlJob{c.fd, uint32_t(req.seq), req.op, req.arg})) return Served::HandedOver;
       reply_control(c.fd, uint32_t(req.seq), wire::kControlBusy);
       return Served::Keep;
-    default:
-      return Served::End;
+    default: return Served::End;
   }
 }
 
@@ -302,10 +295,8 @@ bool serve_connection(Server& s, Connection& c, short events, uint64_t now) {
     std::memcpy(&req, c.buf, sizeof req);
     c.got = 0;
     switch (serve(s, c, req, now)) {
-      case Served::Keep:
-        break;
-      case Served::End:
-        return false;
+      case Served::Keep: break;
+      case Served::End: return false;
       case Served::HandedOver:
         // The background thread owns the descriptor now. A connection
         // bound hold would not survive it (none is expected on a
@@ -334,9 +325,10 @@ void accept_new(Server& s, uint64_t now) {
       s.listen_again_ns = now + s.backoff_ns;
       if (!s.warned_accept) {
         s.warned_accept = true;
-        log::write(LogLevel::Warn, "CUDA IPC: accepting a connection failed ({}); listening again after a pause, "
-                   "longer each time it fails (from {} ms up to {} ms)", std::strerror(errno),
-                   kBackoffFirstNs / kMsNs, kBackoffLastNs / kMsNs);
+        log::write(LogLevel::Warn,
+                   "CUDA IPC: accepting a connection failed ({}); listening again after a pause, "
+                   "longer each time it fails (from {} ms up to {} ms)",
+                   std::strerror(errno), kBackoffFirstNs / kMsNs, kBackoffLastNs / kMsNs);
       }
       return;
     }
@@ -354,8 +346,10 @@ void accept_new(Server& s, uint64_t now) {
     if (same >= (c.holder.identified() ? kPeerConnections : kUnseenConnections)) {
       if (!s.warned_peer) {
         s.warned_peer = true;
-        log::write(LogLevel::Warn, "CUDA IPC: process {} has {} connections to this process's socket, the most one "
-                   "process may have; its further connections are closed at once", c.pid, same);
+        log::write(LogLevel::Warn,
+                   "CUDA IPC: process {} has {} connections to this process's socket, the most one "
+                   "process may have; its further connections are closed at once",
+                   c.pid, same);
       }
       ::close(fd);
       continue;
@@ -365,13 +359,15 @@ void accept_new(Server& s, uint64_t now) {
       // end drops no hold (an identified importer's holds are its own).
       size_t victim = s.conns.size();
       for (size_t i = 0; i < s.conns.size(); ++i)
-        if (s.conns[i].holder.identified() && (victim == s.conns.size() ||
-                                               s.conns[i].last_active_ns < s.conns[victim].last_active_ns))
+        if (s.conns[i].holder.identified() &&
+            (victim == s.conns.size() || s.conns[i].last_active_ns < s.conns[victim].last_active_ns))
           victim = i;
       if (!s.warned_total) {
         s.warned_total = true;
-        log::write(LogLevel::Warn, "CUDA IPC: {} connections to this process's socket, the most it keeps; the one "
-                   "idle the longest is closed for each new one", s.conns.size());
+        log::write(LogLevel::Warn,
+                   "CUDA IPC: {} connections to this process's socket, the most it keeps; the one "
+                   "idle the longest is closed for each new one",
+                   s.conns.size());
       }
       if (victim == s.conns.size()) {
         ::close(fd);
@@ -487,8 +483,7 @@ bool g_exit_registered = false;
 void remove_socket_file() {
   if (!g_socket_path[0] || ::getpid() != g_socket_owner) return;
   struct stat st;
-  if (::lstat(g_socket_path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == g_socket_inode)
-    ::unlink(g_socket_path);
+  if (::lstat(g_socket_path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == g_socket_inode) ::unlink(g_socket_path);
 }
 
 // Who holds the name this process wanted: for the warning.
@@ -500,8 +495,7 @@ std::string holder_of(const sockaddr_un& addr, socklen_t len) {
   int32_t pid = 0;
   if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) == 0 && wire::peer_of(fd, &uid, &pid))
     who = ": it is held by another process (uid " + std::to_string(uid) + ", pid " + std::to_string(pid) + ")";
-  else if (addr.sun_path[0])
-    who = ": a file of that name is in the way";
+  else if (addr.sun_path[0]) who = ": a file of that name is in the way";
   ::close(fd);
   return who;
 }
@@ -524,8 +518,9 @@ bool start_server() {
   sockaddr_un addr;
   socklen_t len = 0;
   if (!me.start_time || !socket_address(uint32_t(pid), me.start_time, me.pidns, &addr, &len)) {
-    log::write(LogLevel::Warn, "CUDA IPC: no usable socket address (PAGEFAST_IPC_DIR too long?); pool memory "
-                               "cannot be shared by this process");
+    log::write(LogLevel::Warn,
+               "CUDA IPC: no usable socket address (PAGEFAST_IPC_DIR too long?); pool memory "
+               "cannot be shared by this process");
     return false;
   }
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -540,8 +535,10 @@ bool start_server() {
   ::umask(old_mask);
   if (rc != 0 || ::listen(fd, 64) != 0) {
     const int err = rc != 0 ? bind_errno : errno;
-    log::write(LogLevel::Warn, "CUDA IPC: cannot listen on {} ({}{}); pool memory cannot be shared by this "
-               "process, nor its pools reached by pagefast-ctl", wire::address_text(addr, len), std::strerror(err),
+    log::write(LogLevel::Warn,
+               "CUDA IPC: cannot listen on {} ({}{}); pool memory cannot be shared by this "
+               "process, nor its pools reached by pagefast-ctl",
+               wire::address_text(addr, len), std::strerror(err),
                err == EADDRINUSE ? holder_of(addr, len) : std::string());
     ::close(fd);
     return false;

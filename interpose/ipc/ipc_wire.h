@@ -44,11 +44,11 @@ struct Request {
   uint32_t magic;
   uint16_t version;
   uint16_t op;
-  uint64_t arg;      // the export id of an open or a close; sleep's flags
-  uint64_t seq;      // echoed in the reply (its low 32 bits)
-  uint64_t bytes;    // an open: the block's size, as the handle says
-  uint32_t offset;   // an open: the block's offset in its first granule
-  uint32_t device;   // an open: the exporter's device ordinal
+  uint64_t arg;     // the export id of an open or a close; sleep's flags
+  uint64_t seq;     // echoed in the reply (its low 32 bits)
+  uint64_t bytes;   // an open: the block's size, as the handle says
+  uint32_t offset;  // an open: the block's offset in its first granule
+  uint32_t device;  // an open: the exporter's device ordinal
 };
 static_assert(sizeof(Request) == 40, "the request is 40 bytes");
 
@@ -122,7 +122,8 @@ inline bool usable_dir(const char* dir, std::string* why) {
                   unsigned(::geteuid()));
     *why = text;
   } else if (st.st_mode & (S_IWGRP | S_IWOTH)) {
-    std::snprintf(text, sizeof text, "may be written by others (mode %04o; chmod go-w it)", unsigned(st.st_mode & 07777));
+    std::snprintf(text, sizeof text, "may be written by others (mode %04o; chmod go-w it)",
+                  unsigned(st.st_mode & 07777));
     *why = text;
   } else {
     return true;

@@ -104,8 +104,7 @@ void start(const Config& config) {
   const int rc = start_service_thread(nullptr, &run, nullptr, "pagefast-live");
   if (rc != 0) {
     publish_once();  // the figures of the start, at least
-    log::write(LogLevel::Warn, "live stats: no publishing thread (error {}); pagefast-stat shows start-up figures",
-               rc);
+    log::write(LogLevel::Warn, "live stats: no publishing thread (error {}); pagefast-stat shows start-up figures", rc);
     return;
   }
 }

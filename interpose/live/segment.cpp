@@ -180,8 +180,8 @@ bool parse_segment_name(const char* name, uint64_t uid, ParsedName* out) {
 
 // ---- writer -------------------------------------------------------------------
 
-bool Writer::create(const std::string& dir, const Identity& who, const std::string& command,
-                    const std::string& config, std::string* error) {
+bool Writer::create(const std::string& dir, const Identity& who, const std::string& command, const std::string& config,
+                    std::string* error) {
   const uint64_t pid = who.pid;
   const std::string path = (dir.empty() ? std::string(kDefaultDir) : dir) + "/" + segment_name(who);
   int fd = -1;

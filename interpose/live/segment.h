@@ -28,7 +28,7 @@
 namespace pagefast::live {
 
 constexpr uint64_t kMagic = 0x31564c4654534650ull;  // "PFSTFLV1", little-endian
-constexpr uint32_t kVersion = 2;  // 2: pidns, local rank, host; the name above
+constexpr uint32_t kVersion = 2;                    // 2: pidns, local rank, host; the name above
 constexpr int kMaxDevices = 16;
 constexpr int kCommandWords = 16;  // 128 characters
 constexpr int kConfigWords = 40;   // 320
@@ -51,16 +51,16 @@ struct Segment {
   std::atomic<uint64_t> bytes;    // sizeof(Segment)
   std::atomic<uint64_t> pid;
   std::atomic<uint64_t> uid;
-  std::atomic<uint64_t> start_ticks;      // /proc/<pid>/stat field 22: tells a reused pid apart
+  std::atomic<uint64_t> start_ticks;  // /proc/<pid>/stat field 22: tells a reused pid apart
   std::atomic<uint64_t> created_unix_ns;
-  std::atomic<uint64_t> seq;              // odd while an update is being written
+  std::atomic<uint64_t> seq;  // odd while an update is being written
   std::atomic<uint64_t> updated_unix_ns;
   std::atomic<uint64_t> publishes;
-  std::atomic<uint64_t> alloc_calls;      // cuMemAlloc_v2 calls seen
-  std::atomic<uint64_t> free_calls;       // cuMemFree_v2 calls seen
-  std::atomic<uint64_t> device_count;     // valid entries of devices[]
-  std::atomic<uint64_t> pidns;            // inode of the writer's pid namespace; 0 if unknown
-  std::atomic<uint64_t> local_rank;       // LOCAL_RANK and the like (numa/device_select.h); kNoRank
+  std::atomic<uint64_t> alloc_calls;   // cuMemAlloc_v2 calls seen
+  std::atomic<uint64_t> free_calls;    // cuMemFree_v2 calls seen
+  std::atomic<uint64_t> device_count;  // valid entries of devices[]
+  std::atomic<uint64_t> pidns;         // inode of the writer's pid namespace; 0 if unknown
+  std::atomic<uint64_t> local_rank;    // LOCAL_RANK and the like (numa/device_select.h); kNoRank
   std::atomic<uint64_t> command[kCommandWords];
   std::atomic<uint64_t> config[kConfigWords];
   std::atomic<uint64_t> numa[kNumaWords];

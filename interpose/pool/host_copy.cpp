@@ -95,7 +95,7 @@ struct Batch {
   bool to_host = false;
   HostCopy* copies = nullptr;
   std::vector<Piece> pieces;
-  uint64_t largest_piece = 0;  // the staging buffers' size
+  uint64_t largest_piece = 0;                     // the staging buffers' size
   std::unique_ptr<std::atomic<uint64_t>[]> left;  // pieces of each copy not yet done
   std::unique_ptr<std::atomic<bool>[]> failed;    // a piece of it failed
   std::atomic<uint64_t> next{0};                  // next piece to take
@@ -204,7 +204,8 @@ void VmmProvider::copy_batch(HostCopy* copies, uint64_t count, bool to_host) {
   b.context = copy_context();
   uint64_t bytes = 0;
   for (uint64_t i = 0; i < count; ++i) bytes += copies[i].bytes;
-  const bool can = b.context && real_->cuCtxGetCurrent && (to_host ? real_->cuMemcpyDtoH_v2 != nullptr : real_->cuMemcpyHtoD_v2 != nullptr);
+  const bool can = b.context && real_->cuCtxGetCurrent &&
+                   (to_host ? real_->cuMemcpyDtoH_v2 != nullptr : real_->cuMemcpyHtoD_v2 != nullptr);
   b.left.reset(new (std::nothrow) std::atomic<uint64_t>[count]);
   b.failed.reset(new (std::nothrow) std::atomic<bool>[count]);
   bool ready = can && b.left && b.failed;
@@ -267,7 +268,8 @@ void VmmProvider::copy_batch(HostCopy* copies, uint64_t count, bool to_host) {
   uint64_t done_bytes = 0, failed_copies = 0;
   for (uint64_t i = 0; i < count; ++i) {
     HostCopy& copy = copies[i];
-    const bool ok = ready && !b.failed[i].load(std::memory_order_relaxed) && b.left[i].load(std::memory_order_relaxed) == 0;
+    const bool ok =
+        ready && !b.failed[i].load(std::memory_order_relaxed) && b.left[i].load(std::memory_order_relaxed) == 0;
     if (ok) {
       copy.status = ProviderStatus::Ok;
       done_bytes += copy.bytes;
@@ -289,12 +291,12 @@ void VmmProvider::copy_batch(HostCopy* copies, uint64_t count, bool to_host) {
                   "device %d: copy %s host: %" PRIu64 " MiB of %" PRIu64 " chunks in %" PRIu64
                   " ms (%.1f GiB/s), %" PRIu64 " failed; %" PRIu64 " pieces of up to %" PRIu64
                   " MiB, %d threads (%d with a pinned staging buffer, %d with a stream), host mmap %" PRIu64
-                  " ms, staging and streams %" PRIu64 " ms, summed over threads: DMA %" PRIu64 " ms, host memcpy %" PRIu64
-                  " ms, copying %" PRIu64 " ms",
+                  " ms, staging and streams %" PRIu64 " ms, summed over threads: DMA %" PRIu64
+                  " ms, host memcpy %" PRIu64 " ms, copying %" PRIu64 " ms",
                   int(device_), to_host ? "to" : "from", done_bytes >> 20, count, total_ns / 1000000,
                   total_ns ? double(done_bytes) / double(1ull << 30) / (double(total_ns) * 1e-9) : 0.0, failed_copies,
-                  uint64_t(b.pieces.size()), kCopyPieceBytes >> 20, b.threads.load(), b.staged.load(), b.streamed.load(),
-                  host_map_ns / 1000000, b.setup_ns.load() / 1000000, b.dma_ns.load() / 1000000,
+                  uint64_t(b.pieces.size()), kCopyPieceBytes >> 20, b.threads.load(), b.staged.load(),
+                  b.streamed.load(), host_map_ns / 1000000, b.setup_ns.load() / 1000000, b.dma_ns.load() / 1000000,
                   b.host_ns.load() / 1000000, run_ns / 1000000);
     log_(LogLevel::Debug, line);
   }

@@ -196,8 +196,7 @@ DevicePool* pool_of(const RealDriver* real, CUdevice device) {
     settings.config.prewarm_bytes = 0;
   }
   settings.device = int(device);
-  DevicePool* pool =
-      new (std::nothrow) DevicePool(*provider, *g_clock, policy::global_page_map(), settings, g_log);
+  DevicePool* pool = new (std::nothrow) DevicePool(*provider, *g_clock, policy::global_page_map(), settings, g_log);
   ThreadCache* fallback = pool ? pool->attach_thread() : nullptr;
   if (!fallback) {
     g_unpoolable[device].store(true, std::memory_order_release);
@@ -246,9 +245,7 @@ bool bind(const RealDriver* real, CUcontext context, DevicePool** pool, ThreadCa
   return true;
 }
 
-CUresult free_result(FreeStatus status) {
-  return status == FreeStatus::Ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-}
+CUresult free_result(FreeStatus status) { return status == FreeStatus::Ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
 
 inline bool retired_device(int device) {
   return device >= 0 && device < kMaxDevices && g_retired[device].load(std::memory_order_relaxed);
@@ -327,8 +324,7 @@ bool try_alloc(CUdeviceptr* dptr, size_t bytes, CUresult* result) {
       *dptr = 0;  // as the driver leaves it
       *result = CUDA_ERROR_OUT_OF_MEMORY;
       return true;
-    case AllocStatus::Forward:
-      break;
+    case AllocStatus::Forward: break;
   }
   return false;
 }
@@ -408,22 +404,15 @@ void patch_pointer_attribute(void* data, CUpointer_attribute attribute, CUdevice
   policy::RangeInfo info{};
   if (!DevicePool::range_of(span, dptr, &info)) return;
   switch (attribute) {
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-      *static_cast<CUdeviceptr*>(data) = info.base_addr;
-      break;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-      *static_cast<size_t*>(data) = info.bytes;
-      break;
-    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
-      *static_cast<unsigned long long*>(data) = info.buffer_id;
-      break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = info.base_addr; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data) = info.bytes; break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = info.buffer_id; break;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
       // Truthful: cuIpcGetMemHandle works on pool memory where the
       // device's chunks can be shared (ipc.h).
       *static_cast<int*>(data) = ipc::device_shareable(span->pool->device()) ? 1 : 0;
       break;
-    default:
-      break;
+    default: break;
   }
 }
 

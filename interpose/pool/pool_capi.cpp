@@ -13,7 +13,7 @@
 
 namespace {
 
-#define PF_CHECK_FIELD(name, meaning)                                                              \
+#define PF_CHECK_FIELD(name, meaning)                                                               \
   static_assert(offsetof(pagefast_pool_stats, name) == offsetof(pagefast::policy::PoolStats, name), \
                 "pagefast_pool_stats." #name " is out of step with PoolStats");
 PAGEFAST_POOL_STATS_FIELDS(PF_CHECK_FIELD)

@@ -32,13 +32,11 @@ int each_pool(Step step) {
     if (!pool) continue;
     ++pools;
     switch (step(*pool)) {
-      case policy::SleepStatus::Ok:
-        break;
+      case policy::SleepStatus::Ok: break;
       case policy::SleepStatus::Partial:
         if (result == 0) result = 1;
         break;
-      default:
-        result = -1;
+      default: result = -1;
     }
   }
   return pools ? result : -1;
@@ -70,12 +68,9 @@ int control_op(uint16_t op, uint64_t arg) {
   switch (op) {
     case 3:  // kOpSleep (interpose/ipc/ipc_wire.h)
       return sleep_all(unsigned(arg) & (policy::kSleepKeep | policy::kSleepFail));
-    case 4:
-      return wake_all();
-    case 5:
-      return asleep_count();
-    default:
-      return -1;
+    case 4: return wake_all();
+    case 5: return asleep_count();
+    default: return -1;
   }
 }
 

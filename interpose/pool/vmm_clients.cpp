@@ -65,8 +65,8 @@ class RealClientDriver final : public policy::ClientDriver {
     const RealDriver* real = real_driver();
     if (!real || !real->cuMemSetAccess) return kMissing;
     const size_t count = descs.size() / sizeof(CUmemAccessDesc);
-    return real->cuMemSetAccess(addr, bytes,
-                                count ? reinterpret_cast<const CUmemAccessDesc*>(descs.data()) : nullptr, count);
+    return real->cuMemSetAccess(addr, bytes, count ? reinterpret_cast<const CUmemAccessDesc*>(descs.data()) : nullptr,
+                                count);
   }
   int address_free(uint64_t addr, uint64_t bytes) override {
     const RealDriver* real = real_driver();
@@ -151,7 +151,8 @@ bool RealClientDriver::wake_worker() {
   register_exit_stop();
   if (start_service_thread(nullptr, &worker_main, nullptr, "pagefast-vmm") != 0) {
     g_worker.store(-1, std::memory_order_release);
-    if (g_log) g_log(LogLevel::Warn, "could not start the pagefast-vmm thread; growth ahead runs on the program's thread");
+    if (g_log)
+      g_log(LogLevel::Warn, "could not start the pagefast-vmm thread; growth ahead runs on the program's thread");
     return false;
   }
   g_worker.store(1, std::memory_order_release);
@@ -198,8 +199,9 @@ void configure(const PoolConfig& config, LogSink log) {
   g_log = log;
   if (!config.enabled || !config.vmm_cache) return;
   g_driver = new (std::nothrow) RealClientDriver();
-  g_cache = g_driver ? new (std::nothrow) policy::ClientVmmCache(*g_driver, sizeof(CUmemAccessDesc), sizeof(CUmemLocation),
-                                                             config.vmm_grow_ahead, true) : nullptr;
+  g_cache = g_driver ? new (std::nothrow) policy::ClientVmmCache(*g_driver, sizeof(CUmemAccessDesc),
+                                                                 sizeof(CUmemLocation), config.vmm_grow_ahead, true)
+                     : nullptr;
   if (g_cache) g_on.store(true, std::memory_order_release);
 }
 
@@ -211,19 +213,20 @@ CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemA
   if (!real || !real->cuMemCreate) return kMissing;
   if (!cacheable(handle, bytes, prop, flags)) return real->cuMemCreate(handle, bytes, prop, flags);
   return guarded([&] {
-  const std::string key(reinterpret_cast<const char*>(prop), sizeof *prop);
-  const int device = prop->location.id;
-  uint64_t cached = 0;
-  if (g_cache->take(bytes, key, &cached)) {
-    *handle = cached;
-    return CUDA_SUCCESS;
-  }
-  CUresult r = real->cuMemCreate(handle, bytes, prop, flags);
-  // The cache's and the pool's idle memory of the device go back, then
-  // once more (interpose/pool_api.h, as every call out of memory).
-  if (r == CUDA_ERROR_OUT_OF_MEMORY && release_idle_for_driver(device)) r = real->cuMemCreate(handle, bytes, prop, flags);
-  if (r == CUDA_SUCCESS) g_cache->note_created(*handle, bytes, key, device);
-  return r;
+    const std::string key(reinterpret_cast<const char*>(prop), sizeof *prop);
+    const int device = prop->location.id;
+    uint64_t cached = 0;
+    if (g_cache->take(bytes, key, &cached)) {
+      *handle = cached;
+      return CUDA_SUCCESS;
+    }
+    CUresult r = real->cuMemCreate(handle, bytes, prop, flags);
+    // The cache's and the pool's idle memory of the device go back, then
+    // once more (interpose/pool_api.h, as every call out of memory).
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && release_idle_for_driver(device))
+      r = real->cuMemCreate(handle, bytes, prop, flags);
+    if (r == CUDA_SUCCESS) g_cache->note_created(*handle, bytes, key, device);
+    return r;
   });
 }
 
@@ -323,7 +326,8 @@ bool take_range(CUdeviceptr* base, size_t bytes, size_t alignment, CUdeviceptr h
 }
 
 void note_reserved(CUdeviceptr base, size_t bytes) {
-  if (on()) guarded([&] {
+  if (on())
+    guarded([&] {
       g_cache->note_reserved(base, bytes);
       return CUDA_SUCCESS;
     });

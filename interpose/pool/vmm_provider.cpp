@@ -8,8 +8,8 @@
 #include "interpose/ipc/ipc.h"
 #include "interpose/pool/vmm_clients.h"
 
-#include <new>
 #include <sched.h>
+#include <new>
 
 namespace pagefast::pool {
 namespace {
@@ -59,8 +59,8 @@ VmmProvider* VmmProvider::create(const RealDriver* real, CUdevice device, Captur
   p->prop_.location.id = int(device);
   // Shareable chunks, so that CUDA IPC of pool blocks works (ipc.h).
   int posix_fd = 0;
-  if (real->cuDeviceGetAttribute(&posix_fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
-                                 device) == CUDA_SUCCESS &&
+  if (real->cuDeviceGetAttribute(&posix_fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, device) ==
+          CUDA_SUCCESS &&
       posix_fd && real->cuMemExportToShareableHandle && real->cuMemImportFromShareableHandle)
     p->prop_.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   ipc::set_device_shareable(int(device), p->prop_.requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE);
@@ -70,8 +70,7 @@ VmmProvider* VmmProvider::create(const RealDriver* real, CUdevice device, Captur
       rdma)
     p->prop_.allocFlags.gpuDirectRDMACapable = 1;
   size_t granularity = 0;
-  if (real->cuMemGetAllocationGranularity(&granularity, &p->prop_, CU_MEM_ALLOC_GRANULARITY_MINIMUM) !=
-          CUDA_SUCCESS ||
+  if (real->cuMemGetAllocationGranularity(&granularity, &p->prop_, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS ||
       granularity == 0 || kGranuleBytes % granularity != 0) {
     *why = "the VMM granularity (" + std::to_string(granularity) + " bytes) does not divide 2 MiB";
     delete p;
@@ -166,8 +165,9 @@ ProviderStatus VmmProvider::map(uint64_t addr, policy::ChunkHandle chunk, Granul
   // whole chunks only and otherwise grows. (A whole chunk's map, as growth
   // makes, refused so would only narrow stitching too.)
   if (r == CUDA_ERROR_NOT_SUPPORTED && offset_maps_.exchange(false) && log_)
-    log_(LogLevel::Info, "the driver maps only whole physical allocations: the pool stitches whole chunks only, and "
-                         "otherwise grows rather than stitching scattered free memory");
+    log_(LogLevel::Info,
+         "the driver maps only whole physical allocations: the pool stitches whole chunks only, and "
+         "otherwise grows rather than stitching scattered free memory");
   // A refused map is a slow path's event (growth, a stitch, wake): the
   // first few are logged at debug level, with the offset, so that a GPU
   // run shows whether the driver takes maps at a chunk offset (stitches).

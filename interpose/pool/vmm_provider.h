@@ -45,8 +45,7 @@ class VmmProvider final : public policy::Provider {
   // Probes the device. NULL, with the reason in *why, when the pool cannot
   // run there (no VMM, a granularity that does not divide 2 MiB, ...).
   // `log` (may be NULL) takes the one warning of a refused reservation.
-  static VmmProvider* create(const RealDriver* real, CUdevice device, CaptureGate* gate, LogSink log,
-                             std::string* why);
+  static VmmProvider* create(const RealDriver* real, CUdevice device, CaptureGate* gate, LogSink log, std::string* why);
 
   uint64_t device_total_bytes() const { return total_bytes_; }
   // Remembers a context that allocates from or frees to this pool.
@@ -59,8 +58,7 @@ class VmmProvider final : public policy::Provider {
   policy::ProviderStatus map(uint64_t addr, policy::ChunkHandle chunk, policy::Granules offset,
                              policy::Granules granules) override;
   bool unmap(uint64_t addr, policy::Granules granules) override;
-  policy::ProviderStatus set_access(uint64_t addr, policy::Granules granules,
-                                    const policy::AccessSet& access) override;
+  policy::ProviderStatus set_access(uint64_t addr, policy::Granules granules, const policy::AccessSet& access) override;
   policy::SyncStatus synchronize() override;
   // cuMemGetInfo in the pool's first context (pushed when not current).
   bool device_free_bytes(uint64_t* free_bytes) override;

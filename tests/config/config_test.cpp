@@ -55,7 +55,8 @@ TEST_CASE("defaults: pool on, warn, nothing to report") {
 }
 
 TEST_CASE("every key is read") {
-  Config c = with_conf("pool:off,chunk_size:64M,release_threshold:8G,limit:40G,prewarm:1G,reserve:512G,numa:bind,numa:gpu=3");
+  Config c =
+      with_conf("pool:off,chunk_size:64M,release_threshold:8G,limit:40G,prewarm:1G,reserve:512G,numa:bind,numa:gpu=3");
   REQUIRE(c.error.empty());
   CHECK_FALSE(c.pool.enabled);
   CHECK(c.pool.chunk_bytes == 64 * kMiB);
@@ -144,9 +145,9 @@ TEST_CASE("log levels") {
   env.vars["PAGEFAST_LOG"] = "off";
   CHECK(env.parse().log_off);
   // spdlog's names too, any case.
-  const std::pair<const char*, LogLevel> spdlog_names[] = {
-      {"trace", LogLevel::Debug}, {"critical", LogLevel::Error}, {"err", LogLevel::Error},
-      {"warning", LogLevel::Warn}, {"INFO", LogLevel::Info}, {"Debug", LogLevel::Debug}};
+  const std::pair<const char*, LogLevel> spdlog_names[] = {{"trace", LogLevel::Debug}, {"critical", LogLevel::Error},
+                                                           {"err", LogLevel::Error},   {"warning", LogLevel::Warn},
+                                                           {"INFO", LogLevel::Info},   {"Debug", LogLevel::Debug}};
   for (const auto& [name, level] : spdlog_names) {
     env.vars["PAGEFAST_LOG"] = name;
     const Config c = env.parse();

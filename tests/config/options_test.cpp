@@ -8,8 +8,8 @@
 #include <cstring>
 #include <map>
 #include <set>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "env.h"
 #include "policy/config.h"
@@ -116,8 +116,8 @@ TEST_CASE("a key set to its documented default leaves the built-in configuration
 }
 
 TEST_CASE("the path column: exactly the variables that name a file or directory") {
-  const std::set<std::string> paths = {"PAGEFAST_LOG_FILE", "PAGEFAST_STATS", "PAGEFAST_REPORT", "PAGEFAST_TRACE",
-                                       "PAGEFAST_LIVE_DIR", "PAGEFAST_IPC_DIR",  "PAGEFAST_SYSROOT"};
+  const std::set<std::string> paths = {"PAGEFAST_LOG_FILE", "PAGEFAST_STATS",   "PAGEFAST_REPORT", "PAGEFAST_TRACE",
+                                       "PAGEFAST_LIVE_DIR", "PAGEFAST_IPC_DIR", "PAGEFAST_SYSROOT"};
   for (const OptionRow* r : all_rows()) {
     INFO(r->name);
     const bool library_path = r->path;
@@ -202,8 +202,8 @@ TEST_CASE("every key: a bad value gives the one message, naming key, value and w
     const Config c = env.parse();
     CHECK(c.passthrough);
     CHECK(c.error == bad_value_message(r->index, "nonsense"));
-    CHECK(c.error == std::string("PAGEFAST_CONF: bad value 'nonsense' for key '") + r->name +
-                         "' (accepted: " + r->accepts + ")");
+    CHECK(c.error ==
+          std::string("PAGEFAST_CONF: bad value 'nonsense' for key '") + r->name + "' (accepted: " + r->accepts + ")");
   }
 }
 
@@ -224,8 +224,10 @@ TEST_CASE("the variables' messages, word for word") {
         "of 2M (e.g. 256M))");
   env.vars["PAGEFAST_CONF"] = "bogus:1";
   CHECK(env.parse().error ==
-        "PAGEFAST_CONF: unknown key 'bogus' (accepted keys: pool, chunk_size, release_threshold, limit, headroom, prewarm, "
-        "reserve, vmm_cache, vmm_grow_ahead, release_delay, slack, big_chunks, idle_share, control, numa, report, stats)");
+        "PAGEFAST_CONF: unknown key 'bogus' (accepted keys: pool, chunk_size, release_threshold, limit, headroom, "
+        "prewarm, "
+        "reserve, vmm_cache, vmm_grow_ahead, release_delay, slack, big_chunks, idle_share, control, numa, report, "
+        "stats)");
 }
 
 TEST_CASE("removed keys: warned by name and ignored, the rest of PAGEFAST_CONF still read") {

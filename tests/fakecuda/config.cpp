@@ -29,10 +29,22 @@ bool parse_bytes(const char* text, uint64_t* bytes) {
   }
   unsigned shift = 0;
   switch (toupper(static_cast<unsigned char>(*p))) {
-    case 'K': shift = 10; ++p; break;
-    case 'M': shift = 20; ++p; break;
-    case 'G': shift = 30; ++p; break;
-    case 'T': shift = 40; ++p; break;
+    case 'K':
+      shift = 10;
+      ++p;
+      break;
+    case 'M':
+      shift = 20;
+      ++p;
+      break;
+    case 'G':
+      shift = 30;
+      ++p;
+      break;
+    case 'T':
+      shift = 40;
+      ++p;
+      break;
     default: break;
   }
   if (shift != 0 && (*p == 'i' || *p == 'I')) ++p;
@@ -103,8 +115,8 @@ Config read_config() {
       const size_t length = comma ? size_t(comma - p) : strlen(p);
       PciAddress pci;
       if (!parse_pci(p, length, &pci)) {
-        warn("FAKECUDA_PCI_BUS_IDS entry %d (\"%.*s\") is not dddd:bb:dd.f; using the default",
-             i, int(length), p);
+        warn("FAKECUDA_PCI_BUS_IDS entry %d (\"%.*s\") is not dddd:bb:dd.f; using the default", i,
+             int(length), p);
       } else if (i < config.devices) {
         config.pci[size_t(i)] = pci;
       }

@@ -35,8 +35,8 @@ struct PciAddress {
 struct Config {
   int devices = 1;
   uint64_t total_bytes = uint64_t(16) << 30;
-  std::vector<PciAddress> pci;  // one per device, defaults filled in
-  bool posix_fd = true;         // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR supported
+  std::vector<PciAddress> pci;                // one per device, defaults filled in
+  bool posix_fd = true;                       // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR supported
   uint64_t module_bytes = uint64_t(8) << 20;  // device memory of one loaded module
 };
 

@@ -14,8 +14,8 @@
 // queued too and check their device memory again when they run: freed in
 // between is a use-after-free violation. On a capturing stream they are
 // captured: checked, not run.
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 
 #include "api_list.h"
 #include "state.h"

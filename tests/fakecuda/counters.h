@@ -15,7 +15,7 @@ enum Fn : int {
 #define FAKECUDA_ENUM_ROW(proc, since, symbol, ...) FN_##symbol,
   FAKECUDA_API(FAKECUDA_ENUM_ROW, FAKECUDA_ENUM_ROW)
 #undef FAKECUDA_ENUM_ROW
-  FN_COUNT
+      FN_COUNT
 };
 
 // Exported names, indexed by Fn.

@@ -216,8 +216,7 @@ CUresult impl::cuDeviceGetPCIBusId(char* bus_id, int len, CUdevice dev) {
   if (!bus_id || len <= 0) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   const PciAddress& pci = state().devices[size_t(dev)].pci;
-  snprintf(bus_id, size_t(len), "%04x:%02x:%02x.%x", pci.domain, pci.bus, pci.device,
-           pci.function);
+  snprintf(bus_id, size_t(len), "%04x:%02x:%02x.%x", pci.domain, pci.bus, pci.device, pci.function);
   return CUDA_SUCCESS;
 }
 
@@ -288,7 +287,9 @@ CUresult impl::cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
-CUresult impl::cuDevicePrimaryCtxReset(CUdevice dev) { return impl::cuDevicePrimaryCtxReset_v2(dev); }
+CUresult impl::cuDevicePrimaryCtxReset(CUdevice dev) {
+  return impl::cuDevicePrimaryCtxReset_v2(dev);
+}
 
 CUresult impl::cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
   FAKE_REQUIRE_INIT();
@@ -366,10 +367,8 @@ CUresult impl::cuCtxSetCurrent(CUcontext handle) {
   Lock lock(state().mu);
   if (!known_context(handle)) return CUDA_ERROR_INVALID_CONTEXT;
   Context* ctx = reinterpret_cast<Context*>(handle);
-  if (stack.empty())
-    stack.push_back(ctx);
-  else
-    stack.back() = ctx;
+  if (stack.empty()) stack.push_back(ctx);
+  else stack.back() = ctx;
   return CUDA_SUCCESS;
 }
 

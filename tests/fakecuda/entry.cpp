@@ -34,10 +34,10 @@ FAKECUDA_API(FAKECUDA_SHELL_L, FAKECUDA_SHELL_P)
 
 // The `since` column must name a typedef NVIDIA ships for that variant, with
 // the very prototype we export.
-#define FAKECUDA_CHECK_L(proc, since, symbol, ...)                                   \
+#define FAKECUDA_CHECK_L(proc, since, symbol, ...)                               \
   static_assert(std::is_same<decltype(&::symbol), PFN_##proc##_v##since>::value, \
                 #symbol " does not match PFN_" #proc "_v" #since);
-#define FAKECUDA_CHECK_P(proc, since, symbol, sfx, ...)                                        \
+#define FAKECUDA_CHECK_P(proc, since, symbol, sfx, ...)                                  \
   static_assert(std::is_same<decltype(&::symbol), PFN_##proc##_v##since##_##sfx>::value, \
                 #symbol " does not match PFN_" #proc "_v" #since "_" #sfx);
 FAKECUDA_API(FAKECUDA_CHECK_L, FAKECUDA_CHECK_P)

@@ -101,7 +101,8 @@ bool receive(int socket, Request* request, int* fd) {
   const ssize_t n = recvmsg(socket, &msg, MSG_CMSG_CLOEXEC);
   if (n <= 0) return false;
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) memcpy(fd, CMSG_DATA(c), sizeof *fd);
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+      memcpy(fd, CMSG_DATA(c), sizeof *fd);
   return size_t(n) == sizeof *request ||
          read_full(socket, reinterpret_cast<char*>(request) + n, sizeof *request - size_t(n));
 }
@@ -156,7 +157,8 @@ CUipcMemHandle forged(const CUipcMemHandle& good, size_t offset, T value) {
   CUipcMemHandle handle = good;
   memcpy(handle.reserved + offset, &value, sizeof value);
   uint32_t hash = 2166136261u;
-  for (size_t i = 0; i < 60; ++i) hash = (hash ^ static_cast<unsigned char>(handle.reserved[i])) * 16777619u;
+  for (size_t i = 0; i < 60; ++i)
+    hash = (hash ^ static_cast<unsigned char>(handle.reserved[i])) * 16777619u;
   memcpy(handle.reserved + 60, &hash, sizeof hash);
   return handle;
 }
@@ -230,7 +232,8 @@ int peer_main(bool as_nobody) {
         if (reply.rc == CUDA_SUCCESS) reply.rc = cuMemGetAllocationPropertiesFromHandle(&prop, vmm);
         reply.value = prop.requestedHandleTypes | uint64_t(prop.location.id) << 8;
         reserved_bytes = request.b;
-        if (reply.rc == CUDA_SUCCESS) reply.rc = cuMemAddressReserve(&reserved, reserved_bytes, 0, 0, 0);
+        if (reply.rc == CUDA_SUCCESS)
+          reply.rc = cuMemAddressReserve(&reserved, reserved_bytes, 0, 0, 0);
         if (reply.rc == CUDA_SUCCESS) reply.rc = cuMemMap(reserved, reserved_bytes, 0, vmm, 0);
         const CUmemAccessDesc desc = read_write(0);
         if (reply.rc == CUDA_SUCCESS) reply.rc = cuMemSetAccess(reserved, reserved_bytes, &desc, 1);
@@ -242,7 +245,10 @@ int peer_main(bool as_nobody) {
         if (reply.rc == CUDA_SUCCESS) reply.rc = cuMemRelease(vmm);
         if (reply.rc == CUDA_SUCCESS) reply.rc = cuMemAddressFree(reserved, reserved_bytes);
         break;
-      case 'F': reply.rc = 0; reply.value = uint64_t(open_fds()); break;
+      case 'F':
+        reply.rc = 0;
+        reply.value = uint64_t(open_fds());
+        break;
       case 'Q': return 0;
       default: reply.rc = -2;
     }
@@ -379,7 +385,7 @@ TEST_CASE("legacy IPC: a large block, opened in this process from another's expo
   CU_OK(cuGetProcAddress_v2("cuIpcOpenMemHandle", &pfn, 4010, 0, &status));
   CUdeviceptr again = 0;
   CU_OK(reinterpret_cast<PFN_cuIpcOpenMemHandle_v11000>(pfn)(&again, exported.handle,
-                                                              CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+                                                             CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
   REQUIRE(again == ptr);
   CU_OK(cuIpcCloseMemHandle(ptr));
   REQUIRE(all_equal(ptr, 3 * kMiB, 0x5c));
@@ -421,13 +427,13 @@ TEST_CASE("legacy IPC: what cannot be opened answers an error, never a crash") {
   REQUIRE(peer.call('O', 0, 0, 0, &handle).rc == CUDA_SUCCESS);  // the unforged one opens
   REQUIRE(peer.call('C').rc == CUDA_SUCCESS);
   const CUipcMemHandle fakes[] = {
-      forged(handle, 12, int32_t(0)),                // another fd of the exporter: not its memory file
-      forged(handle, 12, int32_t(100000)),           // no such fd
-      forged(handle, 8, int32_t(1)),                 // another process (init)
-      forged(handle, 16, uint64_t(12345)),           // the exporter's pid, but another start time
-      forged(handle, 24, uint64_t(1)),               // another inode
-      forged(handle, 40, uint64_t(1) << 62),         // past the end of the file
-      forged(handle, 32, ~uint64_t(0) - 10),         // offset + bytes overflows
+      forged(handle, 12, int32_t(0)),         // another fd of the exporter: not its memory file
+      forged(handle, 12, int32_t(100000)),    // no such fd
+      forged(handle, 8, int32_t(1)),          // another process (init)
+      forged(handle, 16, uint64_t(12345)),    // the exporter's pid, but another start time
+      forged(handle, 24, uint64_t(1)),        // another inode
+      forged(handle, 40, uint64_t(1) << 62),  // past the end of the file
+      forged(handle, 32, ~uint64_t(0) - 10),  // offset + bytes overflows
   };
   for (const CUipcMemHandle& fake_handle : fakes)
     REQUIRE(peer.call('O', 0, 0, 0, &fake_handle).rc == CUDA_ERROR_INVALID_VALUE);
@@ -547,9 +553,11 @@ TEST_CASE("legacy IPC: another user's process cannot open the handle") {
 TEST_CASE("shareable VMM: two processes map one allocation and see each other's writes") {
   primary();
   int supported = -1;
-  CU_OK(cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0));
+  CU_OK(cuDeviceGetAttribute(&supported,
+                             CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0));
   REQUIRE(supported == 1);
-  CU_OK(cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
+  CU_OK(
+      cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
   REQUIRE(supported == 1);
   const size_t bytes = 4 * kMiB;
   const CUmemAllocationProp prop = shareable_prop(0);
@@ -601,8 +609,8 @@ TEST_CASE("shareable VMM: export, import, retain and properties answer as the dr
   REQUIRE(memcmp(&back, &prop, sizeof prop) == 0);
 
   int fd = -1;
-  REQUIRE(cuMemExportToShareableHandle(nullptr, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) ==
-          CUDA_ERROR_INVALID_VALUE);
+  REQUIRE(cuMemExportToShareableHandle(nullptr, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                       0) == CUDA_ERROR_INVALID_VALUE);
   REQUIRE(cuMemExportToShareableHandle(&fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 1) ==
           CUDA_ERROR_INVALID_VALUE);
   REQUIRE(cuMemExportToShareableHandle(&fd, handle, CU_MEM_HANDLE_TYPE_FABRIC, 0) ==
@@ -711,9 +719,11 @@ TEST_CASE("shareable VMM: 1000 export/close and import/release cycles leak no fd
 TEST_CASE("without POSIX fd support the handle type is refused", "[noposixfd]") {
   primary();
   int supported = -1;
-  CU_OK(cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0));
+  CU_OK(cuDeviceGetAttribute(&supported,
+                             CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0));
   REQUIRE(supported == 0);
-  CU_OK(cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
+  CU_OK(
+      cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
   REQUIRE(supported == 1);
   CUmemAllocationProp prop = shareable_prop(0);
   CUmemGenericAllocationHandle handle = 0;

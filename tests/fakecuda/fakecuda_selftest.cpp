@@ -173,7 +173,8 @@ TEST_CASE("devices look like one H200") {
   CU_OK(cuDeviceCanAccessPeer(&can, 0, 0));
   REQUIRE(can == 0);
   int version = 0;
-  auto real_version = reinterpret_cast<PFN_cuDriverGetVersion_v2020>(fake_symbol("cuDriverGetVersion"));
+  auto real_version =
+      reinterpret_cast<PFN_cuDriverGetVersion_v2020>(fake_symbol("cuDriverGetVersion"));
   CU_OK(real_version(&version));
   REQUIRE(version == 13000);
 }
@@ -289,7 +290,8 @@ TEST_CASE("cuMemAlloc answers as docs/DRIVER-FACTS.md says the driver does") {
   // Unknown pointers: an error one at a time, NULL values all at once.
   unsigned type = 0;
   REQUIRE(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                                reinterpret_cast<CUdeviceptr>(on_heap)) == CUDA_ERROR_INVALID_VALUE);
+                                reinterpret_cast<CUdeviceptr>(on_heap)) ==
+          CUDA_ERROR_INVALID_VALUE);
   CUpointer_attribute attrs[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_BUFFER_ID,
                                   CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
   unsigned long long id = 77;
@@ -342,7 +344,7 @@ TEST_CASE("VMM: reserve, create, map, set access, touch, unmap, release") {
   REQUIRE(free_bytes() == free_before - 6 * kMiB);
 
   REQUIRE(cuMemMap(va + 62 * kMiB, 4 * kMiB, 0, h, 0) == CUDA_ERROR_INVALID_VALUE);  // spills out
-  REQUIRE(cuMemMap(va + kMiB, 2 * kMiB, 0, h, 0) == CUDA_ERROR_INVALID_VALUE);  // unaligned
+  REQUIRE(cuMemMap(va + kMiB, 2 * kMiB, 0, h, 0) == CUDA_ERROR_INVALID_VALUE);       // unaligned
   CU_OK(cuMemMap(va, 4 * kMiB, 0, h, 0));
   REQUIRE(cuMemMap(va + 2 * kMiB, 2 * kMiB, 0, h2, 0) == CUDA_ERROR_INVALID_VALUE);  // overlap
   CU_OK(cuMemMap(va + 4 * kMiB, 2 * kMiB, 0, h2, 0));
@@ -371,7 +373,8 @@ TEST_CASE("VMM: reserve, create, map, set access, touch, unmap, release") {
 
   // Pointer identity: range = reservation, mapping and buffer id = cuMemMap.
   REQUIRE(pointer_attribute<int>(CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, va) == 0);
-  REQUIRE(pointer_attribute<unsigned>(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, va) == CU_MEMORYTYPE_DEVICE);
+  REQUIRE(pointer_attribute<unsigned>(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, va) ==
+          CU_MEMORYTYPE_DEVICE);
   REQUIRE(pointer_attribute<int>(CU_POINTER_ATTRIBUTE_MAPPED, va) == 1);
   REQUIRE(pointer_attribute<CUdeviceptr>(CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, va + 5) == va);
   REQUIRE(pointer_attribute<size_t>(CU_POINTER_ATTRIBUTE_RANGE_SIZE, va + 5) == 64 * kMiB);
@@ -575,7 +578,8 @@ TEST_CASE("capture: a synchronizing call invalidates it, as on a GPU") {
   REQUIRE(status == CU_STREAM_CAPTURE_STATUS_ACTIVE);
   CU_OK(cuStreamIsCapturing(nullptr, &status));  // the legacy stream
   REQUIRE(status == CU_STREAM_CAPTURE_STATUS_NONE);
-  CU_OK(per_thread_variant<PFN_cuStreamEndCapture_v10000_ptsz>("cuStreamEndCapture")(nullptr, &graph));
+  CU_OK(per_thread_variant<PFN_cuStreamEndCapture_v10000_ptsz>("cuStreamEndCapture")(nullptr,
+                                                                                     &graph));
   REQUIRE(graph != nullptr);
 }
 

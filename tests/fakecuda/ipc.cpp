@@ -72,7 +72,8 @@ uint64_t process_start_time(int pid) {
   if (!p) return 0;
   unsigned long long start = 0;
   // Fields 3..21 skipped, 22 read.
-  if (sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+  if (sscanf(p + 1,
+             " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
              &start) != 1)
     return 0;
   return start;
@@ -198,7 +199,9 @@ CUresult impl::cuIpcOpenMemHandle_v2(CUdeviceptr* pdptr, CUipcMemHandle handle,
   const uint64_t lead = wire.offset - map_offset;
   const uint64_t map_bytes = (lead + wire.bytes + page - 1) / page * page;
   const uintptr_t map_base =
-      map_bytes > SIZE_MAX ? 0 : os::map_file_anywhere(size_t(map_bytes), kGranularityBytes, fd, map_offset);
+      map_bytes > SIZE_MAX
+          ? 0
+          : os::map_file_anywhere(size_t(map_bytes), kGranularityBytes, fd, map_offset);
   close(fd);  // the mapping keeps the file
   if (map_base == 0) return CUDA_ERROR_MAP_FAILED;
   Import* import = new Import;

@@ -153,7 +153,8 @@ unsigned int mapping_access(const Mapping& mapping) {
   int device = mapping.phys->device;
   if (!context_stack().empty()) device = context_stack().back()->device;
   const unsigned long long flags = mapping.access[size_t(device)];
-  if (flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE) return CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
+  if (flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+    return CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
   if (flags == CU_MEM_ACCESS_FLAGS_PROT_READ) return CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READ;
   return CU_POINTER_ATTRIBUTE_ACCESS_FLAG_NONE;
 }
@@ -173,7 +174,9 @@ CUresult block_attribute(CUpointer_attribute attribute, uintptr_t addr, const Bl
       break;
     }
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: put(data, 0); break;
-    case CU_POINTER_ATTRIBUTE_BUFFER_ID: put(data, static_cast<unsigned long long>(b.buffer_id)); break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+      put(data, static_cast<unsigned long long>(b.buffer_id));
+      break;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED: put(data, 0); break;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: put(data, b.device); break;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: put(data, 1); break;
@@ -246,7 +249,9 @@ CUresult mapping_attribute(CUpointer_attribute attribute, uintptr_t addr, const 
     case CU_POINTER_ATTRIBUTE_HOST_POINTER: return CUDA_ERROR_INVALID_VALUE;
     case CU_POINTER_ATTRIBUTE_P2P_TOKENS: return CUDA_ERROR_INVALID_VALUE;  // cuMemAlloc only
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: put(data, 0); break;
-    case CU_POINTER_ATTRIBUTE_BUFFER_ID: put(data, static_cast<unsigned long long>(m.buffer_id)); break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+      put(data, static_cast<unsigned long long>(m.buffer_id));
+      break;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED: put(data, 0); break;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: put(data, m.phys->device); break;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: put(data, 0); break;
@@ -287,7 +292,8 @@ CUresult attribute(CUpointer_attribute attribute, uintptr_t addr, const Owner& o
   if (attribute_bytes(attribute) == 0) return CUDA_ERROR_INVALID_VALUE;
   if (owner.block) return block_attribute(attribute, addr, *owner.block, data);
   if (owner.import) return import_attribute(attribute, addr, *owner.import, data);
-  if (owner.mapping) return mapping_attribute(attribute, addr, *owner.reservation, *owner.mapping, data);
+  if (owner.mapping)
+    return mapping_attribute(attribute, addr, *owner.reservation, *owner.mapping, data);
   if (owner.reservation) return reserved_attribute(attribute, *owner.reservation, data);
   return CUDA_ERROR_INVALID_VALUE;  // not memory the driver knows
 }
@@ -482,7 +488,9 @@ CUresult impl::cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   Context* ctx = nullptr;
   FAKE_TRY(current_context(&ctx));
   const Device& device = state().devices[size_t(ctx->device)];
-  if (free_bytes) *free_bytes = size_t(device.total_bytes > device.used_bytes ? device.total_bytes - device.used_bytes : 0);
+  if (free_bytes)
+    *free_bytes =
+        size_t(device.total_bytes > device.used_bytes ? device.total_bytes - device.used_bytes : 0);
   if (total_bytes) *total_bytes = size_t(device.total_bytes);
   return CUDA_SUCCESS;
 }

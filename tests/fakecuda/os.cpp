@@ -94,8 +94,8 @@ bool map_file(uintptr_t addr, size_t bytes, int fd, uint64_t offset) {
 uintptr_t map_file_anywhere(size_t bytes, size_t alignment, int fd, uint64_t offset) {
   const uintptr_t addr = reserve(bytes, alignment, 0);
   if (addr == 0) return 0;
-  void* got = mmap(as_ptr(addr), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
-                   off_t(offset));
+  void* got =
+      mmap(as_ptr(addr), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, off_t(offset));
   if (got == MAP_FAILED) {
     const int saved = errno;
     munmap(as_ptr(addr), bytes);
@@ -128,9 +128,7 @@ bool is_memory_file_link(const char* link_target, const char* name) {
   return after == '\0' || after == ' ';
 }
 
-bool grow_file(int fd, uint64_t bytes) {
-  return ftruncate(fd, off_t(bytes)) == 0;
-}
+bool grow_file(int fd, uint64_t bytes) { return ftruncate(fd, off_t(bytes)) == 0; }
 
 bool discard_file_range(int fd, uint64_t offset, uint64_t bytes) {
   return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(offset), off_t(bytes)) ==

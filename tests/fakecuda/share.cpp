@@ -138,8 +138,8 @@ CUresult impl::cuMemExportToShareableHandle(void* shareable, CUmemGenericAllocat
 // POSIX_FD: os_handle is the descriptor itself, (void*)(uintptr_t)fd; the
 // caller keeps it (and may close it at once). Anything but a file from
 // cuMemExportToShareableHandle answers INVALID_VALUE.
-CUresult impl::cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle,
-                                              void* os_handle, CUmemAllocationHandleType type) {
+CUresult impl::cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* os_handle,
+                                              CUmemAllocationHandleType type) {
   FAKE_REQUIRE_INIT();
   if (!handle) return CUDA_ERROR_INVALID_VALUE;
   Lock lock(state().mu);

@@ -17,9 +17,7 @@ State& state() {
   return *instance;
 }
 
-bool valid_device(int ordinal) {
-  return ordinal >= 0 && size_t(ordinal) < state().devices.size();
-}
+bool valid_device(int ordinal) { return ordinal >= 0 && size_t(ordinal) < state().devices.size(); }
 
 std::vector<Context*>& context_stack() {
   thread_local std::vector<Context*> stack;
@@ -221,8 +219,8 @@ bool block_reachable(const Block* block, int device) {
 }
 
 bool mapping_allows(const Mapping& mapping, Access access, int device) {
-  const unsigned long long need = access == Access::kWrite ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-                                                           : CU_MEM_ACCESS_FLAGS_PROT_READ;
+  const unsigned long long need =
+      access == Access::kWrite ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_READ;
   if (device >= 0) return (mapping.access[size_t(device)] & need) == need;
   for (unsigned long long flags : mapping.access)
     if ((flags & need) == need) return true;
@@ -250,8 +248,7 @@ CUresult check_device_range(uintptr_t addr, size_t bytes, Access access, int dev
     return CUDA_SUCCESS;
   }
   Reservation* reservation = find_reservation(addr);
-  if (!reservation || end > reservation->base + reservation->bytes)
-    return CUDA_ERROR_INVALID_VALUE;
+  if (!reservation || end > reservation->base + reservation->bytes) return CUDA_ERROR_INVALID_VALUE;
   // Copies may run across adjacent mappings: the addresses are contiguous.
   auto it = reservation->mappings.upper_bound(addr);
   if (it == reservation->mappings.begin()) return CUDA_ERROR_INVALID_VALUE;

@@ -67,9 +67,9 @@ struct Block {
   int device = 0;
   Context* ctx = nullptr;
   uint64_t buffer_id = 0;
-  Slab* slab = nullptr;  // null: a block of its own (large)
-  uint64_t file_offset = 0;  // of `base` in the device's memory file
-  bool exported = false;     // large blocks: went out through cuIpcGetMemHandle
+  Slab* slab = nullptr;         // null: a block of its own (large)
+  uint64_t file_offset = 0;     // of `base` in the device's memory file
+  bool exported = false;        // large blocks: went out through cuIpcGetMemHandle
   bool stream_ordered = false;  // from cuMemAllocAsync
 };
 
@@ -81,9 +81,9 @@ struct Physical {
   int device = 0;
   size_t bytes = 0;
   uint64_t file_offset = 0;
-  int own_fd = -1;        // >= 0: its own memory file (offset 0), else the device's
-  uint64_t inode = 0;     // of own_fd: finds it again when its fd is imported
-  bool charged = true;    // counted against the device total (imports are not)
+  int own_fd = -1;      // >= 0: its own memory file (offset 0), else the device's
+  uint64_t inode = 0;   // of own_fd: finds it again when its fd is imported
+  bool charged = true;  // counted against the device total (imports are not)
   CUmemAllocationProp prop{};
   int handle_refs = 0;  // cuMemCreate + cuMemRetainAllocationHandle - cuMemRelease
   int mappings = 0;
@@ -158,7 +158,7 @@ struct Context {
   // _ptsz/_ptds function), one per host thread, made on first use. They are
   // blocking streams: the legacy stream waits for them.
   std::map<std::thread::id, Stream*> per_thread;
-  std::set<Context*> peers;       // contexts whose memory this one may access
+  std::set<Context*> peers;  // contexts whose memory this one may access
 };
 
 // Work queued on a stream runs on that stream's worker thread, in order,
@@ -221,14 +221,14 @@ State& state();
 // May be called without the lock.
 inline bool initialized() { return state().initialized.load(std::memory_order_acquire); }
 
-#define FAKE_REQUIRE_INIT() \
-  do {                      \
+#define FAKE_REQUIRE_INIT()                                        \
+  do {                                                             \
     if (!::fake::initialized()) return CUDA_ERROR_NOT_INITIALIZED; \
   } while (0)
 
-#define FAKE_TRY(expr)                            \
-  do {                                            \
-    const CUresult fake_try_result_ = (expr);     \
+#define FAKE_TRY(expr)                                             \
+  do {                                                             \
+    const CUresult fake_try_result_ = (expr);                      \
     if (fake_try_result_ != CUDA_SUCCESS) return fake_try_result_; \
   } while (0)
 
@@ -273,7 +273,7 @@ Block* find_block(uintptr_t addr);  // the block containing addr
 Reservation* find_reservation(uintptr_t addr);
 Mapping* find_mapping(Reservation* reservation, uintptr_t addr);
 bool is_device_address(uintptr_t addr);  // inside a block or a reservation
-Import* find_import(uintptr_t addr);  // the import whose block contains addr
+Import* find_import(uintptr_t addr);     // the import whose block contains addr
 void free_block(Block* block);
 // The memory of stream-ordered frees goes back to the device (a
 // synchronization on a context of `device`; -1: every device).

@@ -215,8 +215,7 @@ CUresult impl::cuStreamQuery(CUstream handle) {
   return stream_pending(stream) ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
 }
 
-CUresult impl::cuStreamWaitEvent(CUstream stream_handle, CUevent event_handle,
-                                 unsigned int flags) {
+CUresult impl::cuStreamWaitEvent(CUstream stream_handle, CUevent event_handle, unsigned int flags) {
   FAKE_REQUIRE_INIT();
   if (flags & ~unsigned(CU_EVENT_WAIT_EXTERNAL)) return CUDA_ERROR_INVALID_VALUE;
   Lock lock(state().mu);

@@ -232,8 +232,7 @@ CUresult impl::cuMemSetAccess(CUdeviceptr ptr, size_t bytes, const CUmemAccessDe
   const std::vector<Mapping*> mappings = whole_mappings(uintptr_t(ptr), bytes);
   if (mappings.empty()) return CUDA_ERROR_INVALID_VALUE;
   for (Mapping* mapping : mappings) {
-    for (size_t i = 0; i < count; ++i)
-      mapping->access[size_t(desc[i].location.id)] = desc[i].flags;
+    for (size_t i = 0; i < count; ++i) mapping->access[size_t(desc[i].location.id)] = desc[i].flags;
     apply_protection(*mapping);
   }
   return CUDA_SUCCESS;

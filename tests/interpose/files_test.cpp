@@ -207,8 +207,8 @@ TEST_CASE("write_atomic: whole file or none, 0600, no temporary left") {
 }
 
 TEST_CASE("secure execution hides every path variable, and only those") {
-  const char* paths[] = {"PAGEFAST_STATS", "PAGEFAST_REPORT", "PAGEFAST_LOG_FILE", "PAGEFAST_TRACE",
-                         "PAGEFAST_LIVE_DIR", "PAGEFAST_SYSROOT"};
+  const char* paths[] = {"PAGEFAST_STATS", "PAGEFAST_REPORT",   "PAGEFAST_LOG_FILE",
+                         "PAGEFAST_TRACE", "PAGEFAST_LIVE_DIR", "PAGEFAST_SYSROOT"};
   const char* others[] = {"PAGEFAST", "PAGEFAST_CONF", "PAGEFAST_LOG", "LOCAL_RANK", "HOME"};
   for (const char* name : paths) {
     CHECK(is_path_variable(name));

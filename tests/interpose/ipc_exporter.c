@@ -70,8 +70,8 @@ static int spawn(struct child* c) {
 }
 
 /* One request; a dead child answers rc -1. */
-static struct ipc_reply call(struct child* c, char op, const CUipcMemHandle* handle, uint64_t offset,
-                             uint64_t bytes, unsigned char expect, unsigned char value) {
+static struct ipc_reply call(struct child* c, char op, const CUipcMemHandle* handle, uint64_t offset, uint64_t bytes,
+                             unsigned char expect, unsigned char value) {
   struct ipc_request request;
   memset(&request, 0, sizeof request);
   request.op = (uint8_t)op;
@@ -265,7 +265,7 @@ static int case_cycles(int cycles) {
    * exporter's side for a moment (its thread sees the end asynchronously):
    * a leak is what stays. */
   int exporter_delta = ipc_open_fds() - exporter_before;
-  for (int wait = 0; wait < 6000 && exporter_delta > 0; ++wait) {  /* a minute: a hang guard */
+  for (int wait = 0; wait < 6000 && exporter_delta > 0; ++wait) { /* a minute: a hang guard */
     usleep(10000);
     exporter_delta = ipc_open_fds() - exporter_before;
   }

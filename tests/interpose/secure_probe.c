@@ -20,7 +20,8 @@ int main(int argc, char** argv) {
   }
   CUresult (*init)(unsigned) = (CUresult(*)(unsigned))dlsym(driver, "cuInit");
   CUresult (*get)(CUdevice*, int) = (CUresult(*)(CUdevice*, int))dlsym(driver, "cuDeviceGet");
-  CUresult (*retain)(CUcontext*, CUdevice) = (CUresult(*)(CUcontext*, CUdevice))dlsym(driver, "cuDevicePrimaryCtxRetain");
+  CUresult (*retain)(CUcontext*, CUdevice) =
+      (CUresult(*)(CUcontext*, CUdevice))dlsym(driver, "cuDevicePrimaryCtxRetain");
   CUresult (*set)(CUcontext) = (CUresult(*)(CUcontext))dlsym(driver, "cuCtxSetCurrent");
   CUresult (*alloc)(CUdeviceptr*, size_t) = (CUresult(*)(CUdeviceptr*, size_t))dlsym(pagefast, "cuMemAlloc_v2");
   if (!init || !get || !retain || !set || !alloc) return 4;

@@ -65,7 +65,7 @@ static int run_seq(void) {
   setup();
   alloc_logged(&d, 4096); /* no current context yet: the driver refuses */
   cuCtxSetCurrent(g_ctx);
-  alloc_logged(&d, 0);    /* CUDA_ERROR_INVALID_VALUE */
+  alloc_logged(&d, 0); /* CUDA_ERROR_INVALID_VALUE */
   {
     CUresult r = cuMemAlloc_v2(NULL, 64);
     printf("call alloc 64 %d\n", (int)r);

@@ -42,9 +42,9 @@ int run_workload(const workload_api* a) {
   printf("alloc huge: %d\n", (int)a->cuMemAlloc_v2(&d, (size_t)1 << 50));
 
   /* A spread of sizes, kept live together, written and read back. */
-  static const size_t sizes[KEEP] = {1, 100, 100, 512, 513, 4096, 65536, 1 << 20, (1 << 20) + 1,
-                                     2 << 20, 3 << 20, 20 << 20, 7, 4000, 1 << 16, 5 << 20,
-                                     64 << 20, 33, 255, 1024, 2047, 8 << 20, 96, 12 << 20};
+  static const size_t sizes[KEEP] = {
+      1, 100,  100,     512,     513,      4096, 65536, 1 << 20, (1 << 20) + 1, 2 << 20, 3 << 20, 20 << 20,
+      7, 4000, 1 << 16, 5 << 20, 64 << 20, 33,   255,   1024,    2047,          8 << 20, 96,      12 << 20};
   CUdeviceptr p[KEEP];
   unsigned long long ids[KEEP];
   int aligned = 1, ranges = 1, copies = 1;
@@ -102,8 +102,7 @@ int run_workload(const workload_api* a) {
   void* data[3] = {&memtype, &start, &range_bytes};
   made_attrs++;
   r = a->cuPointerGetAttributes(3, which, data, p[7] + 10);
-  printf("attributes %d type %u start ok %d size ok %d\n", (int)r, memtype, start == p[7],
-         range_bytes >= sizes[7]);
+  printf("attributes %d type %u start ok %d size ok %d\n", (int)r, memtype, start == p[7], range_bytes >= sizes[7]);
 
   size_t free_bytes = 0, total_bytes = 0;
   made_info += 3;
@@ -198,8 +197,9 @@ int run_workload(const workload_api* a) {
   }
   printf("synchronize %d\n", (int)a->cuCtxSynchronize());
   /* The runner compares these with pagefast's stats. */
-  printf("made cuMemAlloc_v2=%llu cuMemFree_v2=%llu cuMemAllocPitch_v2=%llu cuMemGetInfo_v2=%llu "
-         "cuMemGetAddressRange_v2=%llu cuPointerGetAttribute=%llu cuPointerGetAttributes=%llu\n",
-         made_alloc, made_free, made_pitch, made_info, made_range, made_attr, made_attrs);
+  printf(
+      "made cuMemAlloc_v2=%llu cuMemFree_v2=%llu cuMemAllocPitch_v2=%llu cuMemGetInfo_v2=%llu "
+      "cuMemGetAddressRange_v2=%llu cuPointerGetAttribute=%llu cuPointerGetAttributes=%llu\n",
+      made_alloc, made_free, made_pitch, made_info, made_range, made_attr, made_attrs);
   return 0;
 }

@@ -11,9 +11,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
 #include <atomic>
 #include <cstdlib>
-#include <dirent.h>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,7 +50,8 @@ std::string find_by_pid(const std::string& dir, long pid) {
   std::string found;
   DIR* d = opendir(dir.c_str());
   while (dirent* e = d ? readdir(d) : nullptr)
-    if (std::string(e->d_name).find("." + std::to_string(pid) + ".") != std::string::npos) found = dir + "/" + e->d_name;
+    if (std::string(e->d_name).find("." + std::to_string(pid) + ".") != std::string::npos)
+      found = dir + "/" + e->d_name;
   if (d) closedir(d);
   return found;
 }
@@ -356,7 +357,8 @@ TEST_CASE("only an owner provably dead in the reader's pid namespace is removed"
     return path;
   };
   const std::string uid = std::to_string(getuid());
-  const std::string foreign = make("pagefast." + uid + "." + std::to_string(ns + 1) + "." + std::to_string(child) + ".5");
+  const std::string foreign =
+      make("pagefast." + uid + "." + std::to_string(ns + 1) + "." + std::to_string(child) + ".5");
   const std::string legacy = make("pagefast." + uid + "." + std::to_string(child));
   const std::string mine = make("pagefast." + uid + "." + std::to_string(ns) + "." + std::to_string(child) + ".5");
   std::vector<Listing> all = list_segments(dir.path, getuid(), true);
@@ -400,15 +402,18 @@ TEST_CASE("a FIFO, a directory or a link named like a segment never blocks nor i
 }
 
 TEST_CASE("text is cut on a UTF-8 character boundary and read back valid", "[live]") {
-  CHECK(utf8_cut("ab\xc3\xa9", 3) == "ab");              // never half of an e-acute
+  CHECK(utf8_cut("ab\xc3\xa9", 3) == "ab");  // never half of an e-acute
   CHECK(utf8_cut("ab\xc3\xa9", 4) == "ab\xc3\xa9");
   CHECK(utf8_cut("\xe2\x82\xac\xe2\x82\xac", 5) == "\xe2\x82\xac");  // euro signs
   CHECK(utf8_cut("\xf0\x9f\x98\x80x", 3).empty());
-  CHECK(utf8_valid("a\xff" "b") == "a\xef\xbf\xbd" "b");
-  CHECK(utf8_valid("\xc3") == "\xef\xbf\xbd");                    // cut sequence
-  CHECK(utf8_valid("\xc0\xaf") == "\xef\xbf\xbd\xef\xbf\xbd");    // overlong '/'
+  CHECK(utf8_valid("a\xff"
+                   "b") ==
+        "a\xef\xbf\xbd"
+        "b");
+  CHECK(utf8_valid("\xc3") == "\xef\xbf\xbd");                                  // cut sequence
+  CHECK(utf8_valid("\xc0\xaf") == "\xef\xbf\xbd\xef\xbf\xbd");                  // overlong '/'
   CHECK(utf8_valid("\xed\xa0\x80") == "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");  // a surrogate
-  CHECK(utf8_valid("\xf4\x90\x80\x80").find("\xf4") == std::string::npos);   // past U+10FFFF
+  CHECK(utf8_valid("\xf4\x90\x80\x80").find("\xf4") == std::string::npos);      // past U+10FFFF
 
   TempDir dir;
   Writer w;

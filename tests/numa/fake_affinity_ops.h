@@ -14,12 +14,12 @@ namespace pagefast::numa::testing {
 
 class FakeAffinityOps final : public AffinityOps {
  public:
-  CpuSet cpus;                              // the current affinity
+  CpuSet cpus;  // the current affinity
   MemoryPolicy memory = MemoryPolicy::None;
   int memory_node = -1;
-  int fail_set_cpus = 0;                    // errno to fail set_cpus with
+  int fail_set_cpus = 0;  // errno to fail set_cpus with
   int fail_set_memory = 0;
-  std::vector<std::string> calls;           // "cpus 0-31 all", "memory preferred 1"
+  std::vector<std::string> calls;  // "cpus 0-31 all", "memory preferred 1"
 
   int get_cpus(CpuSet* out) override {
     *out = cpus;

@@ -42,18 +42,22 @@ FakeTree& FakeTree::unreadable(const std::string& path) {
 std::string FakeTree::information(const std::string& bdf, const std::string& uuid) {
   return "Model: \t\t NVIDIA H200\n"
          "IRQ:   \t\t 42\n"
-         "GPU UUID: \t " + uuid + "\n"
+         "GPU UUID: \t " +
+         uuid +
+         "\n"
          "Video BIOS: \t 96.00.af.00.01\n"
          "Bus Type: \t PCIe\n"
          "DMA Size: \t 52 bits\n"
          "DMA Mask: \t 0xfffffffffffff\n"
-         "Bus Location: \t " + bdf + "\n"
+         "Bus Location: \t " +
+         bdf +
+         "\n"
          "Device Minor: \t 0\n"
          "GPU Excluded:\t No\n";
 }
 
-FakeTree& FakeTree::gpu(const std::string& bdf, const std::string& uuid,
-                        const std::string& numa_node, const std::string& local_cpulist) {
+FakeTree& FakeTree::gpu(const std::string& bdf, const std::string& uuid, const std::string& numa_node,
+                        const std::string& local_cpulist) {
   file("/proc/driver/nvidia/gpus/" + bdf + "/information", information(bdf, uuid));
   file("/sys/bus/pci/devices/" + bdf + "/numa_node", numa_node + "\n");
   file("/sys/bus/pci/devices/" + bdf + "/local_cpulist", local_cpulist + "\n");
@@ -107,9 +111,7 @@ std::string FakeTree::write_to_temp_dir() const {
   return root;
 }
 
-std::string fake_uuid(int n) {
-  return "GPU-" + std::to_string(n) + "0000000-1111-2222-3333-444444444444";
-}
+std::string fake_uuid(int n) { return "GPU-" + std::to_string(n) + "0000000-1111-2222-3333-444444444444"; }
 
 FakeTree two_node_machine() {
   FakeTree t;

@@ -57,8 +57,7 @@ int main(int argc, char** argv) {
   std::printf("affinity before %s after %s\n", before.to_list().c_str(), after.to_list().c_str());
   std::printf("cost first %ld us, fastest of %d %ld us\n", first_us, repeat, best_us);
   const bool cuda = mapped("libcuda.so") || mapped("libcudart");
-  std::printf("libcuda loaded: %s; libnvidia-ml loaded: %s; libnuma loaded: %s\n",
-              cuda ? "yes" : "no", mapped("libnvidia-ml") ? "yes" : "no",
-              mapped("libnuma") ? "yes" : "no");
+  std::printf("libcuda loaded: %s; libnvidia-ml loaded: %s; libnuma loaded: %s\n", cuda ? "yes" : "no",
+              mapped("libnvidia-ml") ? "yes" : "no", mapped("libnuma") ? "yes" : "no");
   return cuda ? 1 : 0;
 }

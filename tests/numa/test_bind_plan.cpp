@@ -21,8 +21,8 @@ CpuSet cpus_of(const std::string& list) {
   return cpus;
 }
 
-BindPlan plan_for(const FakeTree& tree, EnvMap env, const std::string& allowed,
-                  NumaMode mode = NumaMode::Auto, int gpu = -1) {
+BindPlan plan_for(const FakeTree& tree, EnvMap env, const std::string& allowed, NumaMode mode = NumaMode::Auto,
+                  int gpu = -1) {
   PlanInputs in;
   in.config.mode = mode;
   in.config.gpu = gpu;
@@ -177,8 +177,7 @@ TEST_CASE("bad rank and numa:gpu out of range warn; no GPU does not", "[numa][pl
   p = plan_for(tree, EnvMap{}, "0-63", NumaMode::Auto, 1);
   CHECK(p.who == "numa:gpu=1");
   CHECK(p.node == 1);
-  CHECK(plan_for(tree, EnvMap{}.set("CUDA_VISIBLE_DEVICES", ""), "0-63").verdict ==
-        Verdict::NoGpu);
+  CHECK(plan_for(tree, EnvMap{}.set("CUDA_VISIBLE_DEVICES", ""), "0-63").verdict == Verdict::NoGpu);
 }
 
 TEST_CASE("the device in use, when known, decides", "[numa][plan]") {
@@ -198,8 +197,7 @@ TEST_CASE("the device in use, when known, decides", "[numa][plan]") {
 }
 
 TEST_CASE("MIG instance with unknown parent on two nodes: nothing to bind", "[numa][plan]") {
-  BindPlan p = plan_for(testing::two_node_machine(),
-                        EnvMap{}.set("CUDA_VISIBLE_DEVICES", "MIG-0123abcd"), "0-63");
+  BindPlan p = plan_for(testing::two_node_machine(), EnvMap{}.set("CUDA_VISIBLE_DEVICES", "MIG-0123abcd"), "0-63");
   CHECK(p.verdict == Verdict::NodeUnknown);
   CHECK(p.gpu == "MIG-0123abcd");
 }

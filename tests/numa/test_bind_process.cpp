@@ -122,8 +122,7 @@ std::string status_cpus() {
 std::string mempolicy() {
   int mode = -1;
   unsigned long mask[16] = {};
-  if (::syscall(SYS_get_mempolicy, &mode, mask, 16 * 8 * sizeof(unsigned long), nullptr, 0) != 0)
-    return "error";
+  if (::syscall(SYS_get_mempolicy, &mode, mask, 16 * 8 * sizeof(unsigned long), nullptr, 0) != 0) return "error";
   static const char* names[] = {"default", "preferred", "bind", "interleave", "local"};
   std::string out = mode >= 0 && mode <= 4 ? names[mode] : std::to_string(mode);
   if (mode != MPOL_DEFAULT) out += " " + std::to_string(mask[0]);
@@ -154,8 +153,8 @@ Result run(const FakeTree& tree, const Case& c) {
   REQUIRE(pid >= 0);
   if (pid == 0) {
     ::close(fds[0]);
-    for (const char* name : {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK",
-                             "MPI_LOCALRANKID", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"})
+    for (const char* name : {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                             "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"})
       ::unsetenv(name);
     ::setenv("PAGEFAST_SYSROOT", root.c_str(), 1);
     for (const auto& kv : c.env) ::setenv(kv.first.c_str(), kv.second.c_str(), 1);
@@ -212,10 +211,10 @@ Case with_env(std::map<std::string, std::string> env, NumaMode mode = NumaMode::
 
 void narrow_to(const CpuSet& cpus) { system_affinity_ops().set_cpus(cpus, false); }
 
-#define NEED_TWO_CPUS()                                                   \
-  if (!fit().usable) {                                                    \
+#define NEED_TWO_CPUS()                                                         \
+  if (!fit().usable) {                                                          \
     WARN("needs two allowed CPUs; this machine gives " << fit().all.to_list()); \
-    return;                                                               \
+    return;                                                                     \
   }
 
 }  // namespace
@@ -225,8 +224,7 @@ TEST_CASE("process: bound to the GPU's node, memory preferred", "[numa][process]
   Result r = run(fitted_tree(), with_env({{"LOCAL_RANK", "1"}}));
   CHECK(r["affinity"] == fit().a_list());
   CHECK(r["memory"] == "preferred 1");
-  CHECK(r["log"] == "info: numa: rank 1 -> GPU 0000:41:00.0 -> node 0, cpus " + fit().a_list() +
-                        ", memory preferred");
+  CHECK(r["log"] == "info: numa: rank 1 -> GPU 0000:41:00.0 -> node 0, cpus " + fit().a_list() + ", memory preferred");
   CHECK(r["json"].find("\"action\":\"bound\"") != std::string::npos);
 }
 
@@ -237,8 +235,7 @@ TEST_CASE("process: bind mode binds memory strictly", "[numa][process]") {
   CHECK(r["memory"] == "bind 1");
 }
 
-TEST_CASE("process: a node the running kernel lacks: one warning, left as it was",
-          "[numa][process]") {
+TEST_CASE("process: a node the running kernel lacks: one warning, left as it was", "[numa][process]") {
   NEED_TWO_CPUS();
   Result r = run(fitted_tree(), with_env({{"LOCAL_RANK", "0"}}));
   CHECK(r["affinity"] == fit().all.to_list());  // the CPU binding was rolled back
@@ -304,8 +301,9 @@ TEST_CASE("process: numa_node -1 binds nothing", "[numa][process]") {
   Result r = run(tree, with_env({{"LOCAL_RANK", "1"}}));
   CHECK(r["affinity"] == fit().all.to_list());
   CHECK(r["memory"] == "default");
-  CHECK(r["log"] == "info: numa: GPU 0000:41:00.0 has no node (numa_node -1) and NVML did not "
-                    "say; nothing to bind (GPU 0000:41:00.0)");
+  CHECK(r["log"] ==
+        "info: numa: GPU 0000:41:00.0 has no node (numa_node -1) and NVML did not "
+        "say; nothing to bind (GPU 0000:41:00.0)");
 }
 
 TEST_CASE("process: missing and unreadable files", "[numa][process]") {
@@ -322,8 +320,7 @@ TEST_CASE("process: missing and unreadable files", "[numa][process]") {
   tree.unreadable("/proc/driver/nvidia/gpus/0000:41:00.0/information");
   r = run(tree, with_env({{"CUDA_VISIBLE_DEVICES", "GPU-2"}}));  // now nothing has that UUID
   CHECK(r["affinity"] == fit().all.to_list());
-  tree.file("/proc/driver/nvidia/gpus/0000:41:00.0/information",
-            FakeTree::information("0000:41:00.0", fake_uuid(2)));
+  tree.file("/proc/driver/nvidia/gpus/0000:41:00.0/information", FakeTree::information("0000:41:00.0", fake_uuid(2)));
   r = run(tree, with_env({{"LOCAL_RANK", "1"}}));
   CHECK(r["affinity"] == fit().a_list());
   // Neither cpu/online nor every node list: cannot tell narrowed, so warn.
@@ -391,8 +388,7 @@ TEST_CASE("process: check_device rebinds every thread once", "[numa][process]") 
   CHECK(r["json"].find("\"action\":\"rebound\"") != std::string::npos);
 }
 
-TEST_CASE("process: check_device onto a node the kernel lacks keeps the start binding",
-          "[numa][process]") {
+TEST_CASE("process: check_device onto a node the kernel lacks keeps the start binding", "[numa][process]") {
   NEED_TWO_CPUS();
   Case c = with_env({{"LOCAL_RANK", "1"}});
   c.after = [] { check_device("0000:01:00.0", NumaConfig{}, sink); };

@@ -36,8 +36,7 @@ std::vector<LogLine> visible_lines() {
   return out;
 }
 
-BindReport start(const FakeTree& tree, EnvMap env, FakeAffinityOps& ops,
-                 NumaMode mode = NumaMode::Auto, int gpu = -1) {
+BindReport start(const FakeTree& tree, EnvMap env, FakeAffinityOps& ops, NumaMode mode = NumaMode::Auto, int gpu = -1) {
   g_lines.clear();
   NumaConfig config;
   config.mode = mode;
@@ -119,8 +118,7 @@ TEST_CASE("one node with UUID entries: the information files stay unread", "[num
 TEST_CASE("two nodes with UUID entries: the UUIDs are read and resolve", "[numa][session]") {
   FakeAffinityOps ops;
   ops.cpus = cpus_of("0-63");
-  BindReport r = start(testing::two_node_machine(),
-                       EnvMap{}.set("CUDA_VISIBLE_DEVICES", testing::fake_uuid(2)), ops);
+  BindReport r = start(testing::two_node_machine(), EnvMap{}.set("CUDA_VISIBLE_DEVICES", testing::fake_uuid(2)), ops);
   CHECK(r.action == BindAction::Bound);
   CHECK(r.gpu == "0000:41:00.0");
 }
@@ -279,12 +277,10 @@ TEST_CASE("check_device: a device with no known node undoes the start binding", 
   CHECK(last_report().action == BindAction::Unbound);
 }
 
-TEST_CASE("check_device: nothing bound at start, the device in use can be: bind it",
-          "[numa][session]") {
+TEST_CASE("check_device: nothing bound at start, the device in use can be: bind it", "[numa][session]") {
   FakeAffinityOps ops;
   ops.cpus = cpus_of("0-63");
-  BindReport r = start(testing::two_node_machine(),
-                       EnvMap{}.set("CUDA_VISIBLE_DEVICES", "MIG-0123abcd"), ops);
+  BindReport r = start(testing::two_node_machine(), EnvMap{}.set("CUDA_VISIBLE_DEVICES", "MIG-0123abcd"), ops);
   REQUIRE(r.action == BindAction::Nothing);
   CHECK(r.line() ==
         "numa: the GPU holding MIG-0123abcd is unknown without NVML; nothing to bind "

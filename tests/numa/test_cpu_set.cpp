@@ -34,8 +34,8 @@ TEST_CASE("cpulist: empty is the empty set (memory-only node)", "[numa][cpulist]
 }
 
 TEST_CASE("cpulist: malformed lists are refused and leave the output alone", "[numa][cpulist]") {
-  const char* bad[] = {"0-x", "a", "3-1", "1,,2", "1,", ",1", "-1", "0-", "1 2", "0-7:2/4",
-                       "0x3", "1-2-3", "99999999999", "65536", "0-65536"};
+  const char* bad[] = {"0-x", "a",       "3-1", "1,,2",  "1,",          ",1",    "-1",     "0-",
+                       "1 2", "0-7:2/4", "0x3", "1-2-3", "99999999999", "65536", "0-65536"};
   for (const char* text : bad) {
     CpuSet cpus{7};
     INFO("text: " << text);

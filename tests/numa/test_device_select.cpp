@@ -57,8 +57,7 @@ TEST_CASE("ranks 0..7 on the 8-GPU machine take GPUs in PCI order", "[numa][devi
     CHECK(chosen(EnvMap{}.set("LOCAL_RANK", std::to_string(rank)), topo) == expect[rank]);
   }
   // CUDA_DEVICE_ORDER does not change the order we can know.
-  CHECK(chosen(EnvMap{}.set("LOCAL_RANK", "5").set("CUDA_DEVICE_ORDER", "FASTEST_FIRST"), topo) ==
-        "0000:ab:00.0");
+  CHECK(chosen(EnvMap{}.set("LOCAL_RANK", "5").set("CUDA_DEVICE_ORDER", "FASTEST_FIRST"), topo) == "0000:ab:00.0");
 }
 
 TEST_CASE("CUDA_VISIBLE_DEVICES: indexes, UUIDs, prefixes", "[numa][device]") {
@@ -67,14 +66,12 @@ TEST_CASE("CUDA_VISIBLE_DEVICES: indexes, UUIDs, prefixes", "[numa][device]") {
   env.set("LOCAL_RANK", "1");
   CHECK(chosen(env.set("CUDA_VISIBLE_DEVICES", "7,6"), topo) == "0000:ba:00.0");
   CHECK(chosen(env.set("CUDA_VISIBLE_DEVICES", " 4 , 0 "), topo) == "0000:18:00.0");
-  CHECK(chosen(env.set("CUDA_VISIBLE_DEVICES", fake_uuid(1) + "," + fake_uuid(8)), topo) ==
-        "0000:db:00.0");
+  CHECK(chosen(env.set("CUDA_VISIBLE_DEVICES", fake_uuid(1) + "," + fake_uuid(8)), topo) == "0000:db:00.0");
   CHECK(chosen(env.set("CUDA_VISIBLE_DEVICES", "GPU-1,GPU-3"), topo) == "0000:3a:00.0");
   CHECK(chosen(env.set("CUDA_VISIBLE_DEVICES", "gpu-10000000,GPU-20"), topo) == "0000:2a:00.0");
 }
 
-TEST_CASE("CUDA_VISIBLE_DEVICES: the list ends at the first entry that names nothing",
-          "[numa][device]") {
+TEST_CASE("CUDA_VISIBLE_DEVICES: the list ends at the first entry that names nothing", "[numa][device]") {
   Topology topo = read_topology(testing::two_node_machine());
   StartEnv env;
   env.visible_set = true;
@@ -128,8 +125,7 @@ TEST_CASE("MIG ids resolve to their parent GPU", "[numa][device]") {
   Topology one = read_topology(testing::h200_vm());
   CHECK(chosen(env, one) == "0000:00:06.0");
   // Two instances of one GPU are two devices, not a repeat.
-  env.set("LOCAL_RANK", "1").set("CUDA_VISIBLE_DEVICES",
-                                 "MIG-" + fake_uuid(2) + "/1/0,MIG-" + fake_uuid(2) + "/2/0");
+  env.set("LOCAL_RANK", "1").set("CUDA_VISIBLE_DEVICES", "MIG-" + fake_uuid(2) + "/1/0,MIG-" + fake_uuid(2) + "/2/0");
   CHECK(chosen(env, topo) == "0000:41:00.0");
 }
 
@@ -149,8 +145,7 @@ struct FakeOracle : GpuOracle {
 };
 }  // namespace
 
-TEST_CASE("the oracle fills numa_node -1 and MIG parents, only on multi-node machines",
-          "[numa][device]") {
+TEST_CASE("the oracle fills numa_node -1 and MIG parents, only on multi-node machines", "[numa][device]") {
   testing::FakeTree tree = testing::two_node_machine();
   tree.file("/sys/bus/pci/devices/0000:41:00.0/numa_node", "-1\n");
   Topology topo = read_topology(tree);
@@ -199,8 +194,7 @@ TEST_CASE("numa:gpu overrides the rank; bad values are refused", "[numa][device]
   CHECK(choose_device(env_of(env), topo, 2).status == ChoiceStatus::Invalid);
   for (const char* bad : {"x", "-1", "1.5", "99999999999", " 1"}) {
     INFO(bad);
-    CHECK(choose_device(env_of(EnvMap{}.set("LOCAL_RANK", bad)), topo, -1).status ==
-          ChoiceStatus::Invalid);
+    CHECK(choose_device(env_of(EnvMap{}.set("LOCAL_RANK", bad)), topo, -1).status == ChoiceStatus::Invalid);
   }
 }
 

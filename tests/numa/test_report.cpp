@@ -11,12 +11,11 @@ using pagefast::NumaConfig;
 using pagefast::numa::testing::EnvMap;
 
 namespace {
-std::string render(const testing::FakeTree& tree, EnvMap env, const std::string& allowed,
-                   int ranks = 0, NumaConfig config = {}) {
+std::string render(const testing::FakeTree& tree, EnvMap env, const std::string& allowed, int ranks = 0,
+                   NumaConfig config = {}) {
   CpuSet cpus;
   REQUIRE(parse_cpulist(allowed, &cpus));
-  return render_report(config, read_start_env(EnvMap::lookup, &env), read_topology(tree), cpus,
-                       ranks, "/fake");
+  return render_report(config, read_start_env(EnvMap::lookup, &env), read_topology(tree), cpus, ranks, "/fake");
 }
 bool has(const std::string& text, const std::string& part) {
   INFO("looking for: " << part << "\nin:\n" << text);
@@ -36,8 +35,8 @@ TEST_CASE("report: 8 GPUs, every GPU and every rank", "[numa][report]") {
 }
 
 TEST_CASE("report: visible subset, explicit rank count, stop in the list", "[numa][report]") {
-  std::string text = render(testing::eight_gpu_machine(),
-                            EnvMap{}.set("CUDA_VISIBLE_DEVICES", "6,1,bogus"), "0-223", 3);
+  std::string text =
+      render(testing::eight_gpu_machine(), EnvMap{}.set("CUDA_VISIBLE_DEVICES", "6,1,bogus"), "0-223", 3);
   CHECK(has(text, "CUDA_VISIBLE_DEVICES '6,1,bogus'"));
   CHECK(has(text, "  cuda 0: 0000:ba:00.0"));
   CHECK(has(text, "  cuda 1: 0000:2a:00.0"));
@@ -55,7 +54,6 @@ TEST_CASE("report: a narrowed launcher shows what would be left alone", "[numa][
   std::string text = render(testing::two_node_machine(), EnvMap{}, "0-3");
   CHECK(has(text, "this process may run on 0-3"));
   CHECK(has(text, "rank 0: affinity already narrowed"));
-  text = render(testing::two_node_machine(), EnvMap{}, "0-3", 2,
-                NumaConfig{pagefast::NumaMode::Force, -1});
+  text = render(testing::two_node_machine(), EnvMap{}, "0-3", 2, NumaConfig{pagefast::NumaMode::Force, -1});
   CHECK(has(text, "  rank 1 -> GPU 0000:41:00.0 -> node 1, cpus 32-63, memory bound"));
 }

@@ -21,8 +21,8 @@ TEST_CASE("bus ids normalise to the sysfs form", "[numa][topology]") {
   CHECK(bdf == "0000:41:00.0");
   REQUIRE(normalize_bdf("10000:01:00.0", &bdf));  // VMD domains are wider than 16 bits
   CHECK(bdf == "10000:01:00.0");
-  for (const char* bad : {"", "0000:41:00", "0000:41:20.0", "0000:41:00.8", "zz:00.0",
-                          "000000000:41:00.0", "0000:141:00.0", "GPU-1234"}) {
+  for (const char* bad : {"", "0000:41:00", "0000:41:20.0", "0000:41:00.8", "zz:00.0", "000000000:41:00.0",
+                          "0000:141:00.0", "GPU-1234"}) {
     INFO(bad);
     CHECK_FALSE(normalize_bdf(bad, &bdf));
   }
@@ -131,8 +131,7 @@ TEST_CASE("memory-only nodes do not count as CPU nodes", "[numa][topology]") {
   CHECK(topo.cpu_node_count() == 1);
 }
 
-TEST_CASE("cgroup cpuset: v2, v1, and the nearest ancestor with the controller",
-          "[numa][topology]") {
+TEST_CASE("cgroup cpuset: v2, v1, and the nearest ancestor with the controller", "[numa][topology]") {
   FakeTree v2 = testing::two_node_machine();
   v2.file("/proc/self/cgroup", "0::/slurm/job_7/step_0\n");
   v2.file("/sys/fs/cgroup/slurm/job_7/cpuset.cpus.effective", "0-15,32-47\n");

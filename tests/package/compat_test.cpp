@@ -20,12 +20,12 @@
 extern "C" uint32_t arc4random(void);
 
 static int failures = 0;
-#define CHECK(cond)                                                     \
-  do {                                                                  \
-    if (!(cond)) {                                                      \
+#define CHECK(cond)                                                           \
+  do {                                                                        \
+    if (!(cond)) {                                                            \
       std::fprintf(stderr, "%s:%d: FAILED: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                       \
-    }                                                                   \
+      ++failures;                                                             \
+    }                                                                         \
   } while (0)
 
 // Counted by a constructor: the program's .init_array must have run once,
@@ -111,7 +111,8 @@ int main(int argc, char** argv) {
   int fd = open(file.c_str(), O_CREAT | O_WRONLY, 0600);
   CHECK(fd >= 0 && write(fd, "12345", 5) == 5);
   CHECK(symlink(file.c_str(), link.c_str()) == 0);
-  struct stat64 by_path{}, by_fd{}, by_link{};
+  struct stat64 by_path {
+  }, by_fd{}, by_link{};
   CHECK(stat64(file.c_str(), &by_path) == 0 && by_path.st_size == 5);
   CHECK(fstat64(fd, &by_fd) == 0 && by_fd.st_ino == by_path.st_ino);
   CHECK(lstat64(link.c_str(), &by_link) == 0 && S_ISLNK(by_link.st_mode));

@@ -109,10 +109,11 @@ int ahead(int pages, double gap_us, int repeats) {
   auto at = [&](double q) { return all[std::min(all.size() - 1, size_t(q * double(all.size())))]; };
   double sum = 0;
   for (double v : all) sum += v;
-  std::printf("ahead: %d pages x %d, %.0f us between pages: growth call p50 %.2f us, p90 %.2f, p99 %.2f, max %.1f, "
-              "mean %.2f; waits %.1f a run (%.0f us)\n",
-              pages, repeats, gap_us, at(0.5), at(0.9), at(0.99), all.back(), sum / double(all.size()),
-              double(waits) / repeats, double(wait_ns) / 1000.0 / repeats);
+  std::printf(
+      "ahead: %d pages x %d, %.0f us between pages: growth call p50 %.2f us, p90 %.2f, p99 %.2f, max %.1f, "
+      "mean %.2f; waits %.1f a run (%.0f us)\n",
+      pages, repeats, gap_us, at(0.5), at(0.9), at(0.99), all.back(), sum / double(all.size()), double(waits) / repeats,
+      double(wait_ns) / 1000.0 / repeats);
   return 0;
 }
 

@@ -28,9 +28,9 @@ namespace {
 constexpr int kBatchPairs = 64;
 
 uint64_t now_ns() {
-  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::steady_clock::now().time_since_epoch())
-                      .count());
+  return uint64_t(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
 }
 
 void pairs(PoolUnderTest& t, ThreadCache& cache, uint64_t bytes, int count) {
@@ -72,8 +72,8 @@ int main(int argc, char** argv) {
   PoolUnderTest t(64 * kGiB, FakeProvider::Backing::None, PoolConfig());
   Attached cache(t.pool);
   std::printf("%12s %10s %10s %8s\n", "bytes", "p50_ns", "p99_ns", "syncs");
-  for (uint64_t bytes : {uint64_t(512), uint64_t(4096), uint64_t(64 * kKiB), uint64_t(512 * kKiB), 2 * kMiB,
-                         8 * kMiB, 32 * kMiB, 64 * kMiB}) {
+  for (uint64_t bytes : {uint64_t(512), uint64_t(4096), uint64_t(64 * kKiB), uint64_t(512 * kKiB), 2 * kMiB, 8 * kMiB,
+                         32 * kMiB, 64 * kMiB}) {
     pairs(t, *cache, bytes, 2000);  // warm: grow, fill caches
     const uint64_t syncs_before = t.pool.stats().synchronizations;
     std::vector<double> samples;
@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
   }
   const double one = throughput(t, 1, 4096, total_pairs);
   const double many = throughput(t, threads, 4096, total_pairs / 4);
-  std::printf("4096-byte pairs/s: 1 thread %.3g, %d threads %.3g (x%.1f on %u cores)\n", one, threads, many,
-              many / one, std::thread::hardware_concurrency());
+  std::printf("4096-byte pairs/s: 1 thread %.3g, %d threads %.3g (x%.1f on %u cores)\n", one, threads, many, many / one,
+              std::thread::hardware_concurrency());
   return 0;
 }

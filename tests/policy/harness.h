@@ -38,7 +38,6 @@ struct ArenaUnderTest {
   Arena arena;
 };
 
-
 // Two chunks of two granules; one granule of each lent to a stitch, the
 // other given back free. Returns the stitch (in use): both chunks are
 // pinned by it until it is given back and dissolved.

@@ -75,7 +75,7 @@ PoolConfig with_slack(uint64_t slack_ns) {
   PoolConfig c;
   c.slack_ns = slack_ns;
   c.release_delay_ns = ~uint64_t(0);  // decay is another test's subject
-  c.idle_share = 0;                    // so is the idle share (its own case)
+  c.idle_share = 0;                   // so is the idle share (its own case)
   return c;
 }
 
@@ -137,8 +137,8 @@ TEST_CASE("allowance: a two-thread training loop holds little beyond its peak", 
   }
   INFO("peak " << peak / kMiB << " MiB; held fixed " << held_fixed / kMiB << " MiB, " << syncs_fixed
                << " syncs; adaptive " << held_adaptive / kMiB << " MiB, " << syncs_adaptive << " syncs");
-  CHECK(held_fixed > peak * 3 / 2);          // as measured on the H200 (2.2x on ResNet-18)
-  CHECK(held_adaptive <= peak * 13 / 10);   // the chunk's rounding and one slack's frees
+  CHECK(held_fixed > peak * 3 / 2);        // as measured on the H200 (2.2x on ResNet-18)
+  CHECK(held_adaptive <= peak * 13 / 10);  // the chunk's rounding and one slack's frees
   // Syncs made instead of growing come at most about once per slack.
   const uint64_t run_ns = 30ull * 200 * shape.call_ns;
   CHECK(syncs_adaptive <= run_ns / (2 * kMs) + 30ull * 4);
@@ -191,10 +191,10 @@ TEST_CASE("allowance: a loop of 1 GiB blocks shares a sync among several pairs",
   const PoolStats after = t.pool.stats();
   const uint64_t syncs = after.synchronizations - before.synchronizations;
   INFO("idle_share " << share << " syncs " << syncs << " mapped " << after.mapped_bytes / kMiB << " MiB");
-  CHECK(syncs * 3 <= kPairs);                     // at least three pairs a sync
-  CHECK(syncs * 5 >= kPairs);                     // batched, never skipped
-  CHECK(after.mapped_bytes <= 6 * kGiB);          // four blocks wait at most, plus the one in use
-  CHECK(after.growths == before.growths);         // steady: no growth
+  CHECK(syncs * 3 <= kPairs);              // at least three pairs a sync
+  CHECK(syncs * 5 >= kPairs);              // batched, never skipped
+  CHECK(after.mapped_bytes <= 6 * kGiB);   // four blocks wait at most, plus the one in use
+  CHECK(after.growths == before.growths);  // steady: no growth
   CHECK(t.provider.violations() == 0);
 }
 

@@ -15,7 +15,6 @@ using namespace pagefast::policy;
 using namespace pagefast::policy::test;
 using Op = FakeProvider::Op;
 
-
 TEST_CASE("growth rounds to the chunk and opens each chunk with one access call", "[arena]") {
   ArenaUnderTest t(4);
   REQUIRE(t.arena.grow(Granules(1)) == ProviderStatus::Ok);

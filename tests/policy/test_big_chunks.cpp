@@ -37,8 +37,7 @@ uint64_t alloc_launched(PoolUnderTest& t, ThreadCache& cache, uint64_t bytes) {
 
 }  // namespace
 
-TEST_CASE("big chunks: a request over a chunk gets a chunk of its own, kept from smaller requests",
-          "[arena][big]") {
+TEST_CASE("big chunks: a request over a chunk gets a chunk of its own, kept from smaller requests", "[arena][big]") {
   ArenaUnderTest t = big_arena();
   REQUIRE(t.arena.grow(Granules(1)) == ProviderStatus::Ok);   // an ordinary chunk of 4
   REQUIRE(t.arena.grow(Granules(10)) == ProviderStatus::Ok);  // a big chunk of exactly 10
@@ -72,8 +71,7 @@ TEST_CASE("big chunks: a request over a chunk gets a chunk of its own, kept from
   CHECK(t.provider.violations() == 0);
 }
 
-TEST_CASE("big chunks: a big run serves a request leaving at most an eighth; the rest stays big",
-          "[arena][big]") {
+TEST_CASE("big chunks: a big run serves a request leaving at most an eighth; the rest stays big", "[arena][big]") {
   ArenaUnderTest t = big_arena();
   REQUIRE(t.arena.grow(Granules(16)) == ProviderStatus::Ok);
   Block* a = t.arena.take(Granules(15));  // 1 unused of 15: within an eighth
@@ -82,7 +80,7 @@ TEST_CASE("big chunks: a big run serves a request leaving at most an eighth; the
   CHECK(t.arena.free_home() == Granules(1));
   CHECK(t.arena.take(Granules(1)) == nullptr);  // the rest is big: not for a small request
   t.arena.give_back(a);
-  CHECK(t.arena.free_block_count() == 1);  // whole again
+  CHECK(t.arena.free_block_count() == 1);        // whole again
   CHECK(t.arena.take(Granules(12)) == nullptr);  // 4 unused of 12: more than an eighth
   CHECK(t.arena.take(Granules(17)) == nullptr);
   CHECK(t.arena.check() == "");
@@ -195,8 +193,7 @@ TEST_CASE("big chunks: a failed growth after the release leaves the arena consis
   }
 }
 
-TEST_CASE("big chunks: under a limit, smaller requests get the memory of free big chunks back",
-          "[pool][big][limit]") {
+TEST_CASE("big chunks: under a limit, smaller requests get the memory of free big chunks back", "[pool][big][limit]") {
   // A 768 MiB block in a big chunk, freed; then 64 MiB blocks up to the
   // limit of 1 GiB. The big chunk is kept from them, so once ordinary
   // chunks reach the limit the pool releases it and grows for them.

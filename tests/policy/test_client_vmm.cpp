@@ -15,10 +15,10 @@
 #include <condition_variable>
 #include <cstdint>
 #include <map>
-#include <set>
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -54,7 +54,7 @@ class FakeDriver final : public ClientDriver {
   std::map<std::string, int> calls;
   std::string fail_op;  // the next call of this op fails (once)
 
-  int fail_skip = 0;    // ... after this many more calls of it succeeded
+  int fail_skip = 0;  // ... after this many more calls of it succeeded
 
   bool fails(const char* op) {
     ++calls[op];
@@ -141,7 +141,8 @@ class FakeDriver final : public ClientDriver {
     const std::vector<uint64_t> c = cover(addr, bytes);
     if (c.empty() || descs.empty() || descs.size() % 2) return kClientInvalidValue;
     for (uint64_t a : c)
-      for (size_t at = 0; at + 2 <= descs.size(); at += 2) maps[a].access[descs.substr(at, 1)] = descs.substr(at + 1, 1);
+      for (size_t at = 0; at + 2 <= descs.size(); at += 2)
+        maps[a].access[descs.substr(at, 1)] = descs.substr(at + 1, 1);
     return kClientOk;
   }
   int address_free(uint64_t addr, uint64_t bytes) override {
@@ -168,9 +169,13 @@ struct Program {
     return r;
   }
   int release(uint64_t h) { return cache ? cache->release(h) : fake.release(h); }
-  int map(uint64_t a, uint64_t b, uint64_t o, uint64_t h) { return cache ? cache->map(a, b, o, h, 0) : fake.map(a, b, o, h, 0); }
+  int map(uint64_t a, uint64_t b, uint64_t o, uint64_t h) {
+    return cache ? cache->map(a, b, o, h, 0) : fake.map(a, b, o, h, 0);
+  }
   int unmap(uint64_t a, uint64_t b) { return cache ? cache->unmap(a, b) : fake.unmap(a, b); }
-  int access(uint64_t a, uint64_t b, const std::string& d) { return cache ? cache->set_access(a, b, d) : fake.set_access(a, b, d); }
+  int access(uint64_t a, uint64_t b, const std::string& d) {
+    return cache ? cache->set_access(a, b, d) : fake.set_access(a, b, d);
+  }
   int address_free(uint64_t a, uint64_t b) { return cache ? cache->address_free(a, b) : fake.address_free(a, b); }
   int retain(uint64_t a, uint64_t* h) {
     if (cache && cache->retain(a, h)) return kClientOk;
@@ -289,7 +294,7 @@ TEST_CASE("client vmm: two segments of the same properties growing in turns stop
   // made ahead (segment 0's) goes to segment 1's growth too.
   // Both segments grow a page each in turns (create, map at its end, open
   // it); the handles each got, in order.
-  auto grow_in_turns = [&](std::vector<uint64_t> (&got)[2]) {
+  auto grow_in_turns = [&](std::vector<uint64_t>(&got)[2]) {
     for (int i = 0; i < 40; ++i)
       for (int s = 0; s < 2; ++s) {
         uint64_t h = 0;
@@ -453,7 +458,7 @@ TEST_CASE("client vmm: abandon gives the driver the program's view back; forget_
   CHECK(fake2.calls.count("unmap") == 0);
   uint64_t g = 0;
   REQUIRE(p2.create(kSeg, kProp, &g) == kClientOk);
-  CHECK(g != h);  // not from the forgotten device's records
+  CHECK(g != h);                      // not from the forgotten device's records
   CHECK(p2.release(h) == kClientOk);  // the driver answers for the old handle
   CHECK(fake2.calls["release"] == 1);
 }
@@ -642,15 +647,9 @@ TEST_CASE("client vmm: differential against the driver, random programs") {
             if (!h) break;
             r[m] = p.map(addr, kUnit, offset, h);
             break;
-          case 3:
-            r[m] = p.unmap(addr, bytes);
-            break;
-          case 4:
-            r[m] = p.access(addr, bytes, descs);
-            break;
-          case 5:
-            r[m] = p.address_free(addr, bytes);
-            break;
+          case 3: r[m] = p.unmap(addr, bytes); break;
+          case 4: r[m] = p.access(addr, bytes, descs); break;
+          case 5: r[m] = p.address_free(addr, bytes); break;
           case 6: {
             if (h) break;
             uint64_t got = 0;
@@ -811,9 +810,11 @@ bool wait_for_ahead_waits(ClientVmmCache& cache, uint64_t count) {
 
 // The worker thread of the glue: work_one until stopped.
 struct Worker {
-  explicit Worker(ClientVmmCache& c) : cache(c), thread([this] {
-    while (!stop.load()) if (!cache.work_one()) cache.wait_for_work(1000 * 1000);
-  }) {}
+  explicit Worker(ClientVmmCache& c)
+      : cache(c), thread([this] {
+          while (!stop.load())
+            if (!cache.work_one()) cache.wait_for_work(1000 * 1000);
+        }) {}
   ~Worker() {
     stop.store(true);
     thread.join();
@@ -825,7 +826,8 @@ struct Worker {
 
 }  // namespace
 
-TEST_CASE_METHOD(WorkerCase<>, "client vmm: growth ahead on a worker: the program's thread opens few pages, each page its own") {
+TEST_CASE_METHOD(WorkerCase<>,
+                 "client vmm: growth ahead on a worker: the program's thread opens few pages, each page its own") {
   std::vector<uint64_t> hs(64);
   {
     Worker worker(cache);
@@ -849,7 +851,8 @@ TEST_CASE_METHOD(WorkerCase<>, "client vmm: growth ahead on a worker: the progra
   for (auto& [a, m] : fake.maps) CHECK(a + m.bytes <= kBase + 100 * kSeg);
 }
 
-TEST_CASE_METHOD(WorkerCase<>, "client vmm: a program's call over pages queued ahead cancels them; one in flight is waited for") {
+TEST_CASE_METHOD(WorkerCase<>,
+                 "client vmm: a program's call over pages queued ahead cancels them; one in flight is waited for") {
   uint64_t h0 = 0;
   REQUIRE(p.grow(kBase, &h0) == kClientOk);
   CHECK(driver.woken == 1);
@@ -940,7 +943,9 @@ TEST_CASE_METHOD(WorkerCase<>, "client vmm: cuMemCreate waits for the worker's p
   CHECK(cache.stats().revived_maps == 1);
 }
 
-TEST_CASE_METHOD(WorkerCase<200>, "client vmm: the next batch queues behind the job still running, never more than prefetch_pages ahead") {
+TEST_CASE_METHOD(
+    WorkerCase<200>,
+    "client vmm: the next batch queues behind the job still running, never more than prefetch_pages ahead") {
   uint64_t h = 0;
   REQUIRE(p.grow(kBase, &h) == kClientOk);  // the program's own page 0; pages 1-2 queued
   CHECK(cache.pending_pages() == 2);
@@ -1117,11 +1122,11 @@ TEST_CASE("client vmm: decay keeps the floor, and a handle taken back is young a
   CHECK(cache.decay_step(100, 1000, 0, 8) == 0);  // stamped at 100
   uint64_t again = 0;
   REQUIRE(p.create(kSeg, kProp, &again) == kClientOk);  // a hit: leaves the cache
-  REQUIRE(p.release(again) == kClientOk);                // cached again, not yet seen
+  REQUIRE(p.release(again) == kClientOk);               // cached again, not yet seen
   // Three are old; releasing them leaves one page cached, the floor.
   CHECK(cache.decay_step(1100, 1000, 2 * kSeg, 8) == 2 * kSeg);
   CHECK(cache.cached_bytes(0) == 2 * kSeg);
-  CHECK(cache.decay_step(1100, 1000, 0, 8) == kSeg);   // the last old one; `again` was first seen at 1100
+  CHECK(cache.decay_step(1100, 1000, 0, 8) == kSeg);  // the last old one; `again` was first seen at 1100
   CHECK(cache.decay_step(2099, 1000, 0, 8) == 0);
   CHECK(cache.decay_step(2100, 1000, 0, 8) == kSeg);
   CHECK(cache.cached_bytes(0) == 0);
@@ -1251,10 +1256,9 @@ void torch_segments(uint32_t seeds, bool threaded) {
 
 }  // namespace
 
-TEST_CASE("client vmm: PyTorch-shaped segments with growth ahead: every page is the program's own, every call succeeds") {
+TEST_CASE(
+    "client vmm: PyTorch-shaped segments with growth ahead: every page is the program's own, every call succeeds") {
   torch_segments(300, false);
 }
 
-TEST_CASE("client vmm: PyTorch-shaped segments with the worker on its own thread") {
-  torch_segments(60, true);
-}
+TEST_CASE("client vmm: PyTorch-shaped segments with the worker on its own thread") { torch_segments(60, true); }

@@ -160,8 +160,8 @@ TEST_CASE("conformance: 99% of the device is allocatable, also after a free-all"
         // Without the pool: whole 2 MiB pages per large block, as the
         // driver. Small ones: the pool's only loss against a driver that
         // packed them perfectly is its size-class rounding (<= 12.5%).
-        const uint64_t unit = bytes >= kSmallLimitBytes ? granules_ceil(bytes).bytes()
-                                                        : kSizeClasses[class_of(bytes)].block_bytes;
+        const uint64_t unit =
+            bytes >= kSmallLimitBytes ? granules_ceil(bytes).bytes() : kSizeClasses[class_of(bytes)].block_bytes;
         const uint64_t without = f.budget_bytes() / unit * bytes;
         // ... and the device's last granules, too few for one more slab
         // (a slab spans up to kMaxSlabGranules; nothing at 140 GiB).

@@ -26,8 +26,7 @@ int workload(PoolUnderTest& t, ThreadCache& cache, uint64_t seed, int steps) {
   int refused = 0;
   for (int i = 0; i < steps; ++i) {
     const int kind = int(rng() % 4);
-    const uint64_t bytes = kind == 0 ? 1 + rng() % 2000 : kind == 1 ? 1 + rng() % (600 * kKiB)
-                                                                    : 1 + rng() % (9 * kMiB);
+    const uint64_t bytes = kind == 0 ? 1 + rng() % 2000 : kind == 1 ? 1 + rng() % (600 * kKiB) : 1 + rng() % (9 * kMiB);
     uint64_t p = 0;
     const AllocStatus status = t.alloc(cache, bytes, &p);
     if (status == AllocStatus::Ok) {

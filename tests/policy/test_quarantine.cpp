@@ -156,10 +156,10 @@ TEST_CASE("a thread keeps one sealed batch; the next full one is shared and othe
 }
 
 TEST_CASE("a thread's large-block allowance scales with the device, within bounds", "[quarantine]") {
-  CHECK(large_limits(0, 0).batch_bytes == 256 * kMiB);             // unknown device: the floor
-  CHECK(large_limits(16 * kGiB, 0).batch_bytes == 256 * kMiB);     // a small card keeps the floor
+  CHECK(large_limits(0, 0).batch_bytes == 256 * kMiB);          // unknown device: the floor
+  CHECK(large_limits(16 * kGiB, 0).batch_bytes == 256 * kMiB);  // a small card keeps the floor
   CHECK(large_limits(64 * kGiB, 0).batch_bytes == 512 * kMiB);
-  CHECK(large_limits(140 * kGiB, 0).batch_bytes == 1 * kGiB);      // an H200: the ceiling
+  CHECK(large_limits(140 * kGiB, 0).batch_bytes == 1 * kGiB);           // an H200: the ceiling
   CHECK(large_limits(140 * kGiB, 8 * kGiB).batch_bytes == 256 * kMiB);  // a limit counts as the device
   const LargeLimits h200 = large_limits(140 * kGiB, 0);
   CHECK(h200.cache_block.bytes() == 256 * kMiB);

@@ -59,7 +59,8 @@ TEST_CASE("prewarm maps memory in chunk steps before the first allocation", "[re
   REQUIRE(alloc_blocks(t, *cache, 40, 20 * kMiB, &blocks));
   CHECK(t.pool.stats().growths == 4);  // all from the prewarmed memory
   // Prewarm never exceeds the limit.
-  PoolUnderTest limited(4 * kGiB, FakeProvider::Backing::None, config_with(256 * kMiB, 600 * kMiB, kUnlimited, 1 * kGiB));
+  PoolUnderTest limited(4 * kGiB, FakeProvider::Backing::None,
+                        config_with(256 * kMiB, 600 * kMiB, kUnlimited, 1 * kGiB));
   CHECK(limited.provider.used_bytes() <= 600 * kMiB);
 }
 

@@ -274,7 +274,7 @@ TEST_CASE("sleep: many cycles leak nothing", "[sleep]") {
 TEST_CASE("sleep and wake under injected faults: usable, nothing lost", "[sleep][faults]") {
   const Op ops[] = {Op::HostAlloc, Op::Copy, Op::Unmap, Op::Release, Op::Create, Op::Map, Op::SetAccess};
   for (Op op : ops) {
-    for (int phase = 0; phase < 2; ++phase) {      // 0: during sleep, 1: during wake
+    for (int phase = 0; phase < 2; ++phase) {  // 0: during sleep, 1: during wake
       // Copies in 3 MiB pieces (8 MiB chunks: 3 + 3 + 2): a copy can fail
       // after some of its pieces went through.
       const uint64_t nths = op == Op::Copy ? 5 : 2;
@@ -314,8 +314,8 @@ TEST_CASE("sleep and wake under injected faults: usable, nothing lost", "[sleep]
 
 TEST_CASE("sleep with keep: chunk sizes, copies in pieces that do not divide them", "[sleep]") {
   // chunk size, piece size (0: a copy in one piece)
-  const uint64_t cases[][2] = {{2 * kMiB, 0},         {2 * kMiB, 1 * kMiB},  {8 * kMiB, 3 * kMiB},
-                               {64 * kMiB, 5 * kMiB}, {100 * kMiB, 32 * kMiB}};
+  const uint64_t cases[][2] = {
+      {2 * kMiB, 0}, {2 * kMiB, 1 * kMiB}, {8 * kMiB, 3 * kMiB}, {64 * kMiB, 5 * kMiB}, {100 * kMiB, 32 * kMiB}};
   for (const auto& c : cases) {
     CAPTURE(c[0], c[1]);
     PoolUnderTest t(2 * kGiB, FakeProvider::Backing::Host, config_with(c[0]));

@@ -55,7 +55,8 @@ uint64_t pick_bytes(std::mt19937_64& rng) {
   if (r < 850) lo = 1, hi = 64 * kKiB;
   else if (r < 985) lo = 64 * kKiB, hi = 16 * kMiB;
   else lo = 16 * kMiB, hi = kMaxRequestBytes;
-  const double x = std::log2(double(lo)) + (std::log2(double(hi)) - std::log2(double(lo))) * double(rng() % 100000) / 1e5;
+  const double x =
+      std::log2(double(lo)) + (std::log2(double(hi)) - std::log2(double(lo))) * double(rng() % 100000) / 1e5;
   uint64_t bytes = uint64_t(std::exp2(x));
   return bytes < 1 ? 1 : bytes;
 }

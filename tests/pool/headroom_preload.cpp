@@ -46,13 +46,13 @@ int fail(const char* what) {
   return 1;
 }
 
-#define CHECK_CU(call)                                                   \
-  do {                                                                   \
-    CUresult r_ = (call);                                                \
-    if (r_ != CUDA_SUCCESS) {                                            \
+#define CHECK_CU(call)                                                    \
+  do {                                                                    \
+    CUresult r_ = (call);                                                 \
+    if (r_ != CUDA_SUCCESS) {                                             \
       std::printf("FAIL %s -> %d (line %d)\n", #call, int(r_), __LINE__); \
-      return 1;                                                          \
-    }                                                                    \
+      return 1;                                                           \
+    }                                                                     \
   } while (0)
 
 CUcontext g_context = nullptr;

@@ -51,13 +51,13 @@ int fail(const char* what) {
   return 1;
 }
 
-#define CHECK_CU(call)                                                   \
-  do {                                                                   \
-    CUresult r_ = (call);                                                \
-    if (r_ != CUDA_SUCCESS) {                                            \
+#define CHECK_CU(call)                                                    \
+  do {                                                                    \
+    CUresult r_ = (call);                                                 \
+    if (r_ != CUDA_SUCCESS) {                                             \
       std::printf("FAIL %s -> %d (line %d)\n", #call, int(r_), __LINE__); \
-      return 1;                                                          \
-    }                                                                    \
+      return 1;                                                           \
+    }                                                                     \
   } while (0)
 
 using StatsGet = int (*)(int, pagefast_pool_stats*);
@@ -102,7 +102,8 @@ int reuse() {
     }
     CHECK_CU(cuCtxSynchronize());
     for (size_t i = 0; i < kept.size(); ++i)
-      if (!all_bytes(kept[i], bytes, (unsigned char)(i & 0x7f))) return fail("reuse: a delayed kernel wrote into the next owner's block");
+      if (!all_bytes(kept[i], bytes, (unsigned char)(i & 0x7f)))
+        return fail("reuse: a delayed kernel wrote into the next owner's block");
     for (CUdeviceptr q : kept) CHECK_CU(cuMemFree_v2(q));
   }
   if (fakecuda_violations()) return fail("reuse: fake driver saw a use after free");
@@ -415,8 +416,12 @@ int faults() {
     unsigned char v;
   };
   std::vector<Live> live;
-  const char* plans[] = {"cuMemCreate:1", "cuMemMap:1", "cuMemSetAccess:1", "cuMemAddressReserve:1",
-                         "cuMemCreate:2,cuMemCreate:3,cuMemMap:2", "cuCtxSynchronize:1"};
+  const char* plans[] = {"cuMemCreate:1",
+                         "cuMemMap:1",
+                         "cuMemSetAccess:1",
+                         "cuMemAddressReserve:1",
+                         "cuMemCreate:2,cuMemCreate:3,cuMemMap:2",
+                         "cuCtxSynchronize:1"};
   int refused = 0;
   for (const char* plan : plans) {
     fakecuda_set_fail(plan);
@@ -794,8 +799,7 @@ int peers() {
     if (made_stitch && access_of(stitched, 1) != kRW)
       return fail("peers: a stitch of device 0's pool is not open to device 1");
     // Device 1's own pool is unaffected: still its own only.
-    if (access_of(on1, 1) != kRW || access_of(on1, 0) != kNone)
-      return fail("peers: device 1's pool changed");
+    if (access_of(on1, 1) != kRW || access_of(on1, 0) != kNone) return fail("peers: device 1's pool changed");
   }
   // Device 1's kernels read device 0's memory, before and after the enable.
   CHECK_CU(cuCtxSetCurrent(ctx1));

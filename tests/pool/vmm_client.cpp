@@ -132,7 +132,8 @@ int segments(int rounds, int pages) {
       ++mapped;
     }
     // One access call for the grown range, as PyTorch does.
-    const bool open = mapped > 0 && say("access", cuMemSetAccess(base, size_t(mapped) * kPage, &access, 1)) == CUDA_SUCCESS;
+    const bool open =
+        mapped > 0 && say("access", cuMemSetAccess(base, size_t(mapped) * kPage, &access, 1)) == CUDA_SUCCESS;
     CUdeviceptr block = 0;
     const bool have_block = say("alloc", cuMemAlloc(&block, 3u << 20)) == CUDA_SUCCESS;
     if (have_block) fill_and_check("block", block, 3u << 20, 0xb10c0000u + unsigned(round));
@@ -174,8 +175,8 @@ void grow_and_shrink(CUdeviceptr base, int pages, size_t page, const CUmemAlloca
                      const CUmemAccessDesc& access, std::vector<CUmemGenericAllocationHandle>& handles,
                      unsigned pattern) {
   int grown = 0;
-  while (grown < pages && grow_page(base + size_t(grown) * page, page, prop, access, &handles[size_t(grown)],
-                                    pattern + unsigned(grown)))
+  while (grown < pages &&
+         grow_page(base + size_t(grown) * page, page, prop, access, &handles[size_t(grown)], pattern + unsigned(grown)))
     ++grown;
   for (int i = 0; i < grown; ++i) expect_value("page kept", base + size_t(i) * page, page, pattern + unsigned(i));
   for (int i = 0; i < grown; ++i) {
@@ -289,8 +290,8 @@ void properties(const char* what, CUmemGenericAllocationHandle handle) {
   const CUresult r = cuMemGetAllocationPropertiesFromHandle(&prop, handle);
   std::printf("%s properties %d", what, int(r));
   if (r == CUDA_SUCCESS)
-    std::printf(" type %d location %d/%d handle types %d", int(prop.type), int(prop.location.type),
-                prop.location.id, int(prop.requestedHandleTypes));
+    std::printf(" type %d location %d/%d handle types %d", int(prop.type), int(prop.location.type), prop.location.id,
+                int(prop.requestedHandleTypes));
   std::printf("\n");
 }
 

@@ -36,8 +36,8 @@
 namespace {
 
 using pagefast::numa::CpuSet;
-using pagefast::numa::testing::FakeTree;
 using pagefast::numa::testing::fake_uuid;
+using pagefast::numa::testing::FakeTree;
 
 // A node id the running kernel does not have: the far node of the fitted
 // tree, whose CPU binding succeeds and whose memory binding is refused.
@@ -97,8 +97,8 @@ void measure(const char* name, const FakeTree* tree, const char* local_rank, int
     return;
   }
   std::sort(us.begin(), us.end());
-  std::printf("%-9s fastest %6ld us   median %6ld us   (%zu fresh processes)\n", name, us.front(),
-              us[us.size() / 2], us.size());
+  std::printf("%-9s fastest %6ld us   median %6ld us   (%zu fresh processes)\n", name, us.front(), us[us.size() / 2],
+              us.size());
 }
 
 }  // namespace
@@ -109,9 +109,10 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) {
       runs = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
-      std::printf("usage: numa-start-cost [--runs N]\n"
-                  "The cost of pagefast's NUMA binding at start, in fresh processes: bound on a\n"
-                  "fake two-node tree, the one-node no-op, and this machine's own sysfs.\n");
+      std::printf(
+          "usage: numa-start-cost [--runs N]\n"
+          "The cost of pagefast's NUMA binding at start, in fresh processes: bound on a\n"
+          "fake two-node tree, the one-node no-op, and this machine's own sysfs.\n");
       return 0;
     } else {
       std::fprintf(stderr, "usage: numa-start-cost [--runs N]\n");

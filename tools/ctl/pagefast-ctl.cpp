@@ -158,8 +158,10 @@ int main(int argc, char** argv) {
   const std::string name = address_text(addr, len);
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
-    std::fprintf(stderr, "pagefast-ctl: process %ld does not answer on %s (no pool yet, control:off, or not "
-                 "pagefast)\n", pid, name.c_str());
+    std::fprintf(stderr,
+                 "pagefast-ctl: process %ld does not answer on %s (no pool yet, control:off, or not "
+                 "pagefast)\n",
+                 pid, name.c_str());
     return 3;
   }
   // The answer counts only from that process: anyone could have bound the
@@ -168,16 +170,17 @@ int main(int argc, char** argv) {
   int32_t peer_pid = 0;
   if (!peer_of(fd, &peer_uid, &peer_pid) || peer_uid != uint32_t(::geteuid()) || long(peer_pid) != pid ||
       pagefast::live::process_start_ticks(uint64_t(peer_pid)) != started) {
-    std::fprintf(stderr, "pagefast-ctl: the socket of process %ld, %s, is held by another process (uid %u, pid %d), "
-                 "not by process %ld: not trusting it; nothing was asked\n", pid, name.c_str(), unsigned(peer_uid),
-                 int(peer_pid), pid);
+    std::fprintf(stderr,
+                 "pagefast-ctl: the socket of process %ld, %s, is held by another process (uid %u, pid %d), "
+                 "not by process %ld: not trusting it; nothing was asked\n",
+                 pid, name.c_str(), unsigned(peer_uid), int(peer_pid), pid);
     ::close(fd);
     return 3;
   }
   const Request req{kRequestMagic, kVersion, op, flags, 1, 0, 0, 0};
   ReplyHeader reply{};
-  const bool answered = ::send(fd, &req, sizeof req, MSG_NOSIGNAL) == ssize_t(sizeof req) &&
-                        read_answer(fd, &reply, sizeof reply);
+  const bool answered =
+      ::send(fd, &req, sizeof req, MSG_NOSIGNAL) == ssize_t(sizeof req) && read_answer(fd, &reply, sizeof reply);
   ::close(fd);
   if (!answered || reply.magic != kReplyMagic || reply.seq != 1) {
     std::fprintf(stderr, "pagefast-ctl: no answer from process %ld (a different pagefast version?)\n", pid);

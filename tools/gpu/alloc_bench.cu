@@ -34,7 +34,6 @@ using Clock = std::chrono::steady_clock;
 static bool g_async = false;
 static cudaStream_t g_stream = nullptr;
 
-
 // mode "driver": cuMemAlloc_v2/cuMemFree_v2 themselves, taken through
 // cudaGetDriverEntryPointByVersion (the door the runtime uses), so that the
 // runtime's own share of a cudaMalloc+cudaFree pair can be told apart.
@@ -87,7 +86,8 @@ static double pct(std::vector<double>& v, double q) {
 }
 
 static void pairs(const char* label, int repeats) {
-  std::vector<size_t> sizes = {512, 4096, 65536, 1u << 20, 2u << 20, 4u << 20, 20u << 20, 64u << 20, 256u << 20, 1u << 30};
+  std::vector<size_t> sizes = {512,      4096,      65536,     1u << 20,   2u << 20,
+                               4u << 20, 20u << 20, 64u << 20, 256u << 20, 1u << 30};
   // BENCH_SIZES=a,b,...: only these sizes (bytes), in this order.
   if (const char* only = std::getenv("BENCH_SIZES")) {
     sizes.clear();
@@ -107,9 +107,10 @@ static void pairs(const char* label, int repeats) {
       release(p);
       ns[i] = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
     }
-    std::printf("RESULT alloc=%s mode=pairs bytes=%zu p50_ns=%.1f p99_ns=%.1f p10_ns=%.1f p25_ns=%.1f p75_ns=%.1f "
-                "p90_ns=%.1f\n",
-                label, bytes, pct(ns, 0.5), pct(ns, 0.99), pct(ns, 0.10), pct(ns, 0.25), pct(ns, 0.75), pct(ns, 0.90));
+    std::printf(
+        "RESULT alloc=%s mode=pairs bytes=%zu p50_ns=%.1f p99_ns=%.1f p10_ns=%.1f p25_ns=%.1f p75_ns=%.1f "
+        "p90_ns=%.1f\n",
+        label, bytes, pct(ns, 0.5), pct(ns, 0.99), pct(ns, 0.10), pct(ns, 0.25), pct(ns, 0.75), pct(ns, 0.90));
   }
 }
 
@@ -122,13 +123,13 @@ typedef int (*MemUnmapFn)(unsigned long long, size_t);
 typedef int (*MemSetAccessFn)(unsigned long long, size_t, const CUmemAccessDesc*, size_t);
 typedef int (*MemAddressReserveFn)(unsigned long long*, size_t, size_t, unsigned long long, unsigned long long);
 
-#define CKD(call)                                                                          \
-  do {                                                                                     \
-    const int r_ = (call);                                                                 \
-    if (r_ != 0) {                                                                         \
-      std::fprintf(stderr, "%s failed: %d (line %d)\n", #call, r_, __LINE__);              \
-      std::exit(1);                                                                        \
-    }                                                                                      \
+#define CKD(call)                                                             \
+  do {                                                                        \
+    const int r_ = (call);                                                    \
+    if (r_ != 0) {                                                            \
+      std::fprintf(stderr, "%s failed: %d (line %d)\n", #call, r_, __LINE__); \
+      std::exit(1);                                                           \
+    }                                                                         \
   } while (0)
 
 static void vmm_segments(const char* label) {
@@ -238,8 +239,9 @@ int main(int argc, char** argv) {
     const int per = api == "cudaMalloc" && !std::getenv("LD_PRELOAD") ? 300 : 20000;
     const double one = throughput(1, bytes, per);
     const double many = throughput(threads, bytes, per);
-    std::printf("RESULT alloc=%s mode=threads threads=%d bytes=%zu one_pairs_per_s=%.0f many_pairs_per_s=%.0f scale=%.2f\n",
-                label.c_str(), threads, bytes, one, many, many / one);
+    std::printf(
+        "RESULT alloc=%s mode=threads threads=%d bytes=%zu one_pairs_per_s=%.0f many_pairs_per_s=%.0f scale=%.2f\n",
+        label.c_str(), threads, bytes, one, many, many / one);
   } else if (mode == "cold") {
     const size_t request = 20u << 20, total = 16ull << 30;
     std::vector<void*> held;
@@ -249,8 +251,8 @@ int main(int argc, char** argv) {
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     for (void* p : held) release(p);
     CK(cudaDeviceSynchronize());
-    std::printf("RESULT alloc=%s mode=cold bytes=%zu requests=%zu total_ms=%.3f\n", label.c_str(), total,
-                held.size(), ms);
+    std::printf("RESULT alloc=%s mode=cold bytes=%zu requests=%zu total_ms=%.3f\n", label.c_str(), total, held.size(),
+                ms);
   }
   if (g_async) CK(cudaStreamSynchronize(g_stream));
   return 0;

@@ -21,7 +21,6 @@ __global__ void check(const uint32_t* p, size_t words, uint32_t seed, unsigned l
     if (p[i] != (seed ^ uint32_t(i * 2654435761u))) atomicAdd(bad, 1ull);
 }
 
-
 int main() {
   const size_t sizes[] = {512, 4096, 65536, 1 << 20, 3 << 20, 20 << 20, 64 << 20, 100, 7 << 20, 256 << 20};
   unsigned long long allocations = 0, frees = 0, bad_total = 0;

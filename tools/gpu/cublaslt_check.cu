@@ -17,13 +17,13 @@
 #include <cstdlib>
 #include <vector>
 
-#define CKL(call)                                                                   \
-  do {                                                                              \
-    cublasStatus_t s_ = (call);                                                     \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                              \
-      std::printf("cublasLt error %d at %s:%d\n", int(s_), __FILE__, __LINE__);    \
-      std::exit(1);                                                                 \
-    }                                                                               \
+#define CKL(call)                                                               \
+  do {                                                                          \
+    cublasStatus_t s_ = (call);                                                 \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                          \
+      std::printf("cublasLt error %d at %s:%d\n", int(s_), __FILE__, __LINE__); \
+      std::exit(1);                                                             \
+    }                                                                           \
   } while (0)
 
 namespace {

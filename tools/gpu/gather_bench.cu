@@ -28,7 +28,6 @@ __global__ void gather(const uint32_t* data, size_t words, uint64_t seed, size_t
   if (acc == 0x12345678u) atomicAdd(sink, 1ull);
 }
 
-
 int main() {
   const size_t bytes = 32ull << 30, words = bytes / 4;
   uint32_t* data;

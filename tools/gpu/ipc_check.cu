@@ -53,8 +53,7 @@ __global__ void fill(unsigned* p, size_t n, unsigned seed) {
 }
 
 __global__ void add(unsigned* p, size_t n, unsigned v) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    p[i] += v;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) p[i] += v;
 }
 
 __global__ void verify(const unsigned* p, size_t n, unsigned seed, unsigned extra, unsigned long long* bad) {
@@ -180,9 +179,10 @@ int exporter(const char* self, int children) {
   const unsigned total = unsigned(children * (children + 1) / 2);
   unsigned long long bad = 0;
   for (int b = 0; b < kBuffers; ++b) bad += count_bad(bufs[b], kSizes[b], 1000 + b, total);
-  std::printf("ipc %d children x %d buffers (512 B .. 64 MiB): children saw %llu bad words, exporter sees %llu "
-              "bad words after their additions, %d child failures\n",
-              children, kBuffers, child_bad, bad, failed);
+  std::printf(
+      "ipc %d children x %d buffers (512 B .. 64 MiB): children saw %llu bad words, exporter sees %llu "
+      "bad words after their additions, %d child failures\n",
+      children, kBuffers, child_bad, bad, failed);
   for (int b = 0; b < kBuffers; ++b) CK(cudaFree(bufs[b]));
 
   // Freed while held.
@@ -207,9 +207,10 @@ int exporter(const char* self, int children) {
   unsigned long long held_bad = ~0ull;
   read_all(io.from, &held_bad, sizeof held_bad);
   const int rc = wait_child(io.pid);
-  std::printf("freed while held: the holder saw %llu bad words after the exporter freed it and wrote 8 new "
-              "buffers (child rc %d)\n",
-              held_bad, rc);
+  std::printf(
+      "freed while held: the holder saw %llu bad words after the exporter freed it and wrote 8 new "
+      "buffers (child rc %d)\n",
+      held_bad, rc);
   for (void* f : fresh) CK(cudaFree(f));
   const bool ok = child_bad == 0 && bad == 0 && failed == 0 && held_bad == 0 && rc == 0;
   std::printf("%s\n", ok ? "IPC OK" : "IPC FAILED");
@@ -304,11 +305,11 @@ int stall(const char* self, int rounds) {
   bool exporter_ok = true;
   for (int b = 0; b < kBuffers; ++b) exporter_ok &= count_bad(bufs[b], kSizes[b], 1000 + b, 0) == 0;
   for (int b = 0; b < kBuffers; ++b) CK(cudaFree(bufs[b]));
-  std::printf("stall: %d of %d rounds, %llu opens ok, %llu failed (first: %s), bad words %llu, held buffer bad words "
-              "%llu, exporter's buffers intact %d, child rc %d\n",
-              r.rounds_done, rounds, r.opens_ok, r.opens_failed,
-              r.opens_failed ? cudaGetErrorName(cudaError_t(r.first_error)) : "none", r.bad, r.held_bad,
-              int(exporter_ok), rc);
+  std::printf(
+      "stall: %d of %d rounds, %llu opens ok, %llu failed (first: %s), bad words %llu, held buffer bad words "
+      "%llu, exporter's buffers intact %d, child rc %d\n",
+      r.rounds_done, rounds, r.opens_ok, r.opens_failed,
+      r.opens_failed ? cudaGetErrorName(cudaError_t(r.first_error)) : "none", r.bad, r.held_bad, int(exporter_ok), rc);
   const bool ok = rc == 0 && r.rounds_done == rounds && r.bad == 0 && r.held_bad == 0 && exporter_ok;
   std::printf("%s\n", ok ? "STALL OK" : "STALL FAILED");
   return ok ? 0 : 1;
@@ -367,8 +368,8 @@ int timing(const char* self, int n) {
   const int rc = wait_child(io.pid);
   if (!got) std::printf("timing: the child failed (rc %d)\n", rc);
   for (int b = 0; b < kBuffers; ++b)
-    std::printf("timing size %zu get_us %.2f open_us %.2f close_us %.2f\n", kSizes[b], median(get_us[b]),
-                out[2 * b], out[2 * b + 1]);
+    std::printf("timing size %zu get_us %.2f open_us %.2f close_us %.2f\n", kSizes[b], median(get_us[b]), out[2 * b],
+                out[2 * b + 1]);
   for (void* p : bufs) CK(cudaFree(p));
   return got && rc == 0 ? 0 : 1;
 }

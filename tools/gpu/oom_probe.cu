@@ -147,8 +147,9 @@ std::string run_op(const std::string& op) {
     return rt_name(e);
   }
   if (op == "mem_create") {
-    auto create = driver_fn<CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
-                                         unsigned long long)>("cuMemCreate");
+    auto create =
+        driver_fn<CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*, unsigned long long)>(
+            "cuMemCreate");
     auto release = driver_fn<CUresult (*)(CUmemGenericAllocationHandle)>("cuMemRelease");
     CUmemAllocationProp prop{};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -181,7 +182,8 @@ std::string run_op(const std::string& op) {
   }
   if (op == "malloc_host" || op == "host_alloc_mapped") {
     void* p = nullptr;
-    cudaError_t e = op == "malloc_host" ? cudaMallocHost(&p, kOpBytes) : cudaHostAlloc(&p, kOpBytes, cudaHostAllocMapped);
+    cudaError_t e =
+        op == "malloc_host" ? cudaMallocHost(&p, kOpBytes) : cudaHostAlloc(&p, kOpBytes, cudaHostAllocMapped);
     if (e == cudaSuccess) cudaFreeHost(p);
     return rt_name(e);
   }
@@ -259,8 +261,9 @@ std::string run_op(const std::string& op) {
       cudaGetLastError();
       return rt_name(e);
     }
-    auto create = driver_fn<CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
-                                         unsigned long long)>("cuMemCreate");
+    auto create =
+        driver_fn<CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*, unsigned long long)>(
+            "cuMemCreate");
     auto release = driver_fn<CUresult (*)(CUmemGenericAllocationHandle)>("cuMemRelease");
     CUmemAllocationProp prop{};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;

@@ -28,7 +28,6 @@ __global__ void ones(uint32_t* p, size_t words) {
     p[i] = 1;
 }
 
-
 int main() {
   int failures = 0;
   const size_t sizes[] = {4096, 1 << 20, 4 << 20, 64 << 20};
@@ -56,8 +55,7 @@ int main() {
     const unsigned long long want = (unsigned long long)words * passes;
     const bool ok = sum == want;
     failures += !ok;
-    std::printf("size %zu: %s (same address reused: %s)\n", bytes, ok ? "ok" : "WRONG SUM",
-                p == q ? "yes" : "no");
+    std::printf("size %zu: %s (same address reused: %s)\n", bytes, ok ? "ok" : "WRONG SUM", p == q ? "yes" : "no");
     CK(cudaFree(q));
     CK(cudaFree(out));
     CK(cudaStreamDestroy(a));

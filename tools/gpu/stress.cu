@@ -22,7 +22,6 @@
 #include <thread>
 #include <vector>
 
-
 __device__ __forceinline__ unsigned char pattern(uint64_t seed, size_t i) {
   return (unsigned char)((seed * 0x9E3779B97F4A7C15ull + i * 0x632BE59BD9B4E019ull) >> 56);
 }
@@ -121,7 +120,7 @@ int main(int argc, char** argv) {
   CK(cudaDeviceSynchronize());
   unsigned long long total_bad = 0;
   for (int t = 0; t < threads; ++t) total_bad += bad[t];
-  std::printf("RESULT mode=stress operations=%ld threads=%d allocations=%llu handed=%llu bad_bytes=%llu\n",
-              operations, threads, allocations.load(), handed.load(), total_bad);
+  std::printf("RESULT mode=stress operations=%ld threads=%d allocations=%llu handed=%llu bad_bytes=%llu\n", operations,
+              threads, allocations.load(), handed.load(), total_bad);
   return total_bad ? 1 : 0;
 }

@@ -29,9 +29,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <thread>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -42,13 +42,13 @@ const char* name_of(CUresult r) {
   return s ? s : "?";
 }
 
-#define MUST(call)                                                                     \
-  do {                                                                                 \
-    CUresult r_ = (call);                                                              \
-    if (r_ != CUDA_SUCCESS) {                                                          \
+#define MUST(call)                                                                    \
+  do {                                                                                \
+    CUresult r_ = (call);                                                             \
+    if (r_ != CUDA_SUCCESS) {                                                         \
       std::printf("error %s at %s:%d: %s\n", name_of(r_), __FILE__, __LINE__, #call); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
+      std::exit(1);                                                                   \
+    }                                                                                 \
   } while (0)
 
 double now_us() {
@@ -218,9 +218,10 @@ void threads_section(CUcontext ctx, const CUmemAllocationProp& prop, const CUmem
               kPages, kRounds);
   std::printf("  this thread alone: open %.1f us/page, unmap + release %.1f us/page; launches alone %.0f /ms\n",
               median_of(alone_open), median_of(alone_close), median_of(alone_launch));
-  std::printf("  worker while this thread launches: open %.1f us/page, unmap + release %.1f us/page; "
-              "launches meanwhile %.0f /ms\n",
-              median_of(worker_open), median_of(worker_close), median_of(busy_launch));
+  std::printf(
+      "  worker while this thread launches: open %.1f us/page, unmap + release %.1f us/page; "
+      "launches meanwhile %.0f /ms\n",
+      median_of(worker_open), median_of(worker_close), median_of(busy_launch));
   std::printf("  both threads opening pages at once: this thread %.1f us/page (alone %.1f), worker %.1f us/page\n",
               median_of(main_open_busy), median_of(main_open_alone), median_of(worker_open_vmm));
 }
@@ -265,8 +266,8 @@ void first_pass_section(CUcontext ctx, const CUmemAllocationProp& prop, const CU
     }
   }
   std::printf("What is left of a first pass (%d pages of 20 MiB; medians of %d rounds):\n", kPages, kRounds);
-  std::printf("  memset of a freshly opened page %.1f us/page, of the same page again %.1f us/page\n",
-              median_of(first), median_of(again));
+  std::printf("  memset of a freshly opened page %.1f us/page, of the same page again %.1f us/page\n", median_of(first),
+              median_of(again));
   std::printf("  launches alone %.0f /ms, while one worker opens and closes pages %.0f /ms, while two %.0f /ms\n",
               median_of(alone), median_of(one_worker), median_of(two_workers));
 }

@@ -202,8 +202,7 @@ std::string help_text() {
   foreign.back() = '.';
   out += wrapped(foreign);
   out += "\n" + std::string(pagefast::option_name(Opt::Conf)) + " keys (sizes take K, M, G, T: binary units):\n";
-  for (const OptionRow* r : rows_of(Scope::ConfKey))
-    out += entry(r->name, r->accepts + default_note(r->default_value));
+  for (const OptionRow* r : rows_of(Scope::ConfKey)) out += entry(r->name, r->accepts + default_note(r->default_value));
   return out;
 }
 

@@ -144,13 +144,13 @@ struct Event {
 };
 
 struct Totals {
-  uint64_t allocs = 0, frees = 0;         // calls issued
-  uint64_t alloc_ns = 0, free_ns = 0;     // inside those calls
-  uint64_t skipped_failed = 0;            // failed in the trace: not issued
-  uint64_t skipped_unknown = 0;           // frees of addresses with no live replay allocation
-  uint64_t replay_failed = 0;             // issued, and the replay's allocator said no
+  uint64_t allocs = 0, frees = 0;      // calls issued
+  uint64_t alloc_ns = 0, free_ns = 0;  // inside those calls
+  uint64_t skipped_failed = 0;         // failed in the trace: not issued
+  uint64_t skipped_unknown = 0;        // frees of addresses with no live replay allocation
+  uint64_t replay_failed = 0;          // issued, and the replay's allocator said no
   uint64_t peak_live = 0, peak_reserved = 0;
-  uint64_t sync_ns = 0;                   // cudaMallocAsync: the final stream synchronisation
+  uint64_t sync_ns = 0;  // cudaMallocAsync: the final stream synchronisation
 };
 
 using Clock = std::chrono::steady_clock;
@@ -340,7 +340,8 @@ int main(int argc, char** argv) {
   check_cu(init, "cuInit");
   CUdevice dev;
   const CUresult got = d.device_get(&dev, device);
-  if (got == CUDA_ERROR_INVALID_DEVICE) die(kNoGpu, "no GPU %s here (cuDeviceGet: no such device)", std::to_string(device));
+  if (got == CUDA_ERROR_INVALID_DEVICE)
+    die(kNoGpu, "no GPU %s here (cuDeviceGet: no such device)", std::to_string(device));
   check_cu(got, "cuDeviceGet");
   CUcontext ctx;
   check_cu(d.primary_ctx_retain(&ctx, dev), "cuDevicePrimaryCtxRetain");
@@ -352,7 +353,8 @@ int main(int argc, char** argv) {
       die(kUnsupported, "%s",
           "cudaMallocAsync: skipped: the driver lacks cuMemAllocAsync/cuMemFreeAsync or memory pools");
     CUresult r = d.default_mem_pool(&be.pool, dev);
-    if (r == CUDA_ERROR_NOT_SUPPORTED) die(kUnsupported, "%s", "cudaMallocAsync: skipped: no memory pools on this device");
+    if (r == CUDA_ERROR_NOT_SUPPORTED)
+      die(kUnsupported, "%s", "cudaMallocAsync: skipped: no memory pools on this device");
     check_cu(r, "cuDeviceGetDefaultMemPool");
     cuuint64_t threshold = ~cuuint64_t(0), zero = 0;
     check_cu(d.pool_set_attribute(be.pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold),

@@ -190,13 +190,14 @@ int main(int argc, char** argv) {
       // held is fragmentation.
       const PoolReport r = pool->report();
       // With --json, stdout is the JSON object's: the lines go to stderr.
-      std::fprintf(json ? stderr : stdout, "growth at %.3f s: held %llu MiB (+%llu), program %llu MiB, in use %llu, waiting %llu, cached %llu, "
-                  "free %llu in %llu runs; request %llu MiB\n",
-                  double(t) / 1e9, (unsigned long long)(held / kMiB), (unsigned long long)((held - last_held) / kMiB),
-                  (unsigned long long)(live_bytes / kMiB), (unsigned long long)(s.in_use_bytes / kMiB),
-                  (unsigned long long)(waiting / kMiB), (unsigned long long)(cached / kMiB),
-                  (unsigned long long)(free_bytes / kMiB), (unsigned long long)r.free_blocks,
-                  (unsigned long long)((request + kMiB - 1) / kMiB));
+      std::fprintf(json ? stderr : stdout,
+                   "growth at %.3f s: held %llu MiB (+%llu), program %llu MiB, in use %llu, waiting %llu, cached %llu, "
+                   "free %llu in %llu runs; request %llu MiB\n",
+                   double(t) / 1e9, (unsigned long long)(held / kMiB), (unsigned long long)((held - last_held) / kMiB),
+                   (unsigned long long)(live_bytes / kMiB), (unsigned long long)(s.in_use_bytes / kMiB),
+                   (unsigned long long)(waiting / kMiB), (unsigned long long)(cached / kMiB),
+                   (unsigned long long)(free_bytes / kMiB), (unsigned long long)r.free_blocks,
+                   (unsigned long long)((request + kMiB - 1) / kMiB));
       if (layout_lines) std::fprintf(json ? stderr : stdout, "  layout %s\n", pool->layout().c_str());
     }
     if (timeline && held != last_held)
@@ -268,23 +269,24 @@ int main(int argc, char** argv) {
         "\"driver_maps\": %llu, \"driver_unmaps\": %llu}\n",
         path.c_str(), records.size(), seconds, (unsigned long long)allocs, (unsigned long long)frees,
         (unsigned long long)skipped, (unsigned long long)failed, caches.size(), (unsigned long long)peak_live,
-        (unsigned long long)peak_live_granules, (unsigned long long)peak_held, (unsigned long long)held_at_end,
-        ratio, (unsigned long long)s.synchronizations, (unsigned long long)s.growths,
-        (unsigned long long)s.releases, (unsigned long long)s.stitches, (unsigned long long)creates,
-        (unsigned long long)maps, (unsigned long long)unmaps);
+        (unsigned long long)peak_live_granules, (unsigned long long)peak_held, (unsigned long long)held_at_end, ratio,
+        (unsigned long long)s.synchronizations, (unsigned long long)s.growths, (unsigned long long)s.releases,
+        (unsigned long long)s.stitches, (unsigned long long)creates, (unsigned long long)maps,
+        (unsigned long long)unmaps);
   } else {
     auto mib = [](uint64_t b) { return double(b) / double(kMiB); };
     std::printf("trace %s: %zu records over %.2f s, %zu threads, %llu allocations, %llu frees, %llu skipped\n",
                 path.c_str(), records.size(), seconds, caches.size(), (unsigned long long)allocs,
                 (unsigned long long)frees, (unsigned long long)skipped);
-    std::printf("program peak %.0f MiB (%.0f MiB in whole granules); pool peak held %.0f MiB (%.3fx), %.0f MiB at end\n",
-                mib(peak_live), mib(peak_live_granules), mib(peak_held), ratio, mib(held_at_end));
+    std::printf(
+        "program peak %.0f MiB (%.0f MiB in whole granules); pool peak held %.0f MiB (%.3fx), %.0f MiB at end\n",
+        mib(peak_live), mib(peak_live_granules), mib(peak_held), ratio, mib(held_at_end));
     std::printf(
         "synchronizations %llu (%.0f/s), growths %llu, releases %llu, "
         "stitches %llu, failed %llu\n",
         (unsigned long long)s.synchronizations, seconds > 0 ? double(s.synchronizations) / seconds : 0.0,
-                (unsigned long long)s.growths, (unsigned long long)s.releases, (unsigned long long)s.stitches,
-                (unsigned long long)failed);
+        (unsigned long long)s.growths, (unsigned long long)s.releases, (unsigned long long)s.stitches,
+        (unsigned long long)failed);
     // Each map is one physical allocation opened (the H200 maps whole
     // allocations only): its driver cost is per map (docs/DRIVER-FACTS.md).
     std::printf("driver calls: %llu creates, %llu maps, %llu unmaps\n", (unsigned long long)creates,

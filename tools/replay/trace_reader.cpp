@@ -91,8 +91,7 @@ bool read_trace(const std::string& path, Trace* out, std::string* error) {
     if (body % tf::kRecordBytes)
       return fail(error, path, tf::kHeaderBytes + whole * tf::kRecordBytes,
                   "truncated record " + std::to_string(whole) + ": the file ends after " +
-                      std::to_string(body % tf::kRecordBytes) + " of " + std::to_string(tf::kRecordBytes) +
-                      " bytes");
+                      std::to_string(body % tf::kRecordBytes) + " of " + std::to_string(tf::kRecordBytes) + " bytes");
     out->records.resize(size_t(whole));
     if (whole) std::memcpy(out->records.data(), bytes.data() + tf::kHeaderBytes, size_t(body));
     for (uint64_t i = 0; i < whole; ++i) {

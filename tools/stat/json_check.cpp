@@ -49,7 +49,8 @@ struct Checker {
   bool number() {
     if (at('-')) ++i;
     if (at('0')) ++i;
-    else if (digit()) while (digit()) ++i;
+    else if (digit())
+      while (digit()) ++i;
     else return false;
     if (at('.')) {
       ++i;

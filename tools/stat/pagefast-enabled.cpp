@@ -51,7 +51,8 @@ size_t distance(const std::string& a, const std::string& b) {
   for (size_t i = 1; i <= a.size(); ++i)
     for (size_t j = 1; j <= b.size(); ++j) {
       d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
   return d[a.size()][b.size()];
 }
@@ -101,8 +102,7 @@ int check() {
   if (!near.empty() && config.error.find("unknown key") != std::string::npos)
     std::fprintf(stderr, "%s: unknown key '%s': did you mean %s? (pagefast-run --help lists the keys)\n",
                  pagefast::option_name(Opt::Conf), unknown.c_str(), near.c_str());
-  else
-    std::fprintf(stderr, "%s\n", config.error.c_str());
+  else std::fprintf(stderr, "%s\n", config.error.c_str());
   return 1;
 }
 

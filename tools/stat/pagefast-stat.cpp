@@ -28,19 +28,19 @@
 
 namespace {
 
+using pagefast::append_json_string;
 using pagefast::live::DeviceFigures;
 using pagefast::live::Listing;
 using pagefast::live::ReadStatus;
-using pagefast::append_json_string;
 
 struct Options {
   bool json = false;
   bool prometheus = false;
   std::string textfile_dir;  // --textfile: write DIR/pagefast.prom instead of stdout
-  double watch_s = 0;  // 0: once
-  long count = -1;     // rounds with --watch; -1: until interrupted
+  double watch_s = 0;        // 0: once
+  long count = -1;           // rounds with --watch; -1: until interrupted
   long pid = -1;
-  bool all = false;    // also list segments that could not be read
+  bool all = false;  // also list segments that could not be read
   std::string dir;
 };
 
@@ -112,13 +112,15 @@ void print_json(const std::vector<Listing>& listings, const Options& o) {
     append_json_string(out, s.config);
     out += ", \"started_unix_ns\": " + std::to_string(s.created_unix_ns) +
            ", \"updated_unix_ns\": " + std::to_string(s.updated_unix_ns) +
-           ", \"publishes\": " + std::to_string(s.publishes) + ", \"calls\": {\"cuMemAlloc_v2\": " +
-           std::to_string(s.alloc_calls) + ", \"cuMemFree_v2\": " + std::to_string(s.free_calls) + "}, \"numa\": ";
+           ", \"publishes\": " + std::to_string(s.publishes) +
+           ", \"calls\": {\"cuMemAlloc_v2\": " + std::to_string(s.alloc_calls) +
+           ", \"cuMemFree_v2\": " + std::to_string(s.free_calls) + "}, \"numa\": ";
     out += pagefast::stat::is_json_value(s.numa) ? s.numa : "null";
     out += ", \"devices\": {";
     for (size_t i = 0; i < s.devices.size(); ++i) {
       out += i ? ", \"" : "\"";
-      out += std::to_string(s.devices[i].device) + "\": " + pagefast::policy::stats_json_object(s.devices[i].stats, false);
+      out +=
+          std::to_string(s.devices[i].device) + "\": " + pagefast::policy::stats_json_object(s.devices[i].stats, false);
     }
     out += "}}";
   }
@@ -132,8 +134,8 @@ void print_json(const std::vector<Listing>& listings, const Options& o) {
       f = false;
       out += "{\"path\": ";
       append_json_string(out, l.path);
-      out += std::string(", \"status\": \"") + pagefast::live::status_name(l.status) + "\", \"stale\": " +
-             (l.stale ? "true" : "false") + ", \"foreign\": " + (l.foreign ? "true" : "false") +
+      out += std::string(", \"status\": \"") + pagefast::live::status_name(l.status) +
+             "\", \"stale\": " + (l.stale ? "true" : "false") + ", \"foreign\": " + (l.foreign ? "true" : "false") +
              ", \"removed\": " + (l.removed ? "true" : "false") + ", \"detail\": ";
       append_json_string(out, l.detail);
       out += "}";
@@ -168,20 +170,19 @@ void print_table(const std::vector<Listing>& listings, const Options& o) {
     const std::string pid = std::to_string(s.pid) + (l.foreign ? "*" : "");
     if (s.devices.empty()) {
       std::printf("%7s %6s %3s %8s %8s %8s %8s %8s %8s %7s %7s %7s %7s %7s  %s\n", pid.c_str(),
-                  age(s.created_unix_ns, now).c_str(), "-", "-", "-", "-",
-                  "-", "-", "-", "-", "-", "-", "-", "-", command.c_str());
+                  age(s.created_unix_ns, now).c_str(), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-",
+                  command.c_str());
       continue;
     }
     for (size_t i = 0; i < s.devices.size(); ++i) {
       const DeviceFigures& d = s.devices[i];
       std::printf("%7s %6s %3d %8s %8s %8s %8s %8s %8s %7s %7s %7s %7s %7s  %s\n", pid.c_str(),
-                  age(s.created_unix_ns, now).c_str(), d.device,
-                  human(d.stats.reserved_bytes).c_str(), human(d.stats.mapped_bytes).c_str(),
-                  human(d.stats.in_use_bytes).c_str(), human(d.stats.idle_bytes).c_str(),
-                  human(d.stats.peak_in_use_bytes).c_str(), count(d.stats.hits).c_str(),
-                  count(d.stats.growths).c_str(), count(d.stats.stitches).c_str(), count(d.stats.releases).c_str(),
-                  count(d.stats.synchronizations).c_str(), count(d.stats.passthroughs).c_str(),
-                  i == 0 ? command.c_str() : "");
+                  age(s.created_unix_ns, now).c_str(), d.device, human(d.stats.reserved_bytes).c_str(),
+                  human(d.stats.mapped_bytes).c_str(), human(d.stats.in_use_bytes).c_str(),
+                  human(d.stats.idle_bytes).c_str(), human(d.stats.peak_in_use_bytes).c_str(),
+                  count(d.stats.hits).c_str(), count(d.stats.growths).c_str(), count(d.stats.stitches).c_str(),
+                  count(d.stats.releases).c_str(), count(d.stats.synchronizations).c_str(),
+                  count(d.stats.passthroughs).c_str(), i == 0 ? command.c_str() : "");
     }
   }
   if (!shown) std::printf("(no process with pagefast%s)\n", o.pid >= 0 ? " with that pid" : "");
@@ -189,8 +190,8 @@ void print_table(const std::vector<Listing>& listings, const Options& o) {
   if (o.all)
     for (const Listing& l : listings) {
       if (listed(l)) continue;
-      std::printf("  %s: %s%s%s%s%s\n", l.path.c_str(), pagefast::live::status_name(l.status),
-                  l.stale ? ", stale" : "", l.foreign ? ", other pid namespace" : "", l.removed ? ", removed" : "",
+      std::printf("  %s: %s%s%s%s%s\n", l.path.c_str(), pagefast::live::status_name(l.status), l.stale ? ", stale" : "",
+                  l.foreign ? ", other pid namespace" : "", l.removed ? ", removed" : "",
                   l.detail.empty() ? "" : (" (" + l.detail + ")").c_str());
     }
 }

@@ -90,10 +90,12 @@ std::string prometheus_text(const std::vector<Listing>& listings, const std::str
 
   Family processes{"pagefast_processes", "gauge", "processes with pagefast whose live segment was read", {}};
   processes.samples.push_back({"{host=\"" + escaped(default_host, true) + "\"}", number(uint64_t(live.size()))});
-  Family started{"pagefast_process_start_time_seconds", "gauge",
-                 "when the process made its live segment (Unix time)", {}};
-  Family updated{"pagefast_last_update_time_seconds", "gauge",
-                 "when the process last published its figures (Unix time; every 0.5 s while it runs)", {}};
+  Family started{
+      "pagefast_process_start_time_seconds", "gauge", "when the process made its live segment (Unix time)", {}};
+  Family updated{"pagefast_last_update_time_seconds",
+                 "gauge",
+                 "when the process last published its figures (Unix time; every 0.5 s while it runs)",
+                 {}};
   Family allocs{"pagefast_alloc_calls_total", "counter", "cuMemAlloc_v2 calls seen", {}};
   Family frees{"pagefast_free_calls_total", "counter", "cuMemFree_v2 calls seen", {}};
   std::vector<Family> pool;
