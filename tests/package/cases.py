@@ -18,6 +18,7 @@ the wheel case exits 77 (skipped) when no Python can import mesonpy.
 """
 import glob
 import json
+import hashlib
 import os
 import shutil
 import subprocess
@@ -98,6 +99,29 @@ def case_wheel():
     if not os.path.exists(os.path.join(buildenv, "bin", "pip")):
         r = run([python, "-m", "venv", "--system-site-packages", buildenv])
         check(r.returncode == 0, "build venv created")
+    # The kept folder is rebuilt from scratch when a meson.build changed
+    # since it was made: meson-python (Debian 12's) then packed the files
+    # of the old install plan, and a file added to the package was missing
+    # from the wheel.
+    kept = os.path.join(work, "mesonpy-build")
+    stamp = os.path.join(work, "mesonpy-build.stamp")
+    digest = hashlib.sha256()
+    for top, dirs, files in os.walk(SOURCE):
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "build")) and d != "subprojects")
+        for name in sorted(files):
+            if name in ("meson.build", "meson_options.txt", "meson.options", "pyproject.toml"):
+                with open(os.path.join(top, name), "rb") as f:
+                    digest.update(f.read())
+    wanted = digest.hexdigest()
+    if not os.path.exists(stamp) or open(stamp).read() != wanted:
+        shutil.rmtree(kept, ignore_errors=True)
+        # Without its native file meson-python configures afresh instead of
+        # reconfiguring a folder that is gone, as on a first run.
+        native = os.path.join(SOURCE, ".mesonpy-native-file.ini")
+        if os.path.exists(native):
+            os.remove(native)
+        with open(stamp, "w") as f:
+            f.write(wanted)
     r = run([os.path.join(buildenv, "bin", "pip"), "wheel", "--no-build-isolation", "--no-deps", "--no-index",
              "--config-settings", "builddir=" + os.path.join(work, "mesonpy-build"), "-w", dist, SOURCE],
             env=clean_env(PIP_NO_INDEX="1"), timeout=900)
