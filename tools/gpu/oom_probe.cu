@@ -61,6 +61,23 @@ const char* kPtx =
     "  ld.param.u64 %rd1, [out];\n  cvta.to.global.u64 %rd2, %rd1;\n"
     "  mov.u32 %r1, 7;\n  st.global.u32 [%rd2], %r1;\n  ret;\n}\n";
 
+// cuMemCreate of `bytes` of device 0 (released again when it succeeded):
+// the driver's answer.
+CUresult create_and_release(size_t bytes) {
+  auto create =
+      driver_fn<CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*, unsigned long long)>(
+          "cuMemCreate");
+  auto release = driver_fn<CUresult (*)(CUmemGenericAllocationHandle)>("cuMemRelease");
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  CUmemGenericAllocationHandle h = 0;
+  const CUresult r = create(&h, bytes, &prop, 0);
+  if (r == CUDA_SUCCESS) release(h);
+  return r;
+}
+
 size_t free_now() {
   size_t f = 0, t = 0;
   cudaMemGetInfo(&f, &t);
@@ -147,17 +164,7 @@ std::string run_op(const std::string& op) {
     return rt_name(e);
   }
   if (op == "mem_create") {
-    auto create =
-        driver_fn<CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*, unsigned long long)>(
-            "cuMemCreate");
-    auto release = driver_fn<CUresult (*)(CUmemGenericAllocationHandle)>("cuMemRelease");
-    CUmemAllocationProp prop{};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = 0;
-    CUmemGenericAllocationHandle h = 0;
-    CUresult r = create(&h, 2 * kMiB, &prop, 0);
-    if (r == CUDA_SUCCESS) release(h);
+    const CUresult r = create_and_release(2 * kMiB);
     return name_of(r);
   }
   if (op == "graph_mem_node") {
@@ -261,17 +268,7 @@ std::string run_op(const std::string& op) {
       cudaGetLastError();
       return rt_name(e);
     }
-    auto create =
-        driver_fn<CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*, unsigned long long)>(
-            "cuMemCreate");
-    auto release = driver_fn<CUresult (*)(CUmemGenericAllocationHandle)>("cuMemRelease");
-    CUmemAllocationProp prop{};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = 0;
-    CUmemGenericAllocationHandle h = 0;
-    CUresult r = create(&h, rest, &prop, 0);
-    if (r == CUDA_SUCCESS) release(h);
+    const CUresult r = create_and_release(rest);
     return name_of(r);
   }
   if (op == "free_async_of_malloc") {
