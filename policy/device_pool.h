@@ -382,6 +382,13 @@ class DevicePool final : public IdleMemory {
   SlabCentral centrals_[kClassCount];
 
   std::mutex arena_mutex_;  // the device lock
+  // One reclaim of everything idle at a time (give_back, out of memory,
+  // the decay's drain, sleep): a reclaim takes retired blocks and empty
+  // slabs out of the shared lists before it puts them in the arena, and
+  // one running beside it would find neither and answer out of memory
+  // with that memory idle. Taken before any other lock of the pool, after
+  // footprint_mutex_.
+  std::mutex reclaim_mutex_;
   Arena arena_;
   std::atomic<uint64_t> mapped_bytes_{0};  // mirror of arena_.mapped(), lock-free reads
   std::atomic<uint64_t> last_growth_ns_{0};

@@ -182,7 +182,9 @@ Block* DevicePool::obtain(ThreadCache* cache, Granules granules, bool for_slab, 
 
 Block* DevicePool::obtain_under_pressure(ThreadCache* cache, Granules granules, bool for_slab, AllocStatus* status) {
   const BlockState state = for_slab ? BlockState::SlabBacking : BlockState::Used;
-  // Everything idle goes back where this request can reach it.
+  // Everything idle goes back where this request can reach it, once a
+  // reclaim on another thread (the trim thread's) has put back what it took.
+  std::lock_guard<std::mutex> reclaim(reclaim_mutex_);
   drain_all();
   sync_if_waiting(cache);
   release_all_empty_slabs();

@@ -58,6 +58,7 @@ uint64_t DevicePool::decay_step() {
   // window (each thread then refills its cache once).
   if (released < releasable && now - last_decay_drain_ns_ >= footprint_.release_delay_ns()) {
     last_decay_drain_ns_ = now;
+    std::lock_guard<std::mutex> reclaim(reclaim_mutex_);
     drain_all();
     sync_and_retire(nullptr, false);
     release_all_empty_slabs();
@@ -100,6 +101,8 @@ SleepStatus DevicePool::sleep(unsigned flags, const std::vector<ChunkHandle>& sh
     sleep_wait_cv_.notify_all();
   };
   // Every cached block goes central: from now on each allocation misses.
+  // (No slow path runs now; a give-back on another thread may.)
+  std::unique_lock<std::mutex> reclaim(reclaim_mutex_);
   drain_all();
   // Device work on pool memory must be over before memory goes (and
   // before its contents are copied): one sync that begins now proves it,
@@ -110,6 +113,7 @@ SleepStatus DevicePool::sleep(unsigned flags, const std::vector<ChunkHandle>& sh
     return SleepStatus::Busy;
   }
   release_all_empty_slabs();
+  reclaim.unlock();
   const uint64_t synced_ns = clock_.now_ns() - start;
   Arena::SleepResult result;
   uint64_t idle_released = 0, idle_ns = 0;

@@ -171,6 +171,7 @@ void DevicePool::maybe_trim() {
 }
 
 uint64_t DevicePool::give_back(uint64_t bytes) {
+  std::lock_guard<std::mutex> reclaim(reclaim_mutex_);
   drain_all();
   sync_if_waiting(nullptr);
   release_all_empty_slabs();

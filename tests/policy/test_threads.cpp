@@ -9,6 +9,7 @@
 #include <deque>
 #include <mutex>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -137,6 +138,68 @@ TEST_CASE("an idle thread's cached memory is taken back under pressure", "[threa
     cv.notify_all();
   }
   idle.join();
+  CHECK(t.provider.violations() == 0);
+  CHECK(t.pool.check() == "");
+}
+
+TEST_CASE("a give-back on another thread never leaves an allocation short of idle memory", "[threads][oom]") {
+  // The trim thread gives idle memory back (the headroom, the decay) while
+  // the program runs out. A reclaim beside another once found nothing: the
+  // other had taken the retired blocks and empty slabs and not yet put them
+  // back, so the allocation went to the driver with that memory still idle
+  // in the pool (a fill got about half the blocks it gets alone).
+  constexpr uint64_t kCapacity = 512 * kMiB;
+  constexpr uint64_t kSmall = 1000;
+  PoolUnderTest t(kCapacity, FakeProvider::Backing::None, config_with(64 * kMiB));
+  std::mutex mutex;
+  std::condition_variable cv;
+  int requested = 0;
+  bool quit = false;
+  std::atomic<int> started{0};
+  std::thread trimmer([&] {
+    for (int done = 0;; ++done) {
+      std::unique_lock<std::mutex> lock(mutex);
+      cv.wait(lock, [&] { return quit || requested > done; });
+      if (quit) return;
+      lock.unlock();
+      started.fetch_add(1);
+      t.pool.give_back(kAllIdle);
+    }
+  });
+  Attached cache(t.pool);
+  std::string short_rounds;
+  for (int round = 0; round < 40; ++round) {
+    // Small blocks for a quarter of the device, granule blocks for the
+    // rest; then the small ones are freed: they wait in the quarantine and
+    // in slabs, and the device is full.
+    std::vector<uint64_t> small, large, refill;
+    uint64_t p = 0;
+    while (small.size() < kCapacity / 4 / 1024 && t.alloc(*cache, kSmall, &p) == AllocStatus::Ok) small.push_back(p);
+    while (t.alloc(*cache, kGranuleBytes, &p) == AllocStatus::Ok) large.push_back(p);
+    for (uint64_t b : small) REQUIRE(t.free(*cache, b) == FreeStatus::Ok);
+    // The give-back starts; granule blocks until out of memory: every
+    // granule not held by a live block is reachable.
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      ++requested;
+    }
+    cv.notify_all();
+    while (started.load() < round + 1) std::this_thread::yield();
+    while (t.alloc(*cache, kGranuleBytes, &p) == AllocStatus::Ok) refill.push_back(p);
+    const uint64_t expected = kCapacity / kGranuleBytes - large.size();
+    if (refill.size() != expected)
+      short_rounds += std::to_string(refill.size()) + " of " + std::to_string(expected) + "; ";
+    for (uint64_t b : large) REQUIRE(t.free(*cache, b) == FreeStatus::Ok);
+    for (uint64_t b : refill) REQUIRE(t.free(*cache, b) == FreeStatus::Ok);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    quit = true;
+  }
+  cv.notify_all();
+  trimmer.join();
+  INFO("rounds whose refill fell short: " << short_rounds);
+  CHECK(short_rounds.empty());
   CHECK(t.provider.violations() == 0);
   CHECK(t.pool.check() == "");
 }
