@@ -8,38 +8,18 @@ Usage: headroom_cases.py <case> --build <build dir>
 """
 import os
 import re
-import subprocess
 import sys
+
+from preload_kit import check, expect_ok, failures, run_program
 
 MiB = 1 << 20
 DEVICE = "2G"
 
 
 def run(build, args, preload=True, env=None):
-    e = {k: v for k, v in os.environ.items()
-         if not (k.startswith("PAGEFAST") or k.startswith("FAKECUDA") or k == "LD_PRELOAD")}
-    e["LD_LIBRARY_PATH"] = os.path.join(build, "tests", "fakecuda")
-    e["FAKECUDA_TOTAL_MEM"] = DEVICE
-    e["FAKECUDA_MODULE_MEM"] = "64M"
-    if preload:
-        e["LD_PRELOAD"] = os.path.join(build, "interpose", "libpagefast.so")
-    e.update(env or {})
-    exe = os.path.join(build, "tests", "pool", "headroom_preload")
-    return subprocess.run([exe] + args, env=e, capture_output=True, text=True, timeout=240)
-
-
-failures = []
-
-
-def check(ok, what):
-    print(("PASS " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
-
-
-def expect_ok(r, name, label):
-    check(r.returncode == 0 and f"ok {name}" in r.stdout,
-          f"{label}: {name} (rc {r.returncode}) {r.stdout[-400:]} {r.stderr[-400:]}")
+    return run_program(build, "headroom_preload", args, preload=preload,
+                       env=dict({"FAKECUDA_TOTAL_MEM": DEVICE, "FAKECUDA_MODULE_MEM": "64M"}, **(env or {})),
+                       timeout=240)
 
 
 def main():

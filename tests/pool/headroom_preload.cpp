@@ -36,35 +36,15 @@
 #include <vector>
 
 #include "fakecuda.h"
+#include "preload_program.h"
 
 namespace {
 
+using preload_program::fail;
+using preload_program::g_context;
+using preload_program::start;
+
 constexpr size_t kMiB = size_t(1) << 20;
-
-int fail(const char* what) {
-  std::printf("FAIL %s\n", what);
-  return 1;
-}
-
-#define CHECK_CU(call)                                                    \
-  do {                                                                    \
-    CUresult r_ = (call);                                                 \
-    if (r_ != CUDA_SUCCESS) {                                             \
-      std::printf("FAIL %s -> %d (line %d)\n", #call, int(r_), __LINE__); \
-      return 1;                                                           \
-    }                                                                     \
-  } while (0)
-
-CUcontext g_context = nullptr;
-
-int start() {
-  CHECK_CU(cuInit(0));
-  CUdevice device;
-  CHECK_CU(cuDeviceGet(&device, 0));
-  CHECK_CU(cuDevicePrimaryCtxRetain(&g_context, device));
-  CHECK_CU(cuCtxSetCurrent(g_context));
-  return 0;
-}
 
 // cuMemAlloc in `piece`-byte blocks until the driver (or the pool) says
 // out of memory; returns the blocks.

@@ -43,39 +43,19 @@
 
 #include "fakecuda.h"
 #include "interpose/pagefast.h"
+#include "preload_program.h"
 
 namespace {
 
-int fail(const char* what) {
-  std::printf("FAIL %s\n", what);
-  return 1;
-}
-
-#define CHECK_CU(call)                                                    \
-  do {                                                                    \
-    CUresult r_ = (call);                                                 \
-    if (r_ != CUDA_SUCCESS) {                                             \
-      std::printf("FAIL %s -> %d (line %d)\n", #call, int(r_), __LINE__); \
-      return 1;                                                           \
-    }                                                                     \
-  } while (0)
+using preload_program::fail;
+using preload_program::g_context;
+using preload_program::start;
 
 using StatsGet = int (*)(int, pagefast_pool_stats*);
 using Trim = int (*)(int);
 
 StatsGet stats_get() { return reinterpret_cast<StatsGet>(dlsym(RTLD_DEFAULT, "pagefast_pool_stats_get")); }
 Trim trim_fn() { return reinterpret_cast<Trim>(dlsym(RTLD_DEFAULT, "pagefast_pool_trim")); }
-
-CUcontext g_context = nullptr;
-
-int start() {
-  CHECK_CU(cuInit(0));
-  CUdevice device;
-  CHECK_CU(cuDeviceGet(&device, 0));
-  CHECK_CU(cuDevicePrimaryCtxRetain(&g_context, device));
-  CHECK_CU(cuCtxSetCurrent(g_context));
-  return 0;
-}
 
 bool all_bytes(CUdeviceptr p, size_t bytes, unsigned char value) {
   const unsigned char* b = reinterpret_cast<const unsigned char*>(p);

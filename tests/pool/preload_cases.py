@@ -11,6 +11,8 @@ import subprocess
 import tempfile
 import sys
 
+from preload_kit import check, expect_ok, failures, run_program
+
 GiB = 1 << 30
 MiB = 1 << 20
 
@@ -33,30 +35,7 @@ def sanitizer_runtimes(lib):
 
 
 def run(build, args, preload=True, env=None):
-    p = paths(build)
-    e = dict(os.environ)
-    for k in list(e):
-        if k.startswith("PAGEFAST") or k.startswith("FAKECUDA") or k == "LD_PRELOAD":
-            del e[k]
-    e["LD_LIBRARY_PATH"] = p["fake"]
-    if preload:
-        e["LD_PRELOAD"] = p["lib"]
-    e.update(env or {})
-    return subprocess.run([p["exe"]] + args, env=e, capture_output=True, text=True, timeout=600)  # a hang guard
-
-
-failures = []
-
-
-def check(ok, what):
-    print(("PASS " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
-
-
-def expect_ok(r, name, label):
-    check(r.returncode == 0 and f"ok {name}" in r.stdout,
-          f"{label}: {name} (rc {r.returncode}) {r.stdout[-400:]} {r.stderr[-400:]}")
+    return run_program(build, "pool_preload", args, preload=preload, env=env)
 
 
 def case_simple(build, name, confs):

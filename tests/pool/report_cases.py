@@ -15,25 +15,10 @@ import sys
 import tempfile
 
 from preload_cases import SKIP, sanitizer_runtimes
-
-failures = []
-
-
-def check(ok, what):
-    print(("PASS " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
-
+from preload_kit import check, failures, run_program
 
 def run(build, args, env):
-    e = {k: v for k, v in os.environ.items()
-         if not (k.startswith("PAGEFAST") or k.startswith("FAKECUDA") or k == "LD_PRELOAD")}
-    e["LD_LIBRARY_PATH"] = os.path.join(build, "tests", "fakecuda")
-    e["LD_PRELOAD"] = os.path.join(build, "interpose", "libpagefast.so")
-    e["FAKECUDA_TOTAL_MEM"] = "256M"
-    e.update(env)
-    exe = os.path.join(build, "tests", "pool", "report_preload")
-    return subprocess.run([exe] + args, env=e, capture_output=True, text=True, timeout=120)
+    return run_program(build, "report_preload", args, env=dict({"FAKECUDA_TOTAL_MEM": "256M"}, **env), timeout=120)
 
 
 def check_shape(text, label):

@@ -1,0 +1,34 @@
+"""tests/pool/preload_kit.py: what the pool's case scripts share
+(preload_cases.py, headroom_cases.py, report_cases.py): a program of
+tests/pool run against the fake libcuda.so.1, with or without
+LD_PRELOAD=libpagefast.so, in an environment cleared of the caller's
+PAGEFAST_* and FAKECUDA_* settings; and the checks that record failures."""
+import os
+import subprocess
+
+failures = []
+
+
+def check(ok, what):
+    print(("PASS " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def expect_ok(r, name, label):
+    """The program ran case `name` to its end ("ok NAME") and exited 0."""
+    check(r.returncode == 0 and f"ok {name}" in r.stdout,
+          f"{label}: {name} (rc {r.returncode}) {r.stdout[-400:]} {r.stderr[-400:]}")
+
+
+def run_program(build, program, args, preload=True, env=None, timeout=600):
+    """Runs build/tests/pool/PROGRAM ARGS; `env` is added last. `timeout`
+    is a guard against a hang, not a measure."""
+    e = {k: v for k, v in os.environ.items()
+         if not (k.startswith("PAGEFAST") or k.startswith("FAKECUDA") or k == "LD_PRELOAD")}
+    e["LD_LIBRARY_PATH"] = os.path.join(build, "tests", "fakecuda")
+    if preload:
+        e["LD_PRELOAD"] = os.path.join(build, "interpose", "libpagefast.so")
+    e.update(env or {})
+    exe = os.path.join(build, "tests", "pool", program)
+    return subprocess.run([exe] + list(args), env=e, capture_output=True, text=True, timeout=timeout)
