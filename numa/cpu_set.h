@@ -12,9 +12,9 @@
 
 namespace pagefast::numa {
 
-// The largest id accepted from a file. Above every kernel's NR_CPUS (8192
-// today), and small enough that a malformed "0-4000000000" cannot make the
-// parser allocate: it is rejected instead.
+// The largest id accepted from a file. Above the largest NR_CPUS a kernel
+// configuration allows (8192), and small enough that a malformed
+// "0-4000000000" cannot make the parser allocate: it is rejected instead.
 constexpr int kMaxCpuId = 65535;
 
 class CpuSet {

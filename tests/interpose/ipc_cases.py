@@ -51,7 +51,7 @@ def config_env(config):
     env.setdefault("FAKECUDA_TOTAL_MEM", "8G")
     if config != "none":
         env["LD_PRELOAD"] = p["lib"]
-        env["PAGEFAST_LOG"] = "error"  # today's pool warns on cuIpcGetMemHandle; the output must compare
+        env["PAGEFAST_LOG"] = "error"  # warnings (a pool that cannot listen says so once) would differ; the output must compare
     if config == "pool:off":
         env["PAGEFAST_CONF"] = "pool:off"
     return env

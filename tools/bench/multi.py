@@ -19,7 +19,7 @@ With fewer than two GPUs it says so and exits 2.
 
   tools/bench/multi.py [--build DIR] [--repeats N] [--only allreduce,peer,seed] [--md FILE]
 
-Written before a multi-GPU machine was lent: not yet run on one.
+Not yet run on a machine with several GPUs.
 """
 import argparse
 import datetime
