@@ -339,21 +339,38 @@ PF_CAPTURE_END(cuStreamEndCapture_ptsz)
     if (active(Entry::symbol) && pool::clients::on()) return pool::clients::call args; \
     PF_FORWARD(symbol, args);                                                  \
   }
-PF_CLIENT_VMM(cuMemCreate, create,
-              (CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAllocationProp* prop,
-               unsigned long long flags),
-              (handle, bytes, prop, flags))
-PF_CLIENT_VMM(cuMemRelease, release, (CUmemGenericAllocationHandle handle), (handle))
-PF_CLIENT_VMM(cuMemMap, map,
-              (CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAllocationHandle handle,
-               unsigned long long flags),
-              (ptr, bytes, offset, handle, flags))
-PF_CLIENT_VMM(cuMemUnmap, unmap, (CUdeviceptr ptr, size_t bytes), (ptr, bytes))
+// The calls that make, hold and drop the program's memory are also noted,
+// once they succeeded, in the ledger that sleep's answer reads
+// (policy/own_memory.h): one acquire load more with the pool off.
+#define PF_OWN_VMM(symbol, call, params, args, note)                                \
+  CUresult symbol params {                                                        \
+    CUresult result;                                                              \
+    if (active(Entry::symbol) && pool::clients::on()) {                           \
+      result = pool::clients::call args;                                          \
+    } else {                                                                      \
+      const RealDriver* real = real_driver();                                     \
+      if (!real || !real->symbol) return kMissing;                                \
+      result = real->symbol args;                                                 \
+    }                                                                             \
+    if (result == CUDA_SUCCESS) note;                                             \
+    return result;                                                                \
+  }
+PF_OWN_VMM(cuMemCreate, create,
+           (CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAllocationProp* prop,
+            unsigned long long flags),
+           (handle, bytes, prop, flags), pool::own_created(*handle, bytes, prop))
+PF_OWN_VMM(cuMemRelease, release, (CUmemGenericAllocationHandle handle), (handle), pool::own_released(handle))
+PF_OWN_VMM(cuMemMap, map,
+           (CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAllocationHandle handle,
+            unsigned long long flags),
+           (ptr, bytes, offset, handle, flags), pool::own_mapped(ptr, bytes, handle))
+PF_OWN_VMM(cuMemUnmap, unmap, (CUdeviceptr ptr, size_t bytes), (ptr, bytes), pool::own_unmapped(ptr, bytes))
+PF_OWN_VMM(cuMemRetainAllocationHandle, retain, (CUmemGenericAllocationHandle* handle, void* addr),
+           (handle, addr), pool::own_retained(*handle))
+#undef PF_OWN_VMM
 PF_CLIENT_VMM(cuMemSetAccess, set_access, (CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count),
               (ptr, bytes, desc, count))
 PF_CLIENT_VMM(cuMemAddressFree, address_free, (CUdeviceptr ptr, size_t bytes), (ptr, bytes))
-PF_CLIENT_VMM(cuMemRetainAllocationHandle, retain, (CUmemGenericAllocationHandle* handle, void* addr),
-              (handle, addr))
 PF_CLIENT_VMM(cuMemExportToShareableHandle, export_handle,
               (void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
                unsigned long long flags),

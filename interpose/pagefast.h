@@ -76,9 +76,11 @@ int pagefast_report(const char* path_or_null);
  * program's error (it faults). Driver (pass-through) allocations are not
  * touched. Both call the CUDA driver: never from a destructor or atexit
  * handler, nor from a stream-capturing program.
- * pagefast_sleep: 0 asleep; 1 asleep but some chunks stayed resident (the
- * driver refused; see the log); -1 no pool, or a stream capture is active
- * or the device could not be synchronised (nothing changed).
+ * pagefast_sleep: 0 asleep; 1 asleep but some device memory stayed
+ * resident (chunks the driver refused to release or another process maps
+ * through CUDA IPC, or memory the program maps with its own cuMemCreate;
+ * the log names it); -1 no pool, or a stream capture is active or the
+ * device could not be synchronised (nothing changed).
  * pagefast_wake: 0 awake (also when not asleep); -1 no pool, or the driver
  * refused memory or a mapping: still asleep, call it again.
  * pagefast_asleep: how many pools are asleep. */

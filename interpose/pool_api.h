@@ -74,6 +74,16 @@ void make_room_for_managed(size_t bytes);
 // The pagefast-trim thread's step for every device with a budget: free
 // memory under the headroom gives idle memory back (DeviceBudget::relieve).
 void relieve_headroom();
+// The program's own VMM memory, for sleep's answer (policy/own_memory.h):
+// the hooks note each successful cuMemCreate / cuMemRetainAllocationHandle
+// / cuMemRelease / cuMemMap / cuMemUnmap of the program while the pool is
+// on. own_resident_bytes: what of `device` the program still holds or maps.
+void own_created(CUmemGenericAllocationHandle handle, size_t bytes, const CUmemAllocationProp* prop);
+void own_retained(CUmemGenericAllocationHandle handle);
+void own_released(CUmemGenericAllocationHandle handle);
+void own_mapped(CUdeviceptr ptr, size_t bytes, CUmemGenericAllocationHandle handle);
+void own_unmapped(CUdeviceptr ptr, size_t bytes);
+uint64_t own_resident_bytes(int device);
 // Stream capture began / ended somewhere in the process: while any capture
 // is active the pool never synchronises.
 void on_capture_begin();

@@ -267,11 +267,18 @@ DevicePool* pool_for_device(int device) {
   return g_pools[device].load(std::memory_order_acquire);
 }
 
+bool pool_active() { return g_active.load(std::memory_order_acquire); }
+
+void pool_log(LogLevel level, const char* line) {
+  if (g_log) g_log(level, line);
+}
+
 void on_device_reset(int device) {
   if (device < 0 || device >= kMaxDevices || !g_active.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> guard(g_create_mutex);
   if (g_retired[device].exchange(true)) return;
   clients::on_device_reset(device);
+  own_forget_device(device);
   g_unpoolable[device].store(true, std::memory_order_release);
   // The old pool object stays (leaked on purpose): another thread may be
   // inside it right now, and its chunks may be gone with the context, so

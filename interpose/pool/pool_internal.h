@@ -11,6 +11,14 @@ namespace pagefast::pool {
 // there yet, pool off, device not poolable, or a forked child).
 policy::DevicePool* pool_for_device(int device);
 
+// Whether the pool glue is on (configured on, and not a forked child).
+bool pool_active();
+// One line to pagefast's log (nothing before configure or with no sink).
+void pool_log(LogLevel level, const char* line);
+
+// own_memory.cpp: a device's context was reset; its handles went with it.
+void own_forget_device(int device);
+
 // service_threads.cpp: the exit stop of pagefast's threads that call the
 // driver (the trim thread, the pagefast-vmm worker). register_exit_stop
 // once, when the first of them starts (after the CUDA runtime registered

@@ -3,11 +3,14 @@
 // (interpose/pagefast.h) over every pool, and pagefast-ctl's requests
 // that reach them through the control socket (interpose/ipc/). The policy
 // is in policy/device_pool.h.
+#include <cstdint>
+#include <cstdio>
 #include <mutex>
 
 #include "interpose/ipc/ipc.h"
 #include "interpose/pagefast.h"
 #include "interpose/pool/pool_internal.h"
+#include "interpose/pool/vmm_clients.h"
 #include "interpose/pool_api.h"
 #include "policy/device_pool.h"
 
@@ -45,13 +48,32 @@ int each_pool(Step step) {
 // Memory another process maps through CUDA IPC stays resident and shared
 // across the sleep (docs/IPC.md "Sleep and wake"): chunks importers hold,
 // and blocks this process imported. Either makes the answer 1.
+//
+// The program's own VMM memory: what pagefast keeps idle of the handles the
+// program released (the client VMM cache) goes back with the pools'; what
+// the program still holds or maps stays resident, and sleep says so (one
+// line per device naming the bytes, and the answer 1), never 0.
 int sleep_all(unsigned flags) {
   int answer = each_pool([flags](policy::DevicePool& pool) {
     const policy::SleepStatus status = pool.sleep(flags, ipc::begin_sleep(pool.device()));
     if (!pool.asleep()) ipc::end_sleep(pool.device());
     return status;
   });
+  if (answer < 0) return answer;
   if (answer == 0 && ipc::imports_across_sleep() > 0) answer = 1;
+  for (int d = 0; d < kMaxDevices; ++d) {
+    if (!pool_for_device(d)) continue;
+    if (clients::on()) clients::trim(d, UINT64_MAX);
+    const uint64_t resident = own_resident_bytes(d);
+    if (!resident) continue;
+    answer = 1;
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "device %d: %.1f MiB of the program's own VMM memory (its cuMemCreate: PyTorch's expandable "
+                  "segments, JAX) stay resident: sleep covers the pool's memory, not that",
+                  d, double(resident) / double(1 << 20));
+    pool_log(LogLevel::Warn, line);
+  }
   return answer;
 }
 

@@ -65,9 +65,11 @@ def sleep(keep=True, wait=True):
     default) an allocation made while asleep waits for wake; without, it
     fails with out-of-memory.
 
-    Returns True when every chunk went back to the driver, False when the
-    driver kept some resident (memory another process maps, or a refused
-    call: the log names them; what went back did). Raises Error when
+    Returns True when every chunk went back to the driver, False when some
+    device memory stayed resident (memory another process maps, a refused
+    call, or memory the program maps with its own cuMemCreate, such as
+    PyTorch's expandable segments or JAX's: the log names it; what went
+    back did). Raises Error when
     nothing changed: no pool yet, a stream capture under way, or the device
     could not be synchronised."""
     do_sleep = _require()[0]

@@ -23,6 +23,8 @@
 //              addresses (a delayed kernel's write included), allocations
 //              failing or waiting while asleep, memory back to the driver,
 //              driver faults in sleep and wake, 1000 cycles without leaks
+//   sleep_own_vmm  the program's own cuMemCreate memory beside the pool's:
+//              sleep answers 1 while it is resident, 0 once released
 //   devices    two devices, a pool each, memory usable by its own device
 //   peers      two devices: pools do not mix (also freed from the other
 //              device's thread), and peer access enabled from device 1 to
@@ -820,6 +822,71 @@ int peers() {
   return 0;
 }
 
+// The program's own VMM memory (cuMemCreate, mapped and opened by the
+// program) next to pool memory: sleep cannot cover it yet, so the answer
+// is 1 (asleep, some memory resident), never 0; the pool's and the
+// program's bytes are the same after wake. Once the program has unmapped
+// and released its handles, what pagefast keeps of them is idle memory:
+// sleep gives it back with the pool's, and answers 0.
+int sleep_own_vmm() {
+  SleepFn sleep_fn = reinterpret_cast<SleepFn>(dlsym(RTLD_DEFAULT, "pagefast_sleep"));
+  WakeFn wake_fn = reinterpret_cast<WakeFn>(dlsym(RTLD_DEFAULT, "pagefast_wake"));
+  if (!sleep_fn || !wake_fn) return fail("sleep_own_vmm: pagefast_sleep/wake not exported");
+  constexpr size_t kBytes = 4u << 20;
+  CUdeviceptr pool_block;
+  CHECK_CU(cuMemAlloc_v2(&pool_block, kBytes));
+  std::memset(reinterpret_cast<void*>(pool_block), 0x3c, kBytes);
+  struct Own {
+    CUmemGenericAllocationHandle handle;
+    CUdeviceptr va;
+    unsigned char v;
+  };
+  // One handle pagefast's cache tracks (no handle type), one it does not
+  // (shareable through a file descriptor).
+  const CUmemAllocationHandleType types[] = {CU_MEM_HANDLE_TYPE_NONE, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+  std::vector<Own> own;
+  for (int i = 0; i < 2; ++i) {
+    CUmemAllocationProp prop = {};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    prop.requestedHandleTypes = types[i];
+    Own o{0, 0, (unsigned char)(0x51 + i)};
+    CHECK_CU(cuMemCreate(&o.handle, kBytes, &prop, 0));
+    CHECK_CU(cuMemAddressReserve(&o.va, kBytes, 0, 0, 0));
+    CHECK_CU(cuMemMap(o.va, kBytes, 0, o.handle, 0));
+    CUmemAccessDesc desc = {};
+    desc.location = prop.location;
+    desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CHECK_CU(cuMemSetAccess(o.va, kBytes, &desc, 1));
+    std::memset(reinterpret_cast<void*>(o.va), o.v, kBytes);
+    own.push_back(o);
+  }
+  const int answer = sleep_fn(PAGEFAST_SLEEP_KEEP);
+  std::printf("own-vmm sleep answer %d\n", answer);
+  if (answer != 1) return fail("sleep_own_vmm: the answer is not 1 with the program's own memory resident");
+  if (wake_fn() != 0) return fail("sleep_own_vmm: wake");
+  if (!all_bytes(pool_block, kBytes, 0x3c)) return fail("sleep_own_vmm: pool bytes changed");
+  for (const Own& o : own)
+    if (!all_bytes(o.va, kBytes, o.v)) return fail("sleep_own_vmm: the program's own bytes changed");
+  for (const Own& o : own) {
+    CHECK_CU(cuMemUnmap(o.va, kBytes));
+    CHECK_CU(cuMemRelease(o.handle));
+    CHECK_CU(cuMemAddressFree(o.va, kBytes));
+  }
+  CHECK_CU(cuMemFree_v2(pool_block));
+  const int again = sleep_fn(PAGEFAST_SLEEP_KEEP);
+  const unsigned long long free_asleep = fakecuda_free_bytes(0);
+  size_t free_now = 0, total = 0;
+  CHECK_CU(cuMemGetInfo_v2(&free_now, &total));
+  std::printf("own-vmm released: sleep answer %d, %llu of %zu bytes free asleep\n", again, free_asleep, total);
+  if (again != 0) return fail("sleep_own_vmm: the answer is not 0 once the program released its memory");
+  if (free_asleep != total) return fail("sleep_own_vmm: device memory stayed taken while asleep");
+  if (wake_fn() != 0) return fail("sleep_own_vmm: second wake");
+  std::printf("ok sleep_own_vmm\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -839,6 +906,7 @@ int main(int argc, char** argv) {
   if (c == "capi") return capi();
   if (c == "ctl-target") return ctl_target();
   if (c == "sleep") return sleep_case(argc > 2 ? std::atoi(argv[2]) : 20);
+  if (c == "sleep_own_vmm") return sleep_own_vmm();
   if (c == "devices") return devices();
   if (c == "peers") return peers();
   return fail("unknown case");

@@ -334,6 +334,15 @@ def main():
             expect_ok(r, "sleep", f"pagefast [{conf or 'default'}]")
             check(f"ok sleep cycles {cycles} creates" in r.stdout and "creates 0" not in r.stdout,
                   f"[{conf}] {cycles} cycles made and released chunks ({r.stdout[-200:]})")
+    elif name == "sleep_own_vmm":
+        # With the client VMM cache and without it: the answer comes from
+        # what the program holds, not from what the cache tracks.
+        for conf in ["", "vmm_cache:off"]:
+            r = run(build, ["sleep_own_vmm"], env={"PAGEFAST_CONF": conf} if conf else None)
+            expect_ok(r, "sleep_own_vmm", f"pagefast [{conf or 'default'}]")
+            lines = [l for l in r.stderr.splitlines() if "own VMM memory" in l]
+            check(len(lines) == 1 and "device 0: 8.0 MiB" in lines[0] and "warn" in lines[0],
+                  f"[{conf or 'default'}] one warning names the 8 MiB the program holds ({r.stderr[-400:]})")
     elif name in ("capture", "fork", "capi"):
         case_simple(build, name, [""]) if name != "capi" else expect_ok(run(build, ["capi"]), "capi", "pagefast")
     else:

@@ -1,0 +1,61 @@
+// policy/own_memory.h: the device memory a program holds through its own
+// VMM calls, as the program sees it (docs/POOL.md "Sleep and wake"). Sleep
+// covers the pool's chunks and what pagefast keeps idle of the program's
+// released handles, not a handle the program still holds or maps: this
+// ledger says how many bytes of those stay resident, so that a sleep never
+// answers "everything went back" while they do.
+//
+// A handle's memory is the program's while it holds a reference (its
+// cuMemCreate, each cuMemRetainAllocationHandle, less each cuMemRelease)
+// or maps it somewhere (the driver frees a released handle's memory at its
+// last unmap). Only successful calls are noted, and only handles created
+// through cuMemCreate (their size known); a mapping of a handle the ledger
+// does not know is ignored.
+//
+// Pure: handles and addresses are numbers. Thread-safe (one mutex; every
+// call it guards is a driver call of microseconds).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+namespace pagefast::policy {
+
+class OwnMemory {
+ public:
+  void created(uint64_t handle, uint64_t bytes, int device);
+  void retained(uint64_t handle);
+  void released(uint64_t handle);
+  void mapped(uint64_t addr, uint64_t bytes, uint64_t handle);
+  // Every mapping that starts inside [addr, addr + bytes) ends (the driver
+  // unmaps whole mappings only).
+  void unmapped(uint64_t addr, uint64_t bytes);
+  // The device's context was reset: its handles went with it.
+  void forget_device(int device);
+
+  // Bytes of `device`'s handles the program holds or maps, and how many.
+  uint64_t resident_bytes(int device);
+  uint64_t resident_handles(int device);
+
+ private:
+  struct Handle {
+    uint64_t bytes = 0;
+    int device = 0;
+    int refs = 0;
+    int maps = 0;
+  };
+  struct Mapping {
+    uint64_t bytes = 0;
+    uint64_t handle = 0;
+  };
+  // REQUIRES: mutex_ held. Drops the handle once neither holds it.
+  void settle(std::unordered_map<uint64_t, Handle>::iterator it);
+
+  std::mutex mutex_;
+  std::unordered_map<uint64_t, Handle> handles_;
+  std::map<uint64_t, Mapping> maps_;  // by address
+};
+
+}  // namespace pagefast::policy
