@@ -17,7 +17,7 @@
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
 #include "interpose/service_thread.h"
-#include "policy/client_vmm.h"
+#include "policy/client_vmm/cache.h"
 #include "policy/clock.h"
 #include "policy/device_pool.h"
 
@@ -104,7 +104,7 @@ policy::ClientVmmCache* g_cache = nullptr;
 
 LogSink g_log = nullptr;
 
-// Growth ahead's worker, one `pagefast-vmm` thread (policy/client_vmm.h):
+// Growth ahead's worker, one `pagefast-vmm` thread (policy/client_vmm/growth_ahead.h):
 // started at the first job, never in a constructor; all signals blocked.
 // One, not two: two threads opening pages at once slow each other (60 and
 // 72 us a page against 38-45 alone, docs/DRIVER-FACTS.md), so the page the
@@ -114,7 +114,7 @@ LogSink g_log = nullptr;
 // at exit the worker stops taking pages and the exit waits for the page
 // it is making, so that no driver call of its overlaps the driver's
 // teardown. A forked child never has it: the cache is off there
-// (switch_off). The cache requires this: one worker (ClientVmmCache::work_one).
+// (switch_off). The cache requires this: one worker (GrowthAhead::work_one).
 std::atomic<int> g_worker{0};  // 0 not started, 1 running, -1 could not start
 constexpr uint64_t kWorkerIdleNs = 100ull * 1000 * 1000;
 // A decay step releases at most this many handles (30-34 us each on the
