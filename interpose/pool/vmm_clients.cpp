@@ -1,5 +1,6 @@
 // interpose/pool/vmm_clients.cpp: interpose/pool/vmm_clients.h over
-// policy::ClientVmmCache, with the real driver as its ClientDriver.
+// policy::ClientVmmCache, with the real driver (through the seam,
+// interpose/vmm_driver.h) as its ClientDriver.
 //
 // Which cuMemCreate calls are cacheable: pinned device memory (any handle
 // types, compression, RDMA flag: they are part of the key, compared byte
