@@ -13,6 +13,7 @@
 #include "interpose/pool/vmm_clients.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
+#include "interpose/vmm_driver.h"
 #include "interpose/runtime.h"
 #include "interpose/stats.h"
 #include "interpose/trace.h"
@@ -409,7 +410,7 @@ CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t bytes, size_t alignment, C
   const RealDriver* real = real_driver();
   if (!real || !real->cuMemAddressReserve) return kMissing;
   if (on && ptr && pool::clients::take_range(ptr, bytes, alignment, addr, flags)) return CUDA_SUCCESS;
-  const CUresult result = real->cuMemAddressReserve(ptr, bytes, alignment, addr, flags);
+  const CUresult result = vmm_driver::address_reserve(real, ptr, bytes, alignment, addr, flags);
   if (on && result == CUDA_SUCCESS && ptr) pool::clients::note_reserved(*ptr, bytes);
   return result;
 }

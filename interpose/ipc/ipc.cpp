@@ -26,6 +26,7 @@
 #include "interpose/pool/pool_internal.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
+#include "interpose/vmm_driver.h"
 #include "policy/clock.h"
 #include "policy/options.h"
 #include "policy/page_map.h"
@@ -275,8 +276,8 @@ CUresult chunk_fd(const RealDriver* real, uint64_t chunk, int* fd_out) {
     return *fd_out >= 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
   }
   int fd = -1;
-  const CUresult r = real->cuMemExportToShareableHandle(&fd, CUmemGenericAllocationHandle(chunk),
-                                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  const CUresult r = vmm_driver::export_handle(real, &fd, CUmemGenericAllocationHandle(chunk),
+                                               CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
   if (r != CUDA_SUCCESS) return r;
   if (fd < 0) return CUDA_ERROR_INVALID_VALUE;
   ::fcntl(fd, F_SETFD, FD_CLOEXEC);

@@ -20,6 +20,7 @@
 #include "interpose/log.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
+#include "interpose/vmm_driver.h"
 #include "policy/units.h"
 
 namespace pagefast::ipc {
@@ -296,7 +297,7 @@ CUresult map_import(const Reply& reply, const std::vector<int>& fds, int device,
   size_t total = 0;
   if (!pieces_valid(reply, whole, &total)) return CUDA_ERROR_INVALID_VALUE;
   CUdeviceptr va = 0;
-  CUresult r = real->cuMemAddressReserve(&va, total, kGranuleBytes, 0, 0);
+  CUresult r = vmm_driver::address_reserve(real, &va, total, kGranuleBytes, 0, 0);
   const char* failed = "cuMemAddressReserve";
   if (r != CUDA_SUCCESS) {
     log::write(LogLevel::Warn, "CUDA IPC: cannot open a pool block of another process: {} answered {}", failed,
@@ -309,8 +310,8 @@ CUresult map_import(const Reply& reply, const std::vector<int>& fds, int device,
     const ReplyPiece& p = reply.pieces[i];
     CUmemGenericAllocationHandle h = 0;
     uint64_t t0 = now_ns();
-    r = real->cuMemImportFromShareableHandle(&h, reinterpret_cast<void*>(uintptr_t(fds[i])),
-                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    r = vmm_driver::import_handle(real, &h, reinterpret_cast<void*>(uintptr_t(fds[i])),
+                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
     times->import_ns += now_ns() - t0;
     t0 = now_ns();
     if (r != CUDA_SUCCESS) {
@@ -318,9 +319,9 @@ CUresult map_import(const Reply& reply, const std::vector<int>& fds, int device,
       break;
     }
     const size_t bytes = whole ? p.chunk_bytes : p.bytes;
-    r = real->cuMemMap(va + mapped, bytes, whole ? 0 : p.chunk_offset, h, 0);
+    r = vmm_driver::map(real, va + mapped, bytes, whole ? 0 : p.chunk_offset, h, 0);
     // The mapping holds the memory from now on; the handle is not needed.
-    real->cuMemRelease(h);
+    vmm_driver::release(real, h);
     if (r != CUDA_SUCCESS) {
       failed = "cuMemMap";
       break;
@@ -335,7 +336,7 @@ CUresult map_import(const Reply& reply, const std::vector<int>& fds, int device,
     access.location.id = device;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     const uint64_t t0 = now_ns();
-    r = real->cuMemSetAccess(va, total, &access, 1);
+    r = vmm_driver::set_access(real, va, total, &access, 1);
     times->access_ns = now_ns() - t0;
     failed = "cuMemSetAccess";
   }
@@ -344,8 +345,8 @@ CUresult map_import(const Reply& reply, const std::vector<int>& fds, int device,
                "CUDA IPC: cannot open a pool block of another process: {} answered {} ({} piece(s), "
                "{} MiB{})",
                failed, error_name(r), count, total >> 20, whole ? ", whole chunks" : "");
-    for (const auto& m : maps) real->cuMemUnmap(m.first, m.second);
-    real->cuMemAddressFree(va, total);
+    for (const auto& m : maps) vmm_driver::unmap(real, m.first, m.second);
+    vmm_driver::address_free(real, va, total);
     return r == CUDA_ERROR_OUT_OF_MEMORY ? r : CUDA_ERROR_MAP_FAILED;
   }
   *va_out = va;
@@ -491,8 +492,8 @@ bool try_open(CUdeviceptr* pdptr, const CUipcMemHandle& handle, unsigned flags, 
     if (!inside) {
       send_request(link.fd, wire::kOpClose, w.export_id);
       if (r == CUDA_SUCCESS && real->cuMemUnmap) {
-        real->cuMemUnmap(va, map_bytes);
-        real->cuMemAddressFree(va, map_bytes);
+        vmm_driver::unmap(real, va, map_bytes);
+        vmm_driver::address_free(real, va, map_bytes);
       }
       if (link.imports == 0) retire_link(link_it);
       *result = r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_VALUE;
@@ -527,8 +528,8 @@ bool try_close(CUdeviceptr dptr, CUresult* result) {
     if (!pool::capture_active() && real->cuCtxGetCurrent && real->cuCtxGetCurrent(&context) == CUDA_SUCCESS &&
         context && real->cuCtxSynchronize)
       real->cuCtxSynchronize();
-    if (real->cuMemUnmap) real->cuMemUnmap(im.va, im.map_bytes);
-    if (real->cuMemAddressFree) real->cuMemAddressFree(im.va, im.map_bytes);
+    vmm_driver::unmap(real, im.va, im.map_bytes);
+    vmm_driver::address_free(real, im.va, im.map_bytes);
   }
   auto link_it = g_links->find(im.key);
   if (link_it != g_links->end()) {

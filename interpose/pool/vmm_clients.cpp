@@ -1,5 +1,6 @@
 // interpose/pool/vmm_clients.cpp: interpose/pool/vmm_clients.h over
-// policy::ClientVmmCache, with the real driver as its ClientDriver.
+// policy::ClientVmmCache, with the real driver (through the seam,
+// interpose/vmm_driver.h) as its ClientDriver.
 //
 // Which cuMemCreate calls are cacheable: pinned device memory (any handle
 // types, compression, RDMA flag: they are part of the key, compared byte
@@ -17,7 +18,8 @@
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
 #include "interpose/service_thread.h"
-#include "policy/client_vmm.h"
+#include "interpose/vmm_driver.h"
+#include "policy/client_vmm/cache.h"
 #include "policy/clock.h"
 #include "policy/device_pool.h"
 
@@ -45,32 +47,24 @@ class RealClientDriver final : public policy::ClientDriver {
     CUmemAllocationProp prop;
     std::memcpy(&prop, prop_bytes.data(), sizeof prop);
     CUmemGenericAllocationHandle h = 0;
-    const CUresult r = real->cuMemCreate(&h, bytes, &prop, 0);
+    const CUresult r = vmm_driver::create(real, &h, bytes, &prop, 0);
     if (r == CUDA_SUCCESS) *handle = h;
     return r;
   }
-  int release(uint64_t handle) override {
-    const RealDriver* real = real_driver();
-    return real && real->cuMemRelease ? real->cuMemRelease(handle) : kMissing;
-  }
+  int release(uint64_t handle) override { return vmm_driver::release(real_driver(), handle); }
   int map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t handle, uint64_t flags) override {
-    const RealDriver* real = real_driver();
-    return real && real->cuMemMap ? real->cuMemMap(addr, bytes, offset, handle, flags) : kMissing;
+    return vmm_driver::map(real_driver(), addr, bytes, offset, handle, flags);
   }
-  int unmap(uint64_t addr, uint64_t bytes) override {
-    const RealDriver* real = real_driver();
-    return real && real->cuMemUnmap ? real->cuMemUnmap(addr, bytes) : kMissing;
-  }
+  int unmap(uint64_t addr, uint64_t bytes) override { return vmm_driver::unmap(real_driver(), addr, bytes); }
   int set_access(uint64_t addr, uint64_t bytes, const std::string& descs) override {
     const RealDriver* real = real_driver();
     if (!real || !real->cuMemSetAccess) return kMissing;
     const size_t count = descs.size() / sizeof(CUmemAccessDesc);
-    return real->cuMemSetAccess(addr, bytes, count ? reinterpret_cast<const CUmemAccessDesc*>(descs.data()) : nullptr,
-                                count);
+    return vmm_driver::set_access(real, addr, bytes,
+                                  count ? reinterpret_cast<const CUmemAccessDesc*>(descs.data()) : nullptr, count);
   }
   int address_free(uint64_t addr, uint64_t bytes) override {
-    const RealDriver* real = real_driver();
-    return real && real->cuMemAddressFree ? real->cuMemAddressFree(addr, bytes) : kMissing;
+    return vmm_driver::address_free(real_driver(), addr, bytes);
   }
   uint64_t cache_room(int device) override {
     // The cache holds at most release_threshold, and under a limit no
@@ -104,7 +98,7 @@ policy::ClientVmmCache* g_cache = nullptr;
 
 LogSink g_log = nullptr;
 
-// Growth ahead's worker, one `pagefast-vmm` thread (policy/client_vmm.h):
+// Growth ahead's worker, one `pagefast-vmm` thread (policy/client_vmm/growth_ahead.h):
 // started at the first job, never in a constructor; all signals blocked.
 // One, not two: two threads opening pages at once slow each other (60 and
 // 72 us a page against 38-45 alone, docs/DRIVER-FACTS.md), so the page the
@@ -114,7 +108,7 @@ LogSink g_log = nullptr;
 // at exit the worker stops taking pages and the exit waits for the page
 // it is making, so that no driver call of its overlaps the driver's
 // teardown. A forked child never has it: the cache is off there
-// (switch_off). The cache requires this: one worker (ClientVmmCache::work_one).
+// (switch_off). The cache requires this: one worker (GrowthAhead::work_one).
 std::atomic<int> g_worker{0};  // 0 not started, 1 running, -1 could not start
 constexpr uint64_t kWorkerIdleNs = 100ull * 1000 * 1000;
 // A decay step releases at most this many handles (30-34 us each on the
@@ -211,7 +205,7 @@ CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemA
                 unsigned long long flags) {
   const RealDriver* real = real_driver();
   if (!real || !real->cuMemCreate) return kMissing;
-  if (!cacheable(handle, bytes, prop, flags)) return real->cuMemCreate(handle, bytes, prop, flags);
+  if (!cacheable(handle, bytes, prop, flags)) return vmm_driver::create(real, handle, bytes, prop, flags);
   return guarded([&] {
     const std::string key(reinterpret_cast<const char*>(prop), sizeof *prop);
     const int device = prop->location.id;
@@ -220,11 +214,11 @@ CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemA
       *handle = cached;
       return CUDA_SUCCESS;
     }
-    CUresult r = real->cuMemCreate(handle, bytes, prop, flags);
+    CUresult r = vmm_driver::create(real, handle, bytes, prop, flags);
     // The cache's and the pool's idle memory of the device go back, then
     // once more (interpose/pool_api.h, as every call out of memory).
     if (r == CUDA_ERROR_OUT_OF_MEMORY && release_idle_for_driver(device))
-      r = real->cuMemCreate(handle, bytes, prop, flags);
+      r = vmm_driver::create(real, handle, bytes, prop, flags);
     if (r == CUDA_SUCCESS) g_cache->note_created(*handle, bytes, key, device);
     return r;
   });
@@ -252,8 +246,7 @@ CUresult set_access(CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, 
     // Not a call the driver accepts: it answers, after the deferred
     // mappings there are gone (so it answers for what the program sees).
     g_cache->before_query(ptr);
-    const RealDriver* real = real_driver();
-    return real && real->cuMemSetAccess ? real->cuMemSetAccess(ptr, bytes, desc, count) : kMissing;
+    return vmm_driver::set_access(real_driver(), ptr, bytes, desc, count);
   }
   return guarded([&] {
     const std::string descs(reinterpret_cast<const char*>(desc), count * sizeof(CUmemAccessDesc));
@@ -277,8 +270,7 @@ CUresult retain(CUmemGenericAllocationHandle* handle, void* addr) {
     *handle = h;
     return CUDA_SUCCESS;
   }
-  const RealDriver* real = real_driver();
-  return real && real->cuMemRetainAllocationHandle ? real->cuMemRetainAllocationHandle(handle, addr) : kMissing;
+  return vmm_driver::retain_handle(real_driver(), handle, addr);
 }
 
 CUresult export_handle(void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
@@ -291,9 +283,7 @@ CUresult export_handle(void* shareable, CUmemGenericAllocationHandle handle, CUm
       }) != CUDA_SUCCESS)
     return CUDA_ERROR_OUT_OF_MEMORY;
   if (answered) return CUresult(result);
-  const RealDriver* real = real_driver();
-  return real && real->cuMemExportToShareableHandle ? real->cuMemExportToShareableHandle(shareable, handle, type, flags)
-                                                    : kMissing;
+  return vmm_driver::export_handle(real_driver(), shareable, handle, type, flags);
 }
 
 CUresult properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) {
@@ -305,10 +295,7 @@ CUresult properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle hand
       }) != CUDA_SUCCESS)
     return CUDA_ERROR_OUT_OF_MEMORY;
   if (answered) return CUresult(result);
-  const RealDriver* real = real_driver();
-  return real && real->cuMemGetAllocationPropertiesFromHandle
-             ? real->cuMemGetAllocationPropertiesFromHandle(prop, handle)
-             : kMissing;
+  return vmm_driver::handle_properties(real_driver(), prop, handle);
 }
 
 bool take_range(CUdeviceptr* base, size_t bytes, size_t alignment, CUdeviceptr hint, unsigned long long flags) {

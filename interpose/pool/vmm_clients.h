@@ -1,5 +1,5 @@
 // interpose/pool/vmm_clients.h: the program's own VMM calls over the client
-// VMM cache (policy/client_vmm.h; docs/VMM-CLIENTS.md). The hooks call
+// VMM cache (policy/client_vmm/cache.h; docs/VMM-CLIENTS.md). The hooks call
 // these only when on() (vmm_cache:on with the pool on, not a forked child);
 // off, they forward: one relaxed load and a branch, no lock, no lookup.
 //

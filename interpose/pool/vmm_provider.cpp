@@ -7,6 +7,7 @@
 
 #include "interpose/ipc/ipc.h"
 #include "interpose/pool/vmm_clients.h"
+#include "interpose/vmm_driver.h"
 
 #include <sched.h>
 #include <new>
@@ -107,7 +108,7 @@ void VmmProvider::forget_context(CUcontext context) {
 
 ProviderStatus VmmProvider::reserve_address(uint64_t bytes, uint64_t* base_addr) {
   CUdeviceptr base = 0;
-  const CUresult r = real_->cuMemAddressReserve(&base, bytes, kGranuleBytes, 0, 0);
+  const CUresult r = vmm_driver::address_reserve(real_, &base, bytes, kGranuleBytes, 0, 0);
   if (r != CUDA_SUCCESS) {
     // Without address space the pool serves nothing: every allocation of
     // the device then goes to the driver. Say so once (README: reserve).
@@ -131,19 +132,19 @@ ProviderStatus VmmProvider::create_chunk(Granules granules, policy::ChunkHandle*
   CUmemGenericAllocationHandle handle = 0;
   // The program's released VMM memory gives way to the pool (limit, OOM).
   clients::make_room_for_pool(int(device_), granules.bytes());
-  CUresult r = real_->cuMemCreate(&handle, granules.bytes(), &prop_, 0);
+  CUresult r = vmm_driver::create(real_, &handle, granules.bytes(), &prop_, 0);
   if (r == CUDA_ERROR_OUT_OF_MEMORY && clients::trim(int(device_), granules.bytes()) > 0)
-    r = real_->cuMemCreate(&handle, granules.bytes(), &prop_, 0);
+    r = vmm_driver::create(real_, &handle, granules.bytes(), &prop_, 0);
   if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY && prop_.allocFlags.gpuDirectRDMACapable) {
     // A driver that reports RDMA support but refuses the flag: drop it.
     prop_.allocFlags.gpuDirectRDMACapable = 0;
-    r = real_->cuMemCreate(&handle, granules.bytes(), &prop_, 0);
+    r = vmm_driver::create(real_, &handle, granules.bytes(), &prop_, 0);
   }
   if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY && prop_.requestedHandleTypes) {
     // Likewise for shareable handles: the pool works on, without IPC.
     prop_.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
     ipc::set_device_shareable(int(device_), false);
-    r = real_->cuMemCreate(&handle, granules.bytes(), &prop_, 0);
+    r = vmm_driver::create(real_, &handle, granules.bytes(), &prop_, 0);
   }
   if (r != CUDA_SUCCESS) return status_of(r);
   chunk->value = handle;
@@ -152,13 +153,13 @@ ProviderStatus VmmProvider::create_chunk(Granules granules, policy::ChunkHandle*
 
 bool VmmProvider::release_chunk(policy::ChunkHandle chunk) {
   ipc::forget_chunk(chunk.value);
-  return real_->cuMemRelease(chunk.value) == CUDA_SUCCESS;
+  return vmm_driver::release(real_, chunk.value) == CUDA_SUCCESS;
 }
 
 bool VmmProvider::maps_at_offset() { return offset_maps_.load(std::memory_order_relaxed); }
 
 ProviderStatus VmmProvider::map(uint64_t addr, policy::ChunkHandle chunk, Granules offset, Granules granules) {
-  const CUresult r = real_->cuMemMap(addr, granules.bytes(), offset.bytes(), chunk.value, 0);
+  const CUresult r = vmm_driver::map(real_, addr, granules.bytes(), offset.bytes(), chunk.value, 0);
   // The H200's driver refuses any map of part of a physical allocation (at
   // a non-zero offset, or a prefix: CUDA_ERROR_NOT_SUPPORTED,
   // docs/DRIVER-FACTS.md): learnt once, after which the arena stitches
@@ -181,11 +182,12 @@ ProviderStatus VmmProvider::map(uint64_t addr, policy::ChunkHandle chunk, Granul
 }
 
 bool VmmProvider::unmap(uint64_t addr, Granules granules) {
-  return real_->cuMemUnmap(addr, granules.bytes()) == CUDA_SUCCESS;
+  return vmm_driver::unmap(real_, addr, granules.bytes()) == CUDA_SUCCESS;
 }
 
 ProviderStatus VmmProvider::set_access(uint64_t addr, Granules granules, const policy::AccessSet& access) {
-  if (!access.peers && !access.revoked) return status_of(real_->cuMemSetAccess(addr, granules.bytes(), &access_, 1));
+  if (!access.peers && !access.revoked)
+    return status_of(vmm_driver::set_access(real_, addr, granules.bytes(), &access_, 1));
   // Peers (rare, a slow path): the device itself, then one descriptor per
   // granted or revoked peer, in one call.
   CUmemAccessDesc descs[1 + policy::kMaxPeerDevices];
@@ -199,7 +201,7 @@ ProviderStatus VmmProvider::set_access(uint64_t addr, Granules granules, const p
     desc.location.id = d;
     desc.flags = (access.peers & bit) ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
   }
-  return status_of(real_->cuMemSetAccess(addr, granules.bytes(), descs, count));
+  return status_of(vmm_driver::set_access(real_, addr, granules.bytes(), descs, count));
 }
 
 bool VmmProvider::device_free_bytes(uint64_t* free_bytes) {

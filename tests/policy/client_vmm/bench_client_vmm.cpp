@@ -1,5 +1,5 @@
-// tests/policy/bench_client_vmm.cpp: what the client VMM cache
-// (policy/client_vmm.h) adds per call on the CPU, over a driver whose calls
+// tests/policy/client_vmm/bench_client_vmm.cpp: what the client VMM cache
+// (policy/client_vmm/cache.h) adds per call on the CPU, over a driver whose calls
 // cost nothing: an expandable segment of P pages grown (create, map, one
 // access call per page) and shrunk (unmap, release), R rounds, then every
 // cached page trimmed. The first round misses (the driver creates), later
@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "policy/client_vmm.h"
+#include "policy/client_vmm/cache.h"
 #include "policy/clock.h"
 
 using namespace pagefast::policy;

@@ -1,52 +1,43 @@
-// policy/client_vmm.h: the physical-memory cache for the program's OWN VMM
-// calls (docs/VMM-CLIENTS.md): programs that call cuMemCreate / cuMemMap /
-// cuMemSetAccess / cuMemUnmap / cuMemRelease themselves (PyTorch's
-// expandable segments, JAX's platform allocator, vLLM's CuMemAllocator).
+// policy/client_vmm/cache.h: the physical-memory cache for the program's
+// OWN VMM calls (docs/VMM-CLIENTS.md): programs that call cuMemCreate /
+// cuMemMap / cuMemSetAccess / cuMemUnmap / cuMemRelease themselves
+// (PyTorch's expandable segments, JAX's platform allocator, vLLM's
+// CuMemAllocator).
 //
-// Pure C++ (no CUDA header): handles, addresses and access descriptors are
-// opaque numbers and bytes; every driver call goes through ClientDriver, so
-// the test constructor and the production one differ only in what is passed.
+// Pure C++ (no CUDA header): every driver call goes through ClientDriver
+// (policy/client_vmm/driver.h). The cache drives growth ahead
+// (policy/client_vmm/growth_ahead.h), which hands its pages back through
+// one callback.
 //
 // What it does, and why it is exact (each rule is a test in
-// tests/policy/test_client_vmm.cpp):
-// - cuMemRelease of a handle the program created with cacheable properties
-//   (the glue decides: pinned device memory, flags 0), once no mapping of
-//   it is live, keeps the handle (the driver still holds it) in a FIFO
-//   keyed by the exact property bytes and size. A later cuMemCreate with
-//   the same bytes and size gets it back without a driver call.
-// - cuMemUnmap of a range made exactly of live mappings of tracked,
-//   never-exported handles is deferred: the mapping stays (mapped and
-//   accessible) and is marked deferred. A later cuMemMap of the same handle
-//   at the same address, size and offset (flags 0) revives it without the
-//   driver; cuMemSetAccess over a range made exactly of live mappings whose
-//   access for each location named is already the flags asked (every access
-//   call since the map covered the whole mapping) with the same descriptor
-//   bytes is answered without the driver: applying the same descriptors
-//   again changes nothing. Access is kept per location (a descriptor's
-//   first `location_bytes`), so PyTorch's one call per device (its own,
-//   then each peer) is recognised too.
-// - Growth ahead (prefetch_pages > 0): when a cuMemSetAccess the driver
-//   performed ends with a fresh whole-handle mapping inside a reservation
-//   the program made, the cache creates the next handles of the same
-//   properties, maps them right after it and opens them with ONE access
-//   call with the same descriptors, and keeps them as cached handles with
-//   deferred mappings: a segment that grows page by page then meets its
-//   next pages already mapped and open (2, 4, ... up to prefetch_pages per
-//   growth; never beyond cache_room; a failed step undoes the prefetch).
-//   With a worker (ahead_on_worker, and the glue's pagefast-vmm thread
-//   running work_one()), the pages are made off the program's thread, in
-//   order, a page per work_one(), each published (cached handle,
-//   deferred mapping) as soon as it is open: the pages not yet published
-//   are *pending*. A program's call over a pending page cancels the rest
-//   of that job and waits for the pages in flight; cuMemCreate of the
-//   job's properties waits for its next page, in address order, rather
-//   than creating one. When the pages ahead of the one the program takes
-//   (made, or queued in a live job) are at most half a batch, the next
-//   batch is queued behind them, at most prefetch_pages ahead in all.
+// tests/policy/client_vmm/):
+// - Released handles: cuMemRelease of a handle the program created with
+//   cacheable properties (the glue decides: pinned device memory, flags
+//   0), once no mapping of it is live, keeps the handle (the driver still
+//   holds it) in a FIFO keyed by the exact property bytes and size (its
+//   slot, policy/client_vmm/slot.h). A later cuMemCreate with the same
+//   bytes and size gets it back without a driver call.
+// - Deferred mappings: cuMemUnmap of a range made exactly of live mappings
+//   of tracked, never-exported handles is deferred: the mapping stays
+//   (mapped and accessible) and is marked deferred. A later cuMemMap of
+//   the same handle at the same address, size and offset (flags 0) revives
+//   it without the driver; cuMemSetAccess over a range made exactly of
+//   live mappings whose access for each location named is already the
+//   flags asked (every access call since the map covered the whole
+//   mapping) with the same descriptor bytes is answered without the
+//   driver: applying the same descriptors again changes nothing. Access is
+//   kept per location (a descriptor's first `location_bytes`), so
+//   PyTorch's one call per device (its own, then each peer) is recognised
+//   too.
+// - Growth ahead (prefetch_pages > 0): a cuMemSetAccess the driver
+//   performed that ends with a fresh whole-handle mapping inside a
+//   reservation the program made grows the next pages of its slot ahead;
+//   they arrive as cached handles with deferred mappings.
 // - Kept ranges: cuMemAddressFree of a whole reservation holding only
 //   deferred mappings of tracked handles keeps it with them; the next
 //   cuMemAddressReserve of its size (take_range) gets it back.
-// - Decay (decay_step): cached handles unused for release_delay go back.
+// - Trim and decay: cached memory goes back when the device needs it
+//   (trim) and after release_delay unused (decay_step).
 // - Anything else that touches a deferred mapping's addresses (a map there,
 //   access over it, a different offset or size, cuMemAddressFree, a pointer
 //   query, cuMemRetainAllocationHandle) first unmaps it for real, so the
@@ -56,14 +47,17 @@
 //   released handle.
 //
 // Thread-safe: one mutex, held across the driver calls made for the
-// program (these calls cost tens of microseconds; none is on a hot path).
-// The mutex is never held while calling into the device pool.
+// program (these calls cost tens of microseconds; none is on a hot path),
+// and shared with growth ahead (one lock, one order). The mutex is never
+// held while calling into the device pool.
+//
+// Files: cache.cpp (handles, mappings, access), cache_ahead.cpp (where
+// growth ahead may go, its pages published), cache_reclaim.cpp (kept
+// ranges, trim, decay, forgetting, stats).
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <list>
 #include <map>
 #include <mutex>
 #include <set>
@@ -71,41 +65,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "policy/client_vmm/driver.h"
+#include "policy/client_vmm/growth_ahead.h"
+
 namespace pagefast::policy {
-
-// The driver's result codes the cache produces itself (the glue checks
-// they equal CUDA_SUCCESS and CUDA_ERROR_INVALID_VALUE).
-constexpr int kClientOk = 0;
-constexpr int kClientInvalidValue = 1;
-
-// The driver, as the cache needs it. Results are the driver's codes and go
-// back to the program untouched.
-class ClientDriver {
- public:
-  virtual ~ClientDriver() = default;
-  // `prop`: the property bytes a program's cuMemCreate gave (for prefetch).
-  virtual int create(uint64_t bytes, const std::string& prop, uint64_t* handle) = 0;
-  virtual int release(uint64_t handle) = 0;
-  virtual int map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t handle, uint64_t flags) = 0;
-  virtual int unmap(uint64_t addr, uint64_t bytes) = 0;
-  // `descs`: the program's descriptor array, as bytes.
-  virtual int set_access(uint64_t addr, uint64_t bytes, const std::string& descs) = 0;
-  virtual int address_free(uint64_t addr, uint64_t bytes) = 0;
-  // How many bytes the cache may hold on `device` now (limit and
-  // release_threshold of the pool); UINT64_MAX for no bound.
-  virtual uint64_t cache_room(int device) = 0;
-  // Growth ahead on a worker: the calling thread's context when a job is
-  // queued, made current on the worker before it works on the job.
-  virtual uint64_t current_context() { return 0; }
-  virtual void use_context(uint64_t /*context*/) {}
-  // A job was queued: the worker must run (started on first use). False:
-  // no worker can run; the cache grows ahead on the caller instead.
-  // Called under the cache's lock: it may start a thread, never wait.
-  virtual bool wake_worker() { return false; }
-  // A monotonic clock (ns), read only around the program's waits for a
-  // worker's page (the ahead_wait_ns stat).
-  virtual uint64_t now_ns() { return 0; }
-};
 
 struct ClientVmmStats {
   uint64_t cached_bytes = 0;       // released by the program, held by the cache
@@ -130,24 +93,21 @@ class ClientVmmCache {
  public:
   // An access descriptor is `desc_bytes` long; its first `location_bytes`
   // name the location it sets (sizeof(CUmemAccessDesc) and
-  // sizeof(CUmemLocation) in production).
+  // sizeof(CUmemLocation) in production). `prefetch_pages`, `ahead_on_worker`:
+  // growth ahead's (policy/client_vmm/growth_ahead.h).
   ClientVmmCache(ClientDriver& driver, size_t desc_bytes, size_t location_bytes, int prefetch_pages = 0,
                  bool ahead_on_worker = false)
       : driver_(driver),
         desc_bytes_(desc_bytes ? desc_bytes : 1),
         location_bytes_(location_bytes),
-        prefetch_pages_(prefetch_pages),
-        ahead_on_worker_(ahead_on_worker) {}
+        ahead_(driver, mutex_, prefetch_pages, ahead_on_worker,
+               [this](const AheadPage& page) { publish_ahead(page); }) {}
 
-  // The worker thread's step: makes one pending page (create, map, open)
-  // without the lock, then publishes it. False when no page waits.
-  // REQUIRES: one thread at a time (the one worker): a job's pages are
-  // made and published in address order.
-  bool work_one();
-  // The worker's wait for a job, at most timeout_ns. True if one waits.
-  bool wait_for_work(uint64_t timeout_ns);
-  // Queued pages not yet begun (tests).
-  uint64_t pending_pages();
+  // Growth ahead's worker (GrowthAhead::work_one, wait_for_work,
+  // pending_pages): the glue's pagefast-vmm thread and the tests run it.
+  bool work_one() { return ahead_.work_one(); }
+  bool wait_for_work(uint64_t timeout_ns) { return ahead_.wait_for_work(timeout_ns); }
+  uint64_t pending_pages() { return ahead_.pending_pages(); }
 
   // cuMemAddressReserve succeeded: the program's range (prefetch stays in it).
   void note_reserved(uint64_t base, uint64_t bytes);
@@ -182,8 +142,7 @@ class ClientVmmCache {
   // Before a pointer query at `addr`: a deferred mapping there is unmapped
   // for real (the program believes it is). One relaxed load when none.
   void before_query(uint64_t addr) {
-    if (deferred_count_.load(std::memory_order_relaxed) != 0 || jobs_count_.load(std::memory_order_relaxed) != 0)
-      flush_at(addr);
+    if (deferred_count_.load(std::memory_order_relaxed) != 0 || ahead_.busy()) flush_at(addr);
   }
 
   // Gives cached memory of `device` back to the driver, oldest first,
@@ -235,9 +194,9 @@ class ClientVmmCache {
     uint64_t handle = 0;
     // The order in which the program last grew into it (its own map, or
     // the revive of a deferred mapping; a page made ahead and not taken
-    // yet: kAheadOrder + the order it was queued in): cached handles go
-    // back lowest first, so that two segments growing in turns get their
-    // own pages back in the order they grew.
+    // yet: GrowthAhead::kAheadOrder + the order it was queued in): cached
+    // handles go back lowest first, so that two segments growing in turns
+    // get their own pages back in the order they grew.
     uint64_t seq = 0;
     bool deferred = false;
     bool ahead = false;  // made ahead of the program (growth ahead), not yet taken
@@ -248,7 +207,6 @@ class ClientVmmCache {
   };
   using MapIt = std::map<uint64_t, Mapping>::iterator;
 
-  static std::string slot_of(uint64_t bytes, const std::string& prop);
   // Live mappings that make up [addr, addr + bytes) exactly, in order.
   bool exact_cover(uint64_t addr, uint64_t bytes, std::vector<MapIt>* out);
   // Unmaps for real every deferred mapping overlapping the range; false if
@@ -261,106 +219,45 @@ class ClientVmmCache {
   // released for real. Returns the driver's answer (kClientOk if cached).
   int retire(uint64_t handle);
   int release_for_real(uint64_t handle);
+  // The deferred mapping of `handle` that its last deferred unmap noted
+  // (rec.deferred_at), if it is still that handle's and deferred; else
+  // maps_.end().
+  MapIt noted_deferred(uint64_t handle, const Handle& rec);
 
   // The access the descriptors set, applied to `m`; false if they would
   // change anything (or `m`'s access is not known).
   bool access_already(const Mapping& m, const std::string& descs) const;
   void apply_access(Mapping& m, const std::string& descs) const;
-  // After a successful access call over [addr, end): grow ahead of it.
+
+  // Growth ahead (cache_ahead.cpp). After a successful access call over
+  // [addr, end): grow ahead of it.
   void maybe_prefetch(uint64_t addr, uint64_t end, const std::string& descs);
   // How many pages of `page` bytes may be made from `from` for `device`
   // (the reservation, the cache's room, the program's maps, queued jobs).
   uint64_t pages_ahead(uint64_t from, uint64_t page, int device, uint64_t want);
-  // Queues a job for the worker; false if no worker can run.
-  bool queue_ahead(uint64_t from, uint64_t page, uint64_t pages, const std::string& slot, int device,
-                   const std::string& descs);
-  // Records page `at` (made ahead) as a cached handle with a deferred, open mapping.
-  void publish_ahead(uint64_t at, uint64_t seq, uint64_t page, uint64_t handle, const std::string& slot, int device,
-                     const std::string& descs);
+  // Growth ahead's one callback: records a page made ahead as a cached
+  // handle with a deferred, open mapping.
+  void publish_ahead(const AheadPage& page);
   // The program's revive of a page made ahead: queue the next batch, behind
   // the pages still ahead, when those are at most half a batch.
   void maybe_continue(uint64_t addr, const Mapping& m);
-  // The pages the next batch of a slot makes (2 at first), and its doubling
-  // after a batch, up to prefetch_pages_.
-  int& batch_of(const std::string& slot);
-  void double_batch(int& next) const;
+  // A map of a tracked handle that is not the revive of its deferred
+  // mapping: if that mapping was made ahead, the page was misdirected.
+  void note_misdirected(uint64_t handle, uint64_t addr);
 
-  // Jobs of the worker. The pages from the first one not yet published
-  // to the end are pending while the job lives; while `inflight`, page
-  // `begun - 1` is being made now (a job is never erased under it). The
-  // one worker makes a job's pages in order: the first `published` are.
-  struct AheadJob {
-    uint64_t start = 0, page = 0, pages = 0;
-    uint64_t begun = 0;
-    uint64_t published = 0;
-    bool inflight = false;
-    bool stop = false;
-    std::string slot, descs;
-    int device = 0;
-    uint64_t context = 0;
-    uint64_t seq_base = 0;  // the order of its first page (kAheadOrder + ahead_seq_, when queued)
-    uint64_t first_unpublished() const { return start + published * page; }
-    uint64_t first_unpublished_seq() const { return seq_base + published; }
-    bool pending_overlaps(uint64_t addr, uint64_t end) const {
-      const uint64_t lo = first_unpublished(), hi = start + pages * page;
-      return !stop || inflight ? lo < end && addr < hi && lo < hi : false;
-    }
-  };
-  // A program call's wait for the worker's pages: its first wait counts
-  // (ahead_waits), and end() adds how long it lasted (ahead_wait_ns).
-  struct AheadWait {
-    ClientVmmCache& cache;
-    bool waiting = false;
-    uint64_t from = 0;
-    void begin() {
-      if (waiting) return;
-      waiting = true;
-      ++cache.stats_.ahead_waits;
-      from = cache.driver_.now_ns();
-    }
-    void end() {
-      if (waiting) cache.stats_.ahead_wait_ns += cache.driver_.now_ns() - from;
-      waiting = false;
-    }
-  };
-  // The deferred mapping of `handle` that its last deferred unmap noted
-  // (rec.deferred_at), if it is still that handle's and deferred; else
-  // maps_.end().
-  MapIt noted_deferred(uint64_t handle, const Handle& rec);
-  // Over [addr, addr + bytes): every job there stops, and the caller waits
-  // for a page in flight. REQUIRES: `lock` holds mutex_.
-  void settle(std::unique_lock<std::mutex>& lock, uint64_t addr, uint64_t bytes);
-  void settle_all(std::unique_lock<std::mutex>& lock);
-  void erase_finished_jobs();
   // Frees kept ranges with no mapping left, for real.
   void free_empty_kept_ranges();
 
   ClientDriver& driver_;
   const size_t desc_bytes_;
   const size_t location_bytes_;
-  const int prefetch_pages_;
-  const bool ahead_on_worker_;
+  std::mutex mutex_;
   std::map<uint64_t, uint64_t> reservations_;  // base -> bytes
   // Reservations where the program mapped a handle the cache does not
   // track: never kept at cuMemAddressFree (what is mapped there is unknown).
   std::set<uint64_t> foreign_;
   // Freed by the program, kept with their deferred mappings (base -> bytes).
   std::map<uint64_t, uint64_t> kept_ranges_;
-  std::unordered_map<std::string, int> next_prefetch_;  // slot -> pages the next prefetch makes
-  // Slot -> pages made ahead that the program took and mapped somewhere
-  // else than where they were made (two segments of the same properties
-  // growing in turns: cuMemCreate cannot tell which one a page is for).
-  // From kMisdirectedLimit on, that slot grows nothing ahead any more.
-  std::unordered_map<std::string, int> misdirected_;
-  static constexpr int kMisdirectedLimit = 2;
-  bool ahead_off(const std::string& slot) const {
-    auto it = misdirected_.find(slot);
-    return it != misdirected_.end() && it->second >= kMisdirectedLimit;
-  }
-  // A map of a tracked handle that is not the revive of its deferred
-  // mapping: if that mapping was made ahead, the page was misdirected.
-  void note_misdirected(uint64_t handle, uint64_t addr);
-  std::mutex mutex_;
   std::unordered_map<uint64_t, Handle> handles_;
   std::map<uint64_t, Mapping> maps_;  // by address; tracked handles only
   // Per slot, the cached handles by (order of a deferred mapping of theirs
@@ -374,17 +271,11 @@ class ClientVmmCache {
   std::unordered_map<std::string, FreeQueue> free_;
   uint64_t arrivals_ = 0;
   uint64_t map_seq_ = 0;  // Mapping::seq of the program's last map or revive
-  // Pages made ahead and not taken yet come after every page the program
-  // grew into, in the order they were queued.
-  static constexpr uint64_t kAheadOrder = uint64_t(1) << 62;
-  uint64_t ahead_seq_ = 0;
   std::map<int, uint64_t> cached_bytes_;
   std::atomic<uint64_t> deferred_count_{0};
-  std::list<AheadJob> jobs_;
-  std::atomic<uint64_t> jobs_count_{0};
-  std::condition_variable jobs_cv_;                           // a job queued, a page published, a job ended
-  std::unordered_map<std::string, std::string> ahead_descs_;  // slot -> descriptors its pages are opened with
   ClientVmmStats stats_;
+  // Last: it holds a reference to mutex_ and calls publish_ahead.
+  GrowthAhead ahead_;
 };
 
 }  // namespace pagefast::policy

@@ -1,0 +1,137 @@
+// policy/client_vmm/cache_ahead.cpp: where the client VMM cache lets
+// growth ahead go, and the pages it hands back
+// (policy/client_vmm/growth_ahead.h says what and why).
+#include <algorithm>
+#include <vector>
+
+#include "policy/client_vmm/cache.h"
+
+namespace pagefast::policy {
+
+uint64_t ClientVmmCache::pages_ahead(uint64_t from, uint64_t page, int device, uint64_t want) {
+  auto res = reservations_.upper_bound(from - 1);
+  if (res == reservations_.begin()) return 0;
+  --res;
+  const uint64_t res_end = res->first + res->second;
+  if (from < res->first || from >= res_end) return 0;
+  uint64_t pages = want;
+  if (pages > (res_end - from) / page) pages = (res_end - from) / page;
+  const uint64_t room = driver_.cache_room(device);
+  const uint64_t held = cached_bytes_[device];
+  if (room < held) return 0;
+  if (pages > (room - held) / page) pages = (room - held) / page;
+  // Only onto addresses the cache knows to be free of the program's maps
+  // and of pages already queued.
+  auto clash = maps_.lower_bound(from);
+  if (clash != maps_.end() && clash->first < from + pages * page) pages = (clash->first - from) / page;
+  return ahead_.clamp_to_jobs(from, page, pages);
+}
+
+void ClientVmmCache::note_misdirected(uint64_t handle, uint64_t addr) {
+  auto h = handles_.find(handle);
+  if (h == handles_.end()) return;
+  auto made = noted_deferred(handle, h->second);
+  if (made == maps_.end() || made->first == addr || !made->second.ahead) return;
+  made->second.ahead = false;  // counted once
+  ++stats_.ahead_misdirected;
+  const std::string& slot = h->second.slot;
+  // Pages made ahead for this slot miss more than they hit: growth ahead
+  // stops for it. The pages already made and not taken stay cached (and
+  // decay), but go last: in the order the program's pages first grew they
+  // would stand between the two segments' own pages and hand each segment
+  // the other's from then on.
+  if (!ahead_.note_misdirected(slot)) return;
+  auto queue = free_.find(slot);
+  if (queue == free_.end()) return;
+  std::vector<uint64_t> untaken;
+  for (auto it = queue->second.begin(); it != queue->second.end();) {
+    auto at = noted_deferred(it->second, handles_[it->second]);
+    if (it->first.first != UINT64_MAX && at != maps_.end() && at->second.ahead) {
+      untaken.push_back(it->second);
+      it = queue->second.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (uint64_t h : untaken) queue->second.emplace(std::make_pair(UINT64_MAX, arrivals_++), h);
+}
+
+void ClientVmmCache::maybe_prefetch(uint64_t addr, uint64_t end, const std::string& descs) {
+  // The range must end with a live whole-handle mapping of a tracked,
+  // unshared handle, inside one of the program's reservations.
+  auto last = maps_.lower_bound(end);
+  if (last == maps_.begin()) return;
+  --last;
+  const Mapping& m = last->second;
+  if (last->first < addr || last->first + m.bytes != end || m.deferred || m.offset != 0) return;
+  auto h = handles_.find(m.handle);
+  if (h == handles_.end() || h->second.shared || h->second.bytes != m.bytes) return;
+  const uint64_t page = m.bytes;
+  const Handle proto = h->second;
+  if (ahead_.off(proto.slot)) return;
+  const int next = ahead_.batch(proto.slot);
+  const uint64_t pages = pages_ahead(end, page, proto.device, uint64_t(next));
+  if (pages == 0) return;
+  ahead_.grow(end, page, pages, proto.slot, proto.device, descs);
+}
+
+void ClientVmmCache::publish_ahead(const AheadPage& made) {
+  const uint64_t at = made.at, page = made.bytes, handle = made.handle;
+  const std::string& slot = made.slot;
+  const int device = made.device;
+  Handle& rec = handles_[handle];
+  rec = Handle{};
+  rec.bytes = page;
+  rec.slot = slot;
+  rec.device = device;
+  rec.cached = true;
+  rec.deferred_at = at;
+  rec.deferred_maps = 1;
+  Mapping& map = maps_[at];
+  map = Mapping{};
+  map.bytes = page;
+  map.handle = handle;
+  map.seq = made.seq;
+  map.deferred = true;
+  map.ahead = true;
+  apply_access(map, made.descs);
+  deferred_count_.fetch_add(1, std::memory_order_relaxed);
+  cached_bytes_[device] += page;
+  // A page finished after its slot stopped growing ahead goes last, as the
+  // untaken ones did then (note_misdirected).
+  free_[slot].emplace(std::make_pair(ahead_.off(slot) ? UINT64_MAX : made.seq, arrivals_++), handle);
+  ++stats_.prefetched;
+}
+
+void ClientVmmCache::maybe_continue(uint64_t addr, const Mapping& m) {
+  if (!ahead_.continues()) return;
+  auto h = handles_.find(m.handle);
+  if (h == handles_.end()) return;
+  const std::string slot = h->second.slot;
+  if (ahead_.off(slot)) return;
+  // The pages ahead of this one not yet taken: made (published) or still
+  // to be made by a live job of this slot. The next batch goes after
+  // them, queued behind that job, so that the worker never idles while
+  // the program catches up with it.
+  uint64_t at = addr + m.bytes, left = 0;
+  for (bool more = true; more;) {
+    more = false;
+    for (auto it = maps_.find(at); it != maps_.end() && it->second.ahead && it->second.deferred; it = maps_.find(at)) {
+      ++left;
+      at += it->second.bytes;
+      more = true;
+    }
+    if (ahead_.skip_queued(slot, &at, &left)) more = true;
+  }
+  const int next = ahead_.batch(slot);
+  const uint64_t most = uint64_t(ahead_.prefetch_pages());
+  if (left * 2 > uint64_t(next) || left >= most) return;
+  if (!ahead_.has_descs(slot)) return;
+  // Never more than prefetch_pages ahead of the program.
+  const uint64_t want = std::min<uint64_t>(uint64_t(next), most - left);
+  const uint64_t pages = pages_ahead(at, m.bytes, h->second.device, want);
+  if (pages == 0) return;
+  ahead_.queue_next(at, m.bytes, pages, slot, h->second.device);
+}
+
+}  // namespace pagefast::policy

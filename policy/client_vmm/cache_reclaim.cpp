@@ -1,0 +1,222 @@
+// policy/client_vmm/cache_reclaim.cpp: the client VMM cache's kept ranges,
+// trim and decay, forgetting a device, giving up, and its stats
+// (policy/client_vmm/cache.h says what and why).
+#include <algorithm>
+
+#include "policy/client_vmm/cache.h"
+
+namespace pagefast::policy {
+
+int ClientVmmCache::address_free(uint64_t addr, uint64_t bytes) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  ahead_.settle(lock, addr, bytes);
+  // A range the program freed already (kept here): the driver's answer
+  // to a second free of it.
+  for (auto& [base, kept] : kept_ranges_)
+    if (base < addr + bytes && addr < base + kept) return kClientInvalidValue;
+  // A whole reservation that holds only deferred mappings (the program
+  // unmapped everything it mapped there, all of it tracked handles) is
+  // kept with them: the program's next reservation of that size gets it
+  // back (take_range), its pages still mapped and open. PyTorch's
+  // empty_cache frees its segment's range and reserves one again.
+  auto res = reservations_.find(addr);
+  if (res != reservations_.end() && res->second == bytes && !foreign_.count(addr)) {
+    bool deferred = false, live = false;
+    for (auto it = maps_.lower_bound(addr); it != maps_.end() && it->first < addr + bytes; ++it)
+      (it->second.deferred ? deferred : live) = true;
+    if (deferred && !live) {
+      kept_ranges_[addr] = bytes;
+      reservations_.erase(res);
+      ++stats_.ranges_kept;
+      return kClientOk;
+    }
+  }
+  flush_overlap(addr, bytes);
+  const int r = driver_.address_free(addr, bytes);
+  if (r == kClientOk) {
+    reservations_.erase(addr);
+    foreign_.erase(addr);
+  }
+  return r;
+}
+
+bool ClientVmmCache::take_range(uint64_t bytes, uint64_t alignment, uint64_t hint, uint64_t flags, uint64_t* base) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (flags || kept_ranges_.empty()) return false;
+  auto fits = [&](std::map<uint64_t, uint64_t>::iterator it) {
+    return it->second == bytes && (!alignment || it->first % alignment == 0);
+  };
+  auto hand_out = [&](std::map<uint64_t, uint64_t>::iterator it) {
+    *base = it->first;
+    reservations_[it->first] = bytes;
+    kept_ranges_.erase(it);
+    ++stats_.ranges_reused;
+    return true;
+  };
+  if (hint) {
+    // The program asks for an address: a kept range there of this size is
+    // it; one that only overlaps it is given back to the driver first, so
+    // that the driver can honour the hint as it would have.
+    auto it = kept_ranges_.find(hint);
+    if (it != kept_ranges_.end() && fits(it)) return hand_out(it);
+    const uint64_t end = hint + bytes < hint ? UINT64_MAX : hint + bytes;
+    for (auto k = kept_ranges_.begin(); k != kept_ranges_.end();) {
+      if (k->first < end && hint < k->first + k->second && flush_overlap(k->first, k->second)) {
+        driver_.address_free(k->first, k->second);
+        k = kept_ranges_.erase(k);
+      } else {
+        ++k;
+      }
+    }
+    return false;
+  }
+  for (auto it = kept_ranges_.begin(); it != kept_ranges_.end(); ++it)
+    if (fits(it)) return hand_out(it);
+  return false;
+}
+
+void ClientVmmCache::free_empty_kept_ranges() {
+  for (auto it = kept_ranges_.begin(); it != kept_ranges_.end();) {
+    auto m = maps_.lower_bound(it->first);
+    if (m != maps_.end() && m->first < it->first + it->second) {
+      ++it;
+      continue;
+    }
+    driver_.address_free(it->first, it->second);  // refused: the range stays reserved, unused
+    it = kept_ranges_.erase(it);
+  }
+}
+
+uint64_t ClientVmmCache::drop_cached(FreeQueue& queue, FreeQueue::iterator it) {
+  const uint64_t h = it->second;
+  queue.erase(it);
+  Handle& rec = handles_[h];
+  const uint64_t bytes = rec.bytes;
+  cached_bytes_[rec.device] -= bytes;
+  if (release_for_real(h) != kClientOk) return 0;
+  stats_.trimmed_bytes += bytes;
+  return bytes;
+}
+
+uint64_t ClientVmmCache::trim(int device, uint64_t bytes) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  uint64_t freed = 0;
+  for (auto& [slot, queue] : free_) {
+    // Highest addresses first: the end of a segment is the last to grow back.
+    while (!queue.empty() && freed < bytes) {
+      const auto last = std::prev(queue.end());
+      if (handles_[last->second].device != device) break;  // one slot is one device (the location is in the key)
+      freed += drop_cached(queue, last);
+    }
+    if (freed >= bytes) break;
+  }
+  if (freed) free_empty_kept_ranges();
+  return freed;
+}
+
+uint64_t ClientVmmCache::decay_step(uint64_t now_ns, uint64_t delay_ns, uint64_t floor_bytes, int max_handles) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  uint64_t total = 0;
+  for (auto& [device, held] : cached_bytes_) total += held;
+  if (total <= floor_bytes) return 0;
+  // The oldest cached handles first, across slots; stamp the ones first
+  // seen now. (Queues are not added to below: the pointers stay valid.)
+  struct Aged {
+    uint64_t at;
+    FreeQueue* queue;
+    FreeQueue::key_type key;
+    bool operator<(const Aged& o) const { return at < o.at || (at == o.at && key < o.key); }
+  };
+  std::vector<Aged> old;
+  for (auto& [slot, queue] : free_)
+    for (auto& [key, h] : queue) {
+      Handle& rec = handles_[h];
+      if (rec.cached_at_ns == 0) rec.cached_at_ns = now_ns ? now_ns : 1;
+      else if (now_ns >= rec.cached_at_ns + delay_ns) old.push_back({rec.cached_at_ns, &queue, key});
+    }
+  std::sort(old.begin(), old.end());
+  uint64_t freed = 0;
+  int released = 0;
+  for (const Aged& a : old) {
+    if (released >= max_handles || total - freed <= floor_bytes) break;
+    auto it = a.queue->find(a.key);
+    if (it == a.queue->end()) continue;
+    const uint64_t got = drop_cached(*a.queue, it);
+    ++released;
+    freed += got;
+    stats_.decayed_bytes += got;
+  }
+  if (released) free_empty_kept_ranges();
+  return freed;
+}
+
+uint64_t ClientVmmCache::cached_bytes(int device) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  auto it = cached_bytes_.find(device);
+  return it == cached_bytes_.end() ? 0 : it->second;
+}
+
+void ClientVmmCache::forget_device(int device) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  ahead_.settle_all(lock);
+  for (auto it = maps_.begin(); it != maps_.end();) {
+    auto h = handles_.find(it->second.handle);
+    if (h != handles_.end() && h->second.device == device) {
+      if (it->second.deferred) deferred_count_.fetch_sub(1, std::memory_order_relaxed);
+      it = maps_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto& [slot, queue] : free_)
+    for (auto it = queue.begin(); it != queue.end();) {
+      auto h = handles_.find(it->second);
+      it = h != handles_.end() && h->second.device == device ? queue.erase(it) : std::next(it);
+    }
+  for (auto it = handles_.begin(); it != handles_.end();)
+    it = it->second.device == device ? handles_.erase(it) : std::next(it);
+  auto held = cached_bytes_.find(device);  // find, not []: nothing is allocated here
+  if (held != cached_bytes_.end()) held->second = 0;
+}
+
+void ClientVmmCache::abandon() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  ahead_.settle_all(lock);
+  for (auto& [addr, m] : maps_)
+    if (m.deferred) driver_.unmap(addr, m.bytes);
+  for (auto& [slot, queue] : free_)
+    for (auto& [order, handle] : queue) driver_.release(handle);
+  for (auto& [base, bytes] : kept_ranges_) driver_.address_free(base, bytes);
+  kept_ranges_.clear();
+  maps_.clear();
+  free_.clear();
+  handles_.clear();
+  for (auto& [device, held] : cached_bytes_) held = 0;
+  deferred_count_.store(0, std::memory_order_relaxed);
+}
+
+bool ClientVmmCache::deferred_counts_consistent() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  std::unordered_map<uint64_t, int> seen;
+  for (auto& [addr, m] : maps_)
+    if (m.deferred) ++seen[m.handle];
+  for (auto& [handle, rec] : handles_) {
+    auto it = seen.find(handle);
+    if (rec.deferred_maps != (it == seen.end() ? 0 : it->second)) return false;
+  }
+  return true;
+}
+
+ClientVmmStats ClientVmmCache::stats() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  ClientVmmStats s = stats_;
+  const AheadStats& ahead = ahead_.stats();
+  s.ahead_waits = ahead.waits;
+  s.ahead_wait_ns = ahead.wait_ns;
+  s.ahead_cancelled = ahead.cancelled;
+  s.cached_bytes = 0;
+  for (auto& [device, held] : cached_bytes_) s.cached_bytes += held;
+  return s;
+}
+
+}  // namespace pagefast::policy
