@@ -51,7 +51,8 @@ void OwnMemory::forget_device(int device) {
     auto h = handles_.find(m->second.handle);
     m = (h != handles_.end() && h->second.device == device) ? maps_.erase(m) : std::next(m);
   }
-  for (auto h = handles_.begin(); h != handles_.end();) h = h->second.device == device ? handles_.erase(h) : std::next(h);
+  for (auto h = handles_.begin(); h != handles_.end();)
+    h = h->second.device == device ? handles_.erase(h) : std::next(h);
 }
 
 uint64_t OwnMemory::resident_bytes(int device) {

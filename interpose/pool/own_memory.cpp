@@ -3,9 +3,9 @@
 // note the program's successful calls while the pool is on; sleep
 // (sleep.cpp) reads what stays resident. Not on any hot path: each note
 // follows a driver call of microseconds.
+#include "policy/own_memory.h"
 #include "interpose/pool/pool_internal.h"
 #include "interpose/pool_api.h"
-#include "policy/own_memory.h"
 
 namespace pagefast::pool {
 namespace {
