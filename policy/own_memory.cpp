@@ -55,20 +55,15 @@ void OwnMemory::forget_device(int device) {
     h = h->second.device == device ? handles_.erase(h) : std::next(h);
 }
 
-uint64_t OwnMemory::resident_bytes(int device) {
+OwnMemory::Resident OwnMemory::resident(int device) {
   std::lock_guard<std::mutex> guard(mutex_);
-  uint64_t bytes = 0;
+  Resident r;
   for (const auto& [handle, h] : handles_)
-    if (h.device == device) bytes += h.bytes;
-  return bytes;
-}
-
-uint64_t OwnMemory::resident_handles(int device) {
-  std::lock_guard<std::mutex> guard(mutex_);
-  uint64_t n = 0;
-  for (const auto& [handle, h] : handles_)
-    if (h.device == device) ++n;
-  return n;
+    if (h.device == device) {
+      r.bytes += h.bytes;
+      ++r.handles;
+    }
+  return r;
 }
 
 void OwnMemory::settle(std::unordered_map<uint64_t, Handle>::iterator it) {

@@ -35,9 +35,12 @@ class OwnMemory {
   // The device's context was reset: its handles went with it.
   void forget_device(int device);
 
-  // Bytes of `device`'s handles the program holds or maps, and how many.
-  uint64_t resident_bytes(int device);
-  uint64_t resident_handles(int device);
+  // `device`'s handles the program holds or maps: their bytes, and how many.
+  struct Resident {
+    uint64_t bytes = 0;
+    uint64_t handles = 0;
+  };
+  Resident resident(int device);
 
  private:
   struct Handle {

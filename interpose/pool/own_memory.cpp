@@ -43,7 +43,7 @@ void own_unmapped(CUdeviceptr ptr, size_t bytes) {
   if (noting()) ledger().unmapped(ptr, bytes);
 }
 
-uint64_t own_resident_bytes(int device) { return noting() ? ledger().resident_bytes(device) : 0; }
+uint64_t own_resident_bytes(int device) { return noting() ? ledger().resident(device).bytes : 0; }
 
 void own_forget_device(int device) { ledger().forget_device(device); }
 

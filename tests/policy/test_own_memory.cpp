@@ -12,20 +12,20 @@ TEST_CASE("a handle is the program's while it holds a reference or maps it", "[o
   OwnMemory own;
   own.created(7, 4 * kMiB, 0);
   own.created(8, 2 * kMiB, 1);
-  CHECK(own.resident_bytes(0) == 4 * kMiB);
-  CHECK(own.resident_bytes(1) == 2 * kMiB);
+  CHECK(own.resident(0).bytes == 4 * kMiB);
+  CHECK(own.resident(1).bytes == 2 * kMiB);
   own.mapped(0x100000000, 4 * kMiB, 7);
   // Released while mapped: the driver frees it at the last unmap.
   own.released(7);
-  CHECK(own.resident_bytes(0) == 4 * kMiB);
-  CHECK(own.resident_handles(0) == 1);
+  CHECK(own.resident(0).bytes == 4 * kMiB);
+  CHECK(own.resident(0).handles == 1);
   own.unmapped(0x100000000, 4 * kMiB);
-  CHECK(own.resident_bytes(0) == 0);
-  CHECK(own.resident_handles(0) == 0);
+  CHECK(own.resident(0).bytes == 0);
+  CHECK(own.resident(0).handles == 0);
   // A second release, or one of a handle never seen, changes nothing.
   own.released(7);
   own.released(99);
-  CHECK(own.resident_bytes(1) == 2 * kMiB);
+  CHECK(own.resident(1).bytes == 2 * kMiB);
 }
 
 TEST_CASE("retains count as references; an unmap ends every mapping that starts inside it", "[own]") {
@@ -34,22 +34,22 @@ TEST_CASE("retains count as references; an unmap ends every mapping that starts 
   own.created(2, 2 * kMiB, 0);
   own.retained(1);
   own.released(1);
-  CHECK(own.resident_bytes(0) == 4 * kMiB);  // the retain's reference holds it
+  CHECK(own.resident(0).bytes == 4 * kMiB);  // the retain's reference holds it
   own.released(1);
-  CHECK(own.resident_bytes(0) == 2 * kMiB);
+  CHECK(own.resident(0).bytes == 2 * kMiB);
   // Handle 2 mapped twice, side by side; the program releases it, then one
   // unmap covers both mappings.
   own.mapped(0x200000000, 2 * kMiB, 2);
   own.mapped(0x200200000, 2 * kMiB, 2);
   own.released(2);
   own.unmapped(0x200000000, 2 * kMiB);
-  CHECK(own.resident_bytes(0) == 2 * kMiB);  // still mapped once
+  CHECK(own.resident(0).bytes == 2 * kMiB);  // still mapped once
   own.unmapped(0x200000000, 4 * kMiB);
-  CHECK(own.resident_bytes(0) == 0);
+  CHECK(own.resident(0).bytes == 0);
   // A mapping of a handle the ledger does not know is ignored.
   own.mapped(0x300000000, 2 * kMiB, 42);
   own.unmapped(0x300000000, 2 * kMiB);
-  CHECK(own.resident_handles(0) == 0);
+  CHECK(own.resident(0).handles == 0);
 }
 
 TEST_CASE("a context reset forgets that device's handles only", "[own]") {
@@ -59,9 +59,9 @@ TEST_CASE("a context reset forgets that device's handles only", "[own]") {
   own.mapped(0x100000000, 2 * kMiB, 1);
   own.mapped(0x110000000, 6 * kMiB, 2);
   own.forget_device(0);
-  CHECK(own.resident_bytes(0) == 0);
-  CHECK(own.resident_bytes(1) == 6 * kMiB);
+  CHECK(own.resident(0).bytes == 0);
+  CHECK(own.resident(1).bytes == 6 * kMiB);
   own.released(2);
   own.unmapped(0x100000000, 0x20000000);  // covers both addresses
-  CHECK(own.resident_bytes(1) == 0);
+  CHECK(own.resident(1).bytes == 0);
 }
