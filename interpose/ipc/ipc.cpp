@@ -81,53 +81,6 @@ bool socket_address(uint32_t pid, uint64_t start_time, uint64_t pidns, sockaddr_
   return wire::socket_address(uint32_t(::geteuid()), pidns, pid, start_time, ipc_dir(), addr, len);
 }
 
-bool read_proc_stat(int32_t pid, ProcStat* out) {
-  if (pid <= 0) return false;
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", int(pid));
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  char line[1024];
-  ssize_t got;
-  do {
-    got = ::read(fd, line, sizeof line - 1);
-  } while (got < 0 && errno == EINTR);
-  ::close(fd);
-  if (got <= 0) return false;
-  line[got] = '\0';
-  // The command (field 2) may hold spaces and parentheses: fields 3 on
-  // follow the last ')'.
-  const char* p = std::strrchr(line, ')');
-  char state = 0;
-  unsigned long long start = 0;
-  if (!p || std::sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
-                        &state, &start) != 2)
-    return false;
-  out->state = state;
-  out->start_ticks = start;
-  return true;
-}
-
-uint64_t pid_namespace_of(int32_t pid) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/ns/pid", int(pid));
-  struct stat st;
-  return ::stat(path, &st) == 0 ? uint64_t(st.st_ino) : 0;
-}
-
-bool proc_is_ours() {
-  static thread_local int32_t checked_pid = 0;
-  static thread_local bool ours = false;
-  const int32_t pid = int32_t(::getpid());
-  if (checked_pid != pid) {
-    checked_pid = pid;
-    char target[32] = {};
-    const ssize_t n = ::readlink("/proc/self", target, sizeof target - 1);
-    ours = n > 0 && std::strtol(target, nullptr, 10) == long(pid);
-  }
-  return ours;
-}
-
 bool send_all(int fd, const void* data, size_t bytes) {
   const char* p = static_cast<const char*>(data);
   while (bytes) {

@@ -1,8 +1,8 @@
 // interpose/ipc/ipc_server.cpp: the exporter's socket (docs/IPC.md "The
 // socket"): listening under the process's name, the pagefast-ipc thread
-// that serves opens, closes and status, who is at the other end of each
-// connection and whether that process still lives, the limits on
-// connections, and the pagefast-ipc-bg thread that runs what may block
+// that serves opens, closes and status, the limits on connections (who is
+// at the other end of one, and whether it lives, is ipc_peers.cpp), and
+// the pagefast-ipc-bg thread that runs what may block
 // (pagefast-ctl's sleep and wake, and giving freed blocks back to the
 // pool) so that it never delays an open or a close.
 #include <poll.h>
@@ -139,45 +139,12 @@ bool queue_control(const ControlJob& job) {
   return true;
 }
 
-// ---- who is at the other end -----------------------------------------------------------
-
-bool dead_state(char state) { return state == 'Z' || state == 'X' || state == 'x'; }
-
-// The importing process of a new connection: identified by pid, start time
-// and pid namespace when this process can see it; else the connection
-// itself is the holder. false: not this user's.
-bool identify(int fd, uint64_t serial, HolderKey* key, int32_t* pid_out) {
-  uint32_t uid = 0;
-  int32_t pid = 0;
-  if (!wire::peer_of(fd, &uid, &pid) || uid != uint32_t(::geteuid())) return false;
-  *pid_out = pid;
-  *key = HolderKey{};
-  ProcStat st;
-  if (pid > 0 && proc_is_ours() && read_proc_stat(pid, &st) && !dead_state(st.state) && st.start_ticks) {
-    key->pid = uint64_t(pid);
-    key->start_ticks = st.start_ticks;
-    key->pidns = pid_namespace_of(pid);
-  } else {
-    key->connection = serial;
-  }
-  return true;
-}
-
-// Whether an identified holder is still the process it was: its pid there,
-// not a zombie, started when it did, in the same pid namespace.
-bool alive(const HolderKey& key) {
-  ProcStat st;
-  if (!read_proc_stat(int32_t(key.pid), &st) || dead_state(st.state) || st.start_ticks != key.start_ticks) return false;
-  const uint64_t ns = key.pidns ? pid_namespace_of(int32_t(key.pid)) : 0;
-  return ns == 0 || ns == key.pidns;
-}
-
 // ---- the pagefast-ipc thread ---------------------------------------------------------
 
 struct Connection {
   int fd = -1;
   HolderKey holder;
-  int32_t pid = 0;  // as SO_PEERCRED gave it, for the log
+  Peer peer;  // as SO_PEERCRED gave it, for the log
   uint64_t last_active_ns = 0;
   size_t got = 0;
   unsigned char buf[sizeof(Request)];
@@ -337,7 +304,7 @@ void accept_new(Server& s, uint64_t now) {
     c.fd = fd;
     c.last_active_ns = now;
     // Only this user's processes may have the memory.
-    if (!identify(fd, s.next_serial++, &c.holder, &c.pid)) {
+    if (!identify(fd, s.next_serial++, &c.holder, &c.peer)) {
       ::close(fd);
       continue;
     }
@@ -349,7 +316,7 @@ void accept_new(Server& s, uint64_t now) {
         log::write(LogLevel::Warn,
                    "CUDA IPC: process {} has {} connections to this process's socket, the most one "
                    "process may have; its further connections are closed at once",
-                   c.pid, same);
+                   c.peer.pid, same);
       }
       ::close(fd);
       continue;

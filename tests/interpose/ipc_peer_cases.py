@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""tests/interpose/ipc_peer_cases.py: who the exporter of pool blocks sees
+at the other end of its socket, and when it counts that process as dead
+(docs/IPC.md "Holds"): an importer whose main thread exited while another
+thread still uses the block.
+Each case a meson test in suite 'ipc': `ipc_peer_cases.py CASE --build DIR`.
+
+The exporter is ipc_target, the importer ipc_orphan
+(ipc_orphan.c: its main thread calls pthread_exit after the first open),
+all on the fake driver with libpagefast.so preloaded; the helpers are
+ipc_safety_cases.py's. Nothing here measures time: every wait is a hang
+guard, and the one sleep (LIVENESS_S) is a lower bound that lets the
+exporter's periodic look at its holders come round before the test checks
+that it changed nothing.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import casekit  # noqa: E402  (tests/casekit.py)
+from casekit import check  # noqa: E402
+import ipc_safety_cases as safety  # noqa: E402
+from ipc_safety_cases import HANG_S, MiB, Target, settle, state_of, wait_until  # noqa: E402
+
+ARGS = None
+# The exporter looks at each holder at least this often (ipc_server.cpp
+# kLivenessNs), plus room: sleeping this long lets one look come round.
+LIVENESS_S = 1.5
+
+
+class Orphan:
+    """ipc_orphan: opens `handle`, then its main thread exits."""
+
+    def __init__(self, handle, env_extra=None):
+        self.err = tempfile.TemporaryFile(mode="w+")
+        self.p = subprocess.Popen([orphan_path(), handle.hex()], env=safety.pool_env(env_extra),
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err)
+        self.pid = self.p.pid
+        self.pending = b""
+        self.opened = self.readline()
+
+    def readline(self):
+        while b"\n" not in self.pending:
+            safety.wait_readable(self.p.stdout.fileno(), "the orphan importer")
+            chunk = os.read(self.p.stdout.fileno(), 4096)
+            if not chunk:
+                return "<exited>"
+            self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        return line.decode()
+
+    def ask(self, line):
+        self.p.stdin.write((line + "\n").encode())
+        self.p.stdin.flush()
+        return self.readline()
+
+    def reads(self, slot, byte, nbytes):
+        return self.ask(f"check {slot} {byte:x} {nbytes}") == "check 1"
+
+    def stderr(self):
+        self.err.seek(0)
+        return self.err.read()
+
+    def quit(self):
+        try:
+            self.p.stdin.write(b"quit\n")
+            self.p.stdin.flush()
+            self.p.wait(timeout=HANG_S)
+        except (BrokenPipeError, subprocess.TimeoutExpired):
+            self.p.kill()
+            self.p.wait()
+        check(self.p.returncode == 0, f"the orphan exits normally (rc {self.p.returncode}; {self.stderr()[-300:]})")
+
+
+def orphan_path():
+    return os.path.join(os.path.abspath(safety.ARGS.build), "tests", "interpose", "ipc_orphan")
+
+
+def leader_gone(orphan):
+    """Waits until the orphan's main thread has exited: /proc shows its
+    leader as a zombie while the worker thread runs on."""
+    return wait_until(lambda: state_of(orphan.pid) == "Z", "the orphan's main thread exited (its leader a zombie)")
+
+
+# --- the cases ---------------------------------------------------------------------------------
+
+def case_leader_exit():
+    """An importer opens block A, then its main thread exits (pthread_exit)
+    while a worker thread keeps A mapped. The exporter frees A (kept: held)
+    and goes on allocating and writing under a limit that leaves it
+    nothing but A's memory to reuse: A's memory is never handed out while
+    the importer runs, so the importer reads A's bytes and its writes never
+    reach the exporter's blocks. Once the importer exits, A's memory is
+    the exporter's again."""
+    env = {"PAGEFAST_CONF": "chunk_size:2M,limit:10M"}
+    t = Target(env)
+    check(t.ask(f"alloc 0 {3 * MiB} 41") == "ok" and t.ask(f"alloc 1 {MiB} 42") == "ok", "blocks A and B")
+    orphan = Orphan(t.handle(0), env)
+    check(orphan.opened == "opened CUDA_SUCCESS", f"the importer opens A ({orphan.opened})")
+    leader_gone(orphan)
+    check(orphan.reads(0, 0x41, 3 * MiB), "its worker thread reads A's bytes")
+    check(t.ask("free 0") == "free CUDA_SUCCESS", "the exporter frees A while it is held")
+    for round_ in range(3):
+        time.sleep(LIVENESS_S)
+        settle(t)
+        r = t.ask(f"churn 2 {3 * MiB} 0")
+        check(r.endswith("overlapping 0"), f"[{round_}] the exporter's new blocks are never where A is ({r})")
+        check(orphan.reads(0, 0x41, 3 * MiB), f"[{round_}] the importer still reads A's bytes")
+    check(orphan.ask(f"write 0 5a {3 * MiB}") == "write CUDA_SUCCESS", "the importer writes A")
+    check(t.ask("check 1 42") == "check 1", "the importer's writes never reached the exporter's B")
+    orphan.quit()
+    settle(t)
+    r = t.ask(f"churn 1 {3 * MiB} 0")
+    check(r == "churn ok overlapping 1", f"A's memory is the exporter's again once the importer exited ({r})")
+    t.quit()
+
+
+def main():
+    # The helpers of ipc_safety_cases read its ARGS; casekit sets this
+    # module's when it runs the case.
+    parser = argparse.ArgumentParser()
+    parser.add_argument("case")
+    parser.add_argument("--build", required=True)
+    safety.ARGS = parser.parse_known_args()[0]
+    return casekit.main(globals())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
