@@ -257,6 +257,10 @@ void open_export(const wire::Request& request, const HolderKey& holder, Reply* r
   auto it = g_by_id->find(request.arg);
   if (it == g_by_id->end() || it->second.freed) return;
   Export& e = it->second;
+  // A device reset freed the block with its pool (retired, never touched
+  // again): the handle names nothing any more, as one of the driver's own
+  // would not (docs/IPC.md "Limits").
+  if (pool::pool_for_device(e.device) != e.pool) return;
   // Every field of the handle the importer was given must be this
   // export's: a forged size or offset opens nothing.
   if (request.bytes != e.bytes || uint64_t(request.offset) != e.base_addr - e.first_granule_addr ||

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """tests/interpose/ipc_peer_cases.py: who the exporter of pool blocks sees
 at the other end of its socket, and when it counts that process as dead
-(docs/IPC.md "Holds"): an importer whose main thread exited while another
-thread still uses the block.
+(docs/IPC.md "Holds", "Limits"): an importer whose main thread exited
+while another thread still uses the block; the exports of a device that
+was reset.
 Each case a meson test in suite 'ipc': `ipc_peer_cases.py CASE --build DIR`.
 
-The exporter is ipc_target, the importer ipc_orphan
+The exporter is ipc_target, the importers ipc_importer and ipc_orphan
 (ipc_orphan.c: its main thread calls pthread_exit after the first open),
 all on the fake driver with libpagefast.so preloaded; the helpers are
 ipc_safety_cases.py's. Nothing here measures time: every wait is a hang
@@ -25,7 +26,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import casekit  # noqa: E402  (tests/casekit.py)
 from casekit import check  # noqa: E402
 import ipc_safety_cases as safety  # noqa: E402
-from ipc_safety_cases import HANG_S, MiB, Target, settle, state_of, wait_until  # noqa: E402
+from ipc_safety_cases import (CUDA_ERROR_INVALID_VALUE, CUDA_SUCCESS, HANG_S, MiB, Importer, Target,  # noqa: E402
+                              settle, state_of, wait_until)
 
 ARGS = None
 # The exporter looks at each holder at least this often (ipc_server.cpp
@@ -117,6 +119,30 @@ def case_leader_exit():
     settle(t)
     r = t.ask(f"churn 1 {3 * MiB} 0")
     check(r == "churn ok overlapping 1", f"A's memory is the exporter's again once the importer exited ({r})")
+    t.quit()
+
+
+def case_reset_exports():
+    """After the exporter's cuDevicePrimaryCtxReset its exports are gone
+    with the memory: a handle made before the reset does not open
+    (CUDA_ERROR_INVALID_VALUE, the driver's answer for a handle it does not
+    know) instead of showing the old bytes; a block allocated after the
+    reset (the driver's) shares as without pagefast."""
+    t, imp = Target(), Importer()
+    check(t.ask(f"alloc 0 {MiB} 41") == "ok", "a block")
+    before = t.handle(0)
+    check(t.ask("reset") == "reset CUDA_SUCCESS", "the exporter resets its device")
+    rc = imp.open(before)
+    check(rc == CUDA_ERROR_INVALID_VALUE, f"the handle from before the reset does not open (rc {rc})")
+    if rc == CUDA_SUCCESS:
+        check(not imp.reads(0, MiB, 0x41), "... and shows no old bytes")
+        imp.close()
+    check(t.ask(f"alloc 1 {MiB} 42") == "ok", "a block after the reset")
+    after = t.handle(1)
+    rc = imp.open(after, slot=1)
+    check(rc == CUDA_SUCCESS and imp.reads(1, MiB, 0x42), f"a handle made after the reset opens (rc {rc})")
+    check(imp.close(1) == CUDA_SUCCESS, "and closes")
+    imp.quit()
     t.quit()
 
 
