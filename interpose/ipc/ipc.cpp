@@ -352,6 +352,11 @@ std::vector<HolderKey> identified_holders() {
   return out;
 }
 
+bool holds_any(const HolderKey& holder) {
+  std::lock_guard<std::mutex> guard(g_export_mutex);
+  return g_holds && g_holds->count(holder) > 0;
+}
+
 void hand_back_now(const std::vector<uint64_t>& addrs) { free_held(addrs); }
 
 Control control_handler() { return g_control.load(std::memory_order_acquire); }

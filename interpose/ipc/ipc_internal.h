@@ -138,6 +138,8 @@ void release(uint64_t export_id, const HolderKey& holder);
 void release_holder(const HolderKey& holder);
 // The identified holders with at least one hold (checked for death).
 std::vector<HolderKey> identified_holders();
+// Whether `holder` holds anything now.
+bool holds_any(const HolderKey& holder);
 // Gives blocks back to the pool (set_free_held's function), on the caller's
 // thread.
 void hand_back_now(const std::vector<uint64_t>& addrs);
@@ -160,6 +162,9 @@ bool identify(int fd, uint64_t serial, HolderKey* key, Peer* peer);
 // Whether an identified holder may still run: false only when it is gone
 // (or its pid is another process's, or in another pid namespace, now).
 bool alive(const HolderKey& key);
+// The peer as a warning names it: "process 1234", or "a process in another
+// pid namespace (uid 1000)".
+std::string describe(const Peer& peer);
 
 // ---- the server (ipc_server.cpp) ---------------------------------------------------
 

@@ -1,8 +1,8 @@
 // interpose/ipc/ipc_peers.cpp: who is at the other end of a connection to
 // the exporter's socket, and whether that process still lives
 // (docs/IPC.md "Holds"): the /proc readers the IPC code shares, the
-// identification of a connecting importer and the liveness check of a
-// holder.
+// identification of a connecting importer, the liveness check of a holder,
+// and the words a warning uses for a peer.
 //
 // A process is dead only when it is gone: no thread of it runs any more.
 // Its leader's state says nothing about that: a main thread that called
@@ -204,6 +204,11 @@ bool alive(const HolderKey& key) {
   if (process_liveness(int32_t(key.pid), key.start_ticks) == Liveness::Gone) return false;
   const uint64_t ns = key.pidns ? pid_namespace_of(int32_t(key.pid)) : 0;
   return ns == 0 || ns == key.pidns;
+}
+
+std::string describe(const Peer& peer) {
+  if (peer.pid > 0) return "process " + std::to_string(peer.pid);
+  return "a process in another pid namespace (uid " + std::to_string(peer.uid) + ")";
 }
 
 }  // namespace pagefast::ipc::detail

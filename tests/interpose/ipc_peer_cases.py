@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """tests/interpose/ipc_peer_cases.py: who the exporter of pool blocks sees
 at the other end of its socket, and when it counts that process as dead
-(docs/IPC.md "Holds", "Limits"): an importer whose main thread exited
-while another thread still uses the block; the exports of a device that
-was reset.
+(docs/IPC.md "Holds", "Limits on connections"): an importer whose main
+thread exited while another thread still uses the block, clients in a pid
+namespace the exporter cannot see, the exports of a device that was reset.
 Each case a meson test in suite 'ipc': `ipc_peer_cases.py CASE --build DIR`.
 
 The exporter is ipc_target, the importers ipc_importer and ipc_orphan
@@ -16,6 +16,8 @@ that it changed nothing.
 """
 import argparse
 import os
+import select
+import socket
 import subprocess
 import sys
 import tempfile
@@ -26,13 +28,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import casekit  # noqa: E402  (tests/casekit.py)
 from casekit import check  # noqa: E402
 import ipc_safety_cases as safety  # noqa: E402
-from ipc_safety_cases import (CUDA_ERROR_INVALID_VALUE, CUDA_SUCCESS, HANG_S, MiB, Importer, Target,  # noqa: E402
-                              settle, state_of, wait_until)
+from ipc_safety_cases import (CUDA_ERROR_INVALID_VALUE, CUDA_SUCCESS, HANDLE, HANG_S, MiB, SKIP,  # noqa: E402
+                              Importer, Target, settle, state_of, wait_until)
 
 ARGS = None
 # The exporter looks at each holder at least this often (ipc_server.cpp
 # kLivenessNs), plus room: sleeping this long lets one look come round.
 LIVENESS_S = 1.5
+UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc"]
 
 
 class Orphan:
@@ -89,6 +92,16 @@ def leader_gone(orphan):
     return wait_until(lambda: state_of(orphan.pid) == "Z", "the orphan's main thread exited (its leader a zombie)")
 
 
+def sockets_of(pid):
+    n = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            n += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass
+    return n
+
+
 # --- the cases ---------------------------------------------------------------------------------
 
 def case_leader_exit():
@@ -120,6 +133,158 @@ def case_leader_exit():
     r = t.ask(f"churn 1 {3 * MiB} 0")
     check(r == "churn ok overlapping 1", f"A's memory is the exporter's again once the importer exited ({r})")
     t.quit()
+
+
+def case_leader_exit_connect():
+    """An importer whose main thread has exited connects to a second
+    exporter: it is identified as the live process it is, so its hold is
+    its own (kept when the connection goes) and its connection, once idle,
+    is closed (PAGEFAST_IPC_IDLE, short here). The block stays the
+    importer's: the exporter's new blocks never take its memory, and the
+    importer closes it through a new connection."""
+    env = {"PAGEFAST_CONF": "chunk_size:2M,limit:10M"}
+    t1 = Target(env)
+    t2 = Target(dict(env, PAGEFAST_IPC_IDLE="200ms"))
+    check(t1.ask(f"alloc 0 {MiB} 41") == "ok", "a block of the first exporter")
+    check(t2.ask(f"alloc 0 {3 * MiB} 43") == "ok" and t2.ask(f"alloc 1 {MiB} 44") == "ok",
+          "blocks C and D of the second")
+    orphan = Orphan(t1.handle(0), env)
+    check(orphan.opened == "opened CUDA_SUCCESS", f"the importer opens the first block ({orphan.opened})")
+    leader_gone(orphan)
+    c = t2.handle(0)
+    listening = sockets_of(t2.pid)
+    r = orphan.ask(f"open 1 {c.hex()}")
+    check(r == "open CUDA_SUCCESS" and orphan.reads(1, 0x43, 3 * MiB), f"after its main thread exited it opens C ({r})")
+    wait_until(lambda: sockets_of(t2.pid) <= listening, "the second exporter closes the idle connection")
+    check(t2.ask("free 0") == "free CUDA_SUCCESS", "the second exporter frees C while it is held")
+    time.sleep(LIVENESS_S)
+    settle(t2)
+    r = t2.ask(f"churn 2 {3 * MiB} 0")
+    check(r.endswith("overlapping 0"), f"its new blocks are never where C is ({r})")
+    check(orphan.reads(1, 0x43, 3 * MiB), "the importer still reads C's bytes")
+    check(orphan.ask("close 1") == "close CUDA_SUCCESS", "the importer closes C (through a new connection)")
+    settle(t2)
+    r = t2.ask(f"churn 1 {3 * MiB} 0")
+    check(r == "churn ok overlapping 1", f"C's memory is the exporter's again after the close ({r})")
+    check(t2.ask("check 1 44") == "check 1", "D untouched")
+    orphan.quit()
+    t1.quit()
+    t2.quit()
+
+
+class NsTarget(Target):
+    """ipc_target in a pid namespace of its own (unshare): SO_PEERCRED gives
+    it pid 0 for every process of this test."""
+
+    def __init__(self, env_extra=None):
+        self.err = tempfile.TemporaryFile(mode="w+")
+        self.p = subprocess.Popen(UNSHARE + [safety.paths()["target"]], env=safety.pool_env(env_extra),
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err)
+        self.pid = self.p.pid
+        self.pending = b""
+        check(self.readline() == "ready", "the exporter started in its own pid namespace")
+
+
+def socket_of(handle):
+    """The exporter's socket name, from the fields of one of its handles."""
+    f = HANDLE.unpack(handle)
+    pid, start, pidns = f[4], f[6], f[7]
+    return f"\0pagefast-ipc.{os.geteuid()}.{pidns}.{pid}.{start}"
+
+
+def connect_idle(name, count):
+    socks = []
+    for _ in range(count):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(HANG_S)
+        s.connect(name)
+        socks.append(s)
+    return socks
+
+
+def ended(s):
+    """Whether the exporter closed this connection (EOF), without waiting."""
+    s.setblocking(False)
+    try:
+        return s.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def wait_all_ended(socks):
+    poller = select.poll()
+    for s in socks:
+        poller.register(s, select.POLLIN)
+    left = {s.fileno(): s for s in socks}
+    deadline = time.monotonic() + HANG_S
+    while left and time.monotonic() < deadline:
+        for fd, _ in poller.poll(1000):
+            if fd in left and ended(left[fd]):
+                poller.unregister(fd)
+                del left[fd]
+    return not left
+
+
+def unseen_idle(target_class, env):
+    """The exporter cannot tell who connects (SO_PEERCRED pid 0). One
+    client fills the 64 connections such processes may have together: the
+    next one is closed at once, with a warning that names the client as a
+    process in another pid namespace. Those connections hold nothing, so
+    they are closed once idle (PAGEFAST_IPC_IDLE) and an importer gets in;
+    its connection, to which its hold is tied, stays while it is idle and
+    holds."""
+    env = dict(env, PAGEFAST_CONF="chunk_size:2M,limit:10M")
+    # The limit: 30 s (the default) is far longer than 65 connects take.
+    t = target_class(env)
+    check(t.ask(f"alloc 0 {MiB} 41") == "ok", "[limit] a block")
+    socks = connect_idle(socket_of(t.handle(0)), 65)
+    check(wait_all_ended(socks[64:]), "[limit] the 65th connection is closed at once")
+    check(not any(ended(s) for s in socks[:64]), "[limit] the 64 before it are kept (not idle long enough)")
+    err = t.stderr()
+    check("a process in another pid namespace (uid" in err and "process 0" not in err,
+          f"[limit] the warning names the client as a reader understands it ({err[-400:]})")
+    for s in socks:
+        s.close()
+    t.quit()
+
+    t = target_class(dict(env, PAGEFAST_IPC_IDLE="200ms"))
+    check(t.ask(f"alloc 0 {3 * MiB} 41") == "ok" and t.ask(f"alloc 1 {MiB} 42") == "ok", "[idle] blocks A and B")
+    h = t.handle(0)
+    socks = connect_idle(socket_of(h), 64)
+    check(wait_all_ended(socks), "[idle] the client's 64 idle connections, which hold nothing, are closed")
+    imp = Importer()
+    rc = imp.open(h)
+    check(rc == CUDA_SUCCESS and imp.reads(0, 3 * MiB, 0x41), f"[idle] an importer opens A then (rc {rc})")
+    check(t.ask("free 0") == "free CUDA_SUCCESS", "[idle] the exporter frees A while it is held")
+    time.sleep(LIVENESS_S)
+    r = t.ask(f"churn 2 {3 * MiB} 0")
+    check(r.endswith("overlapping 0"), f"[idle] the idle importer's hold stands: A's memory is not reused ({r})")
+    check(imp.reads(0, 3 * MiB, 0x41), "[idle] the importer still reads A's bytes")
+    check(imp.close() == CUDA_SUCCESS, "[idle] the importer closes A")
+    for s in socks:
+        s.close()
+    imp.quit()
+    t.quit()
+
+
+def case_unseen_idle():
+    """unseen_idle with every peer hidden from the exporter (peer_hide.c
+    preloaded: SO_PEERCRED pid 0): runs without any privilege."""
+    hide = os.path.join(os.path.abspath(safety.ARGS.build), "tests", "interpose", "libpeerhide.so")
+    unseen_idle(Target, {"LD_PRELOAD": f"{hide} {safety.paths()['lib']}"})
+
+
+def case_unseen_idle_ns():
+    """unseen_idle with the exporter in a pid namespace of its own
+    (unshare), as a container without a shared process namespace."""
+    probe = subprocess.run(UNSHARE + ["true"], capture_output=True, text=True, timeout=HANG_S)
+    if probe.returncode != 0:
+        print(f"skip: no pid namespace can be made here ({' '.join(UNSHARE)}: {probe.stderr.strip()}); "
+              "ipc_unseen_idle tests the same rules with hidden peers")
+        sys.exit(SKIP)
+    unseen_idle(NsTarget, {})
 
 
 def case_reset_exports():
