@@ -3,7 +3,8 @@
 at the other end of its socket, and when it counts that process as dead
 (docs/IPC.md "Holds", "Limits on connections"): an importer whose main
 thread exited while another thread still uses the block, clients in a pid
-namespace the exporter cannot see, the exports of a device that was reset.
+namespace the exporter cannot see, a client of another uid, the exports
+of a device that was reset.
 Each case a meson test in suite 'ipc': `ipc_peer_cases.py CASE --build DIR`.
 
 The exporter is ipc_target, the importers ipc_importer and ipc_orphan
@@ -28,8 +29,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import casekit  # noqa: E402  (tests/casekit.py)
 from casekit import check  # noqa: E402
 import ipc_safety_cases as safety  # noqa: E402
-from ipc_safety_cases import (CUDA_ERROR_INVALID_VALUE, CUDA_SUCCESS, HANDLE, HANG_S, MiB, SKIP,  # noqa: E402
-                              Importer, Target, settle, state_of, wait_until)
+from ipc_safety_cases import (CUDA_ERROR_INVALID_VALUE, CUDA_SUCCESS, HANDLE, HANG_S, MiB,  # noqa: E402
+                              REQUEST_MAGIC, SKIP, WIRE_REQUEST, WIRE_VERSION, Importer, Target, settle, state_of,
+                              wait_until)
 
 ARGS = None
 # The exporter looks at each holder at least this often (ipc_server.cpp
@@ -308,6 +310,48 @@ def case_reset_exports():
     check(rc == CUDA_SUCCESS and imp.reads(1, MiB, 0x42), f"a handle made after the reset opens (rc {rc})")
     check(imp.close(1) == CUDA_SUCCESS, "and closes")
     imp.quit()
+    t.quit()
+
+
+def case_foreign_control():
+    """A process of another uid connects to the exporter's socket and asks
+    it to sleep and for its status: the exporter closes the connection
+    without an answer, and its pool stays awake."""
+    if os.geteuid() != 0:
+        print("skip: not root, so no process of another uid can be made")
+        sys.exit(SKIP)
+    t = Target()
+    check(t.ask(f"alloc 0 {MiB} 41") == "ok", "a pool (and with it the socket)")
+    name = t.socket_name()  # read here: /proc/PID/ns of a root process is closed to uid 65534
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        said = b"error"
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(HANG_S)
+            s.connect(name)
+            for op in (3, 5):  # sleep, status
+                s.sendall(WIRE_REQUEST.pack(REQUEST_MAGIC, WIRE_VERSION, op, 0, op, 0, 0, 0))
+            said = b"eof" if s.recv(64) == b"" else b"answered"
+        except (ConnectionResetError, BrokenPipeError):
+            said = b"eof"
+        except OSError as e:
+            said = f"error {e}".encode()
+        os.write(w, said)
+        os._exit(0)
+    os.close(w)
+    safety.wait_readable(r, "the other uid's client")
+    said = os.read(r, 256).decode()
+    os.close(r)
+    os.waitpid(pid, 0)
+    check(said == "eof", f"the exporter closes the other uid's connection without an answer ({said})")
+    r = safety.ctl("status", str(t.pid))
+    check(r.returncode == 0 and "0 pool(s) asleep" in r.stdout, f"its pool is awake ({r.stdout})")
     t.quit()
 
 
