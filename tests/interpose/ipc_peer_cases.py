@@ -11,9 +11,11 @@ The exporter is ipc_target, the importers ipc_importer and ipc_orphan
 (ipc_orphan.c: its main thread calls pthread_exit after the first open),
 all on the fake driver with libpagefast.so preloaded; the helpers are
 ipc_safety_cases.py's. Nothing here measures time: every wait is a hang
-guard, and the one sleep (LIVENESS_S) is a lower bound that lets the
-exporter's periodic look at its holders come round before the test checks
-that it changed nothing.
+guard, and the sleeps (LIVENESS_S, IDLE_S) are lower bounds that let the
+exporter's periodic look at its holders, or its idle limit, come round
+before the test checks that they changed nothing. The idle limit the
+cases set (IDLE) is far longer than an importer takes from its connect to
+its request, so that only the connections meant to be idle are.
 """
 import argparse
 import os
@@ -37,6 +39,10 @@ ARGS = None
 # The exporter looks at each holder at least this often (ipc_server.cpp
 # kLivenessNs), plus room: sleeping this long lets one look come round.
 LIVENESS_S = 1.5
+# The idle limit where a case needs connections closed (PAGEFAST_IPC_IDLE),
+# and a sleep past it; "60m" where a case needs none closed.
+IDLE, IDLE_S = "2s", 2.5
+NEVER_IDLE = "60m"
 UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc"]
 
 
@@ -106,7 +112,7 @@ def sockets_of(pid):
 
 # --- the cases ---------------------------------------------------------------------------------
 
-def case_leader_exit():
+def leader_exit(exporter_env):
     """An importer opens block A, then its main thread exits (pthread_exit)
     while a worker thread keeps A mapped. The exporter frees A (kept: held)
     and goes on allocating and writing under a limit that leaves it
@@ -115,7 +121,7 @@ def case_leader_exit():
     reach the exporter's blocks. Once the importer exits, A's memory is
     the exporter's again."""
     env = {"PAGEFAST_CONF": "chunk_size:2M,limit:10M"}
-    t = Target(env)
+    t = Target(dict(env, **exporter_env))
     check(t.ask(f"alloc 0 {3 * MiB} 41") == "ok" and t.ask(f"alloc 1 {MiB} 42") == "ok", "blocks A and B")
     orphan = Orphan(t.handle(0), env)
     check(orphan.opened == "opened CUDA_SUCCESS", f"the importer opens A ({orphan.opened})")
@@ -137,6 +143,18 @@ def case_leader_exit():
     t.quit()
 
 
+def case_leader_exit():
+    """leader_exit, the exporter told by a pidfd."""
+    leader_exit({})
+
+
+def case_leader_exit_no_pidfd():
+    """leader_exit with no pidfds in the exporter (no_pidfd.c preloaded, as
+    a kernel before 5.3 or a seccomp filter): it reads /proc/PID/task."""
+    shim = os.path.join(os.path.abspath(safety.ARGS.build), "tests", "interpose", "libnopidfd.so")
+    leader_exit({"LD_PRELOAD": f"{shim} {safety.paths()['lib']}"})
+
+
 def case_leader_exit_connect():
     """An importer whose main thread has exited connects to a second
     exporter: it is identified as the live process it is, so its hold is
@@ -146,7 +164,7 @@ def case_leader_exit_connect():
     importer closes it through a new connection."""
     env = {"PAGEFAST_CONF": "chunk_size:2M,limit:10M"}
     t1 = Target(env)
-    t2 = Target(dict(env, PAGEFAST_IPC_IDLE="200ms"))
+    t2 = Target(dict(env, PAGEFAST_IPC_IDLE=IDLE))
     check(t1.ask(f"alloc 0 {MiB} 41") == "ok", "a block of the first exporter")
     check(t2.ask(f"alloc 0 {3 * MiB} 43") == "ok" and t2.ask(f"alloc 1 {MiB} 44") == "ok",
           "blocks C and D of the second")
@@ -159,7 +177,7 @@ def case_leader_exit_connect():
     check(r == "open CUDA_SUCCESS" and orphan.reads(1, 0x43, 3 * MiB), f"after its main thread exited it opens C ({r})")
     wait_until(lambda: sockets_of(t2.pid) <= listening, "the second exporter closes the idle connection")
     check(t2.ask("free 0") == "free CUDA_SUCCESS", "the second exporter frees C while it is held")
-    time.sleep(LIVENESS_S)
+    time.sleep(max(LIVENESS_S, IDLE_S))
     settle(t2)
     r = t2.ask(f"churn 2 {3 * MiB} 0")
     check(r.endswith("overlapping 0"), f"its new blocks are never where C is ({r})")
@@ -238,12 +256,11 @@ def unseen_idle(target_class, env):
     its connection, to which its hold is tied, stays while it is idle and
     holds."""
     env = dict(env, PAGEFAST_CONF="chunk_size:2M,limit:10M")
-    # The limit: 30 s (the default) is far longer than 65 connects take.
-    t = target_class(env)
+    t = target_class(dict(env, PAGEFAST_IPC_IDLE=NEVER_IDLE))
     check(t.ask(f"alloc 0 {MiB} 41") == "ok", "[limit] a block")
     socks = connect_idle(socket_of(t.handle(0)), 65)
     check(wait_all_ended(socks[64:]), "[limit] the 65th connection is closed at once")
-    check(not any(ended(s) for s in socks[:64]), "[limit] the 64 before it are kept (not idle long enough)")
+    check(not any(ended(s) for s in socks[:64]), "[limit] the 64 before it are kept")
     err = t.stderr()
     check("a process in another pid namespace (uid" in err and "process 0" not in err,
           f"[limit] the warning names the client as a reader understands it ({err[-400:]})")
@@ -251,7 +268,7 @@ def unseen_idle(target_class, env):
         s.close()
     t.quit()
 
-    t = target_class(dict(env, PAGEFAST_IPC_IDLE="200ms"))
+    t = target_class(dict(env, PAGEFAST_IPC_IDLE=IDLE))
     check(t.ask(f"alloc 0 {3 * MiB} 41") == "ok" and t.ask(f"alloc 1 {MiB} 42") == "ok", "[idle] blocks A and B")
     h = t.handle(0)
     socks = connect_idle(socket_of(h), 64)
@@ -260,7 +277,7 @@ def unseen_idle(target_class, env):
     rc = imp.open(h)
     check(rc == CUDA_SUCCESS and imp.reads(0, 3 * MiB, 0x41), f"[idle] an importer opens A then (rc {rc})")
     check(t.ask("free 0") == "free CUDA_SUCCESS", "[idle] the exporter frees A while it is held")
-    time.sleep(LIVENESS_S)
+    time.sleep(max(LIVENESS_S, IDLE_S))
     r = t.ask(f"churn 2 {3 * MiB} 0")
     check(r.endswith("overlapping 0"), f"[idle] the idle importer's hold stands: A's memory is not reused ({r})")
     check(imp.reads(0, 3 * MiB, 0x41), "[idle] the importer still reads A's bytes")
