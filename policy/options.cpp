@@ -91,6 +91,9 @@ constexpr OptionRow kRows[] = {
      "unset: in the abstract socket namespace; set it to a directory both processes see when they do not share a "
      "network namespace (docs/IPC.md); "
      "`pagefast-ctl` looks there too"},
+    {Opt::IpcIdle, "PAGEFAST_IPC_IDLE", Scope::Own, &kTime, "a time above 0 (e.g. 30s, 200ms)", "30s", false, kLib,
+     "a CUDA IPC connection that sent nothing for this long is closed, unless holds end with it (docs/IPC.md)",
+     "the importer connects again when it needs to; tests set it short"},
     {Opt::Sysroot, "PAGEFAST_SYSROOT", Scope::Own, &kDirectory, "a directory", "", true, kLib | kRun,
      "root for every /proc and /sys path the NUMA binding reads (tests)",
      "in secure execution the binding is skipped when it is set"},

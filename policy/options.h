@@ -34,6 +34,7 @@ enum class Opt : int {
   Trace,
   LiveDir,
   IpcDir,
+  IpcIdle,
   Sysroot,
   Library,
   Commit,

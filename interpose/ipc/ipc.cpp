@@ -81,53 +81,6 @@ bool socket_address(uint32_t pid, uint64_t start_time, uint64_t pidns, sockaddr_
   return wire::socket_address(uint32_t(::geteuid()), pidns, pid, start_time, ipc_dir(), addr, len);
 }
 
-bool read_proc_stat(int32_t pid, ProcStat* out) {
-  if (pid <= 0) return false;
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", int(pid));
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  char line[1024];
-  ssize_t got;
-  do {
-    got = ::read(fd, line, sizeof line - 1);
-  } while (got < 0 && errno == EINTR);
-  ::close(fd);
-  if (got <= 0) return false;
-  line[got] = '\0';
-  // The command (field 2) may hold spaces and parentheses: fields 3 on
-  // follow the last ')'.
-  const char* p = std::strrchr(line, ')');
-  char state = 0;
-  unsigned long long start = 0;
-  if (!p || std::sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
-                        &state, &start) != 2)
-    return false;
-  out->state = state;
-  out->start_ticks = start;
-  return true;
-}
-
-uint64_t pid_namespace_of(int32_t pid) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/ns/pid", int(pid));
-  struct stat st;
-  return ::stat(path, &st) == 0 ? uint64_t(st.st_ino) : 0;
-}
-
-bool proc_is_ours() {
-  static thread_local int32_t checked_pid = 0;
-  static thread_local bool ours = false;
-  const int32_t pid = int32_t(::getpid());
-  if (checked_pid != pid) {
-    checked_pid = pid;
-    char target[32] = {};
-    const ssize_t n = ::readlink("/proc/self", target, sizeof target - 1);
-    ours = n > 0 && std::strtol(target, nullptr, 10) == long(pid);
-  }
-  return ours;
-}
-
 bool send_all(int fd, const void* data, size_t bytes) {
   const char* p = static_cast<const char*>(data);
   while (bytes) {
@@ -304,6 +257,10 @@ void open_export(const wire::Request& request, const HolderKey& holder, Reply* r
   auto it = g_by_id->find(request.arg);
   if (it == g_by_id->end() || it->second.freed) return;
   Export& e = it->second;
+  // A device reset freed the block with its pool (retired, never touched
+  // again): the handle names nothing any more, as one of the driver's own
+  // would not (docs/IPC.md "Limits").
+  if (pool::pool_for_device(e.device) != e.pool) return;
   // Every field of the handle the importer was given must be this
   // export's: a forged size or offset opens nothing.
   if (request.bytes != e.bytes || uint64_t(request.offset) != e.base_addr - e.first_granule_addr ||
@@ -393,6 +350,11 @@ std::vector<HolderKey> identified_holders() {
     for (const auto& entry : *g_holds)
       if (entry.first.identified()) out.push_back(entry.first);
   return out;
+}
+
+bool holds_any(const HolderKey& holder) {
+  std::lock_guard<std::mutex> guard(g_export_mutex);
+  return g_holds && g_holds->count(holder) > 0;
 }
 
 void hand_back_now(const std::vector<uint64_t>& addrs) { free_held(addrs); }

@@ -94,7 +94,7 @@ bool is_exporter(int fd, const ExporterKey& key, uint32_t* uid, int32_t* pid) {
   if (same_ns && uint32_t(*pid) != key.pid) return false;
   if (!proc_is_ours()) return true;
   ProcStat st;
-  if (!read_proc_stat(*pid, &st) || st.start_ticks != key.start_time) return false;
+  if (read_proc_stat(*pid, &st) != ProcRead::Ok || st.start_ticks != key.start_time) return false;
   const uint64_t ns = pid_namespace_of(*pid);
   return ns == 0 || ns == key.pidns;
 }

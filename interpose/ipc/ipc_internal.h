@@ -1,8 +1,9 @@
-// interpose/ipc/ipc_internal.h: what the three parts of CUDA IPC share
+// interpose/ipc/ipc_internal.h: what the parts of CUDA IPC share
 // (ipc.h is the API; docs/IPC.md the design). ipc.cpp owns the handle and
 // the export registry with its holds; ipc_server.cpp the socket, the
-// pagefast-ipc thread and the background thread; ipc_import.cpp the
-// importer's links and mappings.
+// pagefast-ipc thread and the background thread; ipc_peers.cpp who is at
+// the other end of a connection and whether it still lives;
+// ipc_import.cpp the importer's links and mappings.
 #pragma once
 
 #include <cuda.h>
@@ -79,18 +80,30 @@ std::string ipc_dir();
 // The exporter's socket address (ipc_wire.h) for this user.
 bool socket_address(uint32_t pid, uint64_t start_time, uint64_t pidns, sockaddr_un* addr, socklen_t* len);
 
-// /proc/<pid>/stat's state letter and start time (field 22); false if there
-// is no such process. Only meaningful when proc_is_ours().
+// /proc/<pid>/stat's state letter and start time (field 22). Only
+// meaningful when proc_is_ours(). (ipc_peers.cpp, with the rest of this
+// section.)
 struct ProcStat {
   char state = 0;
   uint64_t start_ticks = 0;
 };
-bool read_proc_stat(int32_t pid, ProcStat* out);
+// NoProcess: the file is not there (no such process); Unknown: it could
+// not be read (out of descriptors, say), which proves nothing.
+enum class ProcRead { Ok, NoProcess, Unknown };
+ProcRead read_proc_stat(int32_t pid, ProcStat* out);
+ProcRead read_stat_file(const char* path, ProcStat* out);
 // The inode of /proc/<pid>/ns/pid; 0 if it cannot be read.
 uint64_t pid_namespace_of(int32_t pid);
 // Whether /proc shows this process's pid namespace (a container may mount
 // another's): only then do pids read from SO_PEERCRED name its entries.
 bool proc_is_ours();
+
+// Whether the process `pid` (of this pid namespace) that started at
+// `start_ticks` still runs: Gone only when no thread of it is left (or
+// the pid is another process's now); a leader that exited while other
+// threads run is Alive. Unknown when it cannot be told.
+enum class Liveness { Alive, Gone, Unknown };
+Liveness process_liveness(int32_t pid, uint64_t start_ticks);
 
 bool send_all(int fd, const void* data, size_t bytes);
 const char* error_name(CUresult r);
@@ -125,11 +138,33 @@ void release(uint64_t export_id, const HolderKey& holder);
 void release_holder(const HolderKey& holder);
 // The identified holders with at least one hold (checked for death).
 std::vector<HolderKey> identified_holders();
+// Whether `holder` holds anything now.
+bool holds_any(const HolderKey& holder);
 // Gives blocks back to the pool (set_free_held's function), on the caller's
 // thread.
 void hand_back_now(const std::vector<uint64_t>& addrs);
 // The control function set_control gave (NULL if none).
 Control control_handler();
+
+// ---- who connects (ipc_peers.cpp) --------------------------------------------------
+
+// The peer of a connection as SO_PEERCRED gave it (pid 0: a process in a
+// pid namespace this one cannot see), for limits and warnings.
+struct Peer {
+  int32_t pid = 0;
+  uint32_t uid = 0;
+};
+
+// The importing process of a new connection: identified by pid, start time
+// and pid namespace when this process can see it alive; else the
+// connection itself (`serial`) is the holder. false: not this user's.
+bool identify(int fd, uint64_t serial, HolderKey* key, Peer* peer);
+// Whether an identified holder may still run: false only when it is gone
+// (or its pid is another process's, or in another pid namespace, now).
+bool alive(const HolderKey& key);
+// The peer as a warning names it: "process 1234", or "a process in another
+// pid namespace (uid 1000)".
+std::string describe(const Peer& peer);
 
 // ---- the server (ipc_server.cpp) ---------------------------------------------------
 

@@ -1,8 +1,8 @@
 // interpose/ipc/ipc_server.cpp: the exporter's socket (docs/IPC.md "The
 // socket"): listening under the process's name, the pagefast-ipc thread
-// that serves opens, closes and status, who is at the other end of each
-// connection and whether that process still lives, the limits on
-// connections, and the pagefast-ipc-bg thread that runs what may block
+// that serves opens, closes and status, the limits on connections (who is
+// at the other end of one, and whether it lives, is ipc_peers.cpp), and
+// the pagefast-ipc-bg thread that runs what may block
 // (pagefast-ctl's sleep and wake, and giving freed blocks back to the
 // pool) so that it never delays an open or a close.
 #include <poll.h>
@@ -27,6 +27,7 @@
 #include "interpose/ipc/ipc_internal.h"
 #include "interpose/log.h"
 #include "interpose/service_thread.h"
+#include "policy/options.h"
 
 namespace pagefast::ipc::detail {
 namespace {
@@ -43,9 +44,10 @@ constexpr size_t kUnseenConnections = 64;
 constexpr size_t kFewestConnections = 16;
 constexpr size_t kMostConnections = 256;
 // A connection that sent nothing for this long is closed (an importer
-// connects again when it needs to; its holds are not the connection's).
-// One whose holds are bound to it (an importer this process cannot see)
-// stays: those are bounded by kUnseenConnections.
+// connects again when it needs to; its holds are not the connection's),
+// whoever its peer is. One whose holds are bound to it (an importer this
+// process cannot see, holding something) stays: those are bounded by
+// kUnseenConnections. PAGEFAST_IPC_IDLE sets another limit (idle_limit).
 constexpr uint64_t kIdleNs = 30000 * kMsNs;
 // accept failing for want of resources (EMFILE ...): the listener rests,
 // from this long, doubling, up to the last.
@@ -139,45 +141,12 @@ bool queue_control(const ControlJob& job) {
   return true;
 }
 
-// ---- who is at the other end -----------------------------------------------------------
-
-bool dead_state(char state) { return state == 'Z' || state == 'X' || state == 'x'; }
-
-// The importing process of a new connection: identified by pid, start time
-// and pid namespace when this process can see it; else the connection
-// itself is the holder. false: not this user's.
-bool identify(int fd, uint64_t serial, HolderKey* key, int32_t* pid_out) {
-  uint32_t uid = 0;
-  int32_t pid = 0;
-  if (!wire::peer_of(fd, &uid, &pid) || uid != uint32_t(::geteuid())) return false;
-  *pid_out = pid;
-  *key = HolderKey{};
-  ProcStat st;
-  if (pid > 0 && proc_is_ours() && read_proc_stat(pid, &st) && !dead_state(st.state) && st.start_ticks) {
-    key->pid = uint64_t(pid);
-    key->start_ticks = st.start_ticks;
-    key->pidns = pid_namespace_of(pid);
-  } else {
-    key->connection = serial;
-  }
-  return true;
-}
-
-// Whether an identified holder is still the process it was: its pid there,
-// not a zombie, started when it did, in the same pid namespace.
-bool alive(const HolderKey& key) {
-  ProcStat st;
-  if (!read_proc_stat(int32_t(key.pid), &st) || dead_state(st.state) || st.start_ticks != key.start_ticks) return false;
-  const uint64_t ns = key.pidns ? pid_namespace_of(int32_t(key.pid)) : 0;
-  return ns == 0 || ns == key.pidns;
-}
-
 // ---- the pagefast-ipc thread ---------------------------------------------------------
 
 struct Connection {
   int fd = -1;
   HolderKey holder;
-  int32_t pid = 0;  // as SO_PEERCRED gave it, for the log
+  Peer peer;  // as SO_PEERCRED gave it, for the log
   uint64_t last_active_ns = 0;
   size_t got = 0;
   unsigned char buf[sizeof(Request)];
@@ -192,6 +161,7 @@ struct Server {
   int listener = -1;
   std::vector<Connection> conns;
   size_t max_connections = kMostConnections;
+  uint64_t idle_ns = kIdleNs;
   uint64_t next_serial = 1;
   uint64_t backoff_ns = 0;
   uint64_t listen_again_ns = 0;      // while resting after an accept error
@@ -309,6 +279,10 @@ bool serve_connection(Server& s, Connection& c, short events, uint64_t now) {
   return true;
 }
 
+// Whether holds end with this connection (an unidentified importer that
+// holds something): such a connection is never closed for room or idleness.
+bool bound_holds(const Connection& c) { return !c.holder.identified() && holds_any(c.holder); }
+
 bool same_peer(const HolderKey& a, const HolderKey& b) {
   if (a.identified() != b.identified()) return false;
   return !a.identified() || (a.pid == b.pid && a.start_ticks == b.start_ticks && a.pidns == b.pidns);
@@ -337,7 +311,7 @@ void accept_new(Server& s, uint64_t now) {
     c.fd = fd;
     c.last_active_ns = now;
     // Only this user's processes may have the memory.
-    if (!identify(fd, s.next_serial++, &c.holder, &c.pid)) {
+    if (!identify(fd, s.next_serial++, &c.holder, &c.peer)) {
       ::close(fd);
       continue;
     }
@@ -346,10 +320,16 @@ void accept_new(Server& s, uint64_t now) {
     if (same >= (c.holder.identified() ? kPeerConnections : kUnseenConnections)) {
       if (!s.warned_peer) {
         s.warned_peer = true;
-        log::write(LogLevel::Warn,
-                   "CUDA IPC: process {} has {} connections to this process's socket, the most one "
-                   "process may have; its further connections are closed at once",
-                   c.pid, same);
+        if (c.holder.identified())
+          log::write(LogLevel::Warn,
+                     "CUDA IPC: {} has {} connections to this process's socket, the most one process may "
+                     "have; its further connections are closed at once",
+                     describe(c.peer), same);
+        else
+          log::write(LogLevel::Warn,
+                     "CUDA IPC: {} asked for a connection to this process's socket past the {} that all "
+                     "processes in other pid namespaces may have together; further ones are closed at once",
+                     describe(c.peer), same);
       }
       ::close(fd);
       continue;
@@ -359,7 +339,7 @@ void accept_new(Server& s, uint64_t now) {
       // end drops no hold (an identified importer's holds are its own).
       size_t victim = s.conns.size();
       for (size_t i = 0; i < s.conns.size(); ++i)
-        if (s.conns[i].holder.identified() &&
+        if (!bound_holds(s.conns[i]) &&
             (victim == s.conns.size() || s.conns[i].last_active_ns < s.conns[victim].last_active_ns))
           victim = i;
       if (!s.warned_total) {
@@ -380,11 +360,12 @@ void accept_new(Server& s, uint64_t now) {
   }
 }
 
-// Connections idle too long end, unless their holds are bound to them.
+// Connections idle too long end, whoever their peer is, unless holds are
+// bound to them (an unidentified importer that holds something).
 void close_idle(Server& s, uint64_t now) {
   for (size_t i = s.conns.size(); i-- > 0;) {
     Connection& c = s.conns[i];
-    if (now - c.last_active_ns < kIdleNs || !c.holder.identified()) continue;
+    if (now - c.last_active_ns < s.idle_ns || bound_holds(c)) continue;
     char byte;
     if (::recv(c.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0) continue;  // a request came meanwhile
     end_connection(s, c, now);
@@ -419,8 +400,10 @@ int poll_timeout_ms(const Server& s, uint64_t now) {
   uint64_t until = UINT64_MAX;
   if (s.listen_again_ns > now) until = s.listen_again_ns;
   for (const auto& w : s.watch) until = std::min(until, w.second.next_ns);
+  // A connection with bound holds has no idle end: those holds end only
+  // through a request on it (activity) or its end.
   for (const Connection& c : s.conns)
-    if (c.holder.identified()) until = std::min(until, c.last_active_ns + kIdleNs);
+    if (!bound_holds(c)) until = std::min(until, c.last_active_ns + s.idle_ns);
   if (until == UINT64_MAX) return -1;
   if (until <= now) return 0;
   return int(std::min<uint64_t>((until - now + kMsNs - 1) / kMsNs, 60000));
@@ -500,6 +483,17 @@ std::string holder_of(const sockaddr_un& addr, socklen_t len) {
   return who;
 }
 
+// PAGEFAST_IPC_IDLE, else kIdleNs; a bad value (or none above 0) warns once.
+uint64_t idle_limit() {
+  const char* v = std::getenv(option_name(Opt::IpcIdle));
+  if (!v || !*v) return kIdleNs;
+  Value parsed;
+  if (parse_value(Opt::IpcIdle, v, &parsed) && parsed.number > 0 && parsed.number != ~uint64_t(0)) return parsed.number;
+  log::write(LogLevel::Warn, "{}; idle CUDA IPC connections close after {} s", bad_value_message(Opt::IpcIdle, v),
+             kIdleNs / (1000 * kMsNs));
+  return kIdleNs;
+}
+
 size_t connection_limit() {
   rlimit lim{};
   if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return kMostConnections;
@@ -546,6 +540,7 @@ bool start_server() {
   Server* server = new Server();
   server->listener = fd;
   server->max_connections = connection_limit();
+  server->idle_ns = idle_limit();
   server->reply = new Reply();
   const int err = start_service_thread(nullptr, &server_main, server, "pagefast-ipc");
   if (err != 0) {

@@ -49,9 +49,15 @@ bool known_handle_type(unsigned type) {
 // Reads and checks the header of a file handed to cuMemImportFromShareableHandle.
 bool read_header(int fd, Header* header) {
   char path[64];
-  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  // thread-self: in a process whose main thread exited, /proc/self is the
+  // zombie leader, whose descriptors /proc no longer shows.
+  snprintf(path, sizeof path, "/proc/thread-self/fd/%d", fd);
   char target[256];
-  const ssize_t length = readlink(path, target, sizeof target - 1);
+  ssize_t length = readlink(path, target, sizeof target - 1);
+  if (length <= 0) {
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    length = readlink(path, target, sizeof target - 1);
+  }
   if (length <= 0) return false;
   target[length] = '\0';
   if (!os::is_memory_file_link(target, kFileName)) return false;

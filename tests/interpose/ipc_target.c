@@ -19,6 +19,8 @@
  *   wait-asleep          returns once pagefast_asleep() is 1 (a sleep began):
  *                        "asleep 1"
  *   fork-exit            a forked child calls exit(0): "child exit=0"
+ *   reset                cuDevicePrimaryCtxReset of device 0 (the driver frees
+ *                        its memory), then its primary context again: "reset NAME"
  *   fds                  open descriptors (-1 if /proc/self/fd cannot be
  *                        opened): "fds N"
  *   hog / unhog          takes every free descriptor / gives them back
@@ -127,6 +129,12 @@ static void command(const char* line) {
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     printf("child exit=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  } else if (!strcmp(verb, "reset")) {
+    CUcontext ctx = NULL;
+    CUresult rc = cuDevicePrimaryCtxReset(0);
+    if (rc == CUDA_SUCCESS) rc = cuDevicePrimaryCtxRetain(&ctx, 0);
+    if (rc == CUDA_SUCCESS) rc = cuCtxSetCurrent(ctx);
+    printf("reset %s\n", name(rc));
   } else if (!strcmp(verb, "fds")) {
     printf("fds %d\n", ipc_open_fds());
   } else if (!strcmp(verb, "hog")) {
