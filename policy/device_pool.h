@@ -172,8 +172,10 @@ class DevicePool final : public IdleMemory {
   DevicePool(const DevicePool&) = delete;
   DevicePool& operator=(const DevicePool&) = delete;
 
-  // Creates and maps prewarm_bytes (in chunk steps, within the limit).
-  // Called once by whoever made the pool, before the first allocation.
+  // Creates and maps prewarm_bytes in chunk steps, capped to the limit
+  // and to what the device has free less the headroom (one warning when
+  // capped). Called once by whoever made the pool, before the first
+  // allocation.
   void prewarm();
 
   // NULL on host out-of-memory. The cache belongs to the calling thread.
@@ -281,6 +283,12 @@ class DevicePool final : public IdleMemory {
                 bool sync_before_growth = true);
   Block* obtain_under_pressure(ThreadCache* cache, Granules granules, bool for_slab, AllocStatus* status);
   ProviderStatus grow_locked(Granules granules);
+  // REQUIRES: the device lock. A growth of at least `granules`, at most
+  // max_step (unless the request is larger), counted in the stats.
+  ProviderStatus grow_by_locked(Granules granules, Granules max_step);
+  // What prewarm() maps: prewarm_bytes within the limit and the room the
+  // device has above the headroom, in whole granules.
+  uint64_t prewarm_target_bytes();
   // REQUIRES: the device lock. The largest step a growth for `granules`
   // may take and leave the headroom free; first releases chunks wholly
   // free when the request would cut into it (docs/POOL.md "Headroom").

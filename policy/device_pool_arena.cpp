@@ -7,18 +7,53 @@
 #include <cstdio>
 
 #include "policy/device_pool.h"
+#include "policy/format.h"
 
 namespace pagefast::policy {
 
 void DevicePool::prewarm() {
-  uint64_t target = settings_.config.prewarm_bytes;
-  if (settings_.config.limit_bytes && target > settings_.config.limit_bytes) target = settings_.config.limit_bytes;
-  std::lock_guard<std::mutex> guard(arena_mutex_);
-  while (arena_.mapped().bytes() < target) {
-    const Granules missing = granules_ceil(target - arena_.mapped().bytes());
-    const Granules step = min_granules(missing, max_granules(granules_ceil(settings_.config.chunk_bytes), Granules(1)));
-    if (grow_locked(step) != ProviderStatus::Ok) break;
+  const uint64_t asked_bytes = settings_.config.prewarm_bytes;
+  if (!asked_bytes) return;
+  const uint64_t target_bytes = prewarm_target_bytes();
+  if (target_bytes < asked_bytes && log_) {
+    char line[256];
+    const uint64_t limit_bytes = settings_.config.limit_bytes;
+    std::snprintf(
+        line, sizeof line, "prewarm %s is more than device %d has free beside the headroom of %s%s%s; prewarming %s",
+        format_bytes(asked_bytes, ByteStyle::Exact).c_str(), settings_.device,
+        format_bytes(settings_.config.headroom_bytes, ByteStyle::Exact).c_str(), limit_bytes ? " or the limit of " : "",
+        limit_bytes ? format_bytes(limit_bytes, ByteStyle::Exact).c_str() : "",
+        format_bytes(target_bytes, ByteStyle::Exact).c_str());
+    log_(LogLevel::Warn, line);
   }
+  const Granules chunk = max_granules(granules_ceil(settings_.config.chunk_bytes), Granules(1));
+  std::lock_guard<std::mutex> guard(arena_mutex_);
+  while (arena_.resident().bytes() < target_bytes) {
+    const Granules step = min_granules(granules_ceil(target_bytes - arena_.resident().bytes()), chunk);
+    const Granules before = arena_.resident();
+    // Exactly `step`, without the headroom's give-back: prewarm stays
+    // within the headroom by its target, and a give-back here would
+    // release the chunks prewarm grew, to grow them again, forever.
+    if (grow_by_locked(step, step) != ProviderStatus::Ok || arena_.resident() <= before) break;
+  }
+}
+
+uint64_t DevicePool::prewarm_target_bytes() {
+  uint64_t target_bytes = settings_.config.prewarm_bytes;
+  if (settings_.config.limit_bytes && target_bytes > settings_.config.limit_bytes)
+    target_bytes = settings_.config.limit_bytes;
+  // What the device has free now, less the headroom. A provider that
+  // cannot tell its free memory keeps no headroom either (growth never
+  // gives back for it): then the device's total is the cap.
+  uint64_t free_bytes = 0;
+  if (provider_.device_free_bytes(&free_bytes)) {
+    const uint64_t room_bytes =
+        free_bytes > settings_.config.headroom_bytes ? free_bytes - settings_.config.headroom_bytes : 0;
+    if (target_bytes > room_bytes) target_bytes = room_bytes;
+  } else if (settings_.device_total_bytes && target_bytes > settings_.device_total_bytes) {
+    target_bytes = settings_.device_total_bytes;
+  }
+  return granules_floor(target_bytes).bytes();
 }
 
 // ---- peer access -------------------------------------------------------------
@@ -70,8 +105,12 @@ Granules DevicePool::growth_step_within_headroom(Granules granules) {
 }
 
 ProviderStatus DevicePool::grow_locked(Granules granules) {
+  return grow_by_locked(granules, growth_step_within_headroom(granules));
+}
+
+ProviderStatus DevicePool::grow_by_locked(Granules granules, Granules max_step) {
   const uint64_t start = clock_.now_ns();
-  const ProviderStatus status = arena_.grow(granules, growth_step_within_headroom(granules));
+  const ProviderStatus status = arena_.grow(granules, max_step);
   const uint64_t end = clock_.now_ns();
   growth_ns_.fetch_add(end - start, std::memory_order_relaxed);
   const uint64_t mapped = arena_.resident().bytes();

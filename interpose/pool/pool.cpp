@@ -188,13 +188,6 @@ DevicePool* pool_of(const RealDriver* real, CUdevice device) {
   policy::PoolSettings settings;
   settings.config = g_config;
   settings.device_total_bytes = provider->device_total_bytes();
-  if (settings.config.prewarm_bytes > settings.device_total_bytes) {
-    // Prewarming more than the device holds would take all of it.
-    log_line(LogLevel::Warn, "prewarm %s is more than device %d's %s of memory; prewarming none there",
-             human_bytes(settings.config.prewarm_bytes).c_str(), int(device),
-             human_bytes(settings.device_total_bytes).c_str());
-    settings.config.prewarm_bytes = 0;
-  }
   settings.device = int(device);
   DevicePool* pool = new (std::nothrow) DevicePool(*provider, *g_clock, policy::global_page_map(), settings, g_log);
   ThreadCache* fallback = pool ? pool->attach_thread() : nullptr;

@@ -26,6 +26,9 @@
 //   free_async a pool block freed with cuMemFreeAsync is freed (a second
 //              free is INVALID_VALUE, an interior pointer too), and its
 //              memory is reused only after the stream's earlier work
+//   serve      a mix of sizes, each written and checked, freed and
+//              allocated again: whatever the configuration, an allocation
+//              that cuMemGetInfo leaves room for succeeds and holds its data
 #include <cuda.h>
 #include <unistd.h>
 
@@ -222,6 +225,44 @@ int async_then_alloc() {
   return 0;
 }
 
+// Every byte of [p, p + bytes) must be `value`.
+bool holds(CUdeviceptr p, size_t bytes, unsigned char value) {
+  const unsigned char* at = reinterpret_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < bytes; ++i)
+    if (at[i] != value) return false;
+  return true;
+}
+
+int serve() {
+  const size_t sizes[] = {512, 4096, 100 * 1000, kMiB + 3, 3 * kMiB, 20 * kMiB, 64 * kMiB, 96 * kMiB};
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::pair<CUdeviceptr, size_t>> held;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i) {
+      size_t free_bytes = 0, total = 0;
+      CHECK_CU(cuMemGetInfo_v2(&free_bytes, &total));
+      CUdeviceptr p = 0;
+      const CUresult r = cuMemAlloc_v2(&p, sizes[i]);
+      // Room for the block's granules and a slab beside: then it must fit.
+      const size_t needed = ((sizes[i] + 2 * kMiB - 1) & ~(2 * kMiB - 1)) + 16 * kMiB;
+      if (r == CUDA_ERROR_OUT_OF_MEMORY && needed > free_bytes) continue;
+      if (r != CUDA_SUCCESS) {
+        std::printf("FAIL serve: %zu bytes answered %d with %zu MiB reported free\n", sizes[i], int(r),
+                    free_bytes / kMiB);
+        return 1;
+      }
+      CHECK_CU(cuMemsetD8_v2(p, static_cast<unsigned char>(0x31 + i + round), sizes[i]));
+      held.push_back({p, sizes[i]});
+    }
+    for (size_t i = 0; i < held.size(); ++i)
+      if (!holds(held[i].first, held[i].second, static_cast<unsigned char>(0x31 + i + round)))
+        return fail("serve: a block does not hold its data");
+    for (const auto& b : held) CHECK_CU(cuMemFree_v2(b.first));
+    std::printf("serve round %d: %zu blocks\n", round, held.size());
+  }
+  std::printf("ok serve\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -235,5 +276,6 @@ int main(int argc, char** argv) {
   if (c == "pressure") return pressure(bytes);
   if (c == "free_async") return free_async();
   if (c == "async_then_alloc") return async_then_alloc();
+  if (c == "serve") return serve();
   return fail("unknown case");
 }
