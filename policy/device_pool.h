@@ -283,6 +283,10 @@ class DevicePool final : public IdleMemory {
                 bool sync_before_growth = true);
   Block* obtain_under_pressure(ThreadCache* cache, Granules granules, bool for_slab, AllocStatus* status);
   ProviderStatus grow_locked(Granules granules);
+  // REQUIRES: the device lock. grow_locked for the request `cache` serves,
+  // leaving free what a sync of the pool's let the driver take back for it
+  // (ThreadCache::sync_released_bytes).
+  ProviderStatus grow_for(ThreadCache* cache, Granules granules);
   // REQUIRES: the device lock. A growth of at least `granules`, at most
   // max_step (unless the request is larger), counted in the stats.
   ProviderStatus grow_by_locked(Granules granules, Granules max_step);
@@ -400,6 +404,8 @@ class DevicePool final : public IdleMemory {
   Arena arena_;
   std::atomic<uint64_t> mapped_bytes_{0};  // mirror of arena_.mapped(), lock-free reads
   std::atomic<uint64_t> last_growth_ns_{0};
+  // Provider::stream_ordered_frees() at the last sync of the pool's.
+  std::atomic<uint64_t> stream_frees_synced_{0};
   std::atomic<uint64_t> peak_mapped_bytes_{0};  // written under the device lock
   std::atomic<uint64_t> last_trim_ns_{0};
 

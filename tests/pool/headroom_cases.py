@@ -109,6 +109,19 @@ def main():
         for conf in ["", "release_delay:0", "headroom:0"]:
             r = run(build, ["async_then_alloc"], env={"PAGEFAST_CONF": conf} if conf else {})
             expect_ok(r, "async_then_alloc", f"pagefast [{conf or 'default'}]")
+    elif name == "async_pending":
+        # The same, with the pool holding freed blocks that wait for a
+        # synchronization of its own when the program asks: its
+        # out-of-memory path synchronizes then, and the answers must not
+        # change. headroom:0 and release_delay:off keep the pagefast-trim
+        # thread from synchronizing between the program's calls.
+        expect_ok(run(build, ["async_then_alloc", "pending"], preload=False), "async_then_alloc", "without pagefast")
+        for conf in ["headroom:0,release_delay:off", "headroom:0,release_delay:off,chunk_size:2M",
+                     "headroom:0,release_delay:off,big_chunks:off", "headroom:0,release_delay:off,slack:off"]:
+            plain = run(build, ["async_then_alloc"], env={"PAGEFAST_CONF": conf})
+            expect_ok(plain, "async_then_alloc", f"pagefast [{conf}], nothing pending")
+            pending = run(build, ["async_then_alloc", "pending"], env={"PAGEFAST_CONF": conf})
+            expect_ok(pending, "async_then_alloc", f"pagefast [{conf}], freed blocks pending")
     elif name == "extremes":
         extremes(build)
     else:

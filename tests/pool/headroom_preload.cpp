@@ -23,6 +23,8 @@
 //              synchronization), and after cuCtxSynchronize it succeeds;
 //              pagefast, holding nothing that waits, does not synchronize
 //              on the program's behalf
+//              (argv[2] "pending": first the pool holds freed blocks that
+//              wait for a synchronization of its own; same answers)
 //   free_async a pool block freed with cuMemFreeAsync is freed (a second
 //              free is INVALID_VALUE, an interior pointer too), and its
 //              memory is reused only after the stream's earlier work
@@ -204,9 +206,20 @@ int free_async() {
   return 0;
 }
 
-int async_then_alloc() {
+int async_then_alloc(bool pending) {
   size_t free_bytes = 0, total = 0;
   CHECK_CU(cuMemGetInfo_v2(&free_bytes, &total));
+  if (pending) {
+    // Blocks of the pool's, freed and waiting for its synchronization:
+    // its out-of-memory path then has a reason to synchronize.
+    std::vector<CUdeviceptr> blocks;
+    for (size_t bytes : {size_t(4096), 3 * kMiB, 32 * kMiB, 32 * kMiB}) {
+      CUdeviceptr b = 0;
+      CHECK_CU(cuMemAlloc_v2(&b, bytes));
+      blocks.push_back(b);
+    }
+    for (CUdeviceptr b : blocks) CHECK_CU(cuMemFree_v2(b));
+  }
   CUdeviceptr big = 0;
   // 75% rather than CuPy's 70%: the fake's context takes no memory.
   CHECK_CU(cuMemAllocAsync(&big, size_t(0.75 * double(total)), nullptr));
@@ -218,7 +231,8 @@ int async_then_alloc() {
   CHECK_CU(cuCtxSynchronize());
   const CUresult after_sync = cuMemAlloc_v2(&p, rest);
   if (after_sync == CUDA_SUCCESS) CHECK_CU(cuMemFree_v2(p));
-  std::printf("async_then_alloc before the sync %d after %d\n", int(before_sync), int(after_sync));
+  std::printf("async_then_alloc%s before the sync %d after %d\n", pending ? " pending" : "", int(before_sync),
+              int(after_sync));
   if (before_sync != CUDA_ERROR_OUT_OF_MEMORY) return fail("async_then_alloc: served before a synchronization");
   if (after_sync != CUDA_SUCCESS) return fail("async_then_alloc: refused after the synchronization");
   std::printf("ok async_then_alloc\n");
@@ -275,7 +289,7 @@ int main(int argc, char** argv) {
   if (c == "headroom") return headroom(bytes);
   if (c == "pressure") return pressure(bytes);
   if (c == "free_async") return free_async();
-  if (c == "async_then_alloc") return async_then_alloc();
+  if (c == "async_then_alloc") return async_then_alloc(argc > 2 && std::string(argv[2]) == "pending");
   if (c == "serve") return serve();
   return fail("unknown case");
 }
