@@ -122,6 +122,28 @@ def main():
             expect_ok(plain, "async_then_alloc", f"pagefast [{conf}], nothing pending")
             pending = run(build, ["async_then_alloc", "pending"], env={"PAGEFAST_CONF": conf})
             expect_ok(pending, "async_then_alloc", f"pagefast [{conf}], freed blocks pending")
+    elif name == "fill_mix":
+        # A device filled with a mix of sizes, one of each in turn: pagefast
+        # serves as much as the driver alone before its first refusal (no
+        # large request refused while the driver alone would serve it), and
+        # at least 99% in all (the fake driver is deterministic).
+        def served(r, what):
+            m = re.search(what + r" (\d+) bytes", r.stdout)
+            return int(m.group(1)) if m else -1
+        for device in ["1G", "2G"]:
+            env = {"FAKECUDA_TOTAL_MEM": device}
+            base = run(build, ["fill_mix", "turns"], preload=False, env=env)
+            expect_ok(base, "fill_mix", f"{device}: without pagefast")
+            first, total = served(base, "first refusal after"), served(base, "served")
+            for conf in ["", "headroom:0", "chunk_size:2M", "chunk_size:1G", "release_delay:0", "big_chunks:off"]:
+                label = f"{device} [{conf or 'default'}]"
+                r = run(build, ["fill_mix", "turns"], env=dict(env, PAGEFAST_CONF=conf) if conf else env)
+                expect_ok(r, "fill_mix", f"{label}: pagefast")
+                check(served(r, "first refusal after") >= first,
+                      f"{label}: first refusal after {served(r, 'first refusal after') // MiB} MiB, the driver "
+                      f"alone's after {first // MiB} MiB")
+                check(served(r, "served") * 100 >= total * 99,
+                      f"{label}: {served(r, 'served') // MiB} MiB served in all, the driver alone {total // MiB} MiB")
     elif name == "extremes":
         extremes(build)
     else:

@@ -31,6 +31,11 @@
 //   serve      a mix of sizes, each written and checked, freed and
 //              allocated again: whatever the configuration, an allocation
 //              that cuMemGetInfo leaves room for succeeds and holds its data
+//   fill_mix   fills the device with a deterministic mix of sizes until
+//              every size is refused, each size until refused or (argv[2]
+//              "turns") one of each in turn; prints the bytes served before
+//              the first refusal and in all (the sizes: argv[3...], or a
+//              mix of 512 bytes to 64 MiB)
 #include <cuda.h>
 #include <unistd.h>
 
@@ -277,6 +282,48 @@ int serve() {
   return 0;
 }
 
+// In turns (one of each size in turn, large to small, so that the device
+// ends full of a mix) or in order (each size until refused, then the
+// next); a size that is refused leaves the turn.
+int fill_mix(bool in_turns, std::vector<size_t> sizes) {
+  // Large and mid-size blocks, and small ones of exact size classes whose
+  // slabs span several granules (so that rounding takes nothing).
+  if (sizes.empty())
+    sizes = {64 * kMiB, 20 * kMiB, 7 * kMiB, 3 * kMiB, kMiB, 917504, 589824, 294912, 229376, 98304, 12288, 4096, 512};
+  const size_t count = sizes.size();
+  std::vector<bool> refused(count, false);
+  std::vector<CUdeviceptr> held;
+  size_t served = 0, left = count;
+  while (left) {
+    for (size_t i = 0; i < count; ++i) {
+      while (!refused[i]) {
+        CUdeviceptr p = 0;
+        const CUresult r = cuMemAlloc_v2(&p, sizes[i]);
+        if (r == CUDA_SUCCESS) {
+          held.push_back(p);
+          served += sizes[i];
+        } else if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+          refused[i] = true;
+          --left;
+          size_t free_bytes = 0, total = 0;
+          CHECK_CU(cuMemGetInfo_v2(&free_bytes, &total));
+          if (left + 1 == count) std::printf("fill_mix first refusal after %zu bytes\n", served);
+          std::printf("fill_mix %zu bytes refused at %zu MiB served, %zu MiB reported free\n", sizes[i], served / kMiB,
+                      free_bytes / kMiB);
+        } else {
+          std::printf("FAIL fill_mix: %zu bytes answered %d\n", sizes[i], int(r));
+          return 1;
+        }
+        if (in_turns) break;
+      }
+    }
+  }
+  for (CUdeviceptr p : held) CHECK_CU(cuMemFree_v2(p));
+  std::printf("fill_mix served %zu bytes in %zu blocks\n", served, held.size());
+  std::printf("ok fill_mix\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -291,5 +338,10 @@ int main(int argc, char** argv) {
   if (c == "free_async") return free_async();
   if (c == "async_then_alloc") return async_then_alloc(argc > 2 && std::string(argv[2]) == "pending");
   if (c == "serve") return serve();
+  if (c == "fill_mix") {
+    std::vector<size_t> sizes;
+    for (int i = 3; i < argc; ++i) sizes.push_back(std::strtoull(argv[i], nullptr, 10));
+    return fill_mix(argc > 2 && std::string(argv[2]) == "turns", sizes);
+  }
   return fail("unknown case");
 }
