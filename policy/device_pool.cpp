@@ -128,9 +128,22 @@ bool DevicePool::refill_small(ThreadCache& cache, int class_index) {
 
 bool DevicePool::new_slab(ThreadCache& cache, int class_index, AllocStatus* status) {
   const SizeClass& sc = kSizeClasses[class_index];
-  const Granules granules(sc.slab_granules);
+  // A class's slabs start at one granule and double with each slab it
+  // holds, up to its geometry (up to kMaxSlabGranules): a class asked for
+  // a few times pins no more than a granule of free slots, which larger
+  // requests could not use, while a class in steady use gets the geometry
+  // that wastes least.
+  const uint64_t held = centrals_[class_index].slab_count();
+  Granules granules(held >= 63 || (uint64_t(1) << held) >= sc.slab_granules ? sc.slab_granules : uint32_t(1) << held);
   bool fresh = false;
   Block* backing = obtain(&cache, granules, true, status, &fresh);
+  // Near the end of the device a smaller slab may fit where this one does
+  // not: halves, down to one granule (which holds a block of any class),
+  // as the driver's own sub-allocation would still serve the request.
+  while (!backing && granules.count() > 1) {
+    granules = Granules(granules.count() / 2);
+    backing = obtain(&cache, granules, true, status, &fresh);
+  }
   if (!backing) return false;
   Slab* slab = centrals_[class_index].take_record(this);
   if (!slab) {
@@ -142,6 +155,8 @@ bool DevicePool::new_slab(ThreadCache& cache, int class_index, AllocStatus* stat
   slab->base_addr_.store(backing->addr(), std::memory_order_relaxed);
   slab->backing = backing;
   backing->slab = slab;
+  // A record holds sc.blocks_per_slab blocks; a smaller slab uses a prefix.
+  slab->block_count = uint32_t(granules.bytes() / sc.block_bytes);
   const uint32_t words = (slab->block_count + 63) / 64;
   for (uint32_t w = 0; w < words; ++w) slab->free_bits[w] = ~uint64_t(0);
   if (slab->block_count % 64) slab->free_bits[words - 1] = (uint64_t(1) << (slab->block_count % 64)) - 1;
@@ -157,6 +172,7 @@ bool DevicePool::new_slab(ThreadCache& cache, int class_index, AllocStatus* stat
 AllocStatus DevicePool::alloc_small_slow(ThreadCache& cache, int class_index, uint64_t request_bytes, uint64_t* addr) {
   if (!enter_slow()) return AllocStatus::OutOfMemory;
   SlowGuard gate{this};
+  cache.sync_released_bytes = 0;
   fold(cache);
   AllocStatus status = AllocStatus::OutOfMemory;
   for (int attempt = 0; attempt < kSlowAttempts; ++attempt) {
@@ -222,6 +238,7 @@ AllocStatus DevicePool::alloc_large_slow(ThreadCache& cache, Granules granules, 
                                          uint64_t* addr) {
   if (!enter_slow()) return AllocStatus::OutOfMemory;
   SlowGuard gate{this};
+  cache.sync_released_bytes = 0;
   // Requests no pool on this device could ever hold: the driver answers,
   // and idle memory is not thrown away for them.
   if (settings_.config.limit_bytes && granules.bytes() > settings_.config.limit_bytes) {

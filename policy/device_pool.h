@@ -172,8 +172,10 @@ class DevicePool final : public IdleMemory {
   DevicePool(const DevicePool&) = delete;
   DevicePool& operator=(const DevicePool&) = delete;
 
-  // Creates and maps prewarm_bytes (in chunk steps, within the limit).
-  // Called once by whoever made the pool, before the first allocation.
+  // Creates and maps prewarm_bytes in chunk steps, capped to the limit
+  // and to what the device has free less the headroom (one warning when
+  // capped). Called once by whoever made the pool, before the first
+  // allocation.
   void prewarm();
 
   // NULL on host out-of-memory. The cache belongs to the calling thread.
@@ -281,6 +283,16 @@ class DevicePool final : public IdleMemory {
                 bool sync_before_growth = true);
   Block* obtain_under_pressure(ThreadCache* cache, Granules granules, bool for_slab, AllocStatus* status);
   ProviderStatus grow_locked(Granules granules);
+  // REQUIRES: the device lock. grow_locked for the request `cache` serves,
+  // leaving free what a sync of the pool's let the driver take back for it
+  // (ThreadCache::sync_released_bytes).
+  ProviderStatus grow_for(ThreadCache* cache, Granules granules);
+  // REQUIRES: the device lock. A growth of at least `granules`, at most
+  // max_step (unless the request is larger), counted in the stats.
+  ProviderStatus grow_by_locked(Granules granules, Granules max_step);
+  // What prewarm() maps: prewarm_bytes within the limit and the room the
+  // device has above the headroom, in whole granules.
+  uint64_t prewarm_target_bytes();
   // REQUIRES: the device lock. The largest step a growth for `granules`
   // may take and leave the headroom free; first releases chunks wholly
   // free when the request would cut into it (docs/POOL.md "Headroom").
@@ -392,6 +404,8 @@ class DevicePool final : public IdleMemory {
   Arena arena_;
   std::atomic<uint64_t> mapped_bytes_{0};  // mirror of arena_.mapped(), lock-free reads
   std::atomic<uint64_t> last_growth_ns_{0};
+  // Provider::stream_ordered_frees() at the last sync of the pool's.
+  std::atomic<uint64_t> stream_frees_synced_{0};
   std::atomic<uint64_t> peak_mapped_bytes_{0};  // written under the device lock
   std::atomic<uint64_t> last_trim_ns_{0};
 

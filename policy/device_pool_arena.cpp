@@ -7,18 +7,53 @@
 #include <cstdio>
 
 #include "policy/device_pool.h"
+#include "policy/format.h"
 
 namespace pagefast::policy {
 
 void DevicePool::prewarm() {
-  uint64_t target = settings_.config.prewarm_bytes;
-  if (settings_.config.limit_bytes && target > settings_.config.limit_bytes) target = settings_.config.limit_bytes;
-  std::lock_guard<std::mutex> guard(arena_mutex_);
-  while (arena_.mapped().bytes() < target) {
-    const Granules missing = granules_ceil(target - arena_.mapped().bytes());
-    const Granules step = min_granules(missing, max_granules(granules_ceil(settings_.config.chunk_bytes), Granules(1)));
-    if (grow_locked(step) != ProviderStatus::Ok) break;
+  const uint64_t asked_bytes = settings_.config.prewarm_bytes;
+  if (!asked_bytes) return;
+  const uint64_t target_bytes = prewarm_target_bytes();
+  if (target_bytes < asked_bytes && log_) {
+    char line[256];
+    const uint64_t limit_bytes = settings_.config.limit_bytes;
+    std::snprintf(
+        line, sizeof line, "prewarm %s is more than device %d has free beside the headroom of %s%s%s; prewarming %s",
+        format_bytes(asked_bytes, ByteStyle::Exact).c_str(), settings_.device,
+        format_bytes(settings_.config.headroom_bytes, ByteStyle::Exact).c_str(), limit_bytes ? " or the limit of " : "",
+        limit_bytes ? format_bytes(limit_bytes, ByteStyle::Exact).c_str() : "",
+        format_bytes(target_bytes, ByteStyle::Exact).c_str());
+    log_(LogLevel::Warn, line);
   }
+  const Granules chunk = max_granules(granules_ceil(settings_.config.chunk_bytes), Granules(1));
+  std::lock_guard<std::mutex> guard(arena_mutex_);
+  while (arena_.resident().bytes() < target_bytes) {
+    const Granules step = min_granules(granules_ceil(target_bytes - arena_.resident().bytes()), chunk);
+    const Granules before = arena_.resident();
+    // Exactly `step`, without the headroom's give-back: prewarm stays
+    // within the headroom by its target, and a give-back here would
+    // release the chunks prewarm grew, to grow them again, forever.
+    if (grow_by_locked(step, step) != ProviderStatus::Ok || arena_.resident() <= before) break;
+  }
+}
+
+uint64_t DevicePool::prewarm_target_bytes() {
+  uint64_t target_bytes = settings_.config.prewarm_bytes;
+  if (settings_.config.limit_bytes && target_bytes > settings_.config.limit_bytes)
+    target_bytes = settings_.config.limit_bytes;
+  // What the device has free now, less the headroom. A provider that
+  // cannot tell its free memory keeps no headroom either (growth never
+  // gives back for it): then the device's total is the cap.
+  uint64_t free_bytes = 0;
+  if (provider_.device_free_bytes(&free_bytes)) {
+    const uint64_t room_bytes =
+        free_bytes > settings_.config.headroom_bytes ? free_bytes - settings_.config.headroom_bytes : 0;
+    if (target_bytes > room_bytes) target_bytes = room_bytes;
+  } else if (settings_.device_total_bytes && target_bytes > settings_.device_total_bytes) {
+    target_bytes = settings_.device_total_bytes;
+  }
+  return granules_floor(target_bytes).bytes();
 }
 
 // ---- peer access -------------------------------------------------------------
@@ -70,8 +105,22 @@ Granules DevicePool::growth_step_within_headroom(Granules granules) {
 }
 
 ProviderStatus DevicePool::grow_locked(Granules granules) {
+  return grow_by_locked(granules, growth_step_within_headroom(granules));
+}
+
+ProviderStatus DevicePool::grow_for(ThreadCache* cache, Granules granules) {
+  uint64_t free_bytes = 0;
+  if (!cache || !cache->sync_released_bytes || !provider_.device_free_bytes(&free_bytes)) return grow_locked(granules);
+  const Granules room =
+      granules_floor(free_bytes > cache->sync_released_bytes ? free_bytes - cache->sync_released_bytes : 0);
+  if (room < granules) return ProviderStatus::OutOfMemory;
+  const Granules step = growth_step_within_headroom(granules);
+  return grow_by_locked(granules, min_granules(step, room));
+}
+
+ProviderStatus DevicePool::grow_by_locked(Granules granules, Granules max_step) {
   const uint64_t start = clock_.now_ns();
-  const ProviderStatus status = arena_.grow(granules, growth_step_within_headroom(granules));
+  const ProviderStatus status = arena_.grow(granules, max_step);
   const uint64_t end = clock_.now_ns();
   growth_ns_.fetch_add(end - start, std::memory_order_relaxed);
   const uint64_t mapped = arena_.resident().bytes();
@@ -171,7 +220,7 @@ Block* DevicePool::obtain(ThreadCache* cache, Granules granules, bool for_slab, 
       note.held_before = arena_.resident().bytes();
       note.for_slab = for_slab;
     }
-    if (grow_locked(granules) == ProviderStatus::Ok) grown = arena_.take(granules, state);
+    if (grow_for(cache, granules) == ProviderStatus::Ok) grown = arena_.take(granules, state);
   }
   if (grown) {
     note_growth(note);
@@ -201,7 +250,7 @@ Block* DevicePool::obtain_under_pressure(ThreadCache* cache, Granules granules, 
       // Idle memory plus a chunk of the shortfall: the largest request that
       // succeeds is bounded by idle plus device memory, not by the layout.
       const Granules shortfall = granules - arena_.free_home();
-      if (shortfall <= arena_.headroom() && grow_locked(shortfall) == ProviderStatus::Ok) {
+      if (shortfall <= arena_.headroom() && grow_for(cache, shortfall) == ProviderStatus::Ok) {
         b = arena_.take(granules, state);
         if (!b) b = arena_.stitch(granules, 0, state);
       }
@@ -216,7 +265,7 @@ Block* DevicePool::obtain_under_pressure(ThreadCache* cache, Granules granules, 
     // What went back was memory this request could not use (free runs too
     // short, or big chunks kept from smaller requests): under a limit it
     // makes room to grow for the request itself.
-    if (arena_.mapped() < mapped_before && grow_locked(granules) == ProviderStatus::Ok) {
+    if (arena_.mapped() < mapped_before && grow_for(cache, granules) == ProviderStatus::Ok) {
       b = arena_.take(granules, state);
       if (b) return b;
     }
@@ -224,7 +273,10 @@ Block* DevicePool::obtain_under_pressure(ThreadCache* cache, Granules granules, 
     ooms_.fetch_add(1, std::memory_order_relaxed);
     note_oom_locked(granules, for_slab, (mapped_before - arena_.mapped()).bytes(), !settings_.config.limit_bytes);
   }
-  if (settings_.config.limit_bytes) {
+  // A sync of the pool's let the driver take back stream-ordered memory
+  // for this request: the driver would serve it from that memory, which it
+  // would not have without pagefast. The answer is the pool's own.
+  if (settings_.config.limit_bytes || (cache && cache->sync_released_bytes)) {
     *status = AllocStatus::OutOfMemory;
   } else {
     *status = AllocStatus::Forward;

@@ -36,7 +36,20 @@ void DevicePool::share_local_quarantine(ThreadCache& cache, bool may_trim) {
 }
 
 bool DevicePool::sync_and_retire(ThreadCache* cache, bool into_cache) {
+  // The program freed memory into the driver's stream-ordered pools
+  // without synchronizing since: this sync lets the driver take it back.
+  // Without pagefast that memory stays out of cuMemAlloc's reach until the
+  // program synchronizes, so the request this sync is made for must not
+  // use it, or its answer would depend on whether the pool had blocks
+  // waiting. Two reads of the device's free memory, only then.
+  const uint64_t frees = provider_.stream_ordered_frees();
+  const bool pending = cache && frees != stream_frees_synced_.load(std::memory_order_relaxed);
+  uint64_t free_before = 0, free_after = 0;
+  const bool measured = pending && provider_.device_free_bytes(&free_before);
   if (!quarantine_.synchronize_covering(quarantine_.newest_stamp(cache))) return false;
+  if (pending) stream_frees_synced_.store(frees, std::memory_order_relaxed);
+  if (measured && provider_.device_free_bytes(&free_after) && free_after > free_before)
+    cache->sync_released_bytes += free_after - free_before;
   retire_covered(cache, into_cache);
   return true;
 }

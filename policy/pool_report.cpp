@@ -47,8 +47,8 @@ PoolReport DevicePool::report() {
     }
   }
   for (int k = 0; k < kClassCount; ++k) {
-    uint64_t slabs = 0, central_free = 0;
-    if (!centrals_[k].try_counts(&slabs, &central_free)) {
+    uint64_t slabs = 0, central_free = 0, total = 0;
+    if (!centrals_[k].try_counts(&slabs, &central_free, &total)) {
       r.classes_busy = true;
       continue;
     }
@@ -56,7 +56,6 @@ PoolReport DevicePool::report() {
     ClassOccupancy& o = r.classes[r.class_count++];
     o.block_bytes = kSizeClasses[k].block_bytes;
     o.slabs = slabs;
-    const uint64_t total = slabs * kSizeClasses[k].blocks_per_slab;
     o.free_blocks = central_free + in_bins[k];
     if (o.free_blocks > total) o.free_blocks = total;  // counts read at different moments
     o.blocks_in_use = total - o.free_blocks;

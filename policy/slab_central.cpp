@@ -82,6 +82,7 @@ int SlabCentral::push(const SmallSlot* blocks, int count, Slab** released) {
     unlink(slab);
     --slab_count_;
     free_blocks_ -= slab->block_count;
+    total_blocks_ -= slab->block_count;
     released[released_count++] = slab;
   }
   return released_count;
@@ -91,6 +92,7 @@ void SlabCentral::add(Slab* slab) {
   std::lock_guard<std::mutex> guard(mutex_);
   ++slab_count_;
   free_blocks_ += slab->block_count;
+  total_blocks_ += slab->block_count;
   ++empty_count_;
   link(slab);
 }
@@ -105,6 +107,7 @@ int SlabCentral::take_empty(Slab** out, int max) {
       --empty_count_;
       --slab_count_;
       free_blocks_ -= slab->block_count;
+      total_blocks_ -= slab->block_count;
       out[n++] = slab;
     }
     slab = next;

@@ -56,12 +56,14 @@ class SlabCentral {
     std::lock_guard<std::mutex> guard(mutex_);
     return free_blocks_;
   }
-  // Both counts without waiting; false when the lock is busy (at exit).
-  bool try_counts(uint64_t* slabs, uint64_t* free_blocks) {
+  // The counts without waiting; false when the lock is busy (at exit).
+  // total_blocks: of every slab (slabs differ in size, DevicePool::new_slab).
+  bool try_counts(uint64_t* slabs, uint64_t* free_blocks, uint64_t* total_blocks) {
     std::unique_lock<std::mutex> guard(mutex_, std::try_to_lock);
     if (!guard.owns_lock()) return false;
     *slabs = slab_count_;
     *free_blocks = free_blocks_;
+    *total_blocks = total_blocks_;
     return true;
   }
 
@@ -78,6 +80,7 @@ class SlabCentral {
   int empty_count_ = 0;
   uint64_t slab_count_ = 0;
   uint64_t free_blocks_ = 0;
+  uint64_t total_blocks_ = 0;
 };
 
 }  // namespace pagefast::policy

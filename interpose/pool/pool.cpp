@@ -188,13 +188,6 @@ DevicePool* pool_of(const RealDriver* real, CUdevice device) {
   policy::PoolSettings settings;
   settings.config = g_config;
   settings.device_total_bytes = provider->device_total_bytes();
-  if (settings.config.prewarm_bytes > settings.device_total_bytes) {
-    // Prewarming more than the device holds would take all of it.
-    log_line(LogLevel::Warn, "prewarm %s is more than device %d's %s of memory; prewarming none there",
-             human_bytes(settings.config.prewarm_bytes).c_str(), int(device),
-             human_bytes(settings.device_total_bytes).c_str());
-    settings.config.prewarm_bytes = 0;
-  }
   settings.device = int(device);
   DevicePool* pool = new (std::nothrow) DevicePool(*provider, *g_clock, policy::global_page_map(), settings, g_log);
   ThreadCache* fallback = pool ? pool->attach_thread() : nullptr;
@@ -372,7 +365,14 @@ bool try_free(CUdeviceptr dptr, CUresult* result) {
 }
 
 bool try_free_async(CUdeviceptr dptr, CUstream stream, CUresult* result) {
-  if (!g_active.load(std::memory_order_acquire) || !live_span(dptr)) return false;
+  if (!g_active.load(std::memory_order_acquire)) return false;
+  if (!live_span(dptr)) {
+    // The driver's: its stream-ordered pool keeps the memory until a
+    // synchronization, which the pool's own out-of-memory path must not
+    // hand to the request it serves (policy/device_pool_quarantine.cpp).
+    g_gate.stream_ordered_frees.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
   if (capture_active()) {
     // In a capture the driver makes a free node, which only a graph
     // allocation may be: it answers for pool memory as for cuMemAlloc's.

@@ -58,12 +58,15 @@ inline Block* stitch_across_two_chunks(ArenaUnderTest& t) {
 }
 
 struct PoolUnderTest {
+  // reports_free: the provider tells its free memory from the start (the
+  // headroom applies to prewarm too).
   PoolUnderTest(uint64_t capacity_bytes, FakeProvider::Backing backing, const PoolConfig& config,
-                uint64_t device_total_bytes = 0)
+                uint64_t device_total_bytes = 0, bool reports_free = false)
       : provider(capacity_bytes, backing),
         page_map(new PageMap()),
         pool(provider, clock, *page_map, settings(config, device_total_bytes ? device_total_bytes : capacity_bytes),
              nullptr) {
+    provider.set_reports_free(reports_free);
     pool.prewarm();
   }
   ~PoolUnderTest() { page_map->destroy_leaves_for_tests(); }

@@ -89,6 +89,33 @@ TEST_CASE("a growth takes no more than leaves the headroom free, but always the 
   CHECK(t.pool.check() == "");
 }
 
+TEST_CASE("prewarm beyond what the device holds less the headroom is capped, and ends", "[headroom][prewarm]") {
+  // Growing for prewarm past the headroom would make the growth give back
+  // the chunks prewarm grew, to grow them again: it must stop at the room.
+  for (uint64_t prewarm : {900 * kMiB, 1 * kGiB, 64 * kGiB}) {
+    for (uint64_t chunk : {2 * kMiB, 256 * kMiB}) {
+      PoolConfig config = config_with(chunk, 0, kUnlimited, prewarm);
+      config.headroom_bytes = 256 * kMiB;
+      PoolUnderTest t(1 * kGiB, FakeProvider::Backing::None, config, 0, true);
+      CHECK(t.provider.used_bytes() == 768 * kMiB);
+      Attached cache(t.pool);
+      uint64_t p = 0;
+      REQUIRE(t.alloc(*cache, 4 * kMiB, &p) == AllocStatus::Ok);
+      CHECK(t.pool.stats().growths == (chunk == 2 * kMiB ? 384u : 3u));  // served from the prewarmed memory
+      CHECK(t.pool.check() == "");
+    }
+  }
+  // The default headroom of 1 GiB on a 1 GiB device leaves no room: none.
+  PoolUnderTest none(1 * kGiB, FakeProvider::Backing::None, config_with(256 * kMiB, 0, kUnlimited, 900 * kMiB), 0,
+                     true);
+  CHECK(none.provider.used_bytes() == 0);
+  // A limit below the room caps it as before.
+  PoolConfig limited = config_with(256 * kMiB, 512 * kMiB, kUnlimited, 900 * kMiB);
+  limited.headroom_bytes = 0;
+  PoolUnderTest capped(1 * kGiB, FakeProvider::Backing::None, limited, 0, true);
+  CHECK(capped.provider.used_bytes() == 512 * kMiB);
+}
+
 TEST_CASE("a provider that cannot tell free memory grows as before", "[headroom][pool]") {
   PoolConfig config = config_with(1 * kGiB);
   config.headroom_bytes = 1 * kGiB;

@@ -8,6 +8,7 @@ Usage: headroom_cases.py <case> --build <build dir>
 """
 import os
 import re
+import subprocess
 import sys
 
 from preload_kit import check, expect_ok, failures, run_program
@@ -20,6 +21,43 @@ def run(build, args, preload=True, env=None):
     return run_program(build, "headroom_preload", args, preload=preload,
                        env=dict({"FAKECUDA_TOTAL_MEM": DEVICE, "FAKECUDA_MODULE_MEM": "64M"}, **(env or {})),
                        timeout=240)
+
+
+def extremes(build):
+    """The settings' extremes against each other: every run ends (the
+    bound is a guard against a hang, not a measure) and the pool then
+    serves a mix of sizes with their data intact. Each prewarm against each
+    headroom on a 1 GiB and a 16 GiB device, the limit and the other keys
+    taking turns beside them."""
+    prewarms = ["0", "900M", "13G", "{total}", "1T"]
+    headrooms = ["", "0", "4G", "{total}", "1T"]
+    limits = ["", "2M", "512M", "{total}", "1T"]
+    others = ["", "chunk_size:2M", "chunk_size:1T", "release_threshold:0", "release_delay:0",
+              "release_delay:off", "big_chunks:off", "slack:off,idle_share:0", "chunk_size:2M,release_threshold:0"]
+    # The settings that once made the first allocation spin, alone.
+    runs = [("1G", "prewarm:900M"), ("16G", "prewarm:16G"), ("16G", "prewarm:13G,headroom:4G")]
+    for device in ["1G", "16G"]:
+        for prewarm in prewarms:
+            for headroom in headrooms:
+                n = len(runs)
+                keys = [f"prewarm:{prewarm}", f"headroom:{headroom}" if headroom else "",
+                        f"limit:{limits[n // 3 % len(limits)]}" if limits[n // 3 % len(limits)] else "",
+                        others[n % len(others)]]
+                runs.append((device, ",".join(k for k in keys if k).replace("{total}", device)))
+    for device, conf in runs:
+        label = f"{device} device [{conf}]"
+        try:
+            r = run_program(build, "headroom_preload", ["serve"],
+                            env={"FAKECUDA_TOTAL_MEM": device, "PAGEFAST_CONF": conf}, timeout=120)
+        except subprocess.TimeoutExpired:
+            check(False, f"{label}: still running after 120 s (a hang)")
+            continue
+        if r.returncode != 0 or "ok serve" not in r.stdout:
+            expect_ok(r, "serve", label)
+        warnings = [l for l in r.stderr.splitlines() if "prewarm" in l]
+        if len(warnings) > 1:
+            check(False, f"{label}: one message about prewarm, not {len(warnings)}")
+    check(not failures, f"{len(runs)} combinations ran to their end and served")
 
 
 def main():
@@ -71,6 +109,43 @@ def main():
         for conf in ["", "release_delay:0", "headroom:0"]:
             r = run(build, ["async_then_alloc"], env={"PAGEFAST_CONF": conf} if conf else {})
             expect_ok(r, "async_then_alloc", f"pagefast [{conf or 'default'}]")
+    elif name == "async_pending":
+        # The same, with the pool holding freed blocks that wait for a
+        # synchronization of its own when the program asks: its
+        # out-of-memory path synchronizes then, and the answers must not
+        # change. headroom:0 and release_delay:off keep the pagefast-trim
+        # thread from synchronizing between the program's calls.
+        expect_ok(run(build, ["async_then_alloc", "pending"], preload=False), "async_then_alloc", "without pagefast")
+        for conf in ["headroom:0,release_delay:off", "headroom:0,release_delay:off,chunk_size:2M",
+                     "headroom:0,release_delay:off,big_chunks:off", "headroom:0,release_delay:off,slack:off"]:
+            plain = run(build, ["async_then_alloc"], env={"PAGEFAST_CONF": conf})
+            expect_ok(plain, "async_then_alloc", f"pagefast [{conf}], nothing pending")
+            pending = run(build, ["async_then_alloc", "pending"], env={"PAGEFAST_CONF": conf})
+            expect_ok(pending, "async_then_alloc", f"pagefast [{conf}], freed blocks pending")
+    elif name == "fill_mix":
+        # A device filled with a mix of sizes, one of each in turn: pagefast
+        # serves as much as the driver alone before its first refusal (no
+        # large request refused while the driver alone would serve it), and
+        # at least 99% in all (the fake driver is deterministic).
+        def served(r, what):
+            m = re.search(what + r" (\d+) bytes", r.stdout)
+            return int(m.group(1)) if m else -1
+        for device in ["1G", "2G"]:
+            env = {"FAKECUDA_TOTAL_MEM": device}
+            base = run(build, ["fill_mix", "turns"], preload=False, env=env)
+            expect_ok(base, "fill_mix", f"{device}: without pagefast")
+            first, total = served(base, "first refusal after"), served(base, "served")
+            for conf in ["", "headroom:0", "chunk_size:2M", "chunk_size:1G", "release_delay:0", "big_chunks:off"]:
+                label = f"{device} [{conf or 'default'}]"
+                r = run(build, ["fill_mix", "turns"], env=dict(env, PAGEFAST_CONF=conf) if conf else env)
+                expect_ok(r, "fill_mix", f"{label}: pagefast")
+                check(served(r, "first refusal after") >= first,
+                      f"{label}: first refusal after {served(r, 'first refusal after') // MiB} MiB, the driver "
+                      f"alone's after {first // MiB} MiB")
+                check(served(r, "served") * 100 >= total * 99,
+                      f"{label}: {served(r, 'served') // MiB} MiB served in all, the driver alone {total // MiB} MiB")
+    elif name == "extremes":
+        extremes(build)
     else:
         print("unknown case " + name)
         return 2

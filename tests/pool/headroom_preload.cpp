@@ -23,9 +23,19 @@
 //              synchronization), and after cuCtxSynchronize it succeeds;
 //              pagefast, holding nothing that waits, does not synchronize
 //              on the program's behalf
+//              (argv[2] "pending": first the pool holds freed blocks that
+//              wait for a synchronization of its own; same answers)
 //   free_async a pool block freed with cuMemFreeAsync is freed (a second
 //              free is INVALID_VALUE, an interior pointer too), and its
 //              memory is reused only after the stream's earlier work
+//   serve      a mix of sizes, each written and checked, freed and
+//              allocated again: whatever the configuration, an allocation
+//              that cuMemGetInfo leaves room for succeeds and holds its data
+//   fill_mix   fills the device with a deterministic mix of sizes until
+//              every size is refused, each size until refused or (argv[2]
+//              "turns") one of each in turn; prints the bytes served before
+//              the first refusal and in all (the sizes: argv[3...], or a
+//              mix of 512 bytes to 64 MiB)
 #include <cuda.h>
 #include <unistd.h>
 
@@ -201,9 +211,20 @@ int free_async() {
   return 0;
 }
 
-int async_then_alloc() {
+int async_then_alloc(bool pending) {
   size_t free_bytes = 0, total = 0;
   CHECK_CU(cuMemGetInfo_v2(&free_bytes, &total));
+  if (pending) {
+    // Blocks of the pool's, freed and waiting for its synchronization:
+    // its out-of-memory path then has a reason to synchronize.
+    std::vector<CUdeviceptr> blocks;
+    for (size_t bytes : {size_t(4096), 3 * kMiB, 32 * kMiB, 32 * kMiB}) {
+      CUdeviceptr b = 0;
+      CHECK_CU(cuMemAlloc_v2(&b, bytes));
+      blocks.push_back(b);
+    }
+    for (CUdeviceptr b : blocks) CHECK_CU(cuMemFree_v2(b));
+  }
   CUdeviceptr big = 0;
   // 75% rather than CuPy's 70%: the fake's context takes no memory.
   CHECK_CU(cuMemAllocAsync(&big, size_t(0.75 * double(total)), nullptr));
@@ -215,10 +236,91 @@ int async_then_alloc() {
   CHECK_CU(cuCtxSynchronize());
   const CUresult after_sync = cuMemAlloc_v2(&p, rest);
   if (after_sync == CUDA_SUCCESS) CHECK_CU(cuMemFree_v2(p));
-  std::printf("async_then_alloc before the sync %d after %d\n", int(before_sync), int(after_sync));
+  std::printf("async_then_alloc%s before the sync %d after %d\n", pending ? " pending" : "", int(before_sync),
+              int(after_sync));
   if (before_sync != CUDA_ERROR_OUT_OF_MEMORY) return fail("async_then_alloc: served before a synchronization");
   if (after_sync != CUDA_SUCCESS) return fail("async_then_alloc: refused after the synchronization");
   std::printf("ok async_then_alloc\n");
+  return 0;
+}
+
+// Every byte of [p, p + bytes) must be `value`.
+bool holds(CUdeviceptr p, size_t bytes, unsigned char value) {
+  const unsigned char* at = reinterpret_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < bytes; ++i)
+    if (at[i] != value) return false;
+  return true;
+}
+
+int serve() {
+  const size_t sizes[] = {512, 4096, 100 * 1000, kMiB + 3, 3 * kMiB, 20 * kMiB, 64 * kMiB, 96 * kMiB};
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::pair<CUdeviceptr, size_t>> held;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i) {
+      size_t free_bytes = 0, total = 0;
+      CHECK_CU(cuMemGetInfo_v2(&free_bytes, &total));
+      CUdeviceptr p = 0;
+      const CUresult r = cuMemAlloc_v2(&p, sizes[i]);
+      // Room for the block's granules and a slab beside: then it must fit.
+      const size_t needed = ((sizes[i] + 2 * kMiB - 1) & ~(2 * kMiB - 1)) + 16 * kMiB;
+      if (r == CUDA_ERROR_OUT_OF_MEMORY && needed > free_bytes) continue;
+      if (r != CUDA_SUCCESS) {
+        std::printf("FAIL serve: %zu bytes answered %d with %zu MiB reported free\n", sizes[i], int(r),
+                    free_bytes / kMiB);
+        return 1;
+      }
+      CHECK_CU(cuMemsetD8_v2(p, static_cast<unsigned char>(0x31 + i + round), sizes[i]));
+      held.push_back({p, sizes[i]});
+    }
+    for (size_t i = 0; i < held.size(); ++i)
+      if (!holds(held[i].first, held[i].second, static_cast<unsigned char>(0x31 + i + round)))
+        return fail("serve: a block does not hold its data");
+    for (const auto& b : held) CHECK_CU(cuMemFree_v2(b.first));
+    std::printf("serve round %d: %zu blocks\n", round, held.size());
+  }
+  std::printf("ok serve\n");
+  return 0;
+}
+
+// In turns (one of each size in turn, large to small, so that the device
+// ends full of a mix) or in order (each size until refused, then the
+// next); a size that is refused leaves the turn.
+int fill_mix(bool in_turns, std::vector<size_t> sizes) {
+  // Large and mid-size blocks, and small ones of exact size classes whose
+  // slabs span several granules (so that rounding takes nothing).
+  if (sizes.empty())
+    sizes = {64 * kMiB, 20 * kMiB, 7 * kMiB, 3 * kMiB, kMiB, 917504, 589824, 294912, 229376, 98304, 12288, 4096, 512};
+  const size_t count = sizes.size();
+  std::vector<bool> refused(count, false);
+  std::vector<CUdeviceptr> held;
+  size_t served = 0, left = count;
+  while (left) {
+    for (size_t i = 0; i < count; ++i) {
+      while (!refused[i]) {
+        CUdeviceptr p = 0;
+        const CUresult r = cuMemAlloc_v2(&p, sizes[i]);
+        if (r == CUDA_SUCCESS) {
+          held.push_back(p);
+          served += sizes[i];
+        } else if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+          refused[i] = true;
+          --left;
+          size_t free_bytes = 0, total = 0;
+          CHECK_CU(cuMemGetInfo_v2(&free_bytes, &total));
+          if (left + 1 == count) std::printf("fill_mix first refusal after %zu bytes\n", served);
+          std::printf("fill_mix %zu bytes refused at %zu MiB served, %zu MiB reported free\n", sizes[i], served / kMiB,
+                      free_bytes / kMiB);
+        } else {
+          std::printf("FAIL fill_mix: %zu bytes answered %d\n", sizes[i], int(r));
+          return 1;
+        }
+        if (in_turns) break;
+      }
+    }
+  }
+  for (CUdeviceptr p : held) CHECK_CU(cuMemFree_v2(p));
+  std::printf("fill_mix served %zu bytes in %zu blocks\n", served, held.size());
+  std::printf("ok fill_mix\n");
   return 0;
 }
 
@@ -234,6 +336,12 @@ int main(int argc, char** argv) {
   if (c == "headroom") return headroom(bytes);
   if (c == "pressure") return pressure(bytes);
   if (c == "free_async") return free_async();
-  if (c == "async_then_alloc") return async_then_alloc();
+  if (c == "async_then_alloc") return async_then_alloc(argc > 2 && std::string(argv[2]) == "pending");
+  if (c == "serve") return serve();
+  if (c == "fill_mix") {
+    std::vector<size_t> sizes;
+    for (int i = 3; i < argc; ++i) sizes.push_back(std::strtoull(argv[i], nullptr, 10));
+    return fill_mix(argc > 2 && std::string(argv[2]) == "turns", sizes);
+  }
   return fail("unknown case");
 }
