@@ -26,6 +26,7 @@
 #undef cuStreamBeginCaptureToGraph
 #undef cuDevicePrimaryCtxReset
 #undef cuDevicePrimaryCtxRelease
+#undef cuCtxDestroy
 #undef cuIpcOpenMemHandle
 
 #define PF_NO_LIMIT 0x7fffffff
@@ -36,6 +37,7 @@ typedef CUresult(CUDAAPI* PFN_cuStreamBeginCapture_v10000)(CUstream stream);
 typedef CUresult(CUDAAPI* PFN_cuStreamBeginCapture_v10000_ptsz)(CUstream stream);
 typedef CUresult(CUDAAPI* PFN_cuDevicePrimaryCtxReset_v7000)(CUdevice device);
 typedef CUresult(CUDAAPI* PFN_cuDevicePrimaryCtxRelease_v7000)(CUdevice device);
+typedef CUresult(CUDAAPI* PFN_cuCtxDestroy_v2000)(CUcontext ctx);
 typedef CUresult(CUDAAPI* PFN_cuGraphInstantiate_v11000)(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node,
                                                          char* log, size_t log_bytes);
 typedef CUresult(CUDAAPI* PFN_cuIpcOpenMemHandle_v4010)(CUdeviceptr_v2* pdptr, CUipcMemHandle_v1 handle,
@@ -247,6 +249,11 @@ typedef CUresult(CUDAAPI* PFN_cuIpcOpenMemHandle_v4010)(CUdeviceptr_v2* pdptr, C
     PFN_cuDevicePrimaryCtxRelease_v7000, (CUdevice device), (device))                           \
   X(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease", 11000, PF_NO_LIMIT, 0,          \
     PFN_cuDevicePrimaryCtxRelease_v11000, (CUdevice device), (device))                          \
+  /* Destroying a context frees its memory: the pool's blocks allocated                         \
+     in it go back to the pool (pool_api.h after_context_destroy). */                           \
+  X(cuCtxDestroy, "cuCtxDestroy", 2000, 4000, 0, PFN_cuCtxDestroy_v2000, (CUcontext ctx), (ctx)) \
+  X(cuCtxDestroy_v2, "cuCtxDestroy", 4000, PF_NO_LIMIT, 0, PFN_cuCtxDestroy_v4000, (CUcontext ctx), \
+    (ctx))                                                                                      \
   X(cuGetProcAddress, "cuGetProcAddress", 11030, 12000, 0, PFN_cuGetProcAddress_v11030,         \
     (const char* symbol, void** pfn, int cuda_version, cuuint64_t flags),                       \
     (symbol, pfn, cuda_version, flags))                                                         \

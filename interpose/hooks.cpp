@@ -492,6 +492,22 @@ PF_PRIMARY_RELEASE(cuDevicePrimaryCtxRelease)
 PF_PRIMARY_RELEASE(cuDevicePrimaryCtxRelease_v2)
 #undef PF_PRIMARY_RELEASE
 
+// Context destruction: the driver frees the context's memory; the pool's
+// blocks allocated in it go back to the pool once it did.
+#define PF_CTX_DESTROY(symbol)                                                  \
+  CUresult symbol(CUcontext ctx) {                                              \
+    const bool on = active(Entry::symbol);                                      \
+    const RealDriver* real = real_driver();                                     \
+    if (!real || !real->symbol) return kMissing;                                \
+    const pool::ContextDestroy destroy = on ? pool::before_context_destroy(ctx) : pool::ContextDestroy{}; \
+    const CUresult result = real->symbol(ctx);                                  \
+    if (on) pool::after_context_destroy(destroy, result == CUDA_SUCCESS);       \
+    return result;                                                              \
+  }
+PF_CTX_DESTROY(cuCtxDestroy)
+PF_CTX_DESTROY(cuCtxDestroy_v2)
+#undef PF_CTX_DESTROY
+
 CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
                              CUdriverProcAddressQueryResult* status) {
   const bool on = active(Entry::cuGetProcAddress_v2);

@@ -106,6 +106,23 @@ void on_peer_access_disabled(int accessor, int owner);
 // pool's (calls on them go to the driver, which answers for them).
 void on_device_reset(int device);
 
+// cuCtxDestroy(_v2): the driver frees a context's memory with it, so the
+// pool's blocks allocated in that context go back to the pool (through
+// the quarantine: reused after a later synchronisation), and a later free
+// of one answers as for any address that is no block. before_context_destroy
+// takes the context's record out before the driver's call (a context the
+// driver makes at the same address meanwhile gets a record of its own);
+// after_context_destroy frees its blocks when the driver destroyed it, or
+// puts the record back when it refused. No CUDA call but the provider's
+// bookkeeping; a slow path (a walk over the pool's memory in use).
+struct ContextDestroy {
+  CUcontext context = nullptr;
+  int device = -1;
+  uint16_t tag = 0;  // policy::ContextTag; 0: the context allocated nothing here
+};
+ContextDestroy before_context_destroy(CUcontext context);
+void after_context_destroy(const ContextDestroy& destroy, bool destroyed);
+
 // The figures of device `device`'s pool; false when it has none. Counters
 // and try-locks only; no CUDA (the live publisher calls it every 0.5 s).
 bool stats_of(int device, policy::PoolStats* out);
