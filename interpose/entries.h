@@ -228,6 +228,10 @@ typedef CUresult(CUDAAPI* PFN_cuIpcOpenMemHandle_v4010)(CUdeviceptr_v2* pdptr, C
     (void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,      \
      unsigned long long flags),                                                                 \
     (shareable, handle, type, flags))                                                           \
+  X(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", 10020, PF_NO_LIMIT, 0,    \
+    PFN_cuMemImportFromShareableHandle_v10020,                                                  \
+    (CUmemGenericAllocationHandle* handle, void* osHandle, CUmemAllocationHandleType type),     \
+    (handle, osHandle, type))                                                                   \
   X(cuMemGetAllocationPropertiesFromHandle, "cuMemGetAllocationPropertiesFromHandle", 10020,    \
     PF_NO_LIMIT, 0, PFN_cuMemGetAllocationPropertiesFromHandle_v10020,                          \
     (CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle), (prop, handle))           \
@@ -283,7 +287,6 @@ typedef CUresult(CUDAAPI* PFN_cuIpcOpenMemHandle_v4010)(CUdeviceptr_v2* pdptr, C
   X(cuGetErrorName, PFN_cuGetErrorName_v6000)                                  \
   X(cuStreamIsCapturing, PFN_cuStreamIsCapturing_v10000)                       \
   X(cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020)   \
-  X(cuMemImportFromShareableHandle, PFN_cuMemImportFromShareableHandle_v10020) \
   X(cuMemHostAlloc, PFN_cuMemHostAlloc_v2020)                                  \
   X(cuMemFreeHost, PFN_cuMemFreeHost_v2000)                                    \
   X(cuMemcpyDtoH_v2, PFN_cuMemcpyDtoH_v3020)                                   \

@@ -368,14 +368,26 @@ PF_OWN_VMM(cuMemMap, map,
 PF_OWN_VMM(cuMemUnmap, unmap, (CUdeviceptr ptr, size_t bytes), (ptr, bytes), pool::own_unmapped(ptr, bytes))
 PF_OWN_VMM(cuMemRetainAllocationHandle, retain, (CUmemGenericAllocationHandle* handle, void* addr),
            (handle, addr), pool::own_retained(*handle))
+PF_OWN_VMM(cuMemExportToShareableHandle, export_handle,
+           (void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
+            unsigned long long flags),
+           (shareable, handle, type, flags), pool::own_exported(handle, shareable, type))
 #undef PF_OWN_VMM
+
+// An import gives the program a handle of memory (its own exported memory
+// again, or another process's): forwarded, and noted in the ledger.
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* osHandle,
+                                        CUmemAllocationHandleType type) {
+  const bool on = active(Entry::cuMemImportFromShareableHandle);
+  const RealDriver* real = real_driver();
+  if (!real || !real->cuMemImportFromShareableHandle) return kMissing;
+  const CUresult result = vmm_driver::import_handle(real, handle, osHandle, type);
+  if (on && result == CUDA_SUCCESS && handle) pool::own_imported(*handle, osHandle, type);
+  return result;
+}
 PF_CLIENT_VMM(cuMemSetAccess, set_access, (CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count),
               (ptr, bytes, desc, count))
 PF_CLIENT_VMM(cuMemAddressFree, address_free, (CUdeviceptr ptr, size_t bytes), (ptr, bytes))
-PF_CLIENT_VMM(cuMemExportToShareableHandle, export_handle,
-              (void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
-               unsigned long long flags),
-              (shareable, handle, type, flags))
 PF_CLIENT_VMM(cuMemGetAllocationPropertiesFromHandle, properties,
               (CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle), (prop, handle))
 #undef PF_CLIENT_VMM

@@ -76,9 +76,13 @@ void make_room_for_managed(size_t bytes);
 void relieve_headroom();
 // The program's own VMM memory, for sleep's answer (policy/own_memory.h):
 // the hooks note each successful cuMemCreate / cuMemRetainAllocationHandle
-// / cuMemRelease / cuMemMap / cuMemUnmap of the program while the pool is
-// on. own_resident_bytes: what of `device` the program still holds or maps.
+// / cuMemRelease / cuMemMap / cuMemUnmap / cuMemExportToShareableHandle /
+// cuMemImportFromShareableHandle of the program while the pool is on. own_resident_bytes: what of `device` the program still holds or maps.
 void own_created(CUmemGenericAllocationHandle handle, size_t bytes, const CUmemAllocationProp* prop);
+// cuMemExportToShareableHandle / cuMemImportFromShareableHandle succeeded:
+// `shareable` / `os_handle` as the program passed them.
+void own_exported(CUmemGenericAllocationHandle handle, const void* shareable, CUmemAllocationHandleType type);
+void own_imported(CUmemGenericAllocationHandle handle, void* os_handle, CUmemAllocationHandleType type);
 void own_retained(CUmemGenericAllocationHandle handle);
 void own_released(CUmemGenericAllocationHandle handle);
 void own_mapped(CUdeviceptr ptr, size_t bytes, CUmemGenericAllocationHandle handle);
