@@ -366,13 +366,36 @@ PF_OWN_VMM(cuMemMap, map,
             unsigned long long flags),
            (ptr, bytes, offset, handle, flags), pool::own_mapped(ptr, bytes, handle))
 PF_OWN_VMM(cuMemUnmap, unmap, (CUdeviceptr ptr, size_t bytes), (ptr, bytes), pool::own_unmapped(ptr, bytes))
-PF_OWN_VMM(cuMemRetainAllocationHandle, retain, (CUmemGenericAllocationHandle* handle, void* addr),
-           (handle, addr), pool::own_retained(*handle))
 PF_OWN_VMM(cuMemExportToShareableHandle, export_handle,
            (void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
             unsigned long long flags),
            (shareable, handle, type, flags), pool::own_exported(handle, shareable, type))
 #undef PF_OWN_VMM
+
+// Pool memory is cuMemAlloc memory to the program: no handle of it is
+// handed out (pool_api.h owns_address), as the driver hands out none for
+// memory cuMemAlloc made.
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  const bool on = active(Entry::cuMemRetainAllocationHandle);
+  if (on && pool::owns_address(reinterpret_cast<CUdeviceptr>(addr))) return CUDA_ERROR_INVALID_VALUE;
+  CUresult result;
+  if (on && pool::clients::on()) {
+    result = pool::clients::retain(handle, addr);
+  } else {
+    result = vmm_driver::retain_handle(real_driver(), handle, addr);
+  }
+  if (result == CUDA_SUCCESS) pool::own_retained(*handle);
+  return result;
+}
+
+// A pool chunk's handle is none of the program's (pool_api.h owns_handle).
+CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) {
+  if (active(Entry::cuMemGetAllocationPropertiesFromHandle)) {
+    if (pool::owns_handle(handle)) return CUDA_ERROR_INVALID_VALUE;
+    if (pool::clients::on()) return pool::clients::properties(prop, handle);
+  }
+  PF_FORWARD(cuMemGetAllocationPropertiesFromHandle, (prop, handle));
+}
 
 // An import gives the program a handle of memory (its own exported memory
 // again, or another process's): forwarded, and noted in the ledger.
@@ -388,8 +411,6 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, vo
 PF_CLIENT_VMM(cuMemSetAccess, set_access, (CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count),
               (ptr, bytes, desc, count))
 PF_CLIENT_VMM(cuMemAddressFree, address_free, (CUdeviceptr ptr, size_t bytes), (ptr, bytes))
-PF_CLIENT_VMM(cuMemGetAllocationPropertiesFromHandle, properties,
-              (CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle), (prop, handle))
 #undef PF_CLIENT_VMM
 
 // A deferred mapping is unmapped for real first: the program believes it is.

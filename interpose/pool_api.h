@@ -44,6 +44,15 @@ bool try_address_range(CUdeviceptr* base, size_t* bytes, CUdeviceptr dptr, CUres
 // BUFFER_ID, IS_LEGACY_CUDA_IPC_CAPABLE for its blocks after the real call.
 // Called after the real driver answered CUDA_SUCCESS; patches *data.
 void patch_pointer_attribute(void* data, CUpointer_attribute attribute, CUdeviceptr dptr);
+// Pool memory is cuMemAlloc memory to the program, and the pool's chunk
+// handles are none of the program's: cuMemRetainAllocationHandle on a
+// pool address and cuMemGetAllocationPropertiesFromHandle of a chunk
+// handle answer CUDA_ERROR_INVALID_VALUE, as the driver answers for
+// memory cuMemAlloc made and for a handle it never gave the program.
+// owns_address: any address of a live pool (in a block or not);
+// owns_handle: a walk over every pool's chunks under its device lock.
+bool owns_address(CUdeviceptr dptr);
+bool owns_handle(CUmemGenericAllocationHandle handle);
 // cuIpcGetMemHandle on pool memory: pagefast's own handle (ipc.h), or a
 // clear error where the device cannot share VMM memory.
 bool try_ipc_get_mem_handle(CUipcMemHandle* handle, CUdeviceptr dptr, CUresult* result);

@@ -161,6 +161,13 @@ class Arena {
   Granules lent() const { return lent_; }
   uint64_t chunk_count() const { return chunks_.size(); }
   uint64_t reserved_bytes() const { return address_space_.reserved_bytes(); }
+  // Whether `handle` is one of the arena's chunks (a chunk that sleeps
+  // without its handle has none). Device lock held by the caller.
+  bool holds_handle(ChunkHandle handle) const {
+    for (const auto& [home, chunk] : chunks_)
+      if (chunk.handle.value == handle.value && (!chunk.asleep || chunk.handle_kept)) return true;
+    return false;
+  }
   // visit(addr, end_addr) over the address space in use (home chunks and
   // stitches). Device lock held by the caller.
   template <typename Visit>

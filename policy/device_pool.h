@@ -202,6 +202,10 @@ class DevicePool final : public IdleMemory {
   // these blocks as the program would have (device_pool_contexts.cpp).
   // Takes the device lock; no provider call. false on host out of memory.
   bool blocks_of_context(ContextTag context, std::vector<uint64_t>* out);
+  // Whether `handle` is one of the pool's chunks (the program never gets
+  // one: it is refused as the driver refuses a handle it did not make).
+  // Takes the device lock; a walk over the chunks.
+  bool holds_chunk(ChunkHandle handle);
 
   // Releases all idle memory that can be: retires the quarantine (sync
   // if allowed), drains thread caches, empty slabs, free stitches, and

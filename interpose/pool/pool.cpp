@@ -423,6 +423,16 @@ void patch_pointer_attribute(void* data, CUpointer_attribute attribute, CUdevice
   }
 }
 
+bool owns_address(CUdeviceptr dptr) { return g_active.load(std::memory_order_acquire) && live_span(dptr); }
+
+bool owns_handle(CUmemGenericAllocationHandle handle) {
+  for (int d = 0; d < kMaxDevices; ++d) {
+    DevicePool* pool = pool_for_device(d);
+    if (pool && !retired(pool) && pool->holds_chunk(policy::ChunkHandle{uint64_t(handle)})) return true;
+  }
+  return false;
+}
+
 bool try_ipc_get_mem_handle(CUipcMemHandle* handle, CUdeviceptr dptr, CUresult* result) {
   if (!g_active.load(std::memory_order_acquire)) return false;
   policy::Span* span = live_span(dptr);

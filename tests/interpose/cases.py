@@ -318,6 +318,25 @@ def case_ctx_destroy():
     check(len(gone) >= 50, f"each destroy gave its blocks back ({len(gone)} debug lines)")
 
 
+def case_alloc_handles():
+    """The VMM handle queries on cuMemAlloc memory (pool blocks under
+    pagefast) answer as the driver does: no allocation handle for it, and
+    no handle value of pagefast's own chunks answers property queries. The
+    pool's cuMemGetAccess answer is its mapping's access (docs/POOL.md)."""
+    argv = [os.path.join(paths()["bin"], "alloc_handles")]
+    base = run(argv)
+    check(base.returncode == 0 and "done" in base.stdout, f"runs without pagefast ({base.stdout[-300:]})")
+    check("retain big 1, handle untouched" in base.stdout, "the driver refuses a handle of cuMemAlloc memory")
+    r, stats = with_stats(argv, {})
+    check(r.returncode == 0 and r.stdout == base.stdout, "identical output under pagefast")
+    if r.stdout != base.stdout:
+        print(base.stdout, "---", r.stdout)
+    check(stats and stats["pool"]["devices"] and stats["pool"]["devices"][0]["in_use_bytes"] == 0,
+          "the blocks were pool memory, all freed")
+    check("access of big 1," in base.stderr, f"the fake driver: no access flags for cuMemAlloc memory ({base.stderr})")
+    check("access of big 0, flags 3" in r.stderr, f"pagefast: the pool mapping's flags, read-write ({r.stderr})")
+
+
 def case_exports():
     """Only the table's entry points, dlsym and pagefast_* leave the library;
     it needs nothing but glibc (no libcuda, libcudart, spdlog, fmt, libstdc++)."""
