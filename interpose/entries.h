@@ -269,32 +269,32 @@ typedef CUresult(CUDAAPI* PFN_cuIpcOpenMemHandle_v4010)(CUdeviceptr_v2* pdptr, C
 
 // Driver functions pagefast calls but does not replace. The VMM provider
 // calls the cuMem* functions of both lists through RealDriver, never a hook.
-#define PAGEFAST_REAL_ONLY(X)                                                  \
-  X(cuInit, PFN_cuInit_v2000)                                                  \
-  X(cuDriverGetVersion, PFN_cuDriverGetVersion_v2020)                          \
-  X(cuDeviceGet, PFN_cuDeviceGet_v2000)                                        \
-  X(cuDeviceGetCount, PFN_cuDeviceGetCount_v2000)                              \
-  X(cuDeviceGetAttribute, PFN_cuDeviceGetAttribute_v2000)                      \
-  X(cuDeviceTotalMem_v2, PFN_cuDeviceTotalMem_v3020)                           \
-  X(cuDeviceGetPCIBusId, PFN_cuDeviceGetPCIBusId_v4010)                        \
-  X(cuCtxGetCurrent, PFN_cuCtxGetCurrent_v4000)                                \
-  X(cuDevicePrimaryCtxGetState, PFN_cuDevicePrimaryCtxGetState_v7000)          \
-  X(cuCtxSetCurrent, PFN_cuCtxSetCurrent_v4000)                                \
-  X(cuCtxGetDevice, PFN_cuCtxGetDevice_v2000)                                  \
-  X(cuCtxSynchronize, PFN_cuCtxSynchronize_v2000)                              \
-  X(cuCtxPushCurrent_v2, PFN_cuCtxPushCurrent_v4000)                           \
-  X(cuCtxPopCurrent_v2, PFN_cuCtxPopCurrent_v4000)                             \
-  X(cuGetErrorName, PFN_cuGetErrorName_v6000)                                  \
-  X(cuStreamIsCapturing, PFN_cuStreamIsCapturing_v10000)                       \
-  X(cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020)   \
-  X(cuMemHostAlloc, PFN_cuMemHostAlloc_v2020)                                  \
-  X(cuMemFreeHost, PFN_cuMemFreeHost_v2000)                                    \
-  X(cuMemcpyDtoH_v2, PFN_cuMemcpyDtoH_v3020)                                   \
-  X(cuMemcpyHtoD_v2, PFN_cuMemcpyHtoD_v3020)                                   \
-  X(cuMemcpyDtoHAsync_v2, PFN_cuMemcpyDtoHAsync_v3020)                         \
-  X(cuMemcpyHtoDAsync_v2, PFN_cuMemcpyHtoDAsync_v3020)                         \
-  X(cuStreamCreate, PFN_cuStreamCreate_v2000)                                  \
-  X(cuStreamSynchronize, PFN_cuStreamSynchronize_v2000)                        \
+#define PAGEFAST_REAL_ONLY(X)                                                \
+  X(cuInit, PFN_cuInit_v2000)                                                \
+  X(cuDriverGetVersion, PFN_cuDriverGetVersion_v2020)                        \
+  X(cuDeviceGet, PFN_cuDeviceGet_v2000)                                      \
+  X(cuDeviceGetCount, PFN_cuDeviceGetCount_v2000)                            \
+  X(cuDeviceGetAttribute, PFN_cuDeviceGetAttribute_v2000)                    \
+  X(cuDeviceTotalMem_v2, PFN_cuDeviceTotalMem_v3020)                         \
+  X(cuDeviceGetPCIBusId, PFN_cuDeviceGetPCIBusId_v4010)                      \
+  X(cuCtxGetCurrent, PFN_cuCtxGetCurrent_v4000)                              \
+  X(cuDevicePrimaryCtxGetState, PFN_cuDevicePrimaryCtxGetState_v7000)        \
+  X(cuCtxSetCurrent, PFN_cuCtxSetCurrent_v4000)                              \
+  X(cuCtxGetDevice, PFN_cuCtxGetDevice_v2000)                                \
+  X(cuCtxSynchronize, PFN_cuCtxSynchronize_v2000)                            \
+  X(cuCtxPushCurrent_v2, PFN_cuCtxPushCurrent_v4000)                         \
+  X(cuCtxPopCurrent_v2, PFN_cuCtxPopCurrent_v4000)                           \
+  X(cuGetErrorName, PFN_cuGetErrorName_v6000)                                \
+  X(cuStreamIsCapturing, PFN_cuStreamIsCapturing_v10000)                     \
+  X(cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020) \
+  X(cuMemHostAlloc, PFN_cuMemHostAlloc_v2020)                                \
+  X(cuMemFreeHost, PFN_cuMemFreeHost_v2000)                                  \
+  X(cuMemcpyDtoH_v2, PFN_cuMemcpyDtoH_v3020)                                 \
+  X(cuMemcpyHtoD_v2, PFN_cuMemcpyHtoD_v3020)                                 \
+  X(cuMemcpyDtoHAsync_v2, PFN_cuMemcpyDtoHAsync_v3020)                       \
+  X(cuMemcpyHtoDAsync_v2, PFN_cuMemcpyHtoDAsync_v3020)                       \
+  X(cuStreamCreate, PFN_cuStreamCreate_v2000)                                \
+  X(cuStreamSynchronize, PFN_cuStreamSynchronize_v2000)                      \
   X(cuStreamDestroy_v2, PFN_cuStreamDestroy_v4000)
 
 namespace pagefast {

@@ -105,7 +105,7 @@ struct StitchInfo {
 struct SlabBlockInfo {
   std::atomic<uint64_t> buffer_id{0};
   std::atomic<uint32_t> requested_bytes{0};
-  std::atomic<uint8_t> live{0};          // 1 while the program owns it
+  std::atomic<uint8_t> live{0};                        // 1 while the program owns it
   std::atomic<ContextTag> context_tag{kNoContextTag};  // as Block::context_tag
 };
 // The context tag fits the padding: a small block still costs 16 bytes.

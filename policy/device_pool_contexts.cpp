@@ -21,8 +21,7 @@ void slab_blocks_of(const Slab* slab, ContextTag context, std::vector<uint64_t>*
   const uint64_t base = slab->base_addr();
   for (uint32_t i = 0; i < slab->block_count; ++i) {
     const SlabBlockInfo& info = slab->info[i];
-    if (info.live.load(std::memory_order_acquire) == 1 &&
-        info.context_tag.load(std::memory_order_relaxed) == context)
+    if (info.live.load(std::memory_order_acquire) == 1 && info.context_tag.load(std::memory_order_relaxed) == context)
       out->push_back(base + uint64_t(i) * slab->block_bytes);
   }
 }

@@ -28,8 +28,7 @@ void OwnMemory::imported(uint64_t handle, const ShareKey* key, int device) {
   auto exported = key ? exports_.find(*key) : exports_.end();
   if (exported != exports_.end())
     handles_[handle] = Handle{exported->second.bytes, exported->second.device, 1, 0, exported->second.allocation, true};
-  else
-    handles_[handle] = Handle{0, device, 1, 0, next_allocation_++, false};
+  else handles_[handle] = Handle{0, device, 1, 0, next_allocation_++, false};
 }
 
 void OwnMemory::retained(uint64_t handle) {

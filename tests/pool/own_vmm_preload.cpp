@@ -18,9 +18,9 @@
 #include <cstring>
 #include <string>
 
+#include "fakecuda.h"
 #include "interpose/pagefast.h"
 #include "preload_program.h"
-#include "fakecuda.h"
 
 using namespace preload_program;
 
