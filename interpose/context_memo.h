@@ -5,9 +5,10 @@
 // cuCtxGetCurrent is a thread-local read in the driver; cuCtxGetDevice is a
 // call that may take a lock. So the answer is kept per thread, keyed by the
 // context, and re-learned when the context changes and every
-// kRevalidateEvery uses: a context destroyed and re-created at the same
-// address for another device is noticed within that many calls (a
-// cuCtxDestroy hook would make it exact; docs/POOL.md).
+// kRevalidateEvery uses. The thread that destroys a context forgets it at
+// once (the pool's cuCtxDestroy hook); another thread that still had the
+// destroyed context current, when the driver re-creates one at the same
+// address, notices within that many calls (docs/POOL.md "Known gaps").
 //
 // Plain data: it lives in constant-initialised thread-local or per-thread
 // records (no constructor may run on the hot path).

@@ -26,6 +26,7 @@
 #undef cuStreamBeginCaptureToGraph
 #undef cuDevicePrimaryCtxReset
 #undef cuDevicePrimaryCtxRelease
+#undef cuCtxDestroy
 #undef cuIpcOpenMemHandle
 
 #define PF_NO_LIMIT 0x7fffffff
@@ -36,6 +37,7 @@ typedef CUresult(CUDAAPI* PFN_cuStreamBeginCapture_v10000)(CUstream stream);
 typedef CUresult(CUDAAPI* PFN_cuStreamBeginCapture_v10000_ptsz)(CUstream stream);
 typedef CUresult(CUDAAPI* PFN_cuDevicePrimaryCtxReset_v7000)(CUdevice device);
 typedef CUresult(CUDAAPI* PFN_cuDevicePrimaryCtxRelease_v7000)(CUdevice device);
+typedef CUresult(CUDAAPI* PFN_cuCtxDestroy_v2000)(CUcontext ctx);
 typedef CUresult(CUDAAPI* PFN_cuGraphInstantiate_v11000)(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node,
                                                          char* log, size_t log_bytes);
 typedef CUresult(CUDAAPI* PFN_cuIpcOpenMemHandle_v4010)(CUdeviceptr_v2* pdptr, CUipcMemHandle_v1 handle,
@@ -226,6 +228,10 @@ typedef CUresult(CUDAAPI* PFN_cuIpcOpenMemHandle_v4010)(CUdeviceptr_v2* pdptr, C
     (void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,      \
      unsigned long long flags),                                                                 \
     (shareable, handle, type, flags))                                                           \
+  X(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", 10020, PF_NO_LIMIT, 0,    \
+    PFN_cuMemImportFromShareableHandle_v10020,                                                  \
+    (CUmemGenericAllocationHandle* handle, void* osHandle, CUmemAllocationHandleType type),     \
+    (handle, osHandle, type))                                                                   \
   X(cuMemGetAllocationPropertiesFromHandle, "cuMemGetAllocationPropertiesFromHandle", 10020,    \
     PF_NO_LIMIT, 0, PFN_cuMemGetAllocationPropertiesFromHandle_v10020,                          \
     (CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle), (prop, handle))           \
@@ -247,6 +253,11 @@ typedef CUresult(CUDAAPI* PFN_cuIpcOpenMemHandle_v4010)(CUdeviceptr_v2* pdptr, C
     PFN_cuDevicePrimaryCtxRelease_v7000, (CUdevice device), (device))                           \
   X(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease", 11000, PF_NO_LIMIT, 0,          \
     PFN_cuDevicePrimaryCtxRelease_v11000, (CUdevice device), (device))                          \
+  /* Destroying a context frees its memory: the pool's blocks allocated                         \
+     in it go back to the pool (pool_api.h after_context_destroy). */                           \
+  X(cuCtxDestroy, "cuCtxDestroy", 2000, 4000, 0, PFN_cuCtxDestroy_v2000, (CUcontext ctx), (ctx)) \
+  X(cuCtxDestroy_v2, "cuCtxDestroy", 4000, PF_NO_LIMIT, 0, PFN_cuCtxDestroy_v4000, (CUcontext ctx), \
+    (ctx))                                                                                      \
   X(cuGetProcAddress, "cuGetProcAddress", 11030, 12000, 0, PFN_cuGetProcAddress_v11030,         \
     (const char* symbol, void** pfn, int cuda_version, cuuint64_t flags),                       \
     (symbol, pfn, cuda_version, flags))                                                         \
@@ -258,33 +269,32 @@ typedef CUresult(CUDAAPI* PFN_cuIpcOpenMemHandle_v4010)(CUdeviceptr_v2* pdptr, C
 
 // Driver functions pagefast calls but does not replace. The VMM provider
 // calls the cuMem* functions of both lists through RealDriver, never a hook.
-#define PAGEFAST_REAL_ONLY(X)                                                  \
-  X(cuInit, PFN_cuInit_v2000)                                                  \
-  X(cuDriverGetVersion, PFN_cuDriverGetVersion_v2020)                          \
-  X(cuDeviceGet, PFN_cuDeviceGet_v2000)                                        \
-  X(cuDeviceGetCount, PFN_cuDeviceGetCount_v2000)                              \
-  X(cuDeviceGetAttribute, PFN_cuDeviceGetAttribute_v2000)                      \
-  X(cuDeviceTotalMem_v2, PFN_cuDeviceTotalMem_v3020)                           \
-  X(cuDeviceGetPCIBusId, PFN_cuDeviceGetPCIBusId_v4010)                        \
-  X(cuCtxGetCurrent, PFN_cuCtxGetCurrent_v4000)                                \
-  X(cuDevicePrimaryCtxGetState, PFN_cuDevicePrimaryCtxGetState_v7000)          \
-  X(cuCtxSetCurrent, PFN_cuCtxSetCurrent_v4000)                                \
-  X(cuCtxGetDevice, PFN_cuCtxGetDevice_v2000)                                  \
-  X(cuCtxSynchronize, PFN_cuCtxSynchronize_v2000)                              \
-  X(cuCtxPushCurrent_v2, PFN_cuCtxPushCurrent_v4000)                           \
-  X(cuCtxPopCurrent_v2, PFN_cuCtxPopCurrent_v4000)                             \
-  X(cuGetErrorName, PFN_cuGetErrorName_v6000)                                  \
-  X(cuStreamIsCapturing, PFN_cuStreamIsCapturing_v10000)                       \
-  X(cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020)   \
-  X(cuMemImportFromShareableHandle, PFN_cuMemImportFromShareableHandle_v10020) \
-  X(cuMemHostAlloc, PFN_cuMemHostAlloc_v2020)                                  \
-  X(cuMemFreeHost, PFN_cuMemFreeHost_v2000)                                    \
-  X(cuMemcpyDtoH_v2, PFN_cuMemcpyDtoH_v3020)                                   \
-  X(cuMemcpyHtoD_v2, PFN_cuMemcpyHtoD_v3020)                                   \
-  X(cuMemcpyDtoHAsync_v2, PFN_cuMemcpyDtoHAsync_v3020)                         \
-  X(cuMemcpyHtoDAsync_v2, PFN_cuMemcpyHtoDAsync_v3020)                         \
-  X(cuStreamCreate, PFN_cuStreamCreate_v2000)                                  \
-  X(cuStreamSynchronize, PFN_cuStreamSynchronize_v2000)                        \
+#define PAGEFAST_REAL_ONLY(X)                                                \
+  X(cuInit, PFN_cuInit_v2000)                                                \
+  X(cuDriverGetVersion, PFN_cuDriverGetVersion_v2020)                        \
+  X(cuDeviceGet, PFN_cuDeviceGet_v2000)                                      \
+  X(cuDeviceGetCount, PFN_cuDeviceGetCount_v2000)                            \
+  X(cuDeviceGetAttribute, PFN_cuDeviceGetAttribute_v2000)                    \
+  X(cuDeviceTotalMem_v2, PFN_cuDeviceTotalMem_v3020)                         \
+  X(cuDeviceGetPCIBusId, PFN_cuDeviceGetPCIBusId_v4010)                      \
+  X(cuCtxGetCurrent, PFN_cuCtxGetCurrent_v4000)                              \
+  X(cuDevicePrimaryCtxGetState, PFN_cuDevicePrimaryCtxGetState_v7000)        \
+  X(cuCtxSetCurrent, PFN_cuCtxSetCurrent_v4000)                              \
+  X(cuCtxGetDevice, PFN_cuCtxGetDevice_v2000)                                \
+  X(cuCtxSynchronize, PFN_cuCtxSynchronize_v2000)                            \
+  X(cuCtxPushCurrent_v2, PFN_cuCtxPushCurrent_v4000)                         \
+  X(cuCtxPopCurrent_v2, PFN_cuCtxPopCurrent_v4000)                           \
+  X(cuGetErrorName, PFN_cuGetErrorName_v6000)                                \
+  X(cuStreamIsCapturing, PFN_cuStreamIsCapturing_v10000)                     \
+  X(cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020) \
+  X(cuMemHostAlloc, PFN_cuMemHostAlloc_v2020)                                \
+  X(cuMemFreeHost, PFN_cuMemFreeHost_v2000)                                  \
+  X(cuMemcpyDtoH_v2, PFN_cuMemcpyDtoH_v3020)                                 \
+  X(cuMemcpyHtoD_v2, PFN_cuMemcpyHtoD_v3020)                                 \
+  X(cuMemcpyDtoHAsync_v2, PFN_cuMemcpyDtoHAsync_v3020)                       \
+  X(cuMemcpyHtoDAsync_v2, PFN_cuMemcpyHtoDAsync_v3020)                       \
+  X(cuStreamCreate, PFN_cuStreamCreate_v2000)                                \
+  X(cuStreamSynchronize, PFN_cuStreamSynchronize_v2000)                      \
   X(cuStreamDestroy_v2, PFN_cuStreamDestroy_v4000)
 
 namespace pagefast {

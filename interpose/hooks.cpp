@@ -366,18 +366,51 @@ PF_OWN_VMM(cuMemMap, map,
             unsigned long long flags),
            (ptr, bytes, offset, handle, flags), pool::own_mapped(ptr, bytes, handle))
 PF_OWN_VMM(cuMemUnmap, unmap, (CUdeviceptr ptr, size_t bytes), (ptr, bytes), pool::own_unmapped(ptr, bytes))
-PF_OWN_VMM(cuMemRetainAllocationHandle, retain, (CUmemGenericAllocationHandle* handle, void* addr),
-           (handle, addr), pool::own_retained(*handle))
+PF_OWN_VMM(cuMemExportToShareableHandle, export_handle,
+           (void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
+            unsigned long long flags),
+           (shareable, handle, type, flags), pool::own_exported(handle, shareable, type))
 #undef PF_OWN_VMM
+
+// Pool memory is cuMemAlloc memory to the program: no handle of it is
+// handed out (pool_api.h owns_address), as the driver hands out none for
+// memory cuMemAlloc made.
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  const bool on = active(Entry::cuMemRetainAllocationHandle);
+  if (on && pool::owns_address(reinterpret_cast<CUdeviceptr>(addr))) return CUDA_ERROR_INVALID_VALUE;
+  CUresult result;
+  if (on && pool::clients::on()) {
+    result = pool::clients::retain(handle, addr);
+  } else {
+    result = vmm_driver::retain_handle(real_driver(), handle, addr);
+  }
+  if (result == CUDA_SUCCESS) pool::own_retained(*handle);
+  return result;
+}
+
+// A pool chunk's handle is none of the program's (pool_api.h owns_handle).
+CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) {
+  if (active(Entry::cuMemGetAllocationPropertiesFromHandle)) {
+    if (pool::owns_handle(handle)) return CUDA_ERROR_INVALID_VALUE;
+    if (pool::clients::on()) return pool::clients::properties(prop, handle);
+  }
+  PF_FORWARD(cuMemGetAllocationPropertiesFromHandle, (prop, handle));
+}
+
+// An import gives the program a handle of memory (its own exported memory
+// again, or another process's): forwarded, and noted in the ledger.
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* osHandle,
+                                        CUmemAllocationHandleType type) {
+  const bool on = active(Entry::cuMemImportFromShareableHandle);
+  const RealDriver* real = real_driver();
+  if (!real || !real->cuMemImportFromShareableHandle) return kMissing;
+  const CUresult result = vmm_driver::import_handle(real, handle, osHandle, type);
+  if (on && result == CUDA_SUCCESS && handle) pool::own_imported(*handle, osHandle, type);
+  return result;
+}
 PF_CLIENT_VMM(cuMemSetAccess, set_access, (CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count),
               (ptr, bytes, desc, count))
 PF_CLIENT_VMM(cuMemAddressFree, address_free, (CUdeviceptr ptr, size_t bytes), (ptr, bytes))
-PF_CLIENT_VMM(cuMemExportToShareableHandle, export_handle,
-              (void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
-               unsigned long long flags),
-              (shareable, handle, type, flags))
-PF_CLIENT_VMM(cuMemGetAllocationPropertiesFromHandle, properties,
-              (CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle), (prop, handle))
 #undef PF_CLIENT_VMM
 
 // A deferred mapping is unmapped for real first: the program believes it is.
@@ -491,6 +524,22 @@ PF_PRIMARY_RESET(cuDevicePrimaryCtxReset_v2)
 PF_PRIMARY_RELEASE(cuDevicePrimaryCtxRelease)
 PF_PRIMARY_RELEASE(cuDevicePrimaryCtxRelease_v2)
 #undef PF_PRIMARY_RELEASE
+
+// Context destruction: the driver frees the context's memory; the pool's
+// blocks allocated in it go back to the pool once it did.
+#define PF_CTX_DESTROY(symbol)                                                  \
+  CUresult symbol(CUcontext ctx) {                                              \
+    const bool on = active(Entry::symbol);                                      \
+    const RealDriver* real = real_driver();                                     \
+    if (!real || !real->symbol) return kMissing;                                \
+    const pool::ContextDestroy destroy = on ? pool::before_context_destroy(ctx) : pool::ContextDestroy{}; \
+    const CUresult result = real->symbol(ctx);                                  \
+    if (on) pool::after_context_destroy(destroy, result == CUDA_SUCCESS);       \
+    return result;                                                              \
+  }
+PF_CTX_DESTROY(cuCtxDestroy)
+PF_CTX_DESTROY(cuCtxDestroy_v2)
+#undef PF_CTX_DESTROY
 
 CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
                              CUdriverProcAddressQueryResult* status) {

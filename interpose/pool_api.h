@@ -44,6 +44,15 @@ bool try_address_range(CUdeviceptr* base, size_t* bytes, CUdeviceptr dptr, CUres
 // BUFFER_ID, IS_LEGACY_CUDA_IPC_CAPABLE for its blocks after the real call.
 // Called after the real driver answered CUDA_SUCCESS; patches *data.
 void patch_pointer_attribute(void* data, CUpointer_attribute attribute, CUdeviceptr dptr);
+// Pool memory is cuMemAlloc memory to the program, and the pool's chunk
+// handles are none of the program's: cuMemRetainAllocationHandle on a
+// pool address and cuMemGetAllocationPropertiesFromHandle of a chunk
+// handle answer CUDA_ERROR_INVALID_VALUE, as the driver answers for
+// memory cuMemAlloc made and for a handle it never gave the program.
+// owns_address: any address of a live pool (in a block or not);
+// owns_handle: a walk over every pool's chunks under its device lock.
+bool owns_address(CUdeviceptr dptr);
+bool owns_handle(CUmemGenericAllocationHandle handle);
 // cuIpcGetMemHandle on pool memory: pagefast's own handle (ipc.h), or a
 // clear error where the device cannot share VMM memory.
 bool try_ipc_get_mem_handle(CUipcMemHandle* handle, CUdeviceptr dptr, CUresult* result);
@@ -76,9 +85,13 @@ void make_room_for_managed(size_t bytes);
 void relieve_headroom();
 // The program's own VMM memory, for sleep's answer (policy/own_memory.h):
 // the hooks note each successful cuMemCreate / cuMemRetainAllocationHandle
-// / cuMemRelease / cuMemMap / cuMemUnmap of the program while the pool is
-// on. own_resident_bytes: what of `device` the program still holds or maps.
+// / cuMemRelease / cuMemMap / cuMemUnmap / cuMemExportToShareableHandle /
+// cuMemImportFromShareableHandle of the program while the pool is on. own_resident_bytes: what of `device` the program still holds or maps.
 void own_created(CUmemGenericAllocationHandle handle, size_t bytes, const CUmemAllocationProp* prop);
+// cuMemExportToShareableHandle / cuMemImportFromShareableHandle succeeded:
+// `shareable` / `os_handle` as the program passed them.
+void own_exported(CUmemGenericAllocationHandle handle, const void* shareable, CUmemAllocationHandleType type);
+void own_imported(CUmemGenericAllocationHandle handle, void* os_handle, CUmemAllocationHandleType type);
 void own_retained(CUmemGenericAllocationHandle handle);
 void own_released(CUmemGenericAllocationHandle handle);
 void own_mapped(CUdeviceptr ptr, size_t bytes, CUmemGenericAllocationHandle handle);
@@ -105,6 +118,23 @@ void on_peer_access_disabled(int accessor, int owner);
 // driver from then on; addresses of the retired pool are no longer the
 // pool's (calls on them go to the driver, which answers for them).
 void on_device_reset(int device);
+
+// cuCtxDestroy(_v2): the driver frees a context's memory with it, so the
+// pool's blocks allocated in that context go back to the pool (through
+// the quarantine: reused after a later synchronisation), and a later free
+// of one answers as for any address that is no block. before_context_destroy
+// takes the context's record out before the driver's call (a context the
+// driver makes at the same address meanwhile gets a record of its own);
+// after_context_destroy frees its blocks when the driver destroyed it, or
+// puts the record back when it refused. No CUDA call but the provider's
+// bookkeeping; a slow path (a walk over the pool's memory in use).
+struct ContextDestroy {
+  CUcontext context = nullptr;
+  int device = -1;
+  uint16_t tag = 0;  // policy::ContextTag; 0: the context allocated nothing here
+};
+ContextDestroy before_context_destroy(CUcontext context);
+void after_context_destroy(const ContextDestroy& destroy, bool destroyed);
 
 // The figures of device `device`'s pool; false when it has none. Counters
 // and try-locks only; no CUDA (the live publisher calls it every 0.5 s).

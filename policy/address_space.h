@@ -31,6 +31,20 @@ class AddressSpace {
   void give(uint64_t addr, Granules granules);
 
   uint64_t reserved_bytes() const { return reserved_bytes_; }
+  // Calls visit(addr, end_addr) for each extent of the reserved ranges
+  // that take() handed out (mapped, or about to be), in address order.
+  template <typename Visit>
+  void for_each_taken(Visit visit) const {
+    auto end = range_ends_.begin();
+    for (auto start = range_starts_.begin(); start != range_starts_.end(); ++start, ++end) {
+      uint64_t at = *start;
+      for (auto f = free_.lower_bound(*start); f != free_.end() && f->first < *end; ++f) {
+        if (at < f->first) visit(at, f->first);
+        at = f->second;
+      }
+      if (at < *end) visit(at, *end);
+    }
+  }
   uint64_t free_bytes() const;
   int range_count() const { return int(range_starts_.size()); }
 

@@ -161,6 +161,19 @@ class Arena {
   Granules lent() const { return lent_; }
   uint64_t chunk_count() const { return chunks_.size(); }
   uint64_t reserved_bytes() const { return address_space_.reserved_bytes(); }
+  // Whether `handle` is one of the arena's chunks (a chunk that sleeps
+  // without its handle has none). Device lock held by the caller.
+  bool holds_handle(ChunkHandle handle) const {
+    for (const auto& [home, chunk] : chunks_)
+      if (chunk.handle.value == handle.value && (!chunk.asleep || chunk.handle_kept)) return true;
+    return false;
+  }
+  // visit(addr, end_addr) over the address space in use (home chunks and
+  // stitches). Device lock held by the caller.
+  template <typename Visit>
+  void for_each_taken(Visit visit) const {
+    address_space_.for_each_taken(visit);
+  }
   uint64_t free_block_count() const { return bins_.block_count() + big_bins_.block_count(); }
   // The longest free home run: scans only the highest non-empty bin.
   Granules largest_free() const;

@@ -21,6 +21,12 @@
 
 namespace pagefast::policy {
 
+// The glue's number for the context an allocation was made in, so that
+// destroying the context gives its blocks back (DevicePool::blocks_of_context);
+// 0: not tracked. Numbers are never reused within a process.
+using ContextTag = uint16_t;
+constexpr ContextTag kNoContextTag = 0;
+
 enum class BlockState : uint8_t {
   Spare,        // in the MetaPool
   Free,         // in the arena's free bins (or the free-stitch list)
@@ -59,6 +65,8 @@ struct Block : Span {
   // Of the live allocation, for cuMemGetAddressRange and BUFFER_ID.
   std::atomic<uint64_t> requested_bytes{0};
   std::atomic<uint64_t> buffer_id{0};
+  // The context the live allocation was made in.
+  std::atomic<ContextTag> context_tag{kNoContextTag};
 
   // Address neighbours in the same contiguous mapped run of home memory
   // (chunks mapped next to each other form one run). Device lock.
@@ -97,8 +105,11 @@ struct StitchInfo {
 struct SlabBlockInfo {
   std::atomic<uint64_t> buffer_id{0};
   std::atomic<uint32_t> requested_bytes{0};
-  std::atomic<uint8_t> live{0};  // 1 while the program owns it
+  std::atomic<uint8_t> live{0};                        // 1 while the program owns it
+  std::atomic<ContextTag> context_tag{kNoContextTag};  // as Block::context_tag
 };
+// The context tag fits the padding: a small block still costs 16 bytes.
+static_assert(sizeof(SlabBlockInfo) == 16, "a small block's host record is 16 bytes");
 
 struct Slab : Span {
   Slab() : Span{SpanKind::Slab, nullptr} {}

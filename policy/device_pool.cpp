@@ -83,7 +83,7 @@ uint64_t DevicePool::next_buffer_id(ThreadCache& cache) {
 
 // ---- small blocks --------------------------------------------------------
 
-bool DevicePool::pop_small(ThreadCache& cache, int class_index, uint64_t request_bytes, uint64_t* addr) {
+bool DevicePool::pop_small(ThreadCache& cache, int class_index, Request request, uint64_t* addr) {
   cache.lock.lock();
   SmallBin& bin = cache.bins[class_index];
   if (__builtin_expect(bin.count == 0, 0)) {
@@ -93,8 +93,9 @@ bool DevicePool::pop_small(ThreadCache& cache, int class_index, uint64_t request
   const SmallSlot slot = bin.slots[--bin.count];
   Slab* slab = slot.slab;
   SlabBlockInfo& info = slab->info[slot.index];
-  info.requested_bytes.store(uint32_t(request_bytes), std::memory_order_relaxed);
+  info.requested_bytes.store(uint32_t(request.bytes), std::memory_order_relaxed);
   info.buffer_id.store(next_buffer_id(cache), std::memory_order_relaxed);
+  info.context_tag.store(request.context, std::memory_order_relaxed);
   info.live.store(1, std::memory_order_release);
   owner_add(cache.hits, 1);
   owner_add(cache.in_use_delta, slab->block_bytes);
@@ -104,11 +105,12 @@ bool DevicePool::pop_small(ThreadCache& cache, int class_index, uint64_t request
   return true;
 }
 
-AllocStatus DevicePool::alloc(ThreadCache& cache, uint64_t request_bytes, uint64_t* addr) {
-  if (request_bytes >= kSmallLimitBytes) return alloc_large(cache, request_bytes, addr);
+AllocStatus DevicePool::alloc(ThreadCache& cache, uint64_t request_bytes, uint64_t* addr, ContextTag context) {
+  const Request request{request_bytes, context};
+  if (request_bytes >= kSmallLimitBytes) return alloc_large(cache, request, addr);
   const int class_index = class_of(request_bytes);
-  if (__builtin_expect(pop_small(cache, class_index, request_bytes, addr), 1)) return AllocStatus::Ok;
-  return alloc_small_slow(cache, class_index, request_bytes, addr);
+  if (__builtin_expect(pop_small(cache, class_index, request, addr), 1)) return AllocStatus::Ok;
+  return alloc_small_slow(cache, class_index, request, addr);
 }
 
 bool DevicePool::refill_small(ThreadCache& cache, int class_index) {
@@ -169,7 +171,7 @@ bool DevicePool::new_slab(ThreadCache& cache, int class_index, AllocStatus* stat
   return true;
 }
 
-AllocStatus DevicePool::alloc_small_slow(ThreadCache& cache, int class_index, uint64_t request_bytes, uint64_t* addr) {
+AllocStatus DevicePool::alloc_small_slow(ThreadCache& cache, int class_index, Request request, uint64_t* addr) {
   if (!enter_slow()) return AllocStatus::OutOfMemory;
   SlowGuard gate{this};
   cache.sync_released_bytes = 0;
@@ -177,32 +179,33 @@ AllocStatus DevicePool::alloc_small_slow(ThreadCache& cache, int class_index, ui
   AllocStatus status = AllocStatus::OutOfMemory;
   for (int attempt = 0; attempt < kSlowAttempts; ++attempt) {
     retire_local(cache, true);
-    if (pop_small(cache, class_index, request_bytes, addr)) return AllocStatus::Ok;
+    if (pop_small(cache, class_index, request, addr)) return AllocStatus::Ok;
     if (quarantine_due(cache, Granules(0))) {
-      if (sync_and_retire(&cache, true) && pop_small(cache, class_index, request_bytes, addr)) return AllocStatus::Ok;
+      if (sync_and_retire(&cache, true) && pop_small(cache, class_index, request, addr)) return AllocStatus::Ok;
     }
-    if (refill_small(cache, class_index) && pop_small(cache, class_index, request_bytes, addr)) return AllocStatus::Ok;
+    if (refill_small(cache, class_index) && pop_small(cache, class_index, request, addr)) return AllocStatus::Ok;
     if (!new_slab(cache, class_index, &status)) {
-      note_oom_request(request_bytes);
+      note_oom_request(request.bytes);
       return status;
     }
-    if (refill_small(cache, class_index) && pop_small(cache, class_index, request_bytes, addr)) return AllocStatus::Ok;
+    if (refill_small(cache, class_index) && pop_small(cache, class_index, request, addr)) return AllocStatus::Ok;
   }
   return status;
 }
 
 // ---- large blocks --------------------------------------------------------
 
-void DevicePool::hand_out_large(ThreadCache& cache, Block* block, uint64_t request_bytes, bool hit) {
+void DevicePool::hand_out_large(ThreadCache& cache, Block* block, Request request, bool hit) {
   // REQUIRES: cache.lock held (the counters are written under it).
-  block->requested_bytes.store(request_bytes, std::memory_order_relaxed);
+  block->requested_bytes.store(request.bytes, std::memory_order_relaxed);
   block->buffer_id.store(next_buffer_id(cache), std::memory_order_relaxed);
+  block->context_tag.store(request.context, std::memory_order_relaxed);
   block->store_state(BlockState::Used);
   if (hit) owner_add(cache.hits, 1);
   owner_add(cache.in_use_delta, block->granules().bytes());
 }
 
-bool DevicePool::pop_large(ThreadCache& cache, Granules granules, uint64_t request_bytes, uint64_t* addr) {
+bool DevicePool::pop_large(ThreadCache& cache, Granules granules, Request request, uint64_t* addr) {
   cache.lock.lock();
   // Newest first: a loop takes back what it retired last.
   for (int i = cache.large_count - 1; i >= 0; --i) {
@@ -213,7 +216,7 @@ bool DevicePool::pop_large(ThreadCache& cache, Granules granules, uint64_t reque
     --cache.large_count;
     cache.large_granules -= granules;
     owner_add(cache.cached_bytes, uint64_t(0) - granules.bytes());
-    hand_out_large(cache, block, request_bytes, true);
+    hand_out_large(cache, block, request, true);
     cache.lock.unlock();
     *addr = block->addr();
     return true;
@@ -222,20 +225,19 @@ bool DevicePool::pop_large(ThreadCache& cache, Granules granules, uint64_t reque
   return false;
 }
 
-AllocStatus DevicePool::alloc_large(ThreadCache& cache, uint64_t request_bytes, uint64_t* addr) {
+AllocStatus DevicePool::alloc_large(ThreadCache& cache, Request request, uint64_t* addr) {
   // A request beyond any device's memory: the driver answers it (out of
   // memory), before any rounding could wrap.
-  if (__builtin_expect(request_bytes > kMaxRoundableBytes, 0)) {
+  if (__builtin_expect(request.bytes > kMaxRoundableBytes, 0)) {
     passthroughs_.fetch_add(1, std::memory_order_relaxed);
     return AllocStatus::Forward;
   }
-  const Granules granules = granules_ceil(request_bytes);
-  if (granules <= large_.cache_block && pop_large(cache, granules, request_bytes, addr)) return AllocStatus::Ok;
-  return alloc_large_slow(cache, granules, request_bytes, addr);
+  const Granules granules = granules_ceil(request.bytes);
+  if (granules <= large_.cache_block && pop_large(cache, granules, request, addr)) return AllocStatus::Ok;
+  return alloc_large_slow(cache, granules, request, addr);
 }
 
-AllocStatus DevicePool::alloc_large_slow(ThreadCache& cache, Granules granules, uint64_t request_bytes,
-                                         uint64_t* addr) {
+AllocStatus DevicePool::alloc_large_slow(ThreadCache& cache, Granules granules, Request request, uint64_t* addr) {
   if (!enter_slow()) return AllocStatus::OutOfMemory;
   SlowGuard gate{this};
   cache.sync_released_bytes = 0;
@@ -247,7 +249,7 @@ AllocStatus DevicePool::alloc_large_slow(ThreadCache& cache, Granules granules, 
       std::lock_guard<std::mutex> guard(arena_mutex_);
       note_oom_locked(granules, false, 0, false);
     }
-    note_oom_request(request_bytes);
+    note_oom_request(request.bytes);
     return AllocStatus::OutOfMemory;
   }
   if (settings_.device_total_bytes && granules.bytes() > settings_.device_total_bytes) {
@@ -257,10 +259,10 @@ AllocStatus DevicePool::alloc_large_slow(ThreadCache& cache, Granules granules, 
   fold(cache);
   retire_local(cache, true);
   const bool cacheable = granules <= large_.cache_block;
-  if (cacheable && pop_large(cache, granules, request_bytes, addr)) return AllocStatus::Ok;
+  if (cacheable && pop_large(cache, granules, request, addr)) return AllocStatus::Ok;
   const bool due = quarantine_due(cache, granules);
   if (due) {
-    if (sync_and_retire(&cache, cacheable) && cacheable && pop_large(cache, granules, request_bytes, addr))
+    if (sync_and_retire(&cache, cacheable) && cacheable && pop_large(cache, granules, request, addr))
       return AllocStatus::Ok;
   }
   AllocStatus status = AllocStatus::OutOfMemory;
@@ -281,18 +283,18 @@ AllocStatus DevicePool::alloc_large_slow(ThreadCache& cache, Granules granules, 
   // (up to the thread's allowance, LargeLimits), so that one sync serves a
   // batch of large frees rather than every few of them.
   if (!block && cacheable && due && quarantine_.holds_any(&cache) && sync_and_retire(&cache, true) &&
-      pop_large(cache, granules, request_bytes, addr))
+      pop_large(cache, granules, request, addr))
     return AllocStatus::Ok;
   // Blocks too big for the cache sync before growing with the fixed
   // allowance; with the adaptive one, only once due (or reclaimed before
   // growth, obtain()): a loop of such blocks syncs every few pairs.
   if (!block) block = obtain(&cache, granules, false, &status, &fresh, due || (!cacheable && !allowance_.adaptive()));
   if (!block) {
-    note_oom_request(request_bytes);
+    note_oom_request(request.bytes);
     return status;
   }
   cache.lock.lock();
-  hand_out_large(cache, block, request_bytes, !fresh);
+  hand_out_large(cache, block, request, !fresh);
   cache.lock.unlock();
   *addr = block->addr();
   return AllocStatus::Ok;

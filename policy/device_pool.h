@@ -183,8 +183,9 @@ class DevicePool final : public IdleMemory {
   // Flushes the cache (no provider call) and recycles it. Any thread.
   void detach_thread(ThreadCache* cache);
 
-  // REQUIRES: request_bytes > 0.
-  AllocStatus alloc(ThreadCache& cache, uint64_t request_bytes, uint64_t* addr);
+  // REQUIRES: request_bytes > 0. `context`: the context the block is for
+  // (blocks_of_context).
+  AllocStatus alloc(ThreadCache& cache, uint64_t request_bytes, uint64_t* addr, ContextTag context = kNoContextTag);
   // REQUIRES: span == page_map.lookup(addr), span->pool == this.
   FreeStatus free(ThreadCache& cache, Span* span, uint64_t addr);
   // Lock-free; false when addr is pool memory but in no live allocation.
@@ -198,6 +199,15 @@ class DevicePool final : public IdleMemory {
     std::vector<PhysicalPiece> pieces;
   };
   bool export_of(const Span* span, uint64_t addr, Export* out);
+  // The live allocations made with `context` (their start addresses), for
+  // cuCtxDestroy: the driver freed the context's memory, and the glue frees
+  // these blocks as the program would have (device_pool_contexts.cpp).
+  // Takes the device lock; no provider call. false on host out of memory.
+  bool blocks_of_context(ContextTag context, std::vector<uint64_t>* out);
+  // Whether `handle` is one of the pool's chunks (the program never gets
+  // one: it is refused as the driver refuses a handle it did not make).
+  // Takes the device lock; a walk over the chunks.
+  bool holds_chunk(ChunkHandle handle);
 
   // Releases all idle memory that can be: retires the quarantine (sync
   // if allowed), drains thread caches, empty slabs, free stitches, and
@@ -267,12 +277,17 @@ class DevicePool final : public IdleMemory {
 
  private:
   // alloc paths
-  AllocStatus alloc_small_slow(ThreadCache& cache, int class_index, uint64_t request_bytes, uint64_t* addr);
-  AllocStatus alloc_large(ThreadCache& cache, uint64_t request_bytes, uint64_t* addr);
-  AllocStatus alloc_large_slow(ThreadCache& cache, Granules granules, uint64_t request_bytes, uint64_t* addr);
-  bool pop_small(ThreadCache& cache, int class_index, uint64_t request_bytes, uint64_t* addr);
-  bool pop_large(ThreadCache& cache, Granules granules, uint64_t request_bytes, uint64_t* addr);
-  void hand_out_large(ThreadCache& cache, Block* block, uint64_t request_bytes, bool hit);
+  // `request` is what the program asked for: its bytes and its context.
+  struct Request {
+    uint64_t bytes;
+    ContextTag context;
+  };
+  AllocStatus alloc_small_slow(ThreadCache& cache, int class_index, Request request, uint64_t* addr);
+  AllocStatus alloc_large(ThreadCache& cache, Request request, uint64_t* addr);
+  AllocStatus alloc_large_slow(ThreadCache& cache, Granules granules, Request request, uint64_t* addr);
+  bool pop_small(ThreadCache& cache, int class_index, Request request, uint64_t* addr);
+  bool pop_large(ThreadCache& cache, Granules granules, Request request, uint64_t* addr);
+  void hand_out_large(ThreadCache& cache, Block* block, Request request, bool hit);
   uint64_t next_buffer_id(ThreadCache& cache);
   bool refill_small(ThreadCache& cache, int class_index);
   bool new_slab(ThreadCache& cache, int class_index, AllocStatus* status);

@@ -307,4 +307,9 @@ bool DevicePool::export_of(const Span* span, uint64_t addr, Export* out) {
   }
 }
 
+bool DevicePool::holds_chunk(ChunkHandle handle) {
+  std::lock_guard<std::mutex> guard(arena_mutex_);
+  return arena_.holds_handle(handle);
+}
+
 }  // namespace pagefast::policy

@@ -4,8 +4,15 @@
 // (sleep.cpp) reads what stays resident. Not on any hot path: each note
 // follows a driver call of microseconds.
 #include "policy/own_memory.h"
+
+#include <sys/stat.h>
+
+#include <cstdint>
+
 #include "interpose/pool/pool_internal.h"
 #include "interpose/pool_api.h"
+#include "interpose/real_driver.h"
+#include "interpose/vmm_driver.h"
 
 namespace pagefast::pool {
 namespace {
@@ -25,6 +32,37 @@ void own_created(CUmemGenericAllocationHandle handle, size_t bytes, const CUmemA
   // device's, and sleep has nothing to say about it.
   if (!noting() || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return;
   ledger().created(handle, bytes, prop->location.id);
+}
+
+namespace {
+
+// The file behind a POSIX descriptor; false for any other handle type.
+bool share_key(int fd, CUmemAllocationHandleType type, policy::ShareKey* key) {
+  struct stat st;
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || fd < 0 || fstat(fd, &st) != 0) return false;
+  key->device = uint64_t(st.st_dev);
+  key->inode = uint64_t(st.st_ino);
+  return true;
+}
+
+}  // namespace
+
+void own_exported(CUmemGenericAllocationHandle handle, const void* shareable, CUmemAllocationHandleType type) {
+  policy::ShareKey key;
+  if (noting() && shareable && share_key(*static_cast<const int*>(shareable), type, &key))
+    ledger().exported(handle, key);
+}
+
+void own_imported(CUmemGenericAllocationHandle handle, void* os_handle, CUmemAllocationHandleType type) {
+  if (!noting()) return;
+  // The device its memory lives on: the properties the exporter gave it.
+  CUmemAllocationProp prop{};
+  if (vmm_driver::handle_properties(real_driver(), &prop, handle) != CUDA_SUCCESS ||
+      prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+    return;
+  policy::ShareKey key;
+  const bool known = share_key(int(reinterpret_cast<uintptr_t>(os_handle)), type, &key);
+  ledger().imported(handle, known ? &key : nullptr, prop.location.id);
 }
 
 void own_retained(CUmemGenericAllocationHandle handle) {

@@ -96,6 +96,7 @@ pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
 struct Binding {
   DevicePool* pool;
   ThreadCache* cache;
+  policy::ContextTag context;  // the context's number (contexts.cpp)
 };
 struct ThreadState {
   ContextMemo<Binding> last;  // the current context's pool and cache
@@ -221,7 +222,7 @@ ThreadCache* cache_of(ThreadState* ts, DevicePool* pool, int device) {
 
 // The slow half of the context lookup: the context changed, or it is time
 // to re-check its device.
-bool bind(const RealDriver* real, CUcontext context, DevicePool** pool, ThreadCache** cache) {
+bool bind(const RealDriver* real, CUcontext context, Binding* out) {
   CUdevice device = 0;
   if (!real->cuCtxGetDevice || real->cuCtxGetDevice(&device) != CUDA_SUCCESS) return false;
   if (device < 0 || device >= kMaxDevices) return false;
@@ -232,9 +233,8 @@ bool bind(const RealDriver* real, CUcontext context, DevicePool** pool, ThreadCa
   ThreadCache* c = cache_of(ts, p, int(device));
   if (!c) return false;
   g_providers[device]->note_context(context);
-  ts->last.learn(context, Binding{p, c});
-  *pool = p;
-  *cache = c;
+  *out = Binding{p, c, context_tag(context, int(device))};
+  ts->last.learn(context, *out);
   return true;
 }
 
@@ -303,19 +303,13 @@ bool try_alloc(CUdeviceptr* dptr, size_t bytes, CUresult* result) {
   CUcontext context = nullptr;
   // No current context: the driver answers CUDA_ERROR_INVALID_CONTEXT.
   if (real->cuCtxGetCurrent(&context) != CUDA_SUCCESS || !context) return false;
-  DevicePool* pool;
-  ThreadCache* cache;
   ThreadState* ts = t_state;
   Binding known;
-  if (__builtin_expect(ts && ts->last.recall(context, &known), 1)) {
-    pool = known.pool;
-    cache = known.cache;
-  } else if (!bind(real, context, &pool, &cache)) {
-    return false;
-  }
+  if (__builtin_expect(!ts || !ts->last.recall(context, &known), 0) && !bind(real, context, &known)) return false;
+  DevicePool* pool = known.pool;
   if (__builtin_expect(retired(pool), 0)) return false;
   uint64_t addr = 0;
-  switch (pool->alloc(*cache, bytes, &addr)) {
+  switch (pool->alloc(*known.cache, bytes, &addr, known.context)) {
     case AllocStatus::Ok:
       *dptr = addr;
       *result = CUDA_SUCCESS;
@@ -350,17 +344,23 @@ bool try_free(CUdeviceptr dptr, CUresult* result) {
   const int device = pool->device();
   ThreadState* ts = t_state;
   ThreadCache* cache = ts ? ts->caches[device] : nullptr;
+  FreeStatus status;
   if (__builtin_expect(!cache, 0)) {
     // First free on this thread for this device (a cross-thread free).
     ts = thread_state();
     cache = ts ? cache_of(ts, pool, device) : nullptr;
-    if (!cache) {
-      std::lock_guard<std::mutex> guard(g_fallback_mutex);
-      *result = free_result(pool->free(*g_fallback_caches[device], span, dptr));
-      return true;
-    }
   }
-  *result = free_result(pool->free(*cache, span, dptr));
+  if (__builtin_expect(!cache, 0)) {
+    std::lock_guard<std::mutex> guard(g_fallback_mutex);
+    status = pool->free(*g_fallback_caches[device], span, dptr);
+  } else {
+    status = pool->free(*cache, span, dptr);
+  }
+  // An address that is no live block (freed, interior, or gone with its
+  // context) on a thread without a context: the driver's answer for an
+  // address it did not allocate (it needs a context to give one).
+  if (__builtin_expect(status != FreeStatus::Ok, 0) && !has_context()) return false;
+  *result = free_result(status);
   return true;
 }
 
@@ -423,6 +423,16 @@ void patch_pointer_attribute(void* data, CUpointer_attribute attribute, CUdevice
   }
 }
 
+bool owns_address(CUdeviceptr dptr) { return g_active.load(std::memory_order_acquire) && live_span(dptr); }
+
+bool owns_handle(CUmemGenericAllocationHandle handle) {
+  for (int d = 0; d < kMaxDevices; ++d) {
+    DevicePool* pool = pool_for_device(d);
+    if (pool && !retired(pool) && pool->holds_chunk(policy::ChunkHandle{uint64_t(handle)})) return true;
+  }
+  return false;
+}
+
 bool try_ipc_get_mem_handle(CUipcMemHandle* handle, CUdeviceptr dptr, CUresult* result) {
   if (!g_active.load(std::memory_order_acquire)) return false;
   policy::Span* span = live_span(dptr);
@@ -448,22 +458,37 @@ namespace {
 // cache of its own worth keeping: a temporary one takes the free and hands
 // its quarantine on at once.
 void free_held_block(CUdeviceptr dptr) {
-  if (!g_active.load(std::memory_order_acquire)) return;
-  policy::Span* span = live_span(dptr);
-  if (!span) return;
-  DevicePool* pool = span->pool;
-  ThreadCache* cache = pool->attach_thread();
-  if (cache) {
-    pool->free(*cache, span, dptr);
-    pool->detach_thread(cache);
-    return;
-  }
-  const int device = pool->device();
-  std::lock_guard<std::mutex> guard(g_fallback_mutex);
-  pool->free(*g_fallback_caches[device], span, dptr);
+  const uint64_t block = dptr;
+  free_on_behalf(&block, 1);
 }
 
 }  // namespace
+
+void free_on_behalf(const uint64_t* blocks, size_t count) {
+  if (!g_active.load(std::memory_order_acquire)) return;
+  ThreadCache* temporary[kMaxDevices] = {};
+  for (size_t i = 0; i < count; ++i) {
+    policy::Span* span = live_span(blocks[i]);
+    if (!span) continue;
+    DevicePool* pool = span->pool;
+    const int device = pool->device();
+    if (!temporary[device]) temporary[device] = pool->attach_thread();
+    if (temporary[device]) {
+      pool->free(*temporary[device], span, blocks[i]);
+      continue;
+    }
+    std::lock_guard<std::mutex> guard(g_fallback_mutex);
+    pool->free(*g_fallback_caches[device], span, blocks[i]);
+  }
+  for (int d = 0; d < kMaxDevices; ++d)
+    if (temporary[d]) temporary[d]->pool->detach_thread(temporary[d]);
+}
+
+void forget_context(int device, CUcontext context) {
+  if (ThreadState* ts = t_state) ts->last.forget();
+  if (device >= 0 && device < kMaxDevices && g_pools[device].load(std::memory_order_acquire))
+    g_providers[device]->forget_context(context);
+}
 
 namespace {
 

@@ -3,6 +3,10 @@
 // from each other, beyond interpose/pool_api.h.
 #pragma once
 
+#include <cuda.h>
+
+#include <cstddef>
+
 #include "policy/device_pool.h"
 
 namespace pagefast::pool {
@@ -18,6 +22,21 @@ void pool_log(LogLevel level, const char* line);
 
 // own_memory.cpp: a device's context was reset; its handles went with it.
 void own_forget_device(int device);
+
+// pool.cpp: frees pool blocks on the program's behalf, from a thread of
+// pagefast's or a hook (a block an IPC importer held, the blocks of a
+// destroyed context), through a temporary thread cache per device; an
+// address that is no live block is skipped.
+void free_on_behalf(const uint64_t* blocks, size_t count);
+// pool.cpp: `context` (of `device`) was destroyed: the calling thread's
+// memory of its context and the device's provider forget it.
+void forget_context(int device, CUcontext context);
+
+// contexts.cpp: the number of `context` (of `device`) for the blocks
+// allocated in it (policy::ContextTag), made at its first allocation;
+// kNoContextTag when too many contexts live at once or every number was
+// used. Takes a lock: the slow half of the context lookup only.
+policy::ContextTag context_tag(CUcontext context, int device);
 
 // service_threads.cpp: the exit stop of pagefast's threads that call the
 // driver (the trim thread, the pagefast-vmm worker). register_exit_stop

@@ -61,8 +61,9 @@ int sleep_all(unsigned flags) {
   });
   if (answer < 0) return answer;
   if (answer == 0 && ipc::imports_across_sleep() > 0) answer = 1;
+  // Every device, not only those with a pool: the program's VMM memory may
+  // live where pagefast never allocated.
   for (int d = 0; d < kMaxDevices; ++d) {
-    if (!pool_for_device(d)) continue;
     if (clients::on()) clients::trim(d, UINT64_MAX);
     const uint64_t resident = own_resident_bytes(d);
     if (!resident) continue;

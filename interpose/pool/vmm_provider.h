@@ -51,8 +51,10 @@ class VmmProvider final : public policy::Provider {
   static VmmProvider* create(const RealDriver* real, CUdevice device, CaptureGate* gate, LogSink log, std::string* why);
 
   uint64_t device_total_bytes() const { return total_bytes_; }
-  // Remembers a context that allocates from or frees to this pool.
+  // Remembers a context that allocates from or frees to this pool;
+  // forgets one that was destroyed.
   void note_context(CUcontext context);
+  void forget_context(CUcontext context);
 
   policy::ProviderStatus reserve_address(uint64_t bytes, uint64_t* base_addr) override;
   policy::ProviderStatus create_chunk(policy::Granules granules, policy::ChunkHandle* chunk) override;
@@ -82,7 +84,6 @@ class VmmProvider final : public policy::Provider {
   CUcontext copy_context();
   void copy_batch(policy::HostCopy* copies, uint64_t count, bool to_host);
   VmmProvider(const RealDriver* real, CUdevice device, CaptureGate* gate, LogSink log);
-  void forget_context(CUcontext context);
 
   const RealDriver* const real_;
   const CUdevice device_;

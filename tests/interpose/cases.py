@@ -297,6 +297,46 @@ def case_reserve_alignment():
           f"the cache kept the freed range, and the aligned request got it back ({clients})")
 
 
+def case_ctx_destroy():
+    """cuCtxDestroy of contexts that hold blocks, 50 rounds of 64 MiB on a
+    1 GiB device: the blocks go with their context, as the driver's do, the
+    program never runs out of memory, and every answer (frees of such
+    blocks afterwards included) is the driver's."""
+    argv = [os.path.join(paths()["bin"], "ctx_destroy")]
+    small = {"FAKECUDA_TOTAL_MEM": "1G"}
+    base = run(argv, env_extra=small)
+    check(base.returncode == 0 and "done" in base.stdout, f"runs without pagefast ({base.stdout[-300:]})")
+    check("50 rounds, first failure -1" in base.stdout, "the driver alone runs every round")
+    r, stats = with_stats(argv, dict(small, PAGEFAST_LOG="debug"))
+    check(r.returncode == 0 and r.stdout == base.stdout, "identical output under pagefast")
+    if r.stdout != base.stdout:
+        print(base.stdout, "---", r.stdout)
+    check("pool memory in 50 rounds" in r.stderr, f"every round's block was pool memory ({r.stderr[-300:]})")
+    check("kept pool memory 1, lost pool memory 1" in r.stderr, "both blocks of the last part were pool memory")
+    check(stats and stats["calls"].get("cuCtxDestroy_v2", 0) >= 53, "the destroys went through pagefast")
+    gone = [l for l in pagefast_lines(r.stderr) if "was destroyed" in l]
+    check(len(gone) >= 50, f"each destroy gave its blocks back ({len(gone)} debug lines)")
+
+
+def case_alloc_handles():
+    """The VMM handle queries on cuMemAlloc memory (pool blocks under
+    pagefast) answer as the driver does: no allocation handle for it, and
+    no handle value of pagefast's own chunks answers property queries. The
+    pool's cuMemGetAccess answer is its mapping's access (docs/POOL.md)."""
+    argv = [os.path.join(paths()["bin"], "alloc_handles")]
+    base = run(argv)
+    check(base.returncode == 0 and "done" in base.stdout, f"runs without pagefast ({base.stdout[-300:]})")
+    check("retain big 1, handle untouched" in base.stdout, "the driver refuses a handle of cuMemAlloc memory")
+    r, stats = with_stats(argv, {})
+    check(r.returncode == 0 and r.stdout == base.stdout, "identical output under pagefast")
+    if r.stdout != base.stdout:
+        print(base.stdout, "---", r.stdout)
+    check(stats and stats["pool"]["devices"] and stats["pool"]["devices"][0]["in_use_bytes"] == 0,
+          "the blocks were pool memory, all freed")
+    check("access of big 1," in base.stderr, f"the fake driver: no access flags for cuMemAlloc memory ({base.stderr})")
+    check("access of big 0, flags 3" in r.stderr, f"pagefast: the pool mapping's flags, read-write ({r.stderr})")
+
+
 def case_exports():
     """Only the table's entry points, dlsym and pagefast_* leave the library;
     it needs nothing but glibc (no libcuda, libcudart, spdlog, fmt, libstdc++)."""

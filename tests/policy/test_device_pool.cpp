@@ -247,3 +247,36 @@ TEST_CASE("an export names the physical memory of home, slab and stitched blocks
   Span* span = t.page_map->lookup(big);
   CHECK_FALSE((span && t.pool.export_of(span, big, &e)));
 }
+
+TEST_CASE("blocks_of_context names the live blocks of one context, small and large", "[pool][semantics]") {
+  PoolUnderTest t(512 * kMiB, FakeProvider::Backing::None, config_with(64 * kMiB));
+  Attached cache(t.pool);
+  std::set<uint64_t> mine, theirs;
+  for (uint64_t bytes : {uint64_t(100), uint64_t(64 * kKiB), 3 * kMiB, 70 * kMiB}) {
+    for (int i = 0; i < 3; ++i) {
+      uint64_t p = 0, q = 0;
+      REQUIRE(t.pool.alloc(*cache, bytes, &p, 7) == AllocStatus::Ok);
+      REQUIRE(t.pool.alloc(*cache, bytes, &q, 8) == AllocStatus::Ok);
+      mine.insert(p);
+      theirs.insert(q);
+    }
+  }
+  // A freed block is no longer the context's.
+  const uint64_t freed = *mine.begin();
+  REQUIRE(t.free(*cache, freed) == FreeStatus::Ok);
+  mine.erase(freed);
+  std::vector<uint64_t> found;
+  REQUIRE(t.pool.blocks_of_context(7, &found));
+  CHECK(std::set<uint64_t>(found.begin(), found.end()) == mine);
+  CHECK(found.size() == mine.size());
+  // Untagged blocks are nobody's; an unknown tag has none.
+  found.clear();
+  REQUIRE(t.pool.blocks_of_context(kNoContextTag, &found));
+  CHECK(found.empty());
+  REQUIRE(t.pool.blocks_of_context(9, &found));
+  CHECK(found.empty());
+  for (uint64_t p : mine) CHECK(t.free(*cache, p) == FreeStatus::Ok);
+  REQUIRE(t.pool.blocks_of_context(7, &found));
+  CHECK(found.empty());
+  CHECK(t.pool.check() == "");
+}

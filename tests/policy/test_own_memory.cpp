@@ -65,3 +65,51 @@ TEST_CASE("a context reset forgets that device's handles only", "[own]") {
   own.unmapped(0x100000000, 0x20000000);  // covers both addresses
   CHECK(own.resident(1).bytes == 0);
 }
+
+TEST_CASE("an import of the program's own export holds the memory after the creator's release", "[own]") {
+  const ShareKey fd_file{5, 1234};
+  SECTION("the driver hands the same handle back with one more reference") {
+    OwnMemory own;
+    own.created(1, 4 * kMiB, 0);
+    own.exported(1, fd_file);
+    own.imported(1, &fd_file, 0);
+    own.released(1);
+    own.mapped(0x100000000, 4 * kMiB, 1);
+    CHECK(own.resident(0).bytes == 4 * kMiB);
+    own.unmapped(0x100000000, 4 * kMiB);
+    CHECK(own.resident(0).bytes == 4 * kMiB);  // the import's reference
+    own.released(1);
+    CHECK(own.resident(0).bytes == 0);
+  }
+  SECTION("the driver hands out a new handle to the same allocation") {
+    OwnMemory own;
+    own.created(1, 4 * kMiB, 0);
+    own.exported(1, fd_file);
+    own.imported(2, &fd_file, 0);
+    CHECK(own.resident(0).bytes == 4 * kMiB);  // one allocation, counted once
+    CHECK(own.resident(0).handles == 2);
+    own.released(1);
+    own.mapped(0x100000000, 4 * kMiB, 2);
+    CHECK(own.resident(0).bytes == 4 * kMiB);
+    own.unmapped(0x100000000, 4 * kMiB);
+    own.released(2);
+    CHECK(own.resident(0).bytes == 0);
+    // The allocation is gone: its file names nothing of the process now.
+    own.imported(3, &fd_file, 0);
+    CHECK(own.resident(0).bytes == 0);  // an import placed nowhere, not mapped yet
+    CHECK(own.resident(0).handles == 1);
+  }
+}
+
+TEST_CASE("an import the ledger cannot place counts what the program maps of it", "[own]") {
+  OwnMemory own;
+  own.imported(9, nullptr, 1);
+  CHECK(own.resident(1).handles == 1);
+  own.mapped(0x200000000, 6 * kMiB, 9);
+  CHECK(own.resident(1).bytes == 6 * kMiB);
+  own.released(9);
+  CHECK(own.resident(1).bytes == 6 * kMiB);  // mapped still
+  own.unmapped(0x200000000, 6 * kMiB);
+  CHECK(own.resident(1).bytes == 0);
+  CHECK(own.resident(1).handles == 0);
+}

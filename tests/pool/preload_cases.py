@@ -343,6 +343,21 @@ def main():
             lines = [l for l in r.stderr.splitlines() if "own VMM memory" in l]
             check(len(lines) == 1 and "device 0: 8.0 MiB" in lines[0] and "warn" in lines[0],
                   f"[{conf or 'default'}] one warning names the 8 MiB the program holds ({r.stderr[-400:]})")
+    elif name in ("sleep_own_other", "sleep_own_import"):
+        # The program's own memory where the ledger has to look further
+        # (own_vmm_preload.cpp): on a device without a pool, and held
+        # through an import of its own export. With and without the cache.
+        sub = "other_device" if name == "sleep_own_other" else "import"
+        for conf in ["", "vmm_cache:off"]:
+            env = {"FAKECUDA_DEVICES": "2"}
+            if conf:
+                env["PAGEFAST_CONF"] = conf
+            r = run_program(build, "own_vmm_preload", [sub], env=env)
+            expect_ok(r, sub, f"pagefast [{conf or 'default'}]")
+            device = 1 if sub == "other_device" else 0
+            lines = [l for l in r.stderr.splitlines() if "own VMM memory" in l]
+            check(len(lines) == 1 and f"device {device}: 4.0 MiB" in lines[0] and "warn" in lines[0],
+                  f"[{conf or 'default'}] one warning names the 4 MiB the program holds ({r.stderr[-400:]})")
     elif name in ("capture", "fork", "capi"):
         case_simple(build, name, [""]) if name != "capi" else expect_ok(run(build, ["capi"]), "capi", "pagefast")
     else:

@@ -1,0 +1,122 @@
+// interpose/pool/contexts.cpp: the contexts pool blocks were allocated in
+// (interpose/pool_api.h before/after_context_destroy). Each context that
+// allocates from a pool gets a number (policy::ContextTag) at its thread's
+// first allocation in it, kept with the thread's context memo, so the hot
+// path stores it in the block without looking anything up. cuCtxDestroy
+// frees the context's cuMemAlloc memory in the driver; here the pool's
+// blocks of that context are freed as the program would have freed them.
+//
+// Numbers are never reused: a thread whose memo still names a destroyed
+// context (the driver made another at the same address, and the thread's
+// memo is re-checked only every kRevalidateEvery allocations) tags its
+// blocks with a number no live context has, so at worst those blocks stay
+// until the program frees them; no destroy ever frees another context's
+// block. After 65535 numbers, or with kTrackedContexts contexts alive at
+// once, a new context gets none: its blocks stay with the pool until freed
+// (one info line).
+#include <cstdio>
+#include <mutex>
+#include <new>
+#include <vector>
+
+#include "interpose/ipc/ipc.h"
+#include "interpose/pool/pool_internal.h"
+#include "interpose/pool_api.h"
+
+namespace pagefast::pool {
+namespace {
+
+constexpr int kTrackedContexts = 64;
+constexpr uint32_t kLastTag = 0xffff;
+
+struct Tracked {
+  CUcontext context;
+  int device;
+  policy::ContextTag tag;
+};
+
+// Constant-initialised: a hook may run before any constructor.
+std::mutex g_mutex;
+Tracked g_tracked[kTrackedContexts];
+int g_count = 0;
+uint32_t g_next_tag = 1;
+bool g_full_logged = false;
+
+// REQUIRES: g_mutex. The index of `context`'s record, or -1.
+int find_locked(CUcontext context) {
+  for (int i = 0; i < g_count; ++i)
+    if (g_tracked[i].context == context) return i;
+  return -1;
+}
+
+void remove_locked(int index) { g_tracked[index] = g_tracked[--g_count]; }
+
+}  // namespace
+
+policy::ContextTag context_tag(CUcontext context, int device) {
+  std::lock_guard<std::mutex> guard(g_mutex);
+  const int found = find_locked(context);
+  if (found >= 0 && g_tracked[found].device == device) return g_tracked[found].tag;
+  // A record for another device: that context is gone (destroyed where no
+  // hook saw it) and the driver made this one at its address.
+  if (found >= 0) remove_locked(found);
+  if (g_count == kTrackedContexts || g_next_tag > kLastTag) {
+    if (!g_full_logged) {
+      g_full_logged = true;
+      pool_log(LogLevel::Info,
+               "too many CUDA contexts to follow: blocks allocated in a context made from now on stay with "
+               "pagefast's pool when the context is destroyed, until the program frees them");
+    }
+    return policy::kNoContextTag;
+  }
+  const auto tag = policy::ContextTag(g_next_tag++);
+  g_tracked[g_count++] = Tracked{context, device, tag};
+  return tag;
+}
+
+ContextDestroy before_context_destroy(CUcontext context) {
+  ContextDestroy destroy;
+  destroy.context = context;
+  if (!pool_active() || !context) return destroy;
+  std::lock_guard<std::mutex> guard(g_mutex);
+  const int found = find_locked(context);
+  if (found < 0) return destroy;
+  destroy.device = g_tracked[found].device;
+  destroy.tag = g_tracked[found].tag;
+  remove_locked(found);
+  return destroy;
+}
+
+void after_context_destroy(const ContextDestroy& destroy, bool destroyed) {
+  if (!pool_active() || !destroy.context) return;
+  if (!destroyed) {
+    // The driver refused (a primary context, an unknown handle): the
+    // context lives on, and so does its record, unless it got a new one.
+    std::lock_guard<std::mutex> guard(g_mutex);
+    if (destroy.tag && find_locked(destroy.context) < 0 && g_count < kTrackedContexts)
+      g_tracked[g_count++] = Tracked{destroy.context, destroy.device, policy::ContextTag(destroy.tag)};
+    return;
+  }
+  forget_context(destroy.device, destroy.context);
+  policy::DevicePool* pool = destroy.tag ? pool_for_device(destroy.device) : nullptr;
+  if (!pool) return;
+  // The driver synchronised the context before destroying it; the blocks
+  // still go through the quarantine, as any free does.
+  std::vector<uint64_t> blocks;
+  if (!pool->blocks_of_context(policy::ContextTag(destroy.tag), &blocks)) return;
+  size_t kept = 0;
+  for (uint64_t block : blocks) {
+    CUresult ignored;
+    // A block an IPC importer still maps is kept until it closes (ipc.h).
+    if (ipc::g_exports.load(std::memory_order_relaxed) > 0 && ipc::on_free(block, &ignored)) continue;
+    blocks[kept++] = block;
+  }
+  free_on_behalf(blocks.data(), kept);
+  if (blocks.empty()) return;
+  char line[256];
+  std::snprintf(line, sizeof line, "a context of device %d was destroyed: %zu of its blocks went back to the pool",
+                destroy.device, blocks.size());
+  pool_log(LogLevel::Debug, line);
+}
+
+}  // namespace pagefast::pool
