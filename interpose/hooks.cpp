@@ -413,9 +413,24 @@ PF_CLIENT_VMM(cuMemSetAccess, set_access, (CUdeviceptr ptr, size_t bytes, const 
 PF_CLIENT_VMM(cuMemAddressFree, address_free, (CUdeviceptr ptr, size_t bytes), (ptr, bytes))
 #undef PF_CLIENT_VMM
 
-// A deferred mapping is unmapped for real first: the program believes it is.
+// Pool memory is cuMemAlloc memory to the program: success with no flags
+// for a live block, as the driver answers for its own cuMemAlloc blocks,
+// and the range query's refusal for any other pool address (docs/POOL.md
+// "Semantics"); arguments the driver would refuse still go to it. A
+// deferred mapping of the program's own is unmapped for real first: the
+// program believes it is.
 CUresult cuMemGetAccess(unsigned long long* flags, const CUmemLocation* location, CUdeviceptr ptr) {
-  if (active(Entry::cuMemGetAccess)) pool::clients::before_query(ptr);
+  if (active(Entry::cuMemGetAccess)) {
+    CUdeviceptr base = 0;
+    size_t bytes = 0;
+    CUresult result;
+    if (flags && location && location->type == CU_MEM_LOCATION_TYPE_DEVICE &&
+        pool::try_address_range(&base, &bytes, ptr, &result)) {
+      if (result == CUDA_SUCCESS) *flags = 0;
+      return result;
+    }
+    pool::clients::before_query(ptr);
+  }
   PF_FORWARD(cuMemGetAccess, (flags, location, ptr));
 }
 

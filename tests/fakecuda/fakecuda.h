@@ -79,6 +79,13 @@ FAKECUDA_API_EXPORT unsigned long long fakecuda_free_bytes(int ordinal);
  * to the other end of a pipe. Returns CUDA_ERROR_INVALID_VALUE for fd < 0. */
 FAKECUDA_API_EXPORT CUresult fakecuda_launch_gate(CUstream stream, int fd);
 
+/* Device `ordinal`'s access flags on the VMM mapping that holds `ptr`, as
+ * the fake keeps them (what cuMemSetAccess set), whoever answers
+ * cuMemGetAccess: ~0 where no mapping holds `ptr`. Lets a test see the
+ * access of pagefast's pool mappings, which cuMemGetAccess answers as for
+ * cuMemAlloc memory. From any thread, no context needed. */
+FAKECUDA_API_EXPORT unsigned long long fakecuda_mapping_access(CUdeviceptr ptr, int ordinal);
+
 /* Use-after-free violations seen by delayed kernels and asynchronous copies
  * since the process started. */
 FAKECUDA_API_EXPORT unsigned long long fakecuda_violations(void);

@@ -370,6 +370,18 @@ TEST_CASE("VMM: reserve, create, map, set access, touch, unmap, release") {
   unsigned long long flags = 0;
   CU_OK(cuMemGetAccess(&flags, &access.location, va + 5 * kMiB));
   REQUIRE(flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  REQUIRE(fakecuda_mapping_access(va + 5 * kMiB, 0) == CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  REQUIRE(fakecuda_mapping_access(va + 5 * kMiB, 7) == ~0ull);  // no such device
+  // cuMemAlloc memory: success with no flags, as the driver answers; an
+  // address that is neither: INVALID_VALUE.
+  CUdeviceptr block = 0;
+  CU_OK(cuMemAlloc(&block, kMiB));
+  flags = 0x77;
+  CU_OK(cuMemGetAccess(&flags, &access.location, block + 100));
+  REQUIRE(flags == 0);
+  REQUIRE(fakecuda_mapping_access(block, 0) == ~0ull);
+  CU_OK(cuMemFree(block));
+  REQUIRE(cuMemGetAccess(&flags, &access.location, block) == CUDA_ERROR_INVALID_VALUE);
 
   // Pointer identity: range = reservation, mapping and buffer id = cuMemMap.
   REQUIRE(pointer_attribute<int>(CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, va) == 0);

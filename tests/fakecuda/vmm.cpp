@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "api_list.h"
+#include "fakecuda.h"
 #include "os.h"
 #include "state.h"
 
@@ -246,9 +247,23 @@ CUresult impl::cuMemGetAccess(unsigned long long* flags, const CUmemLocation* lo
   if (location->type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(location->id)) return CUDA_ERROR_INVALID_DEVICE;
   const Mapping* mapping = find_mapping(find_reservation(uintptr_t(ptr)), uintptr_t(ptr));
-  if (!mapping) return CUDA_ERROR_INVALID_VALUE;
+  if (!mapping) {
+    // cuMemAlloc memory: success with no flags, as the driver answers
+    // (docs/DRIVER-FACTS.md).
+    if (!find_block(uintptr_t(ptr))) return CUDA_ERROR_INVALID_VALUE;
+    *flags = 0;
+    return CUDA_SUCCESS;
+  }
   *flags = mapping->access[size_t(location->id)];
   return CUDA_SUCCESS;
+}
+
+extern "C" unsigned long long fakecuda_mapping_access(CUdeviceptr ptr, int ordinal) {
+  State& st = state();
+  Lock lock(st.mu);
+  if (!valid_device(ordinal)) return ~0ull;
+  const Mapping* mapping = find_mapping(find_reservation(uintptr_t(ptr)), uintptr_t(ptr));
+  return mapping ? mapping->access[size_t(ordinal)] : ~0ull;
 }
 
 CUresult impl::cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,

@@ -5,9 +5,9 @@
  * program's (cuMemGetAllocationPropertiesFromHandle of any handle value the
  * program was not given answers CUDA_ERROR_INVALID_VALUE). The fake driver
  * numbers handles from 0x1000, so a scan of that range finds any handle a
- * call hands out by mistake. Prints on stdout only what must be identical
- * with and without pagefast; stderr has cuMemGetAccess, whose answer on
- * pagefast's pool memory differs by choice (docs/POOL.md). */
+ * call hands out by mistake. cuMemGetAccess answers success with no flags
+ * (docs/DRIVER-FACTS.md). Prints only what must be identical with and
+ * without pagefast. */
 #include <cuda.h>
 #include <stdio.h>
 
@@ -47,7 +47,7 @@ int main(void) {
   CUmemLocation where = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
   unsigned long long flags = UNTOUCHED;
   const CUresult access = cuMemGetAccess(&flags, &where, big);
-  fprintf(stderr, "access of big %d, flags %llu\n", (int)access, flags);
+  printf("access of big %d, flags %llu\n", (int)access, flags);
   printf("free big %d\n", (int)cuMemFree_v2(big));
   printf("free small %d\n", (int)cuMemFree_v2(small));
   printf("done\n");

@@ -677,16 +677,10 @@ int devices() {
   return 0;
 }
 
-// Device `device`'s access flags on a VMM address (pool memory only: the
-// driver's cuMemAlloc memory has none to answer).
-unsigned long long access_of(CUdeviceptr p, int device) {
-  CUmemLocation where{};
-  where.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  where.id = device;
-  unsigned long long flags = ~0ull;
-  if (cuMemGetAccess(&flags, &where, p) != CUDA_SUCCESS) return ~0ull;
-  return flags;
-}
+// Device `device`'s access flags on the pool mapping that holds p, as the
+// fake driver keeps them: cuMemGetAccess answers for pool memory as the
+// driver does for cuMemAlloc memory (no flags), so it cannot tell.
+unsigned long long access_of(CUdeviceptr p, int device) { return fakecuda_mapping_access(p, device); }
 
 int ordinal_of(CUdeviceptr p) {
   int ordinal = -1;
