@@ -27,6 +27,7 @@ enum class Opt : int {
   // Variables of pagefast's own.
   Pagefast,
   Conf,
+  Strict,
   Log,
   LogFile,
   Stats,
@@ -44,6 +45,7 @@ enum class Opt : int {
   MpiLocalRankId,
   CudaVisibleDevices,
   CudaDeviceOrder,
+  Columns,
   // PAGEFAST_CONF keys.
   KeyPool,
   KeyChunkSize,

@@ -220,3 +220,49 @@ TEST_CASE("the key table documents every key") {
   }
   CHECK(describe(with_conf("chunk_size:64M")).find("chunk_size 64M") != std::string::npos);
 }
+
+TEST_CASE("an unknown key names the nearest one, in the one message library and launcher print") {
+  const Config c = with_conf("chunksize:256M");
+  CHECK(c.passthrough);
+  CHECK(c.error.rfind("PAGEFAST_CONF: unknown key 'chunksize': did you mean chunk_size? (accepted keys: pool,", 0) ==
+        0);
+  CHECK(with_conf("Slak:1ms").error.find("did you mean slack?") != std::string::npos);
+  CHECK(with_conf("zzzzzz:1").error.find("did you mean") == std::string::npos);
+}
+
+TEST_CASE("a time needs a unit: a bare number other than 0 is refused, naming the units") {
+  uint64_t ns = 1;
+  CHECK((parse_delay("0", &ns) && ns == 0));
+  CHECK((parse_delay("5s", &ns) && ns == 5000000000ull));
+  CHECK((parse_delay("500us", &ns) && ns == 500000ull));
+  CHECK((parse_delay("off", &ns) && ns == ~uint64_t(0)));
+  CHECK_FALSE(parse_delay("5", &ns));
+  CHECK_FALSE(parse_delay("10", &ns));
+  const Config c = with_conf("slack:5");
+  CHECK(c.passthrough);
+  CHECK(c.error.find("bad value '5' for key 'slack' (accepted: a time with a unit: us, ms, s or m") !=
+        std::string::npos);
+  CHECK(with_conf("release_delay:0").error.empty());
+}
+
+TEST_CASE("PAGEFAST_STRICT and the mode: active, off or pass-through, with the reason") {
+  Env env;
+  env.vars["PAGEFAST_STRICT"] = "1";
+  env.vars["PAGEFAST_CONF"] = "chunksize:1M";
+  Config c = env.parse();
+  CHECK(c.strict);
+  CHECK(mode_of(c) == Mode::PassThrough);
+  CHECK(mode_reason(c) == c.error);
+  env.vars["PAGEFAST_STRICT"] = "perhaps";
+  env.vars["PAGEFAST_CONF"] = "";
+  c = env.parse();
+  CHECK_FALSE(c.strict);
+  CHECK(c.error.find("PAGEFAST_STRICT: bad value 'perhaps'") == 0);
+  CHECK(std::string(mode_name(mode_of(with_conf("")))) == "active");
+  CHECK(std::string(mode_name(mode_of(with_conf("pool:off")))) == "off");
+  CHECK(mode_reason(with_conf("pool:off")) == "pool:off");
+  Env zero;
+  zero.vars["PAGEFAST"] = "0";
+  CHECK(mode_of(zero.parse()) == Mode::Off);
+  CHECK(mode_reason(zero.parse()) == "PAGEFAST=0");
+}
