@@ -226,6 +226,9 @@ def case_refused():
         rows = [l for l in r.stdout.splitlines() if l.split()[:1] == [str(p.pid)]]
         check(len(rows) == 1 and rows[0].split()[2] == "pass-through", f"the table's MODE column ({r.stdout!r})")
         check(f"pass-through: {message}" in r.stdout, "the table says why under the row")
+        check(rows and rows[0].endswith("  hold"), f"COMMAND: the program without its folder ({rows})")
+        r = run([tool("tools", "pagefast-stat"), "--dir", d], env=clean_env({"COLUMNS": "150"}))
+        check(all(len(l) <= 150 for l in r.stdout.splitlines()[1:]), f"COLUMNS=150: every line fits ({r.stdout!r})")
         r = run([tool("tools", "pagefast-stat"), "--dir", d, "--prometheus"])
         strict_parse(r.stdout)
         info = [l for l in r.stdout.splitlines() if l.startswith("pagefast_process_info{") and f'pid="{p.pid}"' in l]
@@ -286,6 +289,35 @@ def case_launcher_values():
         rc, out, err = finish(p)
         check(rc == 0 and "bad value '5' for key 'slack'" in err and "pass-through" in err,
               f"the library refuses slack:5 alike ({err.strip()!r})")
+
+
+def case_quiet():
+    """A process that never calls CUDA says nothing, at the default level
+    and at info: a chain of shells under pagefast-run --log info (as a
+    pyenv shim) prints only the lines of the one process that allocates,
+    its NUMA lines among them, and at exit its one-line summary."""
+    launcher = tool("tools", "pagefast-run")
+    with tempfile.TemporaryDirectory() as d:
+        env = hold_env(d)
+        del env["LD_PRELOAD"]
+        for level in [[], ["--log", "info"]]:
+            r = run([launcher, *level, "--", "sh", "-c", "sh -c 'sh -c true'; true"], env=env)
+            check(r.returncode == 0 and r.stderr == "", f"shells under pagefast-run {level} say nothing ({r.stderr!r})")
+        hold = tool("tests", "live", "hold")
+        r = run([launcher, "--log", "info", "--", "sh", "-c", f"sh -c true; sh -c 'exec {hold}'; sh -c true"], env=env,
+                stdin="go\n")
+        lines = r.stderr.splitlines()
+        pids = {l.split("[", 1)[1].split()[0] for l in lines if l.startswith("pagefast[")}
+        check(r.returncode == 0 and len(pids) == 1 and lines and all(l.startswith("pagefast[") for l in lines),
+              f"only the allocating process speaks ({r.stderr!r})")
+        numa = [l for l in lines if ": info: numa: " in l]
+        active = [i for i, l in enumerate(lines) if ": info: active (" in l]
+        check(numa and active and lines.index(numa[0]) < active[0] + 2, f"its NUMA decision is said ({lines})")
+        summary = [l for l in lines if ": info: at exit: 3 allocation calls, " in l]
+        check(len(summary) == 1 and "served from the pool" in summary[0] and "in the driver's memory calls" in summary[0],
+              f"one summary line at exit ({summary})")
+        r = run([hold], env=dict(hold_env(d), PAGEFAST_LOG="warn"), stdin="go\n")
+        check(r.returncode == 0 and r.stderr == "", f"at the default level a working program hears nothing ({r.stderr!r})")
 
 
 # ---- --if-enabled and the library read PAGEFAST alike ----------------------------
