@@ -3,7 +3,7 @@
 //
 // To add a variable or a key: an Opt in options.h, a row here (the
 // static_asserts keep the order), its reader (config.cpp for a key), then
-// tools/options/update-docs for README.md and pagefast-run --help (the test
+// tools/options/update-docs for docs/OPTIONS.md and pagefast-run --help (the test
 // `options docs` fails until then).
 #include "policy/options.h"
 

@@ -23,7 +23,10 @@ build folder (PIP_CONFIG_SETTINGS, as pip reads its options from the
 environment), shared with the wheel case, so that a later run is
 incremental. Apart from that the commands are the README's.
 
-usage: readme_cases.py debian|index --build DIR
+    meson   install-meson: a build folder and a prefix of its own, then
+            pkg-config with PKG_CONFIG_PATH names the installed library.
+
+usage: readme_cases.py debian|index|meson --build DIR
 """
 import os
 import re
@@ -122,6 +125,30 @@ def run_readme(install, settings, extra_env=None):
         lines = r.stdout.rstrip().splitlines()
         check(r.returncode == 4 and lines and lines[-1].startswith("pool here   no: no CUDA driver"),
               "without a driver: exit status 4 and the last line says no (%d, %s)" % (r.returncode, lines[-1:]))
+        # The troubleshooting commands run as written, with the driver.
+        check(blocks.get("troubleshoot", "").strip() != "", "README.md marks a readme-test:troubleshoot block")
+        r = bash(". ~/pagefast-venv/bin/activate\n" + blocks.get("troubleshoot", ""), dict(env, LD_LIBRARY_PATH=fake),
+                 300)
+        check(r.returncode == 0 and "pagefast-stat" in r.stdout and ": info: active (" in r.stdout,
+              "README's troubleshooting commands run (rc %d)" % r.returncode)
+
+
+def case_meson():
+    """The README's meson install, in the order a user meets it: after
+    tools/quickstart made build/ (here: this suite's own build folder
+    exists), into a prefix of its own; pkg-config then names the installed
+    library. The prefix and the build folder are the test's."""
+    block = readme_blocks().get("install-meson", "")
+    check("--prefix=/opt/pagefast" in block and "build-install" in block, "README.md marks readme-test:install-meson")
+    with tempfile.TemporaryDirectory(prefix="pf-meson-") as tmp:
+        prefix, build_dir = os.path.join(tmp, "opt-pagefast"), os.path.join(tmp, "build-install")
+        script = block.replace("/opt/pagefast", prefix).replace("build-install", build_dir)
+        r = bash(script, clean_env(tmp), BUILD_TIMEOUT_S)
+        check(r.returncode == 0 and "Directory already configured" not in r.stdout,
+              "README's meson install runs as written (rc %d)" % r.returncode)
+        lib = [l for l in r.stdout.splitlines() if l.endswith("/libpagefast.so") and not l.startswith("$")]
+        check(len(lib) == 1 and lib[0].startswith(prefix + os.sep) and os.path.isfile(lib[0]),
+              "pkg-config names the installed library under the prefix: %s" % lib)
 
 
 def case_debian():
