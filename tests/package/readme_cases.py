@@ -129,8 +129,8 @@ def run_readme(install, settings, extra_env=None):
         check(blocks.get("troubleshoot", "").strip() != "", "README.md marks a readme-test:troubleshoot block")
         r = bash(". ~/pagefast-venv/bin/activate\n" + blocks.get("troubleshoot", ""), dict(env, LD_LIBRARY_PATH=fake),
                  300)
-        check(r.returncode == 0 and "pagefast-stat" in r.stdout and ": info: active (" in r.stdout,
-              "README's troubleshooting commands run (rc %d)" % r.returncode)
+        check(r.returncode == 0 and "pagefast-stat" in r.stdout and "pool here   yes: " in r.stdout
+              and "1" in r.stdout.splitlines(), "README's troubleshooting commands run (rc %d)" % r.returncode)
 
 
 def case_meson():
