@@ -146,7 +146,7 @@ def case_meson():
         r = bash(script, clean_env(tmp), BUILD_TIMEOUT_S)
         check(r.returncode == 0 and "Directory already configured" not in r.stdout,
               "README's meson install runs as written (rc %d)" % r.returncode)
-        lib = [l for l in r.stdout.splitlines() if l.endswith("/libpagefast.so") and not l.startswith("$")]
+        lib = [l for l in r.stdout.splitlines() if l.startswith("/") and l.endswith("/libpagefast.so")]
         check(len(lib) == 1 and lib[0].startswith(prefix + os.sep) and os.path.isfile(lib[0]),
               "pkg-config names the installed library under the prefix: %s" % lib)
 
