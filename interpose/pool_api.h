@@ -139,6 +139,9 @@ void after_context_destroy(const ContextDestroy& destroy, bool destroyed);
 // The figures of device `device`'s pool; false when it has none. Counters
 // and try-locks only; no CUDA (the live publisher calls it every 0.5 s).
 bool stats_of(int device, policy::PoolStats* out);
+// Whether device `device`'s pool is asleep (pagefast_sleep until a wake
+// completes); false when it has none. One atomic load.
+bool device_asleep(int device);
 
 // The "pool" object of the stats JSON (an object text: {"devices": [{"device": 0, ...}]}).
 // Reads counters only; no CUDA.

@@ -1,7 +1,8 @@
 // interpose/runtime.cpp: start-up and exit of the shim.
 //
 // At load (constructor): read the configuration once, start the logger,
-// bind NUMA (no CUDA call). At exit (destructor): flush the trace, write the stats document
+// bind NUMA (no CUDA call). A refused setting is one error line and
+// pass-through, or with PAGEFAST_STRICT=1 the end of the process (125). At exit (destructor): flush the trace, write the stats document
 // and the memory report (report:exit) with plain file I/O and call no driver function: the driver may already
 // be shutting down, and a pool that is not released is reclaimed by the OS.
 // In secure execution every path-valued variable reads as unset
@@ -11,9 +12,12 @@
 #include <sys/auxv.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <vector>
 
+#include "interpose/entries.h"
 #include "interpose/files.h"
 #include "interpose/live/publisher.h"
 #include "interpose/log.h"
@@ -24,6 +28,7 @@
 #include "interpose/trace.h"
 #include "numa/numa.h"
 #include "policy/options.h"
+#include "policy/summary.h"
 
 namespace pagefast::runtime {
 
@@ -69,6 +74,50 @@ void write_stats_at_exit(const Config& config) {
   }
 }
 
+// The NUMA binding's lines of the start wait for the first allocation:
+// a process that never uses CUDA (a shell, a pyenv shim, grep) says
+// nothing at the default level, and a job says its binding once, from the
+// process that uses the GPU. At debug level they are written at once.
+// Fixed storage: the sink runs in the constructor.
+struct HeldLine {
+  LogLevel level;
+  char text[384];
+};
+constexpr int kHeldLines = 8;
+HeldLine g_held[kHeldLines];
+std::atomic<int> g_held_count{0};
+
+void hold_numa_line(LogLevel level, const char* message) {
+  if (log::enabled(LogLevel::Debug)) {
+    log::emit(level, message);
+    return;
+  }
+  const int i = g_held_count.load(std::memory_order_relaxed);
+  if (i >= kHeldLines || !log::enabled(level)) return;
+  g_held[i].level = level;
+  std::snprintf(g_held[i].text, sizeof g_held[i].text, "%s", message);
+  g_held_count.store(i + 1, std::memory_order_release);
+}
+
+void say_held_lines() {
+  const int n = g_held_count.exchange(0, std::memory_order_acq_rel);
+  for (int i = 0; i < n; ++i) log::emit(g_held[i].level, g_held[i].text);
+}
+
+// The one line of what pagefast did (policy/summary.h), at level info, by
+// a process whose pool was on.
+void say_summary_at_exit(const Config& config) {
+  if (mode_of(config) != Mode::Active || !log::enabled(LogLevel::Info)) return;
+  try {
+    std::vector<policy::PoolStats> devices;
+    policy::PoolStats s;
+    for (int d = 0; d < pool::kMaxDevices; ++d)
+      if (pool::stats_of(d, &s)) devices.push_back(s);
+    log::write(LogLevel::Info, "at exit: {}", summary_line(stats::calls(Entry::cuMemAlloc_v2), devices));
+  } catch (...) {
+  }
+}
+
 }  // namespace
 
 void init_slow() {
@@ -91,11 +140,19 @@ void init_slow() {
   if (!view.ignored.empty())
     log::write(LogLevel::Warn, "secure execution (setuid, setgid or file capabilities): {} ignored", view.ignored);
   if (!g_config.warning.empty()) log::write(LogLevel::Warn, "{}", g_config.warning);
+  if (!g_config.error.empty() && g_config.strict) {
+    log::write(LogLevel::Error, "{}; {}=1: stopping the program (exit status 125)", g_config.error,
+               option_name(Opt::Strict));
+    _exit(125);
+  }
   if (!g_config.error.empty()) {
-    log::write(LogLevel::Error, "{}; running as pass-through", g_config.error);
+    log::write(LogLevel::Error,
+               "{}; pagefast is OFF in this process: running as pass-through, every call goes to the driver "
+               "untouched (pagefast-run refuses this setting; {}=1 stops the program instead)",
+               g_config.error, option_name(Opt::Strict));
   } else if (!g_config.passthrough) {
     if (!sysroot_hidden) {
-      numa::bind_at_start(g_config.numa, log::sink());
+      numa::bind_at_start(g_config.numa, &hold_numa_line);
       g_state->numa_ran = true;
     }
     pool::configure(g_config.pool, log::sink());
@@ -120,11 +177,17 @@ std::string numa_json() {
   return "null";
 }
 
+void note_passthrough_entry() {
+  if (g_passthrough_entered.exchange(true, std::memory_order_relaxed)) return;
+  if (!g_state->config.error.empty() && g_state->config.stats_on) live::start_passthrough(g_state->config);
+}
+
 bool driver_entered() { return g_passthrough_entered.load(std::memory_order_relaxed) || stats::any_activity(); }
 
 bool on_first_alloc() {
   static std::atomic<bool> bannered{false};
   if (!bannered.exchange(true)) {
+    say_held_lines();
     log::write(LogLevel::Info, "active (pid {}, version {}): {}", getpid(), PAGEFAST_VERSION,
                describe(g_state->config));
     if (g_state->config.stats_on) live::start(g_state->config);
@@ -155,6 +218,7 @@ __attribute__((destructor)) void on_unload() {
   // As the trace: a process that never reached the driver through
   // pagefast (a launcher) leaves the files of the processes that did alone.
   if (!driver_entered()) return;
+  say_summary_at_exit(g_state->config);
   write_stats_at_exit(g_state->config);
   report::write_at_exit_if_requested(g_state->config);
 }

@@ -22,12 +22,15 @@ inline void ensure_init() {
   if (__builtin_expect(!g_ready.load(std::memory_order_acquire), 0)) init_slow();
 }
 // Asked by every hook and door: so in pass-through it also notes that the
-// program reached the driver through pagefast (driver_entered). The note
-// costs pool mode nothing; pass-through a relaxed load.
+// program reached the driver through pagefast (driver_entered), and, when
+// a setting was refused, lists the process for pagefast-stat with the
+// reason (once). The note costs pool mode nothing; pass-through a relaxed
+// load.
+void note_passthrough_entry();
 inline bool passthrough() {
   ensure_init();
   if (__builtin_expect(g_passthrough, 0) && !g_passthrough_entered.load(std::memory_order_relaxed))
-    g_passthrough_entered.store(true, std::memory_order_relaxed);
+    note_passthrough_entry();
   return g_passthrough;
 }
 

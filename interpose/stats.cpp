@@ -103,6 +103,8 @@ std::string document(const Config& config, const std::string& numa_json) {
   out += std::to_string(getpid());
   out += ", \"mode\": ";
   out += config.passthrough ? "\"passthrough\"" : (config.pool.enabled ? "\"pool\"" : "\"forward\"");
+  out += ", \"reason\": ";
+  append_json_string(out, mode_reason(config));
   out += ", \"config\": ";
   append_json_string(out, describe(config));
   out += "},\n  \"calls\": {";

@@ -114,18 +114,25 @@ void check_device_with(const char* pci_bus_id, const NumaConfig& config, LogSink
     if (!s || s->checked || config.mode == NumaMode::Off) return;
     s->checked = true;
     if (bdf == s->plan.gpu) {
-      emit(log, LogLevel::Debug, "numa: the device in use, " + bdf + ", is the one chosen at start");
+      emit(log, LogLevel::Debug, "numa: the program uses GPU " + bdf + ", the one the binding at start was for");
       return;
     }
-    const std::string chosen = s->plan.gpu.empty() ? "none" : s->plan.gpu;
-    emit(log, LogLevel::Info, "numa: the device in use is " + bdf + ", not " + chosen + " as chosen at start");
-    if (config.mode != NumaMode::Auto || config.gpu >= 0) return;  // asked for explicitly: kept
+    // Info where nothing follows (a binding asked for explicitly is kept);
+    // else debug: the decision for the device in use follows at info.
+    const bool kept = config.mode != NumaMode::Auto || config.gpu >= 0;
+    emit(log, kept ? LogLevel::Info : LogLevel::Debug,
+         "numa: the program uses GPU " + bdf +
+             (s->plan.gpu.empty() ? std::string(", and at start no GPU was known to bind for")
+                                  : ", not " + s->plan.gpu + " that the binding at start was for"));
+    if (kept) return;
 
     // Only an affinity that is still what pagefast left is ours to change.
     CpuSet now;
     const CpuSet& expected = s->bound ? s->plan.cpus : s->allowed_at_start;
     if (ops.get_cpus(&now) != 0 || now != expected) {
-      emit(log, LogLevel::Info, "numa: the affinity changed since start (now " + now.to_list() + "); not rebinding");
+      emit(log, LogLevel::Info,
+           "numa: the program uses GPU " + bdf + " and changed its CPU affinity since start (now CPUs " +
+               now.to_list() + "); pagefast leaves it as the program set it");
       return;
     }
     PlanInputs in{config, s->env, s->allowed_at_start, bdf};

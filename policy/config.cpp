@@ -4,6 +4,7 @@
 
 #include "policy/format.h"
 #include "policy/options.h"
+#include "policy/suggest.h"
 
 namespace pagefast {
 namespace {
@@ -77,6 +78,20 @@ std::string accepted_keys() {
   return s;
 }
 
+// "unknown key 'K'", with the key that was most likely meant when one is
+// near: the one message the library logs and pagefast-run prints.
+std::string unknown_key_message(const std::string& key) {
+  const char* names[int(Opt::Count)];
+  int count = 0, n = 0;
+  const OptionRow* rows = option_rows(&count);
+  for (int i = 0; i < count; ++i)
+    if (rows[i].scope == Scope::ConfKey) names[n++] = rows[i].name;
+  const std::string near = nearest_word(key, names, n);
+  std::string message = option_name(Opt::Conf) + std::string(": unknown key '") + key + "'";
+  if (!near.empty()) message += ": did you mean " + near + "?";
+  return message + " (accepted keys: " + accepted_keys() + ")";
+}
+
 void parse_conf(Config& c, const std::string& text) {
   const std::string conf = option_name(Opt::Conf);
   size_t pos = 0;
@@ -94,7 +109,7 @@ void parse_conf(Config& c, const std::string& text) {
       continue;
     }
     if (!found) {
-      c.error = conf + ": unknown key '" + key + "' (accepted keys: " + accepted_keys() + ")";
+      c.error = unknown_key_message(key);
       return;
     }
     if (colon == std::string::npos) {
@@ -130,9 +145,16 @@ Config parse_config(EnvLookup lookup, void* user) {
     const char* v = lookup(option_name(o), user);
     return v ? std::string(v) : std::string();
   };
-  // Empty is unset; blanks around the value do not count.
+  // Read first, so that it covers every setting after it. Empty is unset;
+  // blanks around a value do not count.
+  const std::string strict = trim(get(Opt::Strict));
+  if (!strict.empty()) {
+    Value v;
+    if (!parse_value(Opt::Strict, strict, &v)) c.error = bad_value_message(Opt::Strict, strict);
+    else c.strict = v.choice != 0;
+  }
   const char* enable = lookup(option_name(Opt::Pagefast), user);
-  if (enable && *enable) {
+  if (enable && *enable && c.error.empty()) {
     const std::string e = trim(enable);
     Value v;
     if (!parse_value(Opt::Pagefast, e, &v)) c.error = bad_value_message(Opt::Pagefast, e);
@@ -148,6 +170,26 @@ Config parse_config(EnvLookup lookup, void* user) {
   if (c.error.empty()) parse_conf(c, c.conf_text);
   if (!c.error.empty()) c.passthrough = true;
   return c;
+}
+
+Mode mode_of(const Config& c) {
+  if (!c.error.empty()) return Mode::PassThrough;
+  return c.passthrough || !c.pool.enabled ? Mode::Off : Mode::Active;
+}
+
+const char* mode_name(Mode mode) {
+  switch (mode) {
+    case Mode::Active: return "active";
+    case Mode::Off: return "off";
+    case Mode::PassThrough: return "pass-through";
+  }
+  return "?";
+}
+
+std::string mode_reason(const Config& c) {
+  if (!c.error.empty()) return c.error;
+  if (c.passthrough) return std::string(option_name(Opt::Pagefast)) + "=0";
+  return c.pool.enabled ? std::string() : std::string("pool:off");
 }
 
 std::string describe(const Config& c) {

@@ -4,8 +4,9 @@
 // (policy/options.h); README.md's tables are generated from it. Pure C++:
 // no CUDA.
 //
-// A bad key or value yields one message naming it and what is accepted;
-// the caller then runs as pass-through (Config::passthrough). Warnings
+// A bad key or value yields one message naming it and what is accepted
+// (an unknown key: the nearest one too); the caller then runs as
+// pass-through (Config::passthrough), or stops when Config::strict. Warnings
 // only (Config::warning): a bad PAGEFAST_LOG (the level stays warn), and a
 // PAGEFAST_CONF key an earlier version had and this one removed (ignored:
 // config.cpp kRemovedKeys).
@@ -73,6 +74,9 @@ struct NumaConfig {
 struct Config {
   // PAGEFAST=0, or a configuration error: forward every call untouched.
   bool passthrough = false;
+  // PAGEFAST_STRICT=1: a configuration error ends the process at load
+  // (exit status 125) instead of running it as a pass-through.
+  bool strict = false;
   PoolConfig pool;
   NumaConfig numa;
   LogLevel log_level = LogLevel::Warn;
@@ -93,6 +97,17 @@ struct Config {
 // tests). Never fails: errors land in Config::error and set passthrough.
 using EnvLookup = const char* (*)(const char* name, void* user);
 Config parse_config(EnvLookup lookup, void* user);
+
+// What pagefast does in a process, as pagefast-stat, the stats document
+// and python -m pagefast name it: active (the pool serves), off (chosen:
+// PAGEFAST=0 or pool:off) or pass-through (a setting was refused: every
+// call goes to the driver untouched).
+enum class Mode { Active, Off, PassThrough };
+Mode mode_of(const Config& config);
+const char* mode_name(Mode mode);  // "active", "off", "pass-through"
+// Why, in a few words ("" when active): the refused setting's message,
+// "PAGEFAST=0" or "pool:off".
+std::string mode_reason(const Config& config);
 
 // A one-line description of the effective settings, for the info banner.
 std::string describe(const Config& config);

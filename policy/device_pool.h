@@ -441,7 +441,16 @@ class DevicePool final : public IdleMemory {
   std::atomic<uint64_t> release_ns_{0};
   std::atomic<uint64_t> headroom_releases_{0};  // growths that released chunks first
   std::atomic<uint64_t> lost_blocks_{0};        // could not be quarantined (host OOM)
-  std::mutex oom_mutex_;                        // last_oom_; taken on OOM paths only, never at exit
+  // stats(): what it last read under the device lock and the registry
+  // lock, repeated by a read that finds one busy (sleep and wake hold the
+  // device lock while they copy and map), so that a figure never reads 0
+  // meanwhile and a counter never goes back.
+  struct LockedFigures {
+    std::atomic<uint64_t> reserved_bytes{0}, growths{0}, stitches{0}, releases{0};
+    std::atomic<uint64_t> in_use_bytes{0}, hits{0}, cached_bytes{0}, quarantined_bytes{0};
+  };
+  LockedFigures last_locked_;
+  std::mutex oom_mutex_;  // last_oom_; taken on OOM paths only, never at exit
   OomRecord last_oom_;
 
   // footprint and sleep (device_pool_footprint.cpp)

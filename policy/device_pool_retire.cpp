@@ -209,7 +209,7 @@ uint64_t DevicePool::idle_bytes() {
 PoolStats DevicePool::stats() {
   // Try-locks only: stats are read at process exit too, when another
   // thread may be stopped anywhere (holding a lock). A part whose lock
-  // stays busy is reported from the lock-free counters alone.
+  // stays busy repeats what was last read under it (last_locked_).
   auto try_lock = [](std::mutex& m) {
     for (int attempt = 0; attempt < kStatsLockAttempts; ++attempt) {
       if (m.try_lock()) return true;
@@ -218,27 +218,47 @@ PoolStats DevicePool::stats() {
     return false;
   };
   PoolStats s;
-  s.in_use_bytes = folded_in_use_.load(std::memory_order_relaxed);
-  s.hits = folded_hits_.load(std::memory_order_relaxed);
+  LockedFigures& last = last_locked_;
+  constexpr auto kRelaxed = std::memory_order_relaxed;
   if (try_lock(registry_mutex_)) {
+    s.in_use_bytes = folded_in_use_.load(kRelaxed);
+    s.hits = folded_hits_.load(kRelaxed);
     for (ThreadCache* c = registry_; c; c = c->registry_next) {
-      s.in_use_bytes += c->in_use_delta.load(std::memory_order_relaxed);
-      s.hits += c->hits.load(std::memory_order_relaxed);
-      s.cached_bytes += c->cached_bytes.load(std::memory_order_relaxed);
-      s.quarantined_bytes += c->quarantined_bytes.load(std::memory_order_relaxed);
+      s.in_use_bytes += c->in_use_delta.load(kRelaxed);
+      s.hits += c->hits.load(kRelaxed);
+      s.cached_bytes += c->cached_bytes.load(kRelaxed);
+      s.quarantined_bytes += c->quarantined_bytes.load(kRelaxed);
     }
+    if (int64_t(s.in_use_bytes) < 0) s.in_use_bytes = 0;
+    last.in_use_bytes.store(s.in_use_bytes, kRelaxed);
+    last.hits.store(s.hits, kRelaxed);
+    last.cached_bytes.store(s.cached_bytes, kRelaxed);
+    last.quarantined_bytes.store(s.quarantined_bytes, kRelaxed);
     registry_mutex_.unlock();
+  } else {
+    s.in_use_bytes = last.in_use_bytes.load(kRelaxed);
+    s.hits = last.hits.load(kRelaxed);
+    s.cached_bytes = last.cached_bytes.load(kRelaxed);
+    s.quarantined_bytes = last.quarantined_bytes.load(kRelaxed);
   }
-  if (int64_t(s.in_use_bytes) < 0) s.in_use_bytes = 0;
   note_peak(s.in_use_bytes);
   s.quarantined_bytes += quarantine_.shared_bytes();
-  s.mapped_bytes = mapped_bytes_.load(std::memory_order_relaxed);
+  s.mapped_bytes = mapped_bytes_.load(kRelaxed);
   if (try_lock(arena_mutex_)) {
     s.reserved_bytes = arena_.reserved_bytes();
     s.growths = arena_.counters().growths;
     s.stitches = arena_.counters().stitches;
     s.releases = arena_.counters().releases;
+    last.reserved_bytes.store(s.reserved_bytes, kRelaxed);
+    last.growths.store(s.growths, kRelaxed);
+    last.stitches.store(s.stitches, kRelaxed);
+    last.releases.store(s.releases, kRelaxed);
     arena_mutex_.unlock();
+  } else {
+    s.reserved_bytes = last.reserved_bytes.load(kRelaxed);
+    s.growths = last.growths.load(kRelaxed);
+    s.stitches = last.stitches.load(kRelaxed);
+    s.releases = last.releases.load(kRelaxed);
   }
   s.idle_bytes = s.mapped_bytes > s.in_use_bytes ? s.mapped_bytes - s.in_use_bytes : 0;
   s.peak_in_use_bytes = peak_in_use_.load(std::memory_order_relaxed);

@@ -3,7 +3,7 @@
 //
 // To add a variable or a key: an Opt in options.h, a row here (the
 // static_asserts keep the order), its reader (config.cpp for a key), then
-// tools/options/update-docs for README.md and pagefast-run --help (the test
+// tools/options/update-docs for docs/OPTIONS.md and pagefast-run --help (the test
 // `options docs` fails until then).
 #include "policy/options.h"
 
@@ -65,6 +65,11 @@ constexpr OptionRow kRows[] = {
      "`pagefast-run --if-enabled` preloads only when it is set and on"},
     {Opt::Conf, "PAGEFAST_CONF", Scope::Own, &kKeys, "key:value,...", "", false, kLib | kRun,
      "the keys below, in the style of `PYTORCH_CUDA_ALLOC_CONF`", ""},
+    {Opt::Strict, "PAGEFAST_STRICT", Scope::Own, &kOnOff, "1, on, true, 0, off, false", "0", false, kLib | kRun,
+     "`1`: a refused setting (a bad key or value above) ends the process at load with exit status 125 and the "
+     "message, instead of running it with pagefast as a pass-through",
+     "as `PYTORCH_CUDA_ALLOC_CONF` stops a job; `pagefast-run` refuses such a setting before the program starts "
+     "either way"},
     {Opt::Log, "PAGEFAST_LOG", Scope::Own, &kLevel, "off, critical, error, warn, info, debug, trace", "warn", false,
      kLib, "log level; a bad value is one warning and the level stays `warn`",
      "spdlog's names too (`err`, `warning`; `critical` is `error`, `trace` is `debug`); each line starts "
@@ -116,6 +121,8 @@ constexpr OptionRow kRows[] = {
      kLib | kRun, "the GPUs the process sees, read as CUDA reads it, for the NUMA binding (docs/NUMA.md)", ""},
     {Opt::CudaDeviceOrder, "CUDA_DEVICE_ORDER", Scope::Foreign, &kText, "CUDA's device order", "", false, kLib | kRun,
      "named in the NUMA report only: ordinals follow PCI bus order either way (docs/NUMA.md)", ""},
+    {Opt::Columns, "COLUMNS", Scope::Foreign, &kText, "a decimal number", "", false, kReadByStat,
+     "the width `pagefast-stat`'s table fits its COMMAND column to (else the terminal's; neither: not cut)", ""},
 
     {Opt::KeyPool, "pool", Scope::ConfKey, &kOnOff, "on|off", "on", false, kLib,
      "`off`: count and forward every call to the driver", ""},
@@ -146,12 +153,13 @@ constexpr OptionRow kRows[] = {
      "ahead by the `pagefast-vmm` thread (docs/VMM-CLIENTS.md)",
      "pages made ahead are counted free in `cuMemGetInfo` and given back on out-of-memory and after "
      "`release_delay` unused; `0`: off"},
-    {Opt::KeyReleaseDelay, "release_delay", Scope::ConfKey, &kTime, "a time (e.g. 5s, 500ms, 0) or off", "5s", false,
-     kLib,
+    {Opt::KeyReleaseDelay, "release_delay", Scope::ConfKey, &kTime,
+     "a time with a unit: us, ms, s or m (e.g. 5s, 500ms), 0 or off", "5s", false, kLib,
      "idle memory unused this long goes back to the driver, by the `pagefast-trim` thread (docs/POOL.md "
      "\"Footprint\"); so do the VMM handles a program released and pagefast cached (docs/VMM-CLIENTS.md)",
      "`0`: at the next step (10 ms); `off`: never"},
-    {Opt::KeySlack, "slack", Scope::ConfKey, &kTime, "a time (e.g. 10ms, 500us, 0) or off", "10ms", false, kLib,
+    {Opt::KeySlack, "slack", Scope::ConfKey, &kTime, "a time with a unit: us, ms, s or m (e.g. 10ms, 500us), 0 or off",
+     "10ms", false, kLib,
      "memory held beyond what is in use is about the program's free rate times this, between 64M and 1/32 of "
      "the device (docs/POOL.md \"Footprint\")",
      "longer syncs less often, shorter holds less; `off`: a fixed allowance of 1/128 of the device per thread"},

@@ -3,7 +3,7 @@
 // each (name, parser, default, path or not, who reads it, one-line
 // meaning), in the style of mimalloc's options table. Readers name a
 // variable by its index (Opt::LiveDir), never by a string of their own;
-// config.cpp parses through the rows; README.md's tables and
+// config.cpp parses through the rows; docs/OPTIONS.md's tables and
 // pagefast-run --help are generated from them (tools/options, checked by
 // the test `options docs`).
 //
@@ -27,6 +27,7 @@ enum class Opt : int {
   // Variables of pagefast's own.
   Pagefast,
   Conf,
+  Strict,
   Log,
   LogFile,
   Stats,
@@ -45,6 +46,7 @@ enum class Opt : int {
   MpiLocalRankId,
   CudaVisibleDevices,
   CudaDeviceOrder,
+  Columns,
   // PAGEFAST_CONF keys.
   KeyPool,
   KeyChunkSize,
@@ -117,7 +119,7 @@ struct OptionRow {
   bool path;            // names a file or directory: ignored in secure execution
   uint8_t readers;      // Reader bits
   const char* meaning;  // one line (markdown backticks allowed; stripped for --help)
-  const char* notes;    // more for README.md, appended after "; " ("" when none)
+  const char* notes;    // more for docs/OPTIONS.md, appended after "; " ("" when none)
 };
 
 // The row of `o`, and its name (the variable or key).

@@ -72,7 +72,10 @@ bool parse_delay(const std::string& text, uint64_t* ns) {
   }
   const std::string unit = text.substr(i);
   uint64_t mul;
-  if (unit.empty() || unit == "s") mul = 1000ull * 1000 * 1000;
+  // A number without a unit is refused (0 aside): "slack:5" could mean 5
+  // ms as well as 5 s, and the two differ 1000 times.
+  if (unit.empty() && n == 0) mul = 0;
+  else if (unit == "s") mul = 1000ull * 1000 * 1000;
   else if (unit == "ms") mul = 1000ull * 1000;
   else if (unit == "us") mul = 1000ull;
   else if (unit == "m" || unit == "min") mul = 60ull * 1000 * 1000 * 1000;

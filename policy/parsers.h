@@ -33,7 +33,8 @@ bool parse_bytes(const std::string& text, uint64_t* bytes);
 // parse_bytes, then `rule`.
 bool parse_size(const std::string& text, const SizeRule& rule, uint64_t* bytes);
 
-// Parses "5s", "500ms", "250us", "2m", "0", "3" (seconds); "off" or "never" give ~0.
+// Parses "5s", "500ms", "250us", "2m", "0"; a number without a unit (but
+// 0) is refused. "off" or "never" give ~0.
 bool parse_delay(const std::string& text, uint64_t* ns);
 
 // The Choice of `choices` that `text` names (any case with fold_case):

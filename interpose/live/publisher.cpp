@@ -32,7 +32,7 @@ std::string command_line() {
   std::string out;
   const int fd = ::open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return out;
-  char buf[256];
+  char buf[kCommandWords * 8];
   const ssize_t n = read(fd, buf, sizeof buf);
   close(fd);
   for (ssize_t i = 0; i < n; ++i) out += buf[i] ? buf[i] : ' ';
@@ -64,6 +64,7 @@ void publish_once() {
     DeviceFigures f;
     f.device = d;
     if (!pool::stats_of(d, &f.stats)) continue;
+    f.asleep = pool::device_asleep(d);
     u.devices.push_back(f);
   }
   g_writer->publish(u);
@@ -83,23 +84,36 @@ void* run(void*) {
 // maker: it neither publishes nor removes (Writer::remove checks the pid).
 void in_child() { g_stopping.store(true, std::memory_order_relaxed); }
 
-}  // namespace
-
-void start(const Config& config) {
-  if (g_started.load(std::memory_order_acquire)) return;
+// Creates the segment once; false when it could not be (one warning).
+bool create_segment(const Config& config) {
+  if (g_started.load(std::memory_order_acquire)) return false;
   std::lock_guard<std::mutex> guard(g_start_mutex);
-  if (g_started.load(std::memory_order_relaxed)) return;
+  if (g_started.load(std::memory_order_relaxed)) return false;
   g_started.store(true, std::memory_order_release);
   auto* writer = new Writer();
   std::string error;
   Identity who = own_identity();
   who.local_rank = local_rank();
+  who.mode = uint64_t(mode_of(config));
+  who.reason = mode_reason(config);
   if (!writer->create(config.live_dir, who, command_line(), describe(config), &error)) {
     log::write(LogLevel::Warn, "live stats off (pagefast-stat will not list this process): {}", error);
     delete writer;
-    return;
+    return false;
   }
   g_writer = writer;
+  return true;
+}
+
+}  // namespace
+
+void start_passthrough(const Config& config) {
+  if (!create_segment(config)) return;
+  g_writer->publish(Update{});
+}
+
+void start(const Config& config) {
+  if (!create_segment(config)) return;
   pthread_atfork(nullptr, nullptr, &in_child);
   const int rc = start_service_thread(nullptr, &run, nullptr, "pagefast-live");
   if (rc != 0) {

@@ -15,6 +15,12 @@ constexpr int kPublishIntervalMs = 500;
 // on without live stats.
 void start(const Config& config);
 
+// At the first driver call of a process whose settings were refused
+// (pass-through): the segment with its mode and the reason, published
+// once and no thread (nothing is counted in pass-through, so nothing
+// changes), so that pagefast-stat lists the process.
+void start_passthrough(const Config& config);
+
 // At exit (the library's destructor): removes the segment. No CUDA, no
 // join (the thread may be anywhere; it only reads counters).
 void stop_at_exit();

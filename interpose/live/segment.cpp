@@ -225,6 +225,8 @@ bool Writer::create(const std::string& dir, const Identity& who, const std::stri
   s->start_ticks.store(who.start_ticks, std::memory_order_relaxed);
   s->pidns.store(who.pidns, std::memory_order_relaxed);
   s->local_rank.store(who.local_rank, std::memory_order_relaxed);
+  s->mode.store(who.mode, std::memory_order_relaxed);
+  put_text(s->reason, utf8_cut(who.reason, text_room(s->reason)));
   put_text(s->host, utf8_cut(who.host, text_room(s->host)));
   const uint64_t now = unix_ns();
   s->created_unix_ns.store(now, std::memory_order_relaxed);
@@ -255,6 +257,7 @@ void Writer::publish(const Update& u) {
     DeviceSlot& slot = s->devices[i];
     const DeviceFigures& d = u.devices[i];
     slot.device.store(uint64_t(d.device), std::memory_order_relaxed);
+    slot.asleep.store(d.asleep ? 1 : 0, std::memory_order_relaxed);
 #define PF_LIVE_STORE(name, meaning) slot.name.store(d.stats.name, std::memory_order_relaxed);
     PAGEFAST_POOL_STATS_FIELDS(PF_LIVE_STORE)
 #undef PF_LIVE_STORE
@@ -375,6 +378,8 @@ ReadStatus read_segment(const std::string& path, Snapshot* out, std::string* det
       snap.uid = s->uid.load(std::memory_order_relaxed);
       snap.pidns = s->pidns.load(std::memory_order_relaxed);
       snap.local_rank = s->local_rank.load(std::memory_order_relaxed);
+      snap.mode = s->mode.load(std::memory_order_relaxed);
+      snap.reason = utf8_valid(get_text(s->reason));
       snap.start_ticks = s->start_ticks.load(std::memory_order_relaxed);
       snap.created_unix_ns = s->created_unix_ns.load(std::memory_order_relaxed);
       snap.updated_unix_ns = s->updated_unix_ns.load(std::memory_order_relaxed);
@@ -390,6 +395,7 @@ ReadStatus read_segment(const std::string& path, Snapshot* out, std::string* det
         const DeviceSlot& slot = s->devices[i];
         DeviceFigures d;
         d.device = int(slot.device.load(std::memory_order_relaxed));
+        d.asleep = slot.asleep.load(std::memory_order_relaxed) != 0;
 #define PF_LIVE_LOAD(name, meaning) d.stats.name = slot.name.load(std::memory_order_relaxed);
         PAGEFAST_POOL_STATS_FIELDS(PF_LIVE_LOAD)
 #undef PF_LIVE_LOAD

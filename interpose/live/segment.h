@@ -28,18 +28,20 @@
 namespace pagefast::live {
 
 constexpr uint64_t kMagic = 0x31564c4654534650ull;  // "PFSTFLV1", little-endian
-constexpr uint32_t kVersion = 2;                    // 2: pidns, local rank, host; the name above
+constexpr uint32_t kVersion = 3;                    // 3: mode, reason, asleep; a longer command
 constexpr int kMaxDevices = 16;
-constexpr int kCommandWords = 16;  // 128 characters
+constexpr int kCommandWords = 64;  // 512 characters: the interpreter, its script and arguments
 constexpr int kConfigWords = 40;   // 320
 constexpr int kNumaWords = 64;     // 512
 constexpr int kHostWords = 8;      // 64
+constexpr int kReasonWords = 40;   // 320
 constexpr uint64_t kNoRank = UINT64_MAX;
 constexpr const char* kDefaultDir = "/dev/shm";
 constexpr const char* kPrefix = "pagefast.";
 
 struct DeviceSlot {
   std::atomic<uint64_t> device;  // ordinal
+  std::atomic<uint64_t> asleep;  // 1 from the start of pagefast_sleep to the end of a wake
 #define PF_LIVE_FIELD(name, meaning) std::atomic<uint64_t> name;
   PAGEFAST_POOL_STATS_FIELDS(PF_LIVE_FIELD)
 #undef PF_LIVE_FIELD
@@ -61,10 +63,12 @@ struct Segment {
   std::atomic<uint64_t> device_count;  // valid entries of devices[]
   std::atomic<uint64_t> pidns;         // inode of the writer's pid namespace; 0 if unknown
   std::atomic<uint64_t> local_rank;    // LOCAL_RANK and the like (numa/device_select.h); kNoRank
+  std::atomic<uint64_t> mode;          // policy::Mode (config.h): active, off, pass-through
   std::atomic<uint64_t> command[kCommandWords];
   std::atomic<uint64_t> config[kConfigWords];
   std::atomic<uint64_t> numa[kNumaWords];
   std::atomic<uint64_t> host[kHostWords];
+  std::atomic<uint64_t> reason[kReasonWords];  // why not active (config.h mode_reason); "" when active
   DeviceSlot devices[kMaxDevices];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "the segment needs lock-free 64-bit atomics");
@@ -72,6 +76,7 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free, "the segment needs loc
 // What a reader copies out of a segment.
 struct DeviceFigures {
   int device = 0;
+  bool asleep = false;
   policy::PoolStats stats;
 };
 
@@ -88,6 +93,8 @@ struct Snapshot {
   uint64_t publishes = 0;
   uint64_t alloc_calls = 0;
   uint64_t free_calls = 0;
+  uint64_t mode = 0;  // policy::Mode
+  std::string reason;
   std::string command;
   std::string config;
   std::string numa;  // the NUMA report as JSON text, or "" (see Update::numa)
@@ -95,8 +102,11 @@ struct Snapshot {
   std::vector<DeviceFigures> devices;
 };
 
-// Who writes a segment: what its name and header say.
+// Who writes a segment: what its name and header say, and how pagefast
+// serves it.
 struct Identity {
+  uint64_t mode = 0;  // policy::Mode
+  std::string reason;
   uint64_t uid = 0;
   uint64_t pidns = 0;  // 0: unknown
   uint64_t pid = 0;

@@ -97,6 +97,11 @@ int control_op(uint16_t op, uint64_t arg) {
   }
 }
 
+bool device_asleep(int device) {
+  const policy::DevicePool* pool = pool_for_device(device);
+  return pool && pool->asleep();
+}
+
 int asleep_count() {
   int n = 0;
   for (int d = 0; d < kMaxDevices; ++d)

@@ -11,7 +11,12 @@ The pool question is answered by the library itself: a child process loads
 it with ctypes and reads the "mode" and "config" of pagefast_stats_json(),
 so PAGEFAST and PAGEFAST_CONF are parsed exactly as a preloaded run would
 parse them. The driver is asked only cuDriverGetVersion, which creates no
-context. Exit status: 0, or 1 when the library is missing or cannot load.
+context. The report ends with the "pool here" line.
+
+Exit status: 0 the pool would serve here; 1 the library is missing or
+cannot load; 2 a usage error; 3 a setting is refused (the library would
+run as a pass-through); 4 the pool would not serve for another reason
+(PAGEFAST=0, pool:off, no working CUDA driver).
 """
 import ctypes
 import json
@@ -35,7 +40,8 @@ buf = ctypes.create_string_buffer(size)
 lib.pagefast_stats_json(buf, size)
 doc = json.loads(buf.value.decode())
 print(json.dumps({"version": lib.pagefast_version().decode(), "active": lib.pagefast_is_active(),
-                  "mode": doc["pagefast"]["mode"], "config": doc["pagefast"]["config"]}))
+                  "mode": doc["pagefast"]["mode"], "reason": doc["pagefast"].get("reason", ""),
+                  "config": doc["pagefast"]["config"]}))
 """
 
 def probe_library(lib):
@@ -106,9 +112,11 @@ def verdict(probe, driver):
         return {"pool": False, "why": "the library does not load (%s)" % probe.get("error")}
     mode = probe.get("mode")
     if mode == "passthrough":
-        if any(": error: " in m for m in probe.get("messages", [])):
-            return {"pool": False, "why": "a setting is refused (the library's message above), so every call "
-                                          "goes to the driver untouched"}
+        reason = probe.get("reason", "")
+        if (reason and reason != "PAGEFAST=0") or any(": error: " in m for m in probe.get("messages", [])):
+            return {"pool": False, "refused": True,
+                    "why": "a setting is refused (the library's message above), so every call goes to the "
+                           "driver untouched; pagefast-run would refuse to start the program"}
         return {"pool": False, "why": "PAGEFAST=%s: every call goes to the driver untouched"
                                       % (os.environ.get("PAGEFAST") or "0")}
     if mode == "forward":
@@ -159,10 +167,20 @@ def print_report(r):
         print("settings    %s" % p["config"])
         for m in p.get("messages", []):
             print("            %s" % m)
-    v = r["verdict"]
-    print("pool here   %s: %s" % ("yes" if v["pool"] else "no", v["why"]))
     print("use         LD_PRELOAD=%s python train.py" % r["library"])
     print("            pagefast-run -- python train.py")
+    v = r["verdict"]
+    print("pool here   %s: %s" % ("yes" if v["pool"] else "no", v["why"]))
+
+
+def exit_status(r):
+    """The module docstring's exit status of a report."""
+    if not r["library_probe"].get("loads"):
+        return 1
+    v = r["verdict"]
+    if v["pool"]:
+        return 0
+    return 3 if v.get("refused") else 4
 
 
 def main(argv):
@@ -184,7 +202,7 @@ def main(argv):
         print(json.dumps(r, indent=2))
     else:
         print_report(r)
-    return 0 if r["library_probe"].get("loads") else 1
+    return exit_status(r)
 
 
 if __name__ == "__main__":

@@ -5,9 +5,11 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "env.h"
 #include "policy/config.h"
+#include "policy/summary.h"
 
 using namespace pagefast;
 
@@ -219,4 +221,64 @@ TEST_CASE("the key table documents every key") {
     CHECK(std::string(keys[i].meaning).size() > 0);
   }
   CHECK(describe(with_conf("chunk_size:64M")).find("chunk_size 64M") != std::string::npos);
+}
+
+TEST_CASE("an unknown key names the nearest one, in the one message library and launcher print") {
+  const Config c = with_conf("chunksize:256M");
+  CHECK(c.passthrough);
+  CHECK(c.error.rfind("PAGEFAST_CONF: unknown key 'chunksize': did you mean chunk_size? (accepted keys: pool,", 0) ==
+        0);
+  CHECK(with_conf("Slak:1ms").error.find("did you mean slack?") != std::string::npos);
+  CHECK(with_conf("zzzzzz:1").error.find("did you mean") == std::string::npos);
+}
+
+TEST_CASE("a time needs a unit: a bare number other than 0 is refused, naming the units") {
+  uint64_t ns = 1;
+  CHECK((parse_delay("0", &ns) && ns == 0));
+  CHECK((parse_delay("5s", &ns) && ns == 5000000000ull));
+  CHECK((parse_delay("500us", &ns) && ns == 500000ull));
+  CHECK((parse_delay("off", &ns) && ns == ~uint64_t(0)));
+  CHECK_FALSE(parse_delay("5", &ns));
+  CHECK_FALSE(parse_delay("10", &ns));
+  const Config c = with_conf("slack:5");
+  CHECK(c.passthrough);
+  CHECK(c.error.find("bad value '5' for key 'slack' (accepted: a time with a unit: us, ms, s or m") !=
+        std::string::npos);
+  CHECK(with_conf("release_delay:0").error.empty());
+}
+
+TEST_CASE("PAGEFAST_STRICT and the mode: active, off or pass-through, with the reason") {
+  Env env;
+  env.vars["PAGEFAST_STRICT"] = "1";
+  env.vars["PAGEFAST_CONF"] = "chunksize:1M";
+  Config c = env.parse();
+  CHECK(c.strict);
+  CHECK(mode_of(c) == Mode::PassThrough);
+  CHECK(mode_reason(c) == c.error);
+  env.vars["PAGEFAST_STRICT"] = "perhaps";
+  env.vars["PAGEFAST_CONF"] = "";
+  c = env.parse();
+  CHECK_FALSE(c.strict);
+  CHECK(c.error.find("PAGEFAST_STRICT: bad value 'perhaps'") == 0);
+  CHECK(std::string(mode_name(mode_of(with_conf("")))) == "active");
+  CHECK(std::string(mode_name(mode_of(with_conf("pool:off")))) == "off");
+  CHECK(mode_reason(with_conf("pool:off")) == "pool:off");
+  Env zero;
+  zero.vars["PAGEFAST"] = "0";
+  CHECK(mode_of(zero.parse()) == Mode::Off);
+  CHECK(mode_reason(zero.parse()) == "PAGEFAST=0");
+}
+
+TEST_CASE("the one-line summary: calls, the share served from the pool (rounded down), driver time") {
+  std::vector<policy::PoolStats> devices(2);
+  devices[0].hits = 1998;
+  devices[0].growth_ns = 3000000;
+  devices[1].hits = 1;
+  devices[1].release_ns = 2000000;
+  CHECK(summary_line(2000, devices) ==
+        "2000 allocation calls, 99.9% served from the pool; 5.00 ms in the driver's memory calls (creating, mapping, "
+        "unmapping, releasing)");
+  devices[1].hits = 2;
+  CHECK(summary_line(2000, devices).find(", 100% served") != std::string::npos);
+  CHECK(summary_line(0, {}) == "no allocation call yet");
 }

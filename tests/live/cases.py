@@ -113,6 +113,62 @@ def case_listed():
         check(json.loads(r.stdout)["processes"] == [], "nothing listed after exit")
 
 
+def case_asleep():
+    """pagefast-ctl sleep and wake of a holding program: pagefast-stat's
+    JSON, table and Prometheus say asleep, then awake; reserved bytes stay
+    and growths never go back at any sample. Each state is waited for
+    (the library publishes every 0.5 s; a minute is a hang guard), never
+    assumed after a time."""
+    build = ARGS.build
+    ctl = os.path.join(build, "tools", "pagefast-ctl")
+    with tempfile.TemporaryDirectory() as d:
+        p = start_hold(build, d)
+        seen = []
+
+        def device0():
+            r = stat_tool(build, d, "--json")
+            procs = [x for x in json.loads(r.stdout)["processes"] if x["pid"] == p.pid]
+            dev = procs[0]["devices"].get("0") if procs else None
+            if dev and (seen or dev["growths"] > 0):  # from the first figures after the pool grew
+                seen.append(dev)
+            return dev
+
+        def wait_for(asleep):
+            give_up = time.monotonic() + 60
+            while time.monotonic() < give_up:
+                dev = device0()
+                if dev and dev["asleep"] == asleep and dev["growths"] > 0:
+                    return dev
+                time.sleep(0.05)
+            return None
+
+        awake = wait_for(False)
+        check(awake is not None, "published awake, with its growths")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PAGEFAST")}
+        r = subprocess.run([ctl, "sleep", "--keep", str(p.pid)], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=60)
+        check(r.returncode == 0, f"pagefast-ctl sleep: {r.returncode} {r.stderr.strip()!r}")
+        asleep = wait_for(True)
+        check(asleep is not None, "pagefast-stat --json says asleep")
+        r = stat_tool(build, d)
+        rows = [l for l in r.stdout.splitlines() if l.split()[:1] == [str(p.pid)]]
+        check(rows and rows[0].split()[4] == "asleep", f"the table's SLEEP column ({rows})")
+        r = stat_tool(build, d, "--prometheus")
+        check(f'pagefast_asleep{{pid="{p.pid}",' in r.stdout and any(
+            l.startswith(f'pagefast_asleep{{pid="{p.pid}",') and l.endswith(" 1") for l in r.stdout.splitlines()),
+            "pagefast_asleep is 1")
+        r = subprocess.run([ctl, "wake", str(p.pid)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=60)
+        check(r.returncode == 0, f"pagefast-ctl wake: {r.returncode} {r.stderr.strip()!r}")
+        check(wait_for(False) is not None, "awake again")
+        base = seen[0]
+        check(all(x["reserved_bytes"] == base["reserved_bytes"] for x in seen),
+              f"reserved bytes stayed ({sorted(set(x['reserved_bytes'] for x in seen))})")
+        growths = [x["growths"] for x in seen]
+        check(growths == sorted(growths), f"growths never went back ({growths})")
+        p.communicate("go\n", timeout=60)
+
+
 def case_off():
     build = ARGS.build
     with tempfile.TemporaryDirectory() as d:

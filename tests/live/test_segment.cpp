@@ -419,13 +419,13 @@ TEST_CASE("text is cut on a UTF-8 character boundary and read back valid", "[liv
   Writer w;
   std::string error;
   std::string command;
-  for (int i = 0; i < 100; ++i) command += "\xc3\xa9";  // 200 bytes of two-byte characters
+  for (int i = 0; i < 300; ++i) command += "\xc3\xa9";  // 600 bytes of two-byte characters
   REQUIRE(w.create(dir.path, command, std::string(400, 'c') + "\xe2\x82\xac", &error));
   Snapshot s;
   std::string detail;
   REQUIRE(read_segment(w.path(), &s, &detail) == ReadStatus::Ok);
-  CHECK(s.command.size() == 126);  // 63 whole characters of the 127 bytes' room
-  CHECK(s.command == command.substr(0, 126));
+  CHECK(s.command.size() == 510);  // 255 whole characters of the 511 bytes' room
+  CHECK(s.command == command.substr(0, 510));
   CHECK(s.config == std::string(319, 'c'));
   CHECK(s.host == utf8_cut(own_identity().host, 63));
   w.remove();

@@ -173,20 +173,23 @@ def case_wheel():
               "python -m pagefast: a bad PAGEFAST_CONF shows as pass-through with the library's message (%s)" % probe)
         r = run([os.path.join(vbin, "python"), "-m", "pagefast", "--json"], env=dict(env, LD_LIBRARY_PATH="/nonexistent"))
         doc = json.loads(r.stdout) if r.stdout.strip() else {}
-        check(r.returncode == 0 and doc.get("driver", {}).get("loads") is False,
-              "python -m pagefast: no driver is reported, not a crash (%s)" % doc.get("driver"))
+        check(r.returncode == 4 and doc.get("driver", {}).get("loads") is False,
+              "python -m pagefast: no driver is reported, not a crash, exit status 4 (%s)" % doc.get("driver"))
         r = run([os.path.join(vbin, "python"), "-m", "pagefast"], env=dict(env, LD_LIBRARY_PATH=fake))
         check(r.returncode == 0 and "pool here   yes: " in r.stdout and lib in r.stdout,
               "python -m pagefast prints the report: the pool would serve here")
         print(r.stdout)
         # One answer each time: never a yes beside a word of pass-through.
-        for extra, want in [({"LD_LIBRARY_PATH": "/nonexistent"}, "pool here   no: no CUDA driver"),
-                            ({"LD_LIBRARY_PATH": fake, "PAGEFAST": "0"}, "pool here   no: PAGEFAST=0"),
-                            ({"LD_LIBRARY_PATH": fake, "PAGEFAST_CONF": "chunksize:2M"}, "pool here   no: a setting"),
-                            ({"LD_LIBRARY_PATH": fake, "PAGEFAST_CONF": "pool:off"}, "pool here   no: pool:off")]:
+        # The exit status says it too: 3 a refused setting, 4 no pool for another reason.
+        for extra, want, rc in [({"LD_LIBRARY_PATH": "/nonexistent"}, "pool here   no: no CUDA driver", 4),
+                                ({"LD_LIBRARY_PATH": fake, "PAGEFAST": "0"}, "pool here   no: PAGEFAST=0", 4),
+                                ({"LD_LIBRARY_PATH": fake, "PAGEFAST_CONF": "chunksize:2M"}, "pool here   no: a setting",
+                                 3),
+                                ({"LD_LIBRARY_PATH": fake, "PAGEFAST_CONF": "pool:off"}, "pool here   no: pool:off", 4)]:
             r = run([os.path.join(vbin, "python"), "-m", "pagefast"], env=dict(env, **extra))
             verdicts = [l for l in r.stdout.splitlines() if l.startswith("pool here")]
-            check(r.returncode == 0 and len(verdicts) == 1 and verdicts[0].startswith(want)
+            check(r.returncode == rc and len(verdicts) == 1 and verdicts[0].startswith(want)
+                  and r.stdout.rstrip().splitlines()[-1] == verdicts[0]
                   and "pool would pass" not in r.stdout and "active" not in r.stdout,
                   "python -m pagefast with %s says one thing: %s" % (extra, verdicts))
 

@@ -13,16 +13,20 @@ fresh folder: ~/pagefast-venv is then a fresh virtual environment.
             and ninja for the build. Skipped (77) when no package index
             answers.
 
-Then: exactly one "pool here" line, the library inside the new
-environment, the program run under pagefast-run; and the check block
-again with the fake driver as libcuda.so.1: "pool here   yes".
+Then: the library inside the new environment; the check block with the
+fake driver as libcuda.so.1: exactly one "pool here" line, "pool here
+yes", the program run under pagefast-run; and without a driver `python -m
+pagefast` exits 4 with "pool here   no" as its last line.
 
 Only the build folder is the test's: meson-python's is kept under the test
 build folder (PIP_CONFIG_SETTINGS, as pip reads its options from the
 environment), shared with the wheel case, so that a later run is
 incremental. Apart from that the commands are the README's.
 
-usage: readme_cases.py debian|index --build DIR
+    meson   install-meson: a build folder and a prefix of its own, then
+            pkg-config with PKG_CONFIG_PATH names the installed library.
+
+usage: readme_cases.py debian|index|meson --build DIR
 """
 import os
 import re
@@ -100,21 +104,51 @@ def run_readme(install, settings, extra_env=None):
     fake = os.path.join(build, "tests", "fakecuda")
     with tempfile.TemporaryDirectory(prefix="pf-readme-") as home:
         env = clean_env(home, PIP_CONFIG_SETTINGS=settings, **(extra_env or {}))
-        r = bash(blocks[install] + blocks["check"], env, BUILD_TIMEOUT_S)
-        check(r.returncode == 0, "README's %s and check commands run as written (rc %d)" % (install, r.returncode))
+        r = bash(blocks[install], env, BUILD_TIMEOUT_S)
+        check(r.returncode == 0, "README's %s commands run as written (rc %d)" % (install, r.returncode))
         venv = os.path.join(home, "pagefast-venv")
-        verdicts = [l for l in r.stdout.splitlines() if l.startswith("pool here")]
-        check(len(verdicts) == 1, "python -m pagefast says one thing: %s" % verdicts)
-        check("ran under pagefast-run" in r.stdout.splitlines(), "pagefast-run ran the program")
         lib = subprocess.run([os.path.join(venv, "bin", "python"), "-m", "pagefast", "--lib"], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
         check(lib.returncode == 0 and lib.stdout.strip().startswith(venv + os.sep),
               "the library is inside the new environment: %s" % lib.stdout.strip())
-        # With a driver (the fake one), the same check says yes.
+        # With a driver (the fake one), the check block runs as written
+        # and ends with one line: the pool would serve here.
         r = bash(". ~/pagefast-venv/bin/activate\n" + blocks["check"], dict(env, LD_LIBRARY_PATH=fake), 300)
         verdicts = [l for l in r.stdout.splitlines() if l.startswith("pool here")]
         check(r.returncode == 0 and len(verdicts) == 1 and verdicts[0].startswith("pool here   yes: "),
               "with a driver the check says yes: %s" % verdicts)
+        check("ran under pagefast-run" in r.stdout.splitlines(), "pagefast-run ran the program")
+        # Without one, python -m pagefast says no in its last line and
+        # exits 4, as README.md says.
+        r = subprocess.run([os.path.join(venv, "bin", "python"), "-m", "pagefast"], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+        lines = r.stdout.rstrip().splitlines()
+        check(r.returncode == 4 and lines and lines[-1].startswith("pool here   no: no CUDA driver"),
+              "without a driver: exit status 4 and the last line says no (%d, %s)" % (r.returncode, lines[-1:]))
+        # The troubleshooting commands run as written, with the driver.
+        check(blocks.get("troubleshoot", "").strip() != "", "README.md marks a readme-test:troubleshoot block")
+        r = bash(". ~/pagefast-venv/bin/activate\n" + blocks.get("troubleshoot", ""), dict(env, LD_LIBRARY_PATH=fake),
+                 300)
+        check(r.returncode == 0 and "pagefast-stat" in r.stdout and "pool here   yes: " in r.stdout
+              and "1" in r.stdout.splitlines(), "README's troubleshooting commands run (rc %d)" % r.returncode)
+
+
+def case_meson():
+    """The README's meson install, in the order a user meets it: after
+    tools/quickstart made build/ (here: this suite's own build folder
+    exists), into a prefix of its own; pkg-config then names the installed
+    library. The prefix and the build folder are the test's."""
+    block = readme_blocks().get("install-meson", "")
+    check("--prefix=/opt/pagefast" in block and "build-install" in block, "README.md marks readme-test:install-meson")
+    with tempfile.TemporaryDirectory(prefix="pf-meson-") as tmp:
+        prefix, build_dir = os.path.join(tmp, "opt-pagefast"), os.path.join(tmp, "build-install")
+        script = block.replace("/opt/pagefast", prefix).replace("build-install", build_dir)
+        r = bash(script, clean_env(tmp), BUILD_TIMEOUT_S)
+        check(r.returncode == 0 and "Directory already configured" not in r.stdout,
+              "README's meson install runs as written (rc %d)" % r.returncode)
+        lib = [l for l in r.stdout.splitlines() if l.startswith("/") and l.endswith("/libpagefast.so")]
+        check(len(lib) == 1 and lib[0].startswith(prefix + os.sep) and os.path.isfile(lib[0]),
+              "pkg-config names the installed library under the prefix: %s" % lib)
 
 
 def case_debian():

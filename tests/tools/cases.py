@@ -200,6 +200,126 @@ def case_conf_check():
               and "pass-through" in lines[0], f"preloaded as it is: one message, the program runs ({err.strip()!r})")
 
 
+# ---- a refused setting under plain preload: impossible to miss -----------------
+
+def case_refused():
+    """PAGEFAST_CONF with a typo, preloaded without the launcher: the
+    program runs as a pass-through with the launcher's very message (the
+    nearest key named), and pagefast-stat lists it (table, JSON,
+    Prometheus) with its mode and the reason; pool:off lists as off;
+    PAGEFAST_STRICT=1 stops the program at load with exit status 125."""
+    launcher = tool("tools", "pagefast-run")
+    said = run([launcher, "--conf", "chunksize:256M", "--", "true"]).stderr.strip()
+    check(said.startswith("pagefast-run: error: ") and "did you mean chunk_size?" in said, f"launcher: {said!r}")
+    message = said[len("pagefast-run: error: "):]
+    with tempfile.TemporaryDirectory() as d:
+        p = start_hold(d, {"PAGEFAST_CONF": "chunksize:256M"})
+        q = start_hold(d, {"PAGEFAST_CONF": "pool:off"})
+        # The pass-through segment is written at the first driver call,
+        # before "ready": no wait needed for it.
+        r = run([tool("tools", "pagefast-stat"), "--dir", d, "--json"])
+        procs = {x["pid"]: x for x in json.loads(r.stdout)["processes"]}
+        mine = procs.get(p.pid, {})
+        check(mine.get("mode") == "pass-through" and mine.get("reason") == message,
+              f"listed as pass-through with the launcher's message as reason ({mine})")
+        r = run([tool("tools", "pagefast-stat"), "--dir", d], env=clean_env({"COLUMNS": "400"}))
+        rows = [l for l in r.stdout.splitlines() if l.split()[:1] == [str(p.pid)]]
+        check(len(rows) == 1 and rows[0].split()[2] == "pass-through", f"the table's MODE column ({r.stdout!r})")
+        check(f"pass-through: {message}" in r.stdout, "the table says why under the row")
+        check(rows and rows[0].endswith("  hold"), f"COMMAND: the program without its folder ({rows})")
+        r = run([tool("tools", "pagefast-stat"), "--dir", d], env=clean_env({"COLUMNS": "150"}))
+        check(all(len(l) <= 150 for l in r.stdout.splitlines()[1:]), f"COLUMNS=150: every line fits ({r.stdout!r})")
+        r = run([tool("tools", "pagefast-stat"), "--dir", d, "--prometheus"])
+        strict_parse(r.stdout)
+        info = [l for l in r.stdout.splitlines() if l.startswith("pagefast_process_info{") and f'pid="{p.pid}"' in l]
+        check(len(info) == 1 and 'mode="pass-through"' in info[0] and "did you mean chunk_size?" in info[0],
+              f"pagefast_process_info names the mode and the reason ({info})")
+        check(f'pagefast_active{{pid="{p.pid}",' in r.stdout and
+              [l for l in r.stdout.splitlines() if l.startswith(f'pagefast_active{{pid="{p.pid}",')][0].endswith(" 0"),
+              "pagefast_active is 0 for it")
+        check(wait_published(d, 1), "the pool:off process publishes its calls")
+        r = run([tool("tools", "pagefast-stat"), "--dir", d, "--json"])
+        off = {x["pid"]: x for x in json.loads(r.stdout)["processes"]}.get(q.pid, {})
+        check(off.get("mode") == "off" and off.get("reason") == "pool:off", f"pool:off is listed as off ({off})")
+        for proc in (p, q):
+            rc, out, err = finish(proc)
+            check(rc == 0 and "done" in out, "the program ran to its end")
+    # PAGEFAST_STRICT=1: the message, exit status 125, the program never runs.
+    for env in [{"PAGEFAST_CONF": "chunksize:256M"}, {"PAGEFAST_CONF": "slack:5"}, {"PAGEFAST": "maybe"}]:
+        with tempfile.TemporaryDirectory() as d:
+            r = run([tool("tests", "live", "hold")], env=hold_env(d, dict(env, PAGEFAST_STRICT="1")), stdin="go\n")
+            check(r.returncode == 125 and "ready" not in r.stdout and "PAGEFAST_STRICT=1: stopping" in r.stderr,
+                  f"strict with {env}: rc {r.returncode}, {r.stderr.strip()!r}")
+    with tempfile.TemporaryDirectory() as d:
+        r = run([tool("tests", "live", "hold")], env=hold_env(d, {"PAGEFAST_STRICT": "sure"}), stdin="go\n")
+        check(r.returncode == 0 and "PAGEFAST_STRICT: bad value 'sure'" in r.stderr,
+              f"a bad PAGEFAST_STRICT is itself refused, not strict ({r.stderr.strip()!r})")
+    r = run([launcher, "--", "true"], env=clean_env({"PAGEFAST_STRICT": "sure"}))
+    check(r.returncode == 125 and "PAGEFAST_STRICT: bad value 'sure'" in r.stderr, "the launcher refuses it too")
+
+
+def case_launcher_values():
+    """pagefast-run checks every value before the program starts: a time
+    without a unit (the message names the units), a bad --log level, a
+    --stats or --log-file whose folder does not exist or cannot be
+    written; good values run the program."""
+    launcher = tool("tools", "pagefast-run")
+    with tempfile.TemporaryDirectory() as d:
+        mark = os.path.join(d, "ran")
+        program = ["sh", "-c", f'touch "{mark}"']
+        bad = [(["--conf", "slack:5"], "bad value '5' for key 'slack' (accepted: a time with a unit: us, ms, s or m"),
+               (["--conf", "release_delay:2"], "for key 'release_delay'"),
+               (["--log", "verbose"], "PAGEFAST_LOG: bad value 'verbose' (accepted: off, critical, error, warn"),
+               (["--log=loud"], "PAGEFAST_LOG: bad value 'loud'"),
+               (["--stats", "/nonexistent/x.json"], "--stats: folder '/nonexistent' does not exist"),
+               (["--log-file", "/nonexistent/log"], "--log-file: folder '/nonexistent' does not exist")]
+        for args, want in bad:
+            r = run([launcher, *args, "--", *program])
+            check(r.returncode == 125 and want in r.stderr and not os.path.exists(mark),
+                  f"pagefast-run {args}: rc {r.returncode} (want 125), {r.stderr.strip()!r}, program not run")
+        for args in [["--conf", "slack:5ms,release_delay:0"], ["--log", "info"], ["--stats", "stderr"],
+                     ["--stats", os.path.join(d, "s-%p.json")], ["--log-file", os.path.join(d, "log")]]:
+            r = run([launcher, *args, "--", *program])
+            check(r.returncode == 0 and os.path.exists(mark), f"pagefast-run {args}: the program ran ({r.stderr!r})")
+            if os.path.exists(mark):
+                os.unlink(mark)
+    # The library refuses the same bare number, as a pass-through.
+    with tempfile.TemporaryDirectory() as d:
+        p = start_hold(d, {"PAGEFAST_CONF": "slack:5"})
+        rc, out, err = finish(p)
+        check(rc == 0 and "bad value '5' for key 'slack'" in err and "pass-through" in err,
+              f"the library refuses slack:5 alike ({err.strip()!r})")
+
+
+def case_quiet():
+    """A process that never calls CUDA says nothing, at the default level
+    and at info: a chain of shells under pagefast-run --log info (as a
+    pyenv shim) prints only the lines of the one process that allocates,
+    its NUMA lines among them, and at exit its one-line summary."""
+    launcher = tool("tools", "pagefast-run")
+    with tempfile.TemporaryDirectory() as d:
+        env = hold_env(d)
+        del env["LD_PRELOAD"]
+        for level in [[], ["--log", "info"]]:
+            r = run([launcher, *level, "--", "sh", "-c", "sh -c 'sh -c true'; true"], env=env)
+            check(r.returncode == 0 and r.stderr == "", f"shells under pagefast-run {level} say nothing ({r.stderr!r})")
+        hold = tool("tests", "live", "hold")
+        r = run([launcher, "--log", "info", "--", "sh", "-c", f"sh -c true; sh -c 'exec {hold}'; sh -c true"], env=env,
+                stdin="go\n")
+        lines = r.stderr.splitlines()
+        pids = {l.split("[", 1)[1].split()[0] for l in lines if l.startswith("pagefast[")}
+        check(r.returncode == 0 and len(pids) == 1 and lines and all(l.startswith("pagefast[") for l in lines),
+              f"only the allocating process speaks ({r.stderr!r})")
+        numa = [l for l in lines if ": info: numa: " in l]
+        active = [i for i, l in enumerate(lines) if ": info: active (" in l]
+        check(numa and active and lines.index(numa[0]) < active[0] + 2, f"its NUMA decision is said ({lines})")
+        summary = [l for l in lines if ": info: at exit: 3 allocation calls, " in l]
+        check(len(summary) == 1 and "served from the pool" in summary[0] and "in the driver's memory calls" in summary[0],
+              f"one summary line at exit ({summary})")
+        r = run([hold], env=dict(hold_env(d), PAGEFAST_LOG="warn"), stdin="go\n")
+        check(r.returncode == 0 and r.stderr == "", f"at the default level a working program hears nothing ({r.stderr!r})")
+
+
 # ---- --if-enabled and the library read PAGEFAST alike ----------------------------
 
 SPELLINGS = ["1", "0", "on", "off", "true", "false", " 1", "1 ", "\t0", "TRUE", "True", "On", "yes", "no", "2",

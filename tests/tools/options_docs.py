@@ -2,7 +2,7 @@
 """tests/tools/options_docs.py: the documents and the code agree with the
 options table (policy/options.cpp):
 
-- README.md's variable and PAGEFAST_CONF key tables and tools/pagefast-run's
+- docs/OPTIONS.md's variable and PAGEFAST_CONF key tables and tools/pagefast-run's
   --help list are what `pagefast-options --section` generates (regenerate
   with tools/options/update-docs);
 - the built pagefast-run --help prints that list;
@@ -34,13 +34,13 @@ def main():
     parser.add_argument("--source", required=True)
     args = parser.parse_args()
     tool = os.path.join(args.build, "tools", "pagefast-options")
-    readme = os.path.join(args.source, "README.md")
+    readme = os.path.join(args.source, "docs", "OPTIONS.md")
     launcher_src = os.path.join(args.source, "tools", "pagefast-run")
 
     r = subprocess.run([tool, "--check", readme, launcher_src], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True)
     print(r.stdout + r.stderr)
-    check(r.returncode == 0, "README.md and tools/pagefast-run carry the table's sections (tools/options/update-docs)")
+    check(r.returncode == 0, "docs/OPTIONS.md and tools/pagefast-run carry the table's sections (tools/options/update-docs)")
 
     section = subprocess.run([tool, "--section", "help"], stdout=subprocess.PIPE, text=True, check=True).stdout
     lines = section.splitlines(keepends=True)

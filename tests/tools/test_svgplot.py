@@ -12,6 +12,7 @@ has it (skipped otherwise).
 import csv
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -252,6 +253,32 @@ def case_demo():
         assert r.returncode == 0, r.stdout
         for name in ["demo-line.svg", "demo-bar.svg"]:
             texts(os.path.join(tmp, name))
+
+
+def case_chart_note():
+    """Each chart says under its title where its figures come from: the
+    date and commit of the .md beside the CSV and the CSV's name, or
+    --chart-note; and every chart in docs/charts names a date and a
+    commit."""
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, "BENCH.md"), "w") as f:
+            f.write("Benchmarks, 2026-01-02, commit abc1234, a GPU, 3 fresh processes per configuration\n")
+        src = os.path.join(tmp, "BENCH.csv")
+        synthetic_csv(src, ["cold"])
+        out = os.path.join(tmp, "charts")
+        r = subprocess.run([sys.executable, os.path.join(BENCH, "run.py"), "--from-csv", src, "--svg-dir", out,
+                            "--plot", "svg"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert r.returncode == 0, r.stdout
+        _, strings = texts(os.path.join(out, "cold.svg"))
+        assert "2026-01-02, commit abc1234, data BENCH.csv" in strings, strings
+        r = subprocess.run([sys.executable, os.path.join(BENCH, "run.py"), "--from-csv", src, "--svg-dir", out,
+                            "--plot", "svg", "--chart-note", "from somewhere"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+        assert r.returncode == 0 and "from somewhere" in texts(os.path.join(out, "cold.svg"))[1], r.stdout
+    charts = os.path.join(ROOT, "docs", "charts")
+    for name in sorted(os.listdir(charts)):
+        _, strings = texts(os.path.join(charts, name))
+        assert any(re.search(r"\d{4}-\d\d-\d\d, commit [0-9a-f]{7}", t) for t in strings), (name, strings[:3])
 
 
 CASES = {n[5:]: f for n, f in sorted(globals().items()) if n.startswith("case_")}

@@ -486,14 +486,16 @@ BYTE_TICKS = [(512, "512 B"), (4 << 10, "4 KiB"), (64 << 10, "64 KiB"), (1 << 20
               (256 << 20, "256 MiB"), (1 << 30, "1 GiB"), (16 << 30, "16 GiB")]
 
 
-def charts(t, out, engine="auto"):
+def charts(t, out, engine="auto", note=""):
     """SVG charts of the benchmarks that have rows in t, into out, drawn by
-    svgplot (matplotlib where installed, unless engine says "svg"); returns
-    the file names written."""
+    svgplot (matplotlib where installed, unless engine says "svg"), each
+    with `note` (date, commit, data file) under its title; returns the file
+    names written."""
     if HERE not in sys.path:
         sys.path.insert(0, HERE)
     import svgplot
     svgplot.ENGINE = engine
+    svgplot.NOTE = note
     os.makedirs(out, exist_ok=True)
     have = {b for b, c, k, m, v in t.rows}
     written = []
@@ -539,6 +541,21 @@ def charts(t, out, engine="auto"):
     return written
 
 
+def csv_note(path):
+    """'DATE, commit C, data NAME.csv' for a CSV whose run wrote NAME.md
+    beside it (its first line: 'Benchmarks, DATE, commit C, ...'); the
+    CSV's name alone otherwise."""
+    name = os.path.basename(path)
+    try:
+        with open(os.path.splitext(path)[0] + ".md") as f:
+            first = f.readline().split(", ")
+        if len(first) > 2 and first[0] == "Benchmarks" and first[2].startswith("commit "):
+            return f"{first[1]}, {first[2]}, data {name}"
+    except OSError:
+        pass
+    return f"data {name}"
+
+
 def load_csv(path):
     t = Table()
     with open(path, newline="") as f:
@@ -568,6 +585,9 @@ def main():
     ap.add_argument("--plot", default="auto", choices=["auto", "svg", "matplotlib"],
                     help="who draws the charts: matplotlib where installed (auto), or tools/bench/svgplot.py's own "
                          "SVG writer")
+    ap.add_argument("--chart-note", default=None, metavar="TEXT",
+                    help="the line under each chart's title (default: the date and commit of the run, or with "
+                         "--from-csv those of the .md beside the CSV, and the CSV's name)")
     ap.add_argument("--from-csv", default=None, metavar="FILE",
                     help="run nothing; read the rows from a CSV that --csv wrote and write --md / --svg-dir from it")
     args = ap.parse_args()
@@ -581,6 +601,7 @@ def main():
         counts = {}
         for b, c, k, m, v in t.rows:
             counts[(b, c, k, m)] = counts.get((b, c, k, m), 0) + 1
+        note = csv_note(args.from_csv)
         head = [f"Benchmarks regenerated from {os.path.basename(args.from_csv)} by tools/bench/run.py --from-csv "
                 f"(up to {max(counts.values(), default=0)} samples per cell; the GPU, commit and command are "
                 f"in the header of that run's own --md)", ""]
@@ -596,6 +617,7 @@ def main():
             text=True).stdout.strip() or "unknown"
         smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout.strip()
+        note = f"{datetime.date.today()}, commit {commit}, tools/bench/run.py"
         head = [f"Benchmarks, {datetime.date.today()}, commit {commit}, {smi}, {args.repeats} fresh processes per "
                 f"configuration", f"command: tools/bench/run.py --repeats {args.repeats} --only {args.only}"
                 f"{' --conf ' + args.conf if args.conf else ''}{' --before ' + args.before if args.before else ''}", ""]
@@ -609,7 +631,7 @@ def main():
             w.writerow(["bench", "config", "key", "metric", "value"])
             w.writerows(t.rows)
     if args.svg_dir:
-        written = charts(t, args.svg_dir, args.plot)
+        written = charts(t, args.svg_dir, args.plot, args.chart_note if args.chart_note is not None else note)
         print(f"charts in {args.svg_dir}: {', '.join(written) or 'none (no rows)'}")
     return 0
 

@@ -10,6 +10,7 @@ same bytes, either way.
   line_chart(path, title, series, xlabel, ylabel, logx=False, logy=False, xticks_labels=None)
   bar_chart(path, title, categories, series, ylabel, logy=None)
 
+NOTE, when set, is a line under every title (date, commit, data file).
 logy=None: a log scale when the positive values span a decade or more
 (auto_log), so that no bar that matters is drawn zero high. ENGINE picks
 the drawer: "auto" (matplotlib if it imports), "svg" or "matplotlib".
@@ -22,6 +23,10 @@ import sys
 from xml.sax.saxutils import escape
 
 ENGINE = "auto"  # "auto", "svg" or "matplotlib" (run.py --plot, pagefast-replay --plot)
+# A line under every chart's title: where its figures come from (the date,
+# the commit and the data file; run.py sets it), so that a chart copied
+# alone still says what it shows. "" draws none.
+NOTE = ""
 ENGINES = ("auto", "svg", "matplotlib")
 
 COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
@@ -135,6 +140,9 @@ class Svg:
                     f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>',
                     f'<text x="{_f(width / 2)}" y="24" text-anchor="middle" font-size="15" '
                     f'font-weight="bold">{esc(title)}</text>']
+        if NOTE:
+            self.out.append(f'<text x="{_f(width / 2)}" y="41" text-anchor="middle" font-size="11" '
+                            f'fill="#555555">{esc(NOTE)}</text>')
 
     def add(self, s):
         self.out.append(s)
@@ -365,7 +373,7 @@ def _mpl_line_chart(path, title, series, xlabel, ylabel, logx, logy, xticks_labe
         ax.set_xticks([x for x, _ in xt])
         ax.set_xticklabels([lab for _, lab in xt])
         ax.minorticks_off()
-    ax.set_title(str(title), fontweight="bold")
+    ax.set_title(str(title) + ("\n" + NOTE if NOTE else ""), fontweight="bold")
     ax.set_xlabel(str(xlabel))
     ax.set_ylabel(str(ylabel))
     ax.grid(True, color="#dddddd")
@@ -399,7 +407,7 @@ def _mpl_bar_chart(path, title, categories, series, ylabel, logy):
     ax.set_xticks(list(range(len(categories))))
     ax.set_xticklabels([str(c) for c in categories])
     ax.set_xlim(-0.5, len(categories) - 0.5)
-    ax.set_title(str(title), fontweight="bold")
+    ax.set_title(str(title) + ("\n" + NOTE if NOTE else ""), fontweight="bold")
     ax.set_ylabel(str(ylabel))
     ax.grid(True, axis="y", color="#dddddd")
     ax.set_axisbelow(True)

@@ -1,5 +1,5 @@
 // tools/options/pagefast-options.cpp: pagefast-options, the options table
-// (policy/options.h) as text: README.md's tables and pagefast-run --help's
+// (policy/options.h) as text: docs/OPTIONS.md's tables and pagefast-run --help's
 // list are generated from it here, and checked against it by the test
 // `options docs`, so that no document can drift from what the code reads.
 //
@@ -192,7 +192,7 @@ std::string wrapped(const std::string& text) {
 }
 
 std::string help_text() {
-  std::string out = "environment (README.md says more):\n";
+  std::string out = "environment (docs/OPTIONS.md says more):\n";
   for (const OptionRow* r : rows_of(Scope::Own)) {
     if (!(r->readers & ~pagefast::kReadByGpuScripts)) continue;  // not the launcher's or the library's
     out += entry(r->name, plain(r->meaning) + default_note(r->default_value));
@@ -340,7 +340,7 @@ int usage(FILE* to) {
                "usage: pagefast-options [--section variables|foreign|keys|help]\n"
                "       pagefast-options --check FILE... | --update FILE...\n"
                "Prints pagefast's options table (every variable and PAGEFAST_CONF key), one\n"
-               "generated section of README.md or pagefast-run, or checks/rewrites the sections\n"
+               "generated section of docs/OPTIONS.md or pagefast-run, or checks/rewrites the sections\n"
                "marked \"begin options:NAME\" ... \"end options:NAME\" in FILE.\n");
   return to == stdout ? 0 : 2;
 }

@@ -10,6 +10,7 @@
 //   pagefast-stat [--json | --prometheus [--textfile DIR]] [--watch SECONDS] [--count N]
 //                 [--pid PID] [--all] [--dir DIR]
 #include <getopt.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -20,9 +21,11 @@
 #include <vector>
 
 #include "interpose/live/segment.h"
+#include "policy/config.h"
 #include "policy/format.h"
 #include "policy/json.h"
 #include "policy/options.h"
+#include "policy/summary.h"
 #include "tools/stat/json_check.h"
 #include "tools/stat/prometheus.h"
 
@@ -89,6 +92,50 @@ std::string age(uint64_t then_ns, uint64_t now_ns) {
   return buf;
 }
 
+const char* mode_word(uint64_t mode) {
+  return pagefast::mode_name(mode <= uint64_t(pagefast::Mode::PassThrough) ? pagefast::Mode(mode)
+                                                                           : pagefast::Mode::PassThrough);
+}
+
+std::vector<pagefast::policy::PoolStats> pool_figures(const pagefast::live::Snapshot& s) {
+  std::vector<pagefast::policy::PoolStats> out;
+  for (const DeviceFigures& d : s.devices) out.push_back(d.stats);
+  return out;
+}
+
+// The terminal's width: COLUMNS when set, else the terminal's own; 0 when
+// neither is known (a pipe): then nothing is cut.
+size_t terminal_columns() {
+  if (const char* c = std::getenv(pagefast::option_name(pagefast::Opt::Columns))) {
+    const long n = std::strtol(c, nullptr, 10);
+    if (n > 0) return size_t(n);
+  }
+  winsize ws{};
+  if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  return 0;
+}
+
+// Text for one line of the table: control characters (which would move
+// the terminal's cursor) as '?', cut to `room` characters when known.
+std::string cut_text(std::string text, size_t room) {
+  for (char& ch : text)
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
+  if (room == 0 || text.size() <= room) return text;
+  return pagefast::live::utf8_cut(text, room > 3 ? room - 3 : 0) + "...";
+}
+
+// The command as a user tells jobs apart: the program's name without its
+// directory (/root/.pyenv/versions/3.11.7/bin/python is "python"), then
+// its script and arguments, cut to `room` characters when room is known.
+std::string shown_command(const std::string& command, size_t room) {
+  const size_t space = command.find(' ');
+  const std::string program = command.substr(0, space);
+  const size_t slash = program.rfind('/');
+  std::string out = slash == std::string::npos ? program : program.substr(slash + 1);
+  if (space != std::string::npos) out += command.substr(space);
+  return cut_text(out, room);
+}
+
 // Shown as a process: read whole, not stale, and its name agrees with it.
 bool listed(const Listing& l) { return l.status == ReadStatus::Ok && !l.stale && l.detail.empty(); }
 
@@ -108,6 +155,10 @@ void print_json(const std::vector<Listing>& listings, const Options& o) {
     append_json_string(out, s.host);
     out += ", \"command\": ";
     append_json_string(out, s.command);
+    out += std::string(", \"mode\": \"") + mode_word(s.mode) + "\", \"reason\": ";
+    append_json_string(out, s.reason);
+    out += ", \"summary\": ";
+    append_json_string(out, pagefast::summary_line(s.alloc_calls, pool_figures(s)));
     out += ", \"config\": ";
     append_json_string(out, s.config);
     out += ", \"started_unix_ns\": " + std::to_string(s.created_unix_ns) +
@@ -119,8 +170,9 @@ void print_json(const std::vector<Listing>& listings, const Options& o) {
     out += ", \"devices\": {";
     for (size_t i = 0; i < s.devices.size(); ++i) {
       out += i ? ", \"" : "\"";
-      out +=
-          std::to_string(s.devices[i].device) + "\": " + pagefast::policy::stats_json_object(s.devices[i].stats, false);
+      const std::string fields = pagefast::policy::stats_json_object(s.devices[i].stats, false);
+      out += std::to_string(s.devices[i].device) + "\": {\"asleep\": " + (s.devices[i].asleep ? "true" : "false") +
+             ", " + fields.substr(1);
     }
     out += "}}";
   }
@@ -146,6 +198,9 @@ void print_json(const std::vector<Listing>& listings, const Options& o) {
   std::fputs(out.c_str(), stdout);
 }
 
+// The row's figures before COMMAND, one format for the header and the rows.
+#define PF_ROW "%7s %6s %-12s %3s %6s %8s %8s %8s %8s %8s %8s %7s %7s %7s %7s %7s  %s\n"
+
 void print_table(const std::vector<Listing>& listings, const Options& o) {
   const uint64_t now = now_unix_ns();
   char stamp[64];
@@ -154,36 +209,39 @@ void print_table(const std::vector<Listing>& listings, const Options& o) {
   localtime_r(&t, &tm);
   strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm);
   std::printf("pagefast-stat  %s\n", stamp);
-  std::printf("%7s %6s %3s %8s %8s %8s %8s %8s %8s %7s %7s %7s %7s %7s  %s\n", "PID", "AGE", "GPU", "RESERVED",
-              "MAPPED", "IN USE", "IDLE", "PEAK", "HITS", "GROWTHS", "STITCH", "RELEASE", "SYNCS", "PASS", "COMMAND");
+  const int header = std::printf(PF_ROW, "PID", "AGE", "MODE", "GPU", "SLEEP", "RESERVED", "MAPPED", "IN USE", "IDLE",
+                                 "PEAK", "HITS", "GROWTHS", "STITCH", "RELEASE", "SYNCS", "PASS", "COMMAND");
+  const size_t before_command = header > 8 ? size_t(header) - 8 : 0;  // less "COMMAND\n"
+  const size_t columns = terminal_columns();
+  // At least 20 characters of the command, whatever the width.
+  const size_t room = columns == 0 ? 0 : (columns > before_command + 20 ? columns - before_command : 20);
   int shown = 0, foreign = 0;
   for (const Listing& l : listings) {
     if (!listed(l)) continue;
     const auto& s = l.snapshot;
     ++shown;
     foreign += l.foreign;
-    std::string command = pagefast::live::utf8_cut(s.command, 40);
-    if (command.size() < s.command.size()) command = pagefast::live::utf8_cut(command, 37) + "...";
-    // Control characters would move the terminal's cursor.
-    for (char& ch : command)
-      if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
+    const std::string command = shown_command(s.command, room);
     const std::string pid = std::to_string(s.pid) + (l.foreign ? "*" : "");
-    if (s.devices.empty()) {
-      std::printf("%7s %6s %3s %8s %8s %8s %8s %8s %8s %7s %7s %7s %7s %7s  %s\n", pid.c_str(),
-                  age(s.created_unix_ns, now).c_str(), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-",
-                  command.c_str());
-      continue;
-    }
+    const std::string started = age(s.created_unix_ns, now);
+    if (s.devices.empty())
+      std::printf(PF_ROW, pid.c_str(), started.c_str(), mode_word(s.mode), "-", "-", "-", "-", "-", "-", "-", "-", "-",
+                  "-", "-", "-", "-", command.c_str());
     for (size_t i = 0; i < s.devices.size(); ++i) {
       const DeviceFigures& d = s.devices[i];
-      std::printf("%7s %6s %3d %8s %8s %8s %8s %8s %8s %7s %7s %7s %7s %7s  %s\n", pid.c_str(),
-                  age(s.created_unix_ns, now).c_str(), d.device, human(d.stats.reserved_bytes).c_str(),
-                  human(d.stats.mapped_bytes).c_str(), human(d.stats.in_use_bytes).c_str(),
-                  human(d.stats.idle_bytes).c_str(), human(d.stats.peak_in_use_bytes).c_str(),
-                  count(d.stats.hits).c_str(), count(d.stats.growths).c_str(), count(d.stats.stitches).c_str(),
-                  count(d.stats.releases).c_str(), count(d.stats.synchronizations).c_str(),
-                  count(d.stats.passthroughs).c_str(), i == 0 ? command.c_str() : "");
+      const std::string gpu = std::to_string(d.device);
+      std::printf(PF_ROW, pid.c_str(), started.c_str(), mode_word(s.mode), gpu.c_str(), d.asleep ? "asleep" : "awake",
+                  human(d.stats.reserved_bytes).c_str(), human(d.stats.mapped_bytes).c_str(),
+                  human(d.stats.in_use_bytes).c_str(), human(d.stats.idle_bytes).c_str(),
+                  human(d.stats.peak_in_use_bytes).c_str(), count(d.stats.hits).c_str(), count(d.stats.growths).c_str(),
+                  count(d.stats.stitches).c_str(), count(d.stats.releases).c_str(),
+                  count(d.stats.synchronizations).c_str(), count(d.stats.passthroughs).c_str(),
+                  i == 0 ? command.c_str() : "");
     }
+    // Why a process is not served, or what pagefast did for it: one line.
+    const std::string why = cut_text(s.reason, columns > 24 ? columns - 24 : 0);
+    if (!why.empty()) std::printf("%7s   %s: %s\n", "", mode_word(s.mode), why.c_str());
+    else std::printf("%7s   %s\n", "", pagefast::summary_line(s.alloc_calls, pool_figures(s)).c_str());
   }
   if (!shown) std::printf("(no process with pagefast%s)\n", o.pid >= 0 ? " with that pid" : "");
   if (foreign) std::printf("* in another pid namespace: the pid is that namespace's\n");

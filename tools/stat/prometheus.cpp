@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "policy/config.h"
+
 namespace pagefast::stat {
 namespace {
 
@@ -98,6 +100,13 @@ std::string prometheus_text(const std::vector<Listing>& listings, const std::str
                  {}};
   Family allocs{"pagefast_alloc_calls_total", "counter", "cuMemAlloc_v2 calls seen", {}};
   Family frees{"pagefast_free_calls_total", "counter", "cuMemFree_v2 calls seen", {}};
+  Family info{"pagefast_process_info",
+              "gauge",
+              "1 for each process; mode: active (the pool serves), off (PAGEFAST=0 or pool:off) or pass-through (a "
+              "setting was refused: nothing served); reason: why not active",
+              {}};
+  Family active{"pagefast_active", "gauge", "1 when the pool serves the process (mode active), else 0", {}};
+  Family asleep{"pagefast_asleep", "gauge", "1 while the device's pool is asleep (pagefast-ctl sleep), else 0", {}};
   std::vector<Family> pool;
 #define PF_PROM_FAMILY(name, meaning) pool.push_back(pool_family(#name, meaning));
   PAGEFAST_POOL_STATS_FIELDS(PF_PROM_FAMILY)
@@ -109,6 +118,9 @@ std::string prometheus_text(const std::vector<Listing>& listings, const std::str
     updated.samples.push_back({"{" + labels + "}", number(double(s->updated_unix_ns) / 1e9)});
     allocs.samples.push_back({"{" + labels + "}", number(s->alloc_calls)});
     frees.samples.push_back({"{" + labels + "}", number(s->free_calls)});
+    const char* mode = mode_name(s->mode <= uint64_t(Mode::PassThrough) ? Mode(s->mode) : Mode::PassThrough);
+    info.samples.push_back({"{" + labels + ",mode=\"" + mode + "\",reason=\"" + escaped(s->reason, true) + "\"}", "1"});
+    active.samples.push_back({"{" + labels + "}", s->mode == uint64_t(Mode::Active) ? "1" : "0"});
     std::vector<int> seen;  // one series per device, however a segment was altered
     for (const live::DeviceFigures& d : s->devices) {
       bool dup = false;
@@ -116,6 +128,7 @@ std::string prometheus_text(const std::vector<Listing>& listings, const std::str
       if (dup) continue;
       seen.push_back(d.device);
       const std::string device_labels = "{" + labels + ",device=\"" + std::to_string(d.device) + "\"}";
+      asleep.samples.push_back({device_labels, d.asleep ? "1" : "0"});
       std::vector<uint64_t> values;  // in the field table's order, as pool[]
 #define PF_PROM_VALUE(name, meaning) values.push_back(d.stats.name);
       PAGEFAST_POOL_STATS_FIELDS(PF_PROM_VALUE)
@@ -126,7 +139,7 @@ std::string prometheus_text(const std::vector<Listing>& listings, const std::str
     }
   }
   std::string out;
-  for (const Family* f : {&processes, &started, &updated, &allocs, &frees}) emit(out, *f);
+  for (const Family* f : {&processes, &info, &active, &started, &updated, &allocs, &frees, &asleep}) emit(out, *f);
   for (const Family& f : pool) emit(out, f);
   return out;
 }

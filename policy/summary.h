@@ -1,0 +1,20 @@
+// policy/summary.h: the one line that says what pagefast did for a
+// process, for a user to quote: the allocation calls it saw, the share the
+// pool served from memory it held (no driver call), and the time spent in
+// the driver's memory calls (creating, mapping, unmapping and releasing
+// chunks). Written at exit at level info and shown by
+// pagefast-stat; read from the figures the pool keeps anyway. Pure C++.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "policy/pool_stats.h"
+
+namespace pagefast {
+
+// alloc_calls: cuMemAlloc_v2 calls seen; devices: each pool's figures.
+std::string summary_line(uint64_t alloc_calls, const std::vector<policy::PoolStats>& devices);
+
+}  // namespace pagefast
