@@ -174,7 +174,6 @@ bool DevicePool::new_slab(ThreadCache& cache, int class_index, AllocStatus* stat
 AllocStatus DevicePool::alloc_small_slow(ThreadCache& cache, int class_index, Request request, uint64_t* addr) {
   if (!enter_slow()) return AllocStatus::OutOfMemory;
   SlowGuard gate{this};
-  cache.sync_released_bytes = 0;
   fold(cache);
   AllocStatus status = AllocStatus::OutOfMemory;
   for (int attempt = 0; attempt < kSlowAttempts; ++attempt) {
@@ -240,7 +239,6 @@ AllocStatus DevicePool::alloc_large(ThreadCache& cache, Request request, uint64_
 AllocStatus DevicePool::alloc_large_slow(ThreadCache& cache, Granules granules, Request request, uint64_t* addr) {
   if (!enter_slow()) return AllocStatus::OutOfMemory;
   SlowGuard gate{this};
-  cache.sync_released_bytes = 0;
   // Requests no pool on this device could ever hold: the driver answers,
   // and idle memory is not thrown away for them.
   if (settings_.config.limit_bytes && granules.bytes() > settings_.config.limit_bytes) {

@@ -298,10 +298,6 @@ class DevicePool final : public IdleMemory {
                 bool sync_before_growth = true);
   Block* obtain_under_pressure(ThreadCache* cache, Granules granules, bool for_slab, AllocStatus* status);
   ProviderStatus grow_locked(Granules granules);
-  // REQUIRES: the device lock. grow_locked for the request `cache` serves,
-  // leaving free what a sync of the pool's let the driver take back for it
-  // (ThreadCache::sync_released_bytes).
-  ProviderStatus grow_for(ThreadCache* cache, Granules granules);
   // REQUIRES: the device lock. A growth of at least `granules`, at most
   // max_step (unless the request is larger), counted in the stats.
   ProviderStatus grow_by_locked(Granules granules, Granules max_step);
@@ -340,6 +336,9 @@ class DevicePool final : public IdleMemory {
   // sync_and_retire(cache, false) where a block of the pool waits in the
   // quarantine (after drain_all); true, and no synchronization, where none does.
   bool sync_if_waiting(ThreadCache* cache);
+  // The out-of-memory path's sync, made whether or not a block of the pool
+  // waits: the answer must not depend on whether another sync ran before.
+  bool sync_before_refusing(ThreadCache* cache);
   // What finished syncs cover, from the cache's own batches (if cache) and
   // the shared list; with into_cache, the cache's own blocks go back to it.
   void retire_covered(ThreadCache* cache, bool into_cache);
@@ -419,8 +418,6 @@ class DevicePool final : public IdleMemory {
   Arena arena_;
   std::atomic<uint64_t> mapped_bytes_{0};  // mirror of arena_.mapped(), lock-free reads
   std::atomic<uint64_t> last_growth_ns_{0};
-  // Provider::stream_ordered_frees() at the last sync of the pool's.
-  std::atomic<uint64_t> stream_frees_synced_{0};
   std::atomic<uint64_t> peak_mapped_bytes_{0};  // written under the device lock
   std::atomic<uint64_t> last_trim_ns_{0};
 

@@ -108,16 +108,6 @@ ProviderStatus DevicePool::grow_locked(Granules granules) {
   return grow_by_locked(granules, growth_step_within_headroom(granules));
 }
 
-ProviderStatus DevicePool::grow_for(ThreadCache* cache, Granules granules) {
-  uint64_t free_bytes = 0;
-  if (!cache || !cache->sync_released_bytes || !provider_.device_free_bytes(&free_bytes)) return grow_locked(granules);
-  const Granules room =
-      granules_floor(free_bytes > cache->sync_released_bytes ? free_bytes - cache->sync_released_bytes : 0);
-  if (room < granules) return ProviderStatus::OutOfMemory;
-  const Granules step = growth_step_within_headroom(granules);
-  return grow_by_locked(granules, min_granules(step, room));
-}
-
 ProviderStatus DevicePool::grow_by_locked(Granules granules, Granules max_step) {
   const uint64_t start = clock_.now_ns();
   const ProviderStatus status = arena_.grow(granules, max_step);
@@ -220,7 +210,7 @@ Block* DevicePool::obtain(ThreadCache* cache, Granules granules, bool for_slab, 
       note.held_before = arena_.resident().bytes();
       note.for_slab = for_slab;
     }
-    if (grow_for(cache, granules) == ProviderStatus::Ok) grown = arena_.take(granules, state);
+    if (grow_locked(granules) == ProviderStatus::Ok) grown = arena_.take(granules, state);
   }
   if (grown) {
     note_growth(note);
@@ -235,7 +225,7 @@ Block* DevicePool::obtain_under_pressure(ThreadCache* cache, Granules granules, 
   // reclaim on another thread (the trim thread's) has put back what it took.
   std::lock_guard<std::mutex> reclaim(reclaim_mutex_);
   drain_all();
-  sync_if_waiting(cache);
+  sync_before_refusing(cache);
   release_all_empty_slabs();
   {
     std::lock_guard<std::mutex> guard(arena_mutex_);
@@ -250,7 +240,7 @@ Block* DevicePool::obtain_under_pressure(ThreadCache* cache, Granules granules, 
       // Idle memory plus a chunk of the shortfall: the largest request that
       // succeeds is bounded by idle plus device memory, not by the layout.
       const Granules shortfall = granules - arena_.free_home();
-      if (shortfall <= arena_.headroom() && grow_for(cache, shortfall) == ProviderStatus::Ok) {
+      if (shortfall <= arena_.headroom() && grow_locked(shortfall) == ProviderStatus::Ok) {
         b = arena_.take(granules, state);
         if (!b) b = arena_.stitch(granules, 0, state);
       }
@@ -265,7 +255,7 @@ Block* DevicePool::obtain_under_pressure(ThreadCache* cache, Granules granules, 
     // What went back was memory this request could not use (free runs too
     // short, or big chunks kept from smaller requests): under a limit it
     // makes room to grow for the request itself.
-    if (arena_.mapped() < mapped_before && grow_for(cache, granules) == ProviderStatus::Ok) {
+    if (arena_.mapped() < mapped_before && grow_locked(granules) == ProviderStatus::Ok) {
       b = arena_.take(granules, state);
       if (b) return b;
     }
@@ -273,10 +263,7 @@ Block* DevicePool::obtain_under_pressure(ThreadCache* cache, Granules granules, 
     ooms_.fetch_add(1, std::memory_order_relaxed);
     note_oom_locked(granules, for_slab, (mapped_before - arena_.mapped()).bytes(), !settings_.config.limit_bytes);
   }
-  // A sync of the pool's let the driver take back stream-ordered memory
-  // for this request: the driver would serve it from that memory, which it
-  // would not have without pagefast. The answer is the pool's own.
-  if (settings_.config.limit_bytes || (cache && cache->sync_released_bytes)) {
+  if (settings_.config.limit_bytes) {
     *status = AllocStatus::OutOfMemory;
   } else {
     *status = AllocStatus::Forward;

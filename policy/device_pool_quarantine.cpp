@@ -36,32 +36,28 @@ void DevicePool::share_local_quarantine(ThreadCache& cache, bool may_trim) {
 }
 
 bool DevicePool::sync_and_retire(ThreadCache* cache, bool into_cache) {
-  // The program freed memory into the driver's stream-ordered pools
-  // without synchronizing since: this sync lets the driver take it back.
-  // Without pagefast that memory stays out of cuMemAlloc's reach until the
-  // program synchronizes, so the request this sync is made for must not
-  // use it, or its answer would depend on whether the pool had blocks
-  // waiting. Two reads of the device's free memory, only then.
-  const uint64_t frees = provider_.stream_ordered_frees();
-  const bool pending = cache && frees != stream_frees_synced_.load(std::memory_order_relaxed);
-  uint64_t free_before = 0, free_after = 0;
-  const bool measured = pending && provider_.device_free_bytes(&free_before);
   if (!quarantine_.synchronize_covering(quarantine_.newest_stamp(cache))) return false;
-  if (pending) stream_frees_synced_.store(frees, std::memory_order_relaxed);
-  if (measured && provider_.device_free_bytes(&free_after) && free_after > free_before)
-    cache->sync_released_bytes += free_after - free_before;
   retire_covered(cache, into_cache);
   return true;
 }
 
 bool DevicePool::sync_if_waiting(ThreadCache* cache) {
-  // No synchronization on the program's behalf when none of the pool's
-  // blocks waits for one: a synchronization has effects beyond the pool
-  // (the driver's stream-ordered pools give their freed memory back at
-  // one), and a program that did not synchronize must find the device as
-  // it would without pagefast (docs/DRIVER-FACTS.md).
-  if (!quarantine_.holds_any(cache)) return true;
-  return sync_and_retire(cache, false);
+  if (quarantine_.holds_any(cache)) return sync_and_retire(cache, false);
+  return true;
+}
+
+bool DevicePool::sync_before_refusing(ThreadCache* cache) {
+  // Any synchronization lets the driver's stream-ordered pools give back
+  // what the program freed into them (cuMemFreeAsync), and the pool
+  // synchronizes at moments no program can predict (a batch of frees due,
+  // the trim thread). An out-of-memory answer would then depend on whether
+  // one happened to run before the request. So before refusing, the pool
+  // always synchronizes (never in a stream capture, where the provider
+  // refuses), and the answer is the one the device gives after that, every
+  // run (docs/POOL.md "Out of memory").
+  if (!quarantine_.synchronize_covering(quarantine_.stamp())) return false;
+  retire_covered(cache, false);
+  return true;
 }
 
 void DevicePool::retire_covered(ThreadCache* cache, bool into_cache) {

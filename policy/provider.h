@@ -92,12 +92,6 @@ class Provider {
     return false;
   }
 
-  // How many frees the program made into the driver's stream-ordered
-  // pools (cuMemFreeAsync of memory not the pool's) in the process so far:
-  // a synchronization lets the driver take that memory back (docs/POOL.md
-  // "Out of memory"). 0 where unknown.
-  virtual uint64_t stream_ordered_frees() { return 0; }
-
   // Waits until all device work that may use pool memory has finished.
   // Called with no lock of the pool held.
   virtual SyncStatus synchronize() = 0;

@@ -93,12 +93,6 @@ struct ThreadCache {
   uint64_t next_buffer_id = 0;
   uint64_t buffer_id_end = 0;
 
-  // Device memory that a synchronization of the pool's, made for the
-  // allocation this thread is serving, let the driver's stream-ordered
-  // pools give back: that request does not use it (docs/POOL.md "Out of
-  // memory"). Owner only; cleared when a slow allocation path begins.
-  uint64_t sync_released_bytes = 0;
-
   // Owner-written counters; in_use_delta wraps (the sum over all caches
   // and the device's folded value is exact modulo 2^64).
   std::atomic<uint64_t> hits{0};

@@ -365,14 +365,7 @@ bool try_free(CUdeviceptr dptr, CUresult* result) {
 }
 
 bool try_free_async(CUdeviceptr dptr, CUstream stream, CUresult* result) {
-  if (!g_active.load(std::memory_order_acquire)) return false;
-  if (!live_span(dptr)) {
-    // The driver's: its stream-ordered pool keeps the memory until a
-    // synchronization, which the pool's own out-of-memory path must not
-    // hand to the request it serves (policy/device_pool_quarantine.cpp).
-    g_gate.stream_ordered_frees.fetch_add(1, std::memory_order_relaxed);
-    return false;
-  }
+  if (!g_active.load(std::memory_order_acquire) || !live_span(dptr)) return false;
   if (capture_active()) {
     // In a capture the driver makes a free node, which only a graph
     // allocation may be: it answers for pool memory as for cuMemAlloc's.

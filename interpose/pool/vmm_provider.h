@@ -34,9 +34,6 @@ namespace pagefast::pool {
 struct CaptureGate {
   std::atomic<int> captures{0};
   std::atomic<int> syncs_in_flight{0};
-  // cuMemFreeAsync calls of memory not the pool's (the driver's
-  // stream-ordered pools), for Provider::stream_ordered_frees.
-  std::atomic<uint64_t> stream_ordered_frees{0};
 };
 
 class VmmProvider final : public policy::Provider {
@@ -65,7 +62,6 @@ class VmmProvider final : public policy::Provider {
   bool unmap(uint64_t addr, policy::Granules granules) override;
   policy::ProviderStatus set_access(uint64_t addr, policy::Granules granules, const policy::AccessSet& access) override;
   policy::SyncStatus synchronize() override;
-  uint64_t stream_ordered_frees() override { return gate_->stream_ordered_frees.load(std::memory_order_relaxed); }
   // cuMemGetInfo in the pool's first context (pushed when not current).
   bool device_free_bytes(uint64_t* free_bytes) override;
   // Sleep with keep (host_copy.cpp): each chunk's copy in ordinary

@@ -175,3 +175,27 @@ TEST_CASE("the pool gives back idle memory in chunks until the bytes asked for w
   CHECK(t.pool.idle_bytes() == 0);
   CHECK(t.pool.check() == "");
 }
+
+TEST_CASE("out of memory: the pool synchronizes before it refuses, whether or not its blocks wait", "[headroom][oom]") {
+  // Nothing of the pool's waits for a synchronization, and the provider
+  // runs out: before the answer, one sync (it would let the driver's
+  // stream-ordered pools give back what the program freed into them), so
+  // the answer never depends on whether another sync happened to run.
+  PoolUnderTest t(64 * kMiB, FakeProvider::Backing::None, config_with(32 * kMiB, 0, kUnlimited));
+  Attached cache(t.pool);
+  uint64_t held = 0;
+  REQUIRE(t.alloc(*cache, 48 * kMiB, &held) == AllocStatus::Ok);
+  const uint64_t syncs_before = t.provider.calls(FakeProvider::Op::Sync);
+  uint64_t p = 0;
+  const AllocStatus refused = t.alloc(*cache, 48 * kMiB, &p);
+  CHECK(refused != AllocStatus::Ok);
+  CHECK(t.provider.calls(FakeProvider::Op::Sync) == syncs_before + 1);
+
+  // In a stream capture the provider refuses to synchronize: the answer is
+  // the same refusal, with no sync made.
+  t.provider.set_sync_allowed(false);
+  CHECK(t.alloc(*cache, 48 * kMiB, &p) == refused);
+  CHECK(t.provider.violations() == 0);
+  t.provider.set_sync_allowed(true);
+  CHECK(t.free(*cache, held) == FreeStatus::Ok);
+}
