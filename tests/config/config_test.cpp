@@ -269,16 +269,16 @@ TEST_CASE("PAGEFAST_STRICT and the mode: active, off or pass-through, with the r
   CHECK(mode_reason(zero.parse()) == "PAGEFAST=0");
 }
 
-TEST_CASE("the one-line summary: calls, the share served from the pool (rounded down), driver time") {
+TEST_CASE("the one-line summary: calls, the share from memory the pool already held (rounded down), driver time") {
   std::vector<policy::PoolStats> devices(2);
   devices[0].hits = 1998;
   devices[0].growth_ns = 3000000;
   devices[1].hits = 1;
   devices[1].release_ns = 2000000;
   CHECK(summary_line(2000, devices) ==
-        "2000 allocation calls, 99.9% served from the pool; 5.00 ms in the driver's memory calls (creating, mapping, "
+        "2000 allocation calls, 99.9% from memory the pool already held; 5.00 ms in the driver's memory calls (creating, mapping, "
         "unmapping, releasing)");
   devices[1].hits = 2;
-  CHECK(summary_line(2000, devices).find(", 100% served") != std::string::npos);
+  CHECK(summary_line(2000, devices).find(", 100% from memory") != std::string::npos);
   CHECK(summary_line(0, {}) == "no allocation call yet");
 }

@@ -314,7 +314,7 @@ def case_quiet():
         active = [i for i, l in enumerate(lines) if ": info: active (" in l]
         check(numa and active and lines.index(numa[0]) < active[0] + 2, f"its NUMA decision is said ({lines})")
         summary = [l for l in lines if ": info: at exit: 3 allocation calls, " in l]
-        check(len(summary) == 1 and "served from the pool" in summary[0] and "in the driver's memory calls" in summary[0],
+        check(len(summary) == 1 and "from memory the pool already held" in summary[0] and "in the driver's memory calls" in summary[0],
               f"one summary line at exit ({summary})")
         r = run([hold], env=dict(hold_env(d), PAGEFAST_LOG="warn"), stdin="go\n")
         check(r.returncode == 0 and r.stderr == "", f"at the default level a working program hears nothing ({r.stderr!r})")
