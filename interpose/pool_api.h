@@ -70,7 +70,8 @@ void adjust_mem_info(size_t* free_bytes, size_t* total_bytes);
 // holds idle on `device` (its pool's, the client VMM cache's) goes back to
 // the driver (policy/device_budget.h); kCurrentDevice: the calling
 // context's device, or every device when there is no context. true when
-// anything went back: the caller then retries once. May synchronise the
+// pagefast may have held memory there (whether this call or the trim
+// thread gave it back): the caller then retries once. May synchronise the
 // device.
 constexpr int kCurrentDevice = -1;
 bool release_idle_for_driver(int device = kCurrentDevice);

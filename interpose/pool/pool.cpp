@@ -500,6 +500,7 @@ bool release_idle_for_driver(int device) {
   if (device == kCurrentDevice) device = current_device();
   else if (device < 0 || device >= kMaxDevices) return false;
   uint64_t released = 0;
+  bool held = false;
   for (int d = 0; d < kMaxDevices; ++d) {
     if (device >= 0 && d != device) continue;
     policy::DeviceBudget* budget;
@@ -508,6 +509,7 @@ bool release_idle_for_driver(int device) {
       budget = d == device ? budget_locked(d) : g_budgets[d].load(std::memory_order_acquire);
     }
     if (!budget || retired_device(d)) continue;
+    held = true;
     const uint64_t given = budget->release_all();
     if (given) g_oom_retries[d].fetch_add(1, std::memory_order_relaxed);
     released += given;
@@ -515,7 +517,10 @@ bool release_idle_for_driver(int device) {
   if (released)
     log_line(LogLevel::Debug, "the driver answered out of memory: %s of idle memory given back, retrying once",
              human_bytes(released).c_str());
-  return released > 0;
+  // A retry also when nothing went back here: the pagefast-trim thread may
+  // have given the same idle memory back between the refused call and this
+  // reclaim (it keeps the headroom), and then the memory is free already.
+  return held;
 }
 
 void make_room_for_managed(size_t bytes) {
