@@ -442,7 +442,7 @@ class DevicePool final : public IdleMemory {
   std::atomic<uint64_t> headroom_releases_{0};  // growths that released chunks first
   std::atomic<uint64_t> lost_blocks_{0};        // could not be quarantined (host OOM)
   std::mutex oom_mutex_;                        // last_oom_; taken on OOM paths only, never at exit
-  OomRecord last_oom_;
+  OomRecord last_oom_, previous_oom_;           // previous: put back when the request was served after all
 
   // footprint and sleep (device_pool_footprint.cpp)
   std::mutex footprint_mutex_;  // footprint_, sleep, wake, decay_step

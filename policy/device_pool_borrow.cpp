@@ -43,9 +43,12 @@ bool DevicePool::borrow_small(ThreadCache& cache, int class_index, Request reque
   owner_add(cache.in_use_delta, slot.slab->block_bytes);
   cache.lock.unlock();
   *addr = slot.addr();
-  // The shortfall counted an answer that this request did not get.
+  // The shortfall counted and recorded an answer that this request did
+  // not get.
   ooms_.fetch_sub(1, std::memory_order_relaxed);
   if (shortfall == AllocStatus::Forward) passthroughs_.fetch_sub(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> guard(oom_mutex_);
+  last_oom_ = previous_oom_;
   return true;
 }
 

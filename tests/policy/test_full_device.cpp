@@ -49,6 +49,8 @@ TEST_CASE("a full device serves a small request from a larger class's free block
   std::vector<uint64_t> large = fill_with_granules(t, *cache);
   REQUIRE(large.size() == kDeviceBytes / kGranuleBytes - 1);
   const PoolStats before = t.pool.stats();
+  const OomRecord oom_before = t.pool.report().last_oom;  // the granule the fill was refused
+  REQUIRE(oom_before.request_bytes == kGranuleBytes);
 
   // No granule for a slab of 1000-byte blocks: a free 600 KiB block serves.
   uint64_t small = 0;
@@ -63,6 +65,9 @@ TEST_CASE("a full device serves a small request from a larger class's free block
   // Not counted as refused nor handed to the driver.
   CHECK(t.pool.stats().ooms == before.ooms);
   CHECK(t.pool.stats().passthroughs == before.passthroughs);
+  // The memory report's last out-of-memory answer is still the fill's.
+  CHECK(t.pool.report().last_oom.count == oom_before.count);
+  CHECK(t.pool.report().last_oom.request_bytes == kGranuleBytes);
 
   // Freed, it goes back to its slab's class: the lender's requests use it.
   CHECK(t.free(*cache, small) == FreeStatus::Ok);
