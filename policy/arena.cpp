@@ -146,6 +146,22 @@ void Arena::give_back(Block* block) {
   insert_free(block);
 }
 
+bool Arena::give_back_tail(Block* block, Granules keep) {
+  if (!spare_blocks_.reserve(1)) return false;
+  Block* rest = new_block(block->addr() + keep.bytes(), block->granules() - keep, BlockState::Free);
+  rest->big = block->big;
+  rest->addr_prev = block;
+  rest->addr_next = block->addr_next;
+  if (block->addr_next) block->addr_next->addr_prev = rest;
+  block->addr_next = rest;
+  block->set_range(block->addr(), keep);
+  // Every entry of the tail named the block (or its slab): they name the
+  // free run now, so no lookup resolves to what no longer holds them.
+  page_map_.set(rest->addr(), rest->granules(), rest);
+  insert_free(rest);
+  return true;
+}
+
 Block* Arena::neighbour_ending_at(uint64_t addr) const {
   Span* span = page_map_.lookup(addr - kGranuleBytes);
   if (!span || span->pool != owner_) return nullptr;

@@ -85,6 +85,10 @@ class Arena {
   // REQUIRES: the block came from take/take_stitch/stitch and is no longer
   // used by anyone (retired). Coalesces home blocks with free neighbours.
   void give_back(Block* block);
+  // REQUIRES: a home block (no stitch) in use, 0 < keep < its granules.
+  // Gives back all but its first `keep` granules (they coalesce); false,
+  // and nothing changed, when no record can be had for them.
+  bool give_back_tail(Block* block, Granules keep);
 
   // Creates, maps and opens a chunk of max(chunk, min_granules) granules,
   // clipped to the limit; on OutOfMemory retries with exactly min_granules.

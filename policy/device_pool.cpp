@@ -184,6 +184,9 @@ AllocStatus DevicePool::alloc_small_slow(ThreadCache& cache, int class_index, Re
     }
     if (refill_small(cache, class_index) && pop_small(cache, class_index, request, addr)) return AllocStatus::Ok;
     if (!new_slab(cache, class_index, &status)) {
+      // No slab could be had after everything idle came back: a larger
+      // class's free slot serves the request (policy/device_pool_borrow.cpp).
+      if (borrow_small(cache, class_index, request, addr, status)) return AllocStatus::Ok;
       note_oom_request(request.bytes);
       return status;
     }

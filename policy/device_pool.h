@@ -16,20 +16,19 @@
 //  4. the size-class centre (small) or the arena's free runs (large; then
 //     the thread's cached blocks of other sizes go back, then its
 //     quarantine is retired into its cache);
-//  5. before growing: retire the quarantine (if no capture is active),
-//     then stitch free memory if that suffices, then grow by
-//     max(chunk_bytes, request);
+//  5. before growing: retire the quarantine (if no capture is active), then
+//     stitch free memory if that suffices, then grow by max(chunk_bytes, request);
 //  6. out of memory: drain every thread cache, retire, hand empty slabs
-//     back, dissolve free stitches, stitch with growth of the shortfall;
-//     then release idle chunks and answer OutOfMemory (with a limit) or
-//     Forward (let the real driver try: it may have memory we do not).
+//     and slabs' free tails back, dissolve free stitches, stitch with
+//     growth of the shortfall; then release idle chunks; a small request
+//     takes a larger class's free block; else OutOfMemory (with a limit)
+//     or Forward (let the real driver try: it may have memory we do not).
 //
 // Free: page-map lookup, one atomic exchange or CAS that rejects interior
 // pointers and double frees, then a push on the thread's quarantine.
 //
 // Thread safety: alloc/free take the calling thread's ThreadCache (from
-// attach_thread). Any thread may free any block. Everything else is safe
-// from any thread.
+// attach_thread). Any thread may free any block; anything else, any thread.
 #pragma once
 
 #include <atomic>
@@ -276,8 +275,7 @@ class DevicePool final : public IdleMemory {
   std::string layout();
 
  private:
-  // alloc paths
-  // `request` is what the program asked for: its bytes and its context.
+  // alloc paths; `request` is what the program asked for: bytes, context.
   struct Request {
     uint64_t bytes;
     ContextTag context;
@@ -291,6 +289,9 @@ class DevicePool final : public IdleMemory {
   uint64_t next_buffer_id(ThreadCache& cache);
   bool refill_small(ThreadCache& cache, int class_index);
   bool new_slab(ThreadCache& cache, int class_index, AllocStatus* status);
+  // A full device's use of idle small-class memory (device_pool_borrow.cpp).
+  bool borrow_small(ThreadCache& cache, int class_index, Request request, uint64_t* addr, AllocStatus shortfall);
+  uint64_t trim_slab_tails();  // granules given back
   // Arena memory of `granules`, Used; NULL with *status set on failure.
   // sync_before_growth false: grow rather than retire the quarantine (the
   // thread's batch is not due yet); under pressure everything is retired.
@@ -301,8 +302,7 @@ class DevicePool final : public IdleMemory {
   // REQUIRES: the device lock. A growth of at least `granules`, at most
   // max_step (unless the request is larger), counted in the stats.
   ProviderStatus grow_by_locked(Granules granules, Granules max_step);
-  // What prewarm() maps: prewarm_bytes within the limit and the room the
-  // device has above the headroom, in whole granules.
+  // What prewarm() maps: prewarm_bytes within the limit and the device's room above the headroom.
   uint64_t prewarm_target_bytes();
   // REQUIRES: the device lock. The largest step a growth for `granules`
   // may take and leave the headroom free; first releases chunks wholly
@@ -447,8 +447,8 @@ class DevicePool final : public IdleMemory {
     std::atomic<uint64_t> in_use_bytes{0}, hits{0}, cached_bytes{0}, quarantined_bytes{0};
   };
   LockedFigures last_locked_;
-  std::mutex oom_mutex_;  // last_oom_; taken on OOM paths only, never at exit
-  OomRecord last_oom_;
+  std::mutex oom_mutex_;               // last_oom_; taken on OOM paths only, never at exit
+  OomRecord last_oom_, previous_oom_;  // previous: put back when the request was served after all
 
   // footprint and sleep (device_pool_footprint.cpp)
   std::mutex footprint_mutex_;  // footprint_, sleep, wake, decay_step

@@ -227,6 +227,7 @@ Block* DevicePool::obtain_under_pressure(ThreadCache* cache, Granules granules, 
   drain_all();
   sync_before_refusing(cache);
   release_all_empty_slabs();
+  trim_slab_tails();
   {
     std::lock_guard<std::mutex> guard(arena_mutex_);
     Block* b = arena_.take(granules, state);

@@ -72,6 +72,7 @@ void DevicePool::note_oom_locked(Granules granules, bool for_slab, uint64_t rele
   // Off the hot path (an out-of-memory answer); the record is written in
   // place, so nothing here can fail.
   std::lock_guard<std::mutex> guard(oom_mutex_);
+  previous_oom_ = last_oom_;
   OomRecord& o = last_oom_;
   o.count = ooms_.load(std::memory_order_relaxed);
   o.request_bytes = 0;

@@ -97,6 +97,26 @@ void SlabCentral::add(Slab* slab) {
   link(slab);
 }
 
+uint32_t SlabCentral::blocks_below_free_tail(const Slab* slab) const {
+  for (uint32_t w = words_for(slab->block_count); w-- > 0;) {
+    uint64_t taken = ~slab->free_bits[w];
+    const uint32_t in_word = slab->block_count - w * kBitsPerWord;
+    if (in_word < kBitsPerWord) taken &= (uint64_t(1) << in_word) - 1;
+    if (taken) return w * kBitsPerWord + (kBitsPerWord - uint32_t(__builtin_clzll(taken)));
+  }
+  return 0;
+}
+
+void SlabCentral::cut(Slab* slab, uint32_t block_count) {
+  const uint32_t removed = slab->block_count - block_count;
+  for (uint32_t i = block_count; i < slab->block_count; ++i)
+    slab->free_bits[i / kBitsPerWord] &= ~(uint64_t(1) << (i % kBitsPerWord));
+  slab->block_count = block_count;
+  slab->free_count -= removed;
+  free_blocks_ -= removed;
+  total_blocks_ -= removed;
+}
+
 int SlabCentral::take_empty(Slab** out, int max) {
   std::lock_guard<std::mutex> guard(mutex_);
   int n = 0;

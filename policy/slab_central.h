@@ -8,9 +8,11 @@
 // cost an arena round trip), the rest are handed back to the arena, so
 // small-class memory does not stay pinned after a burst.
 //
-// Slab records are recycled within their class only, so their block size,
-// block count and per-block arrays never change after construction: the
-// lock-free free path may read a stale one safely.
+// Slab records are recycled within their class only, so their block size
+// and per-block arrays never change after construction. The block count
+// does (a slab smaller than its class's geometry, a tail cut off on a full
+// device), but only over blocks that are not live: the lock-free free path
+// judges a live block the same with a stale count.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +46,28 @@ class SlabCentral {
   // Empty slabs, all of them (pool pressure). Returns how many.
   int take_empty(Slab** out, int max);
 
+  // Cuts the free tail off every slab with free blocks: `trim(slab,
+  // keep_granules)` gives the granules past `keep_granules` back (true) or
+  // cannot (false: the slab stays whole). A slab keeps every block not
+  // free here (live, quarantined or cached); empty slabs are left alone.
+  // Returns the granules given back.
+  template <typename Trim>
+  uint64_t trim_tails(Trim trim) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    uint64_t trimmed = 0;
+    for (Slab *slab = partial_, *next; slab; slab = next) {
+      next = slab->list_next;
+      const uint32_t kept_blocks = blocks_below_free_tail(slab);
+      const uint64_t slab_granules = slab->backing->granules().count();
+      const uint64_t keep_granules = (uint64_t(kept_blocks) * slab->block_bytes + kGranuleBytes - 1) / kGranuleBytes;
+      if (kept_blocks == 0 || keep_granules >= slab_granules || !trim(slab, Granules(keep_granules))) continue;
+      cut(slab, uint32_t(keep_granules * kGranuleBytes / slab->block_bytes));
+      if (slab->free_count == 0) unlink(slab);
+      trimmed += slab_granules - keep_granules;
+    }
+    return trimmed;
+  }
+
   // A slab record of this class: recycled, or new (NULL on host OOM).
   Slab* take_record(DevicePool* pool);
   void give_record(Slab* slab);
@@ -68,6 +92,10 @@ class SlabCentral {
   }
 
  private:
+  // One past the last block that is not free.
+  uint32_t blocks_below_free_tail(const Slab* slab) const;
+  // The slab holds its first `block_count` blocks only (all past them free).
+  void cut(Slab* slab, uint32_t block_count);
   void link(Slab* slab);
   void unlink(Slab* slab);
   bool empty(const Slab* slab) const { return slab->free_count == slab->block_count; }

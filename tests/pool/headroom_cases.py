@@ -146,6 +146,16 @@ def main():
                       f"alone's after {first // MiB} MiB")
                 check(served(r, "served") * 100 >= total * 99,
                       f"{label}: {served(r, 'served') // MiB} MiB served in all, the driver alone {total // MiB} MiB")
+    elif name == "fill_small":
+        # A small request on a full device, where only another class's
+        # free blocks are left (docs/POOL.md "Out of memory"); on a 1 GiB
+        # device so that the default headroom covers all of it.
+        for device in ["1G", "2G"]:
+            env = {"FAKECUDA_TOTAL_MEM": device}
+            expect_ok(run(build, ["fill_small"], preload=False, env=env), "fill_small", f"{device}: without pagefast")
+            for conf in ["", "headroom:0", "chunk_size:2M", "chunk_size:1G", "release_delay:0"]:
+                r = run(build, ["fill_small"], env=dict(env, PAGEFAST_CONF=conf) if conf else env)
+                expect_ok(r, "fill_small", f"{device} [{conf or 'default'}]: pagefast")
     elif name == "extremes":
         extremes(build)
     else:

@@ -36,6 +36,8 @@
 //              "turns") one of each in turn; prints the bytes served before
 //              the first refusal and in all (the sizes: argv[3...], or a
 //              mix of 512 bytes to 64 MiB)
+//   fill_small one 600 KiB block, 2 MiB blocks until refused, then 1000
+//              bytes: served (the driver alone serves it from its own page)
 #include <cuda.h>
 #include <unistd.h>
 
@@ -323,6 +325,43 @@ int fill_mix(bool in_turns, std::vector<size_t> sizes) {
   return 0;
 }
 
+// One block of 600 KiB, then 2 MiB blocks until refused, then a
+// 1000-byte block, written and read back: the driver alone serves it from
+// the page it sub-allocated for the first block, so pagefast must serve it
+// too, from the free blocks beside its first one (which cuMemGetInfo
+// reports free).
+int fill_small() {
+  CUdeviceptr first = 0, small = 0;
+  CHECK_CU(cuMemAlloc_v2(&first, 600 * 1024));
+  std::vector<CUdeviceptr> held;
+  for (;;) {
+    CUdeviceptr p = 0;
+    const CUresult r = cuMemAlloc_v2(&p, 2 * kMiB);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) break;
+    CHECK_CU(r);
+    held.push_back(p);
+  }
+  size_t free_bytes = 0, total = 0;
+  CHECK_CU(cuMemGetInfo_v2(&free_bytes, &total));
+  const CUresult r = cuMemAlloc_v2(&small, 1000);
+  if (r != CUDA_SUCCESS) {
+    std::printf("FAIL fill_small: 1000 bytes answered %d after %zu blocks of 2 MiB, %zu bytes reported free\n", int(r),
+                held.size(), free_bytes);
+    return 1;
+  }
+  CUdeviceptr base = 0;
+  size_t bytes = 0;
+  CHECK_CU(cuMemGetAddressRange_v2(&base, &bytes, small));
+  if (base != small || bytes != 1000) return fail("fill_small: the block's range is not what was asked for");
+  CHECK_CU(cuMemsetD8_v2(small, 0x5a, 1000));
+  if (!holds(small, 1000, 0x5a)) return fail("fill_small: the block does not hold its data");
+  CHECK_CU(cuMemFree_v2(small));
+  for (CUdeviceptr p : held) CHECK_CU(cuMemFree_v2(p));
+  CHECK_CU(cuMemFree_v2(first));
+  std::printf("ok fill_small after %zu blocks of 2 MiB\n", held.size());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -337,6 +376,7 @@ int main(int argc, char** argv) {
   if (c == "free_async") return free_async();
   if (c == "async_then_alloc") return async_then_alloc(argc > 2 && std::string(argv[2]) == "pending");
   if (c == "serve") return serve();
+  if (c == "fill_small") return fill_small();
   if (c == "fill_mix") {
     std::vector<size_t> sizes;
     for (int i = 3; i < argc; ++i) sizes.push_back(std::strtoull(argv[i], nullptr, 10));
