@@ -37,8 +37,9 @@ std::string summary_line(uint64_t alloc_calls, const std::vector<policy::PoolSta
   if (alloc_calls == 0) return "no allocation call yet";
   // hits: allocations the pool answered from memory it already held; the
   // rest grew the pool or went to the driver.
-  return std::to_string(alloc_calls) + " allocation calls, " + percent(hits, alloc_calls) + " from memory the pool already held; " +
-         duration(driver_ns) + " in the driver's memory calls (creating, mapping, unmapping, releasing)";
+  return std::to_string(alloc_calls) + " allocation calls, " + percent(hits, alloc_calls) +
+         " from memory the pool already held; " + duration(driver_ns) +
+         " in the driver's memory calls (creating, mapping, unmapping, releasing)";
 }
 
 }  // namespace pagefast

@@ -276,7 +276,8 @@ TEST_CASE("the one-line summary: calls, the share from memory the pool already h
   devices[1].hits = 1;
   devices[1].release_ns = 2000000;
   CHECK(summary_line(2000, devices) ==
-        "2000 allocation calls, 99.9% from memory the pool already held; 5.00 ms in the driver's memory calls (creating, mapping, "
+        "2000 allocation calls, 99.9% from memory the pool already held; 5.00 ms in the driver's memory calls "
+        "(creating, mapping, "
         "unmapping, releasing)");
   devices[1].hits = 2;
   CHECK(summary_line(2000, devices).find(", 100% from memory") != std::string::npos);

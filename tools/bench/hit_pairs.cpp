@@ -74,8 +74,8 @@ int main(int argc, char** argv) {
 
   CUdevice device = 0;
   CUcontext context = nullptr;
-  if (init(0) != CUDA_SUCCESS || device_get(&device, 0) != CUDA_SUCCESS ||
-      retain(&context, device) != CUDA_SUCCESS || set_current(context) != CUDA_SUCCESS) {
+  if (init(0) != CUDA_SUCCESS || device_get(&device, 0) != CUDA_SUCCESS || retain(&context, device) != CUDA_SUCCESS ||
+      set_current(context) != CUDA_SUCCESS) {
     std::fprintf(stderr, "hit_pairs: no context on device 0\n");
     return 2;
   }

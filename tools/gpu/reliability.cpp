@@ -32,6 +32,15 @@ CUresult make_current_primary(CUdevice device) {
   return result != CUDA_SUCCESS ? result : cuCtxSetCurrent(primary);
 }
 
+// Device 0's primary context, current on this thread.
+CUresult primary_of_device0(CUdevice* device) {
+  const CUresult result = cuDeviceGet(device, 0);
+  return result != CUDA_SUCCESS ? result : make_current_primary(*device);
+}
+
+// A small block, one granule, and a block larger than a slab.
+constexpr size_t kBlockBytes[] = {512, size_t(2) << 20, size_t(64) << 20};
+
 // Each round's block must hold what was written to it, and every round must
 // find the memory that the previous contexts took with them given back.
 int ctx_destroy(int rounds, int percent) {
@@ -77,11 +86,9 @@ int ctx_destroy(int rounds, int percent) {
 
 int handles() {
   CUdevice device = 0;
-  CUresult result = cuDeviceGet(&device, 0);
-  if (result != CUDA_SUCCESS || (result = make_current_primary(device)) != CUDA_SUCCESS) {
-    return fail("primary context", result);
-  }
-  for (size_t bytes : {size_t(512), size_t(2) << 20, size_t(64) << 20}) {
+  CUresult result = primary_of_device0(&device);
+  if (result != CUDA_SUCCESS) return fail("primary context", result);
+  for (size_t bytes : kBlockBytes) {
     CUdeviceptr block = 0;
     if ((result = cuMemAlloc(&block, bytes)) != CUDA_SUCCESS) return fail("cuMemAlloc", result);
     CUmemGenericAllocationHandle handle = 0;
@@ -107,17 +114,16 @@ int handles() {
 
 int alloc() {
   CUdevice device = 0;
-  CUresult result = cuDeviceGet(&device, 0);
-  if (result != CUDA_SUCCESS || (result = make_current_primary(device)) != CUDA_SUCCESS) {
-    return fail("primary context", result);
-  }
-  for (size_t bytes : {size_t(512), size_t(2) << 20, size_t(64) << 20}) {
+  CUresult result = primary_of_device0(&device);
+  if (result != CUDA_SUCCESS) return fail("primary context", result);
+  for (size_t bytes : kBlockBytes) {
     CUdeviceptr block = 0;
     if ((result = cuMemAlloc(&block, bytes)) != CUDA_SUCCESS) return fail("cuMemAlloc", result);
     unsigned char back[4] = {};
     cuMemsetD8(block, 0x5a, bytes);
     cuMemcpyDtoH(back, block + bytes - sizeof back, sizeof back);
-    std::printf("%zu bytes: %s\n", bytes, back[0] == 0x5a && back[3] == 0x5a ? "written and read back" : "wrong contents");
+    std::printf("%zu bytes: %s\n", bytes,
+                back[0] == 0x5a && back[3] == 0x5a ? "written and read back" : "wrong contents");
     if ((result = cuMemFree(block)) != CUDA_SUCCESS) return fail("cuMemFree", result);
   }
   return 0;
