@@ -46,8 +46,11 @@ NEVER_IDLE = "60m"
 UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc"]
 
 
-class Orphan:
-    """ipc_orphan: opens `handle`, then its main thread exits."""
+class Orphan(Target):
+    """ipc_orphan: opens `handle`, then its main thread exits; the same
+    line protocol as ipc_target (readline, ask, stderr, quit)."""
+
+    WHAT = "the orphan importer"
 
     def __init__(self, handle, env_extra=None):
         self.err = tempfile.TemporaryFile(mode="w+")
@@ -57,37 +60,8 @@ class Orphan:
         self.pending = b""
         self.opened = self.readline()
 
-    def readline(self):
-        while b"\n" not in self.pending:
-            safety.wait_readable(self.p.stdout.fileno(), "the orphan importer")
-            chunk = os.read(self.p.stdout.fileno(), 4096)
-            if not chunk:
-                return "<exited>"
-            self.pending += chunk
-        line, self.pending = self.pending.split(b"\n", 1)
-        return line.decode()
-
-    def ask(self, line):
-        self.p.stdin.write((line + "\n").encode())
-        self.p.stdin.flush()
-        return self.readline()
-
     def reads(self, slot, byte, nbytes):
         return self.ask(f"check {slot} {byte:x} {nbytes}") == "check 1"
-
-    def stderr(self):
-        self.err.seek(0)
-        return self.err.read()
-
-    def quit(self):
-        try:
-            self.p.stdin.write(b"quit\n")
-            self.p.stdin.flush()
-            self.p.wait(timeout=HANG_S)
-        except (BrokenPipeError, subprocess.TimeoutExpired):
-            self.p.kill()
-            self.p.wait()
-        check(self.p.returncode == 0, f"the orphan exits normally (rc {self.p.returncode}; {self.stderr()[-300:]})")
 
 
 def orphan_path():

@@ -75,6 +75,8 @@ def wait_readable(fd, what):
 class Target:
     """ipc_target: one command a line, one answer a line."""
 
+    WHAT = "the exporter"  # in the messages of a hang and of the exit
+
     def __init__(self, env_extra=None, preexec=None):
         self.err = tempfile.TemporaryFile(mode="w+")
         self.p = subprocess.Popen([paths()["target"]], env=pool_env(env_extra), stdin=subprocess.PIPE,
@@ -85,7 +87,7 @@ class Target:
 
     def readline(self):
         while b"\n" not in self.pending:
-            wait_readable(self.p.stdout.fileno(), "the exporter")
+            wait_readable(self.p.stdout.fileno(), self.WHAT)
             chunk = os.read(self.p.stdout.fileno(), 4096)
             if not chunk:
                 return "<exited>"
@@ -116,7 +118,7 @@ class Target:
         except (BrokenPipeError, subprocess.TimeoutExpired):
             self.p.kill()
             self.p.wait()
-        check(self.p.returncode == 0, f"the exporter exits normally (rc {self.p.returncode}; {self.stderr()[-400:]})")
+        check(self.p.returncode == 0, f"{self.WHAT} exits normally (rc {self.p.returncode}; {self.stderr()[-400:]})")
 
     def socket_name(self):
         return "\0" + socket_basename(self.pid)
