@@ -46,7 +46,7 @@ template <typename Call>
 inline CUresult retried_on_oom(bool on, Call&& call) {
   const CUresult result = call();
   if (__builtin_expect(result != CUDA_ERROR_OUT_OF_MEMORY, 1) || !on) return result;
-  return pool::release_idle_for_driver() ? call() : result;
+  return pool::reclaim_for_driver() ? call() : result;
 }
 
 // The real function of a table entry with that retry.
@@ -218,10 +218,10 @@ PF_RETRY_ON_OOM(cuGraphUpload_ptsz, (CUgraphExec exec, CUstream stream), (exec, 
 
 // Managed memory takes device memory when the device first touches a
 // page, where running out is a fault, not an answer: idle memory makes
-// room first (pool_api.h make_room_for_managed), then the call as above.
+// room first (pool_api.h relieve_for_managed), then the call as above.
 CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
   const bool on = active(Entry::cuMemAllocManaged);
-  if (on && bytesize) pool::make_room_for_managed(bytesize);
+  if (on && bytesize) pool::relieve_for_managed(bytesize);
   PF_FORWARD_RETRIED(on, cuMemAllocManaged, (dptr, bytesize, flags));
 }
 

@@ -16,6 +16,10 @@
 #include "policy/config.h"
 #include "policy/pool_stats.h"
 
+namespace pagefast::policy {
+class DevicePool;
+}
+
 namespace pagefast::pool {
 
 // CUdevice ordinals the pool serves; a larger one is forwarded. Every
@@ -25,6 +29,16 @@ constexpr int kMaxDevices = 64;
 // Called once, before any other function, with the parsed configuration.
 // When config.enabled is false, every try_* returns false.
 void configure(const PoolConfig& config, LogSink log);
+// The process's fork handler, in the child (interpose/runtime.cpp): the
+// child has the parent's memory but not its CUDA contexts, so the pool,
+// the client VMM cache and the service threads' exit stop switch off and
+// everything is forwarded.
+void after_fork_child();
+
+// The pool of a device ordinal, or NULL when none was made (no allocation
+// there yet, pool off, device not poolable or retired, or a forked
+// child). Lock-free.
+policy::DevicePool* pool_for_device(int device);
 
 // cuMemAlloc_v2. REQUIRES dptr != NULL and bytes > 0: the hook leaves
 // those calls to the driver, which answers them byte for byte. false: not
@@ -74,13 +88,13 @@ void adjust_mem_info(size_t* free_bytes, size_t* total_bytes);
 // thread gave it back): the caller then retries once. May synchronise the
 // device.
 constexpr int kCurrentDevice = -1;
-bool release_idle_for_driver(int device = kCurrentDevice);
+bool reclaim_for_driver(int device = kCurrentDevice);
 // A managed allocation of `bytes` is about to be made (cuMemAllocManaged):
 // its pages take device memory when the device first touches them, where
 // an out-of-memory answer comes too late (a fault). Idle memory goes back
 // first so that the device keeps `bytes` plus the headroom free, as far
 // as pagefast's idle memory allows.
-void make_room_for_managed(size_t bytes);
+void relieve_for_managed(size_t bytes);
 // The pagefast-trim thread's step for every device with a budget: free
 // memory under the headroom gives idle memory back (DeviceBudget::relieve).
 void relieve_headroom();

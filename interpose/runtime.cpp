@@ -9,6 +9,7 @@
 // (files::ignored_in_secure_execution, docs/SECURITY.md).
 #include "interpose/runtime.h"
 
+#include <pthread.h>
 #include <sys/auxv.h>
 #include <unistd.h>
 
@@ -118,6 +119,17 @@ void say_summary_at_exit(const Config& config) {
   }
 }
 
+// The process's one fork handler, in the child: each part that runs a
+// thread, owns a file or holds CUDA state switches itself off there (the
+// child has the parent's memory, but none of its threads or contexts).
+// Registered once, before any part starts; each part's handler does
+// nothing where that part never started.
+void after_fork_child() {
+  trace::after_fork_child();
+  live::after_fork_child();
+  pool::after_fork_child();
+}
+
 }  // namespace
 
 void init_slow() {
@@ -127,6 +139,7 @@ void init_slow() {
   static bool started = false;
   if (started) return;
   started = true;
+  pthread_atfork(nullptr, nullptr, &after_fork_child);
   g_state = new State();
   Config& g_config = g_state->config;
   EnvView view{getauxval(AT_SECURE), {}};

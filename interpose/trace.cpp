@@ -219,13 +219,6 @@ void start_writer() {
 
 // ---- the producers ----
 
-void on_fork_child() {
-  // The writer thread does not exist here and the file is the parent's:
-  // the child records nothing (docs/TRACE.md "fork").
-  g_forked = true;
-  g_on.store(false, std::memory_order_relaxed);
-}
-
 Ring* acquire_ring() {
   // Zeroed memory is a valid empty ring.
   Ring* ring = g_rings.acquire([]() -> Ring* {
@@ -300,12 +293,19 @@ uint8_t current_device(Ring* ring) {
 
 }  // namespace
 
+void after_fork_child() {
+  // The writer thread does not exist here and the file is the parent's:
+  // the child records nothing (docs/TRACE.md "fork").
+  if (!g_configured) return;
+  g_forked = true;
+  g_on.store(false, std::memory_order_relaxed);
+}
+
 void configure(const std::string& path) {
   if (path.empty() || g_configured) return;
   g_path = strdup(path.c_str());
   if (!g_path) return;
   if (pthread_key_create(&g_key, &ThreadRecords<Ring>::release) != 0) return;
-  pthread_atfork(nullptr, nullptr, &on_fork_child);
   g_start_mono_ns = clock_ns(CLOCK_MONOTONIC);
   g_start_wall_ns = clock_ns(CLOCK_REALTIME);
   g_configured = true;

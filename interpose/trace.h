@@ -39,5 +39,8 @@ CUresult traced_free(FreeFn real_free, CUdeviceptr dptr);
 // At process exit: stop recording, stop the writer, drain every ring into
 // the file and close it. Plain file I/O only: never calls CUDA.
 void flush_at_exit();
+// The process's fork handler, in the child (interpose/runtime.cpp): a
+// traced process's child records nothing.
+void after_fork_child();
 
 }  // namespace pagefast::trace

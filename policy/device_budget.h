@@ -1,20 +1,29 @@
 // policy/device_budget.h: one device's memory as pagefast shares it with
-// the driver (docs/POOL.md "Headroom"). pagefast's parts that keep idle
-// device memory (the pool, the client VMM cache) are its holders; the
-// budget asks them to give idle memory back when the driver needs it:
-//  - headroom: while pagefast holds idle memory, the device keeps at least
-//    headroom_bytes really free, for what the driver and the CUDA
-//    libraries take outside any allocator (modules loaded lazily, library
-//    handles, stream-ordered pools, NCCL). relieve() gives back the
-//    shortfall when free memory fell under it (another process, the
-//    driver, a library);
-//  - out of memory: a driver call that answered CUDA_ERROR_OUT_OF_MEMORY
-//    is retried once after release_all() gave back every idle byte
+// the driver and the program (docs/POOL.md "Headroom", docs/DESIGN.md
+// "Who gives back what"). The parts of pagefast that keep device memory
+// (the pool, the cache of the program's own VMM memory) are its holders,
+// and this is the one place where they meet: no holder calls another.
+// Each way of giving memory back has one name here:
+//  - relieve: the device keeps at least headroom_bytes really free while
+//    pagefast holds idle memory, for what the driver and the CUDA libraries
+//    take outside any allocator (modules loaded lazily, library handles,
+//    stream-ordered pools, NCCL). relieve() releases the shortfall when
+//    free memory fell under it (another process, the driver, a library);
+//  - reclaim: the driver refused a call for lack of memory. reclaim()
+//    releases every idle byte of every holder, and the call is retried once
 //    (interpose/hooks.cpp), so memory cuMemGetInfo reports as free can
-//    really be had.
+//    really be had; reclaim_for() is the same for one holder's own refused
+//    growth, from the others only;
+//  - make room: under a limit, a holder about to grow by some bytes has the
+//    others release what would take all of them together over the limit;
+//    room_for() says how much a holder may keep beside the others.
+// A holder releases in its own units (the pool whole chunks); "release"
+// always means memory going back to the driver.
 // Pure: the holders are interfaces and the driver's free memory is an
 // argument, so tests drive it with fakes. Thread-safe once set up: the
-// holders answer from any thread; add() runs before any other call.
+// holders answer from any thread; add() runs before any other call. The
+// budget holds no lock while it asks a holder, so a holder may take its
+// own locks (a holder never calls the budget while holding one).
 #pragma once
 
 #include <atomic>
@@ -22,48 +31,67 @@
 
 namespace pagefast::policy {
 
-// Something that keeps idle device memory and can give it back.
-class IdleMemory {
+// Something that keeps device memory and can release its idle part.
+class Holder {
  public:
-  virtual ~IdleMemory() = default;
+  virtual ~Holder() = default;
+  // Device memory it holds now, idle or in use: what counts against the
+  // limit.
+  virtual uint64_t held_bytes() = 0;
   virtual uint64_t idle_bytes() = 0;
-  // Gives idle memory back to the driver, at least `bytes` if it holds
-  // that much (kAllIdle: all of it). May call the driver (and wait for the
-  // device); never from a destructor. Returns the bytes given back.
-  virtual uint64_t give_back(uint64_t bytes) = 0;
+  // Releases idle memory to the driver, at least `bytes` if it holds that
+  // much (kAllIdle: all of it). May call the driver (and wait for the
+  // device); never from a destructor. Returns the bytes released.
+  virtual uint64_t release(uint64_t bytes) = 0;
 };
 
 constexpr uint64_t kAllIdle = ~uint64_t(0);
+// room_for() without a limit.
+constexpr uint64_t kNoLimit = ~uint64_t(0);
 
 class DeviceBudget {
  public:
   static constexpr int kMaxHolders = 4;
 
-  explicit DeviceBudget(uint64_t headroom_bytes) : headroom_bytes_(headroom_bytes) {}
+  // limit_bytes 0: no limit.
+  explicit DeviceBudget(uint64_t headroom_bytes, uint64_t limit_bytes = 0)
+      : headroom_bytes_(headroom_bytes), limit_bytes_(limit_bytes) {}
   DeviceBudget(const DeviceBudget&) = delete;
   DeviceBudget& operator=(const DeviceBudget&) = delete;
 
   // Holders are asked in the order added. false: no room (kMaxHolders).
   // Holders are never removed: they live as long as the process.
-  bool add(IdleMemory* holder);
+  bool add(Holder* holder);
 
   uint64_t headroom_bytes() const { return headroom_bytes_; }
+  uint64_t limit_bytes() const { return limit_bytes_; }
   uint64_t idle_bytes();
+  uint64_t held_bytes();
 
   // free_bytes: the driver's free memory now. Under the headroom, the
-  // holders give back the shortfall (as far as they hold idle memory).
-  // Returns the bytes given back.
+  // holders release the shortfall (as far as they hold idle memory).
+  // Returns the bytes released.
   uint64_t relieve(uint64_t free_bytes);
-  // The driver refused memory: every holder gives back all it holds idle.
-  uint64_t release_all();
+  // The driver refused memory: every holder releases all it holds idle.
+  uint64_t reclaim();
+  // The driver refused `grower` a growth of `bytes`: the other holders
+  // release at least that much if they hold it. Not counted as a reclaim
+  // (the pool's own out-of-memory path counts its answer).
+  uint64_t reclaim_for(const Holder* grower, uint64_t bytes);
+  // Under a limit, `grower` is about to take `bytes` more: the other
+  // holders release what would take all the holders over the limit.
+  uint64_t make_room(const Holder* grower, uint64_t bytes);
+  // What `holder` may hold beside the others under the limit (kNoLimit
+  // without one).
+  uint64_t room_for(const Holder* holder);
 
   // How many bytes a growth may take of free_bytes and leave the headroom.
   uint64_t room_above_headroom(uint64_t free_bytes) const {
     return free_bytes > headroom_bytes_ ? free_bytes - headroom_bytes_ : 0;
   }
 
-  // Counters for the stats: bytes given back to keep the headroom, and
-  // after an out-of-memory answer; how many of each.
+  // Counters for the stats: bytes released to keep the headroom, and
+  // after an out-of-memory answer; how many times each.
   struct Counters {
     uint64_t relieved_bytes = 0, relieves = 0;
     uint64_t released_bytes = 0, releases = 0;
@@ -71,10 +99,12 @@ class DeviceBudget {
   Counters counters() const;
 
  private:
-  uint64_t ask(uint64_t bytes);
+  // Asks the holders in order, `skip` left out, until `bytes` came back.
+  uint64_t ask(uint64_t bytes, const Holder* skip = nullptr);
 
   const uint64_t headroom_bytes_;
-  IdleMemory* holders_[kMaxHolders] = {};
+  const uint64_t limit_bytes_;
+  Holder* holders_[kMaxHolders] = {};
   std::atomic<int> holder_count_{0};
   std::atomic<uint64_t> relieved_bytes_{0}, relieves_{0}, released_bytes_{0}, releases_{0};
 };

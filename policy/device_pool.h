@@ -162,7 +162,7 @@ struct PoolReport {
   OomRecord last_oom;
 };
 
-class DevicePool final : public IdleMemory {
+class DevicePool final {
  public:
   DevicePool(Provider& provider, Clock& clock, PageMap& page_map, const PoolSettings& settings, LogSink log);
   // Frees host records. Production pools are never destroyed (process exit
@@ -213,9 +213,9 @@ class DevicePool final : public IdleMemory {
   // every chunk left wholly free. May call the provider. Never call it
   // from a destructor.
   void trim() { give_back(kAllIdle); }
-  // IdleMemory (policy/device_budget.h): as trim(), but the chunks go
-  // back one at a time until `bytes` went back. Returns the bytes.
-  uint64_t give_back(uint64_t bytes) override;
+  // As trim(), but the chunks go back one at a time until `bytes` went
+  // back. Returns the bytes.
+  uint64_t give_back(uint64_t bytes);
 
   // Peer access (docs/POOL.md): device `peer` may now access / may no
   // longer access this pool's memory. Re-applies access on every mapping
@@ -257,7 +257,7 @@ class DevicePool final : public IdleMemory {
   int device() const { return settings_.device; }
   const PoolSettings& settings() const { return settings_; }
   // Idle bytes for cuMemGetInfo and in-use bytes for the limit.
-  uint64_t idle_bytes() override;
+  uint64_t idle_bytes();
   uint64_t in_use_bytes();
   uint64_t limit_bytes() const { return settings_.config.limit_bytes; }
   // Lock-free (the client VMM cache reads it under its own lock).

@@ -80,10 +80,6 @@ void* run(void*) {
   return nullptr;
 }
 
-// A forked child has the mapping but no thread and is not the segment's
-// maker: it neither publishes nor removes (Writer::remove checks the pid).
-void in_child() { g_stopping.store(true, std::memory_order_relaxed); }
-
 // Creates the segment once; false when it could not be (one warning).
 bool create_segment(const Config& config) {
   if (g_started.load(std::memory_order_acquire)) return false;
@@ -112,9 +108,15 @@ void start_passthrough(const Config& config) {
   g_writer->publish(Update{});
 }
 
+// A forked child has the mapping but no thread and is not the segment's
+// maker: it neither publishes nor removes (Writer::remove checks the pid).
+// A child of a process that never started publishing starts as any process.
+void after_fork_child() {
+  if (g_started.load(std::memory_order_acquire)) g_stopping.store(true, std::memory_order_relaxed);
+}
+
 void start(const Config& config) {
   if (!create_segment(config)) return;
-  pthread_atfork(nullptr, nullptr, &in_child);
   const int rc = start_service_thread(nullptr, &run, nullptr, "pagefast-live");
   if (rc != 0) {
     publish_once();  // the figures of the start, at least

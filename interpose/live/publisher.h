@@ -24,5 +24,7 @@ void start_passthrough(const Config& config);
 // At exit (the library's destructor): removes the segment. No CUDA, no
 // join (the thread may be anywhere; it only reads counters).
 void stop_at_exit();
+// The process's fork handler, in the child (interpose/runtime.cpp).
+void after_fork_child();
 
 }  // namespace pagefast::live

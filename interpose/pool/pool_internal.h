@@ -7,13 +7,18 @@
 
 #include <cstddef>
 
+#include "interpose/pool_api.h"
+#include "interpose/real_driver.h"
 #include "policy/device_pool.h"
 
 namespace pagefast::pool {
 
-// The pool of a device ordinal, or NULL when none was made (no allocation
-// there yet, pool off, device not poolable, or a forked child).
-policy::DevicePool* pool_for_device(int device);
+class DeviceMemory;
+
+// devices.cpp: the pool of `device`, made (with its provider, prewarmed)
+// at the first call; *memory: the device's memory. NULL when the device
+// cannot be pooled.
+policy::DevicePool* pool_made(const RealDriver* real, CUdevice device, DeviceMemory** memory);
 
 // Whether the pool glue is on (configured on, and not a forked child).
 bool pool_active();
@@ -53,6 +58,8 @@ bool exit_stopping();
 // service_threads.cpp: the pagefast-trim thread (once; not with
 // release_delay off and no headroom).
 void start_trim_thread(const PoolConfig& config);
+// The fork handler's part for the service threads (after_fork_child).
+void service_threads_after_fork_child();
 
 // sleep.cpp: sleep/wake of every pool (pagefast_sleep's answers).
 int sleep_all(unsigned flags);

@@ -51,17 +51,14 @@ void stop_steps_at_exit() {
   }
 }
 
-// A forked child has none of these threads (a step under way in the parent
-// at the fork left the count raised there): its exit must not wait for one.
-void steps_after_fork_child() { g_steps_busy.store(0, std::memory_order_relaxed); }
-
 }  // namespace
 
+// A forked child has none of these threads (a step under way in the parent
+// at the fork left the count raised there): its exit must not wait for one.
+void service_threads_after_fork_child() { g_steps_busy.store(0, std::memory_order_relaxed); }
+
 void register_exit_stop() {
-  pthread_once(&g_exit_once, [] {
-    std::atexit(&stop_steps_at_exit);
-    pthread_atfork(nullptr, nullptr, &steps_after_fork_child);
-  });
+  pthread_once(&g_exit_once, [] { std::atexit(&stop_steps_at_exit); });
 }
 
 // The count is raised before the stop is read, and the stop raised before

@@ -14,14 +14,15 @@
 #include <new>
 #include <string>
 
+#include "interpose/pool/device_memory.h"
 #include "interpose/pool/pool_internal.h"
+#include "interpose/pool/process.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
 #include "interpose/service_thread.h"
 #include "interpose/vmm_driver.h"
 #include "policy/client_vmm/cache.h"
 #include "policy/clock.h"
-#include "policy/device_pool.h"
 
 namespace pagefast::pool::clients {
 
@@ -68,12 +69,11 @@ class RealClientDriver final : public policy::ClientDriver {
   }
   uint64_t cache_room(int device) override {
     // The cache holds at most release_threshold, and under a limit no
-    // more than the pool leaves of it.
+    // more than the device's budget leaves it beside the pool.
     uint64_t room = g_config.release_threshold_bytes;
     if (g_config.limit_bytes) {
-      policy::DevicePool* pool = pool_for_device(device);
-      const uint64_t mapped = pool ? pool->mapped_bytes() : 0;
-      const uint64_t left = g_config.limit_bytes > mapped ? g_config.limit_bytes - mapped : 0;
+      DeviceMemory* memory = device_memory_made(device);
+      const uint64_t left = memory ? memory->room_for_cache() : g_config.limit_bytes;
       if (left < room) room = left;
     }
     return room;
@@ -215,9 +215,10 @@ CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemA
       return CUDA_SUCCESS;
     }
     CUresult r = vmm_driver::create(real, handle, bytes, prop, flags);
-    // The cache's and the pool's idle memory of the device go back, then
-    // once more (interpose/pool_api.h, as every call out of memory).
-    if (r == CUDA_ERROR_OUT_OF_MEMORY && release_idle_for_driver(device))
+    // The device's idle memory goes back (its budget: the cache's and the
+    // pool's), then once more (interpose/pool_api.h, as every call out of
+    // memory).
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && reclaim_for_driver(device))
       r = vmm_driver::create(real, handle, bytes, prop, flags);
     if (r == CUDA_SUCCESS) g_cache->note_created(*handle, bytes, key, device);
     return r;
@@ -350,15 +351,6 @@ uint64_t decay_step() {
 }
 
 uint64_t cached_bytes(int device) { return g_cache ? g_cache->cached_bytes(device) : 0; }
-
-void make_room_for_pool(int device, uint64_t bytes) {
-  if (!g_cache || !g_config.limit_bytes) return;
-  const uint64_t held = g_cache->cached_bytes(device);
-  if (!held) return;
-  policy::DevicePool* pool = pool_for_device(device);
-  const uint64_t need = (pool ? pool->mapped_bytes() : 0) + held + bytes;
-  if (need > g_config.limit_bytes) g_cache->trim(device, need - g_config.limit_bytes);
-}
 
 std::string stats_json() {
   if (!g_cache) return "null";

@@ -6,9 +6,12 @@
 // Every call answers as the driver would (the driver's own result where it
 // is asked). An exception inside (out of host memory) stops the cache for
 // good: it hands the driver the program's view back, logs one line, and
-// the call answers CUDA_ERROR_OUT_OF_MEMORY; later calls are forwarded. The cache's memory is shared with the pool: it gives way when
-// the pool grows under a limit or runs out of memory (make_room_for_pool,
-// trim), and cuMemCreate out of memory trims the cache, then the pool.
+// the call answers CUDA_ERROR_OUT_OF_MEMORY; later calls are forwarded. The
+// cache's memory of a device is one holder of that device's budget
+// (interpose/pool/device_memory.h), beside the pool: the budget has it
+// released when the pool grows under a limit or the driver runs out of
+// memory, and cuMemCreate out of memory reclaims the device's idle memory
+// (the cache's, then the pool's) through the budget.
 #pragma once
 
 #include <cuda.h>
@@ -59,12 +62,10 @@ void mark_shared(CUmemGenericAllocationHandle handle);
 // a deferred mapping at `ptr` is unmapped for real first.
 void before_query(CUdeviceptr ptr);
 
-// Cached memory of `device` given back to the driver (UINT64_MAX: all).
+// Cached memory of `device` released to the driver (UINT64_MAX: all), at
+// the budget's request (the device's CacheShare).
 uint64_t trim(int device, uint64_t bytes);
 uint64_t cached_bytes(int device);
-// The pool is about to create `bytes` on `device`: under a limit, the
-// cache gives back what would take the two over it.
-void make_room_for_pool(int device, uint64_t bytes);
 // {"cached_bytes": .., "create_hits": .., ...}, or "null" when off.
 std::string stats_json();
 

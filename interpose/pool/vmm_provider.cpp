@@ -5,8 +5,6 @@
 
 #include <cstdio>
 
-#include "interpose/ipc/ipc.h"
-#include "interpose/pool/vmm_clients.h"
 #include "interpose/vmm_driver.h"
 
 #include <sched.h>
@@ -32,11 +30,15 @@ bool dead_context(CUresult r) {
 
 }  // namespace
 
-VmmProvider::VmmProvider(const RealDriver* real, CUdevice device, CaptureGate* gate, LogSink log)
-    : real_(real), device_(device), gate_(gate), log_(log) {}
+VmmProvider::VmmProvider(const RealDriver* real, CUdevice device, CaptureGate* gate, LogSink log, const Events* events)
+    : real_(real), device_(device), gate_(gate), log_(log), events_(events) {}
+
+void VmmProvider::tell_shareable(bool shareable) const {
+  if (events_ && events_->shareable) events_->shareable(int(device_), shareable);
+}
 
 VmmProvider* VmmProvider::create(const RealDriver* real, CUdevice device, CaptureGate* gate, LogSink log,
-                                 std::string* why) {
+                                 const Events* events, std::string* why) {
   if (!real || !real->cuMemAddressReserve || !real->cuMemCreate || !real->cuMemMap || !real->cuMemSetAccess ||
       !real->cuMemUnmap || !real->cuMemRelease || !real->cuMemGetAllocationGranularity || !real->cuCtxSynchronize ||
       !real->cuDeviceGetAttribute || !real->cuDeviceTotalMem_v2) {
@@ -50,7 +52,7 @@ VmmProvider* VmmProvider::create(const RealDriver* real, CUdevice device, Captur
     *why = "the device does not support virtual memory management";
     return nullptr;
   }
-  VmmProvider* p = new (std::nothrow) VmmProvider(real, device, gate, log);
+  VmmProvider* p = new (std::nothrow) VmmProvider(real, device, gate, log, events);
   if (!p) {
     *why = "out of host memory";
     return nullptr;
@@ -64,7 +66,7 @@ VmmProvider* VmmProvider::create(const RealDriver* real, CUdevice device, Captur
           CUDA_SUCCESS &&
       posix_fd && real->cuMemExportToShareableHandle && real->cuMemImportFromShareableHandle)
     p->prop_.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-  ipc::set_device_shareable(int(device), p->prop_.requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE);
+  p->tell_shareable(p->prop_.requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE);
   int rdma = 0;
   if (real->cuDeviceGetAttribute(&rdma, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, device) ==
           CUDA_SUCCESS &&
@@ -130,11 +132,7 @@ ProviderStatus VmmProvider::reserve_address(uint64_t bytes, uint64_t* base_addr)
 
 ProviderStatus VmmProvider::create_chunk(Granules granules, policy::ChunkHandle* chunk) {
   CUmemGenericAllocationHandle handle = 0;
-  // The program's released VMM memory gives way to the pool (limit, OOM).
-  clients::make_room_for_pool(int(device_), granules.bytes());
   CUresult r = vmm_driver::create(real_, &handle, granules.bytes(), &prop_, 0);
-  if (r == CUDA_ERROR_OUT_OF_MEMORY && clients::trim(int(device_), granules.bytes()) > 0)
-    r = vmm_driver::create(real_, &handle, granules.bytes(), &prop_, 0);
   if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY && prop_.allocFlags.gpuDirectRDMACapable) {
     // A driver that reports RDMA support but refuses the flag: drop it.
     prop_.allocFlags.gpuDirectRDMACapable = 0;
@@ -143,7 +141,7 @@ ProviderStatus VmmProvider::create_chunk(Granules granules, policy::ChunkHandle*
   if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY && prop_.requestedHandleTypes) {
     // Likewise for shareable handles: the pool works on, without IPC.
     prop_.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
-    ipc::set_device_shareable(int(device_), false);
+    tell_shareable(false);
     r = vmm_driver::create(real_, &handle, granules.bytes(), &prop_, 0);
   }
   if (r != CUDA_SUCCESS) return status_of(r);
@@ -152,7 +150,7 @@ ProviderStatus VmmProvider::create_chunk(Granules granules, policy::ChunkHandle*
 }
 
 bool VmmProvider::release_chunk(policy::ChunkHandle chunk) {
-  ipc::forget_chunk(chunk.value);
+  if (events_ && events_->chunk_released) events_->chunk_released(chunk.value);
   return vmm_driver::release(real_, chunk.value) == CUDA_SUCCESS;
 }
 

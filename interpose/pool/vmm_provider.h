@@ -42,10 +42,21 @@ class VmmProvider final : public policy::Provider {
   // using one device's pool is unusual (the primary context is the rule).
   static constexpr int kMaxContexts = 16;
 
+  // What the provider tells its owner besides its answers: whether the
+  // device's chunks can be shared with other processes (decided at the
+  // probe, and withdrawn if the driver refuses shareable memory), and that
+  // a chunk went back to the driver. Both may be NULL.
+  struct Events {
+    void (*shareable)(int device, bool shareable);
+    void (*chunk_released)(uint64_t chunk);
+  };
+
   // Probes the device. NULL, with the reason in *why, when the pool cannot
   // run there (no VMM, a granularity that does not divide 2 MiB, ...).
-  // `log` (may be NULL) takes the one warning of a refused reservation.
-  static VmmProvider* create(const RealDriver* real, CUdevice device, CaptureGate* gate, LogSink log, std::string* why);
+  // `log` (may be NULL) takes the one warning of a refused reservation;
+  // `events` (may be NULL) outlives the provider.
+  static VmmProvider* create(const RealDriver* real, CUdevice device, CaptureGate* gate, LogSink log,
+                             const Events* events, std::string* why);
 
   uint64_t device_total_bytes() const { return total_bytes_; }
   // Remembers a context that allocates from or frees to this pool;
@@ -79,12 +90,14 @@ class VmmProvider final : public policy::Provider {
   // calling thread's. NULL if there is none.
   CUcontext copy_context();
   void copy_batch(policy::HostCopy* copies, uint64_t count, bool to_host);
-  VmmProvider(const RealDriver* real, CUdevice device, CaptureGate* gate, LogSink log);
+  VmmProvider(const RealDriver* real, CUdevice device, CaptureGate* gate, LogSink log, const Events* events);
+  void tell_shareable(bool shareable) const;
 
   const RealDriver* const real_;
   const CUdevice device_;
   CaptureGate* const gate_;
   const LogSink log_;
+  const Events* const events_;
   std::atomic<bool> reserve_warned_{false};
   static constexpr int kMapFailuresLogged = 8;
   std::atomic<int> map_failures_logged_{0};

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "policy/budgeted_provider.h"
 
 using namespace pagefast;
 using namespace pagefast::policy;
@@ -12,12 +13,13 @@ using namespace pagefast::policy::test;
 
 namespace {
 
-// An idle-memory holder that gives back in whole units, as a pool gives
-// back whole chunks.
-struct FakeHolder final : IdleMemory {
-  FakeHolder(uint64_t idle, uint64_t unit) : idle(idle), unit(unit) {}
+// A holder that releases in whole units, as a pool releases whole chunks;
+// `in_use` is what it holds beside its idle memory.
+struct FakeHolder final : Holder {
+  FakeHolder(uint64_t idle, uint64_t unit, uint64_t in_use = 0) : idle(idle), unit(unit), in_use(in_use) {}
+  uint64_t held_bytes() override { return idle + in_use; }
   uint64_t idle_bytes() override { return idle; }
-  uint64_t give_back(uint64_t bytes) override {
+  uint64_t release(uint64_t bytes) override {
     ++asked;
     uint64_t given = 0;
     while (idle >= unit && (bytes == kAllIdle || given < bytes)) {
@@ -26,7 +28,7 @@ struct FakeHolder final : IdleMemory {
     }
     return given;
   }
-  uint64_t idle, unit;
+  uint64_t idle, unit, in_use;
   int asked = 0;
 };
 
@@ -51,9 +53,9 @@ TEST_CASE("the budget gives back the shortfall under the headroom, in holder ord
   CHECK(first.idle == 0);
   CHECK(second.idle == 512 * kMiB);
   // Out of memory: everything.
-  CHECK(budget.release_all() == 512 * kMiB);
+  CHECK(budget.reclaim() == 512 * kMiB);
   CHECK(budget.idle_bytes() == 0);
-  CHECK(budget.release_all() == 0);
+  CHECK(budget.reclaim() == 0);
   const DeviceBudget::Counters c = budget.counters();
   CHECK(c.relieves == 2);
   CHECK(c.relieved_bytes == 768 * kMiB);
@@ -69,7 +71,7 @@ TEST_CASE("a budget without headroom only gives back on out of memory", "[headro
   REQUIRE(budget.add(&holder));
   CHECK(budget.relieve(0) == 0);
   CHECK(holder.asked == 0);
-  CHECK(budget.release_all() == 1 * kGiB);
+  CHECK(budget.reclaim() == 1 * kGiB);
 }
 
 TEST_CASE("a growth takes no more than leaves the headroom free, but always the request", "[headroom][pool]") {
@@ -198,4 +200,127 @@ TEST_CASE("out of memory: the pool synchronizes before it refuses, whether or no
   CHECK(t.provider.violations() == 0);
   t.provider.set_sync_allowed(true);
   CHECK(t.free(*cache, held) == FreeStatus::Ok);
+}
+
+TEST_CASE("under a limit, a growing holder has the others release what would go over it", "[headroom][limit]") {
+  // The pool holds 600 MiB (100 idle), the cache 300 MiB, all idle.
+  FakeHolder cache(300 * kMiB, 2 * kMiB), pool(100 * kMiB, 100 * kMiB, 500 * kMiB);
+  DeviceBudget budget(0, 1 * kGiB);
+  REQUIRE(budget.add(&cache));
+  REQUIRE(budget.add(&pool));
+  CHECK(budget.held_bytes() == 900 * kMiB);
+  CHECK(budget.limit_bytes() == 1 * kGiB);
+  // Within the limit: nothing moves.
+  CHECK(budget.make_room(&pool, 124 * kMiB) == 0);
+  CHECK(cache.asked == 0);
+  // 256 MiB more would be 132 MiB over it: the cache, not the pool, gives it.
+  CHECK(budget.make_room(&pool, 256 * kMiB) == 132 * kMiB);
+  CHECK(cache.idle == 168 * kMiB);
+  CHECK(pool.asked == 0);
+  // What each may keep beside the other.
+  CHECK(budget.room_for(&cache) == 1 * kGiB - 600 * kMiB);
+  CHECK(budget.room_for(&pool) == 1 * kGiB - 168 * kMiB);
+  // Not a reclaim: the counters are the out-of-memory path's.
+  CHECK(budget.counters().releases == 0);
+}
+
+TEST_CASE("without a limit nothing makes room, and the room is unbounded", "[headroom][limit]") {
+  FakeHolder cache(300 * kMiB, 2 * kMiB), pool(0, 2 * kMiB, 8 * kGiB);
+  DeviceBudget budget(0);
+  REQUIRE(budget.add(&cache));
+  REQUIRE(budget.add(&pool));
+  CHECK(budget.make_room(&pool, 64 * kGiB) == 0);
+  CHECK(budget.room_for(&cache) == kNoLimit);
+  CHECK(cache.asked == 0);
+}
+
+TEST_CASE("a holder's refused growth is covered by the others only", "[headroom][oom]") {
+  FakeHolder cache(64 * kMiB, 2 * kMiB), pool(512 * kMiB, 256 * kMiB);
+  DeviceBudget budget(0);
+  REQUIRE(budget.add(&cache));
+  REQUIRE(budget.add(&pool));
+  CHECK(budget.reclaim_for(&pool, 32 * kMiB) == 32 * kMiB);
+  CHECK(budget.reclaim_for(&pool, 256 * kMiB) == 32 * kMiB);
+  CHECK(pool.asked == 0);
+  CHECK(budget.reclaim_for(&pool, 0) == 0);
+  CHECK(budget.counters().releases == 0);
+}
+
+namespace {
+
+// A cache holding memory of the same fake device (taken directly, as the
+// program's own VMM memory is), released in 2 MiB handles.
+struct DeviceCache final : Holder {
+  DeviceCache(FakeProvider& provider, uint64_t bytes) : provider(provider), idle(bytes) {
+    REQUIRE(provider.take_direct(bytes));
+  }
+  uint64_t held_bytes() override { return idle; }
+  uint64_t idle_bytes() override { return idle; }
+  uint64_t release(uint64_t bytes) override {
+    uint64_t given = 0;
+    while (idle && (bytes == kAllIdle || given < bytes)) {
+      idle -= 2 * kMiB;
+      given += 2 * kMiB;
+    }
+    provider.give_direct(given);
+    return given;
+  }
+  FakeProvider& provider;
+  uint64_t idle;
+};
+
+// The pool's share of a budget, as the glue gives it: the provider's
+// chunks are what it holds (the device's memory less the cache's).
+struct ProviderShare final : Holder {
+  ProviderShare(FakeProvider& provider, const DeviceCache& cache) : provider(provider), cache(cache) {}
+  uint64_t held_bytes() override { return provider.used_bytes() - cache.idle; }
+  uint64_t idle_bytes() override { return 0; }
+  uint64_t release(uint64_t) override { return 0; }
+  FakeProvider& provider;
+  const DeviceCache& cache;
+};
+
+constexpr Granules granules_of(uint64_t bytes) { return Granules(bytes >> kGranuleShift); }
+
+}  // namespace
+
+TEST_CASE("a budgeted provider makes room under the limit before it creates", "[headroom][limit]") {
+  FakeProvider inner(1 * kGiB, FakeProvider::Backing::None);
+  inner.set_reports_free(true);
+  DeviceCache cache(inner, 512 * kMiB);
+  ProviderShare share(inner, cache);
+  DeviceBudget budget(0, 768 * kMiB);
+  REQUIRE(budget.add(&cache));
+  REQUIRE(budget.add(&share));
+  BudgetedProvider provider(inner, budget, &share);
+  ChunkHandle chunk{};
+  // 512 MiB cached and 512 MiB more would be 256 MiB over the limit.
+  REQUIRE(provider.create_chunk(granules_of(512 * kMiB), &chunk) == ProviderStatus::Ok);
+  CHECK(cache.idle == 256 * kMiB);
+  CHECK(share.held_bytes() == 512 * kMiB);
+  // Every other call goes straight through.
+  uint64_t free_bytes = 0;
+  REQUIRE(provider.device_free_bytes(&free_bytes));
+  CHECK(free_bytes == 256 * kMiB);
+  CHECK(provider.release_chunk(chunk));
+  CHECK(share.held_bytes() == 0);
+}
+
+TEST_CASE("a budgeted provider refused by the driver retries once the others released", "[headroom][oom]") {
+  FakeProvider inner(1 * kGiB, FakeProvider::Backing::None);
+  DeviceCache cache(inner, 512 * kMiB);
+  ProviderShare share(inner, cache);
+  DeviceBudget budget(0);
+  REQUIRE(budget.add(&cache));
+  REQUIRE(budget.add(&share));
+  BudgetedProvider provider(inner, budget, &share);
+  ChunkHandle chunk{};
+  // 768 MiB with 512 MiB free: refused, the cache releases, served.
+  REQUIRE(provider.create_chunk(granules_of(768 * kMiB), &chunk) == ProviderStatus::Ok);
+  CHECK(cache.idle == 0);
+  CHECK(inner.used_bytes() == 768 * kMiB);
+  // Nothing left to release: the refusal stands.
+  ChunkHandle more{};
+  CHECK(provider.create_chunk(granules_of(512 * kMiB), &more) == ProviderStatus::OutOfMemory);
+  CHECK(inner.used_bytes() == 768 * kMiB);
 }

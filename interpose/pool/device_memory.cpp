@@ -1,0 +1,127 @@
+// interpose/pool/device_memory.cpp: see device_memory.h.
+#include "interpose/pool/device_memory.h"
+
+#include <new>
+
+#include "interpose/ipc/ipc.h"
+#include "interpose/pool/process.h"
+#include "interpose/pool/vmm_clients.h"
+#include "policy/format.h"
+#include "policy/page_map.h"
+
+namespace pagefast::pool {
+namespace {
+
+std::string human_bytes(uint64_t bytes) { return format_bytes(bytes, ByteStyle::Exact); }
+
+// What the provider tells the IPC: whether the device's chunks can be
+// shared, and that a chunk went back to the driver.
+constexpr VmmProvider::Events kIpcEvents{&ipc::set_device_shareable, &ipc::forget_chunk};
+
+}  // namespace
+
+DeviceMemory::DeviceMemory(int device, const PoolConfig& config)
+    : device_(device), budget_(config.headroom_bytes, config.limit_bytes), cache_share_(device), pool_share_(*this) {
+  budget_.add(&cache_share_);
+}
+
+policy::DevicePool* DeviceMemory::make_pool_locked(const RealDriver* real, CUdevice device, policy::Clock& clock,
+                                                   const int* peer_grants) {
+  if (policy::DevicePool* made = pool()) return made;
+  if (unpoolable()) return nullptr;
+  const PoolConfig& config = g_process.config;
+  std::string why;
+  VmmProvider* provider = VmmProvider::create(real, device, &g_process.gate, g_process.log, &kIpcEvents, &why);
+  auto* budgeted = provider ? new (std::nothrow) policy::BudgetedProvider(*provider, budget_, &pool_share_) : nullptr;
+  if (!budgeted) {
+    unpoolable_.store(true, std::memory_order_release);
+    log_line(LogLevel::Info, "device %d is not pooled: %s; its allocations go to the driver", device_,
+             provider ? "out of host memory" : why.c_str());
+    return nullptr;
+  }
+  policy::PoolSettings settings;
+  settings.config = config;
+  settings.device_total_bytes = provider->device_total_bytes();
+  settings.device = device_;
+  auto* made =
+      new (std::nothrow) policy::DevicePool(*budgeted, clock, policy::global_page_map(), settings, g_process.log);
+  policy::ThreadCache* fallback = made ? made->attach_thread() : nullptr;
+  if (!fallback) {
+    unpoolable_.store(true, std::memory_order_release);
+    log_line(LogLevel::Info, "device %d is not pooled: out of host memory", device_);
+    return nullptr;  // leaked: a few bytes, once
+  }
+  provider_ = provider;
+  budgeted_ = budgeted;
+  fallback_ = fallback;
+  budget_.add(&pool_share_);
+  for (int accessor = 0; accessor < kMaxDevices; ++accessor)
+    if (peer_grants[accessor] > 0) made->add_peer(accessor);  // no mapping yet: no driver call
+  made->prewarm();
+  pool_.store(made, std::memory_order_release);
+  log_line(LogLevel::Info, "device %d pooled: chunk %s, release threshold %s, limit %s, prewarm %s, reserve %s",
+           device_, human_bytes(config.chunk_bytes).c_str(), human_bytes(config.release_threshold_bytes).c_str(),
+           config.limit_bytes ? human_bytes(config.limit_bytes).c_str() : "none",
+           human_bytes(config.prewarm_bytes).c_str(),
+           config.reserve_bytes ? human_bytes(config.reserve_bytes).c_str() : "auto");
+  return made;
+}
+
+policy::DevicePool* DeviceMemory::retire_locked() {
+  unpoolable_.store(true, std::memory_order_release);
+  return pool_.exchange(nullptr, std::memory_order_acq_rel);
+}
+
+uint64_t DeviceMemory::reclaim() {
+  const uint64_t given = budget_.reclaim();
+  if (given) oom_retries_.fetch_add(1, std::memory_order_relaxed);
+  return given;
+}
+
+uint64_t DeviceMemory::relieve() {
+  if (!budget_.headroom_bytes() || !provider_ || budget_.idle_bytes() == 0) return 0;
+  uint64_t free_now = 0;
+  if (!provider_->device_free_bytes(&free_now)) return 0;
+  const uint64_t given = budget_.relieve(free_now);
+  if (given)
+    log_line(LogLevel::Debug, "device %d: %s free, under the headroom of %s: %s of idle memory given back", device_,
+             human_bytes(free_now).c_str(), human_bytes(budget_.headroom_bytes()).c_str(), human_bytes(given).c_str());
+  return given;
+}
+
+void DeviceMemory::relieve_for_managed(uint64_t bytes, uint64_t free_now) {
+  if (budget_.idle_bytes() == 0) return;
+  // As if the managed pages were on the device already.
+  budget_.relieve(free_now > bytes ? free_now - bytes : 0);
+}
+
+policy::PoolStats DeviceMemory::stats() {
+  policy::DevicePool* p = pool();
+  policy::PoolStats s = p ? p->stats() : policy::PoolStats{};
+  const policy::DeviceBudget::Counters c = budget_.counters();
+  s.headroom_relieved_bytes = c.relieved_bytes;
+  s.oom_released_bytes = c.released_bytes;
+  s.oom_retries = oom_retries_.load(std::memory_order_relaxed);
+  return s;
+}
+
+uint64_t DeviceMemory::PoolShare::held_bytes() {
+  policy::DevicePool* p = owner_.pool();
+  return p ? p->mapped_bytes() : 0;
+}
+
+uint64_t DeviceMemory::PoolShare::idle_bytes() {
+  policy::DevicePool* p = owner_.pool();
+  return p && !retired_device(owner_.device()) ? p->idle_bytes() : 0;
+}
+
+uint64_t DeviceMemory::PoolShare::release(uint64_t bytes) {
+  policy::DevicePool* p = owner_.pool();
+  return p && !retired_device(owner_.device()) ? p->give_back(bytes) : 0;
+}
+
+uint64_t DeviceMemory::CacheShare::held_bytes() { return clients::cached_bytes(device_); }
+uint64_t DeviceMemory::CacheShare::idle_bytes() { return clients::cached_bytes(device_); }
+uint64_t DeviceMemory::CacheShare::release(uint64_t bytes) { return clients::trim(device_, bytes); }
+
+}  // namespace pagefast::pool

@@ -1,0 +1,113 @@
+// interpose/pool/device_memory.h: one device's memory, with one owner
+// (docs/DESIGN.md "Who owns what"). A DeviceMemory owns the device's
+// budget (policy/device_budget.h) and, once the device is pooled, its VMM
+// provider, the budgeted provider the pool grows through, and the pool.
+// The budget's holders are the pool's share and the client VMM cache's
+// share of this device; the parts meet there and nowhere else:
+//
+//   hooks / glue ──> DeviceMemory ──> DeviceBudget ──> PoolShare ──> DevicePool
+//                                                  └─> CacheShare ──> the client VMM cache
+//   DevicePool ──> BudgetedProvider ──> (budget: make room) ──> VmmProvider ──> driver seam
+//
+// Made at the first need (an allocation, an out-of-memory answer, the
+// client cache's first question), never destroyed: process exit leaks it,
+// a device reset retires its pool and keeps the object.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "interpose/pool/vmm_provider.h"
+#include "policy/budgeted_provider.h"
+#include "policy/device_budget.h"
+#include "policy/device_pool.h"
+
+namespace pagefast::pool {
+
+class DeviceMemory {
+ public:
+  // The device's budget, with its headroom and limit, and the client VMM
+  // cache's share as its first holder (its released pages go first: the
+  // pool's idle memory is what its threads' next allocations hit).
+  DeviceMemory(int device, const PoolConfig& config);
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+
+  int device() const { return device_; }
+  policy::DeviceBudget& budget() { return budget_; }
+
+  // The pool, or NULL while there is none (not made yet, the device is not
+  // poolable, or retired). Lock-free.
+  policy::DevicePool* pool() const { return pool_.load(std::memory_order_acquire); }
+  // Whether making a pool here was tried and failed, or the pool retired.
+  bool unpoolable() const { return unpoolable_.load(std::memory_order_acquire); }
+  // REQUIRES: the process's create_mutex. Makes the provider and the pool
+  // (prewarmed, with the peers granted so far); NULL with one info line
+  // when the device cannot be pooled (marked unpoolable).
+  policy::DevicePool* make_pool_locked(const RealDriver* real, CUdevice device, policy::Clock& clock,
+                                       const int* peer_grants);
+  // REQUIRES: the process's create_mutex. The context was reset: the pool
+  // is dropped from here (the object leaks: another thread may be inside
+  // it, and its chunks went with the context). Returns the pool it held.
+  policy::DevicePool* retire_locked();
+
+  VmmProvider* provider() const { return provider_; }
+  // For a thread that cannot get a cache of its own (host out of memory),
+  // under fallback_mutex().
+  policy::ThreadCache* fallback_cache() const { return fallback_; }
+  std::mutex& fallback_mutex() { return fallback_mutex_; }
+
+  // The driver refused a call for lack of memory: everything idle here
+  // goes back (DeviceBudget::reclaim). Returns the bytes released.
+  uint64_t reclaim();
+  // The trim thread's step: under the headroom, the shortfall goes back.
+  uint64_t relieve();
+  // A managed allocation of `bytes` is coming: keep it and the headroom free.
+  void relieve_for_managed(uint64_t bytes, uint64_t free_now);
+  // What the client VMM cache may keep of this device beside the pool
+  // under the limit (DeviceBudget::room_for).
+  uint64_t room_for_cache() { return budget_.room_for(&cache_share_); }
+
+  // The pool's stats with the budget's counters.
+  policy::PoolStats stats();
+
+ private:
+  // The pool's share of the budget.
+  class PoolShare final : public policy::Holder {
+   public:
+    explicit PoolShare(const DeviceMemory& owner) : owner_(owner) {}
+    uint64_t held_bytes() override;
+    uint64_t idle_bytes() override;
+    uint64_t release(uint64_t bytes) override;
+
+   private:
+    const DeviceMemory& owner_;
+  };
+  // The client VMM cache's share of this device.
+  class CacheShare final : public policy::Holder {
+   public:
+    explicit CacheShare(int device) : device_(device) {}
+    uint64_t held_bytes() override;
+    uint64_t idle_bytes() override;
+    uint64_t release(uint64_t bytes) override;
+
+   private:
+    const int device_;
+  };
+
+  const int device_;
+  policy::DeviceBudget budget_;
+  CacheShare cache_share_;
+  PoolShare pool_share_;
+  std::atomic<policy::DevicePool*> pool_{nullptr};
+  std::atomic<bool> unpoolable_{false};
+  VmmProvider* provider_ = nullptr;
+  policy::BudgetedProvider* budgeted_ = nullptr;
+  policy::ThreadCache* fallback_ = nullptr;
+  std::mutex fallback_mutex_;
+  std::atomic<uint64_t> oom_retries_{0};
+};
+
+}  // namespace pagefast::pool

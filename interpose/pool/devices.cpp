@@ -1,0 +1,273 @@
+// interpose/pool/devices.cpp: interpose/pool_api.h's per-device half over
+// the process object (process.h) and each device's DeviceMemory
+// (device_memory.h): making a device's memory and its pool, retiring it,
+// the out-of-memory retry, the headroom, cuMemGetInfo, peer access and the
+// stats. Every path that gives memory back goes through the device's
+// budget; none reaches into a part directly.
+#include <cstdarg>
+#include <cstdio>
+#include <mutex>
+#include <new>
+#include <string>
+
+#include "interpose/ipc/ipc.h"
+#include "interpose/pool/device_memory.h"
+#include "interpose/pool/pool_internal.h"
+#include "interpose/pool/process.h"
+#include "interpose/pool/vmm_clients.h"
+#include "interpose/pool_api.h"
+#include "policy/format.h"
+#include "policy/pool_report.h"
+
+namespace pagefast::pool {
+
+static_assert(kMaxDevices <= policy::kMaxPeerDevices, "every pooled device must fit in a peer set");
+
+Process g_process;
+
+namespace {
+
+constexpr size_t kLogLineBytes = 512;
+
+std::string human_bytes(uint64_t bytes) { return format_bytes(bytes, ByteStyle::Exact); }
+
+// REQUIRES: create_mutex. The device's memory, made if there is none.
+DeviceMemory* device_memory_locked(int device) {
+  if (DeviceMemory* made = device_memory(device)) return made;
+  auto* memory = new (std::nothrow) DeviceMemory(device, g_process.config);
+  if (memory) g_process.devices[device].store(memory, std::memory_order_release);
+  return memory;
+}
+
+// A block the program freed while an importer held it, given back by the
+// exporter thread once the last importer closed (ipc.h). That thread has no
+// cache of its own worth keeping: a temporary one takes the free and hands
+// its quarantine on at once.
+void free_held_block(CUdeviceptr dptr) {
+  const uint64_t block = dptr;
+  free_on_behalf(&block, 1);
+}
+
+// The calling thread's context's device; -1 when there is none.
+int current_device() {
+  const RealDriver* real = driver();
+  CUdevice device = 0;
+  if (!real || !real->cuCtxGetDevice || real->cuCtxGetDevice(&device) != CUDA_SUCCESS) return -1;
+  return device >= 0 && device < kMaxDevices ? int(device) : -1;
+}
+
+}  // namespace
+
+void log_line(LogLevel level, const char* format, ...) {
+  LogSink log = g_process.log;
+  if (!log) return;
+  char line[kLogLineBytes];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(line, sizeof line, format, args);
+  va_end(args);
+  log(level, line);
+}
+
+DeviceMemory* device_memory_made(int device) {
+  if (device < 0 || device >= kMaxDevices) return nullptr;
+  if (DeviceMemory* made = device_memory(device)) return made;
+  std::lock_guard<std::mutex> guard(g_process.create_mutex);
+  return device_memory_locked(device);
+}
+
+policy::DevicePool* pool_made(const RealDriver* real, CUdevice device, DeviceMemory** memory) {
+  DeviceMemory* m = device_memory(int(device));
+  if (m && m->pool()) {
+    *memory = m;
+    return m->pool();
+  }
+  if (m && m->unpoolable()) return nullptr;
+  policy::DevicePool* made = nullptr;
+  {
+    std::lock_guard<std::mutex> guard(g_process.create_mutex);
+    m = device_memory_locked(int(device));
+    if (!m) return nullptr;
+    if (!g_process.clock) g_process.clock = new (std::nothrow) policy::MonotonicClock();
+    if (!g_process.clock) return nullptr;
+    made = m->make_pool_locked(real, device, *g_process.clock, g_process.peer_grants[device]);
+    if (!made) return nullptr;
+    start_trim_thread(g_process.config);
+    if (g_process.config.control) ipc::start_control();
+  }
+  *memory = m;
+  return made;
+}
+
+policy::DevicePool* pool_for_device(int device) {
+  if (!active()) return nullptr;
+  DeviceMemory* memory = device_memory(device);
+  return memory ? memory->pool() : nullptr;
+}
+
+bool pool_active() { return active(); }
+
+void pool_log(LogLevel level, const char* line) {
+  if (LogSink log = g_process.log) log(level, line);
+}
+
+void on_device_reset(int device) {
+  if (device < 0 || device >= kMaxDevices || !active()) return;
+  std::lock_guard<std::mutex> guard(g_process.create_mutex);
+  if (g_process.retired[device].exchange(true)) return;
+  clients::on_device_reset(device);
+  own_forget_device(device);
+  DeviceMemory* memory = device_memory_locked(device);
+  // The old pool object stays (leaked on purpose): another thread may be
+  // inside it right now, and its chunks may be gone with the context, so
+  // nothing is unmapped or released through it.
+  // Info, not a warning: the CUDA runtime's own teardown at exit may release
+  // the primary context, and that is no news to the user.
+  if (memory && memory->retire_locked())
+    log_line(LogLevel::Info,
+             "the primary context of device %d was reset or destroyed, and with it the device's memory: "
+             "pagefast's pool of that device is retired and its allocations go to the driver from now on",
+             device);
+}
+
+void configure(const PoolConfig& config, LogSink log) {
+  g_process.config = config;
+  g_process.log = log;
+  if (!config.enabled) return;
+  clients::configure(config, log);
+  ipc::set_free_held(&free_held_block);
+  ipc::set_control(&control_op);
+  g_process.active.store(true, std::memory_order_release);
+}
+
+void after_fork_child() {
+  g_process.active.store(false, std::memory_order_release);
+  clients::switch_off();
+  service_threads_after_fork_child();
+}
+
+bool reclaim_for_driver(int device) {
+  if (!active()) return false;
+  if (device == kCurrentDevice) device = current_device();
+  else if (device < 0 || device >= kMaxDevices) return false;
+  uint64_t released = 0;
+  bool held = false;
+  for (int d = 0; d < kMaxDevices; ++d) {
+    if (device >= 0 && d != device) continue;
+    DeviceMemory* memory = d == device ? device_memory_made(d) : device_memory(d);
+    if (!memory || retired_device(d)) continue;
+    held = true;
+    released += memory->reclaim();
+  }
+  if (released)
+    log_line(LogLevel::Debug, "the driver answered out of memory: %s of idle memory given back, retrying once",
+             human_bytes(released).c_str());
+  // A retry also when nothing went back here: the pagefast-trim thread may
+  // have given the same idle memory back between the refused call and this
+  // reclaim (it keeps the headroom), and then the memory is free already.
+  return held;
+}
+
+void relieve_for_managed(size_t bytes) {
+  if (!active()) return;
+  const int device = current_device();
+  DeviceMemory* memory = device_memory(device);
+  if (!memory || retired_device(device) || memory->budget().idle_bytes() == 0) return;
+  const RealDriver* real = driver();
+  size_t free_now = 0, total = 0;
+  if (!real->cuMemGetInfo_v2 || real->cuMemGetInfo_v2(&free_now, &total) != CUDA_SUCCESS) return;
+  memory->relieve_for_managed(bytes, free_now);
+}
+
+void relieve_headroom() {
+  if (!active()) return;
+  for (int d = 0; d < kMaxDevices; ++d) {
+    DeviceMemory* memory = device_memory(d);
+    if (memory && memory->pool()) memory->relieve();
+  }
+}
+
+void adjust_mem_info(size_t* free_bytes, size_t* total_bytes) {
+  if (!active()) return;
+  const RealDriver* real = driver();
+  CUdevice device = 0;
+  if (!real || !real->cuCtxGetDevice || real->cuCtxGetDevice(&device) != CUDA_SUCCESS) return;
+  policy::DevicePool* pool = pool_for_device(int(device));
+  // Before the first allocation there is no pool yet, but the limit holds.
+  const uint64_t limit = pool ? pool->limit_bytes() : g_process.config.limit_bytes;
+  // Memory the program released into the client VMM cache is free too.
+  const uint64_t cached = clients::cached_bytes(int(device));
+  if (!pool && !limit && !cached) return;
+  const uint64_t idle = (pool ? pool->idle_bytes() : 0) + cached;
+  if (limit) {
+    const uint64_t in_use = pool ? pool->in_use_bytes() : 0;
+    uint64_t left = limit > in_use ? limit - in_use : 0;
+    // Never more than the device could actually back.
+    if (free_bytes && *free_bytes + idle < left) left = *free_bytes + idle;
+    if (free_bytes) *free_bytes = left;
+    if (total_bytes) *total_bytes = limit;
+    return;
+  }
+  if (free_bytes) {
+    uint64_t free_now = *free_bytes + idle;
+    if (total_bytes && free_now > *total_bytes) free_now = *total_bytes;
+    *free_bytes = free_now;
+  }
+}
+
+namespace {
+
+void change_peer_access(int accessor, int owner, bool enabled) {
+  if (!active()) return;
+  if (accessor < 0 || accessor >= kMaxDevices || owner < 0 || owner >= kMaxDevices || accessor == owner) return;
+  std::lock_guard<std::mutex> guard(g_process.create_mutex);
+  int& grants = g_process.peer_grants[owner][accessor];
+  if (enabled) {
+    if (grants++ > 0) return;  // another context pair granted it already
+  } else {
+    if (grants == 0 || --grants > 0) return;  // still granted through another pair
+  }
+  DeviceMemory* memory = device_memory(owner);
+  policy::DevicePool* pool = memory ? memory->pool() : nullptr;
+  if (!pool) return;  // made later, with the grants
+  const int refused = enabled ? pool->add_peer(accessor) : pool->remove_peer(accessor);
+  if (refused)
+    log_line(LogLevel::Warn, "peer access: %d mapping(s) of device %d's pool refused to %s device %d; %s", refused,
+             owner, enabled ? "open to" : "close to", accessor,
+             enabled ? "peer copies and kernels on them may fault (run with PAGEFAST_CONF=pool:off if so)"
+                     : "that device keeps access to them");
+}
+
+}  // namespace
+
+void on_peer_access_enabled(int accessor, int owner) { change_peer_access(accessor, owner, true); }
+void on_peer_access_disabled(int accessor, int owner) { change_peer_access(accessor, owner, false); }
+
+bool stats_of(int device, policy::PoolStats* out) {
+  if (!pool_for_device(device)) return false;
+  *out = device_memory(device)->stats();
+  return true;
+}
+
+std::string stats_json() {
+  // A labelled list (docs/STATS.md): {"device": 0, <the pool fields>}.
+  std::string text = "{\"devices\": [";
+  bool first = true;
+  for (int d = 0; d < kMaxDevices; ++d) {
+    if (!pool_for_device(d)) continue;
+    const std::string fields = policy::stats_json_object(device_memory(d)->stats());  // "{...}"
+    text += first ? "{\"device\": " : ", {\"device\": ";
+    text += std::to_string(d) + (fields.size() > 2 ? ", " : "") + fields.substr(1);
+    first = false;
+  }
+  return text + "]}";
+}
+
+std::string report_text() {
+  std::string text;
+  for (int d = 0; d < kMaxDevices; ++d)
+    if (policy::DevicePool* pool = pool_for_device(d)) text += policy::report_text(d, pool->report());
+  return text;
+}
+
+}  // namespace pagefast::pool

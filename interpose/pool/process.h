@@ -1,0 +1,84 @@
+// interpose/pool/process.h: the pool glue's process-wide state in one
+// object (docs/DESIGN.md "Who owns what"): the configuration, the on-switch,
+// the capture gate, the clock, and one slot per device ordinal holding that
+// device's DeviceMemory (interpose/pool/device_memory.h), made at the first
+// need and never destroyed.
+//
+// Constant-initialised (no dynamic initialiser may run: a hook can be
+// reached from another library's constructor before ours), never destroyed
+// (hooks run during exit too). A forked child switches the glue off in
+// after_fork_child(), called by the process's one fork handler
+// (interpose/runtime.cpp): the child has the parent's memory but not its
+// CUDA contexts, and forwards everything.
+#pragma once
+
+#include <pthread.h>
+
+#include <atomic>
+#include <mutex>
+
+#include "interpose/pool/vmm_provider.h"
+#include "interpose/pool_api.h"
+#include "interpose/real_driver.h"
+#include "policy/clock.h"
+#include "policy/config.h"
+
+namespace pagefast::pool {
+
+class DeviceMemory;
+
+struct Process {
+  std::atomic<bool> active{false};  // configured on, and not a forked child
+  PoolConfig config;
+  LogSink log = nullptr;
+  CaptureGate gate;
+  std::atomic<const RealDriver*> real{nullptr};
+  // Taken to make a device's memory or its pool, to retire it, and around
+  // the peer grants.
+  std::mutex create_mutex;
+  std::atomic<DeviceMemory*> devices[kMaxDevices] = {};
+  // Devices whose primary context was reset or destroyed: their pool is
+  // retired for good (on_device_reset) and never touched again. Apart from
+  // the slots, so that the hot path reads one flag.
+  std::atomic<bool> retired[kMaxDevices] = {};
+  policy::MonotonicClock* clock = nullptr;
+  // Peer access granted: peer_grants[owner][accessor] counts the context
+  // pairs (accessor's context -> owner's context) with peer access
+  // enabled. Under create_mutex, so a pool being made sees every grant.
+  int peer_grants[kMaxDevices][kMaxDevices] = {};
+  // The thread states' key (pool.cpp), made once.
+  pthread_key_t thread_key{};
+  pthread_once_t thread_key_once = PTHREAD_ONCE_INIT;
+};
+
+extern Process g_process;
+
+inline bool active() { return g_process.active.load(std::memory_order_acquire); }
+
+// The loaded driver, found once.
+inline const RealDriver* driver() {
+  const RealDriver* real = g_process.real.load(std::memory_order_acquire);
+  if (__builtin_expect(!real, 0)) {
+    real = real_driver();
+    g_process.real.store(real, std::memory_order_release);
+  }
+  return real;
+}
+
+inline bool retired_device(int device) {
+  return device >= 0 && device < kMaxDevices && g_process.retired[device].load(std::memory_order_relaxed);
+}
+
+// The device's memory, or NULL when none was made yet (or out of range).
+inline DeviceMemory* device_memory(int device) {
+  if (device < 0 || device >= kMaxDevices) return nullptr;
+  return g_process.devices[device].load(std::memory_order_acquire);
+}
+// The device's memory, made (with its budget, without a pool) if there is
+// none; NULL out of range or on host out of memory. Takes create_mutex.
+DeviceMemory* device_memory_made(int device);
+
+// One line to pagefast's log (nothing before configure or with no sink).
+void log_line(LogLevel level, const char* format, ...) __attribute__((format(printf, 2, 3)));
+
+}  // namespace pagefast::pool
