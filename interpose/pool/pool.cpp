@@ -26,6 +26,7 @@
 #include <string>
 
 #include "interpose/context_memo.h"
+#include "interpose/driver.h"
 #include "interpose/ipc/ipc.h"
 #include "interpose/pool/pool_internal.h"
 #include "interpose/pool/vmm_clients.h"
@@ -224,7 +225,7 @@ ThreadCache* cache_of(ThreadState* ts, DevicePool* pool, int device) {
 // to re-check its device.
 bool bind(const RealDriver* real, CUcontext context, Binding* out) {
   CUdevice device = 0;
-  if (!real->cuCtxGetDevice || real->cuCtxGetDevice(&device) != CUDA_SUCCESS) return false;
+  if (driver::ctx_get_device(real, &device) != CUDA_SUCCESS) return false;
   if (device < 0 || device >= kMaxDevices) return false;
   DevicePool* p = pool_of(real, device);
   if (!p) return false;
@@ -299,10 +300,9 @@ void configure(const PoolConfig& config, LogSink log) {
 bool try_alloc(CUdeviceptr* dptr, size_t bytes, CUresult* result) {
   if (__builtin_expect(!g_active.load(std::memory_order_acquire), 0)) return false;
   const RealDriver* real = driver();
-  if (!real || !real->cuCtxGetCurrent) return false;
   CUcontext context = nullptr;
   // No current context: the driver answers CUDA_ERROR_INVALID_CONTEXT.
-  if (real->cuCtxGetCurrent(&context) != CUDA_SUCCESS || !context) return false;
+  if (driver::ctx_get_current(real, &context) != CUDA_SUCCESS || !context) return false;
   ThreadState* ts = t_state;
   Binding known;
   if (__builtin_expect(!ts || !ts->last.recall(context, &known), 0) && !bind(real, context, &known)) return false;
@@ -328,7 +328,7 @@ bool try_alloc(CUdeviceptr* dptr, size_t bytes, CUresult* result) {
 static bool has_context() {
   const RealDriver* real = driver();
   CUcontext context = nullptr;
-  return real && real->cuCtxGetCurrent && real->cuCtxGetCurrent(&context) == CUDA_SUCCESS && context;
+  return driver::ctx_get_current(real, &context) == CUDA_SUCCESS && context;
 }
 
 bool try_free(CUdeviceptr dptr, CUresult* result) {
@@ -371,8 +371,7 @@ bool try_free_async(CUdeviceptr dptr, CUstream stream, CUresult* result) {
     // allocation may be: it answers for pool memory as for cuMemAlloc's.
     const RealDriver* real = driver();
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (!real || !real->cuStreamIsCapturing || real->cuStreamIsCapturing(stream, &status) != CUDA_SUCCESS ||
-        status != CU_STREAM_CAPTURE_STATUS_NONE)
+    if (driver::stream_is_capturing(real, stream, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE)
       return false;
   }
   // The quarantine reuses a block only after a synchronisation that began
@@ -489,7 +488,7 @@ namespace {
 int current_device() {
   const RealDriver* real = driver();
   CUdevice device = 0;
-  if (!real || !real->cuCtxGetDevice || real->cuCtxGetDevice(&device) != CUDA_SUCCESS) return -1;
+  if (driver::ctx_get_device(real, &device) != CUDA_SUCCESS) return -1;
   return device >= 0 && device < kMaxDevices ? int(device) : -1;
 }
 
@@ -531,7 +530,7 @@ void make_room_for_managed(size_t bytes) {
   if (!budget || budget->idle_bytes() == 0) return;
   const RealDriver* real = driver();
   size_t free_now = 0, total = 0;
-  if (!real->cuMemGetInfo_v2 || real->cuMemGetInfo_v2(&free_now, &total) != CUDA_SUCCESS) return;
+  if (driver::mem_get_info(real, &free_now, &total) != CUDA_SUCCESS) return;
   // As if the managed pages were on the device already.
   budget->relieve(free_now > bytes ? free_now - bytes : 0);
 }
@@ -555,7 +554,7 @@ void adjust_mem_info(size_t* free_bytes, size_t* total_bytes) {
   if (!g_active.load(std::memory_order_acquire)) return;
   const RealDriver* real = driver();
   CUdevice device = 0;
-  if (!real || !real->cuCtxGetDevice || real->cuCtxGetDevice(&device) != CUDA_SUCCESS) return;
+  if (driver::ctx_get_device(real, &device) != CUDA_SUCCESS) return;
   DevicePool* pool = pool_for_device(int(device));
   // Before the first allocation there is no pool yet, but the limit holds.
   const uint64_t limit = pool ? pool->limit_bytes() : g_config.limit_bytes;
