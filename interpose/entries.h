@@ -267,8 +267,9 @@ typedef CUresult(CUDAAPI* PFN_cuIpcOpenMemHandle_v4010)(CUdeviceptr_v2* pdptr, C
     (symbol, pfn, cuda_version, flags, status))
 // clang-format on
 
-// Driver functions pagefast calls but does not replace. The VMM provider
-// calls the cuMem* functions of both lists through RealDriver, never a hook.
+// Driver functions pagefast calls but does not replace. pagefast's own
+// calls to the functions of both lists go through the seam
+// (interpose/driver.h), never a hook.
 #define PAGEFAST_REAL_ONLY(X)                                                \
   X(cuInit, PFN_cuInit_v2000)                                                \
   X(cuDriverGetVersion, PFN_cuDriverGetVersion_v2020)                        \

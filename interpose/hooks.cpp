@@ -10,10 +10,10 @@
 #include <mutex>
 #include <vector>
 
+#include "interpose/driver.h"
 #include "interpose/pool/vmm_clients.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
-#include "interpose/vmm_driver.h"
 #include "interpose/runtime.h"
 #include "interpose/stats.h"
 #include "interpose/trace.h"
@@ -30,6 +30,11 @@ constexpr CUresult kMissing = CUDA_ERROR_NOT_FOUND;
     if (!real || !real->symbol) return kMissing;      \
     return real->symbol args;                         \
   } while (0)
+
+// The same as an expression, for a hook that looks at the driver's answer:
+// the real function of table entry `symbol` with the program's arguments,
+// or kMissing when the driver lacks it. Needs `real` (real_driver()).
+#define PF_CALL_REAL(symbol, args) (real && real->symbol ? real->symbol args : kMissing)
 
 inline bool active(Entry entry) {
   if (runtime::passthrough()) return false;
@@ -84,8 +89,7 @@ void capture_began(CUstream stream, CUresult result) {
 void capture_maybe_ended(CUstream stream) {
   const RealDriver* real = real_driver();
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (real && real->cuStreamIsCapturing && real->cuStreamIsCapturing(stream, &status) == CUDA_SUCCESS &&
-      status == CU_STREAM_CAPTURE_STATUS_ACTIVE)
+  if (driver::stream_is_capturing(real, stream, &status) == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_ACTIVE)
     return;
   std::lock_guard<std::mutex> lock(g_capture_mutex);
   std::vector<CUstream>& streams = capturing();
@@ -228,8 +232,7 @@ CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flag
 CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   const bool on = active(Entry::cuMemGetInfo_v2);
   const RealDriver* real = real_driver();
-  if (!real || !real->cuMemGetInfo_v2) return kMissing;
-  const CUresult result = real->cuMemGetInfo_v2(free_bytes, total_bytes);
+  const CUresult result = PF_CALL_REAL(cuMemGetInfo_v2, (free_bytes, total_bytes));
   if (on && result == CUDA_SUCCESS) pool::adjust_mem_info(free_bytes, total_bytes);
   return result;
 }
@@ -247,8 +250,7 @@ CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdevi
   const bool on = active(Entry::cuPointerGetAttribute);
   if (on) pool::clients::before_query(ptr);
   const RealDriver* real = real_driver();
-  if (!real || !real->cuPointerGetAttribute) return kMissing;
-  const CUresult result = real->cuPointerGetAttribute(data, attribute, ptr);
+  const CUresult result = PF_CALL_REAL(cuPointerGetAttribute, (data, attribute, ptr));
   if (on && result == CUDA_SUCCESS && data) pool::patch_pointer_attribute(data, attribute, ptr);
   return result;
 }
@@ -257,8 +259,7 @@ CUresult cuPointerGetAttributes(unsigned count, CUpointer_attribute* attributes,
   const bool on = active(Entry::cuPointerGetAttributes);
   if (on) pool::clients::before_query(ptr);
   const RealDriver* real = real_driver();
-  if (!real || !real->cuPointerGetAttributes) return kMissing;
-  const CUresult result = real->cuPointerGetAttributes(count, attributes, data, ptr);
+  const CUresult result = PF_CALL_REAL(cuPointerGetAttributes, (count, attributes, data, ptr));
   if (on && result == CUDA_SUCCESS && attributes && data)
     for (unsigned i = 0; i < count; ++i)
       if (data[i]) pool::patch_pointer_attribute(data[i], attributes[i], ptr);
@@ -382,7 +383,7 @@ CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void*
   if (on && pool::clients::on()) {
     result = pool::clients::retain(handle, addr);
   } else {
-    result = vmm_driver::retain_handle(real_driver(), handle, addr);
+    result = driver::retain_handle(real_driver(), handle, addr);
   }
   if (result == CUDA_SUCCESS) pool::own_retained(*handle);
   return result;
@@ -402,9 +403,7 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop, CUmem
 CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* osHandle,
                                         CUmemAllocationHandleType type) {
   const bool on = active(Entry::cuMemImportFromShareableHandle);
-  const RealDriver* real = real_driver();
-  if (!real || !real->cuMemImportFromShareableHandle) return kMissing;
-  const CUresult result = vmm_driver::import_handle(real, handle, osHandle, type);
+  const CUresult result = driver::import_handle(real_driver(), handle, osHandle, type);
   if (on && result == CUDA_SUCCESS && handle) pool::own_imported(*handle, osHandle, type);
   return result;
 }
@@ -456,9 +455,9 @@ CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t bytes, size_t alignment, C
                              unsigned long long flags) {
   const bool on = active(Entry::cuMemAddressReserve) && pool::clients::on();
   const RealDriver* real = real_driver();
-  if (!real || !real->cuMemAddressReserve) return kMissing;
+  if (!driver::has(real, &RealDriver::cuMemAddressReserve)) return kMissing;
   if (on && ptr && pool::clients::take_range(ptr, bytes, alignment, addr, flags)) return CUDA_SUCCESS;
-  const CUresult result = vmm_driver::address_reserve(real, ptr, bytes, alignment, addr, flags);
+  const CUresult result = driver::address_reserve(real, ptr, bytes, alignment, addr, flags);
   if (on && result == CUDA_SUCCESS && ptr) pool::clients::note_reserved(*ptr, bytes);
   return result;
 }
@@ -471,13 +470,13 @@ namespace {
 // unknown (the pool then does nothing: the driver's answer stands).
 bool peer_devices(CUcontext peer, int* accessor, int* owner) {
   const RealDriver* real = real_driver();
-  if (!real || !real->cuCtxGetDevice || !real->cuCtxPushCurrent_v2 || !real->cuCtxPopCurrent_v2) return false;
+  if (!driver::has_context_push(real)) return false;
   CUdevice mine = 0, theirs = 0;
-  if (real->cuCtxGetDevice(&mine) != CUDA_SUCCESS) return false;
-  if (real->cuCtxPushCurrent_v2(peer) != CUDA_SUCCESS) return false;
-  const CUresult r = real->cuCtxGetDevice(&theirs);
+  if (driver::ctx_get_device(real, &mine) != CUDA_SUCCESS) return false;
+  if (driver::ctx_push(real, peer) != CUDA_SUCCESS) return false;
+  const CUresult r = driver::ctx_get_device(real, &theirs);
   CUcontext popped = nullptr;
-  real->cuCtxPopCurrent_v2(&popped);
+  driver::ctx_pop(real, &popped);
   if (r != CUDA_SUCCESS) return false;
   *accessor = int(mine);
   *owner = int(theirs);
@@ -489,8 +488,7 @@ bool peer_devices(CUcontext peer, int* accessor, int* owner) {
 CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags) {
   const bool on = active(Entry::cuCtxEnablePeerAccess);
   const RealDriver* real = real_driver();
-  if (!real || !real->cuCtxEnablePeerAccess) return kMissing;
-  const CUresult result = real->cuCtxEnablePeerAccess(peerContext, Flags);
+  const CUresult result = PF_CALL_REAL(cuCtxEnablePeerAccess, (peerContext, Flags));
   int accessor, owner;
   if (on && result == CUDA_SUCCESS && peer_devices(peerContext, &accessor, &owner))
     pool::on_peer_access_enabled(accessor, owner);
@@ -500,8 +498,7 @@ CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags) {
 CUresult cuCtxDisablePeerAccess(CUcontext peerContext) {
   const bool on = active(Entry::cuCtxDisablePeerAccess);
   const RealDriver* real = real_driver();
-  if (!real || !real->cuCtxDisablePeerAccess) return kMissing;
-  const CUresult result = real->cuCtxDisablePeerAccess(peerContext);
+  const CUresult result = PF_CALL_REAL(cuCtxDisablePeerAccess, (peerContext));
   int accessor, owner;
   if (on && result == CUDA_SUCCESS && peer_devices(peerContext, &accessor, &owner))
     pool::on_peer_access_disabled(accessor, owner);
@@ -531,8 +528,8 @@ PF_PRIMARY_RESET(cuDevicePrimaryCtxReset_v2)
     const CUresult result = real->symbol(device);                      \
     unsigned flags = 0;                                                \
     int still_active = 1;                                              \
-    if (on && result == CUDA_SUCCESS && real->cuDevicePrimaryCtxGetState && \
-        real->cuDevicePrimaryCtxGetState(device, &flags, &still_active) == CUDA_SUCCESS && !still_active) \
+    if (on && result == CUDA_SUCCESS &&                                \
+        driver::primary_ctx_state(real, device, &flags, &still_active) == CUDA_SUCCESS && !still_active) \
       pool::on_device_reset(int(device));                              \
     return result;                                                     \
   }
@@ -560,8 +557,7 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version, c
                              CUdriverProcAddressQueryResult* status) {
   const bool on = active(Entry::cuGetProcAddress_v2);
   const RealDriver* real = real_driver();
-  if (!real || !real->cuGetProcAddress_v2) return kMissing;
-  const CUresult result = real->cuGetProcAddress_v2(symbol, pfn, cuda_version, flags, status);
+  const CUresult result = PF_CALL_REAL(cuGetProcAddress_v2, (symbol, pfn, cuda_version, flags, status));
   if (on && result == CUDA_SUCCESS && pfn && *pfn && symbol)
     if (void* replacement = proc_address_replacement(symbol, *pfn, cuda_version, flags)) *pfn = replacement;
   return result;
@@ -570,11 +566,10 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version, c
 CUresult cuGetProcAddress(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags) {
   const bool on = active(Entry::cuGetProcAddress);
   const RealDriver* real = real_driver();
-  if (!real) return kMissing;
-  CUresult result;
-  if (real->cuGetProcAddress) result = real->cuGetProcAddress(symbol, pfn, cuda_version, flags);
-  else if (real->cuGetProcAddress_v2) result = real->cuGetProcAddress_v2(symbol, pfn, cuda_version, flags, nullptr);
-  else return kMissing;
+  // A driver without the first variant answers through the second.
+  const CUresult result = driver::has(real, &RealDriver::cuGetProcAddress)
+                              ? PF_CALL_REAL(cuGetProcAddress, (symbol, pfn, cuda_version, flags))
+                              : PF_CALL_REAL(cuGetProcAddress_v2, (symbol, pfn, cuda_version, flags, nullptr));
   if (on && result == CUDA_SUCCESS && pfn && *pfn && symbol)
     if (void* replacement = proc_address_replacement(symbol, *pfn, cuda_version, flags)) *pfn = replacement;
   return result;

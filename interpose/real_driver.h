@@ -3,7 +3,9 @@
 // libpagefast.so never links libcuda: the first hook that needs the driver
 // opens libcuda.so.1 (normally already loaded by the program) and resolves
 // every function below with the real dlsym, by its exact exported name.
-// A function the driver lacks stays NULL; callers must check.
+// A function the driver lacks stays NULL. pagefast's own calls go through
+// the seam (interpose/driver.h), which checks; the doors check the entries
+// they forward (interpose/hooks.cpp).
 #pragma once
 
 #include "interpose/entries.h"

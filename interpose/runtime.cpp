@@ -18,6 +18,7 @@
 #include <mutex>
 #include <vector>
 
+#include "interpose/driver.h"
 #include "interpose/entries.h"
 #include "interpose/files.h"
 #include "interpose/live/publisher.h"
@@ -212,10 +213,10 @@ bool on_first_alloc() {
   char bus_id[32] = {0};
   // An allocation made with no current context (the driver refuses it)
   // leaves the check for a later one.
-  if (!real || !real->cuCtxGetDevice || !real->cuDeviceGetPCIBusId) return true;
-  if (real->cuCtxGetDevice(&device) != CUDA_SUCCESS) return false;
+  if (!driver::has(real, &RealDriver::cuCtxGetDevice, &RealDriver::cuDeviceGetPCIBusId)) return true;
+  if (driver::ctx_get_device(real, &device) != CUDA_SUCCESS) return false;
   if (checked.exchange(true)) return true;
-  if (real->cuDeviceGetPCIBusId(bus_id, sizeof bus_id - 1, device) == CUDA_SUCCESS)
+  if (driver::device_pci_bus_id(real, bus_id, sizeof bus_id - 1, device) == CUDA_SUCCESS)
     numa::check_device(bus_id, g_state->config.numa, log::sink());
   return true;
 }

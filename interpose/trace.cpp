@@ -27,6 +27,7 @@
 #include <new>
 
 #include "interpose/context_memo.h"
+#include "interpose/driver.h"
 #include "interpose/files.h"
 #include "interpose/log.h"
 #include "interpose/real_driver.h"
@@ -280,13 +281,11 @@ inline uint16_t result_code(CUresult result) { return unsigned(result) > 0xfffe 
 uint8_t current_device(Ring* ring) {
   const RealDriver* real = real_driver();
   CUcontext context = nullptr;
-  if (!real || !real->cuCtxGetCurrent || real->cuCtxGetCurrent(&context) != CUDA_SUCCESS || !context)
-    return trace_format::kUnknownDevice;
+  if (driver::ctx_get_current(real, &context) != CUDA_SUCCESS || !context) return trace_format::kUnknownDevice;
   uint8_t answer = trace_format::kUnknownDevice;
   if (ring->device.recall(context, &answer)) return answer;
   CUdevice device = -1;
-  if (real->cuCtxGetDevice && real->cuCtxGetDevice(&device) == CUDA_SUCCESS && device >= 0 && device < 255)
-    answer = uint8_t(device);
+  if (driver::ctx_get_device(real, &device) == CUDA_SUCCESS && device >= 0 && device < 255) answer = uint8_t(device);
   ring->device.learn(context, answer);
   return answer;
 }

@@ -20,12 +20,12 @@
 #include <string>
 #include <vector>
 
+#include "interpose/driver.h"
 #include "interpose/ipc/ipc_internal.h"
 #include "interpose/live/segment.h"
 #include "interpose/log.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
-#include "interpose/vmm_driver.h"
 #include "policy/clock.h"
 #include "policy/device_pool.h"
 #include "policy/options.h"
@@ -96,7 +96,7 @@ bool send_all(int fd, const void* data, size_t bytes) {
 const char* error_name(CUresult r) {
   const RealDriver* real = real_driver();
   const char* name = nullptr;
-  if (!real || !real->cuGetErrorName || real->cuGetErrorName(r, &name) != CUDA_SUCCESS || !name) return "an error";
+  if (driver::error_name(real, r, &name) != CUDA_SUCCESS || !name) return "an error";
   return name;
 }
 
@@ -229,8 +229,8 @@ CUresult chunk_fd(const RealDriver* real, uint64_t chunk, int* fd_out) {
     return *fd_out >= 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
   }
   int fd = -1;
-  const CUresult r = vmm_driver::export_handle(real, &fd, CUmemGenericAllocationHandle(chunk),
-                                               CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  const CUresult r = driver::export_handle(real, &fd, CUmemGenericAllocationHandle(chunk),
+                                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
   if (r != CUDA_SUCCESS) return r;
   if (fd < 0) return CUDA_ERROR_INVALID_VALUE;
   ::fcntl(fd, F_SETFD, FD_CLOEXEC);
@@ -277,7 +277,7 @@ void open_export(const wire::Request& request, const HolderKey& holder, Reply* r
     return;
   }
   h.reason = wire::kReasonExportFailed;
-  if (!real || !real->cuMemExportToShareableHandle || e.pieces.size() > size_t(kMaxPieces)) return;
+  if (!driver::has(real, &RealDriver::cuMemExportToShareableHandle) || e.pieces.size() > size_t(kMaxPieces)) return;
   const uint64_t t0 = now_ns();
   for (const policy::PhysicalPiece& piece : e.pieces) {
     int fd = -1;

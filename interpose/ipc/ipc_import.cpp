@@ -15,12 +15,12 @@
 #include <mutex>
 #include <vector>
 
+#include "interpose/driver.h"
 #include "interpose/ipc/ipc.h"
 #include "interpose/ipc/ipc_internal.h"
 #include "interpose/log.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
-#include "interpose/vmm_driver.h"
 #include "policy/units.h"
 
 namespace pagefast::ipc {
@@ -288,16 +288,14 @@ bool pieces_valid(const Reply& reply, bool whole, size_t* total) {
 CUresult map_import(const Reply& reply, const std::vector<int>& fds, int device, CUdeviceptr* va_out, size_t* bytes_out,
                     uint64_t* lead_out, OpenTimes* times) {
   const RealDriver* real = real_driver();
-  if (!real || !real->cuMemImportFromShareableHandle || !real->cuMemAddressReserve || !real->cuMemMap ||
-      !real->cuMemSetAccess || !real->cuMemUnmap || !real->cuMemRelease || !real->cuMemAddressFree)
-    return CUDA_ERROR_NOT_SUPPORTED;
+  if (!driver::has_vmm_import(real)) return CUDA_ERROR_NOT_SUPPORTED;
   const uint32_t count = reply.header.piece_count;
   if (count == 0 || fds.size() != count) return CUDA_ERROR_INVALID_VALUE;
   const bool whole = whole_chunks_fit(reply);
   size_t total = 0;
   if (!pieces_valid(reply, whole, &total)) return CUDA_ERROR_INVALID_VALUE;
   CUdeviceptr va = 0;
-  CUresult r = vmm_driver::address_reserve(real, &va, total, kGranuleBytes, 0, 0);
+  CUresult r = driver::address_reserve(real, &va, total, kGranuleBytes, 0, 0);
   const char* failed = "cuMemAddressReserve";
   if (r != CUDA_SUCCESS) {
     log::write(LogLevel::Warn, "CUDA IPC: cannot open a pool block of another process: {} answered {}", failed,
@@ -310,8 +308,8 @@ CUresult map_import(const Reply& reply, const std::vector<int>& fds, int device,
     const ReplyPiece& p = reply.pieces[i];
     CUmemGenericAllocationHandle h = 0;
     uint64_t t0 = now_ns();
-    r = vmm_driver::import_handle(real, &h, reinterpret_cast<void*>(uintptr_t(fds[i])),
-                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    r = driver::import_handle(real, &h, reinterpret_cast<void*>(uintptr_t(fds[i])),
+                              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
     times->import_ns += now_ns() - t0;
     t0 = now_ns();
     if (r != CUDA_SUCCESS) {
@@ -319,9 +317,9 @@ CUresult map_import(const Reply& reply, const std::vector<int>& fds, int device,
       break;
     }
     const size_t bytes = whole ? p.chunk_bytes : p.bytes;
-    r = vmm_driver::map(real, va + mapped, bytes, whole ? 0 : p.chunk_offset, h, 0);
+    r = driver::map(real, va + mapped, bytes, whole ? 0 : p.chunk_offset, h, 0);
     // The mapping holds the memory from now on; the handle is not needed.
-    vmm_driver::release(real, h);
+    driver::release(real, h);
     if (r != CUDA_SUCCESS) {
       failed = "cuMemMap";
       break;
@@ -336,7 +334,7 @@ CUresult map_import(const Reply& reply, const std::vector<int>& fds, int device,
     access.location.id = device;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     const uint64_t t0 = now_ns();
-    r = vmm_driver::set_access(real, va, total, &access, 1);
+    r = driver::set_access(real, va, total, &access, 1);
     times->access_ns = now_ns() - t0;
     failed = "cuMemSetAccess";
   }
@@ -345,8 +343,8 @@ CUresult map_import(const Reply& reply, const std::vector<int>& fds, int device,
                "CUDA IPC: cannot open a pool block of another process: {} answered {} ({} piece(s), "
                "{} MiB{})",
                failed, error_name(r), count, total >> 20, whole ? ", whole chunks" : "");
-    for (const auto& m : maps) vmm_driver::unmap(real, m.first, m.second);
-    vmm_driver::address_free(real, va, total);
+    for (const auto& m : maps) driver::unmap(real, m.first, m.second);
+    driver::address_free(real, va, total);
     return r == CUDA_ERROR_OUT_OF_MEMORY ? r : CUDA_ERROR_MAP_FAILED;
   }
   *va_out = va;
@@ -399,8 +397,8 @@ bool try_open(CUdeviceptr* pdptr, const CUipcMemHandle& handle, unsigned flags, 
   const RealDriver* real = real_driver();
   CUcontext context = nullptr;
   CUdevice device = 0;
-  if (!real || !real->cuCtxGetCurrent || real->cuCtxGetCurrent(&context) != CUDA_SUCCESS || !context ||
-      !real->cuCtxGetDevice || real->cuCtxGetDevice(&device) != CUDA_SUCCESS) {
+  if (driver::ctx_get_current(real, &context) != CUDA_SUCCESS || !context ||
+      driver::ctx_get_device(real, &device) != CUDA_SUCCESS) {
     *result = CUDA_ERROR_INVALID_CONTEXT;
     return true;
   }
@@ -491,9 +489,9 @@ bool try_open(CUdeviceptr* pdptr, const CUipcMemHandle& handle, unsigned flags, 
                         !__builtin_add_overflow(end, w.bytes, &end) && end <= map_bytes;
     if (!inside) {
       send_request(link.fd, wire::kOpClose, w.export_id);
-      if (r == CUDA_SUCCESS && real->cuMemUnmap) {
-        vmm_driver::unmap(real, va, map_bytes);
-        vmm_driver::address_free(real, va, map_bytes);
+      if (r == CUDA_SUCCESS) {
+        driver::unmap(real, va, map_bytes);
+        driver::address_free(real, va, map_bytes);
       }
       if (link.imports == 0) retire_link(link_it);
       *result = r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_VALUE;
@@ -525,11 +523,10 @@ bool try_close(CUdeviceptr dptr, CUresult* result) {
     // Work queued on the mapping finishes before it goes, as with the
     // driver's own close.
     CUcontext context = nullptr;
-    if (!pool::capture_active() && real->cuCtxGetCurrent && real->cuCtxGetCurrent(&context) == CUDA_SUCCESS &&
-        context && real->cuCtxSynchronize)
-      real->cuCtxSynchronize();
-    vmm_driver::unmap(real, im.va, im.map_bytes);
-    vmm_driver::address_free(real, im.va, im.map_bytes);
+    if (!pool::capture_active() && driver::ctx_get_current(real, &context) == CUDA_SUCCESS && context)
+      driver::ctx_synchronize(real);
+    driver::unmap(real, im.va, im.map_bytes);
+    driver::address_free(real, im.va, im.map_bytes);
   }
   auto link_it = g_links->find(im.key);
   if (link_it != g_links->end()) {

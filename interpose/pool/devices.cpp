@@ -10,6 +10,7 @@
 #include <new>
 #include <string>
 
+#include "interpose/driver.h"
 #include "interpose/ipc/ipc.h"
 #include "interpose/pool/device_memory.h"
 #include "interpose/pool/pool_internal.h"
@@ -52,7 +53,7 @@ void free_held_block(CUdeviceptr dptr) {
 int current_device() {
   const RealDriver* real = driver();
   CUdevice device = 0;
-  if (!real || !real->cuCtxGetDevice || real->cuCtxGetDevice(&device) != CUDA_SUCCESS) return -1;
+  if (driver::ctx_get_device(real, &device) != CUDA_SUCCESS) return -1;
   return device >= 0 && device < kMaxDevices ? int(device) : -1;
 }
 
@@ -175,7 +176,7 @@ void relieve_for_managed(size_t bytes) {
   if (!memory || retired_device(device) || memory->budget().idle_bytes() == 0) return;
   const RealDriver* real = driver();
   size_t free_now = 0, total = 0;
-  if (!real->cuMemGetInfo_v2 || real->cuMemGetInfo_v2(&free_now, &total) != CUDA_SUCCESS) return;
+  if (driver::mem_get_info(real, &free_now, &total) != CUDA_SUCCESS) return;
   memory->relieve_for_managed(bytes, free_now);
 }
 
@@ -191,7 +192,7 @@ void adjust_mem_info(size_t* free_bytes, size_t* total_bytes) {
   if (!active()) return;
   const RealDriver* real = driver();
   CUdevice device = 0;
-  if (!real || !real->cuCtxGetDevice || real->cuCtxGetDevice(&device) != CUDA_SUCCESS) return;
+  if (driver::ctx_get_device(real, &device) != CUDA_SUCCESS) return;
   policy::DevicePool* pool = pool_for_device(int(device));
   // Before the first allocation there is no pool yet, but the limit holds.
   const uint64_t limit = pool ? pool->limit_bytes() : g_process.config.limit_bytes;

@@ -37,6 +37,7 @@
 #include <new>
 #include <vector>
 
+#include "interpose/driver.h"
 #include "interpose/pool/vmm_provider.h"
 #include "interpose/service_thread.h"
 #include "policy/clock.h"
@@ -112,8 +113,8 @@ bool move_piece(Batch& b, CUstream stream, void* staging, char* host, CUdevicept
   if (b.to_host) {
     void* dst = staging ? staging : host;
     const uint64_t t0 = now_ns();
-    r = stream ? real->cuMemcpyDtoHAsync_v2(dst, device, n, stream) : real->cuMemcpyDtoH_v2(dst, device, n);
-    if (r == CUDA_SUCCESS && stream) r = real->cuStreamSynchronize(stream);
+    r = stream ? driver::copy_dtoh_async(real, dst, device, n, stream) : driver::copy_dtoh(real, dst, device, n);
+    if (r == CUDA_SUCCESS && stream) r = driver::stream_synchronize(real, stream);
     const uint64_t t1 = now_ns();
     b.dma_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
     if (r != CUDA_SUCCESS) return false;
@@ -131,8 +132,8 @@ bool move_piece(Batch& b, CUstream stream, void* staging, char* host, CUdevicept
   }
   const uint64_t t1 = now_ns();
   b.host_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
-  r = stream ? real->cuMemcpyHtoDAsync_v2(device, src, n, stream) : real->cuMemcpyHtoD_v2(device, src, n);
-  if (r == CUDA_SUCCESS && stream) r = real->cuStreamSynchronize(stream);
+  r = stream ? driver::copy_htod_async(real, device, src, n, stream) : driver::copy_htod(real, device, src, n);
+  if (r == CUDA_SUCCESS && stream) r = driver::stream_synchronize(real, stream);
   b.dma_ns.fetch_add(now_ns() - t1, std::memory_order_relaxed);
   return r == CUDA_SUCCESS;
 }
@@ -143,13 +144,14 @@ void run_pieces(Batch& b) {
   const RealDriver* real = b.real;
   const uint64_t t0 = now_ns();
   CUstream stream = nullptr;
-  const bool async = b.to_host ? real->cuMemcpyDtoHAsync_v2 != nullptr : real->cuMemcpyHtoDAsync_v2 != nullptr;
-  if (async && real->cuStreamCreate && real->cuStreamSynchronize && real->cuStreamDestroy_v2 &&
-      real->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+  const bool async = b.to_host ? driver::has(real, &RealDriver::cuMemcpyDtoHAsync_v2)
+                               : driver::has(real, &RealDriver::cuMemcpyHtoDAsync_v2);
+  if (async && driver::has(real, &RealDriver::cuStreamSynchronize, &RealDriver::cuStreamDestroy_v2) &&
+      driver::stream_create(real, &stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
     stream = nullptr;
   void* staging = nullptr;
-  if (real->cuMemHostAlloc && real->cuMemFreeHost &&
-      real->cuMemHostAlloc(&staging, b.largest_piece, CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS)
+  if (driver::has(real, &RealDriver::cuMemFreeHost) &&
+      driver::host_alloc(real, &staging, b.largest_piece, CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS)
     staging = nullptr;
   b.setup_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
   b.threads.fetch_add(1, std::memory_order_relaxed);
@@ -172,14 +174,14 @@ void run_pieces(Batch& b) {
     if (b.left[p.copy].fetch_sub(1, std::memory_order_acq_rel) == 1 && !b.to_host)
       madvise(copy.host, copy.bytes, MADV_DONTNEED);
   }
-  if (staging) real->cuMemFreeHost(staging);
-  if (stream) real->cuStreamDestroy_v2(stream);
+  if (staging) driver::free_host(real, staging);
+  if (stream) driver::stream_destroy(real, stream);
 }
 
 void* copy_thread_main(void* arg) {
   Batch& b = *static_cast<Batch*>(arg);
   // A new thread has no current context; it dies with this one current.
-  if (b.real->cuCtxSetCurrent && b.real->cuCtxSetCurrent(b.context) == CUDA_SUCCESS) run_pieces(b);
+  if (driver::ctx_set_current(b.real, b.context) == CUDA_SUCCESS) run_pieces(b);
   return nullptr;
 }
 
@@ -191,7 +193,7 @@ CUcontext VmmProvider::copy_context() {
     if (context_count_) return contexts_[0];
   }
   CUcontext current = nullptr;
-  if (real_->cuCtxGetCurrent) real_->cuCtxGetCurrent(&current);
+  driver::ctx_get_current(real_, &current);
   return current;
 }
 
@@ -204,8 +206,9 @@ void VmmProvider::copy_batch(HostCopy* copies, uint64_t count, bool to_host) {
   b.context = copy_context();
   uint64_t bytes = 0;
   for (uint64_t i = 0; i < count; ++i) bytes += copies[i].bytes;
-  const bool can = b.context && real_->cuCtxGetCurrent &&
-                   (to_host ? real_->cuMemcpyDtoH_v2 != nullptr : real_->cuMemcpyHtoD_v2 != nullptr);
+  const bool can =
+      b.context && driver::has(real_, &RealDriver::cuCtxGetCurrent) &&
+      (to_host ? driver::has(real_, &RealDriver::cuMemcpyDtoH_v2) : driver::has(real_, &RealDriver::cuMemcpyHtoD_v2));
   b.left.reset(new (std::nothrow) std::atomic<uint64_t>[count]);
   b.failed.reset(new (std::nothrow) std::atomic<bool>[count]);
   bool ready = can && b.left && b.failed;
@@ -252,14 +255,13 @@ void VmmProvider::copy_batch(HostCopy* copies, uint64_t count, bool to_host) {
     // This thread copies too, in the pool's context (pushed if another is
     // current, and popped again).
     CUcontext current = nullptr;
-    real_->cuCtxGetCurrent(&current);
+    driver::ctx_get_current(real_, &current);
     if (current == b.context) {
       run_pieces(b);
-    } else if (real_->cuCtxPushCurrent_v2 && real_->cuCtxPopCurrent_v2 &&
-               real_->cuCtxPushCurrent_v2(b.context) == CUDA_SUCCESS) {
+    } else if (driver::has_context_push(real_) && driver::ctx_push(real_, b.context) == CUDA_SUCCESS) {
       run_pieces(b);
       CUcontext popped = nullptr;
-      real_->cuCtxPopCurrent_v2(&popped);
+      driver::ctx_pop(real_, &popped);
     }
     for (int t = 0; t < started_count; ++t) pthread_join(started[t], nullptr);
     run_ns = now_ns() - t0;

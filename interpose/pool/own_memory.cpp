@@ -9,10 +9,10 @@
 
 #include <cstdint>
 
+#include "interpose/driver.h"
 #include "interpose/pool/pool_internal.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
-#include "interpose/vmm_driver.h"
 
 namespace pagefast::pool {
 namespace {
@@ -57,7 +57,7 @@ void own_imported(CUmemGenericAllocationHandle handle, void* os_handle, CUmemAll
   if (!noting()) return;
   // The device its memory lives on: the properties the exporter gave it.
   CUmemAllocationProp prop{};
-  if (vmm_driver::handle_properties(real_driver(), &prop, handle) != CUDA_SUCCESS ||
+  if (driver::handle_properties(real_driver(), &prop, handle) != CUDA_SUCCESS ||
       prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
     return;
   policy::ShareKey key;

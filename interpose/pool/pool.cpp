@@ -22,6 +22,7 @@
 #include <new>
 
 #include "interpose/context_memo.h"
+#include "interpose/driver.h"
 #include "interpose/ipc/ipc.h"
 #include "interpose/pool/device_memory.h"
 #include "interpose/pool/pool_internal.h"
@@ -83,7 +84,7 @@ ThreadCache* cache_of(ThreadState* ts, DevicePool* pool, int device) {
 // to re-check its device.
 bool bind(const RealDriver* real, CUcontext context, Binding* out) {
   CUdevice device = 0;
-  if (!real->cuCtxGetDevice || real->cuCtxGetDevice(&device) != CUDA_SUCCESS) return false;
+  if (driver::ctx_get_device(real, &device) != CUDA_SUCCESS) return false;
   if (device < 0 || device >= kMaxDevices) return false;
   DeviceMemory* memory = nullptr;
   DevicePool* p = pool_made(real, device, &memory);
@@ -123,10 +124,9 @@ policy::Span* live_span(CUdeviceptr dptr) {
 bool try_alloc(CUdeviceptr* dptr, size_t bytes, CUresult* result) {
   if (__builtin_expect(!active(), 0)) return false;
   const RealDriver* real = driver();
-  if (!real || !real->cuCtxGetCurrent) return false;
   CUcontext context = nullptr;
   // No current context: the driver answers CUDA_ERROR_INVALID_CONTEXT.
-  if (real->cuCtxGetCurrent(&context) != CUDA_SUCCESS || !context) return false;
+  if (driver::ctx_get_current(real, &context) != CUDA_SUCCESS || !context) return false;
   ThreadState* ts = t_state;
   Binding known;
   if (__builtin_expect(!ts || !ts->last.recall(context, &known), 0) && !bind(real, context, &known)) return false;
@@ -152,7 +152,7 @@ bool try_alloc(CUdeviceptr* dptr, size_t bytes, CUresult* result) {
 static bool has_context() {
   const RealDriver* real = driver();
   CUcontext context = nullptr;
-  return real && real->cuCtxGetCurrent && real->cuCtxGetCurrent(&context) == CUDA_SUCCESS && context;
+  return driver::ctx_get_current(real, &context) == CUDA_SUCCESS && context;
 }
 
 bool try_free(CUdeviceptr dptr, CUresult* result) {
@@ -194,8 +194,7 @@ bool try_free_async(CUdeviceptr dptr, CUstream stream, CUresult* result) {
     // allocation may be: it answers for pool memory as for cuMemAlloc's.
     const RealDriver* real = driver();
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (!real || !real->cuStreamIsCapturing || real->cuStreamIsCapturing(stream, &status) != CUDA_SUCCESS ||
-        status != CU_STREAM_CAPTURE_STATUS_NONE)
+    if (driver::stream_is_capturing(real, stream, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE)
       return false;
   }
   // The quarantine reuses a block only after a synchronisation that began

@@ -1,6 +1,6 @@
 // interpose/pool/vmm_clients.cpp: interpose/pool/vmm_clients.h over
 // policy::ClientVmmCache, with the real driver (through the seam,
-// interpose/vmm_driver.h) as its ClientDriver.
+// interpose/driver.h) as its ClientDriver.
 //
 // Which cuMemCreate calls are cacheable: pinned device memory (any handle
 // types, compression, RDMA flag: they are part of the key, compared byte
@@ -14,13 +14,13 @@
 #include <new>
 #include <string>
 
+#include "interpose/driver.h"
 #include "interpose/pool/device_memory.h"
 #include "interpose/pool/pool_internal.h"
 #include "interpose/pool/process.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
 #include "interpose/service_thread.h"
-#include "interpose/vmm_driver.h"
 #include "policy/client_vmm/cache.h"
 #include "policy/clock.h"
 
@@ -44,29 +44,26 @@ class RealClientDriver final : public policy::ClientDriver {
  public:
   int create(uint64_t bytes, const std::string& prop_bytes, uint64_t* handle) override {
     const RealDriver* real = real_driver();
-    if (!real || !real->cuMemCreate || prop_bytes.size() != sizeof(CUmemAllocationProp)) return kMissing;
+    if (prop_bytes.size() != sizeof(CUmemAllocationProp)) return kMissing;
     CUmemAllocationProp prop;
     std::memcpy(&prop, prop_bytes.data(), sizeof prop);
     CUmemGenericAllocationHandle h = 0;
-    const CUresult r = vmm_driver::create(real, &h, bytes, &prop, 0);
+    const CUresult r = driver::create(real, &h, bytes, &prop, 0);
     if (r == CUDA_SUCCESS) *handle = h;
     return r;
   }
-  int release(uint64_t handle) override { return vmm_driver::release(real_driver(), handle); }
+  int release(uint64_t handle) override { return driver::release(real_driver(), handle); }
   int map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t handle, uint64_t flags) override {
-    return vmm_driver::map(real_driver(), addr, bytes, offset, handle, flags);
+    return driver::map(real_driver(), addr, bytes, offset, handle, flags);
   }
-  int unmap(uint64_t addr, uint64_t bytes) override { return vmm_driver::unmap(real_driver(), addr, bytes); }
+  int unmap(uint64_t addr, uint64_t bytes) override { return driver::unmap(real_driver(), addr, bytes); }
   int set_access(uint64_t addr, uint64_t bytes, const std::string& descs) override {
     const RealDriver* real = real_driver();
-    if (!real || !real->cuMemSetAccess) return kMissing;
     const size_t count = descs.size() / sizeof(CUmemAccessDesc);
-    return vmm_driver::set_access(real, addr, bytes,
-                                  count ? reinterpret_cast<const CUmemAccessDesc*>(descs.data()) : nullptr, count);
+    return driver::set_access(real, addr, bytes,
+                              count ? reinterpret_cast<const CUmemAccessDesc*>(descs.data()) : nullptr, count);
   }
-  int address_free(uint64_t addr, uint64_t bytes) override {
-    return vmm_driver::address_free(real_driver(), addr, bytes);
-  }
+  int address_free(uint64_t addr, uint64_t bytes) override { return driver::address_free(real_driver(), addr, bytes); }
   uint64_t cache_room(int device) override {
     // The cache holds at most release_threshold, and under a limit no
     // more than the device's budget leaves it beside the pool.
@@ -81,12 +78,12 @@ class RealClientDriver final : public policy::ClientDriver {
   uint64_t current_context() override {
     const RealDriver* real = real_driver();
     CUcontext ctx = nullptr;
-    if (real && real->cuCtxGetCurrent) real->cuCtxGetCurrent(&ctx);
+    driver::ctx_get_current(real, &ctx);
     return reinterpret_cast<uint64_t>(ctx);
   }
   void use_context(uint64_t context) override {
     const RealDriver* real = real_driver();
-    if (context && real && real->cuCtxSetCurrent) real->cuCtxSetCurrent(reinterpret_cast<CUcontext>(context));
+    if (context) driver::ctx_set_current(real, reinterpret_cast<CUcontext>(context));
   }
   bool wake_worker() override;
   uint64_t now_ns() override { return policy::monotonic_now_ns(); }
@@ -204,8 +201,8 @@ void switch_off() { g_on.store(false, std::memory_order_relaxed); }
 CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAllocationProp* prop,
                 unsigned long long flags) {
   const RealDriver* real = real_driver();
-  if (!real || !real->cuMemCreate) return kMissing;
-  if (!cacheable(handle, bytes, prop, flags)) return vmm_driver::create(real, handle, bytes, prop, flags);
+  if (!driver::has(real, &RealDriver::cuMemCreate)) return kMissing;
+  if (!cacheable(handle, bytes, prop, flags)) return driver::create(real, handle, bytes, prop, flags);
   return guarded([&] {
     const std::string key(reinterpret_cast<const char*>(prop), sizeof *prop);
     const int device = prop->location.id;
@@ -214,12 +211,12 @@ CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemA
       *handle = cached;
       return CUDA_SUCCESS;
     }
-    CUresult r = vmm_driver::create(real, handle, bytes, prop, flags);
+    CUresult r = driver::create(real, handle, bytes, prop, flags);
     // The device's idle memory goes back (its budget: the cache's and the
     // pool's), then once more (interpose/pool_api.h, as every call out of
     // memory).
     if (r == CUDA_ERROR_OUT_OF_MEMORY && reclaim_for_driver(device))
-      r = vmm_driver::create(real, handle, bytes, prop, flags);
+      r = driver::create(real, handle, bytes, prop, flags);
     if (r == CUDA_SUCCESS) g_cache->note_created(*handle, bytes, key, device);
     return r;
   });
@@ -247,7 +244,7 @@ CUresult set_access(CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, 
     // Not a call the driver accepts: it answers, after the deferred
     // mappings there are gone (so it answers for what the program sees).
     g_cache->before_query(ptr);
-    return vmm_driver::set_access(real_driver(), ptr, bytes, desc, count);
+    return driver::set_access(real_driver(), ptr, bytes, desc, count);
   }
   return guarded([&] {
     const std::string descs(reinterpret_cast<const char*>(desc), count * sizeof(CUmemAccessDesc));
@@ -271,7 +268,7 @@ CUresult retain(CUmemGenericAllocationHandle* handle, void* addr) {
     *handle = h;
     return CUDA_SUCCESS;
   }
-  return vmm_driver::retain_handle(real_driver(), handle, addr);
+  return driver::retain_handle(real_driver(), handle, addr);
 }
 
 CUresult export_handle(void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
@@ -284,7 +281,7 @@ CUresult export_handle(void* shareable, CUmemGenericAllocationHandle handle, CUm
       }) != CUDA_SUCCESS)
     return CUDA_ERROR_OUT_OF_MEMORY;
   if (answered) return CUresult(result);
-  return vmm_driver::export_handle(real_driver(), shareable, handle, type, flags);
+  return driver::export_handle(real_driver(), shareable, handle, type, flags);
 }
 
 CUresult properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) {
@@ -296,7 +293,7 @@ CUresult properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle hand
       }) != CUDA_SUCCESS)
     return CUDA_ERROR_OUT_OF_MEMORY;
   if (answered) return CUresult(result);
-  return vmm_driver::handle_properties(real_driver(), prop, handle);
+  return driver::handle_properties(real_driver(), prop, handle);
 }
 
 bool take_range(CUdeviceptr* base, size_t bytes, size_t alignment, CUdeviceptr hint, unsigned long long flags) {

@@ -5,7 +5,7 @@
 
 #include <cstdio>
 
-#include "interpose/vmm_driver.h"
+#include "interpose/driver.h"
 
 #include <sched.h>
 #include <new>
@@ -39,14 +39,12 @@ void VmmProvider::tell_shareable(bool shareable) const {
 
 VmmProvider* VmmProvider::create(const RealDriver* real, CUdevice device, CaptureGate* gate, LogSink log,
                                  const Events* events, std::string* why) {
-  if (!real || !real->cuMemAddressReserve || !real->cuMemCreate || !real->cuMemMap || !real->cuMemSetAccess ||
-      !real->cuMemUnmap || !real->cuMemRelease || !real->cuMemGetAllocationGranularity || !real->cuCtxSynchronize ||
-      !real->cuDeviceGetAttribute || !real->cuDeviceTotalMem_v2) {
+  if (!driver::has_vmm(real)) {
     *why = "the driver lacks the virtual memory management calls";
     return nullptr;
   }
   int supported = 0;
-  if (real->cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device) !=
+  if (driver::device_attribute(real, &supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device) !=
           CUDA_SUCCESS ||
       !supported) {
     *why = "the device does not support virtual memory management";
@@ -62,25 +60,26 @@ VmmProvider* VmmProvider::create(const RealDriver* real, CUdevice device, Captur
   p->prop_.location.id = int(device);
   // Shareable chunks, so that CUDA IPC of pool blocks works (ipc.h).
   int posix_fd = 0;
-  if (real->cuDeviceGetAttribute(&posix_fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, device) ==
-          CUDA_SUCCESS &&
-      posix_fd && real->cuMemExportToShareableHandle && real->cuMemImportFromShareableHandle)
+  if (driver::device_attribute(real, &posix_fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                               device) == CUDA_SUCCESS &&
+      posix_fd &&
+      driver::has(real, &RealDriver::cuMemExportToShareableHandle, &RealDriver::cuMemImportFromShareableHandle))
     p->prop_.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   p->tell_shareable(p->prop_.requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE);
   int rdma = 0;
-  if (real->cuDeviceGetAttribute(&rdma, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, device) ==
+  if (driver::device_attribute(real, &rdma, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, device) ==
           CUDA_SUCCESS &&
       rdma)
     p->prop_.allocFlags.gpuDirectRDMACapable = 1;
   size_t granularity = 0;
-  if (real->cuMemGetAllocationGranularity(&granularity, &p->prop_, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS ||
+  if (driver::granularity(real, &granularity, &p->prop_, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS ||
       granularity == 0 || kGranuleBytes % granularity != 0) {
     *why = "the VMM granularity (" + std::to_string(granularity) + " bytes) does not divide 2 MiB";
     delete p;
     return nullptr;
   }
   size_t total = 0;
-  if (real->cuDeviceTotalMem_v2(&total, device) != CUDA_SUCCESS || total == 0) {
+  if (driver::device_total_mem(real, &total, device) != CUDA_SUCCESS || total == 0) {
     *why = "cuDeviceTotalMem failed";
     delete p;
     return nullptr;
@@ -110,13 +109,13 @@ void VmmProvider::forget_context(CUcontext context) {
 
 ProviderStatus VmmProvider::reserve_address(uint64_t bytes, uint64_t* base_addr) {
   CUdeviceptr base = 0;
-  const CUresult r = vmm_driver::address_reserve(real_, &base, bytes, kGranuleBytes, 0, 0);
+  const CUresult r = driver::address_reserve(real_, &base, bytes, kGranuleBytes, 0, 0);
   if (r != CUDA_SUCCESS) {
     // Without address space the pool serves nothing: every allocation of
     // the device then goes to the driver. Say so once (README: reserve).
     if (log_ && !reserve_warned_.exchange(true)) {
       const char* name = nullptr;
-      if (!real_->cuGetErrorName || real_->cuGetErrorName(r, &name) != CUDA_SUCCESS) name = nullptr;
+      if (driver::error_name(real_, r, &name) != CUDA_SUCCESS) name = nullptr;
       char line[256];
       std::snprintf(line, sizeof line,
                     "device %d: the driver refused to reserve %llu GiB of address space for the pool (%s); its "
@@ -132,17 +131,17 @@ ProviderStatus VmmProvider::reserve_address(uint64_t bytes, uint64_t* base_addr)
 
 ProviderStatus VmmProvider::create_chunk(Granules granules, policy::ChunkHandle* chunk) {
   CUmemGenericAllocationHandle handle = 0;
-  CUresult r = vmm_driver::create(real_, &handle, granules.bytes(), &prop_, 0);
+  CUresult r = driver::create(real_, &handle, granules.bytes(), &prop_, 0);
   if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY && prop_.allocFlags.gpuDirectRDMACapable) {
     // A driver that reports RDMA support but refuses the flag: drop it.
     prop_.allocFlags.gpuDirectRDMACapable = 0;
-    r = vmm_driver::create(real_, &handle, granules.bytes(), &prop_, 0);
+    r = driver::create(real_, &handle, granules.bytes(), &prop_, 0);
   }
   if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY && prop_.requestedHandleTypes) {
     // Likewise for shareable handles: the pool works on, without IPC.
     prop_.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
     tell_shareable(false);
-    r = vmm_driver::create(real_, &handle, granules.bytes(), &prop_, 0);
+    r = driver::create(real_, &handle, granules.bytes(), &prop_, 0);
   }
   if (r != CUDA_SUCCESS) return status_of(r);
   chunk->value = handle;
@@ -151,13 +150,13 @@ ProviderStatus VmmProvider::create_chunk(Granules granules, policy::ChunkHandle*
 
 bool VmmProvider::release_chunk(policy::ChunkHandle chunk) {
   if (events_ && events_->chunk_released) events_->chunk_released(chunk.value);
-  return vmm_driver::release(real_, chunk.value) == CUDA_SUCCESS;
+  return driver::release(real_, chunk.value) == CUDA_SUCCESS;
 }
 
 bool VmmProvider::maps_at_offset() { return offset_maps_.load(std::memory_order_relaxed); }
 
 ProviderStatus VmmProvider::map(uint64_t addr, policy::ChunkHandle chunk, Granules offset, Granules granules) {
-  const CUresult r = vmm_driver::map(real_, addr, granules.bytes(), offset.bytes(), chunk.value, 0);
+  const CUresult r = driver::map(real_, addr, granules.bytes(), offset.bytes(), chunk.value, 0);
   // The H200's driver refuses any map of part of a physical allocation (at
   // a non-zero offset, or a prefix: CUDA_ERROR_NOT_SUPPORTED,
   // docs/DRIVER-FACTS.md): learnt once, after which the arena stitches
@@ -180,12 +179,12 @@ ProviderStatus VmmProvider::map(uint64_t addr, policy::ChunkHandle chunk, Granul
 }
 
 bool VmmProvider::unmap(uint64_t addr, Granules granules) {
-  return vmm_driver::unmap(real_, addr, granules.bytes()) == CUDA_SUCCESS;
+  return driver::unmap(real_, addr, granules.bytes()) == CUDA_SUCCESS;
 }
 
 ProviderStatus VmmProvider::set_access(uint64_t addr, Granules granules, const policy::AccessSet& access) {
   if (!access.peers && !access.revoked)
-    return status_of(vmm_driver::set_access(real_, addr, granules.bytes(), &access_, 1));
+    return status_of(driver::set_access(real_, addr, granules.bytes(), &access_, 1));
   // Peers (rare, a slow path): the device itself, then one descriptor per
   // granted or revoked peer, in one call.
   CUmemAccessDesc descs[1 + policy::kMaxPeerDevices];
@@ -199,26 +198,26 @@ ProviderStatus VmmProvider::set_access(uint64_t addr, Granules granules, const p
     desc.location.id = d;
     desc.flags = (access.peers & bit) ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
   }
-  return status_of(vmm_driver::set_access(real_, addr, granules.bytes(), descs, count));
+  return status_of(driver::set_access(real_, addr, granules.bytes(), descs, count));
 }
 
 bool VmmProvider::device_free_bytes(uint64_t* free_bytes) {
-  if (!real_->cuMemGetInfo_v2 || !real_->cuCtxGetCurrent) return false;
+  if (!driver::has(real_, &RealDriver::cuMemGetInfo_v2, &RealDriver::cuCtxGetCurrent)) return false;
   const CUcontext context = copy_context();
   if (!context) return false;
   CUcontext current = nullptr;
-  real_->cuCtxGetCurrent(&current);
+  driver::ctx_get_current(real_, &current);
   size_t free_now = 0, total = 0;
   CUresult r;
   if (context == current) {
-    r = real_->cuMemGetInfo_v2(&free_now, &total);
+    r = driver::mem_get_info(real_, &free_now, &total);
   } else {
-    if (!real_->cuCtxPushCurrent_v2 || !real_->cuCtxPopCurrent_v2) return false;
-    r = real_->cuCtxPushCurrent_v2(context);
+    if (!driver::has_context_push(real_)) return false;
+    r = driver::ctx_push(real_, context);
     if (r != CUDA_SUCCESS) return false;
-    r = real_->cuMemGetInfo_v2(&free_now, &total);
+    r = driver::mem_get_info(real_, &free_now, &total);
     CUcontext popped = nullptr;
-    real_->cuCtxPopCurrent_v2(&popped);
+    driver::ctx_pop(real_, &popped);
   }
   if (r != CUDA_SUCCESS) return false;
   *free_bytes = free_now;
@@ -240,27 +239,27 @@ policy::SyncStatus VmmProvider::synchronize() {
     for (int i = 0; i < context_count_; ++i) contexts[count++] = contexts_[i];
   }
   CUcontext current = nullptr;
-  if (real_->cuCtxGetCurrent) real_->cuCtxGetCurrent(&current);
+  driver::ctx_get_current(real_, &current);
   policy::SyncStatus status = policy::SyncStatus::Done;
   if (count == 0) {
     // Nothing remembered (cannot happen after an allocation): the current
     // context, if any, is the best there is.
-    if (!current || real_->cuCtxSynchronize() != CUDA_SUCCESS) status = policy::SyncStatus::Failed;
+    if (!current || driver::ctx_synchronize(real_) != CUDA_SUCCESS) status = policy::SyncStatus::Failed;
   }
   for (int i = 0; i < count; ++i) {
     CUresult r;
     if (contexts[i] == current) {
-      r = real_->cuCtxSynchronize();
+      r = driver::ctx_synchronize(real_);
     } else {
-      if (!real_->cuCtxPushCurrent_v2 || !real_->cuCtxPopCurrent_v2) {
+      if (!driver::has_context_push(real_)) {
         status = policy::SyncStatus::Failed;
         continue;
       }
-      r = real_->cuCtxPushCurrent_v2(contexts[i]);
+      r = driver::ctx_push(real_, contexts[i]);
       if (r == CUDA_SUCCESS) {
-        r = real_->cuCtxSynchronize();
+        r = driver::ctx_synchronize(real_);
         CUcontext popped = nullptr;
-        real_->cuCtxPopCurrent_v2(&popped);
+        driver::ctx_pop(real_, &popped);
       }
     }
     if (r == CUDA_SUCCESS) continue;
