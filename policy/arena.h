@@ -95,7 +95,7 @@ class Arena {
   // Any failure leaves nothing behind (no mapping, no handle, no block).
   // A step never exceeds
   // max(min_granules, max_step): the caller's bound (the headroom,
-  // DevicePool::grow_locked).
+  // LargeBlocks::grow_locked).
   ProviderStatus grow(Granules min_granules, Granules max_step = Granules(UINT64_MAX >> kGranuleShift));
 
   // A block in `state` at fresh addresses, backed by the physical memory
