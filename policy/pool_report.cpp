@@ -77,26 +77,8 @@ void line(std::string& out, const char* name, const std::string& value) {
 
 std::string count(uint64_t n) { return std::to_string(n); }
 
-}  // namespace
-
-std::string report_text(int device, const PoolReport& r) {
-  const PoolStats& s = r.stats;
-  std::string out = "device " + std::to_string(device) + "\n";
-  line(out, "reserved", format_bytes(s.reserved_bytes, ByteStyle::Report));
-  line(out, "mapped", format_bytes(s.mapped_bytes, ByteStyle::Report));
-  line(out, "in use", format_bytes(s.in_use_bytes, ByteStyle::Report));
-  line(out, "idle", format_bytes(s.idle_bytes, ByteStyle::Report));
-  line(out, "quarantined", format_bytes(s.quarantined_bytes, ByteStyle::Report));
-  line(out, "cached", format_bytes(s.cached_bytes, ByteStyle::Report));
-  line(out, "peak in use", format_bytes(s.peak_in_use_bytes, ByteStyle::Report));
-  line(out, "hits", count(s.hits));
-  line(out, "growths", count(s.growths));
-  line(out, "stitches", count(s.stitches));
-  line(out, "releases", count(s.releases));
-  line(out, "synchronisations", count(s.synchronizations));
-  line(out, "pass-throughs", count(s.passthroughs));
-  line(out, "out-of-memory answers", count(s.ooms));
-
+// The size classes: one row per class with slabs.
+void class_lines(std::string& out, const PoolReport& r) {
   out += "  size classes";
   out += r.classes_busy || r.caches_busy ? " (busy: some counts could not be read)\n" : "\n";
   if (r.class_count == 0) {
@@ -115,7 +97,10 @@ std::string report_text(int device, const PoolReport& r) {
       out += buf;
     }
   }
+}
 
+// The arena, its fragmentation and the largest block without growth.
+void arena_lines(std::string& out, const PoolReport& r) {
   if (r.arena_busy) {
     out += "  arena                      busy (its lock was held; figures above are the lock-free ones)\n";
   } else {
@@ -140,7 +125,10 @@ std::string report_text(int device, const PoolReport& r) {
       line(out, "largest block, no growth",
            format_bytes(r.largest_free_run.bytes(), ByteStyle::Report) + " (the largest free run)");
   }
+}
 
+// The last out-of-memory answer.
+void oom_lines(std::string& out, const PoolReport& r) {
   const OomRecord& o = r.last_oom;
   if (r.oom_busy) {
     line(out, "last out-of-memory", "busy (its record was being written)");
@@ -164,6 +152,31 @@ std::string report_text(int device, const PoolReport& r) {
          o.forwarded ? "handed to the driver (no limit: it may have memory the pool has not)"
                      : "CUDA_ERROR_OUT_OF_MEMORY");
   }
+}
+
+}  // namespace
+
+std::string report_text(int device, const PoolReport& r) {
+  const PoolStats& s = r.stats;
+  std::string out = "device " + std::to_string(device) + "\n";
+  line(out, "reserved", format_bytes(s.reserved_bytes, ByteStyle::Report));
+  line(out, "mapped", format_bytes(s.mapped_bytes, ByteStyle::Report));
+  line(out, "in use", format_bytes(s.in_use_bytes, ByteStyle::Report));
+  line(out, "idle", format_bytes(s.idle_bytes, ByteStyle::Report));
+  line(out, "quarantined", format_bytes(s.quarantined_bytes, ByteStyle::Report));
+  line(out, "cached", format_bytes(s.cached_bytes, ByteStyle::Report));
+  line(out, "peak in use", format_bytes(s.peak_in_use_bytes, ByteStyle::Report));
+  line(out, "hits", count(s.hits));
+  line(out, "growths", count(s.growths));
+  line(out, "stitches", count(s.stitches));
+  line(out, "releases", count(s.releases));
+  line(out, "synchronisations", count(s.synchronizations));
+  line(out, "pass-throughs", count(s.passthroughs));
+  line(out, "out-of-memory answers", count(s.ooms));
+
+  class_lines(out, r);
+  arena_lines(out, r);
+  oom_lines(out, r);
   return out;
 }
 
