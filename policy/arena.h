@@ -95,7 +95,7 @@ class Arena {
   // Any failure leaves nothing behind (no mapping, no handle, no block).
   // A step never exceeds
   // max(min_granules, max_step): the caller's bound (the headroom,
-  // DevicePool::grow_locked).
+  // LargeBlocks::grow_locked).
   ProviderStatus grow(Granules min_granules, Granules max_step = Granules(UINT64_MAX >> kGranuleShift));
 
   // A block in `state` at fresh addresses, backed by the physical memory
@@ -226,6 +226,10 @@ class Arena {
   // a chunk whose contents are in place resident; undo_fill takes back the
   // fresh memory of a chunk whose copy failed (its host copy stays).
   bool bring_up(uint64_t home, Chunk& chunk);
+  // Sleep's first step: unmaps every stitch map (kept in sleeping_maps_);
+  // a map the driver refuses pins its chunk (*pinned). false when out of
+  // host memory left a map unlisted: then every chunk stays resident.
+  bool unmap_stitches_for_sleep(std::vector<uint64_t>* pinned);
   static bool needs_fill(const Chunk& chunk) { return chunk.host && (!chunk.handle_kept || chunk.fill_pending); }
   void finish_wake(Chunk& chunk);
   void undo_fill(uint64_t home, Chunk& chunk);

@@ -15,14 +15,9 @@
 
 namespace pagefast::policy {
 
-Arena::SleepResult Arena::sleep(bool keep, Clock& clock, const std::vector<ChunkHandle>& shared) {
-  SleepResult result;
-  if (asleep_) return result;
-  if (!unreleased_.empty()) retry_releases();
-  // Stitches first: a chunk is released only once no mapping of it is left.
+bool Arena::unmap_stitches_for_sleep(std::vector<uint64_t>* pinned) {
   // A stitch map the driver refuses to unmap pins its chunk (resident).
-  std::vector<uint64_t> pinned;
-  bool keep_all_resident = false;
+  bool all_listed = true;
   for (const auto& range : opened_) {
     if (chunks_.count(range.first)) continue;
     Span* span = page_map_.lookup(range.first);
@@ -32,18 +27,28 @@ Arena::SleepResult Arena::sleep(bool keep, Clock& clock, const std::vector<Chunk
       bool ok = false;
       try {
         sleeping_maps_.reserve(sleeping_maps_.size() + 1);
-        pinned.reserve(pinned.size() + 1);
+        pinned->reserve(pinned->size() + 1);
         ok = provider_.unmap(m.addr, m.granules);
       } catch (...) {
         // Out of host memory: the map stays, and since its chunk is not
         // on the list, every chunk stays.
-        keep_all_resident = true;
+        all_listed = false;
         continue;
       }
       if (ok) sleeping_maps_.push_back({m.addr, m.granules, m.chunk_home_addr, m.chunk_offset});
-      else pinned.push_back(m.chunk_home_addr);
+      else pinned->push_back(m.chunk_home_addr);
     }
   }
+  return all_listed;
+}
+
+Arena::SleepResult Arena::sleep(bool keep, Clock& clock, const std::vector<ChunkHandle>& shared) {
+  SleepResult result;
+  if (asleep_) return result;
+  if (!unreleased_.empty()) retry_releases();
+  // Stitches first: a chunk is released only once no mapping of it is left.
+  std::vector<uint64_t> pinned;
+  const bool keep_all_resident = !unmap_stitches_for_sleep(&pinned);
   // The chunks that go, and (keep) their copies. Out of host memory for
   // these lists: every chunk stays resident, which is a legal sleep.
   std::vector<Chunk*> going;

@@ -1,8 +1,7 @@
-// policy/pool_report.cpp: DevicePool::report() (the figures, read without
-// waiting) and the text of the memory report (policy/pool_report.h).
+// policy/pool_report.cpp: DevicePool::stats() and report() (the figures,
+// each part's read without waiting), describe/layout/check, and the text
+// of the memory report (policy/pool_report.h).
 #include "policy/pool_report.h"
-
-#include <sched.h>
 
 #include <cstdio>
 
@@ -10,90 +9,57 @@
 
 namespace pagefast::policy {
 
+PoolStats DevicePool::stats() {
+  // Try-locks only: stats are read at process exit too, when another
+  // thread may be stopped anywhere (holding a lock). A part whose lock
+  // stays busy repeats what it last read under it.
+  PoolStats s;
+  registry_.read_figures(&s);
+  s.quarantined_bytes += quarantine_.shared_bytes();
+  large_.read_figures(&s);
+  s.idle_bytes = s.mapped_bytes > s.in_use_bytes ? s.mapped_bytes - s.in_use_bytes : 0;
+  s.peak_in_use_bytes = registry_.peak_in_use_bytes();
+  s.synchronizations = quarantine_.synchronizations();
+  s.passthroughs = oom_.passthroughs();
+  s.ooms = oom_.ooms();
+  s.synchronization_ns = quarantine_.synchronization_ns();
+  return s;
+}
+
 PoolReport DevicePool::report() {
   // Every lock is tried, never waited for: at exit a thread may have been
   // stopped while holding one. A busy part is reported as busy.
   PoolReport r;
   r.stats = stats();
-  {
-    std::unique_lock<std::mutex> guard(arena_mutex_, std::try_to_lock);
-    if (guard.owns_lock()) {
-      r.chunks = arena_.chunk_count();
-      r.mapped = arena_.mapped();
-      r.free_home = arena_.free_home();
-      r.free_stitched = arena_.free_stitched();
-      r.lent = arena_.lent();
-      r.free_blocks = arena_.free_block_count();
-      r.largest_free_run = arena_.largest_free();
-    } else {
-      r.arena_busy = true;
-    }
+  ArenaFigures arena;
+  if (large_.try_figures(&arena)) {
+    r.chunks = arena.chunks;
+    r.mapped = arena.mapped;
+    r.free_home = arena.free_home;
+    r.free_stitched = arena.free_stitched;
+    r.lent = arena.lent;
+    r.free_blocks = arena.free_blocks;
+    r.largest_free_run = arena.largest_free_run;
+  } else {
+    r.arena_busy = true;
   }
   // Blocks sitting in the threads' bins are free too, only not central.
   uint64_t in_bins[kClassCount] = {};
-  {
-    std::unique_lock<std::mutex> guard(registry_mutex_, std::try_to_lock);
-    if (guard.owns_lock()) {
-      for (ThreadCache* c = registry_; c; c = c->registry_next) {
-        if (!c->lock.try_lock()) {
-          r.caches_busy = true;
-          continue;
-        }
-        for (int k = 0; k < kClassCount; ++k) in_bins[k] += c->bins[k].count;
-        c->lock.unlock();
-      }
-    } else {
-      r.caches_busy = true;
-    }
-  }
-  for (int k = 0; k < kClassCount; ++k) {
-    uint64_t slabs = 0, central_free = 0, total = 0;
-    if (!centrals_[k].try_counts(&slabs, &central_free, &total)) {
-      r.classes_busy = true;
-      continue;
-    }
-    if (slabs == 0) continue;
-    ClassOccupancy& o = r.classes[r.class_count++];
-    o.block_bytes = kSizeClasses[k].block_bytes;
-    o.slabs = slabs;
-    o.free_blocks = central_free + in_bins[k];
-    if (o.free_blocks > total) o.free_blocks = total;  // counts read at different moments
-    o.blocks_in_use = total - o.free_blocks;
-  }
-  {
-    std::unique_lock<std::mutex> guard(oom_mutex_, std::try_to_lock);
-    if (guard.owns_lock()) r.last_oom = last_oom_;
-    else r.oom_busy = true;
-  }
+  if (!registry_.count_bins(in_bins)) r.caches_busy = true;
+  if (!small_.occupancy(in_bins, r.classes, &r.class_count)) r.classes_busy = true;
+  if (!oom_.try_read(&r.last_oom)) r.oom_busy = true;
   return r;
 }
 
-void DevicePool::note_oom_locked(Granules granules, bool for_slab, uint64_t released_bytes, bool forwarded) {
-  // Off the hot path (an out-of-memory answer); the record is written in
-  // place, so nothing here can fail.
-  std::lock_guard<std::mutex> guard(oom_mutex_);
-  previous_oom_ = last_oom_;
-  OomRecord& o = last_oom_;
-  o.count = ooms_.load(std::memory_order_relaxed);
-  o.request_bytes = 0;
-  o.needed_bytes = granules.bytes();
-  o.for_slab = for_slab;
-  o.request_pending = true;
-  o.limit_bytes = settings_.config.limit_bytes;
-  o.released_bytes = released_bytes;
-  o.free_bytes = (arena_.free_home() + arena_.free_stitched()).bytes();
-  o.headroom_bytes = settings_.config.limit_bytes ? arena_.headroom().bytes() : kUnlimited;
-  o.forwarded = forwarded;
+std::string DevicePool::layout() {
+  return large_.locked([](const Arena& arena) { return arena.layout(); });
 }
 
-void DevicePool::note_oom_request(uint64_t request_bytes) {
-  // Only after an OOM was noted: a failure for another reason (host out of
-  // memory) leaves the record alone.
-  std::lock_guard<std::mutex> guard(oom_mutex_);
-  if (!last_oom_.request_pending) return;
-  last_oom_.request_bytes = request_bytes;
-  last_oom_.request_pending = false;
+std::string DevicePool::describe() {
+  return large_.locked([](const Arena& arena) { return arena.describe(); }) + small_.describe();
 }
+
+std::string DevicePool::check() { return large_.check(); }
 
 double fragmentation(const PoolReport& r) {
   if (r.free_home.count() == 0) return 0.0;
@@ -111,26 +77,8 @@ void line(std::string& out, const char* name, const std::string& value) {
 
 std::string count(uint64_t n) { return std::to_string(n); }
 
-}  // namespace
-
-std::string report_text(int device, const PoolReport& r) {
-  const PoolStats& s = r.stats;
-  std::string out = "device " + std::to_string(device) + "\n";
-  line(out, "reserved", format_bytes(s.reserved_bytes, ByteStyle::Report));
-  line(out, "mapped", format_bytes(s.mapped_bytes, ByteStyle::Report));
-  line(out, "in use", format_bytes(s.in_use_bytes, ByteStyle::Report));
-  line(out, "idle", format_bytes(s.idle_bytes, ByteStyle::Report));
-  line(out, "quarantined", format_bytes(s.quarantined_bytes, ByteStyle::Report));
-  line(out, "cached", format_bytes(s.cached_bytes, ByteStyle::Report));
-  line(out, "peak in use", format_bytes(s.peak_in_use_bytes, ByteStyle::Report));
-  line(out, "hits", count(s.hits));
-  line(out, "growths", count(s.growths));
-  line(out, "stitches", count(s.stitches));
-  line(out, "releases", count(s.releases));
-  line(out, "synchronisations", count(s.synchronizations));
-  line(out, "pass-throughs", count(s.passthroughs));
-  line(out, "out-of-memory answers", count(s.ooms));
-
+// The size classes: one row per class with slabs.
+void class_lines(std::string& out, const PoolReport& r) {
   out += "  size classes";
   out += r.classes_busy || r.caches_busy ? " (busy: some counts could not be read)\n" : "\n";
   if (r.class_count == 0) {
@@ -149,7 +97,10 @@ std::string report_text(int device, const PoolReport& r) {
       out += buf;
     }
   }
+}
 
+// The arena, its fragmentation and the largest block without growth.
+void arena_lines(std::string& out, const PoolReport& r) {
   if (r.arena_busy) {
     out += "  arena                      busy (its lock was held; figures above are the lock-free ones)\n";
   } else {
@@ -174,7 +125,10 @@ std::string report_text(int device, const PoolReport& r) {
       line(out, "largest block, no growth",
            format_bytes(r.largest_free_run.bytes(), ByteStyle::Report) + " (the largest free run)");
   }
+}
 
+// The last out-of-memory answer.
+void oom_lines(std::string& out, const PoolReport& r) {
   const OomRecord& o = r.last_oom;
   if (r.oom_busy) {
     line(out, "last out-of-memory", "busy (its record was being written)");
@@ -198,6 +152,31 @@ std::string report_text(int device, const PoolReport& r) {
          o.forwarded ? "handed to the driver (no limit: it may have memory the pool has not)"
                      : "CUDA_ERROR_OUT_OF_MEMORY");
   }
+}
+
+}  // namespace
+
+std::string report_text(int device, const PoolReport& r) {
+  const PoolStats& s = r.stats;
+  std::string out = "device " + std::to_string(device) + "\n";
+  line(out, "reserved", format_bytes(s.reserved_bytes, ByteStyle::Report));
+  line(out, "mapped", format_bytes(s.mapped_bytes, ByteStyle::Report));
+  line(out, "in use", format_bytes(s.in_use_bytes, ByteStyle::Report));
+  line(out, "idle", format_bytes(s.idle_bytes, ByteStyle::Report));
+  line(out, "quarantined", format_bytes(s.quarantined_bytes, ByteStyle::Report));
+  line(out, "cached", format_bytes(s.cached_bytes, ByteStyle::Report));
+  line(out, "peak in use", format_bytes(s.peak_in_use_bytes, ByteStyle::Report));
+  line(out, "hits", count(s.hits));
+  line(out, "growths", count(s.growths));
+  line(out, "stitches", count(s.stitches));
+  line(out, "releases", count(s.releases));
+  line(out, "synchronisations", count(s.synchronizations));
+  line(out, "pass-throughs", count(s.passthroughs));
+  line(out, "out-of-memory answers", count(s.ooms));
+
+  class_lines(out, r);
+  arena_lines(out, r);
+  oom_lines(out, r);
   return out;
 }
 

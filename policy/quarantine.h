@@ -14,7 +14,7 @@
 //
 // Quarantine (below) owns the tickets, the batches, the shared list and
 // the syncs; it decides nothing about when to sync nor where retired
-// blocks go: DevicePool does (device_pool_quarantine.cpp).
+// blocks go: SyncGate does (sync_gate.h).
 #pragma once
 
 #include <atomic>

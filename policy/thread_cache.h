@@ -10,6 +10,11 @@
 // nanoseconds; a drainer holds it only while it copies entries out.
 // Lock order: cache -> size-class lock -> device lock. Nothing is held
 // across a synchronize().
+//
+// The hit path's steps (pop_small, pop_large, next_buffer_id) are inline
+// here, so that DevicePool::alloc compiles them into itself; the parts
+// that serve a miss (policy/small_blocks.h, policy/sync_gate.h) use them
+// too.
 #pragma once
 
 #include <sched.h>
@@ -59,6 +64,9 @@ struct LargeSlot {
 
 // Buffer ids are taken from the process-wide counter this many at a time.
 constexpr uint64_t kBufferIdBatch = 4096;
+// Buffer ids of pool blocks start here, far above the driver's own, so an
+// id never names both a pool block and a driver allocation.
+constexpr uint64_t kBufferIdBase = uint64_t(0x5046) << 48;  // "PF"
 
 struct SmallSlot {
   Slab* slab;
@@ -106,5 +114,82 @@ struct ThreadCache {
   ThreadCache* registry_next = nullptr;
   ThreadCache* all_next = nullptr;  // every cache of the pool, for teardown
 };
+
+// What the program asked for: bytes, and the context the block is for
+// (DevicePool::blocks_of_context).
+struct AllocRequest {
+  uint64_t bytes;
+  ContextTag context;
+};
+
+// Takes the cache's next range of buffer ids from the process-wide counter
+// (thread_registry.cpp); once every kBufferIdBatch allocations.
+void take_buffer_ids(ThreadCache& cache);
+
+inline uint64_t next_buffer_id(ThreadCache& cache) {
+  if (__builtin_expect(cache.next_buffer_id == cache.buffer_id_end, 0)) take_buffer_ids(cache);
+  return cache.next_buffer_id++;
+}
+
+// REQUIRES: cache.lock held (the counters are written under it). Marks a
+// small block live for `request`.
+inline void hand_out_small(ThreadCache& cache, const SmallSlot& slot, AllocRequest request) {
+  SlabBlockInfo& info = slot.slab->info[slot.index];
+  info.requested_bytes.store(uint32_t(request.bytes), std::memory_order_relaxed);
+  info.buffer_id.store(next_buffer_id(cache), std::memory_order_relaxed);
+  info.context_tag.store(request.context, std::memory_order_relaxed);
+  info.live.store(1, std::memory_order_release);
+  owner_add(cache.in_use_delta, slot.slab->block_bytes);
+}
+
+// A hit of size class `class_index`: the newest slot of its bin; false
+// when the bin is empty.
+inline bool pop_small(ThreadCache& cache, int class_index, AllocRequest request, uint64_t* addr) {
+  cache.lock.lock();
+  SmallBin& bin = cache.bins[class_index];
+  if (__builtin_expect(bin.count == 0, 0)) {
+    cache.lock.unlock();
+    return false;
+  }
+  const SmallSlot slot = bin.slots[--bin.count];
+  hand_out_small(cache, slot, request);
+  owner_add(cache.hits, 1);
+  owner_add(cache.cached_bytes, uint64_t(0) - slot.slab->block_bytes);
+  cache.lock.unlock();
+  *addr = slot.addr();
+  return true;
+}
+
+// REQUIRES: cache.lock held. Marks a large block Used for `request`; a hit
+// when it came from the cache or the pool's idle memory (not a growth).
+inline void hand_out_large(ThreadCache& cache, Block* block, AllocRequest request, bool hit) {
+  block->requested_bytes.store(request.bytes, std::memory_order_relaxed);
+  block->buffer_id.store(next_buffer_id(cache), std::memory_order_relaxed);
+  block->context_tag.store(request.context, std::memory_order_relaxed);
+  block->store_state(BlockState::Used);
+  if (hit) owner_add(cache.hits, 1);
+  owner_add(cache.in_use_delta, block->granules().bytes());
+}
+
+// A hit of a cached large block of exactly `granules`; false when none.
+inline bool pop_large(ThreadCache& cache, Granules granules, AllocRequest request, uint64_t* addr) {
+  cache.lock.lock();
+  // Newest first: a loop takes back what it retired last.
+  for (int i = cache.large_count - 1; i >= 0; --i) {
+    if (cache.large[i].granules != granules) continue;
+    Block* block = cache.large[i].block;
+    // Keep the slots in age order (SyncGate evicts the oldest).
+    for (int k = i + 1; k < cache.large_count; ++k) cache.large[k - 1] = cache.large[k];
+    --cache.large_count;
+    cache.large_granules -= granules;
+    owner_add(cache.cached_bytes, uint64_t(0) - granules.bytes());
+    hand_out_large(cache, block, request, true);
+    cache.lock.unlock();
+    *addr = block->addr();
+    return true;
+  }
+  cache.lock.unlock();
+  return false;
+}
 
 }  // namespace pagefast::policy

@@ -57,6 +57,49 @@ inline Block* stitch_across_two_chunks(ArenaUnderTest& t) {
   return s;
 }
 
+// DevicePool's parts wired as DevicePool wires them, without the pool
+// (owner NULL), for tests of one part alone: the others stand in as its
+// injected side effects, on the fake provider and clock.
+struct PartsUnderTest {
+  explicit PartsUnderTest(const PoolConfig& config, uint64_t capacity_bytes = 256 * kMiB)
+      : provider(capacity_bytes, FakeProvider::Backing::None),
+        page_map(new PageMap()),
+        settings(make_settings(config, capacity_bytes)),
+        large(provider, clock, *page_map, nullptr, settings, nullptr),
+        small(large, *page_map, nullptr),
+        quarantine(provider, clock),
+        registry(quarantine, nullptr),
+        gate(quarantine, clock, registry, small, large, settings) {}
+  ~PartsUnderTest() { page_map->destroy_leaves_for_tests(); }
+  static PoolSettings make_settings(const PoolConfig& config, uint64_t device_total_bytes) {
+    PoolSettings s;
+    s.config = config;
+    s.device_total_bytes = device_total_bytes;
+    return s;
+  }
+  // A free as DevicePool::free makes it, for a block that is Used: its
+  // entry goes into the cache's batch. false if it was not Used.
+  bool quarantine_block(ThreadCache& cache, Block* block) {
+    if (!block->quarantine_if_used()) return false;
+    QuarantineBatch* q = cache.quarantine;
+    q->entries[q->count++] = QuarantineEntry{block->addr(), block, quarantine.stamp()};
+    q->bytes += block->granules().bytes();
+    owner_add(cache.quarantined_bytes, block->granules().bytes());
+    owner_add(cache.freed_bytes, block->granules().bytes());
+    return true;
+  }
+
+  FakeProvider provider;
+  FakeClock clock;
+  std::unique_ptr<PageMap> page_map;
+  const PoolSettings settings;
+  LargeBlocks large;
+  SmallBlocks small;
+  Quarantine quarantine;
+  ThreadRegistry registry;
+  SyncGate gate;
+};
+
 struct PoolUnderTest {
   // reports_free: the provider tells its free memory from the start (the
   // headroom applies to prewarm too).

@@ -1,9 +1,9 @@
-// policy/device_pool_borrow.cpp: what a full device takes from the size
+// policy/small_blocks_borrow.cpp: what a full device takes from the size
 // classes' idle memory (docs/POOL.md "Out of memory").
 //
 // A slab's free blocks serve only its class, and cuMemGetInfo counts them
 // free. When no arena memory can be had for a request, even after every
-// idle block came back (obtain_under_pressure):
+// idle block came back (DevicePool::obtain_under_pressure):
 //  - a small request takes a free block of the nearest larger class that
 //    has one, as caching allocators split a larger free block; the block
 //    keeps its slab's geometry and is freed into that class (the slab
@@ -12,12 +12,11 @@
 //  - the free tail of every slab (its granules past the last block that is
 //    not free) goes back to the arena, where a larger request can use it.
 // Both run only after a shortfall, never on the hit path.
-#include "policy/device_pool.h"
+#include "policy/small_blocks.h"
 
 namespace pagefast::policy {
 
-bool DevicePool::borrow_small(ThreadCache& cache, int class_index, Request request, uint64_t* addr,
-                              AllocStatus shortfall) {
+bool SmallBlocks::borrow(ThreadCache& cache, int class_index, AllocRequest request, uint64_t* addr) {
   SmallSlot slot{};
   bool found = false;
   // The shortfall drained every thread cache into the centres; the calling
@@ -34,31 +33,19 @@ bool DevicePool::borrow_small(ThreadCache& cache, int class_index, Request reque
     if (!found) found = centrals_[c].pop(&slot, 1) == 1;
   }
   if (!found) return false;
-  SlabBlockInfo& info = slot.slab->info[slot.index];
   cache.lock.lock();
-  info.requested_bytes.store(uint32_t(request.bytes), std::memory_order_relaxed);
-  info.buffer_id.store(next_buffer_id(cache), std::memory_order_relaxed);
-  info.context_tag.store(request.context, std::memory_order_relaxed);
-  info.live.store(1, std::memory_order_release);
-  owner_add(cache.in_use_delta, slot.slab->block_bytes);
+  hand_out_small(cache, slot, request);
   cache.lock.unlock();
   *addr = slot.addr();
-  // The shortfall counted and recorded an answer that this request did
-  // not get.
-  ooms_.fetch_sub(1, std::memory_order_relaxed);
-  if (shortfall == AllocStatus::Forward) passthroughs_.fetch_sub(1, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> guard(oom_mutex_);
-  last_oom_ = previous_oom_;
   return true;
 }
 
-uint64_t DevicePool::trim_slab_tails() {
+uint64_t SmallBlocks::trim_tails() {
   uint64_t granules = 0;
   for (int c = 0; c < kClassCount; ++c)
     granules += centrals_[c].trim_tails([this](Slab* slab, Granules keep) {
       // Size-class lock -> device lock: the pool's lock order.
-      std::lock_guard<std::mutex> guard(arena_mutex_);
-      return !slab->backing->stitch && arena_.give_back_tail(slab->backing, keep);
+      return large_.give_back_tail(slab->backing, keep);
     });
   return granules;
 }

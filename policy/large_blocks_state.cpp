@@ -1,0 +1,117 @@
+// policy/large_blocks_state.cpp: LargeBlocks (large_blocks.h) beside
+// allocation: peer access, sleep and wake of the chunks, and the figures
+// (stats, the memory report, the consistency check).
+#include <cinttypes>
+#include <climits>
+#include <cstdio>
+
+#include "policy/large_blocks.h"
+#include "policy/thread_registry.h"
+
+namespace pagefast::policy {
+
+// ---- peer access -------------------------------------------------------------
+
+int LargeBlocks::add_peer(int peer) {
+  if (peer < 0 || peer >= kMaxPeerDevices || peer == settings_.device) return 0;
+  std::lock_guard<std::mutex> guard(mutex_);
+  const uint64_t peers = arena_.peers() | (uint64_t(1) << peer);
+  return peers == arena_.peers() ? 0 : arena_.set_peers(peers);
+}
+
+int LargeBlocks::remove_peer(int peer) {
+  if (peer < 0 || peer >= kMaxPeerDevices || peer == settings_.device) return 0;
+  std::lock_guard<std::mutex> guard(mutex_);
+  const uint64_t peers = arena_.peers() & ~(uint64_t(1) << peer);
+  return peers == arena_.peers() ? 0 : arena_.set_peers(peers);
+}
+
+uint64_t LargeBlocks::peers() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return arena_.peers();
+}
+
+// ---- sleep and wake ------------------------------------------------------------
+
+Arena::SleepResult LargeBlocks::sleep(bool keep, const std::vector<ChunkHandle>& shared, uint64_t* idle_released,
+                                      uint64_t* idle_ns) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  // Idle memory is released rather than kept: nothing to copy for it.
+  const uint64_t idle_start = clock_.now_ns();
+  const uint64_t before = arena_.resident().bytes();
+  arena_.dissolve_free_stitches();
+  arena_.release_free_chunks(INT_MAX);
+  *idle_released = before - arena_.resident().bytes();
+  *idle_ns = clock_.now_ns() - idle_start;
+  if (log_ && keep && arena_.resident().bytes() >= kSleepProgressBytes) {
+    char line[192];
+    std::snprintf(line, sizeof line, "device %d: going to sleep: copying %" PRIu64 " MiB to host memory",
+                  settings_.device, arena_.resident().bytes() / kMiB);
+    log_(LogLevel::Info, line);
+  }
+  const Arena::SleepResult result = arena_.sleep(keep, clock_, shared);
+  mirror_mapped();
+  return result;
+}
+
+ProviderStatus LargeBlocks::wake(Arena::WakeResult* result) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  const ProviderStatus status = arena_.wake(clock_, result);
+  mirror_mapped();
+  return status;
+}
+
+// ---- figures -------------------------------------------------------------------
+
+uint64_t LargeBlocks::growths() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return arena_.counters().growths;
+}
+
+void LargeBlocks::read_figures(PoolStats* s) {
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  s->mapped_bytes = mapped_bytes_.load(kRelaxed);
+  if (try_lock_patiently(mutex_)) {
+    s->reserved_bytes = arena_.reserved_bytes();
+    s->growths = arena_.counters().growths;
+    s->stitches = arena_.counters().stitches;
+    s->releases = arena_.counters().releases;
+    last_.reserved_bytes.store(s->reserved_bytes, kRelaxed);
+    last_.growths.store(s->growths, kRelaxed);
+    last_.stitches.store(s->stitches, kRelaxed);
+    last_.releases.store(s->releases, kRelaxed);
+    mutex_.unlock();
+  } else {
+    s->reserved_bytes = last_.reserved_bytes.load(kRelaxed);
+    s->growths = last_.growths.load(kRelaxed);
+    s->stitches = last_.stitches.load(kRelaxed);
+    s->releases = last_.releases.load(kRelaxed);
+  }
+  s->peak_mapped_bytes = peak_mapped_bytes_.load(kRelaxed);
+  s->headroom_releases = headroom_releases_.load(kRelaxed);
+  s->growth_ns = growth_ns_.load(kRelaxed);
+  s->release_ns = release_ns_.load(kRelaxed);
+}
+
+bool LargeBlocks::try_figures(ArenaFigures* out) {
+  std::unique_lock<std::mutex> guard(mutex_, std::try_to_lock);
+  if (!guard.owns_lock()) return false;
+  out->chunks = arena_.chunk_count();
+  out->mapped = arena_.mapped();
+  out->free_home = arena_.free_home();
+  out->free_stitched = arena_.free_stitched();
+  out->lent = arena_.lent();
+  out->free_blocks = arena_.free_block_count();
+  out->largest_free_run = arena_.largest_free();
+  return true;
+}
+
+std::string LargeBlocks::check() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  std::string problem = arena_.check();
+  if (!problem.empty()) return problem;
+  if (mapped_bytes_.load() != arena_.resident().bytes()) return "mapped mirror differs";
+  return "";
+}
+
+}  // namespace pagefast::policy

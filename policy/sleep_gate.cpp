@@ -1,0 +1,35 @@
+// policy/sleep_gate.cpp: SleepGate (sleep_gate.h).
+#include "policy/sleep_gate.h"
+
+#include <sched.h>
+
+namespace pagefast::policy {
+
+bool SleepGate::enter() {
+  while (true) {
+    in_flight_.fetch_add(1, std::memory_order_seq_cst);
+    if (__builtin_expect(!asleep_.load(std::memory_order_seq_cst), 1)) return true;
+    leave();
+    if (flags_.load(std::memory_order_relaxed) & kSleepFail) return false;
+    std::unique_lock<std::mutex> lock(wait_mutex_);
+    wait_cv_.wait(lock, [&] { return !asleep_.load(std::memory_order_acquire); });
+  }
+}
+
+void SleepGate::close(unsigned flags) {
+  flags_.store(flags, std::memory_order_relaxed);
+  asleep_.store(true, std::memory_order_seq_cst);
+  // Slow paths already past the gate finish first (they may be growing or
+  // refilling a cache); new ones wait or fail at the gate.
+  while (in_flight_.load(std::memory_order_seq_cst) != 0) sched_yield();
+}
+
+void SleepGate::open() {
+  {
+    std::lock_guard<std::mutex> lock(wait_mutex_);
+    asleep_.store(false, std::memory_order_seq_cst);
+  }
+  wait_cv_.notify_all();
+}
+
+}  // namespace pagefast::policy

@@ -1,0 +1,50 @@
+// policy/sleep_gate.h: the gate every slow path of a pool passes
+// (docs/POOL.md "Sleep and wake"). While the pool sleeps, a slow path
+// waits at the gate for wake, or fails (kSleepFail); sleep closes the gate
+// and waits for the slow paths already past it, so that none is growing or
+// refilling a cache while chunks go. The hit path never passes it: sleep
+// empties the thread caches, so every allocation then reaches a slow path.
+//
+// Lock: its own (with the condition variable), held only to wait or to
+// open; never held while taking another.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+
+namespace pagefast::policy {
+
+// Sleep: the bits of pagefast_sleep's flags.
+constexpr unsigned kSleepKeep = 1;  // contents go to pinned host memory first
+constexpr unsigned kSleepFail = 2;  // allocations fail while asleep (default: wait)
+
+class SleepGate {
+ public:
+  // Entered before any slow path; false when asleep with kSleepFail (the
+  // caller answers out of memory); waits while asleep otherwise.
+  // REQUIRES: leave() after a true answer.
+  bool enter();
+  void leave() { in_flight_.fetch_sub(1, std::memory_order_seq_cst); }
+  struct Pass {
+    SleepGate* gate;
+    ~Pass() { gate->leave(); }
+  };
+
+  bool asleep() const { return asleep_.load(std::memory_order_acquire); }
+  // Asleep from now on (with `flags` for the slow paths that come); returns
+  // once no slow path is past the gate.
+  void close(unsigned flags);
+  // Awake: the waiting slow paths go on.
+  void open();
+
+ private:
+  std::atomic<bool> asleep_{false};
+  std::atomic<unsigned> flags_{0};
+  std::atomic<uint64_t> in_flight_{0};
+  std::mutex wait_mutex_;  // with wait_cv_: slow paths waiting for wake
+  std::condition_variable wait_cv_;
+};
+
+}  // namespace pagefast::policy

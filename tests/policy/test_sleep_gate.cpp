@@ -1,0 +1,67 @@
+// tests/policy/test_sleep_gate.cpp: SleepGate alone (policy/sleep_gate.h):
+// slow paths pass while awake, fail or wait while asleep, and close waits
+// for those already past the gate. Threads meet through flags, never time.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <thread>
+
+#include "policy/sleep_gate.h"
+
+using namespace pagefast::policy;
+
+TEST_CASE("sleep gate: awake, every slow path passes") {
+  SleepGate gate;
+  CHECK_FALSE(gate.asleep());
+  REQUIRE(gate.enter());
+  { SleepGate::Pass pass{&gate}; }
+  REQUIRE(gate.enter());
+  gate.leave();
+}
+
+TEST_CASE("sleep gate: asleep with kSleepFail, slow paths fail until open") {
+  SleepGate gate;
+  gate.close(kSleepFail);
+  CHECK(gate.asleep());
+  CHECK_FALSE(gate.enter());
+  gate.open();
+  CHECK_FALSE(gate.asleep());
+  REQUIRE(gate.enter());
+  gate.leave();
+}
+
+TEST_CASE("sleep gate: asleep without kSleepFail, a slow path waits for open") {
+  SleepGate gate;
+  gate.close(0);
+  std::atomic<bool> started{false}, passed{false};
+  std::thread slow([&] {
+    started = true;
+    if (gate.enter()) {
+      passed = true;
+      gate.leave();
+    }
+  });
+  while (!started) std::this_thread::yield();
+  CHECK(gate.asleep());
+  gate.open();
+  slow.join();
+  CHECK(passed);
+}
+
+TEST_CASE("sleep gate: close returns only once the slow paths past the gate left") {
+  SleepGate gate;
+  REQUIRE(gate.enter());
+  std::atomic<bool> left{false}, closed{false}, left_before_close{false};
+  std::thread sleeper([&] {
+    gate.close(kSleepFail);
+    left_before_close = left.load();
+    closed = true;
+  });
+  while (!gate.asleep()) std::this_thread::yield();
+  CHECK_FALSE(closed);
+  left = true;
+  gate.leave();
+  sleeper.join();
+  CHECK(left_before_close);
+  gate.open();
+}
