@@ -1,8 +1,8 @@
 // interpose/vmm_driver.h: the one seam through which pagefast's OWN calls
 // to the driver's virtual memory management go (as mimalloc's prim.h is
 // its one OS layer): the pool's VMM provider (interpose/pool/vmm_provider.cpp),
-// the client VMM cache's glue (interpose/pool/vmm_clients.cpp: its
-// RealClientDriver, and the program's calls it forwards after looking at
+// the own-VMM cache's glue (interpose/pool/own_vmm.cpp: its
+// SeamDriver, and the program's calls it forwards after looking at
 // them), CUDA IPC (interpose/ipc/) and the reservation hook
 // (interpose/hooks.cpp). No other file calls these driver functions
 // (tests/tools/vmm_seam.py checks it): cuMemCreate, cuMemRelease, cuMemMap,

@@ -27,8 +27,8 @@
 
 #include "interpose/context_memo.h"
 #include "interpose/ipc/ipc.h"
+#include "interpose/pool/own_vmm.h"
 #include "interpose/pool/pool_internal.h"
-#include "interpose/pool/vmm_clients.h"
 #include "interpose/pool/vmm_provider.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
@@ -78,12 +78,12 @@ int g_peer_grants[kMaxDevices][kMaxDevices];
 std::atomic<policy::DeviceBudget*> g_budgets[kMaxDevices];
 std::atomic<uint64_t> g_oom_retries[kMaxDevices];
 
-// The client VMM cache's memory of one device, as a holder of the budget.
+// The own-VMM cache's memory of one device, as a holder of the budget.
 class ClientIdle final : public policy::IdleMemory {
  public:
   explicit ClientIdle(int device) : device_(device) {}
-  uint64_t idle_bytes() override { return clients::cached_bytes(device_); }
-  uint64_t give_back(uint64_t bytes) override { return clients::trim(device_, bytes); }
+  uint64_t idle_bytes() override { return own_vmm::cached_bytes(device_); }
+  uint64_t give_back(uint64_t bytes) override { return own_vmm::trim(device_, bytes); }
 
  private:
   const int device_;
@@ -144,7 +144,7 @@ void make_thread_key() { pthread_key_create(&g_thread_key, &on_thread_exit); }
 
 void child_after_fork() {
   g_active.store(false, std::memory_order_release);
-  clients::switch_off();
+  own_vmm::switch_off();
 }
 void register_atfork() { pthread_atfork(nullptr, nullptr, &child_after_fork); }
 
@@ -270,8 +270,7 @@ void on_device_reset(int device) {
   if (device < 0 || device >= kMaxDevices || !g_active.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> guard(g_create_mutex);
   if (g_retired[device].exchange(true)) return;
-  clients::on_device_reset(device);
-  own_forget_device(device);
+  own_vmm::on_device_reset(device);
   g_unpoolable[device].store(true, std::memory_order_release);
   // The old pool object stays (leaked on purpose): another thread may be
   // inside it right now, and its chunks may be gone with the context, so
@@ -289,7 +288,7 @@ void configure(const PoolConfig& config, LogSink log) {
   g_config = config;
   g_log = log;
   if (!config.enabled) return;
-  clients::configure(config, log);
+  own_vmm::configure(config, log);
   pthread_once(&g_atfork_once, &register_atfork);
   ipc::set_free_held(&free_held_block);
   ipc::set_control(&control_op);
@@ -559,8 +558,8 @@ void adjust_mem_info(size_t* free_bytes, size_t* total_bytes) {
   DevicePool* pool = pool_for_device(int(device));
   // Before the first allocation there is no pool yet, but the limit holds.
   const uint64_t limit = pool ? pool->limit_bytes() : g_config.limit_bytes;
-  // Memory the program released into the client VMM cache is free too.
-  const uint64_t cached = clients::cached_bytes(int(device));
+  // Memory the program released into the own-VMM cache is free too.
+  const uint64_t cached = own_vmm::cached_bytes(int(device));
   if (!pool && !limit && !cached) return;
   const uint64_t idle = (pool ? pool->idle_bytes() : 0) + cached;
   if (limit) {

@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "interpose/ipc/ipc.h"
-#include "interpose/pool/vmm_clients.h"
+#include "interpose/pool/own_vmm.h"
 #include "interpose/vmm_driver.h"
 
 #include <sched.h>
@@ -131,9 +131,9 @@ ProviderStatus VmmProvider::reserve_address(uint64_t bytes, uint64_t* base_addr)
 ProviderStatus VmmProvider::create_chunk(Granules granules, policy::ChunkHandle* chunk) {
   CUmemGenericAllocationHandle handle = 0;
   // The program's released VMM memory gives way to the pool (limit, OOM).
-  clients::make_room_for_pool(int(device_), granules.bytes());
+  own_vmm::make_room_for_pool(int(device_), granules.bytes());
   CUresult r = vmm_driver::create(real_, &handle, granules.bytes(), &prop_, 0);
-  if (r == CUDA_ERROR_OUT_OF_MEMORY && clients::trim(int(device_), granules.bytes()) > 0)
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && own_vmm::trim(int(device_), granules.bytes()) > 0)
     r = vmm_driver::create(real_, &handle, granules.bytes(), &prop_, 0);
   if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY && prop_.allocFlags.gpuDirectRDMACapable) {
     // A driver that reports RDMA support but refuses the flag: drop it.
