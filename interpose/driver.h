@@ -1,8 +1,8 @@
 // interpose/driver.h: the one seam through which every driver call that
 // pagefast makes for itself goes (as mimalloc's prim.h is its one OS
 // layer): the pool's VMM provider and its copies (interpose/pool/), the
-// pool glue, the client VMM cache's glue (interpose/pool/vmm_clients.cpp:
-// its RealClientDriver, and the program's calls it forwards after looking
+// pool glue, the own-VMM cache's glue (interpose/pool/own_vmm.cpp: its
+// SeamDriver, and the program's calls it forwards after looking
 // at them), CUDA IPC (interpose/ipc/), the trace, the start-up checks and
 // what the hooks ask the driver for their own purposes
 // (interpose/hooks.cpp: the capture state, a peer's device, a primary

@@ -188,8 +188,8 @@ typedef CUresult(CUDAAPI* PFN_cuIpcOpenMemHandle_v4010)(CUdeviceptr_v2* pdptr, C
   X(cuStreamEndCapture_ptsz, "cuStreamEndCapture", 10000, PF_NO_LIMIT, 1,                       \
     PFN_cuStreamEndCapture_v10000_ptsz, (CUstream stream, CUgraph* graph), (stream, graph))     \
   /* The program's own VMM calls (PyTorch's expandable segments, vLLM's  \
-     CuMemAllocator): served by the client VMM cache                       \
-     (docs/VMM-CLIENTS.md), or counted and forwarded with vmm_cache:off.   \
+     CuMemAllocator): served by the own-VMM cache                       \
+     (docs/OWN-VMM.md), or counted and forwarded with vmm_cache:off.   \
      The pool's own provider calls the real functions. */                  \
   X(cuMemCreate, "cuMemCreate", 10020, PF_NO_LIMIT, 0, PFN_cuMemCreate_v10020,                 \
     (CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAllocationProp* prop,       \

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "interpose/driver.h"
-#include "interpose/pool/vmm_clients.h"
+#include "interpose/pool/own_vmm.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
 #include "interpose/runtime.h"
@@ -239,7 +239,7 @@ CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
 
 CUresult cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr dptr) {
   if (active(Entry::cuMemGetAddressRange_v2)) {
-    pool::clients::before_query(dptr);
+    pool::own_vmm::before_query(dptr);
     CUresult result;
     if (pool::try_address_range(pbase, psize, dptr, &result)) return result;
   }
@@ -248,7 +248,7 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr 
 
 CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
   const bool on = active(Entry::cuPointerGetAttribute);
-  if (on) pool::clients::before_query(ptr);
+  if (on) pool::own_vmm::before_query(ptr);
   const RealDriver* real = real_driver();
   const CUresult result = PF_CALL_REAL(cuPointerGetAttribute, (data, attribute, ptr));
   if (on && result == CUDA_SUCCESS && data) pool::patch_pointer_attribute(data, attribute, ptr);
@@ -257,7 +257,7 @@ CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdevi
 
 CUresult cuPointerGetAttributes(unsigned count, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr) {
   const bool on = active(Entry::cuPointerGetAttributes);
-  if (on) pool::clients::before_query(ptr);
+  if (on) pool::own_vmm::before_query(ptr);
   const RealDriver* real = real_driver();
   const CUresult result = PF_CALL_REAL(cuPointerGetAttributes, (count, attributes, data, ptr));
   if (on && result == CUDA_SUCCESS && attributes && data)
@@ -333,22 +333,22 @@ PF_CAPTURE_END(cuStreamEndCapture)
 PF_CAPTURE_END(cuStreamEndCapture_ptsz)
 #undef PF_CAPTURE_END
 
-// The program's own VMM calls: the client VMM cache answers them
-// (interpose/pool/vmm_clients.h); with vmm_cache:off or the pool off they
+// The program's own VMM calls: the own-VMM cache answers them
+// (interpose/pool/own_vmm.h); with vmm_cache:off or the pool off they
 // are counted and forwarded: one relaxed load and a branch more.
-#define PF_CLIENT_VMM(symbol, call, params, args)                              \
+#define PF_OWN_VMM_CALL(symbol, call, params, args)                              \
   CUresult symbol params {                                                     \
-    if (active(Entry::symbol) && pool::clients::on()) return pool::clients::call args; \
+    if (active(Entry::symbol) && pool::own_vmm::on()) return pool::own_vmm::call args; \
     PF_FORWARD(symbol, args);                                                  \
   }
 // The calls that make, hold and drop the program's memory are also noted,
 // once they succeeded, in the ledger that sleep's answer reads
-// (policy/own_memory.h): one acquire load more with the pool off.
+// (policy/own_vmm/ledger.h): one acquire load more with the pool off.
 #define PF_OWN_VMM(symbol, call, params, args, note)                                \
   CUresult symbol params {                                                        \
     CUresult result;                                                              \
-    if (active(Entry::symbol) && pool::clients::on()) {                           \
-      result = pool::clients::call args;                                          \
+    if (active(Entry::symbol) && pool::own_vmm::on()) {                           \
+      result = pool::own_vmm::call args;                                          \
     } else {                                                                      \
       const RealDriver* real = real_driver();                                     \
       if (!real || !real->symbol) return kMissing;                                \
@@ -360,17 +360,17 @@ PF_CAPTURE_END(cuStreamEndCapture_ptsz)
 PF_OWN_VMM(cuMemCreate, create,
            (CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAllocationProp* prop,
             unsigned long long flags),
-           (handle, bytes, prop, flags), pool::own_created(*handle, bytes, prop))
-PF_OWN_VMM(cuMemRelease, release, (CUmemGenericAllocationHandle handle), (handle), pool::own_released(handle))
+           (handle, bytes, prop, flags), pool::own_vmm::created(*handle, bytes, prop))
+PF_OWN_VMM(cuMemRelease, release, (CUmemGenericAllocationHandle handle), (handle), pool::own_vmm::released(handle))
 PF_OWN_VMM(cuMemMap, map,
            (CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAllocationHandle handle,
             unsigned long long flags),
-           (ptr, bytes, offset, handle, flags), pool::own_mapped(ptr, bytes, handle))
-PF_OWN_VMM(cuMemUnmap, unmap, (CUdeviceptr ptr, size_t bytes), (ptr, bytes), pool::own_unmapped(ptr, bytes))
+           (ptr, bytes, offset, handle, flags), pool::own_vmm::mapped(ptr, bytes, handle))
+PF_OWN_VMM(cuMemUnmap, unmap, (CUdeviceptr ptr, size_t bytes), (ptr, bytes), pool::own_vmm::unmapped(ptr, bytes))
 PF_OWN_VMM(cuMemExportToShareableHandle, export_handle,
            (void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
             unsigned long long flags),
-           (shareable, handle, type, flags), pool::own_exported(handle, shareable, type))
+           (shareable, handle, type, flags), pool::own_vmm::exported(handle, shareable, type))
 #undef PF_OWN_VMM
 
 // Pool memory is cuMemAlloc memory to the program: no handle of it is
@@ -380,12 +380,12 @@ CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void*
   const bool on = active(Entry::cuMemRetainAllocationHandle);
   if (on && pool::owns_address(reinterpret_cast<CUdeviceptr>(addr))) return CUDA_ERROR_INVALID_VALUE;
   CUresult result;
-  if (on && pool::clients::on()) {
-    result = pool::clients::retain(handle, addr);
+  if (on && pool::own_vmm::on()) {
+    result = pool::own_vmm::retain(handle, addr);
   } else {
     result = driver::retain_handle(real_driver(), handle, addr);
   }
-  if (result == CUDA_SUCCESS) pool::own_retained(*handle);
+  if (result == CUDA_SUCCESS) pool::own_vmm::retained(*handle);
   return result;
 }
 
@@ -393,7 +393,7 @@ CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void*
 CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) {
   if (active(Entry::cuMemGetAllocationPropertiesFromHandle)) {
     if (pool::owns_handle(handle)) return CUDA_ERROR_INVALID_VALUE;
-    if (pool::clients::on()) return pool::clients::properties(prop, handle);
+    if (pool::own_vmm::on()) return pool::own_vmm::properties(prop, handle);
   }
   PF_FORWARD(cuMemGetAllocationPropertiesFromHandle, (prop, handle));
 }
@@ -404,13 +404,13 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, vo
                                         CUmemAllocationHandleType type) {
   const bool on = active(Entry::cuMemImportFromShareableHandle);
   const CUresult result = driver::import_handle(real_driver(), handle, osHandle, type);
-  if (on && result == CUDA_SUCCESS && handle) pool::own_imported(*handle, osHandle, type);
+  if (on && result == CUDA_SUCCESS && handle) pool::own_vmm::imported(*handle, osHandle, type);
   return result;
 }
-PF_CLIENT_VMM(cuMemSetAccess, set_access, (CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count),
+PF_OWN_VMM_CALL(cuMemSetAccess, set_access, (CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count),
               (ptr, bytes, desc, count))
-PF_CLIENT_VMM(cuMemAddressFree, address_free, (CUdeviceptr ptr, size_t bytes), (ptr, bytes))
-#undef PF_CLIENT_VMM
+PF_OWN_VMM_CALL(cuMemAddressFree, address_free, (CUdeviceptr ptr, size_t bytes), (ptr, bytes))
+#undef PF_OWN_VMM_CALL
 
 // Pool memory is cuMemAlloc memory to the program: success with no flags
 // for a live block, as the driver answers for its own cuMemAlloc blocks,
@@ -428,7 +428,7 @@ CUresult cuMemGetAccess(unsigned long long* flags, const CUmemLocation* location
       if (result == CUDA_SUCCESS) *flags = 0;
       return result;
     }
-    pool::clients::before_query(ptr);
+    pool::own_vmm::before_query(ptr);
   }
   PF_FORWARD(cuMemGetAccess, (flags, location, ptr));
 }
@@ -437,10 +437,10 @@ CUresult cuMemGetAccess(unsigned long long* flags, const CUmemLocation* location
 // there is never cached or deferred again (marked shared), then forwarded.
 #define PF_MAP_ARRAY(symbol)                                                          \
   CUresult symbol(CUarrayMapInfo* infos, unsigned count, CUstream stream) {           \
-    if (active(Entry::symbol) && pool::clients::on() && infos)                        \
+    if (active(Entry::symbol) && pool::own_vmm::on() && infos)                        \
       for (unsigned i = 0; i < count; ++i)                                            \
         if (infos[i].memHandleType == CU_MEM_HANDLE_TYPE_GENERIC)                     \
-          pool::clients::mark_shared(infos[i].memHandle.memHandle);                   \
+          pool::own_vmm::mark_shared(infos[i].memHandle.memHandle);                   \
     PF_FORWARD(symbol, (infos, count, stream));                                       \
   }
 PF_MAP_ARRAY(cuMemMapArrayAsync)
@@ -453,12 +453,12 @@ PF_MAP_ARRAY(cuMemMapArrayAsync_ptsz)
 // a later reservation of its size gets back: take_range).
 CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t bytes, size_t alignment, CUdeviceptr addr,
                              unsigned long long flags) {
-  const bool on = active(Entry::cuMemAddressReserve) && pool::clients::on();
+  const bool on = active(Entry::cuMemAddressReserve) && pool::own_vmm::on();
   const RealDriver* real = real_driver();
   if (!driver::has(real, &RealDriver::cuMemAddressReserve)) return kMissing;
-  if (on && ptr && pool::clients::take_range(ptr, bytes, alignment, addr, flags)) return CUDA_SUCCESS;
+  if (on && ptr && pool::own_vmm::take_range(ptr, bytes, alignment, addr, flags)) return CUDA_SUCCESS;
   const CUresult result = driver::address_reserve(real, ptr, bytes, alignment, addr, flags);
-  if (on && result == CUDA_SUCCESS && ptr) pool::clients::note_reserved(*ptr, bytes);
+  if (on && result == CUDA_SUCCESS && ptr) pool::own_vmm::note_reserved(*ptr, bytes);
   return result;
 }
 

@@ -81,7 +81,7 @@ bool capture_active();
 // apply the limit to total. Either pointer may be NULL.
 void adjust_mem_info(size_t* free_bytes, size_t* total_bytes);
 // The driver answered a call CUDA_ERROR_OUT_OF_MEMORY: every byte pagefast
-// holds idle on `device` (its pool's, the client VMM cache's) goes back to
+// holds idle on `device` (its pool's, the own-VMM cache's) goes back to
 // the driver (policy/device_budget.h); kCurrentDevice: the calling
 // context's device, or every device when there is no context. true when
 // pagefast may have held memory there (whether this call or the trim
@@ -98,20 +98,6 @@ void relieve_for_managed(size_t bytes);
 // The pagefast-trim thread's step for every device with a budget: free
 // memory under the headroom gives idle memory back (DeviceBudget::relieve).
 void relieve_headroom();
-// The program's own VMM memory, for sleep's answer (policy/own_memory.h):
-// the hooks note each successful cuMemCreate / cuMemRetainAllocationHandle
-// / cuMemRelease / cuMemMap / cuMemUnmap / cuMemExportToShareableHandle /
-// cuMemImportFromShareableHandle of the program while the pool is on. own_resident_bytes: what of `device` the program still holds or maps.
-void own_created(CUmemGenericAllocationHandle handle, size_t bytes, const CUmemAllocationProp* prop);
-// cuMemExportToShareableHandle / cuMemImportFromShareableHandle succeeded:
-// `shareable` / `os_handle` as the program passed them.
-void own_exported(CUmemGenericAllocationHandle handle, const void* shareable, CUmemAllocationHandleType type);
-void own_imported(CUmemGenericAllocationHandle handle, void* os_handle, CUmemAllocationHandleType type);
-void own_retained(CUmemGenericAllocationHandle handle);
-void own_released(CUmemGenericAllocationHandle handle);
-void own_mapped(CUdeviceptr ptr, size_t bytes, CUmemGenericAllocationHandle handle);
-void own_unmapped(CUdeviceptr ptr, size_t bytes);
-uint64_t own_resident_bytes(int device);
 // Stream capture began / ended somewhere in the process: while any capture
 // is active the pool never synchronises.
 void on_capture_begin();

@@ -9,7 +9,7 @@
 #include <new>
 
 #include "interpose/log.h"
-#include "interpose/pool/vmm_clients.h"
+#include "interpose/pool/own_vmm.h"
 #include "interpose/pool_api.h"
 #include "interpose/thread_records.h"
 #include "policy/json.h"
@@ -118,7 +118,7 @@ std::string document(const Config& config, const std::string& numa_json) {
          ", \"dlsym\": " + std::to_string(doors(Door::Dlsym)) +
          ", \"proc_address\": " + std::to_string(doors(Door::ProcAddress)) + "},\n";
   out += "  \"pool\": " + pool::stats_json() + ",\n";
-  out += "  \"vmm_clients\": " + pool::clients::stats_json() + ",\n";
+  out += "  \"vmm_clients\": " + pool::own_vmm::stats_json() + ",\n";
   out += "  \"numa\": " + numa_json + "\n}\n";
   return out;
 }

@@ -33,7 +33,7 @@ constexpr uint64_t kNoReleaseDelay = ~uint64_t(0);
 
 // How often the pagefast-trim thread steps for a release_delay: a 64th of
 // it (an eighth of a window's slice), within the bounds above. The pools'
-// decay and the client VMM cache's use the same.
+// decay and the own-VMM cache's use the same.
 constexpr uint64_t footprint_step_ns(uint64_t release_delay_ns) {
   const uint64_t s = release_delay_ns / kFootprintBuckets / 8;
   return s < kFootprintMinStepNs ? kFootprintMinStepNs : s > kFootprintMaxStepNs ? kFootprintMaxStepNs : s;

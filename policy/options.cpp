@@ -145,18 +145,18 @@ constexpr OptionRow kRows[] = {
     {Opt::KeyVmmCache, "vmm_cache", Scope::ConfKey, &kOnOff, "on|off", "on", false, kLib,
      "the program's own VMM calls served from a cache of the handles it released, and a range it freed with only "
      "those in it kept for its next reservation of that size; what stays unused for `release_delay` goes back "
-     "(docs/VMM-CLIENTS.md)",
+     "(docs/OWN-VMM.md)",
      "`cuMemCreate`/`cuMemMap`/`cuMemSetAccess`/`cuMemUnmap`/`cuMemRelease`: PyTorch's expandable segments, JAX, "
      "vLLM; `off`: counted and forwarded. On only with the pool on"},
     {Opt::KeyVmmGrowAhead, "vmm_grow_ahead", Scope::ConfKey, &kGrowAhead, "0..32 (pages)", "32", false, kLib,
      "a program's VMM segment growing page by page gets up to this many next pages created, mapped and opened "
-     "ahead by the `pagefast-vmm` thread (docs/VMM-CLIENTS.md)",
+     "ahead by the `pagefast-vmm` thread (docs/OWN-VMM.md)",
      "pages made ahead are counted free in `cuMemGetInfo` and given back on out-of-memory and after "
      "`release_delay` unused; `0`: off"},
     {Opt::KeyReleaseDelay, "release_delay", Scope::ConfKey, &kTime,
      "a time with a unit: us, ms, s or m (e.g. 5s, 500ms), 0 or off", "5s", false, kLib,
      "idle memory unused this long goes back to the driver, by the `pagefast-trim` thread (docs/POOL.md "
-     "\"Footprint\"); so do the VMM handles a program released and pagefast cached (docs/VMM-CLIENTS.md)",
+     "\"Footprint\"); so do the VMM handles a program released and pagefast cached (docs/OWN-VMM.md)",
      "`0`: at the next step (10 ms); `off`: never"},
     {Opt::KeySlack, "slack", Scope::ConfKey, &kTime, "a time with a unit: us, ms, s or m (e.g. 10ms, 500us), 0 or off",
      "10ms", false, kLib,

@@ -5,7 +5,7 @@
 
 #include "interpose/ipc/ipc.h"
 #include "interpose/pool/process.h"
-#include "interpose/pool/vmm_clients.h"
+#include "interpose/pool/own_vmm.h"
 #include "policy/format.h"
 #include "policy/page_map.h"
 
@@ -120,8 +120,8 @@ uint64_t DeviceMemory::PoolShare::release(uint64_t bytes) {
   return p && !retired_device(owner_.device()) ? p->give_back(bytes) : 0;
 }
 
-uint64_t DeviceMemory::CacheShare::held_bytes() { return clients::cached_bytes(device_); }
-uint64_t DeviceMemory::CacheShare::idle_bytes() { return clients::cached_bytes(device_); }
-uint64_t DeviceMemory::CacheShare::release(uint64_t bytes) { return clients::trim(device_, bytes); }
+uint64_t DeviceMemory::CacheShare::held_bytes() { return own_vmm::cached_bytes(device_); }
+uint64_t DeviceMemory::CacheShare::idle_bytes() { return own_vmm::cached_bytes(device_); }
+uint64_t DeviceMemory::CacheShare::release(uint64_t bytes) { return own_vmm::trim(device_, bytes); }
 
 }  // namespace pagefast::pool

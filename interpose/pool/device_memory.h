@@ -2,11 +2,11 @@
 // (docs/DESIGN.md "Who owns what"). A DeviceMemory owns the device's
 // budget (policy/device_budget.h) and, once the device is pooled, its VMM
 // provider, the budgeted provider the pool grows through, and the pool.
-// The budget's holders are the pool's share and the client VMM cache's
+// The budget's holders are the pool's share and the own-VMM cache's
 // share of this device; the parts meet there and nowhere else:
 //
 //   hooks / glue ──> DeviceMemory ──> DeviceBudget ──> PoolShare ──> DevicePool
-//                                                  └─> CacheShare ──> the client VMM cache
+//                                                  └─> CacheShare ──> the own-VMM cache
 //   DevicePool ──> BudgetedProvider ──> (budget: make room) ──> VmmProvider ──> driver seam
 //
 // Made at the first need (an allocation, an out-of-memory answer, the
@@ -66,7 +66,7 @@ class DeviceMemory {
   uint64_t relieve();
   // A managed allocation of `bytes` is coming: keep it and the headroom free.
   void relieve_for_managed(uint64_t bytes, uint64_t free_now);
-  // What the client VMM cache may keep of this device beside the pool
+  // What the own-VMM cache may keep of this device beside the pool
   // under the limit (DeviceBudget::room_for).
   uint64_t room_for_cache() { return budget_.room_for(&cache_share_); }
 
@@ -85,7 +85,7 @@ class DeviceMemory {
    private:
     const DeviceMemory& owner_;
   };
-  // The client VMM cache's share of this device.
+  // The own-VMM cache's share of this device.
   class CacheShare final : public policy::Holder {
    public:
     explicit CacheShare(int device) : device_(device) {}

@@ -15,7 +15,7 @@
 #include "interpose/pool/device_memory.h"
 #include "interpose/pool/pool_internal.h"
 #include "interpose/pool/process.h"
-#include "interpose/pool/vmm_clients.h"
+#include "interpose/pool/own_vmm.h"
 #include "interpose/pool_api.h"
 #include "policy/format.h"
 #include "policy/pool_report.h"
@@ -116,8 +116,7 @@ void on_device_reset(int device) {
   if (device < 0 || device >= kMaxDevices || !active()) return;
   std::lock_guard<std::mutex> guard(g_process.create_mutex);
   if (g_process.retired[device].exchange(true)) return;
-  clients::on_device_reset(device);
-  own_forget_device(device);
+  own_vmm::on_device_reset(device);
   DeviceMemory* memory = device_memory_locked(device);
   // The old pool object stays (leaked on purpose): another thread may be
   // inside it right now, and its chunks may be gone with the context, so
@@ -135,7 +134,7 @@ void configure(const PoolConfig& config, LogSink log) {
   g_process.config = config;
   g_process.log = log;
   if (!config.enabled) return;
-  clients::configure(config, log);
+  own_vmm::configure(config, log);
   ipc::set_free_held(&free_held_block);
   ipc::set_control(&control_op);
   g_process.active.store(true, std::memory_order_release);
@@ -143,7 +142,7 @@ void configure(const PoolConfig& config, LogSink log) {
 
 void after_fork_child() {
   g_process.active.store(false, std::memory_order_release);
-  clients::switch_off();
+  own_vmm::switch_off();
   service_threads_after_fork_child();
 }
 
@@ -196,8 +195,8 @@ void adjust_mem_info(size_t* free_bytes, size_t* total_bytes) {
   policy::DevicePool* pool = pool_for_device(int(device));
   // Before the first allocation there is no pool yet, but the limit holds.
   const uint64_t limit = pool ? pool->limit_bytes() : g_process.config.limit_bytes;
-  // Memory the program released into the client VMM cache is free too.
-  const uint64_t cached = clients::cached_bytes(int(device));
+  // Memory the program released into the own-VMM cache is free too.
+  const uint64_t cached = own_vmm::cached_bytes(int(device));
   if (!pool && !limit && !cached) return;
   const uint64_t idle = (pool ? pool->idle_bytes() : 0) + cached;
   if (limit) {

@@ -5,8 +5,8 @@
 #include <cstddef>
 
 #include "interpose/pagefast.h"
+#include "interpose/pool/own_vmm.h"
 #include "interpose/pool/pool_internal.h"
-#include "interpose/pool/vmm_clients.h"
 #include "policy/pool_stats.h"
 
 #define PF_EXPORT extern "C" __attribute__((visibility("default")))
@@ -34,7 +34,7 @@ PF_EXPORT int pagefast_pool_stats_get(int device, pagefast_pool_stats* out) {
 }
 
 PF_EXPORT int pagefast_pool_trim(int device) {
-  pagefast::pool::clients::trim(device, UINT64_MAX);  // the program's released VMM memory too
+  pagefast::pool::own_vmm::trim(device, UINT64_MAX);  // the program's released VMM memory too
   pagefast::policy::DevicePool* pool = pagefast::pool::pool_for_device(device);
   if (!pool) return -1;
   pool->trim();

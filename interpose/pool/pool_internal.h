@@ -25,9 +25,6 @@ bool pool_active();
 // One line to pagefast's log (nothing before configure or with no sink).
 void pool_log(LogLevel level, const char* line);
 
-// own_memory.cpp: a device's context was reset; its handles went with it.
-void own_forget_device(int device);
-
 // pool.cpp: frees pool blocks on the program's behalf, from a thread of
 // pagefast's or a hook (a block an IPC importer held, the blocks of a
 // destroyed context), through a temporary thread cache per device; an

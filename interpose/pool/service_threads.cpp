@@ -3,7 +3,7 @@
 // lifetime"): the pagefast-trim thread that runs each pool's decay step,
 // keeps the headroom and lets the program's released VMM memory decay;
 // and the stop at process exit that it shares with the pagefast-vmm
-// worker (vmm_clients.cpp). The policy is in policy/footprint.* and
+// worker (own_vmm.cpp). The policy is in policy/footprint.* and
 // policy/device_pool_footprint.cpp.
 #include <pthread.h>
 #include <time.h>
@@ -11,8 +11,8 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "interpose/pool/own_vmm.h"
 #include "interpose/pool/pool_internal.h"
-#include "interpose/pool/vmm_clients.h"
 #include "interpose/pool_api.h"
 #include "interpose/service_thread.h"
 #include "policy/device_pool.h"
@@ -33,7 +33,7 @@ std::atomic<bool> g_trim_started{false};
 constexpr int kExitWaitMs = 2000;
 std::atomic<bool> g_steps_stop{false};
 // Steps under way on pagefast's threads that call the driver: the trim
-// thread's and the pagefast-vmm worker's (vmm_clients.cpp).
+// thread's and the pagefast-vmm worker's (own_vmm.cpp).
 std::atomic<int> g_steps_busy{0};
 pthread_once_t g_exit_once = PTHREAD_ONCE_INIT;
 
@@ -106,12 +106,12 @@ void* service_main(void* arg) {
 
 // Once a round the trim thread also keeps the headroom (relieve_headroom,
 // docs/POOL.md "Headroom"), at least every kHeadroomStepNs, and lets the
-// program's released VMM memory decay (clients::decay_step,
-// docs/VMM-CLIENTS.md).
+// program's released VMM memory decay (own_vmm::decay_step,
+// docs/OWN-VMM.md).
 constexpr uint64_t kHeadroomStepNs = 100ull * 1000 * 1000;
 uint64_t trim_round_once() {
   relieve_headroom();
-  const uint64_t wait = clients::decay_step();
+  const uint64_t wait = own_vmm::decay_step();
   return wait < kHeadroomStepNs ? wait : kHeadroomStepNs;
 }
 constexpr ServiceLoop kTrimLoop{policy::kFootprintMaxStepNs,

@@ -9,8 +9,8 @@
 
 #include "interpose/ipc/ipc.h"
 #include "interpose/pagefast.h"
+#include "interpose/pool/own_vmm.h"
 #include "interpose/pool/pool_internal.h"
-#include "interpose/pool/vmm_clients.h"
 #include "interpose/pool_api.h"
 #include "policy/device_pool.h"
 
@@ -50,7 +50,7 @@ int each_pool(Step step) {
 // and blocks this process imported. Either makes the answer 1.
 //
 // The program's own VMM memory: what pagefast keeps idle of the handles the
-// program released (the client VMM cache) goes back with the pools'; what
+// program released (the own-VMM cache) goes back with the pools'; what
 // the program still holds or maps stays resident, and sleep says so (one
 // line per device naming the bytes, and the answer 1), never 0.
 int sleep_all(unsigned flags) {
@@ -64,8 +64,8 @@ int sleep_all(unsigned flags) {
   // Every device, not only those with a pool: the program's VMM memory may
   // live where pagefast never allocated.
   for (int d = 0; d < kMaxDevices; ++d) {
-    if (clients::on()) clients::trim(d, UINT64_MAX);
-    const uint64_t resident = own_resident_bytes(d);
+    if (own_vmm::on()) own_vmm::trim(d, UINT64_MAX);
+    const uint64_t resident = own_vmm::resident_bytes(d);
     if (!resident) continue;
     answer = 1;
     char line[256];

@@ -282,7 +282,7 @@ def case_ctx_reset():
 
 def case_reserve_alignment():
     """cuMemAddressReserve with an alignment that is not a power of two
-    answers the driver's CUDA_ERROR_INVALID_VALUE even when the client VMM
+    answers the driver's CUDA_ERROR_INVALID_VALUE even when the own-VMM
     cache keeps a range of that size (reserve_align.c); a power of two gets
     a range as before."""
     argv = [os.path.join(paths()["bin"], "reserve_align")]

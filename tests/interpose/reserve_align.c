@@ -1,6 +1,6 @@
 /* tests/interpose/reserve_align.c: cuMemAddressReserve's answer to an
- * alignment that is not a power of two, when pagefast's client VMM cache
- * holds a kept range of that size (docs/VMM-CLIENTS.md "Kept ranges"): the
+ * alignment that is not a power of two, when pagefast's own-VMM cache
+ * holds a kept range of that size (docs/OWN-VMM.md "Kept ranges"): the
  * driver's CUDA_ERROR_INVALID_VALUE, never the kept range. The program
  * does what PyTorch's empty_cache does on an expandable segment (reserve,
  * grow page by page, shrink, free the range), then asks for a range of the

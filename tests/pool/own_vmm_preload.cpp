@@ -1,6 +1,6 @@
 // tests/pool/own_vmm_preload.cpp: the program's own VMM memory that
 // pagefast_sleep must report as resident (docs/POOL.md "Sleep and wake"),
-// where the ledger of it (policy/own_memory.h) has to see past a plain
+// where the ledger of it (policy/own_vmm/ledger.h) has to see past a plain
 // cuMemCreate:
 //   other_device  the program's memory on device 1, where pagefast never
 //                 allocated (no pool), beside a pool block on device 0;

@@ -335,7 +335,7 @@ def main():
             check(f"ok sleep cycles {cycles} creates" in r.stdout and "creates 0" not in r.stdout,
                   f"[{conf}] {cycles} cycles made and released chunks ({r.stdout[-200:]})")
     elif name == "sleep_own_vmm":
-        # With the client VMM cache and without it: the answer comes from
+        # With the own-VMM cache and without it: the answer comes from
         # what the program holds, not from what the cache tracks.
         for conf in ["", "vmm_cache:off"]:
             r = run(build, ["sleep_own_vmm"], env={"PAGEFAST_CONF": conf} if conf else None)

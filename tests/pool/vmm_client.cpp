@@ -1,5 +1,5 @@
 // tests/pool/vmm_client.cpp: a program that manages VMM itself, for the
-// client VMM cache's integration tests (vmm_client_cases.py): linked with
+// own-VMM cache's integration tests (vmm_client_cases.py): linked with
 // the fake libcuda.so.1, run with and without LD_PRELOAD=libpagefast.so.
 // It prints a transcript: one line per driver call with its result (never
 // an address or a handle value), so that runs can be compared line by line.

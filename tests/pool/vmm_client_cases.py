@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/pool/vmm_client_cases.py: the client VMM cache (docs/VMM-CLIENTS.md)
+"""tests/pool/vmm_client_cases.py: the own-VMM cache (docs/OWN-VMM.md)
 against the fake driver. Runs vmm_client (linked with the fake libcuda.so.1)
 with and without LD_PRELOAD=libpagefast.so and compares transcripts (one
 line per driver call and its result, never an address or a handle).
@@ -129,7 +129,7 @@ def case_empty():
     """Kept ranges: a segment freed with only deferred mappings in it is
     kept, and the next reservation of its size gets it back with its pages:
     after the first round no VMM call, reservation or free reaches the
-    driver (docs/VMM-CLIENTS.md "Kept ranges")."""
+    driver (docs/OWN-VMM.md "Kept ranges")."""
     rounds, pages = 4, 12
     _, without = run_counted(["empty", str(rounds), str(pages)], preload=False)
     for env in [NO_GROW, {}]:

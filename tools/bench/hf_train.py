@@ -3,7 +3,7 @@
 trained for a few steps on random tokens (no download: GPT-2 small built from
 its config, random weights). Meant to run with and without pagefast, and with
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, whose segment then grows
-through the program's own VMM calls (docs/VMM-CLIENTS.md).
+through the program's own VMM calls (docs/OWN-VMM.md).
 
   hf_train.py [STEPS] [--empty-cache-at K]
 

@@ -92,7 +92,7 @@ PASSTHROUGH_SIZES = "512,65536,2097152,20971520,268435456,1073741824"
 BIG_SIZES = "268435456,536870912,1073741824,2147483648"
 # Programs that manage VMM themselves: alloc_bench's expandable-segment
 # rounds and PyTorch's expandable segments, without pagefast, with it, and
-# with its client VMM cache off (docs/VMM-CLIENTS.md).
+# with its own-VMM cache off (docs/OWN-VMM.md).
 # "with numa:off,stats:off": pagefast's start-up work (the NUMA binding, the
 # live-stats thread) apart from the cache, as in the passthrough section.
 # "with vmm_grow_ahead:0": the cache without pages made ahead by the

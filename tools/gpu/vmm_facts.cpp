@@ -12,10 +12,10 @@
 //  5. whether VMM calls on a second thread run at their own speed while the
 //     program's thread launches work or makes VMM calls of its own (what a
 //     worker opening an expandable segment's next pages ahead of the
-//     program would need: docs/VMM-CLIENTS.md "What the first pass can
+//     program would need: docs/OWN-VMM.md "What the first pass can
 //     reach"), and what a page opened and never used costs;
 //  6. what is left of a first pass when pages are opened ahead
-//     (docs/VMM-CLIENTS.md: with two workers the program hardly waits,
+//     (docs/OWN-VMM.md: with two workers the program hardly waits,
 //     yet the seed loop's first pass stays 1.7x its second): the first
 //     write to a freshly opened page against a write to the same page
 //     again (the GPU's first touch of a new mapping), and this thread's

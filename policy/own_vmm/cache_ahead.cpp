@@ -1,14 +1,14 @@
-// policy/client_vmm/cache_ahead.cpp: where the client VMM cache lets
+// policy/own_vmm/cache_ahead.cpp: where the own-VMM cache lets
 // growth ahead go, and the pages it hands back
-// (policy/client_vmm/growth_ahead.h says what and why).
+// (policy/own_vmm/growth_ahead.h says what and why).
 #include <algorithm>
 #include <vector>
 
-#include "policy/client_vmm/cache.h"
+#include "policy/own_vmm/cache.h"
 
-namespace pagefast::policy {
+namespace pagefast::policy::own_vmm {
 
-uint64_t ClientVmmCache::pages_ahead(uint64_t from, uint64_t page, int device, uint64_t want) {
+uint64_t Cache::pages_ahead(uint64_t from, uint64_t page, int device, uint64_t want) {
   auto res = reservations_.upper_bound(from - 1);
   if (res == reservations_.begin()) return 0;
   --res;
@@ -27,7 +27,7 @@ uint64_t ClientVmmCache::pages_ahead(uint64_t from, uint64_t page, int device, u
   return ahead_.clamp_to_jobs(from, page, pages);
 }
 
-void ClientVmmCache::note_misdirected(uint64_t handle, uint64_t addr) {
+void Cache::note_misdirected(uint64_t handle, uint64_t addr) {
   auto h = handles_.find(handle);
   if (h == handles_.end()) return;
   auto made = noted_deferred(handle, h->second);
@@ -56,7 +56,7 @@ void ClientVmmCache::note_misdirected(uint64_t handle, uint64_t addr) {
   for (uint64_t h : untaken) queue->second.emplace(std::make_pair(UINT64_MAX, arrivals_++), h);
 }
 
-void ClientVmmCache::maybe_prefetch(uint64_t addr, uint64_t end, const std::string& descs) {
+void Cache::maybe_prefetch(uint64_t addr, uint64_t end, const std::string& descs) {
   // The range must end with a live whole-handle mapping of a tracked,
   // unshared handle, inside one of the program's reservations.
   auto last = maps_.lower_bound(end);
@@ -65,25 +65,25 @@ void ClientVmmCache::maybe_prefetch(uint64_t addr, uint64_t end, const std::stri
   const Mapping& m = last->second;
   if (last->first < addr || last->first + m.bytes != end || m.deferred || m.offset != 0) return;
   auto h = handles_.find(m.handle);
-  if (h == handles_.end() || h->second.shared || h->second.bytes != m.bytes) return;
+  if (h == handles_.end() || h->second.shared) return;
+  const HandleFacts facts = ledger_.facts(m.handle);
+  if (facts.bytes != m.bytes) return;
   const uint64_t page = m.bytes;
-  const Handle proto = h->second;
-  if (ahead_.off(proto.slot)) return;
-  const int next = ahead_.batch(proto.slot);
-  const uint64_t pages = pages_ahead(end, page, proto.device, uint64_t(next));
+  const std::string slot = h->second.slot;
+  if (ahead_.off(slot)) return;
+  const int next = ahead_.batch(slot);
+  const uint64_t pages = pages_ahead(end, page, facts.device, uint64_t(next));
   if (pages == 0) return;
-  ahead_.grow(end, page, pages, proto.slot, proto.device, descs);
+  ahead_.grow(end, page, pages, slot, facts.device, descs);
 }
 
-void ClientVmmCache::publish_ahead(const AheadPage& made) {
+void Cache::publish_ahead(const AheadPage& made) {
   const uint64_t at = made.at, page = made.bytes, handle = made.handle;
   const std::string& slot = made.slot;
   const int device = made.device;
   Handle& rec = handles_[handle];
   rec = Handle{};
-  rec.bytes = page;
   rec.slot = slot;
-  rec.device = device;
   rec.cached = true;
   rec.deferred_at = at;
   rec.deferred_maps = 1;
@@ -96,6 +96,7 @@ void ClientVmmCache::publish_ahead(const AheadPage& made) {
   map.ahead = true;
   apply_access(map, made.descs);
   deferred_count_.fetch_add(1, std::memory_order_relaxed);
+  ledger_.made(handle, page, device);
   cached_bytes_[device] += page;
   // A page finished after its slot stopped growing ahead goes last, as the
   // untaken ones did then (note_misdirected).
@@ -103,7 +104,7 @@ void ClientVmmCache::publish_ahead(const AheadPage& made) {
   ++stats_.prefetched;
 }
 
-void ClientVmmCache::maybe_continue(uint64_t addr, const Mapping& m) {
+void Cache::maybe_continue(uint64_t addr, const Mapping& m) {
   if (!ahead_.continues()) return;
   auto h = handles_.find(m.handle);
   if (h == handles_.end()) return;
@@ -129,9 +130,10 @@ void ClientVmmCache::maybe_continue(uint64_t addr, const Mapping& m) {
   if (!ahead_.has_descs(slot)) return;
   // Never more than prefetch_pages ahead of the program.
   const uint64_t want = std::min<uint64_t>(uint64_t(next), most - left);
-  const uint64_t pages = pages_ahead(at, m.bytes, h->second.device, want);
+  const int device = ledger_.facts(m.handle).device;
+  const uint64_t pages = pages_ahead(at, m.bytes, device, want);
   if (pages == 0) return;
-  ahead_.queue_next(at, m.bytes, pages, slot, h->second.device);
+  ahead_.queue_next(at, m.bytes, pages, slot, device);
 }
 
-}  // namespace pagefast::policy
+}  // namespace pagefast::policy::own_vmm

@@ -1,28 +1,28 @@
-// policy/client_vmm/driver.h: the driver as the client VMM cache
-// (policy/client_vmm/cache.h) and its growth ahead
-// (policy/client_vmm/growth_ahead.h) need it, and the result codes they
+// policy/own_vmm/driver.h: the driver as the own-VMM cache
+// (policy/own_vmm/cache.h) and its growth ahead
+// (policy/own_vmm/growth_ahead.h) need it, and the result codes they
 // produce themselves. Pure C++ (no CUDA header): handles, addresses and
 // access descriptors are opaque numbers and bytes, so the test
 // constructor and the production one differ only in the driver passed
-// (interpose/pool/vmm_clients.cpp's RealClientDriver; the fakes in
-// tests/policy/client_vmm/).
+// (interpose/pool/own_vmm.cpp's SeamDriver; the fakes in
+// tests/policy/own_vmm/).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-namespace pagefast::policy {
+namespace pagefast::policy::own_vmm {
 
 // The driver's result codes the cache produces itself (the glue checks
 // they equal CUDA_SUCCESS and CUDA_ERROR_INVALID_VALUE).
-constexpr int kClientOk = 0;
-constexpr int kClientInvalidValue = 1;
+constexpr int kOk = 0;
+constexpr int kInvalidValue = 1;
 
 // The driver, as the cache needs it. Results are the driver's codes and go
 // back to the program untouched.
-class ClientDriver {
+class Driver {
  public:
-  virtual ~ClientDriver() = default;
+  virtual ~Driver() = default;
   // `prop`: the property bytes a program's cuMemCreate gave (for prefetch).
   virtual int create(uint64_t bytes, const std::string& prop, uint64_t* handle) = 0;
   virtual int release(uint64_t handle) = 0;
@@ -47,4 +47,4 @@ class ClientDriver {
   virtual uint64_t now_ns() { return 0; }
 };
 
-}  // namespace pagefast::policy
+}  // namespace pagefast::policy::own_vmm

@@ -1,11 +1,11 @@
-// tests/policy/client_vmm/bench_client_vmm.cpp: what the client VMM cache
-// (policy/client_vmm/cache.h) adds per call on the CPU, over a driver whose calls
+// tests/policy/own_vmm/bench_own_vmm.cpp: what the own-VMM cache
+// (policy/own_vmm/cache.h) adds per call on the CPU, over a driver whose calls
 // cost nothing: an expandable segment of P pages grown (create, map, one
 // access call per page) and shrunk (unmap, release), R rounds, then every
 // cached page trimmed. The first round misses (the driver creates), later
 // rounds hit. Not a test; prints
 // one line per round. The driver's own costs are measured on the GPU
-// (docs/VMM-CLIENTS.md).
+// (docs/OWN-VMM.md).
 //
 // `ahead` mode: growth ahead on a worker thread, over a driver whose calls
 // take the H200's time on the calling thread (busy: create 13 us, map 1 us,
@@ -14,8 +14,8 @@
 // distribution of the program's growth calls (create, map, access through
 // the cache): what the worker's use of the cache's lock costs the program.
 //
-// Usage: client_vmm_bench [PAGES] [ROUNDS]
-//        client_vmm_bench ahead [PAGES] [GAP_US] [REPEATS]
+// Usage: own_vmm_bench [PAGES] [ROUNDS]
+//        own_vmm_bench ahead [PAGES] [GAP_US] [REPEATS]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -25,10 +25,11 @@
 #include <thread>
 #include <vector>
 
-#include "policy/client_vmm/cache.h"
 #include "policy/clock.h"
+#include "policy/own_vmm/cache.h"
 
 using namespace pagefast::policy;
+using namespace pagefast::policy::own_vmm;
 
 namespace {
 
@@ -44,25 +45,25 @@ void busy_us(double us) {
 
 // The driver: its calls cost nothing, or (h200_costs) what they cost on the
 // H200, on the calling thread; with the costs, a worker runs growth ahead.
-class BenchDriver final : public ClientDriver {
+class BenchDriver final : public Driver {
  public:
   explicit BenchDriver(bool h200_costs) : timed_(h200_costs) {}
   int create(uint64_t, const std::string&, uint64_t* h) override {
     if (timed_) busy_us(13);
     *h = next_.fetch_add(1);
-    return kClientOk;
+    return kOk;
   }
-  int release(uint64_t) override { return kClientOk; }
+  int release(uint64_t) override { return kOk; }
   int map(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t) override {
     if (timed_) busy_us(1);
-    return kClientOk;
+    return kOk;
   }
-  int unmap(uint64_t, uint64_t) override { return kClientOk; }
+  int unmap(uint64_t, uint64_t) override { return kOk; }
   int set_access(uint64_t, uint64_t, const std::string&) override {
     if (timed_) busy_us(27);
-    return kClientOk;
+    return kOk;
   }
-  int address_free(uint64_t, uint64_t) override { return kClientOk; }
+  int address_free(uint64_t, uint64_t) override { return kOk; }
   uint64_t cache_room(int) override { return UINT64_MAX; }
   bool wake_worker() override { return timed_; }
   uint64_t now_ns() override { return monotonic_now_ns(); }
@@ -77,7 +78,7 @@ int ahead(int pages, double gap_us, int repeats) {
   uint64_t waits = 0, wait_ns = 0;
   for (int rep = 0; rep < repeats; ++rep) {
     BenchDriver driver(true);
-    ClientVmmCache cache(driver, 12, 8, 32, true);
+    Cache cache(driver, 12, 8, 32, true);
     const uint64_t base = uint64_t(1) << 40, page = uint64_t(20) << 20;
     const std::string prop(32, 'p'), desc(12, 'd');
     cache.note_reserved(base, uint64_t(pages + 64) * page);
@@ -125,7 +126,7 @@ int main(int argc, char** argv) {
     const double gap = argc > 3 ? std::atof(argv[3]) : 57;
     const int repeats = argc > 4 ? std::atoi(argv[4]) : 20;
     if (pages <= 0 || gap < 0 || repeats <= 0) {
-      std::fprintf(stderr, "usage: client_vmm_bench ahead [PAGES] [GAP_US] [REPEATS]\n");
+      std::fprintf(stderr, "usage: own_vmm_bench ahead [PAGES] [GAP_US] [REPEATS]\n");
       return 2;
     }
     return ahead(pages, gap, repeats);
@@ -133,12 +134,12 @@ int main(int argc, char** argv) {
   const int pages = argc > 1 ? std::atoi(argv[1]) : 400;
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 4;
   if (pages <= 0 || rounds <= 0) {
-    std::fprintf(stderr, "usage: client_vmm_bench [PAGES] [ROUNDS]\n");
+    std::fprintf(stderr, "usage: own_vmm_bench [PAGES] [ROUNDS]\n");
     return 2;
   }
   BenchDriver driver(false);
   // Sizes of CUmemAccessDesc and CUmemLocation; a CUmemAllocationProp's bytes.
-  ClientVmmCache cache(driver, 12, 8);
+  Cache cache(driver, 12, 8);
   const uint64_t base = uint64_t(1) << 40, page = uint64_t(20) << 20;
   const std::string prop(32, 'p'), desc(12, 'd');
   cache.note_reserved(base, uint64_t(pages) * page);

@@ -1,9 +1,9 @@
-// tests/policy/client_vmm/fakes.h: the fakes the client VMM cache's tests
-// (tests/policy/client_vmm/) run on: a fake driver that refuses what the
+// tests/policy/own_vmm/fakes.h: the fakes the own-VMM cache's tests
+// (tests/policy/own_vmm/) run on: a fake driver that refuses what the
 // real one refuses (unknown or released handles, overlapping maps, unmaps
 // and access calls that are not whole mappings, freeing an address range
 // with mappings in it), the program's calls as the glue
-// (interpose/pool/vmm_clients.cpp) makes them, and for growth ahead on a
+// (interpose/pool/own_vmm.cpp) makes them, and for growth ahead on a
 // worker a locked driver with a gate, a worker thread and the cases'
 // set-up.
 #pragma once
@@ -20,17 +20,17 @@
 #include <thread>
 #include <vector>
 
-#include "policy/client_vmm/cache.h"
 #include "policy/clock.h"
+#include "policy/own_vmm/cache.h"
 
-namespace client_vmm_test {
+namespace own_vmm_test {
 
-using pagefast::policy::ClientDriver;
-using pagefast::policy::ClientVmmCache;
-using pagefast::policy::ClientVmmStats;
-using pagefast::policy::kClientInvalidValue;
-using pagefast::policy::kClientOk;
 using pagefast::policy::monotonic_now_ns;
+using pagefast::policy::own_vmm::Cache;
+using pagefast::policy::own_vmm::CacheStats;
+using pagefast::policy::own_vmm::Driver;
+using pagefast::policy::own_vmm::kInvalidValue;
+using pagefast::policy::own_vmm::kOk;
 
 constexpr int kFailed = 2;  // what an injected failure answers
 
@@ -43,7 +43,7 @@ struct FakeMap {
   std::map<std::string, std::string> access;  // location -> flags
 };
 
-class FakeDriver final : public ClientDriver {
+class FakeDriver final : public Driver {
  public:
   std::map<uint64_t, FakeHandle> handles;
   std::map<uint64_t, FakeMap> maps;
@@ -97,7 +97,7 @@ class FakeDriver final : public ClientDriver {
     if (fails("create")) return kFailed;
     *h = next_handle++;
     handles[*h] = FakeHandle{bytes, 1};
-    return kClientOk;
+    return kOk;
   }
   int retain(uint64_t addr, uint64_t* h) {
     if (fails("retain")) return kFailed;
@@ -105,47 +105,46 @@ class FakeDriver final : public ClientDriver {
       if (addr >= a && addr < a + m.bytes) {
         ++handles[m.handle].refs;
         *h = m.handle;
-        return kClientOk;
+        return kOk;
       }
-    return kClientInvalidValue;
+    return kInvalidValue;
   }
   int release(uint64_t h) override {
     if (fails("release")) return kFailed;
-    if (!live(h)) return kClientInvalidValue;
+    if (!live(h)) return kInvalidValue;
     --handles[h].refs;
     gc(h);
-    return kClientOk;
+    return kOk;
   }
   int map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t h, uint64_t flags) override {
     if (fails("map")) return kFailed;
-    if (!live(h) || flags || !bytes || offset + bytes > handles[h].bytes || overlaps(addr, bytes))
-      return kClientInvalidValue;
+    if (!live(h) || flags || !bytes || offset + bytes > handles[h].bytes || overlaps(addr, bytes)) return kInvalidValue;
     maps[addr] = FakeMap{bytes, offset, h, {}};
-    return kClientOk;
+    return kOk;
   }
   int unmap(uint64_t addr, uint64_t bytes) override {
     if (fails("unmap")) return kFailed;
     const std::vector<uint64_t> c = cover(addr, bytes);
-    if (c.empty()) return kClientInvalidValue;
+    if (c.empty()) return kInvalidValue;
     for (uint64_t a : c) {
       const uint64_t h = maps[a].handle;
       maps.erase(a);
       gc(h);
     }
-    return kClientOk;
+    return kOk;
   }
   int set_access(uint64_t addr, uint64_t bytes, const std::string& descs) override {
     if (fails("set_access")) return kFailed;
     const std::vector<uint64_t> c = cover(addr, bytes);
-    if (c.empty() || descs.empty() || descs.size() % 2) return kClientInvalidValue;
+    if (c.empty() || descs.empty() || descs.size() % 2) return kInvalidValue;
     for (uint64_t a : c)
       for (size_t at = 0; at + 2 <= descs.size(); at += 2)
         maps[a].access[descs.substr(at, 1)] = descs.substr(at + 1, 1);
-    return kClientOk;
+    return kOk;
   }
   int address_free(uint64_t addr, uint64_t bytes) override {
     if (fails("address_free")) return kFailed;
-    return overlaps(addr, bytes) ? kClientInvalidValue : kClientOk;
+    return overlaps(addr, bytes) ? kInvalidValue : kOk;
   }
   uint64_t cache_room(int) override { return room; }
   int total_calls() const {
@@ -156,14 +155,14 @@ class FakeDriver final : public ClientDriver {
 };
 
 // The program's calls, through the cache (cache != NULL) or straight to the
-// fake: what the glue (interpose/pool/vmm_clients.cpp) does.
+// fake: what the glue (interpose/pool/own_vmm.cpp) does.
 struct Program {
   FakeDriver& fake;
-  ClientVmmCache* cache;
+  Cache* cache;
   int create(uint64_t bytes, const std::string& prop, uint64_t* h) {
-    if (cache && cache->take(bytes, prop, h)) return kClientOk;
+    if (cache && cache->take(bytes, prop, h)) return kOk;
     const int r = fake.create(bytes, prop, h);
-    if (r == kClientOk && cache) cache->note_created(*h, bytes, prop, 0);
+    if (r == kOk && cache) cache->note_created(*h, bytes, prop, 0);
     return r;
   }
   int release(uint64_t h) { return cache ? cache->release(h) : fake.release(h); }
@@ -176,7 +175,7 @@ struct Program {
   }
   int address_free(uint64_t a, uint64_t b) { return cache ? cache->address_free(a, b) : fake.address_free(a, b); }
   int retain(uint64_t a, uint64_t* h) {
-    if (cache && cache->retain(a, h)) return kClientOk;
+    if (cache && cache->retain(a, h)) return kOk;
     return fake.retain(a, h);
   }
 };
@@ -189,12 +188,12 @@ const std::string kRW = "rw";
 // An expandable segment: grow by `pages`, shrink all, repeat.
 inline void segment_round(Program& p, int pages) {
   std::vector<uint64_t> hs(pages);
-  for (int i = 0; i < pages; ++i) REQUIRE(p.create(kSeg, kProp, &hs[i]) == kClientOk);
-  for (int i = 0; i < pages; ++i) REQUIRE(p.map(kBase + i * kSeg, kSeg, 0, hs[i]) == kClientOk);
-  REQUIRE(p.access(kBase, pages * kSeg, kRW) == kClientOk);
+  for (int i = 0; i < pages; ++i) REQUIRE(p.create(kSeg, kProp, &hs[i]) == kOk);
+  for (int i = 0; i < pages; ++i) REQUIRE(p.map(kBase + i * kSeg, kSeg, 0, hs[i]) == kOk);
+  REQUIRE(p.access(kBase, pages * kSeg, kRW) == kOk);
   for (int i = 0; i < pages; ++i) {
-    REQUIRE(p.unmap(kBase + i * kSeg, kSeg) == kClientOk);
-    REQUIRE(p.release(hs[i]) == kClientOk);
+    REQUIRE(p.unmap(kBase + i * kSeg, kSeg) == kOk);
+    REQUIRE(p.release(hs[i]) == kOk);
   }
 }
 
@@ -202,9 +201,9 @@ inline void segment_round(Program& p, int pages) {
 inline int grow_page_by_page(Program& p, int pages, std::vector<uint64_t>* hs) {
   hs->assign(size_t(pages), 0);
   for (int i = 0; i < pages; ++i) {
-    if (p.create(kSeg, kProp, &(*hs)[size_t(i)]) != kClientOk) return i;
-    if (p.map(kBase + uint64_t(i) * kSeg, kSeg, 0, (*hs)[size_t(i)]) != kClientOk) return i;
-    if (p.access(kBase + uint64_t(i) * kSeg, kSeg, kRW) != kClientOk) return i;
+    if (p.create(kSeg, kProp, &(*hs)[size_t(i)]) != kOk) return i;
+    if (p.map(kBase + uint64_t(i) * kSeg, kSeg, 0, (*hs)[size_t(i)]) != kOk) return i;
+    if (p.access(kBase + uint64_t(i) * kSeg, kSeg, kRW) != kOk) return i;
   }
   return pages;
 }
@@ -212,15 +211,15 @@ inline int grow_page_by_page(Program& p, int pages, std::vector<uint64_t>* hs) {
 // Shrinks what grow_page_by_page grew: each page unmapped, its handle released.
 inline void shrink_page_by_page(Program& p, const std::vector<uint64_t>& hs) {
   for (size_t i = 0; i < hs.size(); ++i) {
-    REQUIRE(p.unmap(kBase + uint64_t(i) * kSeg, kSeg) == kClientOk);
-    REQUIRE(p.release(hs[i]) == kClientOk);
+    REQUIRE(p.unmap(kBase + uint64_t(i) * kSeg, kSeg) == kOk);
+    REQUIRE(p.release(hs[i]) == kOk);
   }
 }
 
 // The fake driver for growth ahead on a worker: every call under one lock
 // (the worker and the program call at once), counted per thread, and a
 // gate that can hold the worker inside its next create.
-class WorkerDriver final : public ClientDriver {
+class WorkerDriver final : public Driver {
  public:
   explicit WorkerDriver(FakeDriver& f) : fake(f) {}
   FakeDriver& fake;
@@ -298,17 +297,17 @@ class WorkerDriver final : public ClientDriver {
 // The program's calls through the cache, misses to the locked driver.
 struct WorkerProgram {
   WorkerDriver& driver;
-  ClientVmmCache& cache;
+  Cache& cache;
   int create(uint64_t bytes, const std::string& prop, uint64_t* h) {
-    if (cache.take(bytes, prop, h)) return kClientOk;
+    if (cache.take(bytes, prop, h)) return kOk;
     const int r = driver.create(bytes, prop, h);
-    if (r == kClientOk) cache.note_created(*h, bytes, prop, 0);
+    if (r == kOk) cache.note_created(*h, bytes, prop, 0);
     return r;
   }
   int grow(uint64_t at, uint64_t* h) {
     int r = create(kSeg, kProp, h);
-    if (r == kClientOk) r = cache.map(at, kSeg, 0, *h, 0);
-    if (r == kClientOk) r = cache.set_access(at, kSeg, kRW);
+    if (r == kOk) r = cache.map(at, kSeg, 0, *h, 0);
+    if (r == kOk) r = cache.set_access(at, kSeg, kRW);
     return r;
   }
 };
@@ -321,7 +320,7 @@ struct WorkerCase {
   WorkerCase() { cache.note_reserved(kBase, Pages * kSeg); }
   FakeDriver fake;
   WorkerDriver driver{fake};
-  ClientVmmCache cache{driver, 2, 1, 32, true};
+  Cache cache{driver, 2, 1, 32, true};
   WorkerProgram p{driver, cache};
 };
 
@@ -329,7 +328,7 @@ struct WorkerCase {
 // (a program's call is then waiting for the worker): a case opens its
 // gate after that, not after a sleep. False if it never does (a minute:
 // a hang guard, not a measure).
-inline bool wait_for_ahead_waits(ClientVmmCache& cache, uint64_t count) {
+inline bool wait_for_ahead_waits(Cache& cache, uint64_t count) {
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(1);
   while (cache.stats().ahead_waits < count) {
     if (std::chrono::steady_clock::now() > give_up) return false;
@@ -340,7 +339,7 @@ inline bool wait_for_ahead_waits(ClientVmmCache& cache, uint64_t count) {
 
 // The worker thread of the glue: work_one until stopped.
 struct Worker {
-  explicit Worker(ClientVmmCache& c)
+  explicit Worker(Cache& c)
       : cache(c), thread([this] {
           while (!stop.load())
             if (!cache.work_one()) cache.wait_for_work(1000 * 1000);
@@ -349,9 +348,9 @@ struct Worker {
     stop.store(true);
     thread.join();
   }
-  ClientVmmCache& cache;
+  Cache& cache;
   std::atomic<bool> stop{false};
   std::thread thread;
 };
 
-}  // namespace client_vmm_test
+}  // namespace own_vmm_test

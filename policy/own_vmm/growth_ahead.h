@@ -1,5 +1,5 @@
-// policy/client_vmm/growth_ahead.h: growth ahead for the client VMM cache
-// (policy/client_vmm/cache.h; docs/VMM-CLIENTS.md, "What it does").
+// policy/own_vmm/growth_ahead.h: growth ahead for the own-VMM cache
+// (policy/own_vmm/cache.h; docs/OWN-VMM.md, "What it does").
 //
 // When a cuMemSetAccess the driver performed ends with a fresh
 // whole-handle mapping inside a reservation the program made, the cache
@@ -42,9 +42,9 @@
 #include <string>
 #include <unordered_map>
 
-#include "policy/client_vmm/driver.h"
+#include "policy/own_vmm/driver.h"
 
-namespace pagefast::policy {
+namespace pagefast::policy::own_vmm {
 
 // A page made ahead: created, mapped at `at` and opened with `descs`.
 struct AheadPage {
@@ -74,7 +74,7 @@ class GrowthAhead {
   // grew into, in the order they were queued.
   static constexpr uint64_t kAheadOrder = uint64_t(1) << 62;
 
-  GrowthAhead(ClientDriver& driver, std::mutex& mutex, int prefetch_pages, bool on_worker, Publish publish)
+  GrowthAhead(Driver& driver, std::mutex& mutex, int prefetch_pages, bool on_worker, Publish publish)
       : driver_(driver),
         mutex_(mutex),
         prefetch_pages_(prefetch_pages),
@@ -190,7 +190,7 @@ class GrowthAhead {
   // Waits at most a second for a job's news; false on the timeout.
   bool wait_a_second(std::unique_lock<std::mutex>& lock);
 
-  ClientDriver& driver_;
+  Driver& driver_;
   std::mutex& mutex_;
   const int prefetch_pages_;
   const bool on_worker_;
@@ -229,4 +229,4 @@ void GrowthAhead::wait_for_slot(std::unique_lock<std::mutex>& lock, const std::s
   timer.end();
 }
 
-}  // namespace pagefast::policy
+}  // namespace pagefast::policy::own_vmm

@@ -1,19 +1,19 @@
-// tests/policy/client_vmm/test_kept_ranges_decay.cpp: kept ranges (cuMemAddressFree of a
+// tests/policy/own_vmm/test_kept_ranges_decay.cpp: kept ranges (cuMemAddressFree of a
 // range of deferred mappings, the next reservation of its size) and the
-// decay of cached handles (policy/client_vmm/cache.h).
+// decay of cached handles (policy/own_vmm/cache.h).
 #include <catch2/catch.hpp>
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "tests/policy/client_vmm/fakes.h"
+#include "tests/policy/own_vmm/fakes.h"
 
-using namespace client_vmm_test;
+using namespace own_vmm_test;
 
-TEST_CASE("client vmm: a freed range of deferred mappings is kept, and the next reservation of its size gets it back") {
+TEST_CASE("own vmm: a freed range of deferred mappings is kept, and the next reservation of its size gets it back") {
   FakeDriver fake;
-  ClientVmmCache cache(fake, 2, 1);
+  Cache cache(fake, 2, 1);
   Program p{fake, &cache};
   const uint64_t range = 64 * kSeg;
   cache.note_reserved(kBase, range);
@@ -22,7 +22,7 @@ TEST_CASE("client vmm: a freed range of deferred mappings is kept, and the next 
   // empty_cache: unmap and release every page, free the range.
   shrink_page_by_page(p, hs);
   const int before = fake.total_calls();
-  REQUIRE(p.address_free(kBase, range) == kClientOk);
+  REQUIRE(p.address_free(kBase, range) == kOk);
   CHECK(fake.total_calls() == before);  // kept: no unmap, no free at the driver
   CHECK(cache.stats().ranges_kept == 1);
   // Not for another size, a hint, flags or an alignment it misses.
@@ -40,25 +40,25 @@ TEST_CASE("client vmm: a freed range of deferred mappings is kept, and the next 
   CHECK(cache.stats().ranges_reused == 1);
 }
 
-TEST_CASE("client vmm: an address hint gets its kept range back, or frees one in the way for the driver") {
+TEST_CASE("own vmm: an address hint gets its kept range back, or frees one in the way for the driver") {
   FakeDriver fake;
-  ClientVmmCache cache(fake, 2, 1);
+  Cache cache(fake, 2, 1);
   Program p{fake, &cache};
   const uint64_t range = 8 * kSeg;
   auto keep = [&] {
     cache.note_reserved(kBase, range);
     uint64_t h = 0;
-    REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
-    REQUIRE(p.map(kBase, kSeg, 0, h) == kClientOk);
-    REQUIRE(p.unmap(kBase, kSeg) == kClientOk);
-    REQUIRE(p.release(h) == kClientOk);
-    REQUIRE(p.address_free(kBase, range) == kClientOk);
+    REQUIRE(p.create(kSeg, kProp, &h) == kOk);
+    REQUIRE(p.map(kBase, kSeg, 0, h) == kOk);
+    REQUIRE(p.unmap(kBase, kSeg) == kOk);
+    REQUIRE(p.release(h) == kOk);
+    REQUIRE(p.address_free(kBase, range) == kOk);
   };
   keep();
   uint64_t base = 0;
   REQUIRE(cache.take_range(range, 0, kBase, 0, &base));  // its own address: it
   CHECK(base == kBase);
-  REQUIRE(p.address_free(kBase, range) == kClientOk);  // kept again
+  REQUIRE(p.address_free(kBase, range) == kOk);  // kept again
   // A hint inside it, for another size: the kept range goes back to the
   // driver (its page unmapped), and the driver answers the reservation.
   CHECK(!cache.take_range(2 * kSeg, 0, kBase + kSeg, 0, &base));
@@ -67,39 +67,39 @@ TEST_CASE("client vmm: an address hint gets its kept range back, or frees one in
   CHECK(!cache.take_range(range, 0, 0, 0, &base));  // nothing kept any more
 }
 
-TEST_CASE("client vmm: a range is not kept while a live or an untracked mapping is in it") {
+TEST_CASE("own vmm: a range is not kept while a live or an untracked mapping is in it") {
   FakeDriver fake;
-  ClientVmmCache cache(fake, 2, 1);
+  Cache cache(fake, 2, 1);
   Program p{fake, &cache};
   cache.note_reserved(kBase, 8 * kSeg);
   uint64_t h = 0, other = 0;
-  REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
-  REQUIRE(p.map(kBase, kSeg, 0, h) == kClientOk);
-  CHECK(p.address_free(kBase, 8 * kSeg) == kClientInvalidValue);  // live: the driver refuses
-  REQUIRE(p.unmap(kBase, kSeg) == kClientOk);
+  REQUIRE(p.create(kSeg, kProp, &h) == kOk);
+  REQUIRE(p.map(kBase, kSeg, 0, h) == kOk);
+  CHECK(p.address_free(kBase, 8 * kSeg) == kInvalidValue);  // live: the driver refuses
+  REQUIRE(p.unmap(kBase, kSeg) == kOk);
   // A handle the cache does not track, mapped and unmapped there.
-  REQUIRE(fake.create(kSeg, kProp, &other) == kClientOk);
-  REQUIRE(p.map(kBase + kSeg, kSeg, 0, other) == kClientOk);
-  REQUIRE(p.unmap(kBase + kSeg, kSeg) == kClientOk);
-  REQUIRE(p.address_free(kBase, 8 * kSeg) == kClientOk);
+  REQUIRE(fake.create(kSeg, kProp, &other) == kOk);
+  REQUIRE(p.map(kBase + kSeg, kSeg, 0, other) == kOk);
+  REQUIRE(p.unmap(kBase + kSeg, kSeg) == kOk);
+  REQUIRE(p.address_free(kBase, 8 * kSeg) == kOk);
   CHECK(cache.stats().ranges_kept == 0);
   CHECK(fake.maps.empty());  // freed for real: the deferred mapping unmapped
 }
 
-TEST_CASE("client vmm: cached handles unused for release_delay decay to the driver, and their kept range with them") {
+TEST_CASE("own vmm: cached handles unused for release_delay decay to the driver, and their kept range with them") {
   FakeDriver fake;
-  ClientVmmCache cache(fake, 2, 1);
+  Cache cache(fake, 2, 1);
   Program p{fake, &cache};
   const uint64_t range = 16 * kSeg, delay = 5000;
   cache.note_reserved(kBase, range);
   std::vector<uint64_t> hs(12);
   for (int i = 0; i < 12; ++i) {
-    REQUIRE(p.create(kSeg, kProp, &hs[size_t(i)]) == kClientOk);
-    REQUIRE(p.map(kBase + uint64_t(i) * kSeg, kSeg, 0, hs[size_t(i)]) == kClientOk);
+    REQUIRE(p.create(kSeg, kProp, &hs[size_t(i)]) == kOk);
+    REQUIRE(p.map(kBase + uint64_t(i) * kSeg, kSeg, 0, hs[size_t(i)]) == kOk);
   }
-  REQUIRE(p.access(kBase, 12 * kSeg, kRW) == kClientOk);
+  REQUIRE(p.access(kBase, 12 * kSeg, kRW) == kOk);
   shrink_page_by_page(p, hs);
-  REQUIRE(p.address_free(kBase, range) == kClientOk);  // kept
+  REQUIRE(p.address_free(kBase, range) == kOk);  // kept
   CHECK(cache.cached_bytes(0) == 12 * kSeg);
   // The first step sees them cached; nothing is old yet.
   CHECK(cache.decay_step(1000, delay, 0, 8) == 0);
@@ -116,17 +116,17 @@ TEST_CASE("client vmm: cached handles unused for release_delay decay to the driv
   CHECK(cache.cached_bytes(0) == 0);
 }
 
-TEST_CASE("client vmm: decay keeps the floor, and a handle taken back is young again") {
+TEST_CASE("own vmm: decay keeps the floor, and a handle taken back is young again") {
   FakeDriver fake;
-  ClientVmmCache cache(fake, 2, 1);
+  Cache cache(fake, 2, 1);
   Program p{fake, &cache};
   std::vector<uint64_t> hs(4);
-  for (auto& h : hs) REQUIRE(p.create(kSeg, kProp, &h) == kClientOk);
-  for (auto h : hs) REQUIRE(p.release(h) == kClientOk);
+  for (auto& h : hs) REQUIRE(p.create(kSeg, kProp, &h) == kOk);
+  for (auto h : hs) REQUIRE(p.release(h) == kOk);
   CHECK(cache.decay_step(100, 1000, 0, 8) == 0);  // stamped at 100
   uint64_t again = 0;
-  REQUIRE(p.create(kSeg, kProp, &again) == kClientOk);  // a hit: leaves the cache
-  REQUIRE(p.release(again) == kClientOk);               // cached again, not yet seen
+  REQUIRE(p.create(kSeg, kProp, &again) == kOk);  // a hit: leaves the cache
+  REQUIRE(p.release(again) == kOk);               // cached again, not yet seen
   // Three are old; releasing them leaves one page cached, the floor.
   CHECK(cache.decay_step(1100, 1000, 2 * kSeg, 8) == 2 * kSeg);
   CHECK(cache.cached_bytes(0) == 2 * kSeg);

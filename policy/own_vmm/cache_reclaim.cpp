@@ -1,19 +1,19 @@
-// policy/client_vmm/cache_reclaim.cpp: the client VMM cache's kept ranges,
+// policy/own_vmm/cache_reclaim.cpp: the own-VMM cache's kept ranges,
 // trim and decay, forgetting a device, giving up, and its stats
-// (policy/client_vmm/cache.h says what and why).
+// (policy/own_vmm/cache.h says what and why).
 #include <algorithm>
 
-#include "policy/client_vmm/cache.h"
+#include "policy/own_vmm/cache.h"
 
-namespace pagefast::policy {
+namespace pagefast::policy::own_vmm {
 
-int ClientVmmCache::address_free(uint64_t addr, uint64_t bytes) {
+int Cache::address_free(uint64_t addr, uint64_t bytes) {
   std::unique_lock<std::mutex> lock(mutex_);
   ahead_.settle(lock, addr, bytes);
   // A range the program freed already (kept here): the driver's answer
   // to a second free of it.
   for (auto& [base, kept] : kept_ranges_)
-    if (base < addr + bytes && addr < base + kept) return kClientInvalidValue;
+    if (base < addr + bytes && addr < base + kept) return kInvalidValue;
   // A whole reservation that holds only deferred mappings (the program
   // unmapped everything it mapped there, all of it tracked handles) is
   // kept with them: the program's next reservation of that size gets it
@@ -28,19 +28,19 @@ int ClientVmmCache::address_free(uint64_t addr, uint64_t bytes) {
       kept_ranges_[addr] = bytes;
       reservations_.erase(res);
       ++stats_.ranges_kept;
-      return kClientOk;
+      return kOk;
     }
   }
   flush_overlap(addr, bytes);
   const int r = driver_.address_free(addr, bytes);
-  if (r == kClientOk) {
+  if (r == kOk) {
     reservations_.erase(addr);
     foreign_.erase(addr);
   }
   return r;
 }
 
-bool ClientVmmCache::take_range(uint64_t bytes, uint64_t alignment, uint64_t hint, uint64_t flags, uint64_t* base) {
+bool Cache::take_range(uint64_t bytes, uint64_t alignment, uint64_t hint, uint64_t flags, uint64_t* base) {
   std::lock_guard<std::mutex> guard(mutex_);
   if (flags || kept_ranges_.empty()) return false;
   auto fits = [&](std::map<uint64_t, uint64_t>::iterator it) {
@@ -75,7 +75,7 @@ bool ClientVmmCache::take_range(uint64_t bytes, uint64_t alignment, uint64_t hin
   return false;
 }
 
-void ClientVmmCache::free_empty_kept_ranges() {
+void Cache::free_empty_kept_ranges() {
   for (auto it = kept_ranges_.begin(); it != kept_ranges_.end();) {
     auto m = maps_.lower_bound(it->first);
     if (m != maps_.end() && m->first < it->first + it->second) {
@@ -87,25 +87,25 @@ void ClientVmmCache::free_empty_kept_ranges() {
   }
 }
 
-uint64_t ClientVmmCache::drop_cached(FreeQueue& queue, FreeQueue::iterator it) {
+uint64_t Cache::drop_cached(FreeQueue& queue, FreeQueue::iterator it) {
   const uint64_t h = it->second;
   queue.erase(it);
-  Handle& rec = handles_[h];
-  const uint64_t bytes = rec.bytes;
-  cached_bytes_[rec.device] -= bytes;
-  if (release_for_real(h) != kClientOk) return 0;
+  const HandleFacts facts = ledger_.facts(h);
+  const uint64_t bytes = facts.bytes;
+  cached_bytes_[facts.device] -= bytes;
+  if (release_for_real(h) != kOk) return 0;
   stats_.trimmed_bytes += bytes;
   return bytes;
 }
 
-uint64_t ClientVmmCache::trim(int device, uint64_t bytes) {
+uint64_t Cache::trim(int device, uint64_t bytes) {
   std::lock_guard<std::mutex> guard(mutex_);
   uint64_t freed = 0;
   for (auto& [slot, queue] : free_) {
     // Highest addresses first: the end of a segment is the last to grow back.
     while (!queue.empty() && freed < bytes) {
       const auto last = std::prev(queue.end());
-      if (handles_[last->second].device != device) break;  // one slot is one device (the location is in the key)
+      if (ledger_.facts(last->second).device != device) break;  // one slot is one device (the location is in the key)
       freed += drop_cached(queue, last);
     }
     if (freed >= bytes) break;
@@ -114,7 +114,7 @@ uint64_t ClientVmmCache::trim(int device, uint64_t bytes) {
   return freed;
 }
 
-uint64_t ClientVmmCache::decay_step(uint64_t now_ns, uint64_t delay_ns, uint64_t floor_bytes, int max_handles) {
+uint64_t Cache::decay_step(uint64_t now_ns, uint64_t delay_ns, uint64_t floor_bytes, int max_handles) {
   std::lock_guard<std::mutex> guard(mutex_);
   uint64_t total = 0;
   for (auto& [device, held] : cached_bytes_) total += held;
@@ -150,18 +150,22 @@ uint64_t ClientVmmCache::decay_step(uint64_t now_ns, uint64_t delay_ns, uint64_t
   return freed;
 }
 
-uint64_t ClientVmmCache::cached_bytes(int device) {
+uint64_t Cache::cached_bytes(int device) {
   std::lock_guard<std::mutex> guard(mutex_);
   auto it = cached_bytes_.find(device);
   return it == cached_bytes_.end() ? 0 : it->second;
 }
 
-void ClientVmmCache::forget_device(int device) {
+bool Cache::on_device(uint64_t handle, int device) {
+  const HandleFacts facts = ledger_.facts(handle);
+  return facts.known && facts.device == device;
+}
+
+void Cache::forget_device(int device) {
   std::unique_lock<std::mutex> lock(mutex_);
   ahead_.settle_all(lock);
   for (auto it = maps_.begin(); it != maps_.end();) {
-    auto h = handles_.find(it->second.handle);
-    if (h != handles_.end() && h->second.device == device) {
+    if (handles_.count(it->second.handle) && on_device(it->second.handle, device)) {
       if (it->second.deferred) deferred_count_.fetch_sub(1, std::memory_order_relaxed);
       it = maps_.erase(it);
     } else {
@@ -169,17 +173,15 @@ void ClientVmmCache::forget_device(int device) {
     }
   }
   for (auto& [slot, queue] : free_)
-    for (auto it = queue.begin(); it != queue.end();) {
-      auto h = handles_.find(it->second);
-      it = h != handles_.end() && h->second.device == device ? queue.erase(it) : std::next(it);
-    }
+    for (auto it = queue.begin(); it != queue.end();)
+      it = on_device(it->second, device) ? queue.erase(it) : std::next(it);
   for (auto it = handles_.begin(); it != handles_.end();)
-    it = it->second.device == device ? handles_.erase(it) : std::next(it);
+    it = on_device(it->first, device) ? handles_.erase(it) : std::next(it);
   auto held = cached_bytes_.find(device);  // find, not []: nothing is allocated here
   if (held != cached_bytes_.end()) held->second = 0;
 }
 
-void ClientVmmCache::abandon() {
+void Cache::abandon() {
   std::unique_lock<std::mutex> lock(mutex_);
   ahead_.settle_all(lock);
   for (auto& [addr, m] : maps_)
@@ -190,12 +192,15 @@ void ClientVmmCache::abandon() {
   kept_ranges_.clear();
   maps_.clear();
   free_.clear();
+  // The program's handles stay in the ledger, noted from now on by the
+  // glue; those the cache held for itself leave it.
+  for (auto& [handle, rec] : handles_) ledger_.let_go(handle);
   handles_.clear();
   for (auto& [device, held] : cached_bytes_) held = 0;
   deferred_count_.store(0, std::memory_order_relaxed);
 }
 
-bool ClientVmmCache::deferred_counts_consistent() {
+bool Cache::deferred_counts_consistent() {
   std::lock_guard<std::mutex> guard(mutex_);
   std::unordered_map<uint64_t, int> seen;
   for (auto& [addr, m] : maps_)
@@ -207,9 +212,9 @@ bool ClientVmmCache::deferred_counts_consistent() {
   return true;
 }
 
-ClientVmmStats ClientVmmCache::stats() {
+CacheStats Cache::stats() {
   std::lock_guard<std::mutex> guard(mutex_);
-  ClientVmmStats s = stats_;
+  CacheStats s = stats_;
   const AheadStats& ahead = ahead_.stats();
   s.ahead_waits = ahead.waits;
   s.ahead_wait_ns = ahead.wait_ns;
@@ -219,4 +224,4 @@ ClientVmmStats ClientVmmCache::stats() {
   return s;
 }
 
-}  // namespace pagefast::policy
+}  // namespace pagefast::policy::own_vmm

@@ -1,4 +1,4 @@
-// tests/policy/client_vmm/test_differential.cpp: the client VMM cache against the fake
+// tests/policy/own_vmm/test_differential.cpp: the own-VMM cache against the fake
 // driver alone. The differential case runs the same random program
 // against the fake directly and through the cache, and requires the same
 // answer to every call and, after every call, the program's view (what it
@@ -16,18 +16,18 @@
 #include <thread>
 #include <vector>
 
-#include "tests/policy/client_vmm/fakes.h"
+#include "tests/policy/own_vmm/fakes.h"
 
-using namespace client_vmm_test;
+using namespace own_vmm_test;
 
 // The same random program straight on the fake and through the cache: the
 // same answers, and the program's mappings present with their access.
-TEST_CASE("client vmm: differential against the driver, random programs") {
+TEST_CASE("own vmm: differential against the driver, random programs") {
   constexpr int kSlots = 6, kPositions = 8;
   constexpr uint64_t kUnit = 2 << 20;
   for (uint32_t seed = 1; seed <= 200; ++seed) {
     FakeDriver direct_fake, cached_fake;
-    ClientVmmCache cache(cached_fake, 2, 1, seed % 2 ? 4 : 0);
+    Cache cache(cached_fake, 2, 1, seed % 2 ? 4 : 0);
     cache.note_reserved(kBase, uint64_t(kPositions) * 2 * kUnit);
     if (seed % 5 == 0) cached_fake.room = 3 * kUnit;  // a small cache: releases go through too
     Program direct{direct_fake, nullptr}, cached{cached_fake, &cache};
@@ -50,7 +50,7 @@ TEST_CASE("client vmm: differential against the driver, random programs") {
           case 0:
             if (h) break;
             r[m] = p.create(bytes, slot % 2 ? "a" : "b", &h);
-            if (r[m] != kClientOk) h = 0;
+            if (r[m] != kOk) h = 0;
             break;
           case 1:
             if (!h) break;
@@ -68,7 +68,7 @@ TEST_CASE("client vmm: differential against the driver, random programs") {
             if (h) break;
             uint64_t got = 0;
             r[m] = p.retain(addr + 4096, &got);
-            if (r[m] == kClientOk) h = got;
+            if (r[m] == kOk) h = got;
             break;
           }
           case 7:
@@ -123,7 +123,7 @@ void torch_segments(uint32_t seeds, bool threaded) {
   for (uint32_t seed = 1; seed <= seeds; ++seed) {
     FakeDriver fake;
     WorkerDriver driver(fake);
-    ClientVmmCache cache(driver, 2, 1, 8, true);
+    Cache cache(driver, 2, 1, 8, true);
     WorkerProgram p{driver, cache};
     std::optional<Worker> worker;
     if (threaded) worker.emplace(cache);
@@ -163,21 +163,21 @@ void torch_segments(uint32_t seeds, bool threaded) {
           // create waits for a page nobody is making (a second, here).
           while (!threaded && cache.work_one()) {
           }
-          REQUIRE(p.create(g.page, kProp, &h) == kClientOk);
+          REQUIRE(p.create(g.page, kProp, &h) == kOk);
         }
         for (size_t i = b; i < e; ++i) {
-          REQUIRE(cache.map(g.base + i * g.page, g.page, 0, made[i - b], 0) == kClientOk);
+          REQUIRE(cache.map(g.base + i * g.page, g.page, 0, made[i - b], 0) == kOk);
           g.handles[i] = made[i - b];
           if (pick(3) == 0) work();  // the worker between the program's maps
         }
-        REQUIRE(cache.set_access(g.base + b * g.page, (e - b) * g.page, kRW) == kClientOk);
+        REQUIRE(cache.set_access(g.base + b * g.page, (e - b) * g.page, kRW) == kOk);
       } else if (op < 9) {
         // Unmap a run of mapped pages, page by page, each released.
         size_t b = pick(uint32_t(n));
         while (b < n && !g.handles[b]) ++b;
         for (size_t i = b; i < n && i < b + 1 + pick(4) && g.handles[i]; ++i) {
-          REQUIRE(cache.unmap(g.base + i * g.page, g.page) == kClientOk);
-          REQUIRE(cache.release(g.handles[i]) == kClientOk);
+          REQUIRE(cache.unmap(g.base + i * g.page, g.page) == kOk);
+          REQUIRE(cache.release(g.handles[i]) == kOk);
           g.handles[i] = 0;
         }
       } else {
@@ -185,11 +185,11 @@ void torch_segments(uint32_t seeds, bool threaded) {
         // the same size reserved again.
         for (size_t i = 0; i < n; ++i)
           if (g.handles[i]) {
-            REQUIRE(cache.unmap(g.base + i * g.page, g.page) == kClientOk);
-            REQUIRE(cache.release(g.handles[i]) == kClientOk);
+            REQUIRE(cache.unmap(g.base + i * g.page, g.page) == kOk);
+            REQUIRE(cache.release(g.handles[i]) == kOk);
             g.handles[i] = 0;
           }
-        REQUIRE(cache.address_free(g.base, g.reserved) == kClientOk);
+        REQUIRE(cache.address_free(g.base, g.reserved) == kOk);
         uint64_t base = 0;
         if (cache.take_range(g.reserved, 0, 0, 0, &base)) {
           g.base = base;
@@ -223,9 +223,8 @@ void torch_segments(uint32_t seeds, bool threaded) {
 
 }  // namespace
 
-TEST_CASE(
-    "client vmm: PyTorch-shaped segments with growth ahead: every page is the program's own, every call succeeds") {
+TEST_CASE("own vmm: PyTorch-shaped segments with growth ahead: every page is the program's own, every call succeeds") {
   torch_segments(300, false);
 }
 
-TEST_CASE("client vmm: PyTorch-shaped segments with the worker on its own thread") { torch_segments(60, true); }
+TEST_CASE("own vmm: PyTorch-shaped segments with the worker on its own thread") { torch_segments(60, true); }

@@ -1,51 +1,66 @@
-// policy/own_memory.cpp: see own_memory.h.
-#include "policy/own_memory.h"
+// policy/own_vmm/ledger.cpp: see ledger.h.
+#include "policy/own_vmm/ledger.h"
 
-namespace pagefast::policy {
+namespace pagefast::policy::own_vmm {
 
-void OwnMemory::created(uint64_t handle, uint64_t bytes, int device) {
+void Ledger::created(uint64_t handle, uint64_t bytes, int device) {
   std::lock_guard<std::mutex> guard(mutex_);
   // A handle value the driver hands out again was released for real before.
   Handle& h = handles_[handle];
-  h = Handle{bytes, device, 1, 0, next_allocation_++, true};
+  h = Handle{};
+  h.bytes = bytes;
+  h.device = device;
+  h.refs = 1;
+  h.allocation = next_allocation_++;
 }
 
-void OwnMemory::exported(uint64_t handle, const ShareKey& key) {
+void Ledger::exported(uint64_t handle, const ShareKey& key) {
   std::lock_guard<std::mutex> guard(mutex_);
   auto it = handles_.find(handle);
   if (it != handles_.end() && it->second.bytes_known)
     exports_[key] = Export{it->second.allocation, it->second.bytes, it->second.device};
 }
 
-void OwnMemory::imported(uint64_t handle, const ShareKey* key, int device) {
+void Ledger::imported(uint64_t handle, const ShareKey* key, int device) {
   std::lock_guard<std::mutex> guard(mutex_);
   auto it = handles_.find(handle);
   if (it != handles_.end()) {
     // The driver handed out a handle the program holds: one more reference.
     ++it->second.refs;
+    ++it->second.imports;
     return;
   }
+  Handle h;
+  h.device = device;
+  h.refs = 1;
   auto exported = key ? exports_.find(*key) : exports_.end();
-  if (exported != exports_.end())
-    handles_[handle] = Handle{exported->second.bytes, exported->second.device, 1, 0, exported->second.allocation, true};
-  else handles_[handle] = Handle{0, device, 1, 0, next_allocation_++, false};
+  if (exported != exports_.end()) {
+    h.bytes = exported->second.bytes;
+    h.device = exported->second.device;
+    h.allocation = exported->second.allocation;
+  } else {
+    h.allocation = next_allocation_++;
+    h.bytes_known = false;
+  }
+  handles_[handle] = h;
 }
 
-void OwnMemory::retained(uint64_t handle) {
+void Ledger::retained(uint64_t handle) {
   std::lock_guard<std::mutex> guard(mutex_);
   auto it = handles_.find(handle);
   if (it != handles_.end()) ++it->second.refs;
 }
 
-void OwnMemory::released(uint64_t handle) {
+void Ledger::released(uint64_t handle) {
   std::lock_guard<std::mutex> guard(mutex_);
   auto it = handles_.find(handle);
   if (it == handles_.end() || it->second.refs == 0) return;
   --it->second.refs;
+  if (it->second.imports > 0) --it->second.imports;
   settle(it);
 }
 
-void OwnMemory::mapped(uint64_t addr, uint64_t bytes, uint64_t handle) {
+void Ledger::mapped(uint64_t addr, uint64_t bytes, uint64_t handle) {
   std::lock_guard<std::mutex> guard(mutex_);
   auto it = handles_.find(handle);
   if (it == handles_.end()) return;
@@ -54,7 +69,7 @@ void OwnMemory::mapped(uint64_t addr, uint64_t bytes, uint64_t handle) {
   maps_[addr] = Mapping{bytes, handle};
 }
 
-void OwnMemory::unmapped(uint64_t addr, uint64_t bytes) {
+void Ledger::unmapped(uint64_t addr, uint64_t bytes) {
   std::lock_guard<std::mutex> guard(mutex_);
   auto m = maps_.lower_bound(addr);
   while (m != maps_.end() && m->first - addr < bytes) {
@@ -67,7 +82,7 @@ void OwnMemory::unmapped(uint64_t addr, uint64_t bytes) {
   }
 }
 
-void OwnMemory::forget_device(int device) {
+void Ledger::forget_device(int device) {
   std::lock_guard<std::mutex> guard(mutex_);
   for (auto m = maps_.begin(); m != maps_.end();) {
     auto h = handles_.find(m->second.handle);
@@ -79,14 +94,61 @@ void OwnMemory::forget_device(int device) {
     e = e->second.device == device ? exports_.erase(e) : std::next(e);
 }
 
-OwnMemory::Resident OwnMemory::resident(int device) {
+void Ledger::keep(uint64_t handle) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  auto it = handles_.find(handle);
+  if (it != handles_.end()) it->second.kept = true;
+}
+
+void Ledger::made(uint64_t handle, uint64_t bytes, int device) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  Handle& h = handles_[handle];
+  h = Handle{};
+  h.bytes = bytes;
+  h.device = device;
+  h.allocation = next_allocation_++;
+  h.kept = true;
+}
+
+void Ledger::taken(uint64_t handle) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  auto it = handles_.find(handle);
+  if (it == handles_.end()) return;
+  it->second.refs = 1;
+  it->second.imports = 0;
+}
+
+void Ledger::let_go(uint64_t handle) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  auto it = handles_.find(handle);
+  if (it == handles_.end()) return;
+  it->second.kept = false;
+  settle(it);
+}
+
+HandleFacts Ledger::facts(uint64_t handle) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  HandleFacts f;
+  auto it = handles_.find(handle);
+  if (it == handles_.end()) return f;
+  const Handle& h = it->second;
+  f.known = true;
+  f.bytes = h.bytes;
+  f.device = h.device;
+  f.refs = h.refs;
+  f.maps = h.maps;
+  f.imports = h.imports;
+  return f;
+}
+
+Ledger::Resident Ledger::resident(int device) {
   std::lock_guard<std::mutex> guard(mutex_);
   Resident r;
   // An allocation with several handles counts once: the largest bytes
   // any of them knows (an unplaced import knows only what it maps).
   std::map<uint64_t, uint64_t> allocations;
   for (const auto& [handle, h] : handles_)
-    if (h.device == device) {
+    if (h.device == device && h.programs()) {
       uint64_t& bytes = allocations[h.allocation];
       if (h.bytes > bytes) bytes = h.bytes;
       ++r.handles;
@@ -95,8 +157,8 @@ OwnMemory::Resident OwnMemory::resident(int device) {
   return r;
 }
 
-void OwnMemory::settle(std::unordered_map<uint64_t, Handle>::iterator it) {
-  if (it->second.refs != 0 || it->second.maps != 0) return;
+void Ledger::settle(std::unordered_map<uint64_t, Handle>::iterator it) {
+  if (it->second.programs() || it->second.kept) return;
   const uint64_t allocation = it->second.allocation;
   handles_.erase(it);
   // Once the allocation's last handle is gone the driver has freed it, and
@@ -111,4 +173,4 @@ void OwnMemory::settle(std::unordered_map<uint64_t, Handle>::iterator it) {
     e = e->second.allocation == allocation ? exports_.erase(e) : std::next(e);
 }
 
-}  // namespace pagefast::policy
+}  // namespace pagefast::policy::own_vmm

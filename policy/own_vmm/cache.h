@@ -1,22 +1,28 @@
-// policy/client_vmm/cache.h: the physical-memory cache for the program's
-// OWN VMM calls (docs/VMM-CLIENTS.md): programs that call cuMemCreate /
-// cuMemMap / cuMemSetAccess / cuMemUnmap / cuMemRelease themselves
-// (PyTorch's expandable segments, JAX's platform allocator, vLLM's
-// CuMemAllocator).
+// policy/own_vmm/cache.h: the own-VMM cache, the physical-memory cache for
+// the program's own VMM calls (docs/OWN-VMM.md): programs that call
+// cuMemCreate / cuMemMap / cuMemSetAccess / cuMemUnmap / cuMemRelease
+// themselves (PyTorch's expandable segments, JAX's platform allocator,
+// vLLM's CuMemAllocator).
 //
-// Pure C++ (no CUDA header): every driver call goes through ClientDriver
-// (policy/client_vmm/driver.h). The cache drives growth ahead
-// (policy/client_vmm/growth_ahead.h), which hands its pages back through
-// one callback.
+// Pure C++ (no CUDA header): every driver call goes through Driver
+// (policy/own_vmm/driver.h). A handle's bytes, device, the program's
+// references and mappings are the ledger's (policy/own_vmm/ledger.h): the
+// cache decides with them and notes there every call it answers, under
+// its lock; what it keeps itself is what is its own (the slot, cached
+// handles, deferred mappings, access, reservations and kept ranges). The
+// cache drives growth ahead (policy/own_vmm/growth_ahead.h), which hands
+// its pages back through one callback.
 //
 // What it does, and why it is exact (each rule is a test in
-// tests/policy/client_vmm/):
+// tests/policy/own_vmm/):
 // - Released handles: cuMemRelease of a handle the program created with
 //   cacheable properties (the glue decides: pinned device memory, flags
 //   0), once no mapping of it is live, keeps the handle (the driver still
 //   holds it) in a FIFO keyed by the exact property bytes and size (its
-//   slot, policy/client_vmm/slot.h). A later cuMemCreate with the same
-//   bytes and size gets it back without a driver call.
+//   slot, policy/own_vmm/slot.h). A later cuMemCreate with the same
+//   bytes and size gets it back without a driver call. A reference that
+//   an import of the handle's own export added (ledger `imports`) is the
+//   driver's: its release is forwarded.
 // - Deferred mappings: cuMemUnmap of a range made exactly of live mappings
 //   of tracked, never-exported handles is deferred: the mapping stays
 //   (mapped and accessible) and is marked deferred. A later cuMemMap of
@@ -59,18 +65,20 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
-#include "policy/client_vmm/driver.h"
-#include "policy/client_vmm/growth_ahead.h"
+#include "policy/own_vmm/driver.h"
+#include "policy/own_vmm/growth_ahead.h"
+#include "policy/own_vmm/ledger.h"
 
-namespace pagefast::policy {
+namespace pagefast::policy::own_vmm {
 
-struct ClientVmmStats {
+struct CacheStats {
   uint64_t cached_bytes = 0;       // released by the program, held by the cache
   uint64_t create_hits = 0;        // cuMemCreate served from the cache
   uint64_t create_misses = 0;      // eligible cuMemCreate that went to the driver
@@ -89,19 +97,20 @@ struct ClientVmmStats {
   uint64_t decayed_bytes = 0;      // cached memory given back after release_delay unused (part of trimmed_bytes)
 };
 
-class ClientVmmCache {
+class Cache {
  public:
   // An access descriptor is `desc_bytes` long; its first `location_bytes`
   // name the location it sets (sizeof(CUmemAccessDesc) and
   // sizeof(CUmemLocation) in production). `prefetch_pages`, `ahead_on_worker`:
-  // growth ahead's (policy/client_vmm/growth_ahead.h).
-  ClientVmmCache(ClientDriver& driver, size_t desc_bytes, size_t location_bytes, int prefetch_pages = 0,
-                 bool ahead_on_worker = false)
-      : driver_(driver),
-        desc_bytes_(desc_bytes ? desc_bytes : 1),
-        location_bytes_(location_bytes),
-        ahead_(driver, mutex_, prefetch_pages, ahead_on_worker,
-               [this](const AheadPage& page) { publish_ahead(page); }) {}
+  // growth ahead's (policy/own_vmm/growth_ahead.h). `ledger`: the
+  // program's handles (ledger.h), which the cache reads and updates for
+  // every call it answers; without one, the cache has a ledger of its own.
+  Cache(Driver& driver, Ledger& ledger, size_t desc_bytes, size_t location_bytes, int prefetch_pages = 0,
+        bool ahead_on_worker = false)
+      : Cache(driver, nullptr, &ledger, desc_bytes, location_bytes, prefetch_pages, ahead_on_worker) {}
+  Cache(Driver& driver, size_t desc_bytes, size_t location_bytes, int prefetch_pages = 0, bool ahead_on_worker = false)
+      : Cache(driver, std::make_unique<Ledger>(), nullptr, desc_bytes, location_bytes, prefetch_pages,
+              ahead_on_worker) {}
 
   // Growth ahead's worker (GrowthAhead::work_one, wait_for_work,
   // pending_pages): the glue's pagefast-vmm thread and the tests run it.
@@ -160,11 +169,12 @@ class ClientVmmCache {
   // Tests: every handle's deferred_maps equals its deferred mappings in
   // maps_ (flush_handle trusts it).
   bool deferred_counts_consistent();
-  ClientVmmStats stats();
+  CacheStats stats();
 
   // The device's primary context was reset or destroyed: its handles may be
   // gone with it. Every record of the device is dropped without a driver
-  // call; the program's later calls on them reach the driver.
+  // call; the program's later calls on them reach the driver. The ledger's
+  // records of the device are its owner's to forget, after this.
   void forget_device(int device);
   // The cache stops for good (the glue calls it after an exception, e.g.
   // out of host memory): deferred mappings are unmapped and cached handles
@@ -173,12 +183,21 @@ class ClientVmmCache {
   void abandon();
 
  private:
+  Cache(Driver& driver, std::unique_ptr<Ledger> owned, Ledger* ledger, size_t desc_bytes, size_t location_bytes,
+        int prefetch_pages, bool ahead_on_worker)
+      : driver_(driver),
+        owned_ledger_(std::move(owned)),
+        ledger_(ledger ? *ledger : *owned_ledger_),
+        desc_bytes_(desc_bytes ? desc_bytes : 1),
+        location_bytes_(location_bytes),
+        ahead_(driver, mutex_, prefetch_pages, ahead_on_worker,
+               [this](const AheadPage& page) { publish_ahead(page); }) {}
+
+  // What the cache keeps of a handle it tracks (created with cacheable
+  // properties, or made ahead); its bytes, device, the program's
+  // references and mappings are the ledger's.
   struct Handle {
-    uint64_t bytes = 0;
     std::string slot;  // property bytes + size: the cache's key
-    int device = 0;
-    int refs = 0;       // the program's references (create, retain - release)
-    int live_maps = 0;  // the program's live mappings (deferred ones not counted)
     bool shared = false;
     bool cached = false;
     uint64_t cached_at_ns = 0;  // decay_step's clock when first seen cached; 0: not yet seen
@@ -216,8 +235,11 @@ class ClientVmmCache {
   void flush_handle(uint64_t handle);
   void flush_at(uint64_t addr);
   // A handle with no reference and no live mapping left: cached, or
-  // released for real. Returns the driver's answer (kClientOk if cached).
+  // released for real. Returns the driver's answer (kOk if cached).
   int retire(uint64_t handle);
+  // After an unmap: retires those of `unmapped` (handles that lost a
+  // mapping, repeats allowed) the program holds nothing of any more.
+  void retire_orphans(std::vector<uint64_t>* unmapped);
   int release_for_real(uint64_t handle);
   // The deferred mapping of `handle` that its last deferred unmap noted
   // (rec.deferred_at), if it is still that handle's and deferred; else
@@ -245,10 +267,14 @@ class ClientVmmCache {
   // mapping: if that mapping was made ahead, the page was misdirected.
   void note_misdirected(uint64_t handle, uint64_t addr);
 
+  // Whether the ledger places `handle` on `device`.
+  bool on_device(uint64_t handle, int device);
   // Frees kept ranges with no mapping left, for real.
   void free_empty_kept_ranges();
 
-  ClientDriver& driver_;
+  Driver& driver_;
+  std::unique_ptr<Ledger> owned_ledger_;  // the constructor without a ledger's
+  Ledger& ledger_;
   const size_t desc_bytes_;
   const size_t location_bytes_;
   std::mutex mutex_;
@@ -273,9 +299,9 @@ class ClientVmmCache {
   uint64_t map_seq_ = 0;  // Mapping::seq of the program's last map or revive
   std::map<int, uint64_t> cached_bytes_;
   std::atomic<uint64_t> deferred_count_{0};
-  ClientVmmStats stats_;
+  CacheStats stats_;
   // Last: it holds a reference to mutex_ and calls publish_ahead.
   GrowthAhead ahead_;
 };
 
-}  // namespace pagefast::policy
+}  // namespace pagefast::policy::own_vmm

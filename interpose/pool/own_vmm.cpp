@@ -1,13 +1,13 @@
-// interpose/pool/vmm_clients.cpp: interpose/pool/vmm_clients.h over
-// policy::ClientVmmCache, with the real driver (through the seam,
-// interpose/driver.h) as its ClientDriver.
+// interpose/pool/own_vmm.cpp: interpose/pool/own_vmm.h over
+// policy::own_vmm::Cache, with the real driver (through the seam,
+// interpose/driver.h) as its Driver.
 //
 // Which cuMemCreate calls are cacheable: pinned device memory (any handle
 // types, compression, RDMA flag: they are part of the key, compared byte
 // for byte with the whole CUmemAllocationProp), flags 0, a device ordinal
 // below 64. A cache hit needs an earlier identical request the driver
 // accepted, so the driver's validation of size and properties stands.
-#include "interpose/pool/vmm_clients.h"
+#include "interpose/pool/own_vmm.h"
 
 #include <cstddef>
 #include <cstring>
@@ -21,17 +21,17 @@
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
 #include "interpose/service_thread.h"
-#include "policy/client_vmm/cache.h"
 #include "policy/clock.h"
+#include "policy/own_vmm/cache.h"
 
-namespace pagefast::pool::clients {
+namespace pagefast::pool::own_vmm {
 
 std::atomic<bool> g_on{false};
 
 namespace {
 
-static_assert(policy::kClientOk == CUDA_SUCCESS, "the cache's success code is the driver's");
-static_assert(policy::kClientInvalidValue == CUDA_ERROR_INVALID_VALUE, "the cache's refusal is the driver's");
+static_assert(policy::own_vmm::kOk == CUDA_SUCCESS, "the cache's success code is the driver's");
+static_assert(policy::own_vmm::kInvalidValue == CUDA_ERROR_INVALID_VALUE, "the cache's refusal is the driver's");
 static_assert(offsetof(CUmemAccessDesc, flags) == sizeof(CUmemLocation), "a descriptor is its location, then flags");
 
 // More descriptors than devices can exist is not a real call: forwarded.
@@ -40,7 +40,7 @@ constexpr CUresult kMissing = CUDA_ERROR_NOT_FOUND;
 
 PoolConfig g_config;
 
-class RealClientDriver final : public policy::ClientDriver {
+class SeamDriver final : public policy::own_vmm::Driver {
  public:
   int create(uint64_t bytes, const std::string& prop_bytes, uint64_t* handle) override {
     const RealDriver* real = real_driver();
@@ -90,12 +90,12 @@ class RealClientDriver final : public policy::ClientDriver {
 };
 
 // Made once by configure(), never destroyed (hooks run at exit too).
-RealClientDriver* g_driver = nullptr;
-policy::ClientVmmCache* g_cache = nullptr;
+SeamDriver* g_driver = nullptr;
+policy::own_vmm::Cache* g_cache = nullptr;
 
 LogSink g_log = nullptr;
 
-// Growth ahead's worker, one `pagefast-vmm` thread (policy/client_vmm/growth_ahead.h):
+// Growth ahead's worker, one `pagefast-vmm` thread (policy/own_vmm/growth_ahead.h):
 // started at the first job, never in a constructor; all signals blocked.
 // One, not two: two threads opening pages at once slow each other (60 and
 // 72 us a page against 38-45 alone, docs/DRIVER-FACTS.md), so the page the
@@ -134,7 +134,7 @@ void* worker_main(void*) {
   return nullptr;
 }
 
-bool RealClientDriver::wake_worker() {
+bool SeamDriver::wake_worker() {
   int state = g_worker.load(std::memory_order_acquire);
   if (state == 1) return !exit_stopping();
   if (state < 0) return false;
@@ -176,6 +176,13 @@ CUresult guarded(Call call) {
   }
 }
 
+// A call the cache answered and noted in the ledger (success only: a
+// failed call is noted nowhere).
+CUresult noted(CUresult r) {
+  if (r == CUDA_SUCCESS) noted_by_cache();
+  return r;
+}
+
 bool cacheable(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAllocationProp* prop,
                unsigned long long flags) {
   return handle && prop && bytes && flags == 0 && prop->type == CU_MEM_ALLOCATION_TYPE_PINNED &&
@@ -189,8 +196,8 @@ void configure(const PoolConfig& config, LogSink log) {
   g_config = config;
   g_log = log;
   if (!config.enabled || !config.vmm_cache) return;
-  g_driver = new (std::nothrow) RealClientDriver();
-  g_cache = g_driver ? new (std::nothrow) policy::ClientVmmCache(*g_driver, sizeof(CUmemAccessDesc),
+  g_driver = new (std::nothrow) SeamDriver();
+  g_cache = g_driver ? new (std::nothrow) policy::own_vmm::Cache(*g_driver, ledger(), sizeof(CUmemAccessDesc),
                                                                  sizeof(CUmemLocation), config.vmm_grow_ahead, true)
                      : nullptr;
   if (g_cache) g_on.store(true, std::memory_order_release);
@@ -203,7 +210,7 @@ CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemA
   const RealDriver* real = real_driver();
   if (!driver::has(real, &RealDriver::cuMemCreate)) return kMissing;
   if (!cacheable(handle, bytes, prop, flags)) return driver::create(real, handle, bytes, prop, flags);
-  return guarded([&] {
+  return noted(guarded([&] {
     const std::string key(reinterpret_cast<const char*>(prop), sizeof *prop);
     const int device = prop->location.id;
     uint64_t cached = 0;
@@ -219,11 +226,11 @@ CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemA
       r = driver::create(real, handle, bytes, prop, flags);
     if (r == CUDA_SUCCESS) g_cache->note_created(*handle, bytes, key, device);
     return r;
-  });
+  }));
 }
 
 CUresult release(CUmemGenericAllocationHandle handle) {
-  const CUresult r = guarded([&] { return CUresult(g_cache->release(handle)); });
+  const CUresult r = noted(guarded([&] { return CUresult(g_cache->release(handle)); }));
   // What the program releases is cached: the trim thread lets it decay
   // (a program that never calls cuMemAlloc has no pool to start it).
   start_trim_thread(g_config);
@@ -232,11 +239,11 @@ CUresult release(CUmemGenericAllocationHandle handle) {
 
 CUresult map(CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAllocationHandle handle,
              unsigned long long flags) {
-  return guarded([&] { return CUresult(g_cache->map(ptr, bytes, offset, handle, flags)); });
+  return noted(guarded([&] { return CUresult(g_cache->map(ptr, bytes, offset, handle, flags)); }));
 }
 
 CUresult unmap(CUdeviceptr ptr, size_t bytes) {
-  return guarded([&] { return CUresult(g_cache->unmap(ptr, bytes)); });
+  return noted(guarded([&] { return CUresult(g_cache->unmap(ptr, bytes)); }));
 }
 
 CUresult set_access(CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count) {
@@ -266,7 +273,7 @@ CUresult retain(CUmemGenericAllocationHandle* handle, void* addr) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   if (answered) {
     *handle = h;
-    return CUDA_SUCCESS;
+    return noted(CUDA_SUCCESS);
   }
   return driver::retain_handle(real_driver(), handle, addr);
 }
@@ -328,6 +335,7 @@ void mark_shared(CUmemGenericAllocationHandle handle) {
 
 void on_device_reset(int device) {
   if (on()) g_cache->forget_device(device);  // allocates nothing
+  ledger().forget_device(device);
 }
 
 void before_query(CUdeviceptr ptr) {
@@ -351,7 +359,7 @@ uint64_t cached_bytes(int device) { return g_cache ? g_cache->cached_bytes(devic
 
 std::string stats_json() {
   if (!g_cache) return "null";
-  const policy::ClientVmmStats s = g_cache->stats();
+  const policy::own_vmm::CacheStats s = g_cache->stats();
   std::string out = "{";
   auto field = [&out](const char* name, uint64_t value) {
     if (out.size() > 1) out += ", ";
@@ -378,4 +386,4 @@ std::string stats_json() {
   return out + "}";
 }
 
-}  // namespace pagefast::pool::clients
+}  // namespace pagefast::pool::own_vmm

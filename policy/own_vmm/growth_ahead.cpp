@@ -1,13 +1,13 @@
-// policy/client_vmm/growth_ahead.cpp: growth ahead's jobs and the
-// worker's step (policy/client_vmm/growth_ahead.h says what and why).
-#include "policy/client_vmm/growth_ahead.h"
+// policy/own_vmm/growth_ahead.cpp: growth ahead's jobs and the
+// worker's step (policy/own_vmm/growth_ahead.h says what and why).
+#include "policy/own_vmm/growth_ahead.h"
 
 #include <chrono>
 #include <vector>
 
-#include "policy/client_vmm/slot.h"
+#include "policy/own_vmm/slot.h"
 
-namespace pagefast::policy {
+namespace pagefast::policy::own_vmm {
 
 int GrowthAhead::batch(const std::string& slot) {
   int& next = next_batch_[slot];
@@ -39,18 +39,18 @@ void GrowthAhead::grow(uint64_t from, uint64_t page, uint64_t pages, const std::
     double_batch(slot);
     return;
   }
-  const std::string prop = client_prop_of(slot);
+  const std::string prop = prop_of(slot);
   std::vector<uint64_t> made;
   for (uint64_t i = 0; i < pages; ++i) {
     uint64_t handle = 0;
-    if (driver_.create(page, prop, &handle) != kClientOk) break;
-    if (driver_.map(from + i * page, page, 0, handle, 0) != kClientOk) {
+    if (driver_.create(page, prop, &handle) != kOk) break;
+    if (driver_.map(from + i * page, page, 0, handle, 0) != kOk) {
       driver_.release(handle);
       break;
     }
     made.push_back(handle);
   }
-  if (!made.empty() && driver_.set_access(from, made.size() * page, descs) != kClientOk) {
+  if (!made.empty() && driver_.set_access(from, made.size() * page, descs) != kOk) {
     for (size_t i = 0; i < made.size(); ++i) {
       driver_.unmap(from + i * page, page);
       driver_.release(made[i]);
@@ -167,7 +167,7 @@ bool GrowthAhead::work_one() {
   const uint64_t index = job->begun;
   const uint64_t at = job->start + index * job->page;
   const uint64_t page = job->page;
-  const std::string prop = client_prop_of(job->slot);
+  const std::string prop = prop_of(job->slot);
   const std::string descs = job->descs;
   const uint64_t context = job->context;
   ++job->begun;
@@ -177,9 +177,9 @@ bool GrowthAhead::work_one() {
   // until the page is published (settle waits for it).
   driver_.use_context(context);
   uint64_t handle = 0;
-  bool ok = driver_.create(page, prop, &handle) == kClientOk;
-  bool mapped = ok && driver_.map(at, page, 0, handle, 0) == kClientOk;
-  ok = mapped && driver_.set_access(at, page, descs) == kClientOk;
+  bool ok = driver_.create(page, prop, &handle) == kOk;
+  bool mapped = ok && driver_.map(at, page, 0, handle, 0) == kOk;
+  ok = mapped && driver_.set_access(at, page, descs) == kOk;
   if (!ok) {
     if (mapped) driver_.unmap(at, page);
     if (handle) driver_.release(handle);
@@ -217,4 +217,4 @@ uint64_t GrowthAhead::pending_pages() {
   return n;
 }
 
-}  // namespace pagefast::policy
+}  // namespace pagefast::policy::own_vmm

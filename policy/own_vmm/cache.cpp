@@ -1,15 +1,17 @@
-// policy/client_vmm/cache.cpp: the client VMM cache's handles, mappings
-// and access (policy/client_vmm/cache.h says what and why;
-// docs/VMM-CLIENTS.md the residual differences).
-#include "policy/client_vmm/cache.h"
+// policy/own_vmm/cache.cpp: the own-VMM cache's handles, mappings
+// and access (policy/own_vmm/cache.h says what and why;
+// docs/OWN-VMM.md the residual differences).
+#include "policy/own_vmm/cache.h"
 
-#include "policy/client_vmm/slot.h"
+#include <algorithm>
 
-namespace pagefast::policy {
+#include "policy/own_vmm/slot.h"
 
-bool ClientVmmCache::take(uint64_t bytes, const std::string& prop, uint64_t* handle) {
+namespace pagefast::policy::own_vmm {
+
+bool Cache::take(uint64_t bytes, const std::string& prop, uint64_t* handle) {
   std::unique_lock<std::mutex> lock(mutex_);
-  const std::string key = client_slot_of(bytes, prop);
+  const std::string key = slot_of(bytes, prop);
   // The worker is making the next page of these properties: it comes
   // sooner than one the driver would create here (and it is the page the
   // program will map next). Its first page not yet published must come
@@ -31,44 +33,53 @@ bool ClientVmmCache::take(uint64_t bytes, const std::string& prop, uint64_t* han
   Handle& rec = handles_[h];
   rec.cached = false;
   rec.cached_at_ns = 0;
-  rec.refs = 1;
-  cached_bytes_[rec.device] -= rec.bytes;
+  const HandleFacts facts = ledger_.facts(h);
+  ledger_.taken(h);
+  cached_bytes_[facts.device] -= facts.bytes;
   ++stats_.create_hits;
   *handle = h;
   return true;
 }
 
-void ClientVmmCache::note_created(uint64_t handle, uint64_t bytes, const std::string& prop, int device) {
+void Cache::note_created(uint64_t handle, uint64_t bytes, const std::string& prop, int device) {
   std::lock_guard<std::mutex> guard(mutex_);
   Handle& rec = handles_[handle];
   rec = Handle{};
-  rec.bytes = bytes;
-  rec.slot = client_slot_of(bytes, prop);
-  rec.device = device;
-  rec.refs = 1;
+  rec.slot = slot_of(bytes, prop);
+  ledger_.created(handle, bytes, device);
+  ledger_.keep(handle);
 }
 
-int ClientVmmCache::release(uint64_t handle) {
+int Cache::release(uint64_t handle) {
   std::unique_lock<std::mutex> guard(mutex_);
   auto it = handles_.find(handle);
   if (it == handles_.end()) {
     guard.unlock();
-    return driver_.release(handle);
+    const int r = driver_.release(handle);
+    if (r == kOk) ledger_.released(handle);
+    return r;
   }
-  Handle& rec = it->second;
-  if (rec.refs <= 0) return kClientInvalidValue;  // released already
-  if (--rec.refs > 0 || rec.live_maps > 0) return kClientOk;
+  const HandleFacts facts = ledger_.facts(handle);
+  if (facts.refs <= 0) return kInvalidValue;  // released already
+  // A reference an import of its own export added: the driver holds it,
+  // besides the one the cache keeps, and drops it.
+  const bool imported = facts.imports > 0;
+  const int r = imported ? driver_.release(handle) : kOk;
+  if (r == kOk) ledger_.released(handle);
+  if (imported) return r;
+  if (facts.refs > 1 || facts.maps > 0) return kOk;
   return retire(handle);
 }
 
-int ClientVmmCache::retire(uint64_t handle) {
+int Cache::retire(uint64_t handle) {
   Handle& rec = handles_[handle];
   if (!rec.shared) {
-    const uint64_t room = driver_.cache_room(rec.device);
-    uint64_t& held = cached_bytes_[rec.device];
-    if (room >= held && room - held >= rec.bytes) {
+    const HandleFacts facts = ledger_.facts(handle);
+    const uint64_t room = driver_.cache_room(facts.device);
+    uint64_t& held = cached_bytes_[facts.device];
+    if (room >= held && room - held >= facts.bytes) {
       rec.cached = true;
-      held += rec.bytes;
+      held += facts.bytes;
       // The order of its deferred mapping (the key take() orders by): the
       // one its last deferred unmap noted, checked; else a scan (a handle
       // mapped at two addresses, or a mapping flushed since).
@@ -81,22 +92,32 @@ int ClientVmmCache::retire(uint64_t handle) {
           if (m.handle == handle && m.deferred && m.seq < order) order = m.seq;
       }
       free_[rec.slot].emplace(std::make_pair(order, arrivals_++), handle);
-      return kClientOk;
+      return kOk;
     }
   }
   return release_for_real(handle);
 }
 
-int ClientVmmCache::release_for_real(uint64_t handle) {
+void Cache::retire_orphans(std::vector<uint64_t>* unmapped) {
+  std::sort(unmapped->begin(), unmapped->end());
+  unmapped->erase(std::unique(unmapped->begin(), unmapped->end()), unmapped->end());
+  for (uint64_t handle : *unmapped) {
+    const HandleFacts facts = ledger_.facts(handle);
+    if (facts.refs == 0 && facts.maps == 0) retire(handle);
+  }
+}
+
+int Cache::release_for_real(uint64_t handle) {
   flush_handle(handle);
   const int r = driver_.release(handle);
   // A refused release leaves a handle nobody can name again: forget it
   // (at worst its memory stays until exit, as the driver would keep it).
   handles_.erase(handle);
+  ledger_.let_go(handle);
   return r;
 }
 
-bool ClientVmmCache::exact_cover(uint64_t addr, uint64_t bytes, std::vector<MapIt>* out) {
+bool Cache::exact_cover(uint64_t addr, uint64_t bytes, std::vector<MapIt>* out) {
   out->clear();
   uint64_t at = addr;
   const uint64_t end = addr + bytes;
@@ -109,8 +130,8 @@ bool ClientVmmCache::exact_cover(uint64_t addr, uint64_t bytes, std::vector<MapI
   return at == end;
 }
 
-bool ClientVmmCache::flush_mapping(MapIt it) {
-  if (driver_.unmap(it->first, it->second.bytes) != kClientOk) return false;
+bool Cache::flush_mapping(MapIt it) {
+  if (driver_.unmap(it->first, it->second.bytes) != kOk) return false;
   deferred_count_.fetch_sub(1, std::memory_order_relaxed);
   auto h = handles_.find(it->second.handle);
   if (h != handles_.end()) --h->second.deferred_maps;
@@ -119,7 +140,7 @@ bool ClientVmmCache::flush_mapping(MapIt it) {
   return true;
 }
 
-bool ClientVmmCache::flush_overlap(uint64_t addr, uint64_t bytes) {
+bool Cache::flush_overlap(uint64_t addr, uint64_t bytes) {
   if (deferred_count_.load(std::memory_order_relaxed) == 0) return true;
   const uint64_t end = addr + bytes < addr ? UINT64_MAX : addr + bytes;
   auto it = maps_.upper_bound(addr);
@@ -133,12 +154,12 @@ bool ClientVmmCache::flush_overlap(uint64_t addr, uint64_t bytes) {
   return all;
 }
 
-ClientVmmCache::MapIt ClientVmmCache::noted_deferred(uint64_t handle, const Handle& rec) {
+Cache::MapIt Cache::noted_deferred(uint64_t handle, const Handle& rec) {
   auto it = maps_.find(rec.deferred_at);
   return it != maps_.end() && it->second.handle == handle && it->second.deferred ? it : maps_.end();
 }
 
-void ClientVmmCache::flush_handle(uint64_t handle) {
+void Cache::flush_handle(uint64_t handle) {
   // Its one deferred mapping, where its last deferred unmap noted it (a
   // trim of thousands of cached pages stays linear); else a scan.
   auto h = handles_.find(handle);
@@ -157,17 +178,17 @@ void ClientVmmCache::flush_handle(uint64_t handle) {
   }
 }
 
-void ClientVmmCache::flush_at(uint64_t addr) {
+void Cache::flush_at(uint64_t addr) {
   std::unique_lock<std::mutex> lock(mutex_);
   ahead_.settle(lock, addr, 1);
   flush_overlap(addr, 1);
 }
 
-int ClientVmmCache::map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t handle, uint64_t flags) {
+int Cache::map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t handle, uint64_t flags) {
   std::unique_lock<std::mutex> lock(mutex_);
   auto h = handles_.find(handle);
   const bool tracked = h != handles_.end();
-  if (tracked && h->second.refs <= 0) return kClientInvalidValue;  // released by the program
+  if (tracked && ledger_.facts(handle).refs <= 0) return kInvalidValue;  // released by the program
   if (tracked && flags == 0) {
     auto it = maps_.find(addr);
     if (it != maps_.end() && it->second.deferred && it->second.handle == handle && it->second.bytes == bytes &&
@@ -178,13 +199,13 @@ int ClientVmmCache::map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t
       it->second.seq = ++map_seq_;
       deferred_count_.fetch_sub(1, std::memory_order_relaxed);
       --h->second.deferred_maps;
-      ++h->second.live_maps;
+      ledger_.mapped(addr, bytes, handle);
       ++stats_.revived_maps;
       if (it->second.ahead) {
         it->second.ahead = false;
         maybe_continue(addr, it->second);
       }
-      return kClientOk;
+      return kOk;
     }
   }
   if (tracked && ahead_.enabled()) note_misdirected(handle, addr);
@@ -192,7 +213,11 @@ int ClientVmmCache::map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t
   // settle() may have waited, unlocked: the worker's pages went into
   // handles_ meanwhile, and an insert may rehash it.
   h = handles_.find(handle);
-  if (tracked && h == handles_.end()) return driver_.map(addr, bytes, offset, handle, flags);
+  if (tracked && h == handles_.end()) {
+    const int r = driver_.map(addr, bytes, offset, handle, flags);
+    if (r == kOk) ledger_.mapped(addr, bytes, handle);
+    return r;
+  }
   flush_overlap(addr, bytes);
   // A cached handle taken back and mapped somewhere else than its deferred
   // mapping (a page made ahead for another segment, a page released in the
@@ -203,24 +228,24 @@ int ClientVmmCache::map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t
   // PyTorch raised as "CUDA driver error: unknown error".
   if (tracked && h->second.deferred_maps > 0) flush_handle(handle);
   const int r = driver_.map(addr, bytes, offset, handle, flags);
-  if (r == kClientOk && !tracked) {
+  if (r == kOk) ledger_.mapped(addr, bytes, handle);
+  if (r == kOk && !tracked) {
     auto res = reservations_.upper_bound(addr);
     if (res != reservations_.begin() && addr < std::prev(res)->first + std::prev(res)->second)
       foreign_.insert(std::prev(res)->first);
   }
-  if (r == kClientOk && tracked) {
+  if (r == kOk && tracked) {
     Mapping m;
     m.bytes = bytes;
     m.offset = offset;
     m.handle = handle;
     m.seq = ++map_seq_;
     maps_[addr] = m;
-    ++h->second.live_maps;
   }
   return r;
 }
 
-int ClientVmmCache::unmap(uint64_t addr, uint64_t bytes) {
+int Cache::unmap(uint64_t addr, uint64_t bytes) {
   std::unique_lock<std::mutex> lock(mutex_);
   ahead_.settle(lock, addr, bytes);
   std::vector<MapIt> cover;
@@ -228,7 +253,7 @@ int ClientVmmCache::unmap(uint64_t addr, uint64_t bytes) {
     bool deferrable = true;
     for (MapIt it : cover) deferrable = deferrable && !handles_[it->second.handle].shared;
     if (deferrable) {
-      std::vector<uint64_t> orphans;  // retired after the loop: a release erases mappings
+      std::vector<uint64_t> unmapped;  // retired after the loop: a release erases mappings
       for (MapIt it : cover) {
         it->second.deferred = true;
         deferred_count_.fetch_add(1, std::memory_order_relaxed);
@@ -236,31 +261,32 @@ int ClientVmmCache::unmap(uint64_t addr, uint64_t bytes) {
         Handle& rec = handles_[it->second.handle];
         rec.deferred_at = it->first;
         ++rec.deferred_maps;
-        if (--rec.live_maps == 0 && rec.refs == 0) orphans.push_back(it->second.handle);
+        unmapped.push_back(it->second.handle);
       }
-      for (uint64_t handle : orphans) retire(handle);
-      return kClientOk;
+      ledger_.unmapped(addr, bytes);
+      retire_orphans(&unmapped);
+      return kOk;
     }
   }
   flush_overlap(addr, bytes);
   const int r = driver_.unmap(addr, bytes);
-  if (r != kClientOk) return r;
+  if (r != kOk) return r;
+  ledger_.unmapped(addr, bytes);
   const uint64_t end = addr + bytes;
-  std::vector<uint64_t> orphans;
+  std::vector<uint64_t> unmapped;
   for (auto it = maps_.lower_bound(addr); it != maps_.end() && it->first < end;) {
     auto next = std::next(it);
     if (!it->second.deferred) {
-      Handle& rec = handles_[it->second.handle];
-      if (--rec.live_maps == 0 && rec.refs == 0) orphans.push_back(it->second.handle);
+      unmapped.push_back(it->second.handle);
       maps_.erase(it);
     }
     it = next;
   }
-  for (uint64_t handle : orphans) retire(handle);
+  retire_orphans(&unmapped);
   return r;
 }
 
-bool ClientVmmCache::access_already(const Mapping& m, const std::string& descs) const {
+bool Cache::access_already(const Mapping& m, const std::string& descs) const {
   if (!m.access_known || descs.empty() || descs.size() % desc_bytes_ != 0) return false;
   for (size_t at = 0; at < descs.size(); at += desc_bytes_) {
     auto it = m.access.find(descs.substr(at, location_bytes_));
@@ -270,12 +296,12 @@ bool ClientVmmCache::access_already(const Mapping& m, const std::string& descs) 
   return true;
 }
 
-void ClientVmmCache::apply_access(Mapping& m, const std::string& descs) const {
+void Cache::apply_access(Mapping& m, const std::string& descs) const {
   for (size_t at = 0; at + desc_bytes_ <= descs.size(); at += desc_bytes_)
     m.access[descs.substr(at, location_bytes_)] = descs.substr(at + location_bytes_, desc_bytes_ - location_bytes_);
 }
 
-int ClientVmmCache::set_access(uint64_t addr, uint64_t bytes, const std::string& descs) {
+int Cache::set_access(uint64_t addr, uint64_t bytes, const std::string& descs) {
   std::unique_lock<std::mutex> lock(mutex_);
   ahead_.settle(lock, addr, bytes);
   std::vector<MapIt> cover;
@@ -284,7 +310,7 @@ int ClientVmmCache::set_access(uint64_t addr, uint64_t bytes, const std::string&
     for (MapIt it : cover) same = same && access_already(it->second, descs);
     if (same) {
       ++stats_.access_skipped;
-      return kClientOk;
+      return kOk;
     }
   }
   flush_overlap(addr, bytes);
@@ -296,19 +322,19 @@ int ClientVmmCache::set_access(uint64_t addr, uint64_t bytes, const std::string&
     if (it->first + it->second.bytes <= addr || it->second.deferred) continue;
     // Known only while every call covered the whole mapping and succeeded.
     const bool whole = it->first >= addr && it->first + it->second.bytes <= end;
-    if (r == kClientOk && whole) apply_access(it->second, descs);
+    if (r == kOk && whole) apply_access(it->second, descs);
     else it->second.access_known = false;
   }
-  if (r == kClientOk && ahead_.enabled()) maybe_prefetch(addr, end, descs);
+  if (r == kOk && ahead_.enabled()) maybe_prefetch(addr, end, descs);
   return r;
 }
 
-void ClientVmmCache::note_reserved(uint64_t base, uint64_t bytes) {
+void Cache::note_reserved(uint64_t base, uint64_t bytes) {
   std::lock_guard<std::mutex> guard(mutex_);
   reservations_[base] = bytes;
 }
 
-bool ClientVmmCache::retain(uint64_t addr, uint64_t* handle) {
+bool Cache::retain(uint64_t addr, uint64_t* handle) {
   std::unique_lock<std::mutex> lock(mutex_);
   ahead_.settle(lock, addr, 1);
   auto it = maps_.upper_bound(addr);
@@ -319,18 +345,17 @@ bool ClientVmmCache::retain(uint64_t addr, uint64_t* handle) {
     flush_mapping(it);  // the program unmapped it: the driver answers
     return false;
   }
-  Handle& rec = handles_[it->second.handle];
-  ++rec.refs;
+  ledger_.retained(it->second.handle);
   *handle = it->second.handle;
   return true;
 }
 
-bool ClientVmmCache::check_handle(uint64_t handle, bool exporting, int* result) {
+bool Cache::check_handle(uint64_t handle, bool exporting, int* result) {
   std::lock_guard<std::mutex> guard(mutex_);
   auto it = handles_.find(handle);
   if (it == handles_.end()) return false;
-  if (it->second.refs <= 0) {
-    *result = kClientInvalidValue;
+  if (ledger_.facts(handle).refs <= 0) {
+    *result = kInvalidValue;
     return true;
   }
   if (exporting && !it->second.shared) {
@@ -340,4 +365,4 @@ bool ClientVmmCache::check_handle(uint64_t handle, bool exporting, int* result) 
   return false;
 }
 
-}  // namespace pagefast::policy
+}  // namespace pagefast::policy::own_vmm

@@ -1,0 +1,103 @@
+// interpose/pool/own_vmm.h: the program's own VMM calls (docs/OWN-VMM.md):
+// the own-VMM cache's glue (own_vmm.cpp, over policy/own_vmm/cache.h) and
+// the ledger's (own_vmm_ledger.cpp, over policy/own_vmm/ledger.h).
+//
+// The cache: the hooks call its functions below only when on()
+// (vmm_cache:on with the pool on, not a forked child); off, they forward:
+// one relaxed load and a branch, no lock, no lookup. Every call answers
+// as the driver would (the driver's own result where it is asked). An
+// exception inside (out of host memory) stops the cache for good: it
+// hands the driver the program's view back, logs one line, and the call
+// answers CUDA_ERROR_OUT_OF_MEMORY; later calls are forwarded. The
+// cache's memory of a device is one holder of that device's budget
+// (interpose/pool/device_memory.h), beside the pool: the budget has it
+// released when the pool grows under a limit or the driver runs out of
+// memory, and cuMemCreate out of memory reclaims the device's idle memory
+// (the cache's, then the pool's) through the budget.
+//
+// The ledger: one per process, of every handle of device memory the
+// program made or imported. The hooks note each successful call in it
+// (created ... unmapped below) while the pool is on; a call the cache
+// answered was noted by the cache already, under its lock (it decides
+// with the same facts), and its note here does nothing. Sleep reads what
+// stays resident (resident_bytes).
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "policy/config.h"
+#include "policy/own_vmm/ledger.h"
+
+namespace pagefast::pool::own_vmm {
+
+extern std::atomic<bool> g_on;
+inline bool on() { return g_on.load(std::memory_order_relaxed); }
+
+// From pool::configure: on when the pool and vmm_cache are both on.
+void configure(const PoolConfig& config, LogSink log);
+// The device's primary context was reset or destroyed: the cache, then the
+// ledger, forget that device's handles (no driver call; the driver answers
+// for them).
+void on_device_reset(int device);
+// A forked child: everything is forwarded from now on.
+void switch_off();
+
+CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAllocationProp* prop,
+                unsigned long long flags);
+CUresult release(CUmemGenericAllocationHandle handle);
+CUresult map(CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAllocationHandle handle,
+             unsigned long long flags);
+CUresult unmap(CUdeviceptr ptr, size_t bytes);
+CUresult set_access(CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count);
+CUresult address_free(CUdeviceptr ptr, size_t bytes);
+CUresult retain(CUmemGenericAllocationHandle* handle, void* addr);
+CUresult export_handle(void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
+                       unsigned long long flags);
+CUresult properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle);
+// cuMemAddressReserve succeeded: growth ahead stays inside such ranges.
+// The pagefast-trim thread's step: cached handles unused for release_delay
+// go back to the driver (policy::own_vmm::Cache::decay_step). Returns the
+// wait before the next step.
+uint64_t decay_step();
+// cuMemAddressReserve, before the driver: true with *base when a range the
+// program freed is handed out again (policy::own_vmm::Cache::take_range).
+bool take_range(CUdeviceptr* base, size_t bytes, size_t alignment, CUdeviceptr hint, unsigned long long flags);
+void note_reserved(CUdeviceptr base, size_t bytes);
+// The handle is mapped where the cache cannot follow (a sparse array):
+// never cached or deferred again.
+void mark_shared(CUmemGenericAllocationHandle handle);
+// Before a pointer query (cuPointerGetAttribute(s), cuMemGetAddressRange):
+// a deferred mapping at `ptr` is unmapped for real first.
+void before_query(CUdeviceptr ptr);
+
+// Cached memory of `device` released to the driver (UINT64_MAX: all), at
+// the budget's request (the device's CacheShare).
+uint64_t trim(int device, uint64_t bytes);
+uint64_t cached_bytes(int device);
+// {"cached_bytes": .., "create_hits": .., ...}, or "null" when off.
+std::string stats_json();
+
+// The ledger (own_vmm_ledger.cpp). The hooks' notes of the program's
+// successful cuMemCreate / cuMemExportToShareableHandle /
+// cuMemImportFromShareableHandle / cuMemRetainAllocationHandle /
+// cuMemRelease / cuMemMap / cuMemUnmap; `shareable` / `os_handle` as the
+// program passed them. Device memory only.
+void created(CUmemGenericAllocationHandle handle, size_t bytes, const CUmemAllocationProp* prop);
+void exported(CUmemGenericAllocationHandle handle, const void* shareable, CUmemAllocationHandleType type);
+void imported(CUmemGenericAllocationHandle handle, void* os_handle, CUmemAllocationHandleType type);
+void retained(CUmemGenericAllocationHandle handle);
+void released(CUmemGenericAllocationHandle handle);
+void mapped(CUdeviceptr ptr, size_t bytes, CUmemGenericAllocationHandle handle);
+void unmapped(CUdeviceptr ptr, size_t bytes);
+// What of `device` the program still holds or maps (0 with the pool off).
+uint64_t resident_bytes(int device);
+// The process's ledger (never destroyed), which the cache is made with.
+policy::own_vmm::Ledger& ledger();
+// The calling thread's call was answered by the cache, which noted it in
+// the ledger: the hook's note that follows does nothing.
+void noted_by_cache();
+
+}  // namespace pagefast::pool::own_vmm

@@ -1,0 +1,92 @@
+// interpose/pool/own_vmm_ledger.cpp: the glue of the ledger of the
+// program's own VMM handles (policy/own_vmm/ledger.h, own_vmm.h): the
+// hooks note the program's successful calls while the pool is on, unless
+// the own-VMM cache answered and noted the call itself; sleep (sleep.cpp)
+// reads what stays resident. Not on any hot path: each note follows a
+// driver call of microseconds.
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <utility>
+
+#include "interpose/driver.h"
+#include "interpose/pool/own_vmm.h"
+#include "interpose/pool/pool_internal.h"
+#include "interpose/real_driver.h"
+
+namespace pagefast::pool::own_vmm {
+namespace {
+
+// Set by the cache's glue when the cache answered the thread's call and
+// noted it; the hook's note right after takes it back.
+thread_local bool t_noted = false;
+
+// Whether the hook's note goes into the ledger.
+bool noting() {
+  if (std::exchange(t_noted, false)) return false;
+  return pool_active();
+}
+
+// The file behind a POSIX descriptor; false for any other handle type.
+bool share_key(int fd, CUmemAllocationHandleType type, policy::own_vmm::ShareKey* key) {
+  struct stat st;
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || fd < 0 || fstat(fd, &st) != 0) return false;
+  key->device = uint64_t(st.st_dev);
+  key->inode = uint64_t(st.st_ino);
+  return true;
+}
+
+}  // namespace
+
+policy::own_vmm::Ledger& ledger() {
+  // Never destroyed: the program's VMM calls may come during exit.
+  static policy::own_vmm::Ledger* own = new policy::own_vmm::Ledger();
+  return *own;
+}
+
+void noted_by_cache() { t_noted = true; }
+
+void created(CUmemGenericAllocationHandle handle, size_t bytes, const CUmemAllocationProp* prop) {
+  // Device memory only: pinned host memory through cuMemCreate is no
+  // device's, and sleep has nothing to say about it.
+  if (!noting() || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return;
+  ledger().created(handle, bytes, prop->location.id);
+}
+
+void exported(CUmemGenericAllocationHandle handle, const void* shareable, CUmemAllocationHandleType type) {
+  policy::own_vmm::ShareKey key;
+  if (noting() && shareable && share_key(*static_cast<const int*>(shareable), type, &key))
+    ledger().exported(handle, key);
+}
+
+void imported(CUmemGenericAllocationHandle handle, void* os_handle, CUmemAllocationHandleType type) {
+  if (!noting()) return;
+  // The device its memory lives on: the properties the exporter gave it.
+  CUmemAllocationProp prop{};
+  if (driver::handle_properties(real_driver(), &prop, handle) != CUDA_SUCCESS ||
+      prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+    return;
+  policy::own_vmm::ShareKey key;
+  const bool known = share_key(int(reinterpret_cast<uintptr_t>(os_handle)), type, &key);
+  ledger().imported(handle, known ? &key : nullptr, prop.location.id);
+}
+
+void retained(CUmemGenericAllocationHandle handle) {
+  if (noting()) ledger().retained(handle);
+}
+
+void released(CUmemGenericAllocationHandle handle) {
+  if (noting()) ledger().released(handle);
+}
+
+void mapped(CUdeviceptr ptr, size_t bytes, CUmemGenericAllocationHandle handle) {
+  if (noting()) ledger().mapped(ptr, bytes, handle);
+}
+
+void unmapped(CUdeviceptr ptr, size_t bytes) {
+  if (noting()) ledger().unmapped(ptr, bytes);
+}
+
+uint64_t resident_bytes(int device) { return pool_active() ? ledger().resident(device).bytes : 0; }
+
+}  // namespace pagefast::pool::own_vmm

@@ -1,0 +1,135 @@
+// policy/own_vmm/ledger.h: the ledger of the program's own VMM handles
+// (docs/OWN-VMM.md): every handle of device memory the program made
+// (cuMemCreate) or imported (cuMemImportFromShareableHandle), with its
+// bytes, device, the program's references and mappings, and which
+// allocation it names. Two readers: the own-VMM cache (cache.h) decides
+// with it when a handle is the program's no more (its last reference and
+// mapping gone), and sleep (docs/POOL.md "Sleep and wake") asks it how
+// many bytes of the program's memory stay resident.
+//
+// A handle's memory is the program's while it holds a reference (its
+// cuMemCreate or cuMemImportFromShareableHandle, each
+// cuMemRetainAllocationHandle, less each cuMemRelease) or maps it somewhere
+// (the driver frees a released handle's memory at its last unmap). Only
+// successful calls are noted, and only handles created or imported; a
+// mapping of a handle the ledger does not know is ignored. Mappings are
+// the program's: an unmap the cache answers without the driver ends one
+// here all the same.
+//
+// One allocation can have several handles: importing what the process
+// exported gives a new handle to the same allocation (or, on some drivers,
+// the same handle with one more reference: counted in `imports`, which the
+// driver holds besides the cache's one), and the memory stays while any
+// of them is held or mapped. An export notes which shareable handle (a
+// file, by its device and inode) names the allocation, so that its import
+// is known for the same memory and counted once. An import the ledger
+// cannot place (another process's export) is an allocation of its own, of
+// the bytes the program maps of it.
+//
+// A handle pagefast keeps for itself (keep, made: the cache's released and
+// made-ahead handles) stays recorded after the program let it go, until
+// let_go, and is not the program's memory: resident() leaves it out.
+//
+// Pure: handles and addresses are numbers. Thread-safe: one mutex, taken
+// by every call, never held while calling out (the cache calls in under
+// its own lock: the cache's lock, then this one).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+namespace pagefast::policy::own_vmm {
+
+// What identifies a shareable handle: its file (POSIX descriptors).
+struct ShareKey {
+  uint64_t device = 0;
+  uint64_t inode = 0;
+  bool operator<(const ShareKey& o) const { return device != o.device ? device < o.device : inode < o.inode; }
+};
+
+// One handle, as the ledger knows it (known false: not recorded).
+struct HandleFacts {
+  bool known = false;
+  uint64_t bytes = 0;
+  int device = 0;
+  int refs = 0;     // the program's references
+  int maps = 0;     // the program's mappings
+  int imports = 0;  // of refs, those imports of the process's own export added to this same handle
+};
+
+class Ledger {
+ public:
+  // The program's successful calls.
+  void created(uint64_t handle, uint64_t bytes, int device);
+  // The program exported `handle` as the shareable handle `key`.
+  void exported(uint64_t handle, const ShareKey& key);
+  // The program imported `handle` (`key`: the shareable handle's, NULL if
+  // unknown; `device`: where the memory lives, from its properties).
+  void imported(uint64_t handle, const ShareKey* key, int device);
+  void retained(uint64_t handle);
+  // One reference less (an import's first, while the handle has some).
+  void released(uint64_t handle);
+  void mapped(uint64_t addr, uint64_t bytes, uint64_t handle);
+  // Every mapping that starts inside [addr, addr + bytes) ends (the driver
+  // unmaps whole mappings only).
+  void unmapped(uint64_t addr, uint64_t bytes);
+  // The device's context was reset: its handles went with it.
+  void forget_device(int device);
+
+  // What pagefast keeps for itself (the own-VMM cache).
+  // `handle` stays recorded once the program holds nothing of it.
+  void keep(uint64_t handle);
+  // A handle pagefast made for itself (growth ahead): kept, none of the
+  // program's.
+  void made(uint64_t handle, uint64_t bytes, int device);
+  // The program's cuMemCreate was answered with a kept handle: its one
+  // reference.
+  void taken(uint64_t handle);
+  // Kept no more (released for real, or forgotten): the record goes once
+  // the program holds nothing of it.
+  void let_go(uint64_t handle);
+
+  HandleFacts facts(uint64_t handle);
+
+  // `device`'s handles the program holds or maps: their bytes, and how many.
+  struct Resident {
+    uint64_t bytes = 0;
+    uint64_t handles = 0;
+  };
+  Resident resident(int device);
+
+ private:
+  struct Handle {
+    uint64_t bytes = 0;
+    int device = 0;
+    int refs = 0;
+    int maps = 0;
+    int imports = 0;
+    uint64_t allocation = 0;  // handles of one allocation share it
+    bool bytes_known = true;  // false: an import placed nowhere (its mappings tell)
+    bool kept = false;        // pagefast keeps it (keep / made, until let_go)
+    bool programs() const { return refs != 0 || maps != 0; }
+  };
+  struct Export {
+    uint64_t allocation = 0;
+    uint64_t bytes = 0;
+    int device = 0;
+  };
+  struct Mapping {
+    uint64_t bytes = 0;
+    uint64_t handle = 0;
+  };
+  // REQUIRES: mutex_ held. Drops the handle once neither the program nor
+  // pagefast holds it.
+  void settle(std::unordered_map<uint64_t, Handle>::iterator it);
+
+  std::mutex mutex_;
+  std::unordered_map<uint64_t, Handle> handles_;
+  std::map<uint64_t, Mapping> maps_;  // by address
+  std::map<ShareKey, Export> exports_;
+  uint64_t next_allocation_ = 1;
+};
+
+}  // namespace pagefast::policy::own_vmm
