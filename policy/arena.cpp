@@ -26,7 +26,7 @@ Arena::~Arena() {
   });
 }
 
-Granules Arena::headroom() const {
+Granules Arena::room_under_limit() const {
   return mapped_ >= settings_.limit_granules ? Granules(0) : settings_.limit_granules - mapped_;
 }
 
@@ -131,7 +131,7 @@ Block* Arena::take_stitch(Granules granules, BlockState state) {
   return nullptr;
 }
 
-void Arena::give_back(Block* block) {
+void Arena::put_back(Block* block) {
   block->slab = nullptr;
   block->store_state(BlockState::Free);
   if (block->stitch) {
@@ -148,7 +148,7 @@ void Arena::give_back(Block* block) {
   insert_free(block);
 }
 
-bool Arena::give_back_tail(Block* block, Granules keep) {
+bool Arena::put_back_tail(Block* block, Granules keep) {
   if (!spare_blocks_.reserve(1)) return false;
   Block* rest = new_block(block->addr() + keep.bytes(), block->granules() - keep, BlockState::Free);
   rest->big = block->big;
@@ -187,7 +187,7 @@ ProviderStatus Arena::grow(Granules min_granules, Granules max_step) {
   // room for the one that replaces them.
   const bool big = settings_.big_chunks && min_granules > settings_.chunk_granules;
   if (big) release_big_for(min_granules);
-  const Granules room = headroom();
+  const Granules room = room_under_limit();
   if (room < min_granules) return ProviderStatus::OutOfMemory;
   Granules step = max_granules(settings_.chunk_granules, min_granules);
   if (step > max_step) step = max_granules(max_step, min_granules);

@@ -84,11 +84,11 @@ class Arena {
   Block* take_stitch(Granules granules, BlockState state = BlockState::Used);
   // REQUIRES: the block came from take/take_stitch/stitch and is no longer
   // used by anyone (retired). Coalesces home blocks with free neighbours.
-  void give_back(Block* block);
+  void put_back(Block* block);
   // REQUIRES: a home block (no stitch) in use, 0 < keep < its granules.
   // Gives back all but its first `keep` granules (they coalesce); false,
   // and nothing changed, when no record can be had for them.
-  bool give_back_tail(Block* block, Granules keep);
+  bool put_back_tail(Block* block, Granules keep);
 
   // Creates, maps and opens a chunk of max(chunk, min_granules) granules,
   // clipped to the limit; on OutOfMemory retries with exactly min_granules.
@@ -184,7 +184,7 @@ class Arena {
   const ArenaCounters& counters() const { return counters_; }
   Granules limit() const { return settings_.limit_granules; }
   // Granules that growth may still add under the limit (all if none).
-  Granules headroom() const;
+  Granules room_under_limit() const;
 
   // The physical memory behind granules [offset, offset + granules) of a
   // Used or SlabBacking block (home or stitched), in address order: one

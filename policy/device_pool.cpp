@@ -49,7 +49,7 @@ bool DevicePool::new_slab(ThreadCache& cache, int class_index, AllocStatus* stat
   }
   if (!backing) return false;
   if (!small_.add_slab(class_index, backing, granules)) {
-    large_.give_back(backing);
+    large_.put_back(backing);
     *status = AllocStatus::Forward;
     oom_.count_passthrough();
     return false;

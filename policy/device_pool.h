@@ -32,7 +32,7 @@
 //  - ThreadRegistry (thread_registry.h): attached caches, folded counters;
 //  - SmallBlocks (small_blocks.h): size-class centres, slabs, borrow, tails;
 //  - LargeBlocks (large_blocks.h): the arena behind the device lock:
-//    growth within the headroom, stitching, take/give back, release;
+//    growth within the headroom, stitching, take/put back, release;
 //  - SyncGate (sync_gate.h): when to sync, the allowance, retiring;
 //  - ReleasePolicy (release_policy.h): decay and trimming decisions;
 //  - SleepGate (sleep_gate.h): the slow paths' gate while asleep;
@@ -162,10 +162,10 @@ class DevicePool final {
   // if allowed), drains thread caches, empty slabs, free stitches, and
   // every chunk left wholly free. May call the provider. Never call it
   // from a destructor.
-  void trim() { give_back(kAllIdle); }
+  void trim() { release(kAllIdle); }
   // As trim(), but the chunks go back one at a time until `bytes` went
   // back. Returns the bytes.
-  uint64_t give_back(uint64_t bytes);
+  uint64_t release(uint64_t bytes);
 
   // Peer access (docs/POOL.md): device `peer` may now access / may no
   // longer access this pool's memory. Re-applies access on every mapping
@@ -264,7 +264,7 @@ class DevicePool final {
   const PoolSettings settings_;
   const LogSink log_;
 
-  // One reclaim of everything idle at a time (give_back, out of memory,
+  // One reclaim of everything idle at a time (release, out of memory,
   // the decay's drain, sleep): a reclaim takes retired blocks and empty
   // slabs out of the shared lists before it puts them in the arena, and
   // one running beside it would find neither and answer out of memory

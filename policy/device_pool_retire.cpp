@@ -53,7 +53,7 @@ bool DevicePool::flush_large_cache(ThreadCache& cache) {
   cache.large_granules = Granules(0);
   cache.lock.unlock();
   if (n == 0) return false;
-  large_.give_back(large, n);
+  large_.put_back(large, n);
   return true;
 }
 
@@ -68,7 +68,7 @@ void DevicePool::maybe_trim() {
   large_.trim_chunk();
 }
 
-uint64_t DevicePool::give_back(uint64_t bytes) {
+uint64_t DevicePool::release(uint64_t bytes) {
   std::lock_guard<std::mutex> reclaim(reclaim_mutex_);
   drain_all();
   gate_.sync_if_waiting(nullptr);

@@ -192,7 +192,7 @@ Block* LargeBlocks::take_under_pressure(Granules granules, BlockState state, Sho
     // Idle memory plus a chunk of the shortfall: the largest request that
     // succeeds is bounded by idle plus device memory, not by the layout.
     const Granules missing = granules - arena_.free_home();
-    if (missing <= arena_.headroom() && grow_locked(missing) == ProviderStatus::Ok) {
+    if (missing <= arena_.room_under_limit() && grow_locked(missing) == ProviderStatus::Ok) {
       b = arena_.take(granules, state);
       if (!b) b = arena_.stitch(granules, 0, state);
     }
@@ -214,31 +214,31 @@ Block* LargeBlocks::take_under_pressure(Granules granules, BlockState state, Sho
   mirror_mapped();
   *shortfall =
       Shortfall{(mapped_before - arena_.mapped()).bytes(), (arena_.free_home() + arena_.free_stitched()).bytes(),
-                settings_.config.limit_bytes ? arena_.headroom().bytes() : kUnlimited};
+                settings_.config.limit_bytes ? arena_.room_under_limit().bytes() : kUnlimited};
   return nullptr;
 }
 
 Shortfall LargeBlocks::shortfall() {
   std::lock_guard<std::mutex> guard(mutex_);
   return Shortfall{0, (arena_.free_home() + arena_.free_stitched()).bytes(),
-                   settings_.config.limit_bytes ? arena_.headroom().bytes() : kUnlimited};
+                   settings_.config.limit_bytes ? arena_.room_under_limit().bytes() : kUnlimited};
 }
 
 // ---- giving back -------------------------------------------------------------
 
-void LargeBlocks::give_back(Block* block) {
+void LargeBlocks::put_back(Block* block) {
   std::lock_guard<std::mutex> guard(mutex_);
-  arena_.give_back(block);
+  arena_.put_back(block);
 }
 
-void LargeBlocks::give_back(Block* const* blocks, int count) {
+void LargeBlocks::put_back(Block* const* blocks, int count) {
   std::lock_guard<std::mutex> guard(mutex_);
-  for (int i = 0; i < count; ++i) arena_.give_back(blocks[i]);
+  for (int i = 0; i < count; ++i) arena_.put_back(blocks[i]);
 }
 
-bool LargeBlocks::give_back_tail(Block* backing, Granules keep) {
+bool LargeBlocks::put_back_tail(Block* backing, Granules keep) {
   std::lock_guard<std::mutex> guard(mutex_);
-  return !backing->stitch && arena_.give_back_tail(backing, keep);
+  return !backing->stitch && arena_.put_back_tail(backing, keep);
 }
 
 void LargeBlocks::dissolve_free_stitches() {

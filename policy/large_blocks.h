@@ -1,5 +1,5 @@
 // policy/large_blocks.h: one device's arena behind the device lock: growth
-// (prewarm, the step that leaves the headroom free), taking and giving back
+// (prewarm, the step that leaves the headroom free), taking and putting back
 // granules (free runs, free stitches, new stitches), release of free
 // chunks, peers, sleep and wake of the chunks, and the figures of all of
 // it (the mapped mirror read without the lock, growth and release time).
@@ -47,9 +47,9 @@ struct GrowthNote {
 
 // The arena's side of an out-of-memory answer (policy/oom_record.h).
 struct Shortfall {
-  uint64_t released_bytes = 0;  // idle memory released to the driver first
-  uint64_t free_bytes = 0;      // free in the arena after that
-  uint64_t headroom_bytes = 0;  // growth still allowed by the limit; kUnlimited: none
+  uint64_t released_bytes = 0;          // idle memory released to the driver first
+  uint64_t free_bytes = 0;              // free in the arena after that
+  uint64_t room_under_limit_bytes = 0;  // growth still allowed by the limit; kUnlimited: none
 };
 
 // The arena's figures for the memory report.
@@ -92,10 +92,10 @@ class LargeBlocks {
   void log_growth(const GrowthNote& note, uint64_t reclaimable_bytes, uint64_t synchronizations);
 
   // REQUIRES: retired (no longer used by anyone).
-  void give_back(Block* block);
-  void give_back(Block* const* blocks, int count);
-  // A slab's free tail (Arena::give_back_tail); false for a stitched slab.
-  bool give_back_tail(Block* backing, Granules keep);
+  void put_back(Block* block);
+  void put_back(Block* const* blocks, int count);
+  // A slab's free tail (Arena::put_back_tail); false for a stitched slab.
+  bool put_back_tail(Block* backing, Granules keep);
   void dissolve_free_stitches();
   // Dissolves free stitches, then releases free chunks until `bytes` went
   // back (kAllIdle: all). Returns the bytes.

@@ -18,7 +18,7 @@ void OomRecorder::note(Granules needed, bool for_slab, const Shortfall& shortfal
   o.limit_bytes = limit_bytes_;
   o.released_bytes = shortfall.released_bytes;
   o.free_bytes = shortfall.free_bytes;
-  o.headroom_bytes = shortfall.headroom_bytes;
+  o.room_under_limit_bytes = shortfall.room_under_limit_bytes;
   o.forwarded = forwarded;
 }
 

@@ -18,16 +18,16 @@
 namespace pagefast::policy {
 
 struct OomRecord {
-  uint64_t count = 0;            // OOM answers so far; 0: none recorded
-  uint64_t request_bytes = 0;    // the program's request; 0: not known yet
-  uint64_t needed_bytes = 0;     // what the arena could not give (granules or a slab)
-  bool for_slab = false;         // a small request that needed a new slab
-  bool request_pending = false;  // needed_bytes noted, request_bytes not yet
-  uint64_t limit_bytes = 0;      // the limit then; 0: none
-  uint64_t released_bytes = 0;   // idle memory released to the driver first
-  uint64_t free_bytes = 0;       // free in the pool after that (its own view)
-  uint64_t headroom_bytes = 0;   // growth still allowed by the limit; kUnlimited: none
-  bool forwarded = false;        // no limit: the real driver got the request
+  uint64_t count = 0;                   // OOM answers so far; 0: none recorded
+  uint64_t request_bytes = 0;           // the program's request; 0: not known yet
+  uint64_t needed_bytes = 0;            // what the arena could not give (granules or a slab)
+  bool for_slab = false;                // a small request that needed a new slab
+  bool request_pending = false;         // needed_bytes noted, request_bytes not yet
+  uint64_t limit_bytes = 0;             // the limit then; 0: none
+  uint64_t released_bytes = 0;          // idle memory released to the driver first
+  uint64_t free_bytes = 0;              // free in the pool after that (its own view)
+  uint64_t room_under_limit_bytes = 0;  // growth still allowed by the limit; kUnlimited: none
+  bool forwarded = false;               // no limit: the real driver got the request
 };
 
 class OomRecorder {

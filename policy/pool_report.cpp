@@ -145,9 +145,9 @@ void oom_lines(std::string& out, const PoolReport& r) {
     line(out, "  idle released first", format_bytes(o.released_bytes, ByteStyle::Report));
     line(out, "  left (pool's view)",
          format_bytes(o.free_bytes, ByteStyle::Report) + " free in the pool" +
-             (o.headroom_bytes == kUnlimited
+             (o.room_under_limit_bytes == kUnlimited
                   ? std::string(", growth not limited")
-                  : ", " + format_bytes(o.headroom_bytes, ByteStyle::Report) + " under the limit"));
+                  : ", " + format_bytes(o.room_under_limit_bytes, ByteStyle::Report) + " under the limit"));
     line(out, "  answer",
          o.forwarded ? "handed to the driver (no limit: it may have memory the pool has not)"
                      : "CUDA_ERROR_OUT_OF_MEMORY");

@@ -20,7 +20,7 @@ bool SmallBlocks::refill(ThreadCache& cache, int class_index) {
   while (kept < n && bin.count < sc.cache_blocks) bin.slots[bin.count++] = slots[kept++];
   owner_add(cache.cached_bytes, uint64_t(kept) * sc.block_bytes);
   cache.lock.unlock();
-  if (kept < n) give_back(slots + kept, n - kept, class_index);
+  if (kept < n) put_back(slots + kept, n - kept, class_index);
   return true;
 }
 
@@ -56,7 +56,7 @@ bool SmallBlocks::add_slab(int class_index, Block* backing, Granules granules) {
   return true;
 }
 
-void SmallBlocks::give_back(const SmallSlot* slots, int count, int class_index) {
+void SmallBlocks::put_back(const SmallSlot* slots, int count, int class_index) {
   constexpr int kStep = kQuarantineBatchEntries;
   Slab* released[kStep];
   for (int done = 0; done < count; done += kStep) {
@@ -71,7 +71,7 @@ void SmallBlocks::release_slabs(Slab** slabs, int count) {
     slab->active.store(0, std::memory_order_release);
     Block* backing = slab->backing;
     slab->backing = nullptr;
-    large_.give_back(backing);
+    large_.put_back(backing);
     centrals_[slab->class_index].give_record(slab);
   }
 }
@@ -86,7 +86,7 @@ void SmallBlocks::drain_bins(ThreadCache& cache) {
     bin.count = 0;
     owner_add(cache.cached_bytes, uint64_t(0) - uint64_t(n) * kSizeClasses[c].block_bytes);
     cache.lock.unlock();
-    if (n) give_back(slots, n, c);
+    if (n) put_back(slots, n, c);
   }
 }
 

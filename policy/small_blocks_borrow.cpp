@@ -45,7 +45,7 @@ uint64_t SmallBlocks::trim_tails() {
   for (int c = 0; c < kClassCount; ++c)
     granules += centrals_[c].trim_tails([this](Slab* slab, Granules keep) {
       // Size-class lock -> device lock: the pool's lock order.
-      return large_.give_back_tail(slab->backing, keep);
+      return large_.put_back_tail(slab->backing, keep);
     });
   return granules;
 }

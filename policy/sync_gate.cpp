@@ -201,10 +201,10 @@ void SyncGate::retire_entries(ThreadCache* cache, const QuarantineEntry* entries
   for (int i = 0; i < small_count;) {
     int j = i + 1;
     while (j < small_count && small[j].slab->class_index == small[i].slab->class_index) ++j;
-    small_.give_back(small + i, j - i, small[i].slab->class_index);
+    small_.put_back(small + i, j - i, small[i].slab->class_index);
     i = j;
   }
-  for (int i = 0; i < large_count; ++i) large_.give_back(large[i]);
+  for (int i = 0; i < large_count; ++i) large_.put_back(large[i]);
 }
 
 }  // namespace pagefast::policy

@@ -322,7 +322,7 @@ void release(uint64_t export_id, const HolderKey& holder) {
       drop_if_done(it, &to_free);
     }
   }
-  give_back(to_free);
+  free_held_blocks(to_free);
 }
 
 void release_holder(const HolderKey& holder) {
@@ -340,7 +340,7 @@ void release_holder(const HolderKey& holder) {
     }
     g_holds->erase(mine);
   }
-  give_back(to_free);
+  free_held_blocks(to_free);
 }
 
 std::vector<HolderKey> identified_holders() {

@@ -174,6 +174,6 @@ bool start_server();
 // Blocks whose last hold ended after the program freed them: given back to
 // the pool on the background thread (a free may wait for the pool's locks,
 // which a sleep holds), never on the pagefast-ipc thread.
-void give_back(const std::vector<uint64_t>& addrs);
+void free_held_blocks(const std::vector<uint64_t>& addrs);
 
 }  // namespace pagefast::ipc::detail

@@ -564,7 +564,7 @@ bool start_server() {
   return true;
 }
 
-void give_back(const std::vector<uint64_t>& addrs) {
+void free_held_blocks(const std::vector<uint64_t>& addrs) {
   if (addrs.empty()) return;
   {
     std::lock_guard<std::mutex> guard(g_bg_mutex);

@@ -4,8 +4,8 @@
 #include <new>
 
 #include "interpose/ipc/ipc.h"
-#include "interpose/pool/process.h"
 #include "interpose/pool/own_vmm.h"
+#include "interpose/pool/process.h"
 #include "policy/format.h"
 #include "policy/page_map.h"
 
@@ -117,7 +117,7 @@ uint64_t DeviceMemory::PoolShare::idle_bytes() {
 
 uint64_t DeviceMemory::PoolShare::release(uint64_t bytes) {
   policy::DevicePool* p = owner_.pool();
-  return p && !retired_device(owner_.device()) ? p->give_back(bytes) : 0;
+  return p && !retired_device(owner_.device()) ? p->release(bytes) : 0;
 }
 
 uint64_t DeviceMemory::CacheShare::held_bytes() { return own_vmm::cached_bytes(device_); }

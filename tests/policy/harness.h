@@ -49,11 +49,11 @@ inline Block* stitch_across_two_chunks(ArenaUnderTest& t) {
   Block* c = t.arena.take(Granules(1));
   Block* d = t.arena.take(Granules(1));
   if (!a || !b || !c || !d) return nullptr;
-  t.arena.give_back(a);
-  t.arena.give_back(c);
+  t.arena.put_back(a);
+  t.arena.put_back(c);
   Block* s = t.arena.stitch(Granules(2));
-  t.arena.give_back(b);
-  t.arena.give_back(d);
+  t.arena.put_back(b);
+  t.arena.put_back(d);
   return s;
 }
 

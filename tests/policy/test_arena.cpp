@@ -36,7 +36,7 @@ TEST_CASE("blocks split, coalesce, and span chunk boundaries", "[arena]") {
   Block* whole = t.arena.take(Granules(8));
   REQUIRE(whole);
   CHECK(t.arena.free_home() == Granules(0));
-  t.arena.give_back(whole);
+  t.arena.put_back(whole);
   Block* a = t.arena.take(Granules(3));
   Block* b = t.arena.take(Granules(3));
   REQUIRE(a);
@@ -44,9 +44,9 @@ TEST_CASE("blocks split, coalesce, and span chunk boundaries", "[arena]") {
   CHECK(b->addr() == a->end_addr());
   CHECK(t.page_map->lookup(a->addr() + kGranuleBytes) == a);
   CHECK(t.arena.check() == "");
-  t.arena.give_back(a);
+  t.arena.put_back(a);
   CHECK(t.arena.free_block_count() == 2);
-  t.arena.give_back(b);
+  t.arena.put_back(b);
   CHECK(t.arena.free_block_count() == 1);
   CHECK(t.arena.free_home() == Granules(8));
   CHECK(t.arena.check() == "");
@@ -59,7 +59,7 @@ TEST_CASE("the limit clips growth and then refuses it", "[arena][limit]") {
   REQUIRE(t.arena.grow(Granules(1)) == ProviderStatus::Ok);
   CHECK(t.arena.mapped() == Granules(6));
   CHECK(t.arena.grow(Granules(1)) == ProviderStatus::OutOfMemory);
-  CHECK(t.arena.headroom() == Granules(0));
+  CHECK(t.arena.room_under_limit() == Granules(0));
 }
 
 TEST_CASE("a chunk the device cannot give is retried at the request's size", "[arena][oom]") {
@@ -77,7 +77,7 @@ TEST_CASE("stitching maps scattered free granules contiguously, aliasing their m
   for (int i = 0; i < 6; ++i) ones.push_back(t.arena.take(Granules(1)));
   for (int i = 0; i < 6; ++i) test::fill(ones[i]->addr(), kGranuleBytes, 100 + i);
   const uint64_t homes[3] = {ones[0]->addr(), ones[2]->addr(), ones[4]->addr()};
-  for (int i = 0; i < 6; i += 2) t.arena.give_back(ones[i]);
+  for (int i = 0; i < 6; i += 2) t.arena.put_back(ones[i]);
   CHECK(t.arena.free_home() == Granules(3));
   CHECK(t.arena.take(Granules(2)) == nullptr);  // fragmented
 
@@ -104,11 +104,11 @@ TEST_CASE("stitching maps scattered free granules contiguously, aliasing their m
   CHECK(t.arena.take(Granules(1)) == nullptr);
   CHECK(t.arena.check() == "");
 
-  t.arena.give_back(s);
+  t.arena.put_back(s);
   CHECK(t.arena.free_stitched() == Granules(3));
   Block* again = t.arena.take_stitch(Granules(3));
   CHECK(again == s);
-  t.arena.give_back(again);
+  t.arena.put_back(again);
   CHECK(t.arena.dissolve_free_stitches() == 1);
   CHECK(t.arena.lent() == Granules(0));
   CHECK(t.arena.free_home() == Granules(3));
@@ -124,7 +124,7 @@ TEST_CASE("stitching may be bounded in pieces", "[arena][stitch]") {
   std::vector<Block*> ones;
   for (int i = 0; i < 8; ++i) REQUIRE(t.arena.grow(Granules(1)) == ProviderStatus::Ok);
   for (int i = 0; i < 8; ++i) ones.push_back(t.arena.take(Granules(1)));
-  for (int i = 0; i < 8; i += 2) t.arena.give_back(ones[i]);
+  for (int i = 0; i < 8; i += 2) t.arena.put_back(ones[i]);
   CHECK(t.arena.stitch(Granules(4), 3) == nullptr);
   CHECK(t.arena.free_home() == Granules(4));
   CHECK(t.arena.stitch(Granules(4), 4) != nullptr);
@@ -136,7 +136,7 @@ TEST_CASE("a failing map or access call during a stitch changes nothing", "[aren
     std::vector<Block*> ones;
     for (int i = 0; i < 6; ++i) REQUIRE(t.arena.grow(Granules(1)) == ProviderStatus::Ok);
     for (int i = 0; i < 6; ++i) ones.push_back(t.arena.take(Granules(1)));
-    for (int i = 0; i < 6; i += 2) t.arena.give_back(ones[i]);
+    for (int i = 0; i < 6; i += 2) t.arena.put_back(ones[i]);
     const uint64_t maps_before = t.provider.live_maps();
     t.provider.fail(op, op == Op::Map ? 1 : 0, ProviderStatus::Failed);
     CHECK(t.arena.stitch(Granules(3)) == nullptr);
@@ -161,7 +161,7 @@ TEST_CASE("only wholly free chunks are released, and the run splits around them"
   CHECK(t.arena.check() == "");
   CHECK(t.arena.release_free_chunks(10) == 1);  // chunk 0 is pinned
   CHECK(t.arena.check() == "");
-  t.arena.give_back(first);
+  t.arena.put_back(first);
   CHECK(t.arena.release_free_chunks(10) == 1);
   CHECK(t.provider.live_chunks() == 0);
   CHECK(t.provider.live_maps() == 0);
@@ -178,7 +178,7 @@ TEST_CASE("lent pieces pin their chunk until the stitch is dissolved", "[arena][
   Block* s = stitch_across_two_chunks(t);
   REQUIRE(s);
   CHECK(t.arena.release_free_chunks(10) == 0);
-  t.arena.give_back(s);
+  t.arena.put_back(s);
   CHECK(t.arena.release_free_chunks(10) == 0);  // still lent to the free stitch
   CHECK(t.arena.dissolve_free_stitches() == 1);
   CHECK(t.arena.release_free_chunks(10) == 2);

@@ -64,8 +64,8 @@ TEST_CASE("big chunks: a request over a chunk gets a chunk of its own, kept from
   REQUIRE(big);
   CHECK(big->big);
   CHECK(t.arena.check() == "");
-  t.arena.give_back(big);
-  for (Block* b : small) t.arena.give_back(b);
+  t.arena.put_back(big);
+  for (Block* b : small) t.arena.put_back(b);
   CHECK(t.arena.free_block_count() == 3);
   CHECK(t.arena.check() == "");
   CHECK(t.provider.violations() == 0);
@@ -79,7 +79,7 @@ TEST_CASE("big chunks: a big run serves a request leaving at most an eighth; the
   CHECK(a->big);
   CHECK(t.arena.free_home() == Granules(1));
   CHECK(t.arena.take(Granules(1)) == nullptr);  // the rest is big: not for a small request
-  t.arena.give_back(a);
+  t.arena.put_back(a);
   CHECK(t.arena.free_block_count() == 1);        // whole again
   CHECK(t.arena.take(Granules(12)) == nullptr);  // 4 unused of 12: more than an eighth
   CHECK(t.arena.take(Granules(17)) == nullptr);
@@ -101,8 +101,8 @@ TEST_CASE("big chunks: whole free big chunks are released before a big growth, u
   REQUIRE((in_use = t.arena.take(Granules(20))));  // stays in use: never released
   CHECK(t.arena.counters().big_releases == 0);
   CHECK(t.provider.live_chunks() == 3);
-  t.arena.give_back(six);
-  t.arena.give_back(eight);
+  t.arena.put_back(six);
+  t.arena.put_back(eight);
   // A request of 12 fits none of them; growing it first releases the 6
   // (the smallest) and then the 8, since 6 alone is short of 12.
   REQUIRE(t.arena.take(Granules(12)) == nullptr);
@@ -122,8 +122,8 @@ TEST_CASE("big chunks: whole free big chunks are released before a big growth, u
   CHECK(t.arena.counters().big_releases == 3);
   CHECK(t.arena.mapped() == Granules(62));
   CHECK(t.provider.live_maps() == t.provider.live_chunks());
-  t.arena.give_back(b);
-  t.arena.give_back(in_use);
+  t.arena.put_back(b);
+  t.arena.put_back(in_use);
   // Decay's release takes big chunks too.
   CHECK(t.arena.release_free_chunks(100) == 3);
   CHECK(t.arena.mapped() == Granules(0));
@@ -164,7 +164,7 @@ TEST_CASE("big chunks: a refused unmap keeps the chunk, and the growth goes on",
   // It stays usable, and is not tried again.
   Block* b = t.arena.take(Granules(8));
   REQUIRE(b);
-  t.arena.give_back(b);
+  t.arena.put_back(b);
   REQUIRE(t.arena.take(Granules(12)) != nullptr);
   REQUIRE(t.arena.grow(Granules(9)) == ProviderStatus::Ok);
   CHECK(t.arena.counters().big_releases == 0);

@@ -167,12 +167,12 @@ TEST_CASE("the pool gives back idle memory in chunks until the bytes asked for w
   CHECK(held >= 800 * kMiB);
   CHECK(t.pool.idle_bytes() == held);
   // 200 MiB asked: whole chunks, one at a time, until 200 MiB went back.
-  const uint64_t given = t.pool.give_back(200 * kMiB);
+  const uint64_t given = t.pool.release(200 * kMiB);
   CHECK(given >= 200 * kMiB);
   CHECK(given < 200 * kMiB + 128 * kMiB);
   CHECK(t.provider.used_bytes() == held - given);
   // All of it.
-  CHECK(t.pool.give_back(kAllIdle) == held - given);
+  CHECK(t.pool.release(kAllIdle) == held - given);
   CHECK(t.provider.used_bytes() == 0);
   CHECK(t.pool.idle_bytes() == 0);
   CHECK(t.pool.check() == "");

@@ -21,14 +21,14 @@ TEST_CASE("large blocks: a growth serves a request, a given-back block serves th
   CHECK(grew);
   CHECK(large.mapped_bytes() == 2 * kGranuleBytes);
   CHECK(large.growths() == 1);
-  large.give_back(b);
+  large.put_back(b);
   fresh = false;
   Block* again = large.stitch_or_grow(Granules(1), BlockState::Used, &fresh, &grew, &note);
   CHECK(again != nullptr);
   CHECK_FALSE(fresh);
   CHECK_FALSE(grew);
   CHECK(large.growths() == 1);
-  large.give_back(again);
+  large.put_back(again);
   CHECK(large.check().empty());
 }
 
@@ -41,16 +41,16 @@ TEST_CASE("large blocks: scattered free granules are stitched rather than grown 
   for (Block* b : blocks) REQUIRE(b);
   REQUIRE(t.large.growths() == 2);
   // One free granule in each chunk: two granules, no run of two.
-  t.large.give_back(blocks[0]);
-  t.large.give_back(blocks[3]);
+  t.large.put_back(blocks[0]);
+  t.large.put_back(blocks[3]);
   Block* stitched = t.large.stitch_or_grow(Granules(2), BlockState::Used, &fresh, &grew, &note);
   REQUIRE(stitched);
   CHECK(stitched->stitch != nullptr);
   CHECK_FALSE(grew);
   CHECK(t.large.growths() == 2);
-  t.large.give_back(stitched);
-  t.large.give_back(blocks[1]);
-  t.large.give_back(blocks[2]);
+  t.large.put_back(stitched);
+  t.large.put_back(blocks[1]);
+  t.large.put_back(blocks[2]);
   CHECK(t.large.check().empty());
 }
 
@@ -61,9 +61,9 @@ TEST_CASE("large blocks: under a limit the shortfall says what was left") {
   REQUIRE(a);
   CHECK(t.large.take_under_pressure(Granules(1), BlockState::Used, &shortfall) == nullptr);
   CHECK(shortfall.free_bytes == 0);
-  CHECK(shortfall.headroom_bytes == 0);
+  CHECK(shortfall.room_under_limit_bytes == 0);
   CHECK(shortfall.released_bytes == 0);
-  t.large.give_back(a);
+  t.large.put_back(a);
   const Shortfall now = t.large.shortfall();
   CHECK(now.free_bytes == 4 * kGranuleBytes);
   CHECK(t.large.check().empty());
@@ -78,10 +78,10 @@ TEST_CASE("large blocks: idle chunks go back one at a time or all at once") {
   REQUIRE(a);
   REQUIRE(b);
   CHECK(t.large.decay_chunk() == 0);  // nothing wholly free
-  t.large.give_back(a);
+  t.large.put_back(a);
   CHECK(t.large.decay_chunk() == 2 * kGranuleBytes);
   CHECK(t.large.mapped_bytes() == 2 * kGranuleBytes);
-  t.large.give_back(b);
+  t.large.put_back(b);
   CHECK(t.large.release_idle(kAllIdle) == 2 * kGranuleBytes);
   CHECK(t.large.mapped_bytes() == 0);
   PoolStats stats;

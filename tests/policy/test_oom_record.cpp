@@ -25,7 +25,7 @@ TEST_CASE("oom record: an answer is counted and recorded, its request follows") 
   CHECK(r.limit_bytes == 64 * kMiB);
   CHECK(r.released_bytes == 4 * kMiB);
   CHECK(r.free_bytes == 2 * kMiB);
-  CHECK(r.headroom_bytes == 0);
+  CHECK(r.room_under_limit_bytes == 0);
   CHECK_FALSE(r.forwarded);
   oom.note_request(5000);
   REQUIRE(oom.try_read(&r));
@@ -49,6 +49,6 @@ TEST_CASE("oom record: a withdrawn answer puts the one before back") {
   REQUIRE(oom.try_read(&r));
   CHECK(r.count == 1);
   CHECK(r.request_bytes == 100);
-  CHECK(r.headroom_bytes == kUnlimited);
+  CHECK(r.room_under_limit_bytes == kUnlimited);
   CHECK(r.forwarded);
 }

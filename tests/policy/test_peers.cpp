@@ -28,7 +28,7 @@ TEST_CASE("a peer set change re-applies access to every opened range, stitches i
   for (int i = 0; i < 3; ++i) REQUIRE(t.arena.grow(Granules(1)) == ProviderStatus::Ok);
   std::vector<Block*> ones;
   for (int i = 0; i < 6; ++i) ones.push_back(t.arena.take(Granules(1)));
-  for (int i = 0; i < 6; i += 2) t.arena.give_back(ones[i]);
+  for (int i = 0; i < 6; i += 2) t.arena.put_back(ones[i]);
   Block* s = t.arena.stitch(Granules(3));
   REQUIRE(s);
   CHECK(t.arena.opened_range_count() == 4);  // three chunks, one stitch
@@ -47,14 +47,14 @@ TEST_CASE("a peer set change re-applies access to every opened range, stitches i
   Block* fresh = t.arena.take(Granules(2));
   REQUIRE(fresh);
   CHECK(t.provider.peers_at(fresh->addr()) == kPeer1);
-  t.arena.give_back(fresh);
-  t.arena.give_back(s);
+  t.arena.put_back(fresh);
+  t.arena.put_back(s);
   CHECK(t.arena.dissolve_free_stitches() == 1);
-  for (int i = 1; i < 6; i += 2) t.arena.give_back(ones[i]);
+  for (int i = 1; i < 6; i += 2) t.arena.put_back(ones[i]);
   Block* a = t.arena.take(Granules(1));
   Block* b = t.arena.take(Granules(1));
   Block* c = t.arena.take(Granules(1));
-  t.arena.give_back(b);
+  t.arena.put_back(b);
   Block* d = t.arena.take(Granules(4));  // leaves b's hole and a tail
   REQUIRE(d);
   Block* s2 = t.arena.stitch(t.arena.free_home());
@@ -81,7 +81,7 @@ TEST_CASE("released and dissolved ranges are no longer re-applied", "[peers][are
   ArenaUnderTest t(2);
   Block* s = stitch_across_two_chunks(t);
   REQUIRE(s);
-  t.arena.give_back(s);
+  t.arena.put_back(s);
   CHECK(t.arena.opened_range_count() == 3);
   CHECK(t.arena.dissolve_free_stitches() == 1);
   CHECK(t.arena.opened_range_count() == 2);

@@ -60,7 +60,7 @@ TEST_CASE("sync gate: a retired block goes to the freeing thread's cache, or cen
   Block* again = t.large.take(Granules(1), BlockState::Used);
   REQUIRE(again);
   CHECK(again->addr() == block_addr);
-  t.large.give_back(again);
+  t.large.put_back(again);
   CHECK(t.large.check().empty());
   t.registry.detach(cache);
 }
@@ -84,6 +84,6 @@ TEST_CASE("sync gate: a batch over the allowance is due") {
   Block* again = t.large.take(batch, BlockState::Used);
   REQUIRE(again);
   CHECK(again->addr() == block_addr);
-  t.large.give_back(again);
+  t.large.put_back(again);
   t.registry.detach(cache);
 }

@@ -163,7 +163,7 @@ TEST_CASE("a give-back on another thread never leaves an allocation short of idl
       if (quit) return;
       lock.unlock();
       started.fetch_add(1);
-      t.pool.give_back(kAllIdle);
+      t.pool.release(kAllIdle);
     }
   });
   Attached cache(t.pool);
