@@ -31,7 +31,7 @@ constexpr int kMaxDevices = 64;
 void configure(const PoolConfig& config, LogSink log);
 // The process's fork handler, in the child (interpose/runtime.cpp): the
 // child has the parent's memory but not its CUDA contexts, so the pool,
-// the client VMM cache and the service threads' exit stop switch off and
+// the own-VMM cache and the service threads' exit stop switch off and
 // everything is forwarded.
 void after_fork_child();
 

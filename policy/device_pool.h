@@ -210,7 +210,7 @@ class DevicePool final {
   uint64_t idle_bytes();
   uint64_t in_use_bytes();
   uint64_t limit_bytes() const { return settings_.config.limit_bytes; }
-  // Lock-free (the client VMM cache reads it under its own lock).
+  // Lock-free (the budget reads it for the own-VMM cache's room).
   uint64_t mapped_bytes() const { return large_.mapped_bytes(); }
 
   // The memory report's figures (policy/pool_report.cpp). Try-locks only,

@@ -60,19 +60,21 @@ void set_device_shareable(int device, bool shareable);
 bool device_shareable(int device);
 
 // Freed-while-held blocks are given back to their pool through this, from
-// the exporter thread (set by pool.cpp).
+// the exporter thread (set by interpose/pool/devices.cpp).
 using FreeHeld = void (*)(CUdeviceptr dptr);
 void set_free_held(FreeHeld free_held);
 
 // The pool releases a chunk: its exported descriptor, if any, is closed
-// (called by the VMM provider before cuMemRelease).
+// (the VMM provider's chunk_released event, pointed here by the device's
+// owner, interpose/pool/device_memory.cpp, before cuMemRelease).
 void forget_chunk(uint64_t chunk);
 
 // Control requests from pagefast-ctl (sleep, wake, status) over the same
 // socket: answered by `control` (op, argument); sleep and wake on a thread
 // of their own, so that they never delay an open or a close. start_control
 // starts the socket's thread (once; false with a warning if it cannot);
-// pool.cpp calls it when a pool is made (PAGEFAST_CONF control).
+// interpose/pool/devices.cpp calls it when a pool is made (PAGEFAST_CONF
+// control).
 using Control = int (*)(uint16_t op, uint64_t arg);
 void set_control(Control control);
 bool start_control();

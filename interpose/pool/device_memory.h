@@ -28,7 +28,7 @@ namespace pagefast::pool {
 
 class DeviceMemory {
  public:
-  // The device's budget, with its headroom and limit, and the client VMM
+  // The device's budget, with its headroom and limit, and the own-VMM
   // cache's share as its first holder (its released pages go first: the
   // pool's idle memory is what its threads' next allocations hit).
   DeviceMemory(int device, const PoolConfig& config);

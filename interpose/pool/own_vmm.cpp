@@ -162,7 +162,7 @@ CUresult give_up() {
     }
     if (g_log)
       g_log(LogLevel::Warn,
-            "the client VMM cache ran out of host memory and stopped; the program's VMM calls go to the driver");
+            "the own-VMM cache ran out of host memory and stopped; the program's VMM calls go to the driver");
   }
   return CUDA_ERROR_OUT_OF_MEMORY;
 }

@@ -1,6 +1,7 @@
-// interpose/pool/pool_internal.h: what the C API (pool_capi.cpp), the
-// service threads, sleep and the IPC need from the glue (pool.cpp) and
-// from each other, beyond interpose/pool_api.h.
+// interpose/pool/pool_internal.h: what the pool glue's files (pool.cpp,
+// devices.cpp, the C API pool_capi.cpp, the service threads, sleep,
+// contexts.cpp, the own-VMM glue) need from each other, beyond
+// interpose/pool_api.h. Nothing outside interpose/pool/ includes it.
 #pragma once
 
 #include <cuda.h>
