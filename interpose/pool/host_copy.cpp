@@ -197,6 +197,98 @@ CUcontext VmmProvider::copy_context() {
   return current;
 }
 
+namespace {
+
+// A batch's host memory (to_host: mapped here, on this thread: the mmaps
+// are cheap, no page is touched yet, and a refused one decides that chunk
+// before any copy) and its pieces. Adds the time the mmaps took to
+// *host_map_ns. false: the batch cannot run (nothing was planned).
+bool plan_batch(Batch& b, uint64_t count, uint64_t bytes, uint64_t* host_map_ns) {
+  b.left.reset(new (std::nothrow) std::atomic<uint64_t>[count]);
+  b.failed.reset(new (std::nothrow) std::atomic<bool>[count]);
+  if (!b.left || !b.failed) return false;
+  try {
+    b.pieces.reserve(count + bytes / VmmProvider::kCopyPieceBytes);
+  } catch (...) {
+    return false;
+  }
+  for (uint64_t i = 0; i < count; ++i) {
+    HostCopy& copy = b.copies[i];
+    if (b.to_host) {
+      const uint64_t t0 = now_ns();
+      copy.host = map_host(copy.bytes);
+      *host_map_ns += now_ns() - t0;
+      if (!copy.host) {
+        copy.status = ProviderStatus::OutOfMemory;
+        b.failed[i].store(true, std::memory_order_relaxed);
+        b.left[i].store(1, std::memory_order_relaxed);
+        continue;
+      }
+    }
+    b.failed[i].store(false, std::memory_order_relaxed);
+    uint64_t n = 0;
+    for (uint64_t offset = 0; offset < copy.bytes; offset += VmmProvider::kCopyPieceBytes, ++n) {
+      const uint64_t piece =
+          copy.bytes - offset < VmmProvider::kCopyPieceBytes ? copy.bytes - offset : VmmProvider::kCopyPieceBytes;
+      b.pieces.push_back(Piece{i, offset, piece});
+      if (piece > b.largest_piece) b.largest_piece = piece;
+    }
+    b.left[i].store(n, std::memory_order_relaxed);
+  }
+  return true;
+}
+
+// Runs the batch's pieces on a few copy threads and this one. Returns the
+// time it took.
+uint64_t run_batch(Batch& b) {
+  const int threads = copy_thread_count(b.pieces.size());
+  pthread_t started[VmmProvider::kMaxCopyThreads];
+  int started_count = 0;
+  for (int t = 1; t < threads; ++t)
+    if (start_service_thread(&started[started_count], &copy_thread_main, &b, "pagefast-copy") == 0) ++started_count;
+  const uint64_t t0 = now_ns();
+  // This thread copies too, in the pool's context (pushed if another is
+  // current, and popped again).
+  CUcontext current = nullptr;
+  driver::ctx_get_current(b.real, &current);
+  if (current == b.context) {
+    run_pieces(b);
+  } else if (driver::has_context_push(b.real) && driver::ctx_push(b.real, b.context) == CUDA_SUCCESS) {
+    run_pieces(b);
+    CUcontext popped = nullptr;
+    driver::ctx_pop(b.real, &popped);
+  }
+  for (int t = 0; t < started_count; ++t) pthread_join(started[t], nullptr);
+  return now_ns() - t0;
+}
+
+// Each copy's answer: all its pieces done, or nothing of it kept. Returns
+// the bytes done; *failed_copies counts the others.
+uint64_t settle_batch(Batch& b, uint64_t count, bool ready, uint64_t* failed_copies) {
+  uint64_t done_bytes = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    HostCopy& copy = b.copies[i];
+    const bool ok =
+        ready && !b.failed[i].load(std::memory_order_relaxed) && b.left[i].load(std::memory_order_relaxed) == 0;
+    if (ok) {
+      copy.status = ProviderStatus::Ok;
+      done_bytes += copy.bytes;
+      continue;
+    }
+    ++*failed_copies;
+    if (b.to_host) {
+      if (copy.host) munmap(copy.host, copy.bytes);
+      copy.host = nullptr;
+      if (copy.status != ProviderStatus::OutOfMemory) copy.status = ProviderStatus::Failed;
+    } else {
+      copy.status = ProviderStatus::Failed;
+    }
+  }
+  return done_bytes;
+}
+
+}  // namespace
+
 void VmmProvider::copy_batch(HostCopy* copies, uint64_t count, bool to_host) {
   const uint64_t start = now_ns();
   Batch b;
@@ -209,83 +301,11 @@ void VmmProvider::copy_batch(HostCopy* copies, uint64_t count, bool to_host) {
   const bool can =
       b.context && driver::has(real_, &RealDriver::cuCtxGetCurrent) &&
       (to_host ? driver::has(real_, &RealDriver::cuMemcpyDtoH_v2) : driver::has(real_, &RealDriver::cuMemcpyHtoD_v2));
-  b.left.reset(new (std::nothrow) std::atomic<uint64_t>[count]);
-  b.failed.reset(new (std::nothrow) std::atomic<bool>[count]);
-  bool ready = can && b.left && b.failed;
-  if (ready) {
-    try {
-      b.pieces.reserve(count + bytes / kCopyPieceBytes);
-    } catch (...) {
-      ready = false;
-    }
-  }
-  // Host memory first, on this thread: the mmaps are cheap (no page is
-  // touched yet) and a refused one decides that chunk before any copy.
   uint64_t host_map_ns = 0;
-  for (uint64_t i = 0; ready && i < count; ++i) {
-    HostCopy& copy = copies[i];
-    if (to_host) {
-      const uint64_t t0 = now_ns();
-      copy.host = map_host(copy.bytes);
-      host_map_ns += now_ns() - t0;
-      if (!copy.host) {
-        copy.status = ProviderStatus::OutOfMemory;
-        b.failed[i].store(true, std::memory_order_relaxed);
-        b.left[i].store(1, std::memory_order_relaxed);
-        continue;
-      }
-    }
-    b.failed[i].store(false, std::memory_order_relaxed);
-    uint64_t n = 0;
-    for (uint64_t offset = 0; offset < copy.bytes; offset += kCopyPieceBytes, ++n) {
-      const uint64_t piece = copy.bytes - offset < kCopyPieceBytes ? copy.bytes - offset : kCopyPieceBytes;
-      b.pieces.push_back(Piece{i, offset, piece});
-      if (piece > b.largest_piece) b.largest_piece = piece;
-    }
-    b.left[i].store(n, std::memory_order_relaxed);
-  }
-  uint64_t run_ns = 0;
-  if (ready && !b.pieces.empty()) {
-    const int threads = copy_thread_count(b.pieces.size());
-    pthread_t started[kMaxCopyThreads];
-    int started_count = 0;
-    for (int t = 1; t < threads; ++t)
-      if (start_service_thread(&started[started_count], &copy_thread_main, &b, "pagefast-copy") == 0) ++started_count;
-    const uint64_t t0 = now_ns();
-    // This thread copies too, in the pool's context (pushed if another is
-    // current, and popped again).
-    CUcontext current = nullptr;
-    driver::ctx_get_current(real_, &current);
-    if (current == b.context) {
-      run_pieces(b);
-    } else if (driver::has_context_push(real_) && driver::ctx_push(real_, b.context) == CUDA_SUCCESS) {
-      run_pieces(b);
-      CUcontext popped = nullptr;
-      driver::ctx_pop(real_, &popped);
-    }
-    for (int t = 0; t < started_count; ++t) pthread_join(started[t], nullptr);
-    run_ns = now_ns() - t0;
-  }
-  // Each copy's answer: all its pieces done, or nothing of it kept.
-  uint64_t done_bytes = 0, failed_copies = 0;
-  for (uint64_t i = 0; i < count; ++i) {
-    HostCopy& copy = copies[i];
-    const bool ok =
-        ready && !b.failed[i].load(std::memory_order_relaxed) && b.left[i].load(std::memory_order_relaxed) == 0;
-    if (ok) {
-      copy.status = ProviderStatus::Ok;
-      done_bytes += copy.bytes;
-      continue;
-    }
-    ++failed_copies;
-    if (to_host) {
-      if (copy.host) munmap(copy.host, copy.bytes);
-      copy.host = nullptr;
-      if (copy.status != ProviderStatus::OutOfMemory) copy.status = ProviderStatus::Failed;
-    } else {
-      copy.status = ProviderStatus::Failed;
-    }
-  }
+  const bool ready = can && plan_batch(b, count, bytes, &host_map_ns);
+  const uint64_t run_ns = ready && !b.pieces.empty() ? run_batch(b) : 0;
+  uint64_t failed_copies = 0;
+  const uint64_t done_bytes = settle_batch(b, count, ready, &failed_copies);
   if (log_) {
     const uint64_t total_ns = now_ns() - start;
     char line[512];
