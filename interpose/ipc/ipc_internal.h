@@ -1,9 +1,10 @@
 // interpose/ipc/ipc_internal.h: what the parts of CUDA IPC share
 // (ipc.h is the API; docs/IPC.md the design). ipc.cpp owns the handle and
-// the export registry with its holds; ipc_server.cpp the socket, the
-// pagefast-ipc thread and the background thread; ipc_peers.cpp who is at
-// the other end of a connection and whether it still lives;
-// ipc_import.cpp the importer's links and mappings.
+// the export registry with its holds; ipc_socket.cpp the socket;
+// ipc_server.cpp the pagefast-ipc thread; ipc_background.cpp the
+// background thread; ipc_peers.cpp who is at the other end of a
+// connection and whether it still lives; ipc_import.cpp the importer's
+// links and mappings.
 #pragma once
 
 #include <cuda.h>
@@ -166,11 +167,26 @@ bool alive(const HolderKey& key);
 // pid namespace (uid 1000)".
 std::string describe(const Peer& peer);
 
-// ---- the server (ipc_server.cpp) ---------------------------------------------------
+// ---- the server (ipc_socket.cpp, ipc_server.cpp) -----------------------------------
 
 // Starts the socket and the pagefast-ipc thread of this process once;
 // false (with one warning per process) if it cannot.
 bool start_server();
+
+// ---- the background thread (ipc_background.cpp) -------------------------------------
+
+struct ControlJob {
+  int fd;
+  uint32_t seq;
+  uint16_t op;
+  uint64_t arg;
+};
+
+// Answers a control request (sleep, wake, status) on connection `fd`.
+void reply_control(int fd, uint32_t seq, int answer);
+// Hands a sleep or wake request (and its connection) to the background
+// thread; false if too many are queued or it cannot start.
+bool queue_control(const ControlJob& job);
 // Blocks whose last hold ended after the program freed them: given back to
 // the pool on the background thread (a free may wait for the pool's locks,
 // which a sleep holds), never on the pagefast-ipc thread.
