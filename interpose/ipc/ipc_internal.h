@@ -3,8 +3,9 @@
 // the export registry with its holds; ipc_socket.cpp the socket;
 // ipc_server.cpp the pagefast-ipc thread; ipc_background.cpp the
 // background thread; ipc_peers.cpp who is at the other end of a
-// connection and whether it still lives; ipc_import.cpp the importer's
-// links and mappings.
+// connection and whether it still lives; ipc_import.cpp (with
+// ipc_import_link.cpp and ipc_import_map.cpp) the importer's links and
+// mappings.
 #pragma once
 
 #include <cuda.h>
