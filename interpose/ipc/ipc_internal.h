@@ -17,6 +17,7 @@
 
 #include "interpose/ipc/ipc.h"
 #include "interpose/ipc/ipc_wire.h"
+#include "interpose/real_driver.h"
 
 namespace pagefast::ipc::detail {
 
@@ -142,11 +143,20 @@ void release_holder(const HolderKey& holder);
 std::vector<HolderKey> identified_holders();
 // Whether `holder` holds anything now.
 bool holds_any(const HolderKey& holder);
+
+// ---- the library's settings (ipc_settings.cpp) -------------------------------------
+
 // Gives blocks back to the pool (set_free_held's function), on the caller's
 // thread.
 void hand_back_now(const std::vector<uint64_t>& addrs);
 // The control function set_control gave (NULL if none).
 Control control_handler();
+
+// ---- the chunks' descriptors (ipc_chunk_fds.cpp) ------------------------------------
+
+// A descriptor of the exported chunk, the caller's own copy to send and
+// close; made by the driver's export at the chunk's first open.
+CUresult chunk_fd(const RealDriver* real, uint64_t chunk, int* fd_out);
 
 // ---- who connects (ipc_peers.cpp) --------------------------------------------------
 
