@@ -1,6 +1,6 @@
 // interpose/hooks.h: pagefast's replacement for each entry of the table,
 // one function per row with the row's exact prototype. The doors hand out
-// these (doors.cpp); hooks.cpp defines them.
+// these (doors.cpp); hooks.cpp and hooks_*.cpp define them.
 #pragma once
 
 #include <type_traits>

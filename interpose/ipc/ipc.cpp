@@ -1,108 +1,31 @@
 // interpose/ipc/ipc.cpp: CUDA IPC of pool blocks (see ipc.h and
 // docs/IPC.md), the exporter's half: the handle, the export registry and
-// its holds, what a sleep keeps resident, the chunks' exported
-// descriptors; and the small helpers the other parts share
-// (ipc_internal.h). The socket and its threads are ipc_server.cpp; the
-// importer is ipc_import.cpp.
+// its holds, what a sleep keeps resident. The chunks' exported descriptors
+// are ipc_chunk_fds.cpp; what the library sets, ipc_settings.cpp; the small
+// helpers the parts share (ipc_internal.h), ipc_common.cpp. The socket and
+// its threads are ipc_socket.cpp, ipc_server.cpp and ipc_background.cpp;
+// the importer is ipc_import.cpp.
 #include "interpose/ipc/ipc.h"
 
-#include <fcntl.h>
-#include <sys/auxv.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <string>
 #include <vector>
 
 #include "interpose/driver.h"
 #include "interpose/ipc/ipc_internal.h"
-#include "interpose/live/segment.h"
 #include "interpose/log.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
-#include "policy/clock.h"
 #include "policy/device_pool.h"
-#include "policy/options.h"
 #include "policy/page_map.h"
 #include "policy/units.h"
 
 namespace pagefast::ipc {
 
 std::atomic<int> g_exports{0};
-
-namespace detail {
-
-uint32_t checksum(const Wire& w) {
-  Wire copy = w;
-  copy.check = 0;
-  const unsigned char* p = reinterpret_cast<const unsigned char*>(&copy);
-  uint32_t h = 2166136261u;
-  for (size_t i = 0; i < sizeof copy; ++i) h = (h ^ p[i]) * 16777619u;
-  return h;
-}
-
-const Identity& self() {
-  static thread_local Identity cached;
-  const int32_t pid = int32_t(::getpid());
-  if (cached.pid != pid) {
-    cached.pid = pid;
-    // The ids the live-stats segment is named by, too (live/segment.h).
-    const live::Identity who = live::own_identity();
-    cached.start_time = who.start_ticks;
-    cached.pidns = who.pidns;
-  }
-  return cached;
-}
-
-std::string ipc_dir() {
-  static std::once_flag once;
-  static std::string* dir = nullptr;
-  std::call_once(once, [] {
-    const char* v = std::getenv(option_name(Opt::IpcDir));
-    if (!v || !*v || hidden_in_secure_execution(Opt::IpcDir, getauxval(AT_SECURE))) return;
-    std::string why;
-    if (!wire::usable_dir(v, &why)) {
-      log::write(LogLevel::Warn, "{}={} {}: the CUDA IPC socket goes in the abstract namespace instead",
-                 option_name(Opt::IpcDir), v, why);
-      return;
-    }
-    dir = new std::string(v);
-  });
-  return dir ? *dir : std::string();
-}
-
-bool socket_address(uint32_t pid, uint64_t start_time, uint64_t pidns, sockaddr_un* addr, socklen_t* len) {
-  return wire::socket_address(uint32_t(::geteuid()), pidns, pid, start_time, ipc_dir(), addr, len);
-}
-
-bool send_all(int fd, const void* data, size_t bytes) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes) {
-    const ssize_t n = ::send(fd, p, bytes, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    bytes -= size_t(n);
-  }
-  return true;
-}
-
-const char* error_name(CUresult r) {
-  const RealDriver* real = real_driver();
-  const char* name = nullptr;
-  if (driver::error_name(real, r, &name) != CUDA_SUCCESS || !name) return "an error";
-  return name;
-}
-
-uint64_t now_ns() { return policy::monotonic_now_ns(); }
-
-}  // namespace detail
 
 namespace {
 
@@ -134,9 +57,6 @@ struct SleepState {
   bool sleeping = false;
   std::vector<policy::ChunkHandle> shared;
 };
-
-std::atomic<bool> g_shareable[pool::kMaxDevices];
-std::atomic<FreeHeld> g_free_held{nullptr};
 
 std::mutex g_export_mutex;
 std::map<uint64_t, Export>* g_by_id = nullptr;      // export id -> export
@@ -202,44 +122,6 @@ bool refresh(Export& e) {
   e.stale = false;
   return true;
 }
-
-void free_held(const std::vector<uint64_t>& addrs) {
-  FreeHeld free_fn = g_free_held.load(std::memory_order_acquire);
-  for (uint64_t addr : addrs)
-    if (free_fn) free_fn(addr);
-}
-
-// One exported descriptor per chunk, made at its first open and sent as
-// often as asked (SCM_RIGHTS gives the receiver its own copy): the driver's
-// export costs about 0.6 ms a call on the H200 (docs/IPC.md). Closed when
-// the pool releases the chunk (forget_chunk), so that no descriptor keeps
-// released memory alive.
-std::mutex g_fd_mutex;
-std::map<uint64_t, int>* g_chunk_fds = nullptr;  // chunk handle -> descriptor
-
-CUresult chunk_fd(const RealDriver* real, uint64_t chunk, int* fd_out) {
-  std::lock_guard<std::mutex> guard(g_fd_mutex);
-  if (!g_chunk_fds) g_chunk_fds = new std::map<uint64_t, int>();
-  auto it = g_chunk_fds->find(chunk);
-  // The caller gets its own copy to send and close: a release of the
-  // chunk meanwhile cannot close (and a reuse of the number cannot
-  // replace) what is being sent.
-  if (it != g_chunk_fds->end()) {
-    *fd_out = ::fcntl(it->second, F_DUPFD_CLOEXEC, 0);
-    return *fd_out >= 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  int fd = -1;
-  const CUresult r = driver::export_handle(real, &fd, CUmemGenericAllocationHandle(chunk),
-                                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-  if (r != CUDA_SUCCESS) return r;
-  if (fd < 0) return CUDA_ERROR_INVALID_VALUE;
-  ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-  (*g_chunk_fds)[chunk] = fd;
-  *fd_out = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  return *fd_out >= 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-}
-
-std::atomic<Control> g_control{nullptr};
 
 }  // namespace
 
@@ -357,36 +239,9 @@ bool holds_any(const HolderKey& holder) {
   return g_holds && g_holds->count(holder) > 0;
 }
 
-void hand_back_now(const std::vector<uint64_t>& addrs) { free_held(addrs); }
-
-Control control_handler() { return g_control.load(std::memory_order_acquire); }
-
 }  // namespace detail
 
 // ---- the API (ipc.h) ---------------------------------------------------------------
-
-void set_device_shareable(int device, bool shareable) {
-  if (device >= 0 && device < pool::kMaxDevices) g_shareable[device].store(shareable, std::memory_order_release);
-}
-
-bool device_shareable(int device) {
-  return device >= 0 && device < pool::kMaxDevices && g_shareable[device].load(std::memory_order_acquire);
-}
-
-void set_free_held(FreeHeld free_held) { g_free_held.store(free_held, std::memory_order_release); }
-
-void forget_chunk(uint64_t chunk) {
-  std::lock_guard<std::mutex> guard(g_fd_mutex);
-  if (!g_chunk_fds) return;
-  auto it = g_chunk_fds->find(chunk);
-  if (it == g_chunk_fds->end()) return;
-  ::close(it->second);
-  g_chunk_fds->erase(it);
-}
-
-void set_control(Control control) { g_control.store(control, std::memory_order_release); }
-
-bool start_control() { return start_server(); }
 
 std::vector<policy::ChunkHandle> begin_sleep(int device) {
   std::vector<policy::ChunkHandle> shared;

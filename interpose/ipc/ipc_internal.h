@@ -1,9 +1,11 @@
 // interpose/ipc/ipc_internal.h: what the parts of CUDA IPC share
 // (ipc.h is the API; docs/IPC.md the design). ipc.cpp owns the handle and
-// the export registry with its holds; ipc_server.cpp the socket, the
-// pagefast-ipc thread and the background thread; ipc_peers.cpp who is at
-// the other end of a connection and whether it still lives;
-// ipc_import.cpp the importer's links and mappings.
+// the export registry with its holds; ipc_socket.cpp the socket;
+// ipc_server.cpp the pagefast-ipc thread; ipc_background.cpp the
+// background thread; ipc_peers.cpp who is at the other end of a
+// connection and whether it still lives; ipc_import.cpp (with
+// ipc_import_link.cpp and ipc_import_map.cpp) the importer's links and
+// mappings.
 #pragma once
 
 #include <cuda.h>
@@ -15,6 +17,7 @@
 
 #include "interpose/ipc/ipc.h"
 #include "interpose/ipc/ipc_wire.h"
+#include "interpose/real_driver.h"
 
 namespace pagefast::ipc::detail {
 
@@ -140,11 +143,20 @@ void release_holder(const HolderKey& holder);
 std::vector<HolderKey> identified_holders();
 // Whether `holder` holds anything now.
 bool holds_any(const HolderKey& holder);
+
+// ---- the library's settings (ipc_settings.cpp) -------------------------------------
+
 // Gives blocks back to the pool (set_free_held's function), on the caller's
 // thread.
 void hand_back_now(const std::vector<uint64_t>& addrs);
 // The control function set_control gave (NULL if none).
 Control control_handler();
+
+// ---- the chunks' descriptors (ipc_chunk_fds.cpp) ------------------------------------
+
+// A descriptor of the exported chunk, the caller's own copy to send and
+// close; made by the driver's export at the chunk's first open.
+CUresult chunk_fd(const RealDriver* real, uint64_t chunk, int* fd_out);
 
 // ---- who connects (ipc_peers.cpp) --------------------------------------------------
 
@@ -166,11 +178,26 @@ bool alive(const HolderKey& key);
 // pid namespace (uid 1000)".
 std::string describe(const Peer& peer);
 
-// ---- the server (ipc_server.cpp) ---------------------------------------------------
+// ---- the server (ipc_socket.cpp, ipc_server.cpp) -----------------------------------
 
 // Starts the socket and the pagefast-ipc thread of this process once;
 // false (with one warning per process) if it cannot.
 bool start_server();
+
+// ---- the background thread (ipc_background.cpp) -------------------------------------
+
+struct ControlJob {
+  int fd;
+  uint32_t seq;
+  uint16_t op;
+  uint64_t arg;
+};
+
+// Answers a control request (sleep, wake, status) on connection `fd`.
+void reply_control(int fd, uint32_t seq, int answer);
+// Hands a sleep or wake request (and its connection) to the background
+// thread; false if too many are queued or it cannot start.
+bool queue_control(const ControlJob& job);
 // Blocks whose last hold ended after the program freed them: given back to
 // the pool on the background thread (a free may wait for the pool's locks,
 // which a sleep holds), never on the pagefast-ipc thread.

@@ -1,174 +1,27 @@
-// interpose/ipc/ipc_server.cpp: the exporter's socket (docs/IPC.md "The
-// socket"): listening under the process's name, the pagefast-ipc thread
-// that serves opens, closes and status, the limits on connections (who is
-// at the other end of one, and whether it lives, is ipc_peers.cpp), and
-// the pagefast-ipc-bg thread that runs what may block
-// (pagefast-ctl's sleep and wake, and giving freed blocks back to the
-// pool) so that it never delays an open or a close.
+// interpose/ipc/ipc_server.cpp: the pagefast-ipc thread of the exporter's
+// socket (docs/IPC.md "The socket"), that serves opens, closes and status,
+// and the limits on connections (who is at the other end of one, and
+// whether it lives, is ipc_peers.cpp; making the socket is ipc_socket.cpp;
+// what may block runs on the background thread of ipc_background.cpp).
 #include <poll.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <condition_variable>
-#include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <map>
-#include <mutex>
-#include <string>
 #include <vector>
 
 #include "interpose/ipc/ipc_internal.h"
+#include "interpose/ipc/ipc_server.h"
 #include "interpose/log.h"
-#include "interpose/service_thread.h"
-#include "policy/options.h"
 
 namespace pagefast::ipc::detail {
 namespace {
 
-using wire::Request;
-
-constexpr uint64_t kMsNs = 1000 * 1000;
-// Connections: per importing process, for every process whose pid this
-// one cannot see (other pid namespaces) together, and in all (a quarter
-// of the descriptor limit, within these bounds): a client cannot push
-// this process to its descriptor limit.
-constexpr size_t kPeerConnections = 8;
-constexpr size_t kUnseenConnections = 64;
-constexpr size_t kFewestConnections = 16;
-constexpr size_t kMostConnections = 256;
-// A connection that sent nothing for this long is closed (an importer
-// connects again when it needs to; its holds are not the connection's),
-// whoever its peer is. One whose holds are bound to it (an importer this
-// process cannot see, holding something) stays: those are bounded by
-// kUnseenConnections. PAGEFAST_IPC_IDLE sets another limit (idle_limit).
-constexpr uint64_t kIdleNs = 30000 * kMsNs;
-// accept failing for want of resources (EMFILE ...): the listener rests,
-// from this long, doubling, up to the last.
-constexpr uint64_t kBackoffFirstNs = 50 * kMsNs;
-constexpr uint64_t kBackoffLastNs = 2000 * kMsNs;
-// A holder's death is looked for this often; soon after one of its
-// connections ended (it may be exiting), from the first, doubling.
-constexpr uint64_t kLivenessNs = 1000 * kMsNs;
-constexpr uint64_t kLivenessFirstNs = 10 * kMsNs;
-constexpr int kAcceptsPerRound = 32;
-constexpr int kRequestsPerRound = 64;
-// Sleep and wake requests queued or running on the background thread.
-constexpr size_t kControlJobs = 4;
-
-// ---- the background thread ---------------------------------------------------------
-
-struct ControlJob {
-  int fd;
-  uint32_t seq;
-  uint16_t op;
-  uint64_t arg;
-};
-
-// Made at first use and never destroyed: a condition variable destroyed at
-// exit while the thread waits on it would hang the exit.
-std::mutex g_bg_mutex;
-std::condition_variable* g_bg_cv = nullptr;
-std::deque<ControlJob>* g_jobs = nullptr;
-std::vector<uint64_t>* g_frees = nullptr;
-size_t g_jobs_in_flight = 0;
-pid_t g_bg_pid = 0;  // the process whose background thread runs; a forked child has none
-
-void reply_control(int fd, uint32_t seq, int answer) {
-  wire::ReplyHeader reply{wire::kReplyMagic, uint32_t(int32_t(answer)), 0, seq, 0, 0};
-  ::send(fd, &reply, sizeof reply, MSG_NOSIGNAL | MSG_DONTWAIT);
-}
-
-void* bg_main(void*) {
-  std::unique_lock<std::mutex> lock(g_bg_mutex);
-  for (;;) {
-    g_bg_cv->wait(lock, [] { return !g_frees->empty() || !g_jobs->empty(); });
-    if (!g_frees->empty()) {
-      std::vector<uint64_t> frees;
-      frees.swap(*g_frees);
-      lock.unlock();
-      hand_back_now(frees);
-      lock.lock();
-      continue;
-    }
-    const ControlJob job = g_jobs->front();
-    g_jobs->pop_front();
-    lock.unlock();
-    Control control = control_handler();
-    reply_control(job.fd, job.seq, control ? control(job.op, job.arg) : -1);
-    ::close(job.fd);
-    lock.lock();
-    --g_jobs_in_flight;
-  }
-}
-
-// REQUIRES g_bg_mutex. Starts the thread once per process.
-bool start_bg_locked() {
-  const pid_t pid = ::getpid();
-  if (g_bg_pid == pid) return true;
-  if (!g_jobs) {
-    g_bg_cv = new std::condition_variable();
-    g_jobs = new std::deque<ControlJob>();
-    g_frees = new std::vector<uint64_t>();
-  }
-  // A forked child inherits the parent's queue but not its thread.
-  g_jobs->clear();
-  g_frees->clear();
-  g_jobs_in_flight = 0;
-  if (start_service_thread(nullptr, &bg_main, nullptr, "pagefast-ipc-bg") != 0) return false;
-  g_bg_pid = pid;
-  return true;
-}
-
-// Hands a sleep or wake request (and its connection) to the background
-// thread; false if too many are queued or it cannot start.
-bool queue_control(const ControlJob& job) {
-  std::lock_guard<std::mutex> guard(g_bg_mutex);
-  if (g_jobs_in_flight >= kControlJobs || !start_bg_locked()) return false;
-  try {
-    g_jobs->push_back(job);
-  } catch (...) {
-    return false;
-  }
-  ++g_jobs_in_flight;
-  g_bg_cv->notify_one();
-  return true;
-}
-
 // ---- the pagefast-ipc thread ---------------------------------------------------------
-
-struct Connection {
-  int fd = -1;
-  HolderKey holder;
-  Peer peer;  // as SO_PEERCRED gave it, for the log
-  uint64_t last_active_ns = 0;
-  size_t got = 0;
-  unsigned char buf[sizeof(Request)];
-};
-
-struct Watch {
-  uint64_t next_ns;
-  uint64_t interval_ns;
-};
-
-struct Server {
-  int listener = -1;
-  std::vector<Connection> conns;
-  size_t max_connections = kMostConnections;
-  uint64_t idle_ns = kIdleNs;
-  uint64_t next_serial = 1;
-  uint64_t backoff_ns = 0;
-  uint64_t listen_again_ns = 0;      // while resting after an accept error
-  std::map<HolderKey, Watch> watch;  // identified holders: when to look for their death
-  Reply* reply = nullptr;
-  bool warned_peer = false, warned_total = false, warned_accept = false;
-};
 
 void watch_soon(Server& s, const HolderKey& key, uint64_t now, uint64_t in_ns) {
   Watch& w = s.watch[key];
@@ -409,6 +262,8 @@ int poll_timeout_ms(const Server& s, uint64_t now) {
   return int(std::min<uint64_t>((until - now + kMsNs - 1) / kMsNs, 60000));
 }
 
+}  // namespace
+
 void* server_main(void* arg) {
   Server& s = *static_cast<Server*>(arg);
   std::vector<pollfd> fds;
@@ -445,139 +300,6 @@ void* server_main(void* arg) {
     close_idle(s, now);
     check_holders(s, now);
   }
-}
-
-// ---- the socket ----------------------------------------------------------------------
-
-std::mutex g_start_mutex;
-pid_t g_server_pid = 0;  // the process whose pagefast-ipc thread serves
-pid_t g_failed_pid = 0;  // the process that could not listen (and said so once)
-
-// The socket file to remove at exit (empty for an abstract socket), and
-// whose it is. Plain storage: no initialiser of ours may run after a hook
-// already has.
-char g_socket_path[sizeof(sockaddr_un::sun_path)];
-pid_t g_socket_owner = 0;
-ino_t g_socket_inode = 0;
-bool g_exit_registered = false;
-
-// A forked child inherits this handler: only the process that made the
-// socket file removes it, and only while it is still that file.
-void remove_socket_file() {
-  if (!g_socket_path[0] || ::getpid() != g_socket_owner) return;
-  struct stat st;
-  if (::lstat(g_socket_path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == g_socket_inode) ::unlink(g_socket_path);
-}
-
-// Who holds the name this process wanted: for the warning.
-std::string holder_of(const sockaddr_un& addr, socklen_t len) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) return "";
-  std::string who;
-  uint32_t uid = 0;
-  int32_t pid = 0;
-  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) == 0 && wire::peer_of(fd, &uid, &pid))
-    who = ": it is held by another process (uid " + std::to_string(uid) + ", pid " + std::to_string(pid) + ")";
-  else if (addr.sun_path[0]) who = ": a file of that name is in the way";
-  ::close(fd);
-  return who;
-}
-
-// PAGEFAST_IPC_IDLE, else kIdleNs; a bad value (or none above 0) warns once.
-uint64_t idle_limit() {
-  const char* v = std::getenv(option_name(Opt::IpcIdle));
-  if (!v || !*v) return kIdleNs;
-  Value parsed;
-  if (parse_value(Opt::IpcIdle, v, &parsed) && parsed.number > 0 && parsed.number != ~uint64_t(0)) return parsed.number;
-  log::write(LogLevel::Warn, "{}; idle CUDA IPC connections close after {} s", bad_value_message(Opt::IpcIdle, v),
-             kIdleNs / (1000 * kMsNs));
-  return kIdleNs;
-}
-
-size_t connection_limit() {
-  rlimit lim{};
-  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return kMostConnections;
-  return std::max(kFewestConnections, std::min(kMostConnections, size_t(lim.rlim_cur / 4)));
-}
-
-}  // namespace
-
-bool start_server() {
-  std::lock_guard<std::mutex> guard(g_start_mutex);
-  const pid_t pid = ::getpid();
-  if (g_server_pid == pid) return true;
-  if (g_failed_pid == pid) return false;  // said so once already
-  g_failed_pid = pid;
-  const Identity& me = self();
-  sockaddr_un addr;
-  socklen_t len = 0;
-  if (!me.start_time || !socket_address(uint32_t(pid), me.start_time, me.pidns, &addr, &len)) {
-    log::write(LogLevel::Warn,
-               "CUDA IPC: no usable socket address (PAGEFAST_IPC_DIR too long?); pool memory "
-               "cannot be shared by this process");
-    return false;
-  }
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) {
-    log::write(LogLevel::Warn, "CUDA IPC: no socket ({}); pool memory cannot be shared by this process",
-               std::strerror(errno));
-    return false;
-  }
-  const mode_t old_mask = ::umask(077);  // a socket file only this user can connect to
-  const int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), len);
-  const int bind_errno = errno;
-  ::umask(old_mask);
-  if (rc != 0 || ::listen(fd, 64) != 0) {
-    const int err = rc != 0 ? bind_errno : errno;
-    log::write(LogLevel::Warn,
-               "CUDA IPC: cannot listen on {} ({}{}); pool memory cannot be shared by this "
-               "process, nor its pools reached by pagefast-ctl",
-               wire::address_text(addr, len), std::strerror(err),
-               err == EADDRINUSE ? holder_of(addr, len) : std::string());
-    ::close(fd);
-    return false;
-  }
-  Server* server = new Server();
-  server->listener = fd;
-  server->max_connections = connection_limit();
-  server->idle_ns = idle_limit();
-  server->reply = new Reply();
-  const int err = start_service_thread(nullptr, &server_main, server, "pagefast-ipc");
-  if (err != 0) {
-    log::write(LogLevel::Warn, "CUDA IPC: cannot start the exporter thread: {}", std::strerror(err));
-    ::close(fd);
-    if (addr.sun_path[0]) ::unlink(addr.sun_path);
-    return false;
-  }
-  if (addr.sun_path[0]) {
-    struct stat st;
-    std::memcpy(g_socket_path, addr.sun_path, sizeof g_socket_path);
-    g_socket_owner = pid;
-    g_socket_inode = ::lstat(addr.sun_path, &st) == 0 ? st.st_ino : 0;
-    if (!g_exit_registered) {
-      g_exit_registered = true;
-      std::atexit(&remove_socket_file);
-    }
-  }
-  g_failed_pid = 0;
-  g_server_pid = pid;
-  return true;
-}
-
-void free_held_blocks(const std::vector<uint64_t>& addrs) {
-  if (addrs.empty()) return;
-  {
-    std::lock_guard<std::mutex> guard(g_bg_mutex);
-    if (start_bg_locked()) {
-      try {
-        g_frees->insert(g_frees->end(), addrs.begin(), addrs.end());
-        g_bg_cv->notify_one();
-        return;
-      } catch (...) {
-      }
-    }
-  }
-  hand_back_now(addrs);  // no background thread: here, as a last resort
 }
 
 }  // namespace pagefast::ipc::detail

@@ -1,0 +1,152 @@
+// interpose/hooks_own_vmm.cpp: the hooks of the program's own VMM calls,
+// answered by the own-VMM cache (interpose/pool/own_vmm.h) or forwarded,
+// and the VMM queries that must not see pool memory.
+#include "interpose/hooks.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "interpose/driver.h"
+#include "interpose/hooks_common.h"
+#include "interpose/pool/own_vmm.h"
+#include "interpose/pool_api.h"
+#include "interpose/real_driver.h"
+#include "interpose/runtime.h"
+#include "interpose/stats.h"
+#include "interpose/trace.h"
+
+namespace pagefast::hook {
+
+// The program's own VMM calls: the own-VMM cache answers them
+// (interpose/pool/own_vmm.h); with vmm_cache:off or the pool off they
+// are counted and forwarded: one relaxed load and a branch more.
+#define PF_OWN_VMM_CALL(symbol, call, params, args)                              \
+  CUresult symbol params {                                                     \
+    if (active(Entry::symbol) && pool::own_vmm::on()) return pool::own_vmm::call args; \
+    PF_FORWARD(symbol, args);                                                  \
+  }
+// The calls that make, hold and drop the program's memory are also noted,
+// once they succeeded, in the ledger that sleep's answer reads
+// (policy/own_vmm/ledger.h): one acquire load more with the pool off.
+#define PF_OWN_VMM(symbol, call, params, args, note)                                \
+  CUresult symbol params {                                                        \
+    CUresult result;                                                              \
+    if (active(Entry::symbol) && pool::own_vmm::on()) {                           \
+      result = pool::own_vmm::call args;                                          \
+    } else {                                                                      \
+      const RealDriver* real = real_driver();                                     \
+      if (!real || !real->symbol) return kMissing;                                \
+      result = real->symbol args;                                                 \
+    }                                                                             \
+    if (result == CUDA_SUCCESS) note;                                             \
+    return result;                                                                \
+  }
+PF_OWN_VMM(cuMemCreate, create,
+           (CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAllocationProp* prop,
+            unsigned long long flags),
+           (handle, bytes, prop, flags), pool::own_vmm::created(*handle, bytes, prop))
+PF_OWN_VMM(cuMemRelease, release, (CUmemGenericAllocationHandle handle), (handle), pool::own_vmm::released(handle))
+PF_OWN_VMM(cuMemMap, map,
+           (CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAllocationHandle handle,
+            unsigned long long flags),
+           (ptr, bytes, offset, handle, flags), pool::own_vmm::mapped(ptr, bytes, handle))
+PF_OWN_VMM(cuMemUnmap, unmap, (CUdeviceptr ptr, size_t bytes), (ptr, bytes), pool::own_vmm::unmapped(ptr, bytes))
+PF_OWN_VMM(cuMemExportToShareableHandle, export_handle,
+           (void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
+            unsigned long long flags),
+           (shareable, handle, type, flags), pool::own_vmm::exported(handle, shareable, type))
+#undef PF_OWN_VMM
+
+// Pool memory is cuMemAlloc memory to the program: no handle of it is
+// handed out (pool_api.h owns_address), as the driver hands out none for
+// memory cuMemAlloc made.
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  const bool on = active(Entry::cuMemRetainAllocationHandle);
+  if (on && pool::owns_address(reinterpret_cast<CUdeviceptr>(addr))) return CUDA_ERROR_INVALID_VALUE;
+  CUresult result;
+  if (on && pool::own_vmm::on()) {
+    result = pool::own_vmm::retain(handle, addr);
+  } else {
+    result = driver::retain_handle(real_driver(), handle, addr);
+  }
+  if (result == CUDA_SUCCESS) pool::own_vmm::retained(*handle);
+  return result;
+}
+
+// A pool chunk's handle is none of the program's (pool_api.h owns_handle).
+CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) {
+  if (active(Entry::cuMemGetAllocationPropertiesFromHandle)) {
+    if (pool::owns_handle(handle)) return CUDA_ERROR_INVALID_VALUE;
+    if (pool::own_vmm::on()) return pool::own_vmm::properties(prop, handle);
+  }
+  PF_FORWARD(cuMemGetAllocationPropertiesFromHandle, (prop, handle));
+}
+
+// An import gives the program a handle of memory (its own exported memory
+// again, or another process's): forwarded, and noted in the ledger.
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* osHandle,
+                                        CUmemAllocationHandleType type) {
+  const bool on = active(Entry::cuMemImportFromShareableHandle);
+  const CUresult result = driver::import_handle(real_driver(), handle, osHandle, type);
+  if (on && result == CUDA_SUCCESS && handle) pool::own_vmm::imported(*handle, osHandle, type);
+  return result;
+}
+PF_OWN_VMM_CALL(cuMemSetAccess, set_access, (CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count),
+              (ptr, bytes, desc, count))
+PF_OWN_VMM_CALL(cuMemAddressFree, address_free, (CUdeviceptr ptr, size_t bytes), (ptr, bytes))
+#undef PF_OWN_VMM_CALL
+
+// Pool memory is cuMemAlloc memory to the program: success with no flags
+// for a live block, as the driver answers for its own cuMemAlloc blocks,
+// and the range query's refusal for any other pool address (docs/POOL.md
+// "Semantics"); arguments the driver would refuse still go to it. A
+// deferred mapping of the program's own is unmapped for real first: the
+// program believes it is.
+CUresult cuMemGetAccess(unsigned long long* flags, const CUmemLocation* location, CUdeviceptr ptr) {
+  if (active(Entry::cuMemGetAccess)) {
+    CUdeviceptr base = 0;
+    size_t bytes = 0;
+    CUresult result;
+    if (flags && location && location->type == CU_MEM_LOCATION_TYPE_DEVICE &&
+        pool::try_address_range(&base, &bytes, ptr, &result)) {
+      if (result == CUDA_SUCCESS) *flags = 0;
+      return result;
+    }
+    pool::own_vmm::before_query(ptr);
+  }
+  PF_FORWARD(cuMemGetAccess, (flags, location, ptr));
+}
+
+// Sparse array mappings: the cache cannot follow them, so a handle mapped
+// there is never cached or deferred again (marked shared), then forwarded.
+#define PF_MAP_ARRAY(symbol)                                                          \
+  CUresult symbol(CUarrayMapInfo* infos, unsigned count, CUstream stream) {           \
+    if (active(Entry::symbol) && pool::own_vmm::on() && infos)                        \
+      for (unsigned i = 0; i < count; ++i)                                            \
+        if (infos[i].memHandleType == CU_MEM_HANDLE_TYPE_GENERIC)                     \
+          pool::own_vmm::mark_shared(infos[i].memHandle.memHandle);                   \
+    PF_FORWARD(symbol, (infos, count, stream));                                       \
+  }
+PF_MAP_ARRAY(cuMemMapArrayAsync)
+PF_MAP_ARRAY(cuMemMapArrayAsync_ptsz)
+#undef PF_MAP_ARRAY
+
+// Address reservations: forwarded; the cache notes them (it grows a
+// segment ahead only inside one; cuMemAddressFree unmaps its deferred
+// mappings there first, or keeps a range of deferred mappings whole, which
+// a later reservation of its size gets back: take_range).
+CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t bytes, size_t alignment, CUdeviceptr addr,
+                             unsigned long long flags) {
+  const bool on = active(Entry::cuMemAddressReserve) && pool::own_vmm::on();
+  const RealDriver* real = real_driver();
+  if (!driver::has(real, &RealDriver::cuMemAddressReserve)) return kMissing;
+  if (on && ptr && pool::own_vmm::take_range(ptr, bytes, alignment, addr, flags)) return CUDA_SUCCESS;
+  const CUresult result = driver::address_reserve(real, ptr, bytes, alignment, addr, flags);
+  if (on && result == CUDA_SUCCESS && ptr) pool::own_vmm::note_reserved(*ptr, bytes);
+  return result;
+}
+
+}  // namespace pagefast::hook

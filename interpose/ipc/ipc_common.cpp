@@ -1,0 +1,91 @@
+// interpose/ipc/ipc_common.cpp: the small helpers the parts of CUDA IPC
+// share (ipc_internal.h): the handle's checksum, this process's identity,
+// the socket's address, sending, error names and the clock.
+#include <sys/auxv.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#include "interpose/driver.h"
+#include "interpose/ipc/ipc_internal.h"
+#include "interpose/live/segment.h"
+#include "interpose/log.h"
+#include "interpose/real_driver.h"
+#include "policy/clock.h"
+#include "policy/options.h"
+
+namespace pagefast::ipc {
+
+namespace detail {
+
+uint32_t checksum(const Wire& w) {
+  Wire copy = w;
+  copy.check = 0;
+  const unsigned char* p = reinterpret_cast<const unsigned char*>(&copy);
+  uint32_t h = 2166136261u;
+  for (size_t i = 0; i < sizeof copy; ++i) h = (h ^ p[i]) * 16777619u;
+  return h;
+}
+
+const Identity& self() {
+  static thread_local Identity cached;
+  const int32_t pid = int32_t(::getpid());
+  if (cached.pid != pid) {
+    cached.pid = pid;
+    // The ids the live-stats segment is named by, too (live/segment.h).
+    const live::Identity who = live::own_identity();
+    cached.start_time = who.start_ticks;
+    cached.pidns = who.pidns;
+  }
+  return cached;
+}
+
+std::string ipc_dir() {
+  static std::once_flag once;
+  static std::string* dir = nullptr;
+  std::call_once(once, [] {
+    const char* v = std::getenv(option_name(Opt::IpcDir));
+    if (!v || !*v || hidden_in_secure_execution(Opt::IpcDir, getauxval(AT_SECURE))) return;
+    std::string why;
+    if (!wire::usable_dir(v, &why)) {
+      log::write(LogLevel::Warn, "{}={} {}: the CUDA IPC socket goes in the abstract namespace instead",
+                 option_name(Opt::IpcDir), v, why);
+      return;
+    }
+    dir = new std::string(v);
+  });
+  return dir ? *dir : std::string();
+}
+
+bool socket_address(uint32_t pid, uint64_t start_time, uint64_t pidns, sockaddr_un* addr, socklen_t* len) {
+  return wire::socket_address(uint32_t(::geteuid()), pidns, pid, start_time, ipc_dir(), addr, len);
+}
+
+bool send_all(int fd, const void* data, size_t bytes) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes) {
+    const ssize_t n = ::send(fd, p, bytes, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    bytes -= size_t(n);
+  }
+  return true;
+}
+
+const char* error_name(CUresult r) {
+  const RealDriver* real = real_driver();
+  const char* name = nullptr;
+  if (driver::error_name(real, r, &name) != CUDA_SUCCESS || !name) return "an error";
+  return name;
+}
+
+uint64_t now_ns() { return policy::monotonic_now_ns(); }
+
+}  // namespace detail
+
+}  // namespace pagefast::ipc

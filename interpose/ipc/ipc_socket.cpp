@@ -1,0 +1,143 @@
+// interpose/ipc/ipc_socket.cpp: the exporter's socket (docs/IPC.md "The
+// socket"): listening under the process's name, removing the socket file
+// at exit, and starting the pagefast-ipc thread (ipc_server.cpp) on it.
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "interpose/ipc/ipc_internal.h"
+#include "interpose/ipc/ipc_server.h"
+#include "interpose/log.h"
+#include "interpose/service_thread.h"
+#include "policy/options.h"
+
+namespace pagefast::ipc::detail {
+namespace {
+
+// ---- the socket ----------------------------------------------------------------------
+
+std::mutex g_start_mutex;
+pid_t g_server_pid = 0;  // the process whose pagefast-ipc thread serves
+pid_t g_failed_pid = 0;  // the process that could not listen (and said so once)
+
+// The socket file to remove at exit (empty for an abstract socket), and
+// whose it is. Plain storage: no initialiser of ours may run after a hook
+// already has.
+char g_socket_path[sizeof(sockaddr_un::sun_path)];
+pid_t g_socket_owner = 0;
+ino_t g_socket_inode = 0;
+bool g_exit_registered = false;
+
+// A forked child inherits this handler: only the process that made the
+// socket file removes it, and only while it is still that file.
+void remove_socket_file() {
+  if (!g_socket_path[0] || ::getpid() != g_socket_owner) return;
+  struct stat st;
+  if (::lstat(g_socket_path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == g_socket_inode) ::unlink(g_socket_path);
+}
+
+// Who holds the name this process wanted: for the warning.
+std::string holder_of(const sockaddr_un& addr, socklen_t len) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return "";
+  std::string who;
+  uint32_t uid = 0;
+  int32_t pid = 0;
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) == 0 && wire::peer_of(fd, &uid, &pid))
+    who = ": it is held by another process (uid " + std::to_string(uid) + ", pid " + std::to_string(pid) + ")";
+  else if (addr.sun_path[0]) who = ": a file of that name is in the way";
+  ::close(fd);
+  return who;
+}
+
+// PAGEFAST_IPC_IDLE, else kIdleNs; a bad value (or none above 0) warns once.
+uint64_t idle_limit() {
+  const char* v = std::getenv(option_name(Opt::IpcIdle));
+  if (!v || !*v) return kIdleNs;
+  Value parsed;
+  if (parse_value(Opt::IpcIdle, v, &parsed) && parsed.number > 0 && parsed.number != ~uint64_t(0)) return parsed.number;
+  log::write(LogLevel::Warn, "{}; idle CUDA IPC connections close after {} s", bad_value_message(Opt::IpcIdle, v),
+             kIdleNs / (1000 * kMsNs));
+  return kIdleNs;
+}
+
+size_t connection_limit() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return kMostConnections;
+  return std::max(kFewestConnections, std::min(kMostConnections, size_t(lim.rlim_cur / 4)));
+}
+
+}  // namespace
+
+bool start_server() {
+  std::lock_guard<std::mutex> guard(g_start_mutex);
+  const pid_t pid = ::getpid();
+  if (g_server_pid == pid) return true;
+  if (g_failed_pid == pid) return false;  // said so once already
+  g_failed_pid = pid;
+  const Identity& me = self();
+  sockaddr_un addr;
+  socklen_t len = 0;
+  if (!me.start_time || !socket_address(uint32_t(pid), me.start_time, me.pidns, &addr, &len)) {
+    log::write(LogLevel::Warn,
+               "CUDA IPC: no usable socket address (PAGEFAST_IPC_DIR too long?); pool memory "
+               "cannot be shared by this process");
+    return false;
+  }
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    log::write(LogLevel::Warn, "CUDA IPC: no socket ({}); pool memory cannot be shared by this process",
+               std::strerror(errno));
+    return false;
+  }
+  const mode_t old_mask = ::umask(077);  // a socket file only this user can connect to
+  const int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), len);
+  const int bind_errno = errno;
+  ::umask(old_mask);
+  if (rc != 0 || ::listen(fd, 64) != 0) {
+    const int err = rc != 0 ? bind_errno : errno;
+    log::write(LogLevel::Warn,
+               "CUDA IPC: cannot listen on {} ({}{}); pool memory cannot be shared by this "
+               "process, nor its pools reached by pagefast-ctl",
+               wire::address_text(addr, len), std::strerror(err),
+               err == EADDRINUSE ? holder_of(addr, len) : std::string());
+    ::close(fd);
+    return false;
+  }
+  Server* server = new Server();
+  server->listener = fd;
+  server->max_connections = connection_limit();
+  server->idle_ns = idle_limit();
+  server->reply = new Reply();
+  const int err = start_service_thread(nullptr, &server_main, server, "pagefast-ipc");
+  if (err != 0) {
+    log::write(LogLevel::Warn, "CUDA IPC: cannot start the exporter thread: {}", std::strerror(err));
+    ::close(fd);
+    if (addr.sun_path[0]) ::unlink(addr.sun_path);
+    return false;
+  }
+  if (addr.sun_path[0]) {
+    struct stat st;
+    std::memcpy(g_socket_path, addr.sun_path, sizeof g_socket_path);
+    g_socket_owner = pid;
+    g_socket_inode = ::lstat(addr.sun_path, &st) == 0 ? st.st_ino : 0;
+    if (!g_exit_registered) {
+      g_exit_registered = true;
+      std::atexit(&remove_socket_file);
+    }
+  }
+  g_failed_pid = 0;
+  g_server_pid = pid;
+  return true;
+}
+
+}  // namespace pagefast::ipc::detail
