@@ -14,13 +14,13 @@
 // block. After 65535 numbers, or with kTrackedContexts contexts alive at
 // once, a new context gets none: its blocks stay with the pool until freed
 // (one info line).
-#include <cstdio>
 #include <mutex>
 #include <new>
 #include <vector>
 
 #include "interpose/ipc/ipc.h"
 #include "interpose/pool/pool_internal.h"
+#include "interpose/pool/process.h"
 #include "interpose/pool_api.h"
 
 namespace pagefast::pool {
@@ -63,7 +63,7 @@ policy::ContextTag context_tag(CUcontext context, int device) {
   if (g_count == kTrackedContexts || g_next_tag > kLastTag) {
     if (!g_full_logged) {
       g_full_logged = true;
-      pool_log(LogLevel::Info,
+      log_line(LogLevel::Info,
                "too many CUDA contexts to follow: blocks allocated in a context made from now on stay with "
                "pagefast's pool when the context is destroyed, until the program frees them");
     }
@@ -77,7 +77,7 @@ policy::ContextTag context_tag(CUcontext context, int device) {
 ContextDestroy before_context_destroy(CUcontext context) {
   ContextDestroy destroy;
   destroy.context = context;
-  if (!pool_active() || !context) return destroy;
+  if (!active() || !context) return destroy;
   std::lock_guard<std::mutex> guard(g_mutex);
   const int found = find_locked(context);
   if (found < 0) return destroy;
@@ -88,7 +88,7 @@ ContextDestroy before_context_destroy(CUcontext context) {
 }
 
 void after_context_destroy(const ContextDestroy& destroy, bool destroyed) {
-  if (!pool_active() || !destroy.context) return;
+  if (!active() || !destroy.context) return;
   if (!destroyed) {
     // The driver refused (a primary context, an unknown handle): the
     // context lives on, and so does its record, unless it got a new one.
@@ -113,10 +113,8 @@ void after_context_destroy(const ContextDestroy& destroy, bool destroyed) {
   }
   free_on_behalf(blocks.data(), kept);
   if (blocks.empty()) return;
-  char line[256];
-  std::snprintf(line, sizeof line, "a context of device %d was destroyed: %zu of its blocks went back to the pool",
-                destroy.device, blocks.size());
-  pool_log(LogLevel::Debug, line);
+  log_line(LogLevel::Debug, "a context of device %d was destroyed: %zu of its blocks went back to the pool",
+           destroy.device, blocks.size());
 }
 
 }  // namespace pagefast::pool

@@ -5,14 +5,12 @@
 
 #include "interpose/ipc/ipc.h"
 #include "interpose/pool/own_vmm.h"
+#include "interpose/pool/pool_internal.h"
 #include "interpose/pool/process.h"
-#include "policy/format.h"
 #include "policy/page_map.h"
 
 namespace pagefast::pool {
 namespace {
-
-std::string human_bytes(uint64_t bytes) { return format_bytes(bytes, ByteStyle::Exact); }
 
 // What the provider tells the IPC: whether the device's chunks can be
 // shared, and that a chunk went back to the driver.
@@ -90,7 +88,6 @@ uint64_t DeviceMemory::relieve() {
 }
 
 void DeviceMemory::relieve_for_managed(uint64_t bytes, uint64_t free_now) {
-  if (budget_.idle_bytes() == 0) return;
   // As if the managed pages were on the device already.
   budget_.relieve(free_now > bytes ? free_now - bytes : 0);
 }

@@ -64,7 +64,9 @@ class DeviceMemory {
   uint64_t reclaim();
   // The trim thread's step: under the headroom, the shortfall goes back.
   uint64_t relieve();
-  // A managed allocation of `bytes` is coming: keep it and the headroom free.
+  // A managed allocation of `bytes` is coming: keep it and the headroom
+  // free. free_now: the driver's free memory, read by a caller that saw
+  // the budget hold idle memory first.
   void relieve_for_managed(uint64_t bytes, uint64_t free_now);
   // What the own-VMM cache may keep of this device beside the pool
   // under the limit (DeviceBudget::room_for).

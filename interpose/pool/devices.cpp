@@ -17,7 +17,6 @@
 #include "interpose/pool/pool_internal.h"
 #include "interpose/pool/process.h"
 #include "interpose/pool_api.h"
-#include "policy/format.h"
 #include "policy/pool_report.h"
 
 namespace pagefast::pool {
@@ -29,8 +28,6 @@ Process g_process;
 namespace {
 
 constexpr size_t kLogLineBytes = 512;
-
-std::string human_bytes(uint64_t bytes) { return format_bytes(bytes, ByteStyle::Exact); }
 
 // REQUIRES: create_mutex. The device's memory, made if there is none.
 DeviceMemory* device_memory_locked(int device) {
@@ -51,7 +48,7 @@ void free_held_block(CUdeviceptr dptr) {
 
 // The calling thread's context's device; -1 when there is none.
 int current_device() {
-  const RealDriver* real = driver();
+  const RealDriver* real = loaded_driver();
   CUdevice device = 0;
   if (driver::ctx_get_device(real, &device) != CUDA_SUCCESS) return -1;
   return device >= 0 && device < kMaxDevices ? int(device) : -1;
@@ -104,12 +101,6 @@ policy::DevicePool* pool_for_device(int device) {
   if (!active()) return nullptr;
   DeviceMemory* memory = device_memory(device);
   return memory ? memory->pool() : nullptr;
-}
-
-bool pool_active() { return active(); }
-
-void pool_log(LogLevel level, const char* line) {
-  if (LogSink log = g_process.log) log(level, line);
 }
 
 void on_device_reset(int device) {
@@ -173,7 +164,7 @@ void relieve_for_managed(size_t bytes) {
   const int device = current_device();
   DeviceMemory* memory = device_memory(device);
   if (!memory || retired_device(device) || memory->budget().idle_bytes() == 0) return;
-  const RealDriver* real = driver();
+  const RealDriver* real = loaded_driver();
   size_t free_now = 0, total = 0;
   if (driver::mem_get_info(real, &free_now, &total) != CUDA_SUCCESS) return;
   memory->relieve_for_managed(bytes, free_now);
@@ -189,7 +180,7 @@ void relieve_headroom() {
 
 void adjust_mem_info(size_t* free_bytes, size_t* total_bytes) {
   if (!active()) return;
-  const RealDriver* real = driver();
+  const RealDriver* real = loaded_driver();
   CUdevice device = 0;
   if (driver::ctx_get_device(real, &device) != CUDA_SUCCESS) return;
   policy::DevicePool* pool = pool_for_device(int(device));

@@ -12,6 +12,7 @@
 #include "interpose/driver.h"
 #include "interpose/pool/own_vmm.h"
 #include "interpose/pool/pool_internal.h"
+#include "interpose/pool/process.h"
 #include "interpose/real_driver.h"
 
 namespace pagefast::pool::own_vmm {
@@ -24,7 +25,7 @@ thread_local bool t_noted = false;
 // Whether the hook's note goes into the ledger.
 bool noting() {
   if (std::exchange(t_noted, false)) return false;
-  return pool_active();
+  return active();
 }
 
 // The file behind a POSIX descriptor; false for any other handle type.
@@ -87,6 +88,6 @@ void unmapped(CUdeviceptr ptr, size_t bytes) {
   if (noting()) ledger().unmapped(ptr, bytes);
 }
 
-uint64_t resident_bytes(int device) { return pool_active() ? ledger().resident(device).bytes : 0; }
+uint64_t resident_bytes(int device) { return active() ? ledger().resident(device).bytes : 0; }
 
 }  // namespace pagefast::pool::own_vmm

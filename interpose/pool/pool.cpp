@@ -123,7 +123,7 @@ policy::Span* live_span(CUdeviceptr dptr) {
 
 bool try_alloc(CUdeviceptr* dptr, size_t bytes, CUresult* result) {
   if (__builtin_expect(!active(), 0)) return false;
-  const RealDriver* real = driver();
+  const RealDriver* real = loaded_driver();
   CUcontext context = nullptr;
   // No current context: the driver answers CUDA_ERROR_INVALID_CONTEXT.
   if (driver::ctx_get_current(real, &context) != CUDA_SUCCESS || !context) return false;
@@ -150,7 +150,7 @@ bool try_alloc(CUdeviceptr* dptr, size_t bytes, CUresult* result) {
 // The driver answers CUDA_ERROR_INVALID_CONTEXT to these calls on a thread
 // without a current context; so does the pool, by leaving them to it.
 static bool has_context() {
-  const RealDriver* real = driver();
+  const RealDriver* real = loaded_driver();
   CUcontext context = nullptr;
   return driver::ctx_get_current(real, &context) == CUDA_SUCCESS && context;
 }
@@ -192,7 +192,7 @@ bool try_free_async(CUdeviceptr dptr, CUstream stream, CUresult* result) {
   if (capture_active()) {
     // In a capture the driver makes a free node, which only a graph
     // allocation may be: it answers for pool memory as for cuMemAlloc's.
-    const RealDriver* real = driver();
+    const RealDriver* real = loaded_driver();
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     if (driver::stream_is_capturing(real, stream, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE)
       return false;

@@ -21,10 +21,10 @@ class DeviceMemory;
 // cannot be pooled.
 policy::DevicePool* pool_made(const RealDriver* real, CUdevice device, DeviceMemory** memory);
 
-// Whether the pool glue is on (configured on, and not a forked child).
-bool pool_active();
-// One line to pagefast's log (nothing before configure or with no sink).
-void pool_log(LogLevel level, const char* line);
+// Whether the pool glue is on (configured on, and not a forked child):
+// active() in process.h. One line to pagefast's log, formatted as printf
+// formats (nothing before configure or with no sink); devices.cpp.
+void log_line(LogLevel level, const char* format, ...) __attribute__((format(printf, 2, 3)));
 
 // pool.cpp: frees pool blocks on the program's behalf, from a thread of
 // pagefast's or a hook (a block an IPC importer held, the blocks of a

@@ -16,12 +16,14 @@
 
 #include <atomic>
 #include <mutex>
+#include <string>
 
 #include "interpose/pool/vmm_provider.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
 #include "policy/clock.h"
 #include "policy/config.h"
+#include "policy/format.h"
 
 namespace pagefast::pool {
 
@@ -56,7 +58,7 @@ extern Process g_process;
 inline bool active() { return g_process.active.load(std::memory_order_acquire); }
 
 // The loaded driver, found once.
-inline const RealDriver* driver() {
+inline const RealDriver* loaded_driver() {
   const RealDriver* real = g_process.real.load(std::memory_order_acquire);
   if (__builtin_expect(!real, 0)) {
     real = real_driver();
@@ -78,7 +80,7 @@ inline DeviceMemory* device_memory(int device) {
 // none; NULL out of range or on host out of memory. Takes create_mutex.
 DeviceMemory* device_memory_made(int device);
 
-// One line to pagefast's log (nothing before configure or with no sink).
-void log_line(LogLevel level, const char* format, ...) __attribute__((format(printf, 2, 3)));
+// The bytes as the pool's log lines write them.
+inline std::string human_bytes(uint64_t bytes) { return format_bytes(bytes, ByteStyle::Exact); }
 
 }  // namespace pagefast::pool

@@ -4,7 +4,6 @@
 // that reach them through the control socket (interpose/ipc/). The policy
 // is in policy/device_pool.h.
 #include <cstdint>
-#include <cstdio>
 #include <mutex>
 
 #include "interpose/ipc/ipc.h"
@@ -68,12 +67,10 @@ int sleep_all(unsigned flags) {
     const uint64_t resident = own_vmm::resident_bytes(d);
     if (!resident) continue;
     answer = 1;
-    char line[256];
-    std::snprintf(line, sizeof line,
-                  "device %d: %.1f MiB of the program's own VMM memory (its cuMemCreate: PyTorch's expandable "
-                  "segments, JAX) stay resident: sleep covers the pool's memory, not that",
-                  d, double(resident) / double(1 << 20));
-    pool_log(LogLevel::Warn, line);
+    log_line(LogLevel::Warn,
+             "device %d: %.1f MiB of the program's own VMM memory (its cuMemCreate: PyTorch's expandable "
+             "segments, JAX) stay resident: sleep covers the pool's memory, not that",
+             d, double(resident) / double(1 << 20));
   }
   return answer;
 }
