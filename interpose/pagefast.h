@@ -90,6 +90,33 @@ int pagefast_sleep(unsigned flags);
 int pagefast_wake(void);
 int pagefast_asleep(void);
 
+/* Regions and tags (docs/SLEEP.md). pagefast_region_begin opens a region
+ * on the calling thread: every allocation the thread makes until
+ * pagefast_region_end carries `tag`, whatever the route (cuMemAlloc,
+ * cuMemAllocPitch, cudaMalloc, and the program's own cuMemCreate), and a
+ * sleep of that tag keeps its contents (PAGEFAST_REGION_KEEP) or discards
+ * them. A tag is 1 to 63 characters of A-Z a-z 0-9 _ . : -; regions nest
+ * up to 8 deep on a thread (the innermost tags); a process has at most 31
+ * (tag, policy) pairs. begin: 0, or -1 (a bad tag, too many, too deep; the
+ * log says which). end: 0, or -1 when no region is open on this thread.
+ * pagefast_region_current: the calling thread's innermost tag, or NULL.
+ *
+ * pagefast_sleep_tag / pagefast_wake_tag: as pagefast_sleep / pagefast_wake
+ * for the memory of one tag (NULL: everything, tagged or not). The contents
+ * are kept as the regions said, unless flags says PAGEFAST_SLEEP_KEEP or
+ * PAGEFAST_SLEEP_DISCARD for all. Memory outside any region is untouched by
+ * a tagged sleep. Answers as pagefast_sleep / pagefast_wake, and -2 for a
+ * tag no region ever had. pagefast_tag_asleep: 1 asleep, 0 awake, -2
+ * unknown. */
+#define PAGEFAST_REGION_KEEP 1u
+#define PAGEFAST_SLEEP_DISCARD 4u
+int pagefast_region_begin(const char* tag, unsigned flags);
+int pagefast_region_end(void);
+const char* pagefast_region_current(void);
+int pagefast_sleep_tag(const char* tag, unsigned flags);
+int pagefast_wake_tag(const char* tag);
+int pagefast_tag_asleep(const char* tag);
+
 #ifdef __cplusplus
 }
 #endif

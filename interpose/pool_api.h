@@ -40,6 +40,28 @@ void after_fork_child();
 // child). Lock-free.
 policy::DevicePool* pool_for_device(int device);
 
+// Per tag (interpose/pool/region.h, docs/SLEEP.md): the figures of one
+// (tag, policy) slot over every device, the pool's and the program's own
+// VMM memory together, for the stats document, the live segment and
+// Prometheus. Counters never go back; byte figures are the memory's, so a
+// sleep moves bytes from resident to asleep and nothing reads as a restart.
+struct TagFigures {
+  const char* name = nullptr;  // lives as long as the process
+  bool keep = false;           // the regions' policy: contents kept at sleep
+  int slot = 0;
+  bool asleep = false;
+  uint64_t resident_bytes = 0;  // device memory of the tag mapped now
+  uint64_t asleep_bytes = 0;    // device memory of the tag released by sleep
+  uint64_t kept_bytes = 0;      // of asleep_bytes, contents in host memory
+  uint64_t in_use_bytes = 0;    // the pool's blocks of the tag handed out
+  uint64_t sleeps = 0;          // sleeps of the tag (counter)
+  uint64_t wakes = 0;           // wakes of the tag (counter)
+};
+// Fills out[0..max) in slot order; returns how many tags there are (which
+// may be more than max). Never waits for a lock held long (safe while a
+// sleep runs: it reads what the last step left).
+int tag_figures(TagFigures* out, int max);
+
 // cuMemAlloc_v2. REQUIRES dptr != NULL and bytes > 0: the hook leaves
 // those calls to the driver, which answers them byte for byte. false: not
 // poolable here (pool off, failed to start, no current context: the driver

@@ -94,6 +94,34 @@ void mapped(CUdeviceptr ptr, size_t bytes, CUmemGenericAllocationHandle handle);
 void unmapped(CUdeviceptr ptr, size_t bytes);
 // What of `device` the program still holds or maps (0 with the pool off).
 uint64_t resident_bytes(int device);
+
+// Sleep and wake of the program's own VMM memory by region slot
+// (own_vmm_sleep.cpp, docs/SLEEP.md): every handle the program created in
+// a region of `slot` (interpose/pool/region.h; 0: outside any region) on
+// any device. Sleep copies what keep asks to host memory, unmaps each of
+// the handle's mappings and releases the driver's memory; the program's
+// handle values and virtual addresses stay. Wake creates fresh memory of
+// the same properties, maps it where the mappings were with the same
+// access, and restores the contents; from then on the program's handle
+// values are translated to the driver's on every call that takes one.
+// Called under sleep's lock (sleep.cpp), one at a time.
+struct SleepAnswer {
+  int status = 0;               // 0 done, 1 some memory stayed resident (logged), -1 failed (nothing changed)
+  uint64_t slept_bytes = 0;     // released to the driver
+  uint64_t kept_bytes = 0;      // of those, contents in host memory
+  uint64_t resident_bytes = 0;  // of the slot's memory, what stayed (and why: the log)
+};
+SleepAnswer sleep_slot(int slot, bool keep);
+// 0 awake (also when not asleep); -1 the driver refused: still asleep,
+// call it again.
+int wake_slot(int slot);
+// The slot's own-VMM memory now, over every device.
+struct SlotBytes {
+  uint64_t resident = 0;  // mapped or held, on the device
+  uint64_t asleep = 0;    // released by sleep
+  uint64_t kept = 0;      // of asleep, contents in host memory
+};
+SlotBytes slot_bytes(int slot);
 // The process's ledger (never destroyed), which the cache is made with.
 policy::own_vmm::Ledger& ledger();
 // The calling thread's call was answered by the cache, which noted it in

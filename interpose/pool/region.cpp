@@ -1,0 +1,115 @@
+// interpose/pool/region.cpp: see region.h.
+#include "interpose/pool/region.h"
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+
+namespace pagefast::pool::region {
+
+__thread int t_current __attribute__((tls_model("initial-exec"))) = 0;
+
+namespace {
+
+// A thread's open regions, innermost last. Fixed size: no host allocation.
+__thread int t_stack[kMaxDepth] __attribute__((tls_model("initial-exec")));
+__thread int t_depth __attribute__((tls_model("initial-exec"))) = 0;
+
+struct Slot {
+  char name[kMaxNameBytes];
+  bool keep;
+  std::atomic<int> open;  // threads' regions of this slot open now
+};
+
+// Constant-initialised; slots are filled under g_mutex and published by
+// g_count (release), then never change but for `open`.
+Slot g_slots[kMaxSlots];
+std::atomic<int> g_count{1};
+std::mutex g_mutex;
+
+bool good_name(const char* name) {
+  if (!name || !*name) return false;
+  size_t n = 0;
+  for (const char* c = name; *c; ++c, ++n) {
+    if (n + 1 >= size_t(kMaxNameBytes)) return false;
+    const bool ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                    *c == '_' || *c == '.' || *c == ':' || *c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+int find_locked(const char* name, bool keep) {
+  const int count = g_count.load(std::memory_order_relaxed);
+  for (int s = 1; s < count; ++s)
+    if (g_slots[s].keep == keep && std::strcmp(g_slots[s].name, name) == 0) return s;
+  return 0;
+}
+
+}  // namespace
+
+int begin(const char* name, bool keep, const char** why) {
+  const char* unused = nullptr;
+  if (!why) why = &unused;
+  if (!good_name(name)) {
+    *why = "a tag is 1 to 63 characters of A-Z a-z 0-9 _ . : -";
+    return -1;
+  }
+  if (t_depth >= kMaxDepth) {
+    *why = "too many regions open on this thread (8)";
+    return -1;
+  }
+  int slot = 0;
+  {
+    std::lock_guard<std::mutex> guard(g_mutex);
+    slot = find_locked(name, keep);
+    if (!slot) {
+      const int count = g_count.load(std::memory_order_relaxed);
+      if (count >= kMaxSlots) {
+        *why = "too many tags (31 pairs of name and policy)";
+        return -1;
+      }
+      std::memcpy(g_slots[count].name, name, std::strlen(name) + 1);
+      g_slots[count].keep = keep;
+      slot = count;
+      g_count.store(count + 1, std::memory_order_release);
+    }
+  }
+  g_slots[slot].open.fetch_add(1, std::memory_order_acq_rel);
+  t_stack[t_depth++] = slot;
+  t_current = slot;
+  return slot;
+}
+
+int end() {
+  if (t_depth == 0) return -1;
+  const int slot = t_stack[--t_depth];
+  g_slots[slot].open.fetch_sub(1, std::memory_order_acq_rel);
+  t_current = t_depth ? t_stack[t_depth - 1] : 0;
+  return 0;
+}
+
+int slots_of(const char* name, int out[2]) {
+  if (!name) return 0;
+  int n = 0;
+  const int count = g_count.load(std::memory_order_acquire);
+  for (int s = 1; s < count && n < 2; ++s)
+    if (std::strcmp(g_slots[s].name, name) == 0) out[n++] = s;
+  return n;
+}
+
+int slot_count() { return g_count.load(std::memory_order_acquire); }
+
+bool slot_info(int slot, const char** name, bool* keep) {
+  if (slot <= 0 || slot >= slot_count()) return false;
+  if (name) *name = g_slots[slot].name;
+  if (keep) *keep = g_slots[slot].keep;
+  return true;
+}
+
+int open_count(int slot) {
+  if (slot <= 0 || slot >= slot_count()) return 0;
+  return g_slots[slot].open.load(std::memory_order_acquire);
+}
+
+}  // namespace pagefast::pool::region

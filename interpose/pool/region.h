@@ -1,0 +1,47 @@
+// interpose/pool/region.h: regions and tags (docs/SLEEP.md). A thread opens
+// a region with a tag and a policy (keep the contents at sleep, or discard
+// them); every allocation it makes until the region ends carries the tag,
+// whatever the route: the pool (cuMemAlloc, cuMemAllocPitch, cudaMalloc)
+// and the program's own VMM (cuMemCreate). Sleep and wake then act on one
+// tag, or on everything.
+//
+// A tag is a name; with its policy it is a slot, numbered 1..kMaxSlots-1
+// (slot 0: outside any region). The same name opened once with keep and
+// once without has two slots, so that each allocation keeps the policy of
+// the region it was made in. Slots are made at the first region of a
+// (name, policy) pair and never reused (a process opens a handful of tags).
+//
+// Regions nest on a thread (up to kMaxDepth): the innermost one tags.
+// current() is one thread-local read, on the allocation path.
+#pragma once
+
+#include <cstdint>
+
+namespace pagefast::pool::region {
+
+constexpr int kMaxSlots = 32;      // slot 0 (no region) and 31 (name, policy) pairs
+constexpr int kMaxNameBytes = 64;  // with the NUL
+constexpr int kMaxDepth = 8;
+
+// The calling thread's innermost open region's slot; 0 outside any region.
+extern __thread int t_current __attribute__((tls_model("initial-exec")));
+inline int current() { return t_current; }
+
+// Opens a region on the calling thread. The name: 1 to 63 bytes of
+// [A-Za-z0-9_.:-]. Returns the slot, or -1 (a bad name, too many tags, or
+// kMaxDepth regions open on this thread already), with *why set.
+int begin(const char* name, bool keep, const char** why);
+// Ends the calling thread's innermost region; -1 when none is open.
+int end();
+
+// The slots of a name (at most 2: keep and discard); returns how many,
+// 0 when the name was never opened.
+int slots_of(const char* name, int out[2]);
+// How many slots were made (the highest slot number + 1; 1 when none).
+int slot_count();
+// A slot's name and policy; false for slot 0 or a slot not made.
+bool slot_info(int slot, const char** name, bool* keep);
+// Threads with a region of `slot` open now (sleep's bad-input answer).
+int open_count(int slot);
+
+}  // namespace pagefast::pool::region
