@@ -162,10 +162,18 @@ bool try_alloc(CUdeviceptr* dptr, size_t bytes, CUresult* result) {
   if (const int slot = region::current(); __builtin_expect(slot != 0, 0))
     return alloc_in_region(slot, pool->device(), bytes, known.context, dptr, result);
   uint64_t addr = 0;
-  const AllocStatus status = pool->alloc(*known.cache, bytes, &addr, known.context);
-  if (status == AllocStatus::Forward) return false;
-  *result = alloc_result(status, addr, dptr);
-  return true;
+  switch (pool->alloc(*known.cache, bytes, &addr, known.context)) {
+    case AllocStatus::Ok:
+      *dptr = addr;
+      *result = CUDA_SUCCESS;
+      return true;
+    case AllocStatus::OutOfMemory:
+      *dptr = 0;  // as the driver leaves it
+      *result = CUDA_ERROR_OUT_OF_MEMORY;
+      return true;
+    case AllocStatus::Forward: break;
+  }
+  return false;
 }
 
 bool try_alloc_pitched(CUdeviceptr* dptr, size_t* pitch, size_t width_bytes, size_t height, unsigned element_bytes,
