@@ -292,7 +292,7 @@ class DevicePool final {
   ReleasePolicy release_;
   SleepGate sleep_;
   OomRecorder oom_;
-  std::atomic<uint64_t> lost_blocks_{0};  // could not be quarantined (host OOM)
+  std::atomic<uint64_t> lost_blocks_{0};        // could not be quarantined (host OOM)
   std::atomic<uint64_t> asleep_bytes_{0};       // sleep_figures()
   std::atomic<uint64_t> asleep_kept_bytes_{0};  // sleep_figures()
   // REQUIRES: footprint_mutex_. Reads the arena's figures into the above.

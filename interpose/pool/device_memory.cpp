@@ -82,8 +82,10 @@ policy::DevicePool* DeviceMemory::tagged_pool_made(int slot, policy::Clock& cloc
   policy::ThreadCache* cache = made ? made->attach_thread() : nullptr;
   if (!cache) {
     if (!tagged_failed_.exchange(true))
-      log_line(LogLevel::Warn, "device %d: no pool for a region (out of host memory): its allocations go to the "
-               "driver, and a sleep of their tag leaves them resident", device_);
+      log_line(LogLevel::Warn,
+               "device %d: no pool for a region (out of host memory): its allocations go to the "
+               "driver, and a sleep of their tag leaves them resident",
+               device_);
     return nullptr;  // leaked: a few bytes
   }
   const uint64_t peers = pool_.load(std::memory_order_acquire) ? pool()->peers() : 0;

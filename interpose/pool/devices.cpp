@@ -266,7 +266,8 @@ std::string report_text() {
   std::string text;
   for (int d = 0; d < kMaxDevices; ++d) {
     if (!pool_for_device(d)) continue;
-    device_memory(d)->each_pool([&text, d](int, policy::DevicePool* pool) { text += policy::report_text(d, pool->report()); });
+    device_memory(d)->each_pool(
+        [&text, d](int, policy::DevicePool* pool) { text += policy::report_text(d, pool->report()); });
   }
   return text;
 }

@@ -12,9 +12,9 @@
 #include <cstdlib>
 
 #include "interpose/pool/device_memory.h"
-#include "interpose/pool/process.h"
 #include "interpose/pool/own_vmm.h"
 #include "interpose/pool/pool_internal.h"
+#include "interpose/pool/process.h"
 #include "interpose/pool_api.h"
 #include "interpose/service_thread.h"
 #include "policy/device_pool.h"

@@ -137,7 +137,8 @@ int sleep_slots(const int* slots, int count, unsigned flags) {
   int answer = 0;
   bool any = false;
   const int all = region::slot_count();
-  for (int i = 0; i < (slots ? count : all); ++i) answer = fold(answer, sleep_slot_locked(slots ? slots[i] : i, flags, &any));
+  for (int i = 0; i < (slots ? count : all); ++i)
+    answer = fold(answer, sleep_slot_locked(slots ? slots[i] : i, flags, &any));
   if (!any) return -1;
   if (answer == 0 && ipc::imports_across_sleep() > 0) answer = 1;
   return answer;
@@ -249,8 +250,8 @@ int tag_figures(TagFigures* out, int max) {
 
 }  // namespace pagefast::pool
 
-using pagefast::pool::log_line;
 using pagefast::LogLevel;
+using pagefast::pool::log_line;
 
 PF_EXPORT int pagefast_sleep(unsigned flags) { return pagefast::pool::sleep_all(flags); }
 PF_EXPORT int pagefast_wake(void) { return pagefast::pool::wake_all(); }

@@ -127,7 +127,8 @@ int tagged_sleeps(Api& api, Held& h) {
     cuCtxSynchronize();
     if (fakecuda_violations() == 0) return fail("a kernel on asleep memory wrote somewhere");
   }
-  if (!intact(h.u, 4 * kMiB, 1) || !intact(h.w, 40 * kMiB, 2)) return fail("a kernel on asleep memory hit other memory");
+  if (!intact(h.u, 4 * kMiB, 1) || !intact(h.w, 40 * kMiB, 2))
+    return fail("a kernel on asleep memory hit other memory");
   if (api.wake_tag("kv") != 0 || api.tag_asleep("kv") != 0) return fail("wake kv");
   std::memset(reinterpret_cast<void*>(h.k), 0x33, 20 * kMiB);  // usable again, same address
   std::memset(reinterpret_cast<void*>(h.pitched), 0x34, h.pitch * 64);
