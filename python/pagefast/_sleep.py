@@ -126,7 +126,7 @@ def sleep(tag=None, keep=None, wait=True):
     tag, keep = _keep_first(tag, keep)
     flags = 0 if wait else _SLEEP_FAIL
     if tag is None:
-        flags |= 0 if keep is False else _SLEEP_KEEP
+        flags |= _SLEEP_KEEP if keep is None or keep else 0
         answer = _require()[0](flags)
     else:
         if keep is not None:

@@ -21,6 +21,8 @@ With expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)
 the pool maps its memory with its own cuMemCreate, which pagefast tags as
 well. The pools are per (tag, keep, device) and live as long as the
 process; torch.cuda.use_mem_pool acts on the calling thread, as a region.
+While a tag sleeps, allocate nothing in its regions: a block PyTorch has
+cached in the tag's pool is handed out without a driver call, asleep.
 """
 import contextlib
 import threading
