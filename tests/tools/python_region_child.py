@@ -98,6 +98,10 @@ def expect_raises(kind, call, says, what):
     raise SystemExit("FAIL %s: no %s" % (what, kind.__name__))
 
 
+def _text(output):
+    return output.decode(errors="replace") if isinstance(output, bytes) else (output or "")
+
+
 def run_cases(child, cases, extra_path=()):
     """Runs `child` (Python source; the case name is argv[1]) once per case
     (name, preload) and prints PASS/FAIL per case; a case passes when the
@@ -114,11 +118,15 @@ def run_cases(child, cases, extra_path=()):
     failures = []
     for name, preload in cases:
         case_env = dict(env, LD_PRELOAD=library) if preload else env
-        r = subprocess.run([sys.executable, "-c", child, name], env=case_env, capture_output=True, text=True,
-                           timeout=300)  # a hang guard
-        passed = r.returncode == 0 and ("ok " + name) in r.stdout.split("\n")
+        try:
+            r = subprocess.run([sys.executable, "-c", child, name], env=case_env, capture_output=True, text=True,
+                               timeout=240)  # a hang guard
+            rc, out, err = r.returncode, r.stdout, r.stderr
+        except subprocess.TimeoutExpired as e:
+            rc, out, err = "hung", _text(e.stdout), _text(e.stderr)
+        passed = rc == 0 and ("ok " + name) in out.split("\n")
         print(("PASS " if passed else "FAIL ") + name)
         if not passed:
-            print("  rc %d\n%s\n%s" % (r.returncode, r.stdout[-3000:], r.stderr[-3000:]))
+            print("  rc %s\n%s\n%s" % (rc, out[-3000:], err[-3000:]))
             failures.append(name)
     return 1 if failures else 0

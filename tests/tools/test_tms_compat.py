@@ -168,7 +168,7 @@ elif case == "tms":
     expect_raises(NotImplementedError, lambda: tms.set_disk_backup_dir("/tmp"), "not on disk", "disk dir")
     expect(pagefast.current_region() is None, "refused regions leave none open")
 
-    library = os.environ["LD_PRELOAD"]
+    library = os.environ["LD_PRELOAD"].split(":")[0]
     del os.environ["LD_PRELOAD"]
     with configure_subprocess():
         first = os.environ["LD_PRELOAD"].split(":")[0]
