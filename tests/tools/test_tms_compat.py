@@ -25,6 +25,13 @@ from python_region_child import Cuda, expect, expect_raises
 case = sys.argv[1]
 MB = 1 << 20
 expect("torch" not in sys.modules, "import pagefast imported torch")
+if case == "unloaded":
+    from pagefast.torch_memory_saver import torch_memory_saver as tms
+    expect(tms.enabled is False, "enabled says the library is not in the process")
+    expect_raises(pagefast.Error, tms.pause, "not loaded", "pause without the library")
+    expect_raises(pagefast.Error, lambda: tms.region("kv").__enter__(), "not loaded", "region without the library")
+    print("ok unloaded")
+    sys.exit(0)
 cuda = Cuda()
 
 def calls_since(mark):
@@ -180,7 +187,7 @@ elif case == "tms":
     print("ok tms")
 """
 
-CASES = [("helper", True), ("tms", True)]
+CASES = [("helper", True), ("tms", True), ("unloaded", False)]
 
 if __name__ == "__main__":
     here = os.path.dirname(os.path.abspath(__file__))
