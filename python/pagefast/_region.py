@@ -39,7 +39,12 @@ def _stack():
     return _opened.regions
 
 
+_functions = []  # begin, end, current once found: a preloaded library stays
+
+
 def _api():
+    if _functions:
+        return _functions
     _require()
     try:
         process = ctypes.CDLL(None)
@@ -54,7 +59,8 @@ def _api():
     end.restype = ctypes.c_int
     current.argtypes = []
     current.restype = ctypes.c_char_p
-    return begin, end, current
+    _functions[:] = [begin, end, current]
+    return _functions
 
 
 def _begin(tag, keep):
