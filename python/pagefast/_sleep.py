@@ -160,8 +160,9 @@ def wake(tag=None):
 
 
 def is_asleep(tag=None):
-    """Without a tag: how many of the process's pools (one per device) are
-    asleep. With a tag: whether that tag's memory is asleep (Error for a
+    """Without a tag: how many of the process's pools are asleep (one per
+    device for memory outside regions, one per device and tag for the
+    rest). With a tag: whether that tag's memory is asleep (Error for a
     tag no region ever had)."""
     if tag is None:
         return _require()[2]()

@@ -88,7 +88,10 @@ if case == "policy":
     expect(cuda.free(kv) == 0, "freeing asleep memory is served")
     pagefast.wake("kv")
     # The calls without a tag keep their meaning: everything, contents kept.
-    expect(pagefast.sleep() is True and pagefast.is_asleep() == 1, "sleep() puts the pool to sleep")
+    expect(pagefast.sleep() is True, "sleep() without a tag")
+    expect(pagefast.is_asleep("kv") and pagefast.is_asleep("weights") and not cuda.mapped(plain),
+           "sleep() puts everything to sleep, tagged or not")
+    expect(pagefast.is_asleep() >= 1, "is_asleep() counts the pools asleep: %d" % pagefast.is_asleep())
     pagefast.wake()
     expect(cuda.holds(plain, 0x11, 4 * MB) and cuda.holds(weights, 0x44, 8 * MB), "sleep() kept everything")
     expect(pagefast.sleep(True) is True, "sleep(True): a bool first is keep")
