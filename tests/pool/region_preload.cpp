@@ -153,6 +153,11 @@ int bad_inputs(Api& api, Held& h) {
   if (api.sleep_tag("never", 0) != -2 || api.wake_tag("never") != -2 || api.tag_asleep("never") != -2)
     return fail("an unknown tag is not -2");
   if (api.wake_tag("kv") != 0) return fail("wake without sleep");
+  // A tag whose regions hold nothing yet: nothing to do.
+  if (api.begin("empty", 0) != 0 || api.end() != 0) return fail("an empty region");
+  if (api.sleep_tag("empty", 0) != 0 || api.tag_asleep("empty") != 1 || api.wake_tag("empty") != 0 ||
+      api.tag_asleep("empty") != 0)
+    return fail("sleep and wake of a tag with no memory");
   if (api.begin("", 0) != -1 || api.begin("two words", 0) != -1 || api.begin(nullptr, 0) != -1)
     return fail("a bad tag was taken");
   if (api.end() != -1) return fail("end without a region");
