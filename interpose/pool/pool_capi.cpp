@@ -5,8 +5,10 @@
 #include <cstddef>
 
 #include "interpose/pagefast.h"
+#include "interpose/pool/device_memory.h"
 #include "interpose/pool/own_vmm.h"
 #include "interpose/pool/pool_internal.h"
+#include "interpose/pool/process.h"
 #include "policy/pool_stats.h"
 
 #define PF_EXPORT extern "C" __attribute__((visibility("default")))
@@ -35,6 +37,9 @@ PF_EXPORT int pagefast_pool_stats_get(int device, pagefast_pool_stats* out) {
 
 PF_EXPORT int pagefast_pool_trim(int device) {
   pagefast::pool::own_vmm::trim(device, UINT64_MAX);  // the program's released VMM memory too
+  // The host memory sleep keeps page-locked between cycles too.
+  if (pagefast::pool::DeviceMemory* memory = pagefast::pool::device_memory(device))
+    if (memory->provider()) memory->provider()->release_host_memory();
   pagefast::policy::DevicePool* pool = pagefast::pool::pool_for_device(device);
   if (!pool) return -1;
   pool->trim();
