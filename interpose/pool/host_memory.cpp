@@ -4,7 +4,6 @@
 
 #include <sys/mman.h>
 
-#include <algorithm>
 #include <new>
 
 #include "interpose/driver.h"
@@ -30,6 +29,9 @@ void* map_aligned(uint64_t bytes) {
 #ifdef MADV_HUGEPAGE
   madvise(reinterpret_cast<void*>(aligned), bytes, MADV_HUGEPAGE);  // a hint: THP off is fine too
 #endif
+  // Not inherited by a forked child (whose pool is off anyway): the kernel
+  // would otherwise copy every page-locked page into it at fork.
+  madvise(reinterpret_cast<void*>(aligned), bytes, MADV_DONTFORK);
   return reinterpret_cast<void*>(aligned);
 }
 
@@ -48,13 +50,14 @@ HostMemory::Buffer* HostMemory::map_buffer(uint64_t bytes) {
   }
   for (uint64_t i = 0; i < buffer->pieces; ++i) buffer->pinned[i].store(false, std::memory_order_relaxed);
   try {
-    buffers_.push_back(buffer);
+    by_base_.emplace(buffer->base, buffer);
   } catch (...) {
     munmap(buffer->base, bytes);
     delete buffer;
     return nullptr;
   }
   buffer->in_use = true;
+  mapped_bytes_ += bytes;
   return buffer;
 }
 
@@ -63,12 +66,12 @@ void HostMemory::take(const uint64_t* bytes, uint64_t count, Buffer** out) {
   // Idle buffers to the copies of their size first...
   for (uint64_t i = 0; i < count; ++i) {
     out[i] = nullptr;
-    for (Buffer* b : buffers_)
-      if (!b->in_use && b->bytes == bytes[i]) {
-        b->in_use = true;
-        out[i] = b;
-        break;
-      }
+    auto it = idle_.find(bytes[i]);
+    if (it == idle_.end()) continue;
+    out[i] = it->second;
+    out[i]->in_use = true;
+    idle_bytes_ -= bytes[i];
+    idle_.erase(it);
   }
   // ...then the idle ones left over go back, before fresh memory is
   // mapped and page-locked for the rest.
@@ -79,9 +82,8 @@ void HostMemory::take(const uint64_t* bytes, uint64_t count, Buffer** out) {
 
 HostMemory::Buffer* HostMemory::find(const void* host) {
   std::lock_guard<std::mutex> guard(mutex_);
-  for (Buffer* b : buffers_)
-    if (b->base == host) return b;
-  return nullptr;
+  auto it = by_base_.find(host);
+  return it == by_base_.end() ? nullptr : it->second;
 }
 
 bool HostMemory::pin(Buffer& buffer, uint64_t index) {
@@ -113,29 +115,37 @@ void HostMemory::done_copying(Buffer& buffer, bool keep) {
   madvise(buffer.base, buffer.bytes, MADV_DONTNEED);
 }
 
+// REQUIRES: mutex_ held; `buffer` in neither by_base_ nor idle_ any more.
 void HostMemory::release(Buffer* buffer) {
   unregister_pieces(*buffer);
   munmap(buffer->base, buffer->bytes);
+  mapped_bytes_ -= buffer->bytes;
   delete buffer;
 }
 
 void HostMemory::give(Buffer& buffer, bool keep) {
   std::lock_guard<std::mutex> guard(mutex_);
   buffer.in_use = false;
-  if (keep) return;
-  auto it = std::find(buffers_.begin(), buffers_.end(), &buffer);
-  if (it != buffers_.end()) buffers_.erase(it);
+  if (keep) {
+    try {
+      idle_.emplace(buffer.bytes, &buffer);
+      idle_bytes_ += buffer.bytes;
+      return;
+    } catch (...) {  // no room to remember it idle: give it back
+    }
+  }
+  by_base_.erase(buffer.base);
   release(&buffer);
 }
 
 uint64_t HostMemory::release_idle_locked() {
-  uint64_t bytes = 0;
-  auto idle = std::stable_partition(buffers_.begin(), buffers_.end(), [](Buffer* b) { return b->in_use; });
-  for (auto it = idle; it != buffers_.end(); ++it) {
-    bytes += (*it)->bytes;
-    release(*it);
+  const uint64_t bytes = idle_bytes_;
+  for (auto& entry : idle_) {
+    by_base_.erase(entry.second->base);
+    release(entry.second);
   }
-  buffers_.erase(idle, buffers_.end());
+  idle_.clear();
+  idle_bytes_ = 0;
   return bytes;
 }
 
@@ -147,11 +157,9 @@ uint64_t HostMemory::release_idle() {
 HostMemory::Figures HostMemory::figures() {
   std::lock_guard<std::mutex> guard(mutex_);
   Figures f;
-  for (const Buffer* b : buffers_) {
-    f.mapped_bytes += b->bytes;
-    if (!b->in_use) f.idle_bytes += b->bytes;
-  }
-  f.buffers = buffers_.size();
+  f.mapped_bytes = mapped_bytes_;
+  f.idle_bytes = idle_bytes_;
+  f.buffers = by_base_.size();
   f.pinned_bytes = pinned_bytes_.load(std::memory_order_relaxed);
   return f;
 }

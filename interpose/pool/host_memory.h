@@ -12,7 +12,8 @@
 // mapped and page-locked, idle, and the next sleep copies into it at once.
 //
 //  - A buffer holds one chunk's copy: anonymous memory, 2 MiB aligned,
-//    MADV_HUGEPAGE, page-locked in place (cuMemHostRegister, PORTABLE) in
+//    MADV_HUGEPAGE, MADV_DONTFORK (a fork would copy locked pages into the
+//    child, whose pool is off), page-locked in place (cuMemHostRegister, PORTABLE) in
 //    pieces of kPieceBytes by the copy threads as they reach each piece,
 //    so that on the first sleep pinning one piece overlaps the DMA of
 //    others. A piece the driver refuses to page-lock stays pageable: its
@@ -31,7 +32,8 @@
 //    destructor calls the driver.
 //
 // Thread safety: take/give/release_idle/find/figures under one mutex (not
-// on any hot path: one call per chunk per sleep or wake). pin() and
+// on any hot path: one call per sleep or wake, or per chunk; hash maps, so
+// a pool of many small chunks costs no scan per chunk). pin() and
 // done_copying() run on copy threads on distinct pieces or buffers of a
 // batch, lock-free.
 #pragma once
@@ -40,7 +42,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <vector>
+#include <unordered_map>
 
 #include "interpose/real_driver.h"
 
@@ -105,7 +107,10 @@ class HostMemory {
 
   const RealDriver* const real_;
   std::mutex mutex_;
-  std::vector<Buffer*> buffers_;  // under mutex_
+  // Under mutex_: every buffer by its base, the idle ones by their bytes.
+  std::unordered_map<const void*, Buffer*> by_base_;
+  std::unordered_multimap<uint64_t, Buffer*> idle_;
+  uint64_t mapped_bytes_ = 0, idle_bytes_ = 0;
   std::atomic<uint64_t> pinned_bytes_{0};
 };
 
