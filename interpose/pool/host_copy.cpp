@@ -86,7 +86,7 @@ struct Batch {
   std::unique_ptr<std::atomic<uint64_t>[]> left;  // pieces of each copy not yet done
   std::unique_ptr<std::atomic<bool>[]> failed;    // a piece of it failed
   std::atomic<uint64_t> next{0};                  // next piece to take
-  std::atomic<bool> pin_refused{false};           // the driver refused to page-lock: stop asking
+  std::atomic<bool> pin_refused{false};           // the driver refused to page-lock: ask no more
   // For the debug line: summed over threads.
   std::atomic<uint64_t> wait_ns{0}, pin_ns{0}, host_ns{0}, setup_ns{0};
   std::atomic<uint64_t> pinned_now{0}, staged_pieces{0};
@@ -95,7 +95,7 @@ struct Batch {
 
 // A copy thread's own: its stream (NULL: synchronous copies) and its
 // staging buffer, made on the first piece that needs it.
-struct Worker {
+struct CopyThread {
   Batch& b;
   CUstream stream = nullptr;
   void* staging = nullptr;
@@ -107,7 +107,7 @@ struct InFlight {
   bool staged = false;
 };
 
-void* staging_buffer(Worker& w) {
+void* staging_buffer(CopyThread& w) {
   if (w.staging_tried) return w.staging;
   w.staging_tried = true;
   if (driver::has(w.b.real, &RealDriver::cuMemFreeHost) &&
@@ -119,7 +119,7 @@ void* staging_buffer(Worker& w) {
 
 // Starts one piece's copy: straight from or to page-locked host memory,
 // else through the staging buffer, else the driver's own pageable copy.
-CUresult start_piece(Worker& w, const Piece& p, bool pinned, InFlight* flight) {
+CUresult start_piece(CopyThread& w, const Piece& p, bool pinned, InFlight* flight) {
   Batch& b = w.b;
   const RealDriver* real = b.real;
   char* host = b.buffers[p.copy]->base + p.offset;
@@ -145,7 +145,7 @@ CUresult start_piece(Worker& w, const Piece& p, bool pinned, InFlight* flight) {
 }
 
 // Waits for a started piece; to host through staging, moves it on.
-bool finish_piece(Worker& w, const InFlight& flight) {
+bool finish_piece(CopyThread& w, const InFlight& flight) {
   Batch& b = w.b;
   const uint64_t t0 = now_ns();
   const CUresult r = w.stream ? driver::stream_synchronize(b.real, w.stream) : CUDA_SUCCESS;
@@ -192,7 +192,7 @@ bool pin_piece(Batch& b, const Piece& p) {
 void run_pieces(Batch& b) {
   const RealDriver* real = b.real;
   const uint64_t t0 = now_ns();
-  Worker w{b};
+  CopyThread w{b};
   const bool async = b.to_host ? driver::has(real, &RealDriver::cuMemcpyDtoHAsync_v2)
                                : driver::has(real, &RealDriver::cuMemcpyHtoDAsync_v2);
   if (async && driver::has(real, &RealDriver::cuStreamSynchronize, &RealDriver::cuStreamDestroy_v2) &&

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 TOOL = os.path.abspath(sys.argv[1])
 failures = []
@@ -102,6 +103,13 @@ def main():
     report.add("a", "figures", d2h_gibs=1.0)
     check(report.counts() == (1, 1, 1) and report.summary() == "sleep-bench: 1 passed, 1 failed, 1 skipped",
           "the summary counts")
+
+    a = sb.parse_args(["--budget", "60"])
+    a.started = time.time() - 50
+    report = sb.Report(out=io.StringIO())
+    sb.run_worker(a, report, "tags", "default")
+    check(report.records == [{"part": "tags", "what": "default worker", "skipped": "no time left of --budget 60 s"}],
+          "a worker with too little of the budget left is skipped, not started: %s" % report.records)
 
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out")
