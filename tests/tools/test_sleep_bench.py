@@ -2,11 +2,16 @@
 """tests/tools/test_sleep_bench.py: tools/gpu/sleep-bench without a GPU: its
 arguments, the lines and figures it reports (format, the ratio to the
 pinned bandwidth, the checkpoint's GiB/s), the parsing of pagefast's sleep
-log lines, and --dry-run (the plan, nothing started or written).
-Usage: test_sleep_bench.py TOOL"""
+log lines, and --dry-run (the plan, nothing started or written). With
+--build: the cycles part end to end on the fake driver, its workers
+preloaded with libpagefast.so and given a fake torch (tests/tools/faketorch:
+blocks of 1 MiB from cuMemAlloc): every cycle's contents come back, the
+copies' host memory stays page-locked between cycles, trim gives it back.
+Usage: test_sleep_bench.py TOOL [--build BUILD]"""
 import importlib.machinery
 import importlib.util
 import io
+import json
 import os
 import subprocess
 import sys
@@ -39,6 +44,30 @@ def exits(sb, argv):
     except SystemExit as e:
         return e.code
     return None
+
+
+def fake_driver_run(build):
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.path.join(here, "faketorch"),
+               LD_LIBRARY_PATH=os.path.join(build, "tests", "fakecuda"))
+    with tempfile.TemporaryDirectory() as out:
+        r = subprocess.run([sys.executable, TOOL, "--build", build, "--out", out, "--gib", "2", "--cycles", "3",
+                            "--parts", "cycles", "--block-bytes", str(1 << 20), "--budget", "280"],
+                           capture_output=True, text=True, timeout=300, env=env)
+        text = r.stdout
+        ok_lines = [l for l in text.splitlines() if l.startswith("sleep-bench: cycles: cycle ") and ": ok;" in l]
+        check(r.returncode == 0 and len(ok_lines) == 3, "fake driver: 3 cycles, contents back each time (%s %s)" %
+              (text[-1500:], r.stderr[-500:]))
+        check("sleep-bench: cycles: trim gives the kept host memory back: ok" in text, "fake driver: trim")
+        copies = [l for l in text.splitlines() if "copy to host:" in l]
+        locked = [int(l.split(" pieces page-locked now")[0].rsplit(" ", 1)[1]) for l in copies]
+        check(len(locked) == 3 and locked[0] > 0 and locked[1:] == [0, 0],
+              "fake driver: page-locked at the first sleep only, reused after (%s)" % locked)
+        check(text.rstrip().endswith("sleep-bench: 4 passed, 0 failed, 0 skipped"), "fake driver: the summary")
+        doc = json.load(open(os.path.join(out, "sleep-bench.json")))
+        cycles = [rec for rec in doc["records"] if rec["what"].startswith("cycle ")]
+        check(len(cycles) == 3 and all(rec["copied_gib"] == 0.25 and rec["ok"] for rec in cycles),
+              "fake driver: the JSON has each cycle, with the 256 MiB chunk pagefast kept")
 
 
 def main():
@@ -125,6 +154,8 @@ def main():
         r = subprocess.run([sys.executable, TOOL, "--build", tmp, "--out", out], capture_output=True, text=True,
                            timeout=60)
         check(r.returncode == 2 and "libpagefast.so is missing" in r.stderr, "a build without the library: exit 2")
+    if "--build" in sys.argv:
+        fake_driver_run(sys.argv[sys.argv.index("--build") + 1])
     print("%d checks, %d failed" % (checks[0], len(failures)))
     return 1 if failures else 0
 
