@@ -68,6 +68,15 @@ def fake_driver_run(build):
         cycles = [rec for rec in doc["records"] if rec["what"].startswith("cycle ")]
         check(len(cycles) == 3 and all(rec["copied_gib"] == 0.25 and rec["ok"] for rec in cycles),
               "fake driver: the JSON has each cycle, with the 256 MiB chunk pagefast kept")
+        # The fake driver has no checkpoint: the ask-and-answer between the
+        # worker and this process still runs, and says so.
+        r = subprocess.run([sys.executable, TOOL, "--build", build, "--out", out, "--gib", "1", "--parts",
+                            "checkpoint", "--block-bytes", str(1 << 20), "--budget", "120"],
+                           capture_output=True, text=True, timeout=150, env=env)
+        check(r.returncode == 1 and "sleep-bench: checkpoint: driver checkpoint without pagefast: FAIL; error the "
+              "driver has no cuCheckpointProcessLock" in r.stdout and
+              "contents after the driver's checkpoint (without pagefast): skipped (checkpoint failed)" in r.stdout,
+              "fake driver: no checkpoint in the driver, reported (%s %s)" % (r.stdout[-1000:], r.stderr[-300:]))
 
 
 def main():
