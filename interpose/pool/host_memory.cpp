@@ -12,6 +12,11 @@ namespace pagefast::pool {
 namespace {
 
 constexpr uint64_t kHostAlign = 2ull << 20;  // a huge page
+#ifdef MADV_POPULATE_WRITE
+constexpr int kPopulateWrite = MADV_POPULATE_WRITE;
+#else
+constexpr int kPopulateWrite = 23;  // Linux's value, for older headers
+#endif
 
 // Anonymous memory, 2 MiB-aligned so that transparent huge pages can back
 // all of it (fewer pages for the driver to lock). Not MAP_NORESERVE: every
@@ -90,9 +95,14 @@ bool HostMemory::pin(Buffer& buffer, uint64_t index) {
   if (pinned(buffer, index)) return true;
   if (!driver::has(real_, &RealDriver::cuMemHostRegister_v2, &RealDriver::cuMemHostUnregister)) return false;
   const uint64_t bytes = piece_bytes(buffer, index);
-  if (driver::host_register(real_, buffer.base + index * kPieceBytes, bytes, CU_MEMHOSTREGISTER_PORTABLE) !=
-      CUDA_SUCCESS)
-    return false;
+  char* piece = buffer.base + index * kPieceBytes;
+  // The pages faulted in (allocated and zeroed) here, by the kernel alone,
+  // so that the driver's call only locks pages that are there: whatever
+  // the driver serialises, the zeroing runs on every copy thread at once.
+  // Linux 5.14 and later; older kernels answer EINVAL and the driver
+  // faults them itself.
+  madvise(piece, bytes, kPopulateWrite);
+  if (driver::host_register(real_, piece, bytes, CU_MEMHOSTREGISTER_PORTABLE) != CUDA_SUCCESS) return false;
   buffer.pinned[index].store(true, std::memory_order_relaxed);
   pinned_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   return true;

@@ -13,10 +13,11 @@
 //
 //  - A buffer holds one chunk's copy: anonymous memory, 2 MiB aligned,
 //    MADV_HUGEPAGE, MADV_DONTFORK (a fork would copy locked pages into the
-//    child, whose pool is off), page-locked in place (cuMemHostRegister, PORTABLE) in
+//    child, whose pool is off), page-locked in place (its pages faulted
+//    in with MADV_POPULATE_WRITE, then cuMemHostRegister, PORTABLE) in
 //    pieces of kPieceBytes by the copy threads as they reach each piece,
 //    so that on the first sleep pinning one piece overlaps the DMA of
-//    others. A piece the driver refuses to page-lock stays pageable: its
+//    others, and the zeroing of fresh pages runs on every thread at once. A piece the driver refuses to page-lock stays pageable: its
 //    copy goes through a staging buffer (host_copy.cpp); the next sleep
 //    tries again. Nothing is lost either way.
 //  - take() (sleep) gives each copy an idle buffer of exactly its bytes,
