@@ -86,6 +86,10 @@ FAKECUDA_API_EXPORT CUresult fakecuda_launch_gate(CUstream stream, int fd);
  * cuMemAlloc memory. From any thread, no context needed. */
 FAKECUDA_API_EXPORT unsigned long long fakecuda_mapping_access(CUdeviceptr ptr, int ordinal);
 
+/* Host memory registered with cuMemHostRegister and not unregistered yet,
+ * in bytes, from any thread (tests/fakecuda/host.cpp). */
+FAKECUDA_API_EXPORT unsigned long long fakecuda_host_registered_bytes(void);
+
 /* Use-after-free violations seen by delayed kernels and asynchronous copies
  * since the process started. */
 FAKECUDA_API_EXPORT unsigned long long fakecuda_violations(void);
