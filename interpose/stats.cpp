@@ -10,6 +10,7 @@
 
 #include "interpose/log.h"
 #include "interpose/pool/own_vmm.h"
+#include "interpose/pool/region.h"
 #include "interpose/pool_api.h"
 #include "interpose/thread_records.h"
 #include "policy/json.h"
@@ -98,6 +99,25 @@ bool any_activity() {
   return false;
 }
 
+std::vector<policy::TagStats> tags() {
+  pool::TagFigures figures[pool::region::kMaxSlots];
+  const int count = pool::tag_figures(figures, pool::region::kMaxSlots);
+  std::vector<policy::TagStats> out;
+  for (int i = 0; i < count && i < pool::region::kMaxSlots; ++i) {
+    const pool::TagFigures& f = figures[i];
+    policy::TagStats t;
+    t.name = f.name ? f.name : "";
+    t.slot = f.slot;
+    t.keep = f.keep;
+    t.asleep = f.asleep;
+#define PF_TAG_COPY(name, meaning) t.name = f.name;
+    PAGEFAST_TAG_FIELDS(PF_TAG_COPY)
+#undef PF_TAG_COPY
+    out.push_back(t);
+  }
+  return out;
+}
+
 std::string document(const Config& config, const std::string& numa_json) {
   std::string out = "{\n  \"schema\": 1,\n  \"pagefast\": {\"version\": \"" PAGEFAST_VERSION "\", \"pid\": ";
   out += std::to_string(getpid());
@@ -118,6 +138,7 @@ std::string document(const Config& config, const std::string& numa_json) {
          ", \"dlsym\": " + std::to_string(doors(Door::Dlsym)) +
          ", \"proc_address\": " + std::to_string(doors(Door::ProcAddress)) + "},\n";
   out += "  \"pool\": " + pool::stats_json() + ",\n";
+  out += "  \"tags\": " + policy::tags_json_array(tags()) + ",\n";
   out += "  \"vmm_clients\": " + pool::own_vmm::stats_json() + ",\n";
   out += "  \"numa\": " + numa_json + "\n}\n";
   return out;

@@ -7,9 +7,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "interpose/entries.h"
 #include "policy/config.h"
+#include "policy/pool_stats.h"
 
 namespace pagefast::stats {
 
@@ -27,6 +29,11 @@ uint64_t doors(Door door);
 // A process that did neither writes no stats or report file at exit
 // (docs/STATS.md).
 bool any_activity();
+
+// Every tag's figures (docs/SLEEP.md), in slot order: the stats
+// document's "tags", the live segment's and Prometheus's. Never waits for
+// a sleep or a wake (pool::tag_figures reads what their last step left).
+std::vector<policy::TagStats> tags();
 
 // The whole stats document as JSON text (docs/STATS.md "Schema"), for the
 // given configuration and NUMA report. Reads counters only: safe at exit.

@@ -33,7 +33,9 @@ LargeBlocks::LargeBlocks(Provider& provider, Clock& clock, PageMap& page_map, De
       clock_(clock),
       settings_(settings),
       log_(log),
-      arena_(provider, page_map, owner, arena_settings(settings)) {}
+      arena_(provider, page_map, owner, arena_settings(settings)) {
+  mirror_figures();
+}
 
 // ---- growth ------------------------------------------------------------------
 
@@ -53,7 +55,7 @@ void LargeBlocks::prewarm() {
     log_(LogLevel::Warn, line);
   }
   const Granules chunk = max_granules(granules_ceil(settings_.config.chunk_bytes), Granules(1));
-  std::lock_guard<std::mutex> guard(mutex_);
+  DeviceLock guard(*this);
   while (arena_.resident().bytes() < target_bytes) {
     const Granules step = min_granules(granules_ceil(target_bytes - arena_.resident().bytes()), chunk);
     const Granules before = arena_.resident();
@@ -145,13 +147,13 @@ void LargeBlocks::log_growth(const GrowthNote& note, uint64_t reclaimable, uint6
 // ---- taking arena memory -----------------------------------------------------
 
 Block* LargeBlocks::take(Granules granules, BlockState state) {
-  std::lock_guard<std::mutex> guard(mutex_);
+  DeviceLock guard(*this);
   Block* b = arena_.take(granules, state);
   return b ? b : arena_.take_stitch(granules, state);
 }
 
 Block* LargeBlocks::stitch_or_grow(Granules granules, BlockState state, bool* fresh, bool* grew, GrowthNote* note) {
-  std::lock_guard<std::mutex> guard(mutex_);
+  DeviceLock guard(*this);
   *grew = false;
   if (Block* b = arena_.take(granules, state)) return b;
   if (Block* b = arena_.take_stitch(granules, state)) return b;
@@ -180,7 +182,7 @@ Block* LargeBlocks::stitch_or_grow(Granules granules, BlockState state, bool* fr
 }
 
 Block* LargeBlocks::take_under_pressure(Granules granules, BlockState state, Shortfall* shortfall) {
-  std::lock_guard<std::mutex> guard(mutex_);
+  DeviceLock guard(*this);
   Block* b = arena_.take(granules, state);
   if (!b) b = arena_.take_stitch(granules, state);
   if (!b) {
@@ -219,7 +221,7 @@ Block* LargeBlocks::take_under_pressure(Granules granules, BlockState state, Sho
 }
 
 Shortfall LargeBlocks::shortfall() {
-  std::lock_guard<std::mutex> guard(mutex_);
+  DeviceLock guard(*this);
   return Shortfall{0, (arena_.free_home() + arena_.free_stitched()).bytes(),
                    settings_.config.limit_bytes ? arena_.room_under_limit().bytes() : kUnlimited};
 }
@@ -227,27 +229,27 @@ Shortfall LargeBlocks::shortfall() {
 // ---- giving back -------------------------------------------------------------
 
 void LargeBlocks::put_back(Block* block) {
-  std::lock_guard<std::mutex> guard(mutex_);
+  DeviceLock guard(*this);
   arena_.put_back(block);
 }
 
 void LargeBlocks::put_back(Block* const* blocks, int count) {
-  std::lock_guard<std::mutex> guard(mutex_);
+  DeviceLock guard(*this);
   for (int i = 0; i < count; ++i) arena_.put_back(blocks[i]);
 }
 
 bool LargeBlocks::put_back_tail(Block* backing, Granules keep) {
-  std::lock_guard<std::mutex> guard(mutex_);
+  DeviceLock guard(*this);
   return !backing->stitch && arena_.put_back_tail(backing, keep);
 }
 
 void LargeBlocks::dissolve_free_stitches() {
-  std::lock_guard<std::mutex> guard(mutex_);
+  DeviceLock guard(*this);
   arena_.dissolve_free_stitches();
 }
 
 uint64_t LargeBlocks::release_idle(uint64_t bytes) {
-  std::lock_guard<std::mutex> guard(mutex_);
+  DeviceLock guard(*this);
   const uint64_t start = clock_.now_ns();
   const Granules before = arena_.resident();
   arena_.dissolve_free_stitches();
@@ -261,7 +263,7 @@ uint64_t LargeBlocks::release_idle(uint64_t bytes) {
 }
 
 void LargeBlocks::trim_chunk() {
-  std::lock_guard<std::mutex> guard(mutex_);
+  DeviceLock guard(*this);
   const uint64_t start = clock_.now_ns();
   arena_.release_free_chunks(1);
   release_ns_.fetch_add(clock_.now_ns() - start, std::memory_order_relaxed);
@@ -271,7 +273,7 @@ void LargeBlocks::trim_chunk() {
 uint64_t LargeBlocks::decay_chunk() {
   // One chunk per hold of the device lock: allocations that need it wait
   // for one release at most.
-  std::lock_guard<std::mutex> guard(mutex_);
+  DeviceLock guard(*this);
   const uint64_t start = clock_.now_ns();
   const uint64_t before = arena_.resident().bytes();
   if (!arena_.release_free_chunks(1)) return 0;

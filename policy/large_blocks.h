@@ -2,7 +2,8 @@
 // (prewarm, the step that leaves the headroom free), taking and putting back
 // granules (free runs, free stitches, new stitches), release of free
 // chunks, peers, sleep and wake of the chunks, and the figures of all of
-// it (the mapped mirror read without the lock, growth and release time).
+// it (mirrors of the stats' figures read without the lock, growth and
+// release time).
 // Large blocks and slab backing come from here; which memory to reclaim
 // before growing is DevicePool's decision (device_pool_obtain.cpp).
 //
@@ -128,8 +129,11 @@ class LargeBlocks {
   // Lock-free.
   uint64_t mapped_bytes() const { return mapped_bytes_.load(std::memory_order_relaxed); }
   uint64_t last_growth_ns() const { return last_growth_ns_.load(std::memory_order_relaxed); }
-  uint64_t growths();
-  // The stats' arena figures; a busy lock repeats the last read under it.
+  uint64_t growths() const { return shown_.growths.load(std::memory_order_relaxed); }
+  // The stats' arena figures, lock-free: what the last hold of the device
+  // lock left (a sleep, a wake or a growth that holds it now shows the
+  // figures from before it; counters never go back, reserved bytes never
+  // read 0 while address space is reserved).
   void read_figures(PoolStats* stats);
   // Try-lock only; false when busy.
   bool try_figures(ArenaFigures* out);
@@ -142,6 +146,25 @@ class LargeBlocks {
   Granules growth_step_within_headroom(Granules granules);
   uint64_t prewarm_target_bytes();
   void mirror_mapped() { mapped_bytes_.store(arena_.resident().bytes(), std::memory_order_relaxed); }
+  // Copies the arena's figures to shown_ (REQUIRES the device lock).
+  void mirror_figures();
+
+  // The device lock, held for a scope; its end mirrors the figures before
+  // it unlocks, so that every step that changed the arena shows (every
+  // return path included) and readers never wait for the lock.
+  class DeviceLock {
+   public:
+    explicit DeviceLock(LargeBlocks& owner) : owner_(owner) { owner_.mutex_.lock(); }
+    ~DeviceLock() {
+      owner_.mirror_figures();
+      owner_.mutex_.unlock();
+    }
+    DeviceLock(const DeviceLock&) = delete;
+    DeviceLock& operator=(const DeviceLock&) = delete;
+
+   private:
+    LargeBlocks& owner_;
+  };
 
   Provider& provider_;
   Clock& clock_;
@@ -155,10 +178,12 @@ class LargeBlocks {
   std::atomic<uint64_t> growth_ns_{0};
   std::atomic<uint64_t> release_ns_{0};
   std::atomic<uint64_t> headroom_releases_{0};  // growths that released chunks first
-  struct LastFigures {
+  // The figures as the last hold of the device lock left them (written
+  // under it by DeviceLock, read without it).
+  struct ShownFigures {
     std::atomic<uint64_t> reserved_bytes{0}, growths{0}, stitches{0}, releases{0};
   };
-  LastFigures last_;
+  ShownFigures shown_;
 };
 
 // Sleep with keep logs a line before copying at least this much.

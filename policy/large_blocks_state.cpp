@@ -14,20 +14,20 @@ namespace pagefast::policy {
 
 int LargeBlocks::add_peer(int peer) {
   if (peer < 0 || peer >= kMaxPeerDevices || peer == settings_.device) return 0;
-  std::lock_guard<std::mutex> guard(mutex_);
+  DeviceLock guard(*this);
   const uint64_t peers = arena_.peers() | (uint64_t(1) << peer);
   return peers == arena_.peers() ? 0 : arena_.set_peers(peers);
 }
 
 int LargeBlocks::remove_peer(int peer) {
   if (peer < 0 || peer >= kMaxPeerDevices || peer == settings_.device) return 0;
-  std::lock_guard<std::mutex> guard(mutex_);
+  DeviceLock guard(*this);
   const uint64_t peers = arena_.peers() & ~(uint64_t(1) << peer);
   return peers == arena_.peers() ? 0 : arena_.set_peers(peers);
 }
 
 uint64_t LargeBlocks::peers() {
-  std::lock_guard<std::mutex> guard(mutex_);
+  DeviceLock guard(*this);
   return arena_.peers();
 }
 
@@ -35,7 +35,7 @@ uint64_t LargeBlocks::peers() {
 
 Arena::SleepResult LargeBlocks::sleep(bool keep, const std::vector<ChunkHandle>& shared, uint64_t* idle_released,
                                       uint64_t* idle_ns) {
-  std::lock_guard<std::mutex> guard(mutex_);
+  DeviceLock guard(*this);
   // Idle memory is released rather than kept: nothing to copy for it.
   const uint64_t idle_start = clock_.now_ns();
   const uint64_t before = arena_.resident().bytes();
@@ -55,7 +55,7 @@ Arena::SleepResult LargeBlocks::sleep(bool keep, const std::vector<ChunkHandle>&
 }
 
 ProviderStatus LargeBlocks::wake(Arena::WakeResult* result) {
-  std::lock_guard<std::mutex> guard(mutex_);
+  DeviceLock guard(*this);
   const ProviderStatus status = arena_.wake(clock_, result);
   mirror_mapped();
   return status;
@@ -63,30 +63,22 @@ ProviderStatus LargeBlocks::wake(Arena::WakeResult* result) {
 
 // ---- figures -------------------------------------------------------------------
 
-uint64_t LargeBlocks::growths() {
-  std::lock_guard<std::mutex> guard(mutex_);
-  return arena_.counters().growths;
+void LargeBlocks::mirror_figures() {
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  mirror_mapped();
+  shown_.reserved_bytes.store(arena_.reserved_bytes(), kRelaxed);
+  shown_.growths.store(arena_.counters().growths, kRelaxed);
+  shown_.stitches.store(arena_.counters().stitches, kRelaxed);
+  shown_.releases.store(arena_.counters().releases, kRelaxed);
 }
 
 void LargeBlocks::read_figures(PoolStats* s) {
   constexpr auto kRelaxed = std::memory_order_relaxed;
   s->mapped_bytes = mapped_bytes_.load(kRelaxed);
-  if (try_lock_patiently(mutex_)) {
-    s->reserved_bytes = arena_.reserved_bytes();
-    s->growths = arena_.counters().growths;
-    s->stitches = arena_.counters().stitches;
-    s->releases = arena_.counters().releases;
-    last_.reserved_bytes.store(s->reserved_bytes, kRelaxed);
-    last_.growths.store(s->growths, kRelaxed);
-    last_.stitches.store(s->stitches, kRelaxed);
-    last_.releases.store(s->releases, kRelaxed);
-    mutex_.unlock();
-  } else {
-    s->reserved_bytes = last_.reserved_bytes.load(kRelaxed);
-    s->growths = last_.growths.load(kRelaxed);
-    s->stitches = last_.stitches.load(kRelaxed);
-    s->releases = last_.releases.load(kRelaxed);
-  }
+  s->reserved_bytes = shown_.reserved_bytes.load(kRelaxed);
+  s->growths = shown_.growths.load(kRelaxed);
+  s->stitches = shown_.stitches.load(kRelaxed);
+  s->releases = shown_.releases.load(kRelaxed);
   s->peak_mapped_bytes = peak_mapped_bytes_.load(kRelaxed);
   s->headroom_releases = headroom_releases_.load(kRelaxed);
   s->growth_ns = growth_ns_.load(kRelaxed);
@@ -107,7 +99,7 @@ bool LargeBlocks::try_figures(ArenaFigures* out) {
 }
 
 std::string LargeBlocks::check() {
-  std::lock_guard<std::mutex> guard(mutex_);
+  DeviceLock guard(*this);
   std::string problem = arena_.check();
   if (!problem.empty()) return problem;
   if (mapped_bytes_.load() != arena_.resident().bytes()) return "mapped mirror differs";

@@ -1,5 +1,7 @@
-// policy/pool_stats.cpp: the JSON form of PoolStats.
+// policy/pool_stats.cpp: the JSON form of PoolStats and of TagStats.
 #include "policy/pool_stats.h"
+
+#include "policy/json.h"
 
 namespace pagefast::policy {
 
@@ -17,6 +19,24 @@ std::string stats_json_object(const PoolStats& stats, bool json_fields) {
 #undef PF_STATS_JSON
   text += "}";
   return text;
+}
+
+std::string tag_json_object(const TagStats& tag) {
+  std::string text = "{\"name\": ";
+  append_json_string(text, tag.name);
+  text += ", \"slot\": " + std::to_string(tag.slot);
+  text += tag.keep ? ", \"policy\": \"keep\"" : ", \"policy\": \"discard\"";
+  text += tag.asleep ? ", \"state\": \"asleep\"" : ", \"state\": \"awake\"";
+#define PF_TAG_JSON(name, meaning) text += ", \"" #name "\": " + std::to_string(tag.name);
+  PAGEFAST_TAG_FIELDS(PF_TAG_JSON)
+#undef PF_TAG_JSON
+  return text + "}";
+}
+
+std::string tags_json_array(const std::vector<TagStats>& tags) {
+  std::string text = "[";
+  for (size_t i = 0; i < tags.size(); ++i) text += (i ? ", " : "") + tag_json_object(tags[i]);
+  return text + "]";
 }
 
 }  // namespace pagefast::policy

@@ -77,6 +77,11 @@ void forget_chunk(uint64_t chunk);
 // control).
 using Control = int (*)(uint16_t op, uint64_t arg);
 void set_control(Control control);
+// The tagged ones (wire::kOpSleepTag, kOpWakeTag: ipc_wire.h), answered by
+// `control` (op, sleep's flags, the tag's name) on the same thread as
+// sleep and wake; a tag no region opened answers wire::kControlNoTag.
+using TagControl = int (*)(uint16_t op, uint64_t flags, const char* tag);
+void set_tag_control(TagControl control);
 bool start_control();
 
 // Sleep of the pool of `device` (interpose/pool/sleep.cpp, docs/IPC.md "Sleep and wake"):

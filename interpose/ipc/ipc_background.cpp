@@ -1,18 +1,22 @@
 // interpose/ipc/ipc_background.cpp: the pagefast-ipc-bg thread, that runs
-// what may block (pagefast-ctl's sleep and wake, and giving freed blocks
-// back to the pool) so that it never delays an open or a close on the
-// pagefast-ipc thread (ipc_server.cpp).
+// what may block (pagefast-ctl's sleep and wake, of everything or of one
+// tag, and giving freed blocks back to the pool) so that it never delays
+// an open or a close on the pagefast-ipc thread (ipc_server.cpp); and the
+// control replies, sent from either thread.
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <deque>
 #include <mutex>
 #include <vector>
 
 #include "interpose/ipc/ipc_internal.h"
+#include "interpose/pool_api.h"
 #include "interpose/service_thread.h"
 
 namespace pagefast::ipc::detail {
@@ -30,6 +34,15 @@ std::vector<uint64_t>* g_frees = nullptr;
 size_t g_jobs_in_flight = 0;
 pid_t g_bg_pid = 0;  // the process whose background thread runs; a forked child has none
 
+int run_control(const ControlJob& job) {
+  if (wire::carries_tag(job.op)) {
+    TagControl control = tag_control_handler();
+    return control ? control(job.op, job.arg, job.tag) : -1;
+  }
+  Control control = control_handler();
+  return control ? control(job.op, job.arg) : -1;
+}
+
 void* bg_main(void*) {
   std::unique_lock<std::mutex> lock(g_bg_mutex);
   for (;;) {
@@ -45,8 +58,7 @@ void* bg_main(void*) {
     const ControlJob job = g_jobs->front();
     g_jobs->pop_front();
     lock.unlock();
-    Control control = control_handler();
-    reply_control(job.fd, job.seq, control ? control(job.op, job.arg) : -1);
+    reply_control(job.fd, job.seq, run_control(job));
     ::close(job.fd);
     lock.lock();
     --g_jobs_in_flight;
@@ -76,6 +88,31 @@ bool start_bg_locked() {
 void reply_control(int fd, uint32_t seq, int answer) {
   wire::ReplyHeader reply{wire::kReplyMagic, uint32_t(int32_t(answer)), 0, seq, 0, 0};
   ::send(fd, &reply, sizeof reply, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+void reply_tag_states(int fd, uint32_t seq) {
+  pool::TagFigures figures[wire::kMaxTagStates];
+  const int count = std::min(pool::tag_figures(figures, wire::kMaxTagStates), wire::kMaxTagStates);
+  struct {
+    wire::ReplyHeader header;
+    wire::TagState tags[wire::kMaxTagStates];
+  } reply{};
+  reply.header = wire::ReplyHeader{wire::kReplyMagic, uint32_t(count), uint32_t(count), seq, 0, 0};
+  for (int i = 0; i < count; ++i) {
+    const pool::TagFigures& f = figures[i];
+    wire::TagState& t = reply.tags[i];
+    if (f.name) std::snprintf(t.name, sizeof t.name, "%s", f.name);
+    t.slot = uint32_t(f.slot);
+    t.flags = (f.keep ? wire::kTagKeep : 0) | (f.asleep ? wire::kTagAsleep : 0);
+    t.resident_bytes = f.resident_bytes;
+    t.asleep_bytes = f.asleep_bytes;
+    t.kept_bytes = f.kept_bytes;
+    t.in_use_bytes = f.in_use_bytes;
+    t.sleeps = f.sleeps;
+    t.wakes = f.wakes;
+  }
+  const size_t bytes = sizeof reply.header + size_t(count) * sizeof(wire::TagState);
+  ::send(fd, &reply, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 // Hands a sleep or wake request (and its connection) to the background

@@ -149,8 +149,9 @@ bool holds_any(const HolderKey& holder);
 // Gives blocks back to the pool (set_free_held's function), on the caller's
 // thread.
 void hand_back_now(const std::vector<uint64_t>& addrs);
-// The control function set_control gave (NULL if none).
+// The control functions set_control and set_tag_control gave (NULL if none).
 Control control_handler();
+TagControl tag_control_handler();
 
 // ---- the chunks' descriptors (ipc_chunk_fds.cpp) ------------------------------------
 
@@ -191,10 +192,14 @@ struct ControlJob {
   uint32_t seq;
   uint16_t op;
   uint64_t arg;
+  char tag[wire::kTagNameBytes];  // a tagged op's tag (wire::carries_tag), NUL-terminated
 };
 
 // Answers a control request (sleep, wake, status) on connection `fd`.
 void reply_control(int fd, uint32_t seq, int answer);
+// Answers kOpTagStatus on connection `fd`: every tag's state
+// (pool::tag_figures, which never waits for a sleep or a wake).
+void reply_tag_states(int fd, uint32_t seq);
 // Hands a sleep or wake request (and its connection) to the background
 // thread; false if too many are queued or it cannot start.
 bool queue_control(const ControlJob& job);

@@ -81,7 +81,7 @@ bool serve_open(Server& s, Connection& c, const Request& req, uint64_t now) {
 
 enum class Served { Keep, End, HandedOver };
 
-Served serve(Server& s, Connection& c, const Request& req, uint64_t now) {
+Served serve(Server& s, Connection& c, const Request& req, const wire::TagName* tag, uint64_t now) {
   if (req.magic != wire::kRequestMagic || req.version != wire::kVersion) return Served::End;
   switch (req.op) {
     case wire::kOpOpen: return serve_open(s, c, req, now) ? Served::Keep : Served::End;
@@ -93,31 +93,55 @@ Served serve(Server& s, Connection& c, const Request& req, uint64_t now) {
       reply_control(c.fd, uint32_t(req.seq), control ? control(req.op, req.arg) : -1);
       return Served::Keep;
     }
+    case wire::kOpTagStatus:
+      // Reads what the last sleep or wake step left: never blocks.
+      reply_tag_states(c.fd, uint32_t(req.seq));
+      return Served::Keep;
     case wire::kOpSleep:
     case wire::kOpWake:
+    case wire::kOpSleepTag:
+    case wire::kOpWakeTag: {
       // May take seconds: on the background thread, which answers and
       // closes the connection.
-      if (queue_control(ControlJob{c.fd, uint32_t(req.seq), req.op, req.arg})) return Served::HandedOver;
+      ControlJob job{c.fd, uint32_t(req.seq), req.op, req.arg, {}};
+      if (tag) {
+        std::memcpy(job.tag, tag->name, sizeof job.tag);
+        job.tag[sizeof job.tag - 1] = 0;
+      }
+      if (queue_control(job)) return Served::HandedOver;
       reply_control(c.fd, uint32_t(req.seq), wire::kControlBusy);
       return Served::Keep;
+    }
     default: return Served::End;
   }
+}
+
+// The bytes of the request being read: a Request, and a TagName after it
+// once its header says the op carries one.
+size_t request_bytes(const Connection& c) {
+  if (c.got < sizeof(Request)) return sizeof(Request);
+  Request req;
+  std::memcpy(&req, c.buf, sizeof req);
+  return sizeof(Request) + (wire::carries_tag(req.op) ? sizeof(wire::TagName) : 0);
 }
 
 // Reads and serves what a connection sent; false when it ends.
 bool serve_connection(Server& s, Connection& c, short events, uint64_t now) {
   if (events & (POLLERR | POLLNVAL)) return false;
   for (int round = 0; round < kRequestsPerRound; ++round) {
-    const ssize_t got = ::recv(c.fd, c.buf + c.got, sizeof c.buf - c.got, MSG_DONTWAIT);
+    const ssize_t got = ::recv(c.fd, c.buf + c.got, request_bytes(c) - c.got, MSG_DONTWAIT);
     if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
     if (got <= 0) return false;
     c.last_active_ns = now;
     c.got += size_t(got);
-    if (c.got < sizeof c.buf) continue;
+    if (c.got < request_bytes(c)) continue;
     Request req;
     std::memcpy(&req, c.buf, sizeof req);
+    wire::TagName tag;
+    const bool tagged = c.got > sizeof req;
+    if (tagged) std::memcpy(&tag, c.buf + sizeof req, sizeof tag);
     c.got = 0;
-    switch (serve(s, c, req, now)) {
+    switch (serve(s, c, req, tagged ? &tag : nullptr, now)) {
       case Served::Keep: break;
       case Served::End: return false;
       case Served::HandedOver:

@@ -46,7 +46,8 @@ struct Connection {
   Peer peer;  // as SO_PEERCRED gave it, for the log
   uint64_t last_active_ns = 0;
   size_t got = 0;
-  unsigned char buf[sizeof(Request)];
+  // One request: a Request, and a TagName after it for a tagged op.
+  unsigned char buf[sizeof(Request) + sizeof(wire::TagName)];
 };
 
 struct Watch {

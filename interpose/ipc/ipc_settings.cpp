@@ -1,6 +1,6 @@
 // interpose/ipc/ipc_settings.cpp: what the library tells CUDA IPC (ipc.h):
 // which devices can share their memory, the function that gives held
-// blocks back to the pool, and the control function of pagefast-ctl's
+// blocks back to the pool, and the control functions of pagefast-ctl's
 // requests; and how the other parts read them (ipc_internal.h).
 #include <atomic>
 #include <cstdint>
@@ -25,6 +25,7 @@ void free_held(const std::vector<uint64_t>& addrs) {
 }
 
 std::atomic<Control> g_control{nullptr};
+std::atomic<TagControl> g_tag_control{nullptr};
 
 }  // namespace
 
@@ -33,6 +34,7 @@ namespace detail {
 void hand_back_now(const std::vector<uint64_t>& addrs) { free_held(addrs); }
 
 Control control_handler() { return g_control.load(std::memory_order_acquire); }
+TagControl tag_control_handler() { return g_tag_control.load(std::memory_order_acquire); }
 
 }  // namespace detail
 
@@ -47,6 +49,7 @@ bool device_shareable(int device) {
 void set_free_held(FreeHeld free_held) { g_free_held.store(free_held, std::memory_order_release); }
 
 void set_control(Control control) { g_control.store(control, std::memory_order_release); }
+void set_tag_control(TagControl control) { g_tag_control.store(control, std::memory_order_release); }
 
 bool start_control() { return start_server(); }
 

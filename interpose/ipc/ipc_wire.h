@@ -36,9 +36,57 @@ constexpr uint16_t kOpStatus = 5;
 // here ends (also one taken by an open it gave up waiting for). No reply.
 constexpr uint16_t kOpReleaseAll = 6;
 
+// Control of one tag (docs/OPERATIONS.md "Sleep and wake by tag"), added
+// within version 2: a request of version 2 with an op it does not know
+// makes a server close the connection, which pagefast-ctl reports, so
+// older processes keep answering older tools and say no to this. A sleep
+// or wake of a tag is a Request followed by a TagName (that op's request
+// is sizeof(Request) + sizeof(TagName) bytes); `arg` of a sleep carries
+// PAGEFAST_SLEEP_KEEP, _FAIL and _DISCARD (interpose/pagefast.h; neither
+// keep nor discard: as the tag's regions said). The reply's status is
+// pagefast_sleep_tag's or pagefast_wake_tag's answer, kControlBusy or
+// kControlNoTag, with no pieces.
+constexpr uint16_t kOpSleepTag = 7;
+constexpr uint16_t kOpWakeTag = 8;
+// Every tag's state: no TagName; the reply's status and piece_count are
+// the number of TagState records that follow the header (every tag, in
+// slot order).
+constexpr uint16_t kOpTagStatus = 9;
+
 // A control answer besides pagefast_sleep's and pagefast_wake's: other
 // sleep or wake requests are queued already.
 constexpr int kControlBusy = -2;
+// The tag of a tagged sleep or wake was never opened by any region of the
+// process (pagefast_sleep_tag's -2, which on the wire is kControlBusy's).
+constexpr int kControlNoTag = -3;
+
+constexpr size_t kTagNameBytes = 64;  // interpose/pool/region.h kMaxNameBytes, with the NUL
+// A tag's name: NUL-terminated and NUL-padded (the reader terminates it
+// at its last byte whatever came).
+struct TagName {
+  char name[kTagNameBytes];
+};
+static_assert(sizeof(TagName) == 64, "a tag's name is 64 bytes");
+
+inline bool carries_tag(uint16_t op) { return op == kOpSleepTag || op == kOpWakeTag; }
+
+// One tag in a kOpTagStatus reply (pool_api.h TagFigures).
+constexpr uint32_t kTagKeep = 1;    // the regions keep the contents at sleep
+constexpr uint32_t kTagAsleep = 2;  // asleep now
+struct TagState {
+  char name[kTagNameBytes];
+  uint32_t slot;
+  uint32_t flags;  // kTagKeep, kTagAsleep
+  uint64_t resident_bytes;
+  uint64_t asleep_bytes;
+  uint64_t kept_bytes;
+  uint64_t in_use_bytes;
+  uint64_t sleeps;
+  uint64_t wakes;
+};
+static_assert(sizeof(TagState) == 120, "a tag's state is 120 bytes");
+// At most this many follow a reply (interpose/pool/region.h: 31 slots).
+constexpr int kMaxTagStates = 31;
 
 struct Request {
   uint32_t magic;

@@ -67,6 +67,7 @@ void publish_once() {
     f.asleep = pool::device_asleep(d);
     u.devices.push_back(f);
   }
+  u.tags = stats::tags();
   g_writer->publish(u);
 }
 

@@ -28,8 +28,10 @@
 namespace pagefast::live {
 
 constexpr uint64_t kMagic = 0x31564c4654534650ull;  // "PFSTFLV1", little-endian
-constexpr uint32_t kVersion = 3;                    // 3: mode, reason, asleep; a longer command
+constexpr uint32_t kVersion = 4;                    // 3: mode, reason, asleep; a longer command. 4: tags
 constexpr int kMaxDevices = 16;
+constexpr int kMaxTags = 31;       // every slot of interpose/pool/region.h but 0
+constexpr int kTagNameWords = 8;   // 64: a tag's name with its NUL
 constexpr int kCommandWords = 64;  // 512 characters: the interpreter, its script and arguments
 constexpr int kConfigWords = 40;   // 320
 constexpr int kNumaWords = 64;     // 512
@@ -45,6 +47,17 @@ struct DeviceSlot {
 #define PF_LIVE_FIELD(name, meaning) std::atomic<uint64_t> name;
   PAGEFAST_POOL_STATS_FIELDS(PF_LIVE_FIELD)
 #undef PF_LIVE_FIELD
+};
+
+// One tag (docs/SLEEP.md): its figures over every device.
+struct TagSlot {
+  std::atomic<uint64_t> name[kTagNameWords];
+  std::atomic<uint64_t> slot;
+  std::atomic<uint64_t> keep;    // 1: the regions keep the contents at sleep
+  std::atomic<uint64_t> asleep;  // 1 from the tag's sleep to its wake
+#define PF_LIVE_TAG_FIELD(name, meaning) std::atomic<uint64_t> name;
+  PAGEFAST_TAG_FIELDS(PF_LIVE_TAG_FIELD)
+#undef PF_LIVE_TAG_FIELD
 };
 
 struct Segment {
@@ -70,6 +83,8 @@ struct Segment {
   std::atomic<uint64_t> host[kHostWords];
   std::atomic<uint64_t> reason[kReasonWords];  // why not active (config.h mode_reason); "" when active
   DeviceSlot devices[kMaxDevices];
+  std::atomic<uint64_t> tag_count;  // valid entries of tags[]
+  TagSlot tags[kMaxTags];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "the segment needs lock-free 64-bit atomics");
 
@@ -100,6 +115,7 @@ struct Snapshot {
   std::string numa;  // the NUMA report as JSON text, or "" (see Update::numa)
   std::string host;
   std::vector<DeviceFigures> devices;
+  std::vector<policy::TagStats> tags;
 };
 
 // Who writes a segment: what its name and header say, and how pagefast
@@ -150,6 +166,7 @@ struct Update {
   // null), never as a cut document.
   std::string numa;
   std::vector<DeviceFigures> devices;  // at most kMaxDevices are kept
+  std::vector<policy::TagStats> tags;  // at most kMaxTags are kept; names cut to 63 bytes
 };
 
 // ---- writer (the library) ---------------------------------------------------

@@ -30,6 +30,25 @@ std::string get_text(const std::atomic<uint64_t> (&words)[N]) {
   return s;
 }
 
+// The tags of a segment (under the caller's sequence check).
+std::vector<policy::TagStats> read_tags(const Segment& s) {
+  std::vector<policy::TagStats> out;
+  const uint64_t count = std::min<uint64_t>(s.tag_count.load(std::memory_order_relaxed), kMaxTags);
+  for (uint64_t i = 0; i < count; ++i) {
+    const TagSlot& slot = s.tags[i];
+    policy::TagStats t;
+    t.name = utf8_valid(get_text(slot.name));
+    t.slot = int(slot.slot.load(std::memory_order_relaxed));
+    t.keep = slot.keep.load(std::memory_order_relaxed) != 0;
+    t.asleep = slot.asleep.load(std::memory_order_relaxed) != 0;
+#define PF_LIVE_TAG_LOAD(name, meaning) t.name = slot.name.load(std::memory_order_relaxed);
+    PAGEFAST_TAG_FIELDS(PF_LIVE_TAG_LOAD)
+#undef PF_LIVE_TAG_LOAD
+    out.push_back(t);
+  }
+  return out;
+}
+
 }  // namespace
 
 // ---- reader -------------------------------------------------------------------
@@ -120,6 +139,7 @@ ReadStatus read_segment(const std::string& path, Snapshot* out, std::string* det
 #undef PF_LIVE_LOAD
         snap.devices.push_back(d);
       }
+      snap.tags = read_tags(*s);
       std::atomic_thread_fence(std::memory_order_acquire);
       if (s->seq.load(std::memory_order_relaxed) == before) {
         *out = std::move(snap);

@@ -127,6 +127,19 @@ void Writer::publish(const Update& u) {
 #undef PF_LIVE_STORE
   }
   s->device_count.store(n, std::memory_order_relaxed);
+  const size_t tags = std::min(u.tags.size(), size_t(kMaxTags));
+  for (size_t i = 0; i < tags; ++i) {
+    TagSlot& slot = s->tags[i];
+    const policy::TagStats& t = u.tags[i];
+    put_text(slot.name, utf8_cut(utf8_valid(t.name), text_room(slot.name)));
+    slot.slot.store(uint64_t(t.slot), std::memory_order_relaxed);
+    slot.keep.store(t.keep ? 1 : 0, std::memory_order_relaxed);
+    slot.asleep.store(t.asleep ? 1 : 0, std::memory_order_relaxed);
+#define PF_LIVE_TAG_STORE(name, meaning) slot.name.store(t.name, std::memory_order_relaxed);
+    PAGEFAST_TAG_FIELDS(PF_LIVE_TAG_STORE)
+#undef PF_LIVE_TAG_STORE
+  }
+  s->tag_count.store(tags, std::memory_order_relaxed);
   s->updated_unix_ns.store(unix_ns(), std::memory_order_relaxed);
   s->publishes.store(s->publishes.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   s->seq.fetch_add(1, std::memory_order_release);

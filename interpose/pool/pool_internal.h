@@ -69,5 +69,10 @@ int wake_tag(const char* tag);
 int tag_asleep(const char* tag);
 // pagefast-ctl's requests (ipc::set_control): 3 sleep(flags), 4 wake, 5 status.
 int control_op(uint16_t op, uint64_t arg);
+// pagefast-ctl's requests of one tag (ipc::set_tag_control; ipc_wire.h):
+// 7 sleep the tag (flags: PAGEFAST_SLEEP_KEEP, _FAIL, _DISCARD), 8 wake it;
+// answers as pagefast_sleep_tag / pagefast_wake_tag, with
+// ipc::wire::kControlNoTag (-3) for a tag no region opened.
+int tag_control_op(uint16_t op, uint64_t flags, const char* tag);
 
 }  // namespace pagefast::pool

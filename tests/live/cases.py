@@ -3,7 +3,8 @@
 holds pool memory under LD_PRELOAD=libpagefast.so; pagefast-stat lists it
 (table and --json) with its figures; the segment is private (0600) and is
 gone once the program exits; stats:off publishes nothing; a killed
-process's segment is ignored and removed.
+process's segment is ignored and removed; each tag's figures follow its
+sleep and wake in the stats document, pagefast-stat and Prometheus.
 
 usage: cases.py CASE --build DIR
 """
@@ -17,8 +18,10 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import casekit  # noqa: E402  (tests/casekit.py)
 from casekit import check  # noqa: E402
+from promcheck import check_tags, strict_parse  # noqa: E402  (tests/tools/promcheck.py)
 
 ARGS = None  # set by casekit.main
 
@@ -204,6 +207,129 @@ def case_unwritable():
         check(p.returncode == 0 and "done" in out, "program unaffected")
         lines = [l for l in err.splitlines() if "live stats off" in l]
         check(len(lines) == 1, f"one line says live stats are off ({lines})")
+
+
+MiB = 2**20
+KV_BYTES, SCRATCH_BYTES = 24 * MiB, 6 * MiB  # tests/live/tagged.c
+
+
+def start_tagged(build, env):
+    p = subprocess.Popen([os.path.join(build, "tests", "live", "tagged")], env=env, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = p.stdout.readline().strip()
+    check(line == "ready", f"the tagged program is ready ({line!r})")
+    if line == "ready":
+        return p
+    p.communicate(timeout=60)
+    return None
+
+
+def ask(p, line):
+    p.stdin.write(line + "\n")
+    p.stdin.flush()
+    return p.stdout.readline().strip()
+
+
+def by_tag(tags):
+    return {(t["name"], t["policy"]): t for t in tags}
+
+
+def document_tags(p):
+    """The "tags" of the process's own stats document (pagefast_stats_json)."""
+    return by_tag(json.loads(ask(p, "json"))["tags"])
+
+
+def live_tags(build, d, pid, until):
+    """pagefast-stat --json's tags of `pid` once until(tags) holds (the
+    library publishes every 0.5 s; a minute is a hang guard)."""
+    give_up = time.monotonic() + 60
+    while True:
+        r = stat_tool(build, d, "--json")
+        procs = [x for x in json.loads(r.stdout)["processes"] if x["pid"] == pid] if r.returncode == 0 else []
+        tags = by_tag(procs[0].get("tags", [])) if procs else {}
+        if until(tags) or time.monotonic() > give_up:
+            return tags
+        time.sleep(0.05)
+
+
+def check_awake_figures(tags, where, sleeps, wakes):
+    kv, scratch = tags.get(("kv", "keep")), tags.get(("scratch", "discard"))
+    check(kv is not None and scratch is not None, f"{where}: tags kv (keep) and scratch (discard) ({list(tags)})")
+    if not kv or not scratch:
+        return
+    check(kv["state"] == "awake" and scratch["state"] == "awake", f"{where}: both awake")
+    check(KV_BYTES <= kv["in_use_bytes"] < KV_BYTES + SCRATCH_BYTES, f"{where}: kv in use {kv['in_use_bytes']}")
+    check(SCRATCH_BYTES <= scratch["in_use_bytes"] < KV_BYTES, f"{where}: scratch in use {scratch['in_use_bytes']}")
+    check(kv["resident_bytes"] >= kv["in_use_bytes"], f"{where}: kv resident {kv['resident_bytes']}")
+    check(kv["asleep_bytes"] == 0 and kv["kept_bytes"] == 0, f"{where}: nothing of kv asleep ({kv})")
+    check((kv["sleeps"], kv["wakes"]) == (sleeps, wakes), f"{where}: kv slept {sleeps}, woke {wakes} ({kv})")
+    check((scratch["sleeps"], scratch["wakes"]) == (0, 0), f"{where}: scratch never slept ({scratch})")
+
+
+def check_asleep_figures(tags, where):
+    kv, scratch = tags.get(("kv", "keep")), tags.get(("scratch", "discard"))
+    check(kv is not None and scratch is not None, f"{where}: both tags listed ({list(tags)})")
+    if not kv or not scratch:
+        return
+    check(kv["state"] == "asleep" and kv["slot"] >= 1, f"{where}: kv asleep ({kv})")
+    check(kv["asleep_bytes"] >= KV_BYTES and kv["resident_bytes"] == 0, f"{where}: kv's memory asleep ({kv})")
+    check(kv["kept_bytes"] == kv["asleep_bytes"], f"{where}: kv keeps all it put asleep ({kv})")
+    check(kv["in_use_bytes"] >= KV_BYTES, f"{where}: kv's blocks still the program's ({kv})")
+    check((kv["sleeps"], kv["wakes"]) == (1, 0), f"{where}: one sleep of kv ({kv})")
+    check(scratch["state"] == "awake" and scratch["resident_bytes"] >= SCRATCH_BYTES, f"{where}: scratch awake")
+
+
+def check_prometheus_tags(text, pid):
+    try:
+        families = strict_parse(text)
+        check_tags(families)
+    except ValueError as e:
+        check(False, f"the exposition with tags: {e}")
+        return
+    def value(family, tag, policy):
+        for labels, v in families.get(family, (None, None, []))[2]:
+            if labels.get("pid") == str(pid) and labels.get("tag") == tag and labels.get("policy") == policy:
+                return v
+        return None
+    check(value("pagefast_tag_asleep", "kv", "keep") == 1, "pagefast_tag_asleep{tag=kv,policy=keep} is 1")
+    check(value("pagefast_tag_asleep", "scratch", "discard") == 0, "scratch's pagefast_tag_asleep is 0")
+    check(value("pagefast_tag_sleeps_total", "kv", "keep") == 1, "pagefast_tag_sleeps_total of kv is 1")
+    check(value("pagefast_tag_wakes_total", "kv", "keep") == 0, "pagefast_tag_wakes_total of kv is 0")
+    check((value("pagefast_tag_asleep_bytes", "kv", "keep") or 0) >= KV_BYTES, "kv's asleep bytes")
+    check(value("pagefast_tag_kept_bytes", "kv", "keep") == value("pagefast_tag_asleep_bytes", "kv", "keep"),
+          "kv's kept bytes are its asleep bytes")
+
+
+def case_tags():
+    """A program with regions of two tags sleeps one (its own
+    pagefast_sleep_tag) and wakes it: the stats document, pagefast-stat's
+    JSON, table and Prometheus show each tag's policy, state and figures,
+    the other tag untouched, and counters that never go back."""
+    build = ARGS.build
+    with tempfile.TemporaryDirectory() as d:
+        p = start_tagged(build, env_for(build, d))
+        if not p:
+            return
+        check_awake_figures(document_tags(p), "document, before", 0, 0)
+        check_awake_figures(live_tags(build, d, p.pid, lambda t: len(t) == 2), "live, before", 0, 0)
+        check(ask(p, "sleep kv") == "answer 0", "pagefast_sleep_tag(kv) answers 0")
+        check(ask(p, "asleep kv") == "asleep 1", "kv asleep")
+        check_asleep_figures(document_tags(p), "document, asleep")
+        asleep = live_tags(build, d, p.pid, lambda t: t.get(("kv", "keep"), {}).get("state") == "asleep")
+        check_asleep_figures(asleep, "live, asleep")
+        r = stat_tool(build, d)
+        lines = [l.strip() for l in r.stdout.splitlines() if l.strip().startswith("tag ")]
+        check(any(l.startswith("tag kv (keep): asleep") for l in lines) and
+              any(l.startswith("tag scratch (discard): awake") for l in lines), f"the table's tag lines ({lines})")
+        check_prometheus_tags(stat_tool(build, d, "--prometheus").stdout, p.pid)
+        check(ask(p, "wake kv") == "answer 0", "pagefast_wake_tag(kv) answers 0")
+        check(ask(p, "check") == "ok", "kv's blocks hold what they held")
+        check_awake_figures(document_tags(p), "document, after", 1, 1)
+        check_awake_figures(live_tags(build, d, p.pid, lambda t: t.get(("kv", "keep"), {}).get("wakes") == 1),
+                            "live, after", 1, 1)
+        check(ask(p, "sleep nosuch") == "answer -2", "an unknown tag answers -2")
+        out, err = p.communicate("go\n", timeout=60)
+        check(p.returncode == 0 and "done" in out, f"program finished normally rc {p.returncode} {err[-500:]}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 // tests/live/test_segment.cpp: the live-stats segment (interpose/live/
 // segment.h) without the library: creation and permissions, updates read
 // whole by concurrent readers, half-made, foreign, incompatible and stale
-// segments, names across pid namespaces, FIFOs and UTF-8 text.
+// segments, names across pid namespaces, FIFOs, UTF-8 text and tags.
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
@@ -68,6 +68,15 @@ Update update_of(uint64_t k, int devices) {
     PAGEFAST_POOL_STATS_FIELDS(PF_SET)
 #undef PF_SET
     u.devices.push_back(f);
+    policy::TagStats t;  // as many tags as devices, every figure k
+    t.name = "tag" + std::to_string(k);
+    t.slot = d + 1;
+    t.keep = k % 2 == 0;
+    t.asleep = k % 3 == 0;
+#define PF_TAG_SET(name, meaning) t.name = k;
+    PAGEFAST_TAG_FIELDS(PF_TAG_SET)
+#undef PF_TAG_SET
+    u.tags.push_back(t);
   }
   return u;
 }
@@ -81,6 +90,14 @@ bool consistent(const Snapshot& s, uint64_t* k) {
   if (d.stats.name != *k) return false;
     PAGEFAST_POOL_STATS_FIELDS(PF_CMP)
 #undef PF_CMP
+  }
+  if (s.tags.size() != s.devices.size()) return false;
+  for (const policy::TagStats& t : s.tags) {
+    if (t.name != "tag" + std::to_string(*k) || t.keep != (*k % 2 == 0) || t.asleep != (*k % 3 == 0)) return false;
+#define PF_TAG_CMP(name, meaning) \
+  if (t.name != *k) return false;
+    PAGEFAST_TAG_FIELDS(PF_TAG_CMP)
+#undef PF_TAG_CMP
   }
   return true;
 }
@@ -142,6 +159,50 @@ TEST_CASE("a segment is created 0600, read back whole, and removed", "[live]") {
   w.remove();
   CHECK(access(path.c_str(), F_OK) != 0);
   CHECK(list_segments(dir.path, getuid(), true).empty());
+}
+
+TEST_CASE("tags are read back with their names, policies, states and figures", "[live][tags]") {
+  TempDir dir;
+  Writer w;
+  std::string error;
+  REQUIRE(w.create(dir.path, "train", "pool on", &error));
+  Update u = update_of(7, 2);
+  u.tags[0].name = "kv";
+  u.tags[0].keep = true;
+  u.tags[0].asleep = true;
+  u.tags[0].asleep_bytes = 24 << 20;
+  u.tags[1].name = std::string(63, 'n');  // the longest name a region takes
+  w.publish(u);
+  Snapshot s;
+  std::string detail;
+  REQUIRE(read_segment(w.path(), &s, &detail) == ReadStatus::Ok);
+  REQUIRE(s.tags.size() == 2);
+  CHECK(s.tags[0].name == "kv");
+  CHECK(s.tags[0].slot == 1);
+  CHECK(s.tags[0].keep);
+  CHECK(s.tags[0].asleep);
+  CHECK(s.tags[0].asleep_bytes == 24 << 20);
+  CHECK(s.tags[0].sleeps == 7);
+  CHECK(s.tags[1].name == std::string(63, 'n'));
+  CHECK(s.tags[1].slot == 2);
+  CHECK_FALSE(s.tags[1].asleep);
+
+  // More tags than a segment holds: the first kMaxTags; fewer later: only those.
+  Update many;
+  for (int i = 0; i < kMaxTags + 3; ++i) {
+    policy::TagStats t;
+    t.name = "t" + std::to_string(i);
+    t.slot = i + 1;
+    many.tags.push_back(t);
+  }
+  w.publish(many);
+  REQUIRE(read_segment(w.path(), &s, &detail) == ReadStatus::Ok);
+  REQUIRE(s.tags.size() == size_t(kMaxTags));
+  CHECK(s.tags.back().name == "t" + std::to_string(kMaxTags - 1));
+  w.publish(update_of(1, 1));
+  REQUIRE(read_segment(w.path(), &s, &detail) == ReadStatus::Ok);
+  CHECK(s.tags.size() == 1);
+  w.remove();
 }
 
 TEST_CASE("the writer never follows a link nor takes over a file that is not its own", "[live]") {

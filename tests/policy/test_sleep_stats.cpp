@@ -3,7 +3,8 @@
 // reads them, from another thread). A provider in front of the fake runs a
 // reader thread from inside the first unmap of the sleep and the first map
 // of the wake, and waits for it: the reads happen at those fixed steps,
-// never by timing. Reserved bytes stay, and no counter goes back.
+// never by timing. Reserved bytes stay, and no counter goes back, also
+// when the first read of all comes while the lock is held.
 #include <catch2/catch.hpp>
 
 #include <functional>
@@ -130,4 +131,78 @@ TEST_CASE("figures during sleep and wake: reserved stays, counters never go back
   }
   page_map->destroy_leaves_for_tests();
   delete page_map;
+}
+
+namespace {
+
+struct GrownPool {
+  TappedProvider provider;
+  FakeClock clock;
+  PageMap* page_map = new PageMap();
+  DevicePool* pool = nullptr;
+  ThreadCache* cache = nullptr;
+  std::vector<uint64_t> blocks;
+
+  explicit GrownPool(int count) {
+    pool =
+        new DevicePool(provider, clock, *page_map, PoolUnderTest::settings(config_with(64 * kMiB), 2 * kGiB), nullptr);
+    cache = pool->attach_thread();
+    for (int i = 0; i < count; ++i) alloc();
+  }
+  void alloc() {
+    uint64_t p = 0;
+    REQUIRE(pool->alloc(*cache, 60 * kMiB, &p) == AllocStatus::Ok);
+    blocks.push_back(p);
+  }
+  ~GrownPool() {
+    for (uint64_t p : blocks)
+      if (Span* span = page_map->lookup(p)) pool->free(*cache, span, p);
+    pool->detach_thread(cache);
+    delete pool;
+    page_map->destroy_leaves_for_tests();
+    delete page_map;
+  }
+};
+
+}  // namespace
+
+// No read before the sleep: a reader that met the busy lock used to repeat
+// what the last read under it saw, which was nothing (0 reserved bytes, 0
+// growths), and the next read after the wake jumped back.
+TEST_CASE("figures first read during a sleep: the last step's, not zeros", "[sleep][stats]") {
+  GrownPool grown(6);
+  Reading during;
+  bool tapped = false;
+  grown.provider.tap = [&] {
+    during = read_from_another_thread(*grown.pool);
+    tapped = true;
+  };
+  REQUIRE(grown.pool->sleep(0) == SleepStatus::Ok);
+  REQUIRE(tapped);
+  REQUIRE(grown.pool->wake() == SleepStatus::Ok);
+  const PoolStats after = grown.pool->stats();
+  CHECK(during.asleep);
+  CHECK(after.reserved_bytes > 0);
+  CHECK(during.stats.reserved_bytes == after.reserved_bytes);
+  CHECK(during.stats.growths >= 6);
+  CHECK(during.stats.growths <= after.growths);
+  CHECK(during.stats.mapped_bytes >= 6 * 60 * kMiB);
+}
+
+// A growth holds the device lock across the provider's calls: a read then
+// shows every earlier growth.
+TEST_CASE("figures read during a growth show the growths before it", "[stats]") {
+  GrownPool grown(6);
+  Reading during;
+  bool tapped = false;
+  grown.provider.tap = [&] {
+    during = read_from_another_thread(*grown.pool);
+    tapped = true;
+  };
+  grown.alloc();
+  REQUIRE(tapped);
+  const PoolStats after = grown.pool->stats();
+  CHECK(during.stats.growths >= 6);
+  CHECK(during.stats.growths < after.growths);
+  CHECK(during.stats.reserved_bytes == after.reserved_bytes);
 }

@@ -194,8 +194,69 @@ def case_faults(build):
     case_simple(build, "faults", ["", "chunk_size:2M"])
 
 
+def ctl_by_tag(build, ctl, env):
+    """pagefast-ctl sleep / wake / status --tag of a program with regions of
+    two tags (tests/live/tagged.c: kv keeps its contents, scratch discards
+    them): one tag sleeps and wakes, the other stays awake; a tag the
+    process never opened exits 4; a malformed one is a usage error."""
+    t = subprocess.Popen([os.path.join(build, "tests", "live", "tagged")], env=dict(env, PAGEFAST_CONF=""),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pid = str(t.pid)
+
+        def ask(line):
+            t.stdin.write(line + "\n")
+            t.stdin.flush()
+            return t.stdout.readline().strip()
+
+        def ctl_run(*args):
+            return subprocess.run([ctl] + list(args), capture_output=True, text=True, timeout=60)
+
+        # Refused before anything is asked.
+        for args, why in ((["sleep", pid, "--tag", "kv", "--keep", "--discard"], "both --keep and --discard"),
+                          (["sleep", pid, "--tag", "no tag"], "a tag with a space"),
+                          (["wake", pid, "--tag"], "--tag without a tag"),
+                          (["sleep", "--tag", "kv"], "no PID")):
+            r = ctl_run(*args)
+            check(r.returncode == 2, f"[tag] {why}: a usage error (rc {r.returncode})")
+        line = t.stdout.readline().strip()
+        check(line == "ready", f"[tag] the target with regions is ready ({line!r})")
+        if line != "ready":
+            return
+
+        r = ctl_run("status", pid)
+        check(r.returncode == 0 and "0 pool(s) asleep" in r.stdout and "tag kv (keep): awake" in r.stdout and
+              "tag scratch (discard): awake" in r.stdout, f"[tag] status lists the tags ({r.stdout} {r.stderr})")
+        r = ctl_run("sleep", pid, "--tag", "kv")
+        check(r.returncode == 0 and "sleep tag kv done" in r.stdout,
+              f"[tag] sleep --tag kv, as its regions said (rc {r.returncode} {r.stdout} {r.stderr})")
+        check(ask("asleep kv") == "asleep 1" and ask("asleep scratch") == "asleep 0", "[tag] kv asleep, scratch not")
+        r = ctl_run("status", pid, "--tag", "kv")
+        check(r.returncode == 0 and "tag kv (keep): asleep" in r.stdout and "scratch" not in r.stdout,
+              f"[tag] status --tag kv ({r.stdout} {r.stderr})")
+        for args in (["sleep", pid, "--tag", "nosuch", "--discard"], ["wake", pid, "--tag", "nosuch"],
+                     ["status", pid, "--tag", "nosuch"]):
+            r = ctl_run(*args)
+            check(r.returncode == 4 and "no tag nosuch" in r.stderr, f"[tag] {args[0]} of an unknown tag exits 4 "
+                  f"(rc {r.returncode} {r.stderr})")
+        r = ctl_run("wake", pid, "--tag", "kv")
+        check(r.returncode == 0 and "wake tag kv done" in r.stdout, f"[tag] wake --tag kv ({r.stdout} {r.stderr})")
+        check(ask("asleep kv") == "asleep 0", "[tag] kv awake")
+        check(ask("check") == "ok", "[tag] kv's contents kept across its sleep")
+        r = ctl_run("sleep", pid, "--tag", "scratch", "--discard")
+        check(r.returncode == 0 and ask("asleep scratch") == "asleep 1" and ask("asleep kv") == "asleep 0",
+              f"[tag] sleep --tag scratch --discard ({r.stdout} {r.stderr})")
+        r = ctl_run("wake", pid, "--tag", "scratch")
+        check(r.returncode == 0 and ask("asleep scratch") == "asleep 0", f"[tag] scratch awake ({r.stdout})")
+        check(ask("asleep kv") == "asleep 0", "[tag] nothing slept by a refused request")
+    finally:
+        t.stdin.close()
+        t.wait(timeout=60)
+
+
 def case_ctl(build):
-    """pagefast-ctl sleep --keep / status / wake from another process."""
+    """pagefast-ctl sleep --keep / status / wake from another process, of
+    everything and by tag."""
     p = paths(build)
     ctl = os.path.join(build, "tools", "pagefast-ctl")
     for conf in ["", "control:off"]:
@@ -261,6 +322,7 @@ def case_ctl(build):
     finally:
         t.stdin.close()
         t.wait(timeout=60)
+    ctl_by_tag(build, ctl, e)
     r = subprocess.run([ctl, "status", "999999999"], capture_output=True, text=True)
     check(r.returncode == 3, "no such process: not reachable")
     r = subprocess.run([ctl, "--help"], capture_output=True, text=True)

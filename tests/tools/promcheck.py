@@ -61,3 +61,26 @@ def strict_parse(text):
         if kind == "counter" and not name.endswith("_total"):
             raise ValueError(f"counter {name} does not end in _total")
     return {k: tuple(v) for k, v in families.items()}
+
+
+def check_tags(families):
+    """The per-tag families (docs/STATS.md "Tags"): every pagefast_tag_*
+    series names its tag and a policy of keep or discard, bytes are
+    gauges, sleeps and wakes counters; one series per process, tag and
+    policy. Raises ValueError naming the family."""
+    for name, (kind, _, samples) in families.items():
+        if not name.startswith("pagefast_tag_"):
+            continue
+        want = "counter" if name.endswith("_total") else "gauge"
+        if kind != want:
+            raise ValueError(f"{name} is a {kind}, not a {want}")
+        keys = set()
+        for labels, value in samples:
+            if not labels.get("tag") or labels.get("policy") not in ("keep", "discard"):
+                raise ValueError(f"{name}: a series without a tag or with policy {labels.get('policy')!r}")
+            key = (labels.get("pid"), labels.get("pidns"), labels["tag"], labels["policy"])
+            if key in keys:
+                raise ValueError(f"{name}: tag {labels['tag']} ({labels['policy']}) twice for one process")
+            keys.add(key)
+            if value < 0:
+                raise ValueError(f"{name}: negative {value}")

@@ -1,7 +1,8 @@
 // tools/stat/pagefast-stat.cpp: lists this user's processes running with
 // pagefast and their live figures (per device: reserved, mapped, in use,
 // idle, peak; hits, growths, stitches, releases, synchronisations,
-// pass-throughs), read from their segments (interpose/live/segment.h), as a
+// pass-throughs; per tag: state, resident, asleep, kept and in-use bytes,
+// sleeps and wakes), read from their segments (interpose/live/segment.h), as a
 // table, JSON or Prometheus text (tools/stat/prometheus.h). Needs no GPU
 // and calls no CUDA function. A segment is input from another process:
 // every string printed is valid UTF-8 and escaped, and the NUMA report is
@@ -174,7 +175,7 @@ void print_json(const std::vector<Listing>& listings, const Options& o) {
       out += std::to_string(s.devices[i].device) + "\": {\"asleep\": " + (s.devices[i].asleep ? "true" : "false") +
              ", " + fields.substr(1);
     }
-    out += "}}";
+    out += "}, \"tags\": " + pagefast::policy::tags_json_array(s.tags) + "}";
   }
   out += first ? "]" : "\n]";
   if (o.all) {
@@ -196,6 +197,15 @@ void print_json(const std::vector<Listing>& listings, const Options& o) {
   }
   out += "}\n";
   std::fputs(out.c_str(), stdout);
+}
+
+// One line per tag under the process's rows (docs/STATS.md "Tags").
+void print_tags(const pagefast::live::Snapshot& s) {
+  for (const pagefast::policy::TagStats& t : s.tags)
+    std::printf("%7s   tag %s (%s): %s, resident %s, asleep %s, kept %s, in use %s, %s sleeps, %s wakes\n", "",
+                cut_text(t.name, 0).c_str(), t.keep ? "keep" : "discard", t.asleep ? "asleep" : "awake",
+                human(t.resident_bytes).c_str(), human(t.asleep_bytes).c_str(), human(t.kept_bytes).c_str(),
+                human(t.in_use_bytes).c_str(), count(t.sleeps).c_str(), count(t.wakes).c_str());
 }
 
 // The row's figures before COMMAND, one format for the header and the rows.
@@ -238,6 +248,7 @@ void print_table(const std::vector<Listing>& listings, const Options& o) {
                   count(d.stats.synchronizations).c_str(), count(d.stats.passthroughs).c_str(),
                   i == 0 ? command.c_str() : "");
     }
+    print_tags(s);
     // Why a process is not served, or what pagefast did for it: one line.
     const std::string why = cut_text(s.reason, columns > 24 ? columns - 24 : 0);
     if (!why.empty()) std::printf("%7s   %s: %s\n", "", mode_word(s.mode), why.c_str());

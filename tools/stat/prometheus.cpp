@@ -83,6 +83,33 @@ Family pool_family(const char* field, const char* meaning) {
   return f;
 }
 
+// A tag figure's family: named as the pool's, under pagefast_tag_.
+Family tag_family(const char* field, const char* meaning) {
+  Family f = pool_family(field, meaning);
+  f.name = "pagefast_tag_" + f.name.substr(std::strlen("pagefast_"));
+  return f;
+}
+
+// The per-tag families of one process (docs/STATS.md "Prometheus"), one
+// series per tag and policy.
+void add_tag_samples(const live::Snapshot& s, const std::string& labels, Family* asleep, std::vector<Family>* tag) {
+  std::vector<std::pair<std::string, bool>> seen;  // one series per tag and policy, however a segment was altered
+  for (const policy::TagStats& t : s.tags) {
+    bool dup = false;
+    for (const auto& x : seen) dup |= x.first == t.name && x.second == t.keep;
+    if (dup) continue;
+    seen.emplace_back(t.name, t.keep);
+    const std::string tag_labels =
+        "{" + labels + ",tag=\"" + escaped(t.name, true) + "\",policy=\"" + (t.keep ? "keep" : "discard") + "\"}";
+    asleep->samples.push_back({tag_labels, t.asleep ? "1" : "0"});
+    std::vector<uint64_t> values;  // in the field table's order, as tag[]
+#define PF_PROM_TAG_VALUE(name, meaning) values.push_back(t.name);
+    PAGEFAST_TAG_FIELDS(PF_PROM_TAG_VALUE)
+#undef PF_PROM_TAG_VALUE
+    for (size_t k = 0; k < tag->size(); ++k) (*tag)[k].samples.push_back({tag_labels, number(values[k])});
+  }
+}
+
 }  // namespace
 
 std::string prometheus_text(const std::vector<Listing>& listings, const std::string& default_host) {
@@ -111,6 +138,11 @@ std::string prometheus_text(const std::vector<Listing>& listings, const std::str
 #define PF_PROM_FAMILY(name, meaning) pool.push_back(pool_family(#name, meaning));
   PAGEFAST_POOL_STATS_FIELDS(PF_PROM_FAMILY)
 #undef PF_PROM_FAMILY
+  Family tag_asleep{"pagefast_tag_asleep", "gauge", "1 while the tag is asleep (pagefast_sleep_tag), else 0", {}};
+  std::vector<Family> tag;
+#define PF_PROM_TAG_FAMILY(name, meaning) tag.push_back(tag_family(#name, meaning));
+  PAGEFAST_TAG_FIELDS(PF_PROM_TAG_FAMILY)
+#undef PF_PROM_TAG_FAMILY
 
   for (const live::Snapshot* s : live) {
     const std::string labels = process_labels(*s, default_host);
@@ -137,10 +169,13 @@ std::string prometheus_text(const std::vector<Listing>& listings, const std::str
         pool[k].samples.push_back(
             {device_labels, pool[k].from_ns ? number(double(values[k]) / 1e9) : number(values[k])});
     }
+    add_tag_samples(*s, labels, &tag_asleep, &tag);
   }
   std::string out;
   for (const Family* f : {&processes, &info, &active, &started, &updated, &allocs, &frees, &asleep}) emit(out, *f);
   for (const Family& f : pool) emit(out, f);
+  emit(out, tag_asleep);
+  for (const Family& f : tag) emit(out, f);
   return out;
 }
 

@@ -5,8 +5,9 @@
 // One metric family per figure, each with its HELP and TYPE lines; bytes
 // end in _bytes, counters in _total, times in _seconds. Labels: pid,
 // pidns (two containers' pid 1 stay two series), rank (the local rank the
-// process was started with, "" if none), host, and device for the pool's
-// figures.
+// process was started with, "" if none), host, device for the pool's
+// figures, and tag and policy ("keep" or "discard") for a tag's
+// (pagefast_tag_*: docs/STATS.md "Tags").
 #pragma once
 
 #include <string>
