@@ -134,6 +134,7 @@ void configure(const PoolConfig& config, LogSink log) {
   own_vmm::configure(config, log);
   ipc::set_free_held(&free_held_block);
   ipc::set_control(&control_op);
+  ipc::set_tag_control(&tag_control_op);
   g_process.active.store(true, std::memory_order_release);
 }
 

@@ -15,6 +15,7 @@
 #include <mutex>
 
 #include "interpose/ipc/ipc.h"
+#include "interpose/ipc/ipc_wire.h"
 #include "interpose/pagefast.h"
 #include "interpose/pool/device_memory.h"
 #include "interpose/pool/own_vmm.h"
@@ -204,6 +205,19 @@ int control_op(uint16_t op, uint64_t arg) {
     case 5: return asleep_count();
     default: return -1;
   }
+}
+
+int tag_control_op(uint16_t op, uint64_t flags, const char* tag) {
+  int answer;
+  switch (op) {
+    case 7:  // kOpSleepTag (interpose/ipc/ipc_wire.h)
+      answer = sleep_tag(tag, unsigned(flags) & (PAGEFAST_SLEEP_KEEP | PAGEFAST_SLEEP_FAIL | PAGEFAST_SLEEP_DISCARD));
+      break;
+    case 8: answer = wake_tag(tag); break;  // kOpWakeTag
+    default: return -1;
+  }
+  // -2 is "busy" on the wire: an unknown tag has an answer of its own.
+  return answer == -2 ? ipc::wire::kControlNoTag : answer;
 }
 
 bool device_asleep(int device) {
