@@ -114,6 +114,40 @@ bool sleep_one(const RealDriver* real, const SlotHandle& s, int slot, bool keep,
   return true;
 }
 
+bool writable(const std::string& access) {
+  for (size_t at = 0; at + sizeof(CUmemAccessDesc) <= access.size(); at += sizeof(CUmemAccessDesc)) {
+    CUmemAccessDesc desc;
+    std::memcpy(&desc, access.data() + at, sizeof desc);
+    if (desc.flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE) return true;
+  }
+  return false;
+}
+
+// The contents of mapping `m` back from the host copy. A mapping no device
+// may write is opened to the handle's device for the copy, then set to its
+// access again (the handle's device closed when the record does not name it).
+bool copy_in(const RealDriver* real, const AsleepHandle& h, const AsleepMapping& m) {
+  const bool open = writable(m.access);
+  CUmemAccessDesc own = {};
+  own.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  own.location.id = h.device;
+  own.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  if (!open && driver::set_access(real, m.addr, m.bytes, &own, 1) != CUDA_SUCCESS) return false;
+  const void* from = static_cast<const char*>(h.host) + m.offset;
+  if (driver::copy_htod(real, m.addr, from, m.bytes) != CUDA_SUCCESS) return false;
+  if (open) return true;
+  AsleepMapping again = m;
+  bool named = false;
+  for (size_t at = 0; at + sizeof own <= m.access.size(); at += sizeof own) {
+    CUmemAccessDesc desc;
+    std::memcpy(&desc, m.access.data() + at, sizeof desc);
+    named = named || desc.location.id == h.device;
+  }
+  own.flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  if (!named) again.access.append(reinterpret_cast<const char*>(&own), sizeof own);
+  return set_access(real, again) == CUDA_SUCCESS;
+}
+
 struct Made {
   const AsleepHandle* asleep = nullptr;
   CUmemGenericAllocationHandle handle = 0;
@@ -138,9 +172,7 @@ bool make_again(const RealDriver* real, const AsleepHandle& h, Made* made) {
   }
   bool ok = made->mapped == h.maps.size();
   for (size_t i = 0; ok && h.host && i < h.maps.size(); ++i)
-    if (!h.maps[i].access.empty())
-      ok = driver::copy_htod(real, h.maps[i].addr, static_cast<const char*>(h.host) + h.maps[i].offset,
-                             h.maps[i].bytes) == CUDA_SUCCESS;
+    if (!h.maps[i].access.empty()) ok = copy_in(real, h, h.maps[i]);
   if (!ok) unmake(real, *made);
   return ok;
 }

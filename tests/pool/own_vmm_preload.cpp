@@ -230,6 +230,21 @@ int tagged(Api& api) {
       make(api, "weights", PAGEFAST_REGION_KEEP, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0x5a, &kept) ||
       make(api, "cache", 0, CU_MEM_HANDLE_TYPE_NONE, 0x77, &discarded))
     return 1;
+  // The kept handle's second half also mapped elsewhere (at its offset),
+  // and mapped a third time then unmapped (the own-VMM cache defers that
+  // unmap: sleep must unmap it for real, or the memory stays).
+  constexpr size_t kHalf = kBytes / 2;
+  std::memset(reinterpret_cast<void*>(kept.va + kHalf), 0x5b, kHalf);
+  CUdeviceptr half = 0, third = 0;
+  CHECK_CU(cuMemAddressReserve(&half, kHalf, 0, 0, 0));
+  CHECK_CU(cuMemMap(half, kHalf, kHalf, kept.handle, 0));
+  CUmemAccessDesc desc = {};
+  desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READ;
+  CHECK_CU(cuMemSetAccess(half, kHalf, &desc, 1));
+  CHECK_CU(cuMemAddressReserve(&third, kBytes, 0, 0, 0));
+  CHECK_CU(cuMemMap(third, kBytes, 0, kept.handle, 0));
+  CHECK_CU(cuMemUnmap(third, kBytes));
   const size_t before = free_now();
   if (api.sleep_tag("weights", 0) != 0) return fail("sleep of weights");
   if (free_now() != before + kBytes) return fail("free memory did not rise by the tag's bytes");
@@ -255,7 +270,12 @@ int tagged(Api& api) {
   if (free_now() != before + 2 * kBytes) return fail("free memory did not rise by the second tag's bytes");
   if (api.wake_tag("weights") != 0 || api.wake_tag("cache") != 0) return fail("wake");
   if (free_now() != before) return fail("free memory after wake");
-  if (!all_bytes(kept.va, kBytes, 0x5a)) return fail("kept bytes changed");
+  if (!all_bytes(kept.va, kHalf, 0x5a) || !all_bytes(kept.va + kHalf, kHalf, 0x5b) || !all_bytes(half, kHalf, 0x5b))
+    return fail("kept bytes changed");
+  if (fakecuda_mapping_access(half, 0) != CU_MEM_ACCESS_FLAGS_PROT_READ) return fail("the second mapping's access");
+  CHECK_CU(cuMemUnmap(half, kHalf));
+  CHECK_CU(cuMemAddressFree(half, kHalf));
+  CHECK_CU(cuMemAddressFree(third, kBytes));
   std::memset(reinterpret_cast<void*>(discarded.va), 0x78, kBytes);  // open again, writable
   if (fakecuda_mapping_access(kept.va, 0) != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) return fail("access after wake");
   if (handle_works(kept, true) || handle_works(discarded, false) || handle_works(untagged, false)) return 1;
