@@ -193,6 +193,8 @@ void settle_refs(const RealDriver* real, const AsleepHandle& h, CUmemGenericAllo
   }
 }
 
+void sleep_handles(int slot, bool keep, SleepAnswer* out);
+
 }  // namespace
 
 void free_host_copy(void* host) {
@@ -206,10 +208,26 @@ SleepAnswer sleep_slot(int slot, bool keep) {
   // deferred mappings: then every handle of the slot left is the program's.
   for (int d = 0; d < kMaxDevices; ++d)
     if (on()) trim(d, UINT64_MAX);
-  const RealDriver* real = real_driver();
   std::lock_guard<std::mutex> guard(book_mutex());
+  try {
+    sleep_handles(slot, keep, &answer);
+  } catch (...) {
+    // Out of host memory in a record: what slept so far stays asleep.
+    log_line(LogLevel::Warn, "slot %d: out of host memory; the rest of the program's own VMM memory stays resident",
+             slot);
+    answer.status = 1;
+  }
+  return answer;
+}
+
+namespace {
+
+// REQUIRES: book_mutex() held.
+void sleep_handles(int slot, bool keep, SleepAnswer* out) {
+  SleepAnswer& answer = *out;
+  const RealDriver* real = real_driver();
   std::vector<SlotHandle> handles = ledger().program_handles(slot);
-  if (handles.empty()) return answer;
+  if (handles.empty()) return;
   g_translating.store(true, std::memory_order_relaxed);
   if (keep) driver::ctx_synchronize(real);  // the program's work on the memory is done before the copy
   for (const SlotHandle& s : handles) {
@@ -226,15 +244,22 @@ SleepAnswer sleep_slot(int slot, bool keep) {
     book().put(std::move(h));
   }
   answer.status = answer.resident_bytes ? 1 : 0;
-  return answer;
 }
+
+}  // namespace
 
 int wake_slot(int slot) {
   if (!active()) return 0;
-  const RealDriver* real = real_driver();
   std::lock_guard<std::mutex> guard(book_mutex());
-  const std::vector<const AsleepHandle*> asleep = book().slot_handles(slot);
-  std::vector<Made> made(asleep.size());
+  const RealDriver* real = real_driver();
+  std::vector<const AsleepHandle*> asleep;
+  std::vector<Made> made;
+  try {
+    asleep = book().slot_handles(slot);
+    made.resize(asleep.size());
+  } catch (...) {
+    return -1;  // out of host memory before anything was made
+  }
   for (size_t i = 0; i < asleep.size(); ++i) {
     if (make_again(real, *asleep[i], &made[i])) continue;
     for (size_t j = 0; j < i; ++j) unmake(real, made[j]);

@@ -25,6 +25,21 @@ policy::own_vmm::SleepBook& book() {
   return *own;
 }
 
+namespace {
+
+// Out of host memory in the book: the call answers as the driver does
+// when out of memory (its own call, if made, stands).
+template <class Call>
+CUresult guarded(Call call) {
+  try {
+    return call();
+  } catch (...) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+}
+
+}  // namespace
+
 void prune_aliases() {
   for (const auto& [program, driver] : book().aliases()) {
     const policy::own_vmm::HandleFacts facts = ledger().facts(driver);
@@ -33,10 +48,12 @@ void prune_aliases() {
 }
 
 CUresult translated_create(CUmemGenericAllocationHandle* handle, HandleCall call) {
-  std::lock_guard<std::mutex> guard(book_mutex());
-  const CUresult r = call(handle);
-  if (r == CUDA_SUCCESS && handle) *handle = book().adopt(*handle);
-  return r;
+  return guarded([&]() -> CUresult {
+    std::lock_guard<std::mutex> guard(book_mutex());
+    const CUresult r = call(handle);
+    if (r == CUDA_SUCCESS && handle) *handle = book().adopt(*handle);
+    return r;
+  });
 }
 
 CUresult translated_import(CUmemGenericAllocationHandle* handle, HandleCall call) {
@@ -44,82 +61,96 @@ CUresult translated_import(CUmemGenericAllocationHandle* handle, HandleCall call
 }
 
 CUresult translated_retain(CUmemGenericAllocationHandle* handle, void* addr, HandleCall call) {
-  std::lock_guard<std::mutex> guard(book_mutex());
-  if (addr && book().overlaps(reinterpret_cast<uintptr_t>(addr), 1)) return CUDA_ERROR_ILLEGAL_STATE;
-  const CUresult r = call(handle);
-  if (r == CUDA_SUCCESS && handle) *handle = book().to_program(*handle);
-  return r;
+  return guarded([&]() -> CUresult {
+    std::lock_guard<std::mutex> guard(book_mutex());
+    if (addr && book().overlaps(reinterpret_cast<uintptr_t>(addr), 1)) return CUDA_ERROR_ILLEGAL_STATE;
+    const CUresult r = call(handle);
+    if (r == CUDA_SUCCESS && handle) *handle = book().to_program(*handle);
+    return r;
+  });
 }
 
 CUresult translated_release(CUmemGenericAllocationHandle handle, HandleCall call) {
-  std::lock_guard<std::mutex> guard(book_mutex());
-  uint64_t value = 0;
-  const bool awake = book().to_driver(handle, &value);
-  CUmemGenericAllocationHandle driver = value;
-  if (!awake) {
-    bool gone = false;
-    void* host = nullptr;
-    const int r = book().release(handle, &gone, &host);
-    if (gone) free_host_copy(host);
-    return CUresult(r);
-  }
-  const CUresult r = call(&driver);
-  if (r == CUDA_SUCCESS) prune_aliases();
-  return r;
+  return guarded([&]() -> CUresult {
+    std::lock_guard<std::mutex> guard(book_mutex());
+    uint64_t value = 0;
+    const bool awake = book().to_driver(handle, &value);
+    CUmemGenericAllocationHandle driver = value;
+    if (!awake) {
+      bool gone = false;
+      void* host = nullptr;
+      const int r = book().release(handle, &gone, &host);
+      if (gone) free_host_copy(host);
+      return CUresult(r);
+    }
+    const CUresult r = call(&driver);
+    if (r == CUDA_SUCCESS) prune_aliases();
+    return r;
+  });
 }
 
 CUresult translated_map(CUdeviceptr ptr, size_t bytes, CUmemGenericAllocationHandle handle, HandleCall call) {
-  std::lock_guard<std::mutex> guard(book_mutex());
-  uint64_t value = 0;
-  const bool awake = book().to_driver(handle, &value);
-  CUmemGenericAllocationHandle driver = value;
-  if (!awake) return CUDA_ERROR_ILLEGAL_STATE;
-  // The range a mapping asleep keeps: mapped, as the driver would say.
-  if (book().overlaps(ptr, bytes)) return CUDA_ERROR_INVALID_VALUE;
-  return call(&driver);
+  return guarded([&]() -> CUresult {
+    std::lock_guard<std::mutex> guard(book_mutex());
+    uint64_t value = 0;
+    const bool awake = book().to_driver(handle, &value);
+    CUmemGenericAllocationHandle driver = value;
+    if (!awake) return CUDA_ERROR_ILLEGAL_STATE;
+    // The range a mapping asleep keeps: mapped, as the driver would say.
+    if (book().overlaps(ptr, bytes)) return CUDA_ERROR_INVALID_VALUE;
+    return call(&driver);
+  });
 }
 
 CUresult translated_unmap(CUdeviceptr ptr, size_t bytes, HandleCall call) {
-  std::lock_guard<std::mutex> guard(book_mutex());
-  std::vector<void*> gone;
-  const int r = book().unmap(ptr, bytes, &gone);
-  for (void* host : gone) free_host_copy(host);
-  if (r >= 0) return CUresult(r);
-  CUmemGenericAllocationHandle none = 0;
-  const CUresult result = call(&none);
-  if (result == CUDA_SUCCESS) prune_aliases();
-  return result;
+  return guarded([&]() -> CUresult {
+    std::lock_guard<std::mutex> guard(book_mutex());
+    std::vector<void*> gone;
+    const int r = book().unmap(ptr, bytes, &gone);
+    for (void* host : gone) free_host_copy(host);
+    if (r >= 0) return CUresult(r);
+    CUmemGenericAllocationHandle none = 0;
+    const CUresult result = call(&none);
+    if (result == CUDA_SUCCESS) prune_aliases();
+    return result;
+  });
 }
 
 CUresult translated_address_free(CUdeviceptr ptr, size_t bytes, HandleCall call) {
-  std::lock_guard<std::mutex> guard(book_mutex());
-  // Mappings asleep there: still mapped to the program, which must unmap first.
-  if (book().overlaps(ptr, bytes)) return CUDA_ERROR_INVALID_VALUE;
-  CUmemGenericAllocationHandle none = 0;
-  return call(&none);
+  return guarded([&]() -> CUresult {
+    std::lock_guard<std::mutex> guard(book_mutex());
+    // Mappings asleep there: still mapped to the program, which must unmap first.
+    if (book().overlaps(ptr, bytes)) return CUDA_ERROR_INVALID_VALUE;
+    CUmemGenericAllocationHandle none = 0;
+    return call(&none);
+  });
 }
 
 CUresult translated_export(CUmemGenericAllocationHandle handle, HandleCall call) {
-  std::lock_guard<std::mutex> guard(book_mutex());
-  uint64_t value = 0;
-  const bool awake = book().to_driver(handle, &value);
-  CUmemGenericAllocationHandle driver = value;
-  if (!awake) return CUDA_ERROR_ILLEGAL_STATE;
-  return call(&driver);
+  return guarded([&]() -> CUresult {
+    std::lock_guard<std::mutex> guard(book_mutex());
+    uint64_t value = 0;
+    const bool awake = book().to_driver(handle, &value);
+    CUmemGenericAllocationHandle driver = value;
+    if (!awake) return CUDA_ERROR_ILLEGAL_STATE;
+    return call(&driver);
+  });
 }
 
 CUresult translated_properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle, HandleCall call) {
-  std::lock_guard<std::mutex> guard(book_mutex());
-  uint64_t value = 0;
-  const bool awake = book().to_driver(handle, &value);
-  CUmemGenericAllocationHandle driver = value;
-  if (!awake) {
-    const policy::own_vmm::AsleepHandle* asleep = book().find(handle);
-    if (!prop || asleep->prop.size() != sizeof *prop) return CUDA_ERROR_INVALID_VALUE;
-    std::memcpy(prop, asleep->prop.data(), sizeof *prop);
-    return CUDA_SUCCESS;
-  }
-  return call(&driver);
+  return guarded([&]() -> CUresult {
+    std::lock_guard<std::mutex> guard(book_mutex());
+    uint64_t value = 0;
+    const bool awake = book().to_driver(handle, &value);
+    CUmemGenericAllocationHandle driver = value;
+    if (!awake) {
+      const policy::own_vmm::AsleepHandle* asleep = book().find(handle);
+      if (!prop || asleep->prop.size() != sizeof *prop) return CUDA_ERROR_INVALID_VALUE;
+      std::memcpy(prop, asleep->prop.data(), sizeof *prop);
+      return CUDA_SUCCESS;
+    }
+    return call(&driver);
+  });
 }
 
 }  // namespace pagefast::pool::own_vmm

@@ -12,7 +12,7 @@
 // Sleep and wake by tag of the program's own memory (docs/OWN-VMM.md
 // "Sleep and wake"; own_vmm_sleep.cpp in this file, cases in
 // own_vmm_sleep_cases.py): tagged, collide, asleep_calls, wake_fail,
-// cycles, fork.
+// cycles, fork, resident.
 #include <cuda.h>
 #include <dlfcn.h>
 #include <unistd.h>
@@ -402,6 +402,33 @@ int fork_asleep(Api& api) {
   return 0;
 }
 
+// What sleep leaves resident: an exported handle and one the program maps
+// nowhere; the answer is 1 and the rest of the tag sleeps.
+int resident(Api& api) {
+  Own exported, slept;
+  if (make(api, "t", PAGEFAST_REGION_KEEP, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 8, &exported) ||
+      make(api, "t", PAGEFAST_REGION_KEEP, CU_MEM_HANDLE_TYPE_NONE, 9, &slept))
+    return 1;
+  int fd = -1;
+  CHECK_CU(cuMemExportToShareableHandle(&fd, exported.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+  if (api.begin("t", PAGEFAST_REGION_KEEP) != 0) return fail("region begin");
+  const CUmemAllocationProp prop = prop_on(0, CU_MEM_HANDLE_TYPE_NONE);
+  CUmemGenericAllocationHandle unmapped = 0;
+  CHECK_CU(cuMemCreate(&unmapped, kBytes, &prop, 0));
+  if (api.end() != 0) return fail("region end");
+  const size_t before = free_now();
+  if (api.sleep_tag("t", 0) != 1) return fail("the answer is not 1 with memory resident");
+  if (free_now() != before + kBytes) return fail("not only the mapped, unshared handle slept");
+  if (!all_bytes(exported.va, kBytes, 8)) return fail("the exported handle was touched");
+  if (api.wake_tag("t") != 0) return fail("wake");
+  if (!all_bytes(slept.va, kBytes, 9)) return fail("bytes");
+  CHECK_CU(cuMemRelease(unmapped));
+  close(fd);
+  if (drop(exported) || drop(slept) || all_free()) return 1;
+  std::printf("ok resident\n");
+  return 0;
+}
+
 }  // namespace
 
 int own_vmm_sleep_case(const std::string& name) {
@@ -413,6 +440,7 @@ int own_vmm_sleep_case(const std::string& name) {
   if (name == "wake_fail") return wake_fail(api);
   if (name == "cycles") return cycles(api);
   if (name == "fork") return fork_asleep(api);
+  if (name == "resident") return resident(api);
   return fail("unknown case");
 }
 

@@ -16,7 +16,7 @@ import sys
 
 from preload_kit import check, expect_ok, failures, run_program
 
-CASES = {"tagged", "collide", "asleep_calls", "wake_fail", "cycles", "fork"}
+CASES = {"tagged", "collide", "asleep_calls", "wake_fail", "cycles", "fork", "resident"}
 
 
 def main():
@@ -34,6 +34,12 @@ def main():
         if name == "tagged":
             # Everything of the tags slept: no line names memory left resident.
             check("stay resident" not in r.stderr, f"[{conf or 'default'}] nothing stayed resident ({r.stderr[-400:]})")
+        if name == "resident":
+            # One line per handle left, saying why.
+            lines = [l for l in r.stderr.splitlines() if "stay resident" in l]
+            check(len(lines) == 2 and any("exported or imported" in l for l in lines) and
+                  any("mapped nowhere" in l for l in lines) and all("4.0 MiB" in l for l in lines),
+                  f"[{conf or 'default'}] the log names each handle left resident ({r.stderr[-600:]})")
     return 1 if failures else 0
 
 
