@@ -5,6 +5,8 @@
 // translated call (the book, then the cache's lock, then the ledger's).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <mutex>
 
 #include "policy/own_vmm/sleep_book.h"
@@ -16,8 +18,9 @@ std::mutex& book_mutex();
 policy::own_vmm::SleepBook& book();
 // A host copy sleep made (page-locked; null: nothing).
 void free_host_copy(void* host);
-// REQUIRES: book_mutex() held. Aliases of handles the program holds
-// nothing of any more (the ledger says) go.
-void prune_aliases();
+// REQUIRES: book_mutex() held. The aliases of those of `driver` (the
+// driver's values) the program holds nothing of any more (the ledger
+// says) go.
+void prune_aliases(const uint64_t* driver, size_t count);
 
 }  // namespace pagefast::pool::own_vmm

@@ -40,9 +40,11 @@ CUresult guarded(Call call) {
 
 }  // namespace
 
-void prune_aliases() {
-  for (const auto& [program, driver] : book().aliases()) {
-    const policy::own_vmm::HandleFacts facts = ledger().facts(driver);
+void prune_aliases(const uint64_t* driver, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    const uint64_t program = book().to_program(driver[i]);
+    if (program == driver[i]) continue;  // no alias
+    const policy::own_vmm::HandleFacts facts = ledger().facts(driver[i]);
     if (facts.refs == 0 && facts.maps == 0) book().drop_alias(program);
   }
 }
@@ -84,7 +86,8 @@ CUresult translated_release(CUmemGenericAllocationHandle handle, HandleCall call
       return CUresult(r);
     }
     const CUresult r = call(&driver);
-    if (r == CUDA_SUCCESS) prune_aliases();
+    const uint64_t released = driver;
+    if (r == CUDA_SUCCESS) prune_aliases(&released, 1);
     return r;
   });
 }
@@ -109,9 +112,12 @@ CUresult translated_unmap(CUdeviceptr ptr, size_t bytes, HandleCall call) {
     const int r = book().unmap(ptr, bytes, &gone);
     for (void* host : gone) free_host_copy(host);
     if (r >= 0) return CUresult(r);
+    // The handles mapped there (read before: the call ends their mappings).
+    const std::vector<uint64_t> mapped =
+        book().aliases_empty() ? std::vector<uint64_t>() : ledger().mapped_in(ptr, bytes);
     CUmemGenericAllocationHandle none = 0;
     const CUresult result = call(&none);
-    if (result == CUDA_SUCCESS) prune_aliases();
+    if (result == CUDA_SUCCESS) prune_aliases(mapped.data(), mapped.size());
     return result;
   });
 }

@@ -197,6 +197,14 @@ void Ledger::restore(uint64_t handle, uint64_t bytes, int device, int slot, int 
   h.allocation = next_allocation_++;
 }
 
+std::vector<uint64_t> Ledger::mapped_in(uint64_t addr, uint64_t bytes) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  std::vector<uint64_t> out;
+  for (auto m = maps_.lower_bound(addr); m != maps_.end() && m->first - addr < bytes; ++m)
+    out.push_back(m->second.handle);
+  return out;
+}
+
 uint64_t Ledger::slot_resident(int slot) {
   std::lock_guard<std::mutex> guard(mutex_);
   uint64_t bytes = 0;

@@ -132,6 +132,9 @@ class Ledger {
   // Wake made `handle` for what slept: `refs` of the program's; its
   // mappings follow through mapped().
   void restore(uint64_t handle, uint64_t bytes, int device, int slot, int refs);
+  // The handles of the program's mappings that start inside
+  // [addr, addr + bytes) (what an unmap there ends).
+  std::vector<uint64_t> mapped_in(uint64_t addr, uint64_t bytes);
   // The bytes of `slot` the program holds or maps (every device).
   uint64_t slot_resident(int slot);
 

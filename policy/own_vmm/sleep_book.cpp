@@ -38,10 +38,6 @@ void SleepBook::drop_alias(uint64_t program) {
   aliases_.erase(it);
 }
 
-std::vector<std::pair<uint64_t, uint64_t>> SleepBook::aliases() const {
-  return std::vector<std::pair<uint64_t, uint64_t>>(aliases_.begin(), aliases_.end());
-}
-
 void SleepBook::put(AsleepHandle handle) {
   ever_ = true;
   const uint64_t program = handle.program;

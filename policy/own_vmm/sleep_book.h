@@ -68,9 +68,8 @@ class SleepBook {
   uint64_t adopt(uint64_t driver);
   // The program holds nothing of `program` any more: its alias goes.
   void drop_alias(uint64_t program);
-  // The aliases' program values (for the glue to prune those the program
-  // let go).
-  std::vector<std::pair<uint64_t, uint64_t>> aliases() const;
+  // Whether no alias is left (the glue skips looking for one to drop).
+  bool aliases_empty() const { return aliases_.empty(); }
 
   // Sleep and wake.
   void put(AsleepHandle handle);

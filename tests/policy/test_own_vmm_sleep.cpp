@@ -50,7 +50,9 @@ TEST_CASE("own vmm sleep: values pass unchanged until a handle slept, then trans
   CHECK(book.to_program(0x20) == 0x10);
   CHECK(book.to_program(0x11) == 0x11);  // never slept: the driver's own
   // The program lets it go: the alias goes, the value is the driver's again.
+  CHECK_FALSE(book.aliases_empty());
   book.drop_alias(0x10);
+  CHECK(book.aliases_empty());
   REQUIRE(book.to_driver(0x10, &d));
   CHECK(d == 0x10);
   CHECK(book.to_program(0x20) == 0x20);
@@ -171,6 +173,11 @@ TEST_CASE("own vmm sleep: the ledger tags handles by slot and lists the program'
   CHECK(own.facts(17).maps == 1);
   CHECK(own.facts(17).slot == 2);
   CHECK(own.slot_resident(2) == 8 * kMiB);
+  // What an unmap over a range ends: the mappings that start inside it.
+  own.mapped(0x1200000, 2 * kMiB, 9);
+  CHECK(own.mapped_in(0x1000000, 4 * kMiB) == std::vector<uint64_t>{17, 9});
+  CHECK(own.mapped_in(0x1100000, 2 * kMiB) == std::vector<uint64_t>{9});
+  CHECK(own.mapped_in(0x3000000, 2 * kMiB).empty());
 }
 
 TEST_CASE("own vmm sleep: the cache lets go of a handle sleep takes, deferred mappings unmapped for real") {
