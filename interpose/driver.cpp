@@ -61,6 +61,16 @@ CUresult mem_get_info(const RealDriver* real, size_t* free_bytes, size_t* total_
   return real && real->cuMemGetInfo_v2 ? real->cuMemGetInfo_v2(free_bytes, total_bytes) : kMissing;
 }
 
+CUresult mem_alloc_pitch(const RealDriver* real, CUdeviceptr* dptr, size_t* pitch, size_t width_bytes, size_t height,
+                         unsigned element_bytes) {
+  return real && real->cuMemAllocPitch_v2 ? real->cuMemAllocPitch_v2(dptr, pitch, width_bytes, height, element_bytes)
+                                          : kMissing;
+}
+
+CUresult mem_free(const RealDriver* real, CUdeviceptr dptr) {
+  return real && real->cuMemFree_v2 ? real->cuMemFree_v2(dptr) : kMissing;
+}
+
 CUresult error_name(const RealDriver* real, CUresult error, const char** name) {
   return real && real->cuGetErrorName ? real->cuGetErrorName(error, name) : kMissing;
 }

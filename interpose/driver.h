@@ -78,6 +78,11 @@ CUresult device_total_mem(const RealDriver* real, size_t* bytes, CUdevice device
 CUresult device_pci_bus_id(const RealDriver* real, char* bus_id, int length, CUdevice device);
 CUresult mem_get_info(const RealDriver* real, size_t* free_bytes, size_t* total_bytes);
 CUresult error_name(const RealDriver* real, CUresult error, const char** name);
+// The driver's own pitched allocation and its free: a region learns the
+// pitch the driver chooses (pool.cpp try_alloc_pitched).
+CUresult mem_alloc_pitch(const RealDriver* real, CUdeviceptr* dptr, size_t* pitch, size_t width_bytes, size_t height,
+                         unsigned element_bytes);
+CUresult mem_free(const RealDriver* real, CUdeviceptr dptr);
 
 // Virtual memory management.
 CUresult create(const RealDriver* real, CUmemGenericAllocationHandle* handle, size_t bytes,

@@ -103,8 +103,11 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
 
 CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width_bytes, size_t height,
                             unsigned element_bytes) {
-  // Pitched memory keeps the driver's own layout rules: never pooled.
+  // Pitched memory keeps the driver's own layout rules: pooled only inside
+  // a region, with the driver's pitch (pool_api.h try_alloc_pitched).
   const bool on = active(Entry::cuMemAllocPitch_v2);
+  CUresult result;
+  if (on && pool::try_alloc_pitched(dptr, pitch, width_bytes, height, element_bytes, &result)) return result;
   PF_FORWARD_RETRIED(on, cuMemAllocPitch_v2, (dptr, pitch, width_bytes, height, element_bytes));
 }
 

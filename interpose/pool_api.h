@@ -39,6 +39,9 @@ void after_fork_child();
 // there yet, pool off, device not poolable or retired, or a forked
 // child). Lock-free.
 policy::DevicePool* pool_for_device(int device);
+// Whether `pool` is still a live pool of its device (its own or a
+// region's): false once the device was reset and its pools retired.
+bool pool_live(const policy::DevicePool* pool);
 
 // Per tag (interpose/pool/region.h, docs/SLEEP.md): the figures of one
 // (tag, policy) slot over every device, the pool's and the program's own
@@ -67,6 +70,13 @@ int tag_figures(TagFigures* out, int max);
 // poolable here (pool off, failed to start, no current context: the driver
 // answers, ...).
 bool try_alloc(CUdeviceptr* dptr, size_t bytes, CUresult* result);
+// cuMemAllocPitch_v2 inside a region (interpose/pool/region.h): the pitch
+// is the driver's (learnt from an allocation of its own, freed at once),
+// and the region's pool holds pitch * height bytes, so that the memory
+// carries the region's tag. false outside a region, or when the pool does
+// not answer: the driver then allocates, untagged.
+bool try_alloc_pitched(CUdeviceptr* dptr, size_t* pitch, size_t width_bytes, size_t height, unsigned element_bytes,
+                       CUresult* result);
 // cuMemFree_v2. false when dptr is not inside any pool range.
 bool try_free(CUdeviceptr dptr, CUresult* result);
 // cuMemFreeAsync(_ptsz) of a pool block: freed as cuMemFree frees it (the

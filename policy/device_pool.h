@@ -201,6 +201,16 @@ class DevicePool final {
   bool asleep() const { return sleep_.asleep(); }
   // Bytes copied to host memory by the last sleep with kSleepKeep.
   uint64_t kept_bytes();
+  // Lock-free, for stats read while a sleep or wake runs: the memory the
+  // last sleep released and of it the bytes kept in host memory, as the
+  // last sleep or wake left them (0 and 0 when awake).
+  struct SleepFigures {
+    uint64_t asleep_bytes = 0;
+    uint64_t kept_bytes = 0;
+  };
+  SleepFigures sleep_figures() const {
+    return {asleep_bytes_.load(std::memory_order_acquire), asleep_kept_bytes_.load(std::memory_order_acquire)};
+  }
 
   // Never blocks for long: safe at process exit (no provider call).
   PoolStats stats();
@@ -282,7 +292,11 @@ class DevicePool final {
   ReleasePolicy release_;
   SleepGate sleep_;
   OomRecorder oom_;
-  std::atomic<uint64_t> lost_blocks_{0};  // could not be quarantined (host OOM)
+  std::atomic<uint64_t> lost_blocks_{0};        // could not be quarantined (host OOM)
+  std::atomic<uint64_t> asleep_bytes_{0};       // sleep_figures()
+  std::atomic<uint64_t> asleep_kept_bytes_{0};  // sleep_figures()
+  // REQUIRES: footprint_mutex_. Reads the arena's figures into the above.
+  void note_sleep_figures();
 };
 
 }  // namespace pagefast::policy

@@ -51,6 +51,14 @@ uint64_t DevicePool::kept_bytes() {
   return large_.locked([](const Arena& arena) { return arena.kept_bytes(); });
 }
 
+void DevicePool::note_sleep_figures() {
+  const SleepFigures f = large_.locked([](const Arena& arena) {
+    return SleepFigures{(arena.mapped() - arena.resident()).bytes(), arena.kept_bytes()};
+  });
+  asleep_bytes_.store(f.asleep_bytes, std::memory_order_release);
+  asleep_kept_bytes_.store(f.kept_bytes, std::memory_order_release);
+}
+
 namespace {
 
 // GiB/s of `bytes` moved in `ns`, for the log (0 when nothing moved).
@@ -110,6 +118,7 @@ SleepStatus DevicePool::sleep(unsigned flags, const std::vector<ChunkHandle>& sh
   const uint64_t synced_ns = clock_.now_ns() - start;
   uint64_t idle_released = 0, idle_ns = 0;
   const Arena::SleepResult result = large_.sleep(flags & kSleepKeep, shared, &idle_released, &idle_ns);
+  note_sleep_figures();
   if (log_)
     log_asleep(log_, settings_.device, (clock_.now_ns() - start) / 1000000, result, synced_ns, idle_released, idle_ns);
   return result.resident_chunks ? SleepStatus::Partial : SleepStatus::Ok;
@@ -120,7 +129,9 @@ SleepStatus DevicePool::wake() {
   if (!sleep_.asleep()) return SleepStatus::Ok;
   const uint64_t start = clock_.now_ns();
   Arena::WakeResult result;
-  if (large_.wake(&result) != ProviderStatus::Ok) {
+  const ProviderStatus woken = large_.wake(&result);
+  note_sleep_figures();
+  if (woken != ProviderStatus::Ok) {
     if (log_) {
       char line[256];
       std::snprintf(line, sizeof line,

@@ -13,6 +13,7 @@ struct PoolSettings {
   PoolConfig config;
   uint64_t device_total_bytes = 0;  // for the automatic reserve size
   int device = 0;                   // ordinal, for stats and messages
+  int slot = 0;                     // a region's pool: its slot (interpose/pool/region.h); 0 the device's
 };
 
 }  // namespace pagefast::policy

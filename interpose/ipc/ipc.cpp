@@ -107,7 +107,7 @@ bool all_shared(const SleepState& s, const Export& e) {
 // REQUIRES g_export_mutex, the pool awake. Reads a stale export's pieces
 // again from the pool; false if the block is not what was exported.
 bool refresh(Export& e) {
-  if (pool::pool_for_device(e.device) != e.pool) return false;  // retired (device reset)
+  if (!pool::pool_live(e.pool)) return false;  // retired (device reset)
   policy::Span* span = policy::global_page_map().lookup(e.base_addr);
   policy::DevicePool::Export found;
   try {
@@ -142,7 +142,7 @@ void open_export(const wire::Request& request, const HolderKey& holder, Reply* r
   // A device reset freed the block with its pool (retired, never touched
   // again): the handle names nothing any more, as one of the driver's own
   // would not (docs/IPC.md "Limits").
-  if (pool::pool_for_device(e.device) != e.pool) return;
+  if (!pool::pool_live(e.pool)) return;
   // Every field of the handle the importer was given must be this
   // export's: a forged size or offset opens nothing.
   if (request.bytes != e.bytes || uint64_t(request.offset) != e.base_addr - e.first_granule_addr ||

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "interpose/ipc/ipc.h"
+#include "interpose/pool/device_memory.h"
 #include "interpose/pool/pool_internal.h"
 #include "interpose/pool/process.h"
 #include "interpose/pool_api.h"
@@ -98,12 +99,17 @@ void after_context_destroy(const ContextDestroy& destroy, bool destroyed) {
     return;
   }
   forget_context(destroy.device, destroy.context);
-  policy::DevicePool* pool = destroy.tag ? pool_for_device(destroy.device) : nullptr;
-  if (!pool) return;
+  const DeviceMemory* memory = destroy.tag && pool_for_device(destroy.device) ? device_memory(destroy.device) : nullptr;
+  if (!memory) return;
   // The driver synchronised the context before destroying it; the blocks
-  // still go through the quarantine, as any free does.
+  // still go through the quarantine, as any free does. Every pool of the
+  // device: its own and the regions'.
   std::vector<uint64_t> blocks;
-  if (!pool->blocks_of_context(policy::ContextTag(destroy.tag), &blocks)) return;
+  bool listed = true;
+  memory->each_pool([&blocks, &listed, &destroy](int, policy::DevicePool* pool) {
+    listed = pool->blocks_of_context(policy::ContextTag(destroy.tag), &blocks) && listed;
+  });
+  if (!listed) return;
   size_t kept = 0;
   for (uint64_t block : blocks) {
     CUresult ignored;

@@ -65,6 +65,42 @@ policy::DevicePool* DeviceMemory::make_pool_locked(const RealDriver* real, CUdev
   return made;
 }
 
+policy::DevicePool* DeviceMemory::tagged_pool_made(int slot, policy::Clock& clock) {
+  if (slot <= 0 || slot >= region::kMaxSlots) return nullptr;
+  if (policy::DevicePool* made = pool_at(slot)) return made;
+  std::lock_guard<std::mutex> guard(g_process.create_mutex);
+  if (policy::DevicePool* made = pool_at(slot)) return made;
+  if (!budgeted_ || unpoolable()) return nullptr;
+  policy::PoolSettings settings;
+  settings.config = g_process.config;
+  settings.config.prewarm_bytes = 0;
+  settings.device_total_bytes = provider_->device_total_bytes();
+  settings.device = device_;
+  settings.slot = slot;
+  auto* made =
+      new (std::nothrow) policy::DevicePool(*budgeted_, clock, policy::global_page_map(), settings, g_process.log);
+  policy::ThreadCache* cache = made ? made->attach_thread() : nullptr;
+  if (!cache) {
+    if (!tagged_failed_.exchange(true))
+      log_line(LogLevel::Warn,
+               "device %d: no pool for a region (out of host memory): its allocations go to the "
+               "driver, and a sleep of their tag leaves them resident",
+               device_);
+    return nullptr;  // leaked: a few bytes
+  }
+  const uint64_t peers = pool_.load(std::memory_order_acquire) ? pool()->peers() : 0;
+  for (int accessor = 0; accessor < kMaxDevices; ++accessor)
+    if (peers >> accessor & 1) made->add_peer(accessor);  // no mapping yet: no driver call
+  tagged_[slot].cache = cache;
+  tagged_[slot].pool.store(made, std::memory_order_release);
+  const char* name = "";
+  bool keep = false;
+  region::slot_info(slot, &name, &keep);
+  log_line(LogLevel::Debug, "device %d: a pool for the region \"%s\" (%s at sleep)", device_, name,
+           keep ? "contents kept" : "contents discarded");
+  return made;
+}
+
 policy::DevicePool* DeviceMemory::retire_locked() {
   unpoolable_.store(true, std::memory_order_release);
   return pool_.exchange(nullptr, std::memory_order_acq_rel);
@@ -92,9 +128,26 @@ void DeviceMemory::relieve_for_managed(uint64_t bytes, uint64_t free_now) {
   budget_.relieve(free_now > bytes ? free_now - bytes : 0);
 }
 
+namespace {
+
+// The figures of two pools of one device, as one: every field is a sum
+// (bytes and counters), but the peaks, of which the larger is the nearest
+// bound a sum can give.
+void add_stats(policy::PoolStats& to, const policy::PoolStats& from) {
+  const uint64_t peak_in_use = to.peak_in_use_bytes, peak_mapped = to.peak_mapped_bytes;
+#define PF_ADD_FIELD(name, meaning) to.name += from.name;
+  PAGEFAST_POOL_STATS_FIELDS(PF_ADD_FIELD)
+  PAGEFAST_POOL_STATS_JSON_FIELDS(PF_ADD_FIELD)
+#undef PF_ADD_FIELD
+  to.peak_in_use_bytes = peak_in_use > from.peak_in_use_bytes ? peak_in_use : from.peak_in_use_bytes;
+  to.peak_mapped_bytes = peak_mapped > from.peak_mapped_bytes ? peak_mapped : from.peak_mapped_bytes;
+}
+
+}  // namespace
+
 policy::PoolStats DeviceMemory::stats() {
-  policy::DevicePool* p = pool();
-  policy::PoolStats s = p ? p->stats() : policy::PoolStats{};
+  policy::PoolStats s{};
+  each_pool([&s](int, policy::DevicePool* p) { add_stats(s, p->stats()); });
   const policy::DeviceBudget::Counters c = budget_.counters();
   s.headroom_relieved_bytes = c.relieved_bytes;
   s.oom_released_bytes = c.released_bytes;
@@ -102,19 +155,27 @@ policy::PoolStats DeviceMemory::stats() {
   return s;
 }
 
+// The pool's share is every pool of the device: its own and the regions'.
 uint64_t DeviceMemory::PoolShare::held_bytes() {
-  policy::DevicePool* p = owner_.pool();
-  return p ? p->mapped_bytes() : 0;
+  uint64_t held = 0;
+  owner_.each_pool([&held](int, policy::DevicePool* p) { held += p->mapped_bytes(); });
+  return held;
 }
 
 uint64_t DeviceMemory::PoolShare::idle_bytes() {
-  policy::DevicePool* p = owner_.pool();
-  return p && !retired_device(owner_.device()) ? p->idle_bytes() : 0;
+  if (retired_device(owner_.device())) return 0;
+  uint64_t idle = 0;
+  owner_.each_pool([&idle](int, policy::DevicePool* p) { idle += p->idle_bytes(); });
+  return idle;
 }
 
 uint64_t DeviceMemory::PoolShare::release(uint64_t bytes) {
-  policy::DevicePool* p = owner_.pool();
-  return p && !retired_device(owner_.device()) ? p->release(bytes) : 0;
+  if (retired_device(owner_.device())) return 0;
+  uint64_t given = 0;
+  owner_.each_pool([&given, bytes](int, policy::DevicePool* p) {
+    if (given < bytes) given += p->release(bytes - given);
+  });
+  return given;
 }
 
 uint64_t DeviceMemory::CacheShare::held_bytes() { return own_vmm::cached_bytes(device_); }

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <string>
 
+#include "interpose/pool/region.h"
 #include "interpose/pool/vmm_provider.h"
 #include "policy/budgeted_provider.h"
 #include "policy/device_budget.h"
@@ -58,6 +59,34 @@ class DeviceMemory {
   // under fallback_mutex().
   policy::ThreadCache* fallback_cache() const { return fallback_; }
   std::mutex& fallback_mutex() { return fallback_mutex_; }
+
+  // Regions (interpose/pool/region.h, docs/SLEEP.md): the memory of a
+  // region's slot lives in a pool of its own, beside the device's pool,
+  // so that a tagged sleep releases whole chunks of that tag only. Such a
+  // pool shares the provider and the budget (its memory is the pool's
+  // share), grows from nothing (no prewarm), and has one cache shared by
+  // every thread under its lock: a region's allocations are few and large
+  // (a KV cache, weights, a caching allocator's segments).
+  // The pool of `slot` (0: the device's pool), NULL while none; lock-free.
+  policy::DevicePool* pool_at(int slot) const {
+    if (slot == 0) return pool();
+    if (slot < 0 || slot >= region::kMaxSlots || unpoolable()) return nullptr;
+    return tagged_[slot].pool.load(std::memory_order_acquire);
+  }
+  // The pool of `slot`, made if there is none (takes the process's
+  // create_mutex); NULL when the device is not pooled, or out of host
+  // memory (the allocation then goes to the driver, untagged; logged once).
+  policy::DevicePool* tagged_pool_made(int slot, policy::Clock& clock);
+  // The cache of a pool of `slot` shared under its lock (slot 0: the
+  // fallback cache).
+  policy::ThreadCache* shared_cache(int slot) const { return slot == 0 ? fallback_ : tagged_[slot].cache; }
+  std::mutex& shared_mutex(int slot) { return slot == 0 ? fallback_mutex_ : tagged_[slot].mutex; }
+  // Calls f(slot, pool) for the device's pool and each region's pool.
+  template <typename F>
+  void each_pool(F f) const {
+    for (int slot = 0; slot < region::kMaxSlots; ++slot)
+      if (policy::DevicePool* p = pool_at(slot)) f(slot, p);
+  }
 
   // The driver refused a call for lack of memory: everything idle here
   // goes back (DeviceBudget::reclaim). Returns the bytes released.
@@ -105,6 +134,13 @@ class DeviceMemory {
   PoolShare pool_share_;
   std::atomic<policy::DevicePool*> pool_{nullptr};
   std::atomic<bool> unpoolable_{false};
+  struct Tagged {
+    std::atomic<policy::DevicePool*> pool{nullptr};
+    policy::ThreadCache* cache = nullptr;  // set before pool is published
+    std::mutex mutex;
+  };
+  Tagged tagged_[region::kMaxSlots];  // [0] unused: the device's pool is pool_
+  std::atomic<bool> tagged_failed_{false};
   VmmProvider* provider_ = nullptr;
   policy::BudgetedProvider* budgeted_ = nullptr;
   policy::ThreadCache* fallback_ = nullptr;

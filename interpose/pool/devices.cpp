@@ -103,6 +103,12 @@ policy::DevicePool* pool_for_device(int device) {
   return memory ? memory->pool() : nullptr;
 }
 
+bool pool_live(const policy::DevicePool* pool) {
+  if (!pool || !active()) return false;
+  const DeviceMemory* memory = device_memory(pool->device());
+  return memory && !retired_device(pool->device()) && memory->pool_at(pool->settings().slot) == pool;
+}
+
 void on_device_reset(int device) {
   if (device < 0 || device >= kMaxDevices || !active()) return;
   std::lock_guard<std::mutex> guard(g_process.create_mutex);
@@ -219,9 +225,11 @@ void change_peer_access(int accessor, int owner, bool enabled) {
     if (grants == 0 || --grants > 0) return;  // still granted through another pair
   }
   DeviceMemory* memory = device_memory(owner);
-  policy::DevicePool* pool = memory ? memory->pool() : nullptr;
-  if (!pool) return;  // made later, with the grants
-  const int refused = enabled ? pool->add_peer(accessor) : pool->remove_peer(accessor);
+  if (!memory) return;  // made later, with the grants
+  int refused = 0;
+  memory->each_pool([&refused, enabled, accessor](int, policy::DevicePool* pool) {
+    refused += enabled ? pool->add_peer(accessor) : pool->remove_peer(accessor);
+  });
   if (refused)
     log_line(LogLevel::Warn, "peer access: %d mapping(s) of device %d's pool refused to %s device %d; %s", refused,
              owner, enabled ? "open to" : "close to", accessor,
@@ -256,8 +264,11 @@ std::string stats_json() {
 
 std::string report_text() {
   std::string text;
-  for (int d = 0; d < kMaxDevices; ++d)
-    if (policy::DevicePool* pool = pool_for_device(d)) text += policy::report_text(d, pool->report());
+  for (int d = 0; d < kMaxDevices; ++d) {
+    if (!pool_for_device(d)) continue;
+    device_memory(d)->each_pool(
+        [&text, d](int, policy::DevicePool* pool) { text += policy::report_text(d, pool->report()); });
+  }
   return text;
 }
 

@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -27,6 +28,7 @@
 #include "interpose/pool/device_memory.h"
 #include "interpose/pool/pool_internal.h"
 #include "interpose/pool/process.h"
+#include "interpose/pool/region.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
 #include "policy/device_pool.h"
@@ -99,12 +101,37 @@ bool bind(const RealDriver* real, CUcontext context, Binding* out) {
   return true;
 }
 
-// A free on a thread that could not get a cache of its own (host out of
-// memory): through the device's fallback cache, under its lock.
-FreeStatus free_on_fallback(DevicePool* pool, policy::Span* span, uint64_t addr) {
+// A free through the pool's shared cache, under its lock: a region's pool
+// (which has no per-thread caches), or a thread that could not get a cache
+// of its own (host out of memory: the device's fallback cache).
+FreeStatus free_on_shared(DevicePool* pool, policy::Span* span, uint64_t addr) {
   DeviceMemory* memory = device_memory(pool->device());
-  std::lock_guard<std::mutex> guard(memory->fallback_mutex());
-  return pool->free(*memory->fallback_cache(), span, addr);
+  const int slot = pool->settings().slot;
+  std::lock_guard<std::mutex> guard(memory->shared_mutex(slot));
+  return pool->free(*memory->shared_cache(slot), span, addr);
+}
+
+CUresult alloc_result(AllocStatus status, uint64_t addr, CUdeviceptr* dptr) {
+  *dptr = status == AllocStatus::Ok ? addr : 0;  // 0 as the driver leaves it
+  return status == AllocStatus::Ok ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+// An allocation inside a region (region.h): from the pool of its slot, made
+// at the first one. false: no such pool (the driver answers, untagged).
+__attribute__((noinline)) bool alloc_in_region(int slot, int device, uint64_t bytes, policy::ContextTag context,
+                                               CUdeviceptr* dptr, CUresult* result) {
+  DeviceMemory* memory = device_memory(device);
+  DevicePool* pool = memory && g_process.clock ? memory->tagged_pool_made(slot, *g_process.clock) : nullptr;
+  if (!pool) return false;
+  uint64_t addr = 0;
+  AllocStatus status;
+  {
+    std::lock_guard<std::mutex> guard(memory->shared_mutex(slot));
+    status = pool->alloc(*memory->shared_cache(slot), bytes, &addr, context);
+  }
+  if (status == AllocStatus::Forward) return false;
+  *result = alloc_result(status, addr, dptr);
+  return true;
 }
 
 CUresult free_result(FreeStatus status) { return status == FreeStatus::Ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
@@ -132,6 +159,8 @@ bool try_alloc(CUdeviceptr* dptr, size_t bytes, CUresult* result) {
   if (__builtin_expect(!ts || !ts->last.recall(context, &known), 0) && !bind(real, context, &known)) return false;
   DevicePool* pool = known.pool;
   if (__builtin_expect(retired(pool), 0)) return false;
+  if (const int slot = region::current(); __builtin_expect(slot != 0, 0))
+    return alloc_in_region(slot, pool->device(), bytes, known.context, dptr, result);
   uint64_t addr = 0;
   switch (pool->alloc(*known.cache, bytes, &addr, known.context)) {
     case AllocStatus::Ok:
@@ -145,6 +174,26 @@ bool try_alloc(CUdeviceptr* dptr, size_t bytes, CUresult* result) {
     case AllocStatus::Forward: break;
   }
   return false;
+}
+
+bool try_alloc_pitched(CUdeviceptr* dptr, size_t* pitch, size_t width_bytes, size_t height, unsigned element_bytes,
+                       CUresult* result) {
+  if (!active() || region::current() == 0 || !dptr || !pitch) return false;
+  const RealDriver* real = loaded_driver();
+  CUdeviceptr probe = 0;
+  size_t driver_pitch = 0;
+  // The driver checks the arguments and chooses the layout; its answer to
+  // bad arguments (or to no context) is the program's.
+  if (driver::mem_alloc_pitch(real, &probe, &driver_pitch, width_bytes, height, element_bytes) != CUDA_SUCCESS)
+    return false;
+  driver::mem_free(real, probe);
+  if (driver_pitch == 0 || height > SIZE_MAX / driver_pitch) return false;
+  CUdeviceptr addr = 0;
+  if (!try_alloc(&addr, driver_pitch * height, result)) return false;
+  if (*result != CUDA_SUCCESS) return false;  // the driver may have memory the region's pool could not get
+  *dptr = addr;
+  *pitch = driver_pitch;
+  return true;
 }
 
 // The driver answers CUDA_ERROR_INVALID_CONTEXT to these calls on a thread
@@ -169,13 +218,13 @@ bool try_free(CUdeviceptr dptr, CUresult* result) {
   ThreadState* ts = t_state;
   ThreadCache* cache = ts ? ts->caches[device] : nullptr;
   FreeStatus status;
-  if (__builtin_expect(!cache, 0)) {
+  if (__builtin_expect(pool->settings().slot != 0, 0)) {
+    status = free_on_shared(pool, span, dptr);  // a region's block
+  } else if (__builtin_expect(!cache, 0)) {
     // First free on this thread for this device (a cross-thread free).
     ts = thread_state();
     cache = ts ? cache_of(ts, pool, device) : nullptr;
-  }
-  if (__builtin_expect(!cache, 0)) {
-    status = free_on_fallback(pool, span, dptr);
+    status = cache ? pool->free(*cache, span, dptr) : free_on_shared(pool, span, dptr);
   } else {
     status = pool->free(*cache, span, dptr);
   }
@@ -241,11 +290,16 @@ void patch_pointer_attribute(void* data, CUpointer_attribute attribute, CUdevice
 bool owns_address(CUdeviceptr dptr) { return active() && live_span(dptr); }
 
 bool owns_handle(CUmemGenericAllocationHandle handle) {
-  for (int d = 0; d < kMaxDevices; ++d) {
-    DevicePool* pool = pool_for_device(d);
-    if (pool && !retired(pool) && pool->holds_chunk(policy::ChunkHandle{uint64_t(handle)})) return true;
+  if (!active()) return false;
+  bool held = false;
+  for (int d = 0; d < kMaxDevices && !held; ++d) {
+    DeviceMemory* memory = device_memory(d);
+    if (!memory || retired_device(d)) continue;
+    memory->each_pool([&held, handle](int, DevicePool* pool) {
+      held = held || pool->holds_chunk(policy::ChunkHandle{uint64_t(handle)});
+    });
   }
-  return false;
+  return held;
 }
 
 bool try_ipc_get_mem_handle(CUipcMemHandle* handle, CUdeviceptr dptr, CUresult* result) {
@@ -274,12 +328,12 @@ void free_on_behalf(const uint64_t* blocks, size_t count) {
     if (!span) continue;
     DevicePool* pool = span->pool;
     const int device = pool->device();
-    if (!temporary[device]) temporary[device] = pool->attach_thread();
-    if (temporary[device]) {
+    if (pool->settings().slot == 0 && !temporary[device]) temporary[device] = pool->attach_thread();
+    if (pool->settings().slot == 0 && temporary[device]) {
       pool->free(*temporary[device], span, blocks[i]);
       continue;
     }
-    free_on_fallback(pool, span, blocks[i]);
+    free_on_shared(pool, span, blocks[i]);
   }
   for (int d = 0; d < kMaxDevices; ++d)
     if (temporary[d]) temporary[d]->pool->detach_thread(temporary[d]);

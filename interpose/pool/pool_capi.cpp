@@ -5,8 +5,10 @@
 #include <cstddef>
 
 #include "interpose/pagefast.h"
+#include "interpose/pool/device_memory.h"
 #include "interpose/pool/own_vmm.h"
 #include "interpose/pool/pool_internal.h"
+#include "interpose/pool/process.h"
 #include "policy/pool_stats.h"
 
 #define PF_EXPORT extern "C" __attribute__((visibility("default")))
@@ -24,9 +26,10 @@ static_assert(sizeof(pagefast_pool_stats) == pagefast::policy::kPoolStatsPublicF
 }  // namespace
 
 PF_EXPORT int pagefast_pool_stats_get(int device, pagefast_pool_stats* out) {
-  pagefast::policy::DevicePool* pool = pagefast::pool::pool_for_device(device);
-  if (!pool || !out) return -1;
-  const pagefast::policy::PoolStats s = pool->stats();
+  // Every pool of the device (its own and the regions'), with the budget's
+  // counters.
+  pagefast::policy::PoolStats s;
+  if (!out || !pagefast::pool::stats_of(device, &s)) return -1;
 #define PF_COPY_FIELD(name, meaning) out->name = s.name;
   PAGEFAST_POOL_STATS_FIELDS(PF_COPY_FIELD)
 #undef PF_COPY_FIELD
@@ -35,8 +38,7 @@ PF_EXPORT int pagefast_pool_stats_get(int device, pagefast_pool_stats* out) {
 
 PF_EXPORT int pagefast_pool_trim(int device) {
   pagefast::pool::own_vmm::trim(device, UINT64_MAX);  // the program's released VMM memory too
-  pagefast::policy::DevicePool* pool = pagefast::pool::pool_for_device(device);
-  if (!pool) return -1;
-  pool->trim();
+  if (!pagefast::pool::pool_for_device(device)) return -1;
+  pagefast::pool::device_memory(device)->each_pool([](int, pagefast::policy::DevicePool* pool) { pool->trim(); });
   return 0;
 }

@@ -63,6 +63,10 @@ void service_threads_after_fork_child();
 int sleep_all(unsigned flags);
 int wake_all();
 int asleep_count();
+// The same for one tag's slots (region.h); NULL: everything; -2 unknown.
+int sleep_tag(const char* tag, unsigned flags);
+int wake_tag(const char* tag);
+int tag_asleep(const char* tag);
 // pagefast-ctl's requests (ipc::set_control): 3 sleep(flags), 4 wake, 5 status.
 int control_op(uint16_t op, uint64_t arg);
 

@@ -32,8 +32,8 @@ bool good_name(const char* name) {
   size_t n = 0;
   for (const char* c = name; *c; ++c, ++n) {
     if (n + 1 >= size_t(kMaxNameBytes)) return false;
-    const bool ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
-                    *c == '_' || *c == '.' || *c == ':' || *c == '-';
+    const bool ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_' ||
+                    *c == '.' || *c == ':' || *c == '-';
     if (!ok) return false;
   }
   return true;

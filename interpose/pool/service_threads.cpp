@@ -11,8 +11,10 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "interpose/pool/device_memory.h"
 #include "interpose/pool/own_vmm.h"
 #include "interpose/pool/pool_internal.h"
+#include "interpose/pool/process.h"
 #include "interpose/pool_api.h"
 #include "interpose/service_thread.h"
 #include "policy/device_pool.h"
@@ -89,11 +91,14 @@ void* service_main(void* arg) {
     uint64_t wait = loop.longest;
     const bool on = enter_step();
     if (on)
-      for (int d = 0; d < kMaxDevices; ++d)
-        if (policy::DevicePool* pool = pool_for_device(d)) {
+      for (int d = 0; d < kMaxDevices; ++d) {
+        const DeviceMemory* memory = pool_for_device(d) ? device_memory(d) : nullptr;
+        if (!memory) continue;
+        memory->each_pool([&wait, &loop](int, policy::DevicePool* pool) {
           const uint64_t w = loop.step(*pool);
           if (w < wait) wait = w;
-        }
+        });
+      }
     if (on && loop.once) {
       const uint64_t w = loop.once();
       if (w < wait) wait = w;

@@ -1,15 +1,26 @@
-// interpose/pool/sleep.cpp: the glue of sleep and wake (docs/POOL.md
-// "Sleep and wake"): pagefast_sleep / pagefast_wake of the C API
-// (interpose/pagefast.h) over every pool, and pagefast-ctl's requests
+// interpose/pool/sleep.cpp: the glue of sleep and wake (docs/SLEEP.md,
+// docs/POOL.md "Sleep and wake"): pagefast_sleep / pagefast_wake and their
+// tagged forms of the C API (interpose/pagefast.h) over every pool and the
+// program's own VMM memory, the regions' C API, and pagefast-ctl's requests
 // that reach them through the control socket (interpose/ipc/). The policy
-// is in policy/device_pool.h.
+// is in policy/device_pool.h; the own-VMM half in own_vmm_sleep.cpp.
+//
+// What sleeps is a set of slots (region.h): slot 0 is the memory made
+// outside any region (the device's pool, and the program's own VMM handles
+// created outside one), each other slot a region's (its pool on each
+// device, and its own-VMM handles). pagefast_sleep sleeps every slot; a
+// tagged sleep the slots of one tag.
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 
 #include "interpose/ipc/ipc.h"
 #include "interpose/pagefast.h"
+#include "interpose/pool/device_memory.h"
 #include "interpose/pool/own_vmm.h"
 #include "interpose/pool/pool_internal.h"
+#include "interpose/pool/process.h"
+#include "interpose/pool/region.h"
 #include "interpose/pool_api.h"
 #include "policy/device_pool.h"
 
@@ -18,70 +29,169 @@
 namespace pagefast::pool {
 namespace {
 
-std::mutex g_sleep_mutex;  // one pagefast_sleep/pagefast_wake at a time
+std::mutex g_sleep_mutex;  // one sleep or wake at a time
 
-}  // namespace
+// Per slot: asleep (the last sleep of the slot went ahead and no wake has
+// finished since), and the counters of the per-tag stats.
+struct SlotState {
+  std::atomic<bool> asleep{false};
+  std::atomic<uint64_t> sleeps{0};
+  std::atomic<uint64_t> wakes{0};
+};
+SlotState g_slots[region::kMaxSlots];
 
-// Runs `step` on every pool under the sleep lock and folds the answers:
-// 0 all Ok, 1 some Partial (asleep, some chunks resident), -1 a failure
-// or no pool at all.
-template <typename Step>
-int each_pool(Step step) {
-  std::lock_guard<std::mutex> guard(g_sleep_mutex);
-  int pools = 0, result = 0;
-  for (int d = 0; d < kMaxDevices; ++d) {
-    policy::DevicePool* pool = pool_for_device(d);
-    if (!pool) continue;
-    ++pools;
-    switch (step(*pool)) {
-      case policy::SleepStatus::Ok: break;
-      case policy::SleepStatus::Partial:
-        if (result == 0) result = 1;
-        break;
-      default: result = -1;
-    }
-  }
-  return pools ? result : -1;
+// The answers of the parts folded into one: -1 beats 1 beats 0.
+int fold(int answer, int part) {
+  if (answer < 0 || part < 0) return -1;
+  return answer > part ? answer : part;
 }
 
-// Memory another process maps through CUDA IPC stays resident and shared
-// across the sleep (docs/IPC.md "Sleep and wake"): chunks importers hold,
-// and blocks this process imported. Either makes the answer 1.
-//
-// The program's own VMM memory: what pagefast keeps idle of the handles the
-// program released (the own-VMM cache) goes back with the pools'; what
-// the program still holds or maps stays resident, and sleep says so (one
-// line per device naming the bytes, and the answer 1), never 0.
-int sleep_all(unsigned flags) {
-  int answer = each_pool([flags](policy::DevicePool& pool) {
-    const policy::SleepStatus status = pool.sleep(flags, ipc::begin_sleep(pool.device()));
-    if (!pool.asleep()) ipc::end_sleep(pool.device());
-    return status;
-  });
-  if (answer < 0) return answer;
-  if (answer == 0 && ipc::imports_across_sleep() > 0) answer = 1;
-  // Every device, not only those with a pool: the program's VMM memory may
-  // live where pagefast never allocated.
+int answer_of(policy::SleepStatus status) {
+  switch (status) {
+    case policy::SleepStatus::Ok: return 0;
+    case policy::SleepStatus::Partial: return 1;
+    default: return -1;
+  }
+}
+
+// Whether any pool of the device is asleep (then the IPC's sleep state of
+// the device stays: ipc.h begin_sleep).
+bool any_asleep(const DeviceMemory& memory) {
+  bool asleep = false;
+  memory.each_pool([&asleep](int, policy::DevicePool* p) { asleep = asleep || p->asleep(); });
+  return asleep;
+}
+
+// Whether the slot keeps its contents: as the call says, else as its
+// regions said (outside any region: discarded unless the call keeps).
+bool keeps(int slot, unsigned flags) {
+  if (flags & policy::kSleepKeep) return true;
+  if (flags & PAGEFAST_SLEEP_DISCARD) return false;
+  bool keep = false;
+  return slot != 0 && region::slot_info(slot, nullptr, &keep) && keep;
+}
+
+// REQUIRES: g_sleep_mutex. Sleeps one slot: its pool on each device, then
+// its own-VMM memory. *any: set when the slot had a pool or own-VMM memory.
+int sleep_slot_locked(int slot, unsigned flags, bool* any) {
+  const bool keep = keeps(slot, flags);
+  const unsigned pool_flags = (keep ? policy::kSleepKeep : 0) | (flags & policy::kSleepFail);
+  int answer = 0;
+  bool busy = false;
   for (int d = 0; d < kMaxDevices; ++d) {
-    if (own_vmm::on()) own_vmm::trim(d, UINT64_MAX);
-    const uint64_t resident = own_vmm::resident_bytes(d);
-    if (!resident) continue;
-    answer = 1;
-    log_line(LogLevel::Warn,
-             "device %d: %.1f MiB of the program's own VMM memory (its cuMemCreate: PyTorch's expandable "
-             "segments, JAX) stay resident: sleep covers the pool's memory, not that",
-             d, double(resident) / double(1 << 20));
+    DeviceMemory* memory = device_memory(d);
+    policy::DevicePool* pool = memory && !retired_device(d) ? memory->pool_at(slot) : nullptr;
+    if (!pool) continue;
+    *any = true;
+    const int part = answer_of(pool->sleep(pool_flags, ipc::begin_sleep(d)));
+    if (!any_asleep(*memory)) ipc::end_sleep(d);
+    busy = busy || part < 0;
+    answer = fold(answer, part);
+  }
+  // A pool that could not sleep (a capture, a failed sync) changed nothing:
+  // the own-VMM memory of the slot stays too, and the answer says -1.
+  if (busy) return -1;
+  const own_vmm::SleepAnswer vmm = own_vmm::sleep_slot(slot, keep);
+  if (vmm.slept_bytes || vmm.resident_bytes) *any = true;
+  answer = fold(answer, vmm.status);
+  if (answer >= 0) {
+    g_slots[slot].asleep.store(true, std::memory_order_release);
+    g_slots[slot].sleeps.fetch_add(1, std::memory_order_relaxed);
+    if (const int open = region::open_count(slot)) {
+      const char* name = "";
+      region::slot_info(slot, &name, nullptr);
+      log_line(LogLevel::Info,
+               "the region \"%s\" is open on %d thread(s) while it sleeps: their allocations in it wait for wake%s",
+               name, open, (flags & policy::kSleepFail) ? " (fail, with PAGEFAST_SLEEP_FAIL)" : "");
+    }
   }
   return answer;
 }
 
-int wake_all() {
-  // wake answers Ok or Failed (or Busy); never Partial.
-  return each_pool([](policy::DevicePool& pool) {
-    const policy::SleepStatus status = pool.wake();
-    if (!pool.asleep()) ipc::end_sleep(pool.device());
-    return status;
-  });
+// REQUIRES: g_sleep_mutex. Wakes one slot: its own-VMM memory, then its
+// pool on each device.
+int wake_slot_locked(int slot) {
+  int answer = own_vmm::wake_slot(slot) < 0 ? -1 : 0;
+  for (int d = 0; d < kMaxDevices; ++d) {
+    DeviceMemory* memory = device_memory(d);
+    policy::DevicePool* pool = memory && !retired_device(d) ? memory->pool_at(slot) : nullptr;
+    if (!pool) continue;
+    // wake answers Ok or Failed (or Busy); never Partial.
+    answer = fold(answer, answer_of(pool->wake()));
+    if (!any_asleep(*memory)) ipc::end_sleep(d);
+  }
+  if (answer == 0 && g_slots[slot].asleep.exchange(false, std::memory_order_acq_rel))
+    g_slots[slot].wakes.fetch_add(1, std::memory_order_relaxed);
+  return answer;
+}
+
+// Sleeps `slots` (all of them when NULL): 0 asleep, 1 asleep with some
+// memory resident (the log names it), -1 nothing to sleep, or a part
+// refused (a capture, a failed sync).
+int sleep_slots(const int* slots, int count, unsigned flags) {
+  std::lock_guard<std::mutex> guard(g_sleep_mutex);
+  if (!active()) return -1;
+  // What the own-VMM cache keeps idle goes back with the pools' idle memory.
+  if (own_vmm::on())
+    for (int d = 0; d < kMaxDevices; ++d) own_vmm::trim(d, UINT64_MAX);
+  int answer = 0;
+  bool any = false;
+  const int all = region::slot_count();
+  for (int i = 0; i < (slots ? count : all); ++i)
+    answer = fold(answer, sleep_slot_locked(slots ? slots[i] : i, flags, &any));
+  if (!any) return -1;
+  if (answer == 0 && ipc::imports_across_sleep() > 0) answer = 1;
+  return answer;
+}
+
+int wake_slots(const int* slots, int count) {
+  std::lock_guard<std::mutex> guard(g_sleep_mutex);
+  if (!active()) return -1;
+  int answer = 0;
+  bool any = false;
+  const int all = region::slot_count();
+  for (int i = 0; i < (slots ? count : all); ++i) {
+    const int slot = slots ? slots[i] : i;
+    for (int d = 0; d < kMaxDevices && !any; ++d) any = device_memory(d) && device_memory(d)->pool_at(slot);
+    any = any || g_slots[slot].asleep.load(std::memory_order_acquire);
+    answer = fold(answer, wake_slot_locked(slot));
+  }
+  return any ? answer : -1;
+}
+
+// The slots of a tag: -2 (unknown) when none.
+int tag_slots(const char* tag, int slots[2]) {
+  const int n = region::slots_of(tag, slots);
+  if (n == 0) log_line(LogLevel::Warn, "sleep or wake of the tag \"%s\": no region ever had that tag", tag);
+  return n;
+}
+
+}  // namespace
+
+int sleep_all(unsigned flags) { return sleep_slots(nullptr, 0, flags); }
+int wake_all() { return wake_slots(nullptr, 0); }
+
+int sleep_tag(const char* tag, unsigned flags) {
+  if (!tag) return sleep_all(flags);
+  int slots[2];
+  const int n = tag_slots(tag, slots);
+  return n ? sleep_slots(slots, n, flags) : -2;
+}
+
+int wake_tag(const char* tag) {
+  if (!tag) return wake_all();
+  int slots[2];
+  const int n = tag_slots(tag, slots);
+  return n ? wake_slots(slots, n) : -2;
+}
+
+int tag_asleep(const char* tag) {
+  int slots[2];
+  const int n = region::slots_of(tag, slots);
+  if (!n) return -2;
+  bool asleep = false;
+  for (int i = 0; i < n; ++i) asleep = asleep || g_slots[slots[i]].asleep.load(std::memory_order_acquire);
+  return asleep ? 1 : 0;
 }
 
 int control_op(uint16_t op, uint64_t arg) {
@@ -95,22 +205,75 @@ int control_op(uint16_t op, uint64_t arg) {
 }
 
 bool device_asleep(int device) {
-  const policy::DevicePool* pool = pool_for_device(device);
-  return pool && pool->asleep();
+  const DeviceMemory* memory = device_memory(device);
+  return memory && active() && any_asleep(*memory);
 }
 
 int asleep_count() {
+  if (!active()) return 0;
   int n = 0;
   for (int d = 0; d < kMaxDevices; ++d)
-    if (policy::DevicePool* pool = pool_for_device(d)) n += pool->asleep() ? 1 : 0;
+    if (const DeviceMemory* memory = device_memory(d))
+      memory->each_pool([&n](int, policy::DevicePool* p) { n += p->asleep() ? 1 : 0; });
   return n;
 }
 
+int tag_figures(TagFigures* out, int max) {
+  const int count = region::slot_count();
+  for (int slot = 1; slot < count; ++slot) {
+    if (slot - 1 >= max || !out) continue;
+    TagFigures f;
+    f.slot = slot;
+    region::slot_info(slot, &f.name, &f.keep);
+    f.asleep = g_slots[slot].asleep.load(std::memory_order_acquire);
+    f.sleeps = g_slots[slot].sleeps.load(std::memory_order_relaxed);
+    f.wakes = g_slots[slot].wakes.load(std::memory_order_relaxed);
+    for (int d = 0; d < kMaxDevices && active(); ++d) {
+      const DeviceMemory* memory = device_memory(d);
+      policy::DevicePool* pool = memory ? memory->pool_at(slot) : nullptr;
+      if (!pool) continue;
+      const policy::DevicePool::SleepFigures s = pool->sleep_figures();
+      const uint64_t mapped = pool->mapped_bytes();
+      f.resident_bytes += mapped > s.asleep_bytes ? mapped - s.asleep_bytes : 0;
+      f.asleep_bytes += s.asleep_bytes;
+      f.kept_bytes += s.kept_bytes;
+      f.in_use_bytes += pool->in_use_bytes();
+    }
+    const own_vmm::SlotBytes vmm = own_vmm::slot_bytes(slot);
+    f.resident_bytes += vmm.resident;
+    f.asleep_bytes += vmm.asleep;
+    f.kept_bytes += vmm.kept;
+    out[slot - 1] = f;
+  }
+  return count - 1;
+}
+
 }  // namespace pagefast::pool
+
+using pagefast::LogLevel;
+using pagefast::pool::log_line;
 
 PF_EXPORT int pagefast_sleep(unsigned flags) { return pagefast::pool::sleep_all(flags); }
 PF_EXPORT int pagefast_wake(void) { return pagefast::pool::wake_all(); }
 PF_EXPORT int pagefast_asleep(void) { return pagefast::pool::asleep_count(); }
 
+PF_EXPORT int pagefast_sleep_tag(const char* tag, unsigned flags) { return pagefast::pool::sleep_tag(tag, flags); }
+PF_EXPORT int pagefast_wake_tag(const char* tag) { return pagefast::pool::wake_tag(tag); }
+PF_EXPORT int pagefast_tag_asleep(const char* tag) { return pagefast::pool::tag_asleep(tag); }
+
+PF_EXPORT int pagefast_region_begin(const char* tag, unsigned flags) {
+  const char* why = "";
+  if (pagefast::pool::region::begin(tag, (flags & PAGEFAST_REGION_KEEP) != 0, &why) > 0) return 0;
+  log_line(LogLevel::Warn, "pagefast_region_begin(\"%.64s\"): refused: %s", tag ? tag : "(null)", why);
+  return -1;
+}
+PF_EXPORT int pagefast_region_end(void) { return pagefast::pool::region::end(); }
+PF_EXPORT const char* pagefast_region_current(void) {
+  const char* name = nullptr;
+  return pagefast::pool::region::slot_info(pagefast::pool::region::current(), &name, nullptr) ? name : nullptr;
+}
+
 static_assert(PAGEFAST_SLEEP_KEEP == pagefast::policy::kSleepKeep, "sleep flags out of step");
 static_assert(PAGEFAST_SLEEP_FAIL == pagefast::policy::kSleepFail, "sleep flags out of step");
+static_assert(PAGEFAST_REGION_KEEP == pagefast::policy::kSleepKeep, "region flags out of step");
+static_assert((PAGEFAST_SLEEP_DISCARD & (PAGEFAST_SLEEP_KEEP | PAGEFAST_SLEEP_FAIL)) == 0, "sleep flags overlap");

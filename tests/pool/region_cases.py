@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""tests/pool/region_cases.py: regions and tagged sleep (docs/SLEEP.md).
+Runs region_preload against the fake libcuda.so.1 with
+LD_PRELOAD=libpagefast.so and checks what it prints.
+
+Usage: region_cases.py tags|limits|cycles --build <build dir>
+"""
+import sys
+
+from preload_kit import check, expect_ok, failures, run_program
+
+
+def run(build, args, env=None):
+    return run_program(build, "region_preload", args, env=env)
+
+
+def main():
+    what = sys.argv[1]
+    build = sys.argv[sys.argv.index("--build") + 1]
+    if what == "tags":
+        # The default chunk, and small chunks (a tag's memory in many).
+        for conf in ["", "chunk_size:2M"]:
+            r = run(build, ["tags"], env={"PAGEFAST_CONF": conf, "PAGEFAST_LOG": "info"})
+            expect_ok(r, "tags", f"pagefast [{conf or 'default'}]")
+            check("no region ever had that tag" in r.stderr, f"[{conf}] an unknown tag is named in the log")
+            check("refused: a tag is" in r.stderr, f"[{conf}] a bad tag is named in the log")
+            check("is open on 1 thread(s) while it sleeps" in r.stderr,
+                  f"[{conf}] a region open elsewhere while it sleeps is named")
+    elif what == "limits":
+        r = run(build, ["limits"], env={"PAGEFAST_LOG": "warn"})
+        expect_ok(r, "limits", "pagefast")
+        check("too many tags" in r.stderr and "too many regions open" in r.stderr,
+              f"the limits are named in the log ({r.stderr[-300:]})")
+    elif what == "cycles":
+        r = run(build, ["cycles", "1000"], env={"PAGEFAST_CONF": "chunk_size:2M"})
+        expect_ok(r, "cycles", "pagefast chunk_size:2M, 1000 cycles")
+    else:
+        check(False, f"unknown case {what}")
+    print(f"{len(failures)} failure(s)")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,351 @@
+// tests/pool/region_preload.cpp: regions and tagged sleep (docs/SLEEP.md)
+// against the fake driver, with libpagefast.so preloaded. Subcommands
+// (region_cases.py runs them):
+//   tags    allocations in regions carry their tag (cuMemAlloc and
+//           cuMemAllocPitch, with the driver's pitch); a tagged sleep
+//           releases that tag's memory only, keeps or discards as the
+//           region said or the call overrides, and leaves memory outside
+//           any region and of other tags untouched; sleep() covers all;
+//           the bad inputs: unknown tag, wake without sleep, freeing
+//           asleep memory, an allocation in an asleep region (fails with
+//           PAGEFAST_SLEEP_FAIL), a kernel launched on asleep memory, a
+//           bad tag, nesting, a region open on another thread, an
+//           exported block, a fork while asleep;
+//   limits  the 31 (tag, policy) pairs and the nesting depth;
+//   cycles N  N cycles of sleep/wake of mixed tags while 8 threads
+//           allocate, write, check and free outside the regions: no byte
+//           lost, no device or host memory leaked.
+#include <cuda.h>
+#include <dlfcn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fakecuda.h"
+#include "interpose/pagefast.h"
+#include "preload_program.h"
+
+using namespace preload_program;
+
+namespace {
+
+struct Api {
+  int (*begin)(const char*, unsigned);
+  int (*end)();
+  const char* (*current)();
+  int (*sleep_tag)(const char*, unsigned);
+  int (*wake_tag)(const char*);
+  int (*tag_asleep)(const char*);
+  int (*asleep)();
+};
+
+template <typename F>
+bool find(F* fn, const char* name) {
+  *fn = reinterpret_cast<F>(dlsym(RTLD_DEFAULT, name));
+  return *fn != nullptr;
+}
+
+bool load(Api* a) {
+  return find(&a->begin, "pagefast_region_begin") && find(&a->end, "pagefast_region_end") &&
+         find(&a->current, "pagefast_region_current") && find(&a->sleep_tag, "pagefast_sleep_tag") &&
+         find(&a->wake_tag, "pagefast_wake_tag") && find(&a->tag_asleep, "pagefast_tag_asleep") &&
+         find(&a->asleep, "pagefast_asleep");
+}
+
+// A pattern that differs at every 8-byte word and per seed.
+void fill(CUdeviceptr p, size_t bytes, uint64_t seed) {
+  uint64_t* w = reinterpret_cast<uint64_t*>(p);
+  for (size_t i = 0; i < bytes / 8; ++i) w[i] = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+}
+
+bool intact(CUdeviceptr p, size_t bytes, uint64_t seed) {
+  const uint64_t* w = reinterpret_cast<const uint64_t*>(p);
+  for (size_t i = 0; i < bytes / 8; ++i)
+    if (w[i] != ((i + 1) * 0x9E3779B97F4A7C15ull ^ seed)) return false;
+  return true;
+}
+
+int alloc_in(Api& api, const char* tag, unsigned flags, size_t bytes, CUdeviceptr* p) {
+  if (api.begin(tag, flags) != 0) return fail("region begin");
+  const CUresult r = cuMemAlloc_v2(p, bytes);
+  api.end();
+  if (r != CUDA_SUCCESS) return fail("allocation in a region");
+  return 0;
+}
+
+constexpr size_t kMiB = 1u << 20;
+
+// The memory outside any region (u) and of the other tag (w) is as it was.
+struct Held {
+  CUdeviceptr u, w, k, pitched;
+  size_t pitch;
+};
+
+int pitch_case(Api& api, Held* h) {
+  // The driver's pitch for the same request, asked outside any region.
+  CUdeviceptr outside = 0;
+  size_t driver_pitch = 0, pitch = 0;
+  CHECK_CU(cuMemAllocPitch_v2(&outside, &driver_pitch, 1000, 64, 4));
+  CHECK_CU(cuMemFree_v2(outside));
+  if (api.begin("kv", 0) != 0) return fail("region begin");
+  const CUresult r = cuMemAllocPitch_v2(&h->pitched, &pitch, 1000, 64, 4);
+  const CUresult bad = cuMemAllocPitch_v2(&outside, &pitch, 1000, 64, 3);  // an element size the driver refuses
+  api.end();
+  CHECK_CU(r);
+  if (bad == CUDA_SUCCESS) return fail("pitch: a bad element size was not the driver's answer");
+  if (pitch != driver_pitch) return fail("pitch: not the driver's pitch inside a region");
+  CUdeviceptr base = 0;
+  size_t bytes = 0;
+  CHECK_CU(cuMemGetAddressRange_v2(&base, &bytes, h->pitched));
+  if (base != h->pitched || bytes != pitch * 64) return fail("pitch: the range is not pitch * height");
+  h->pitch = pitch;
+  return 0;
+}
+
+int tagged_sleeps(Api& api, Held& h) {
+  const size_t before = fakecuda_free_bytes(0);
+  // kv discards: its memory goes; the rest stays.
+  if (api.sleep_tag("kv", 0) != 0) return fail("sleep kv");
+  if (api.tag_asleep("kv") != 1 || api.tag_asleep("weights") != 0) return fail("tag states after sleep kv");
+  if (fakecuda_free_bytes(0) < before + 20 * kMiB) return fail("sleep kv: the driver did not get its memory");
+  if (!intact(h.u, 4 * kMiB, 1) || !intact(h.w, 40 * kMiB, 2)) return fail("sleep kv touched other memory");
+  // An allocation outside the region is served while kv sleeps.
+  CUdeviceptr other = 0;
+  CHECK_CU(cuMemAlloc_v2(&other, 3 * kMiB));
+  CHECK_CU(cuMemFree_v2(other));
+  // A kernel launched on asleep memory: the range is no device memory now
+  // (a GPU faults); nothing else is written.
+  if (fakecuda_launch_delayed_fill(0, h.k, kMiB, 0x66, 0) == CUDA_SUCCESS) {
+    cuCtxSynchronize();
+    if (fakecuda_violations() == 0) return fail("a kernel on asleep memory wrote somewhere");
+  }
+  if (!intact(h.u, 4 * kMiB, 1) || !intact(h.w, 40 * kMiB, 2))
+    return fail("a kernel on asleep memory hit other memory");
+  if (api.wake_tag("kv") != 0 || api.tag_asleep("kv") != 0) return fail("wake kv");
+  std::memset(reinterpret_cast<void*>(h.k), 0x33, 20 * kMiB);  // usable again, same address
+  std::memset(reinterpret_cast<void*>(h.pitched), 0x34, h.pitch * 64);
+  // weights keeps (its region said so), also when the call does not say.
+  if (api.sleep_tag("weights", 0) != 0) return fail("sleep weights");
+  if (!intact(h.u, 4 * kMiB, 1)) return fail("sleep weights touched memory outside");
+  if (api.wake_tag("weights") != 0 || !intact(h.w, 40 * kMiB, 2)) return fail("weights lost its contents");
+  // The call overrides: kv kept.
+  fill(h.k, 20 * kMiB, 3);
+  if (api.sleep_tag("kv", PAGEFAST_SLEEP_KEEP) != 0 || api.wake_tag("kv") != 0) return fail("sleep kv keep");
+  if (!intact(h.k, 20 * kMiB, 3)) return fail("kv kept: contents lost");
+  // Everything: every tag by its policy, and the memory outside as asked.
+  if (api.sleep_tag(nullptr, PAGEFAST_SLEEP_KEEP) != 0) return fail("sleep everything");
+  if (api.tag_asleep("kv") != 1 || api.tag_asleep("weights") != 1 || api.asleep() < 3) return fail("all asleep");
+  if (api.wake_tag(nullptr) != 0 || api.asleep() != 0) return fail("wake everything");
+  if (!intact(h.u, 4 * kMiB, 1) || !intact(h.w, 40 * kMiB, 2) || !intact(h.k, 20 * kMiB, 3))
+    return fail("contents after sleep and wake of everything");
+  return 0;
+}
+
+int bad_inputs(Api& api, Held& h) {
+  if (api.sleep_tag("never", 0) != -2 || api.wake_tag("never") != -2 || api.tag_asleep("never") != -2)
+    return fail("an unknown tag is not -2");
+  if (api.wake_tag("kv") != 0) return fail("wake without sleep");
+  if (api.begin("", 0) != -1 || api.begin("two words", 0) != -1 || api.begin(nullptr, 0) != -1)
+    return fail("a bad tag was taken");
+  if (api.end() != -1) return fail("end without a region");
+  // Nesting: the innermost tags.
+  if (api.begin("weights", PAGEFAST_REGION_KEEP) != 0 || api.begin("kv", 0) != 0) return fail("nested begin");
+  if (!api.current() || std::strcmp(api.current(), "kv") != 0) return fail("innermost tag");
+  api.end();
+  if (!api.current() || std::strcmp(api.current(), "weights") != 0) return fail("outer tag after end");
+  api.end();
+  if (api.current() != nullptr) return fail("a tag outside any region");
+  // An allocation in an asleep region fails with PAGEFAST_SLEEP_FAIL; a
+  // free of asleep memory is served.
+  CUdeviceptr extra = 0;
+  if (alloc_in(api, "kv", 0, 2 * kMiB, &extra)) return 1;
+  if (api.sleep_tag("kv", PAGEFAST_SLEEP_FAIL) != 0) return fail("sleep kv fail");
+  CUdeviceptr refused = 0;
+  if (api.begin("kv", 0) != 0) return fail("begin in an asleep region");
+  const CUresult r = cuMemAlloc_v2(&refused, kMiB);
+  api.end();
+  if (r != CUDA_ERROR_OUT_OF_MEMORY) return fail("an allocation in an asleep region was served");
+  CHECK_CU(cuMemFree_v2(extra));
+  if (cuMemFree_v2(extra) != CUDA_ERROR_INVALID_VALUE) return fail("a double free of asleep memory");
+  if (api.wake_tag("kv") != 0) return fail("wake after a free while asleep");
+  (void)h;
+  return 0;
+}
+
+// A region open on another thread while its tag sleeps: the sleep goes
+// ahead, and that thread's allocation in it waits for wake.
+int open_elsewhere(Api& api) {
+  std::atomic<int> stage{0};
+  std::atomic<int> got{0};
+  std::thread t([&] {
+    cuCtxSetCurrent(g_context);
+    api.begin("kv", 0);
+    stage = 1;
+    while (stage.load() != 2) std::this_thread::yield();
+    CUdeviceptr p = 0;
+    got = cuMemAlloc_v2(&p, kMiB) == CUDA_SUCCESS ? 1 : -1;
+    if (p) cuMemFree_v2(p);
+    api.end();
+  });
+  while (stage.load() != 1) std::this_thread::yield();
+  if (api.sleep_tag("kv", 0) != 0) return fail("sleep with the region open elsewhere");
+  stage = 2;
+  const int before_wake = got.load();
+  if (api.wake_tag("kv") != 0) return fail("wake with the region open elsewhere");
+  t.join();
+  if (before_wake != 0) return fail("the allocation in the asleep region did not wait");
+  if (got.load() != 1) return fail("the waiting allocation failed");
+  return 0;
+}
+
+// An exported block in a region: exported and never opened, it sleeps;
+// after wake its handle is given again and the contents are back.
+int exported(Api& api, Held& h) {
+  CUipcMemHandle handle;
+  if (cuIpcGetMemHandle(&handle, h.w) != CUDA_SUCCESS) {
+    std::printf("exported: the pool cannot share here (skipped)\n");
+    return 0;
+  }
+  if (api.sleep_tag("weights", 0) < 0 || api.wake_tag("weights") != 0) return fail("sleep of an exported block");
+  if (!intact(h.w, 40 * kMiB, 2)) return fail("an exported block lost its contents");
+  CHECK_CU(cuIpcGetMemHandle(&handle, h.w));
+  return 0;
+}
+
+// A fork while asleep: the child forwards everything to the driver; its
+// sleep calls answer -1 (no pool of its own); the parent wakes as before.
+int fork_asleep(Api& api, Held& h) {
+  if (api.sleep_tag("weights", 0) != 0) return fail("sleep before fork");
+  std::fflush(stdout);
+  const pid_t child = fork();
+  if (child == 0) _exit(api.wake_tag("weights") == -1 && api.sleep_tag("weights", 0) == -1 ? 0 : 1);
+  int status = 0;
+  if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return fail("the forked child's answers");
+  if (api.wake_tag("weights") != 0 || !intact(h.w, 40 * kMiB, 2)) return fail("wake after fork");
+  return 0;
+}
+
+int tags_case() {
+  Api api;
+  if (!load(&api)) return fail("the region API is not exported");
+  Held h{};
+  CHECK_CU(cuMemAlloc_v2(&h.u, 4 * kMiB));
+  fill(h.u, 4 * kMiB, 1);
+  if (alloc_in(api, "weights", PAGEFAST_REGION_KEEP, 40 * kMiB, &h.w)) return 1;
+  fill(h.w, 40 * kMiB, 2);
+  if (alloc_in(api, "kv", 0, 20 * kMiB, &h.k)) return 1;
+  std::memset(reinterpret_cast<void*>(h.k), 0x22, 20 * kMiB);
+  if (pitch_case(api, &h)) return 1;
+  if (tagged_sleeps(api, h) || bad_inputs(api, h) || open_elsewhere(api) || exported(api, h) || fork_asleep(api, h))
+    return 1;
+  CHECK_CU(cuMemFree_v2(h.u));
+  CHECK_CU(cuMemFree_v2(h.w));
+  CHECK_CU(cuMemFree_v2(h.k));
+  CHECK_CU(cuMemFree_v2(h.pitched));
+  std::printf("ok tags\n");
+  return 0;
+}
+
+int limits_case() {
+  Api api;
+  if (!load(&api)) return fail("the region API is not exported");
+  char name[80];
+  std::memset(name, 'a', 64);
+  name[64] = 0;
+  if (api.begin(name, 0) != -1) return fail("a 64-character tag");
+  name[63] = 0;
+  if (api.begin(name, 0) != 0) return fail("a 63-character tag");
+  api.end();
+  for (int i = 0; i < 8; ++i) {
+    std::snprintf(name, sizeof name, "deep%d", i);
+    if (api.begin(name, 0) != 0) return fail("nesting under 8");
+  }
+  if (api.begin("deep8", 0) != -1) return fail("a ninth nested region");
+  for (int i = 0; i < 8; ++i) api.end();
+  // 9 pairs made above; 22 more fill the 31.
+  for (int i = 0; i < 22; ++i) {
+    std::snprintf(name, sizeof name, "t%d", i);
+    if (api.begin(name, i & 1) != 0) return fail("a tag under the limit");
+    api.end();
+  }
+  if (api.begin("one-too-many", 0) != -1) return fail("a 32nd (tag, policy) pair");
+  if (api.begin("t3", 1) != 0) return fail("a known pair after the limit");
+  api.end();
+  std::printf("ok limits\n");
+  return 0;
+}
+
+// Eight threads allocate, write, check and free outside any region while
+// the main thread sleeps and wakes "kv" (discard) and "weights" (keep).
+int cycles_case(int cycles) {
+  Api api;
+  if (!load(&api)) return fail("the region API is not exported");
+  CUdeviceptr w = 0, k = 0;
+  if (alloc_in(api, "weights", PAGEFAST_REGION_KEEP, 3 * kMiB, &w) || alloc_in(api, "kv", 0, 2 * kMiB, &k)) return 1;
+  fill(w, 3 * kMiB, 9);
+  // One cycle first: copy threads' stacks stay cached by libc.
+  if (api.sleep_tag("weights", 0) != 0 || api.wake_tag("weights") != 0) return fail("first cycle");
+  auto trim = reinterpret_cast<int (*)(int)>(dlsym(RTLD_DEFAULT, "pagefast_pool_trim"));
+  if (!trim || trim(0) != 0) return fail("trim");
+  const unsigned long long free_before = fakecuda_free_bytes(0);
+  const int host_allocs = fakecuda_call_count("cuMemHostAlloc"), host_frees = fakecuda_call_count("cuMemFreeHost");
+  std::atomic<bool> stop{false};
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      cuCtxSetCurrent(g_context);
+      for (uint64_t round = 0; !stop.load(); ++round) {
+        CUdeviceptr p = 0;
+        const size_t bytes = (t & 1) ? 4096 : 3 * kMiB / 2;
+        if (cuMemAlloc_v2(&p, bytes) != CUDA_SUCCESS) {
+          bad.fetch_add(1);
+          return;
+        }
+        fill(p, bytes, round * 8 + t);
+        if (!intact(p, bytes, round * 8 + t)) bad.fetch_add(1);
+        cuMemFree_v2(p);
+      }
+    });
+  int failed = 0;
+  for (int i = 0; i < cycles && !failed; ++i) {
+    const char* tag = (i & 1) ? "weights" : "kv";
+    if (api.sleep_tag(tag, 0) != 0 || api.wake_tag(tag) != 0) failed = 1;
+    if (!intact(w, 3 * kMiB, 9)) failed = 2;
+  }
+  stop = true;
+  for (std::thread& t : threads) t.join();
+  if (failed == 1) return fail("a cycle failed");
+  if (failed == 2) return fail("weights lost bytes over the cycles");
+  if (bad.load()) return fail("a thread outside the regions lost bytes or an allocation");
+  // What the threads used goes back: the device holds what it held before.
+  if (trim(0) != 0 || fakecuda_free_bytes(0) != free_before) return fail("device memory leaked over the cycles");
+  CHECK_CU(cuMemFree_v2(k));
+  CHECK_CU(cuMemFree_v2(w));
+  if (fakecuda_call_count("cuMemHostAlloc") - host_allocs != fakecuda_call_count("cuMemFreeHost") - host_frees)
+    return fail("host memory leaked over the cycles");
+  if (fakecuda_violations()) return fail("the fake driver saw a violation");
+  std::printf("ok cycles %d\n", cycles);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return fail("usage: region_preload tags|limits|cycles N");
+  if (start()) return 1;
+  const std::string what = argv[1];
+  if (what == "tags") return tags_case();
+  if (what == "limits") return limits_case();
+  if (what == "cycles") return cycles_case(argc > 2 ? std::atoi(argv[2]) : 100);
+  return fail("unknown subcommand");
+}
