@@ -184,4 +184,12 @@ CUresult free_host(const RealDriver* real, void* host) {
   return real && real->cuMemFreeHost ? real->cuMemFreeHost(host) : kMissing;
 }
 
+CUresult host_register(const RealDriver* real, void* host, size_t bytes, unsigned int flags) {
+  return real && real->cuMemHostRegister_v2 ? real->cuMemHostRegister_v2(host, bytes, flags) : kMissing;
+}
+
+CUresult host_unregister(const RealDriver* real, void* host) {
+  return real && real->cuMemHostUnregister ? real->cuMemHostUnregister(host) : kMissing;
+}
+
 }  // namespace pagefast::driver

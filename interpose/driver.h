@@ -118,5 +118,9 @@ CUresult copy_htod_async(const RealDriver* real, CUdeviceptr device, const void*
 // Page-locked host memory.
 CUresult host_alloc(const RealDriver* real, void** host, size_t bytes, unsigned int flags);
 CUresult free_host(const RealDriver* real, void* host);
+// Host memory the caller mapped, page-locked in place and back (the sleep
+// copies' host memory, interpose/pool/host_memory.h).
+CUresult host_register(const RealDriver* real, void* host, size_t bytes, unsigned int flags);
+CUresult host_unregister(const RealDriver* real, void* host);
 
 }  // namespace pagefast::driver

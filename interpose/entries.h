@@ -290,6 +290,8 @@ typedef CUresult(CUDAAPI* PFN_cuIpcOpenMemHandle_v4010)(CUdeviceptr_v2* pdptr, C
   X(cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020) \
   X(cuMemHostAlloc, PFN_cuMemHostAlloc_v2020)                                \
   X(cuMemFreeHost, PFN_cuMemFreeHost_v2000)                                  \
+  X(cuMemHostRegister_v2, PFN_cuMemHostRegister_v6050)                       \
+  X(cuMemHostUnregister, PFN_cuMemHostUnregister_v4000)                      \
   X(cuMemcpyDtoH_v2, PFN_cuMemcpyDtoH_v3020)                                 \
   X(cuMemcpyHtoD_v2, PFN_cuMemcpyHtoD_v3020)                                 \
   X(cuMemcpyDtoHAsync_v2, PFN_cuMemcpyDtoHAsync_v3020)                       \

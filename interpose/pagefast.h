@@ -51,8 +51,9 @@ int pagefast_pool_stats_get(int device, pagefast_pool_stats* out);
 
 /* Releases the idle memory of the device's pool to the driver now:
  * retires freed blocks (synchronising unless a stream capture is active),
- * empties thread caches, and releases every chunk left wholly free. Calls
- * the CUDA driver; never call it from a destructor or atexit handler.
+ * empties thread caches, and releases every chunk left wholly free; also
+ * gives back the page-locked host memory that sleep with keep holds
+ * between cycles (PAGEFAST_CONF sleep_host_keep). Calls the CUDA driver; never call it from a destructor or atexit handler.
  * 0 on success, -1 when that device has no pool. */
 int pagefast_pool_trim(int device);
 

@@ -15,9 +15,14 @@ namespace pagefast::policy {
 class BudgetedProvider final : public Provider {
  public:
   // `self`: the holder that grows through this provider (the pool's share
-  // of the budget), left out when the budget asks for room.
-  BudgetedProvider(Provider& inner, DeviceBudget& budget, const Holder* self)
-      : inner_(inner), budget_(budget), self_(self) {}
+  // of the budget), left out when the budget asks for room. `capped`
+  // (may be NULL): the holders whose memory together stays under the
+  // budget's limit, each pool's arena keeping only its own under it: a
+  // growth that would take their sum over the limit, once the others made
+  // room, is refused (out of memory).
+  BudgetedProvider(Provider& inner, DeviceBudget& budget, const Holder* self, Holder* const* capped = nullptr,
+                   int capped_count = 0)
+      : inner_(inner), budget_(budget), self_(self), capped_(capped), capped_count_(capped_count) {}
 
   ProviderStatus create_chunk(Granules granules, ChunkHandle* chunk) override;
 
@@ -43,6 +48,8 @@ class BudgetedProvider final : public Provider {
   Provider& inner_;
   DeviceBudget& budget_;
   const Holder* const self_;
+  Holder* const* const capped_;
+  const int capped_count_;
 };
 
 }  // namespace pagefast::policy

@@ -32,6 +32,7 @@ void store(Config& c, Opt key, const Value& v) {
     case Opt::KeyBigChunks: c.pool.big_chunks = v.choice != 0; break;
     case Opt::KeyIdleShare: c.pool.idle_share = int(v.number); break;
     case Opt::KeyControl: c.pool.control = v.choice != 0; break;
+    case Opt::KeySleepHostKeep: c.pool.sleep_host_keep = v.choice != 0; break;
     case Opt::KeyNuma:
       if (v.choice == kNumaGpu) c.numa.gpu = v.arg;
       else c.numa.mode = NumaMode(v.choice);
@@ -208,6 +209,7 @@ std::string describe(const Config& c) {
     else if (c.pool.slack_ns != 10ull * 1000 * 1000) s += ", slack " + std::to_string(c.pool.slack_ns / 1000) + "us";
     if (!c.pool.big_chunks) s += ", big_chunks off";
     if (c.pool.idle_share) s += ", idle_share " + std::to_string(c.pool.idle_share) + "%";
+    if (!c.pool.sleep_host_keep) s += ", sleep_host_keep off";
     if (c.pool.release_delay_ns == ~uint64_t(0)) s += ", release_delay off";
     else if (c.pool.release_delay_ns != 5ull * 1000 * 1000 * 1000)
       s += ", release_delay " + std::to_string(c.pool.release_delay_ns / 1000000) + "ms";

@@ -62,6 +62,9 @@ struct PoolConfig {
   // control: pagefast-ctl may reach the process (sleep/wake/status) over
   // the IPC socket, whose thread then starts with the first pool.
   bool control = true;
+  // sleep_host_keep: the page-locked host memory of sleep with keep stays
+  // page-locked between cycles (interpose/pool/host_memory.h).
+  bool sleep_host_keep = true;
 };
 
 enum class NumaMode { Auto, Bind, Force, Off };

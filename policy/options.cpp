@@ -176,6 +176,10 @@ constexpr OptionRow kRows[] = {
     {Opt::KeyControl, "control", Scope::ConfKey, &kOnOff, "on|off", "on", false, kLib,
      "`on`: `pagefast-ctl` (sleep, wake, status of a PID) reaches the process (same uid) over its IPC socket",
      "whose thread starts with the first pool"},
+    {Opt::KeySleepHostKeep, "sleep_host_keep", Scope::ConfKey, &kOnOff, "on|off", "on", false, kLib,
+     "`on`: the page-locked host memory that sleep with keep copied into stays page-locked after wake, for the "
+     "next sleep to copy into at once; `pagefast_pool_trim` gives it back (docs/POOL.md \"Sleep and wake\")",
+     "`off`: given back at each wake, and page-locked again at each sleep (slower)"},
     {Opt::KeyNuma, "numa", Scope::ConfKey, &kNuma, "auto|bind|force|off|gpu=<n>", "auto", false, kLib | kRun,
      "NUMA binding at start (docs/NUMA.md); `gpu=<n>` picks the GPU to bind for", ""},
     {Opt::KeyReport, "report", Scope::ConfKey, &kReport, "exit|off", "off", false, kLib,

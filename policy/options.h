@@ -62,6 +62,7 @@ enum class Opt : int {
   KeyBigChunks,
   KeyIdleShare,
   KeyControl,
+  KeySleepHostKeep,
   KeyNuma,
   KeyReport,
   KeyStats,

@@ -19,7 +19,11 @@ constexpr VmmProvider::Events kIpcEvents{&ipc::set_device_shareable, &ipc::forge
 }  // namespace
 
 DeviceMemory::DeviceMemory(int device, const PoolConfig& config)
-    : device_(device), budget_(config.headroom_bytes, config.limit_bytes), cache_share_(device), pool_share_(*this) {
+    : device_(device),
+      budget_(config.headroom_bytes, config.limit_bytes),
+      cache_share_(device),
+      pool_share_(*this),
+      region_share_(*this) {
   budget_.add(&cache_share_);
 }
 
@@ -30,7 +34,9 @@ policy::DevicePool* DeviceMemory::make_pool_locked(const RealDriver* real, CUdev
   const PoolConfig& config = g_process.config;
   std::string why;
   VmmProvider* provider = VmmProvider::create(real, device, &g_process.gate, g_process.log, &kIpcEvents, &why);
-  auto* budgeted = provider ? new (std::nothrow) policy::BudgetedProvider(*provider, budget_, &pool_share_) : nullptr;
+  auto* budgeted = provider ? new (std::nothrow)
+                                  policy::BudgetedProvider(*provider, budget_, &pool_share_, pool_shares_, 2)
+                            : nullptr;
   if (!budgeted) {
     unpoolable_.store(true, std::memory_order_release);
     log_line(LogLevel::Info, "device %d is not pooled: %s; its allocations go to the driver", device_,
@@ -71,14 +77,23 @@ policy::DevicePool* DeviceMemory::tagged_pool_made(int slot, policy::Clock& cloc
   std::lock_guard<std::mutex> guard(g_process.create_mutex);
   if (policy::DevicePool* made = pool_at(slot)) return made;
   if (!budgeted_ || unpoolable()) return nullptr;
+  if (!region_budgeted_) {
+    region_budgeted_ =
+        new (std::nothrow) policy::BudgetedProvider(*provider_, budget_, &region_share_, pool_shares_, 2);
+    if (!region_budgeted_ || !budget_.add(&region_share_)) {
+      delete region_budgeted_;
+      region_budgeted_ = nullptr;
+      return nullptr;
+    }
+  }
   policy::PoolSettings settings;
   settings.config = g_process.config;
   settings.config.prewarm_bytes = 0;
   settings.device_total_bytes = provider_->device_total_bytes();
   settings.device = device_;
   settings.slot = slot;
-  auto* made =
-      new (std::nothrow) policy::DevicePool(*budgeted_, clock, policy::global_page_map(), settings, g_process.log);
+  auto* made = new (std::nothrow)
+      policy::DevicePool(*region_budgeted_, clock, policy::global_page_map(), settings, g_process.log);
   policy::ThreadCache* cache = made ? made->attach_thread() : nullptr;
   if (!cache) {
     if (!tagged_failed_.exchange(true))
@@ -155,25 +170,39 @@ policy::PoolStats DeviceMemory::stats() {
   return s;
 }
 
-// The pool's share is every pool of the device: its own and the regions'.
 uint64_t DeviceMemory::PoolShare::held_bytes() {
-  uint64_t held = 0;
-  owner_.each_pool([&held](int, policy::DevicePool* p) { held += p->mapped_bytes(); });
-  return held;
+  policy::DevicePool* p = owner_.pool();
+  return p ? p->mapped_bytes() : 0;
 }
 
 uint64_t DeviceMemory::PoolShare::idle_bytes() {
-  if (retired_device(owner_.device())) return 0;
-  uint64_t idle = 0;
-  owner_.each_pool([&idle](int, policy::DevicePool* p) { idle += p->idle_bytes(); });
-  return idle;
+  policy::DevicePool* p = owner_.pool();
+  return p && !retired_device(owner_.device()) ? p->idle_bytes() : 0;
 }
 
 uint64_t DeviceMemory::PoolShare::release(uint64_t bytes) {
+  policy::DevicePool* p = owner_.pool();
+  return p && !retired_device(owner_.device()) ? p->release(bytes) : 0;
+}
+
+uint64_t DeviceMemory::RegionShare::held_bytes() {
+  uint64_t held = 0;
+  owner_.each_pool([&held](int slot, policy::DevicePool* p) { held += slot ? p->mapped_bytes() : 0; });
+  return held;
+}
+
+uint64_t DeviceMemory::RegionShare::idle_bytes() {
+  if (retired_device(owner_.device())) return 0;
+  uint64_t idle = 0;
+  owner_.each_pool([&idle](int slot, policy::DevicePool* p) { idle += slot ? p->idle_bytes() : 0; });
+  return idle;
+}
+
+uint64_t DeviceMemory::RegionShare::release(uint64_t bytes) {
   if (retired_device(owner_.device())) return 0;
   uint64_t given = 0;
-  owner_.each_pool([&given, bytes](int, policy::DevicePool* p) {
-    if (given < bytes) given += p->release(bytes - given);
+  owner_.each_pool([&given, bytes](int slot, policy::DevicePool* p) {
+    if (slot && given < bytes) given += p->release(bytes - given);
   });
   return given;
 }

@@ -116,6 +116,19 @@ class DeviceMemory {
    private:
     const DeviceMemory& owner_;
   };
+  // The regions' pools' share: every region's pool of this device. Their
+  // growth makes room in the device's pool and the cache, and the two
+  // pool shares together stay under the limit (BudgetedProvider's cap).
+  class RegionShare final : public policy::Holder {
+   public:
+    explicit RegionShare(const DeviceMemory& owner) : owner_(owner) {}
+    uint64_t held_bytes() override;
+    uint64_t idle_bytes() override;
+    uint64_t release(uint64_t bytes) override;
+
+   private:
+    const DeviceMemory& owner_;
+  };
   // The own-VMM cache's share of this device.
   class CacheShare final : public policy::Holder {
    public:
@@ -132,6 +145,8 @@ class DeviceMemory {
   policy::DeviceBudget budget_;
   CacheShare cache_share_;
   PoolShare pool_share_;
+  RegionShare region_share_;
+  policy::Holder* pool_shares_[2] = {&pool_share_, &region_share_};  // capped together
   std::atomic<policy::DevicePool*> pool_{nullptr};
   std::atomic<bool> unpoolable_{false};
   struct Tagged {
@@ -143,6 +158,7 @@ class DeviceMemory {
   std::atomic<bool> tagged_failed_{false};
   VmmProvider* provider_ = nullptr;
   policy::BudgetedProvider* budgeted_ = nullptr;
+  policy::BudgetedProvider* region_budgeted_ = nullptr;  // the regions' pools grow through it
   policy::ThreadCache* fallback_ = nullptr;
   std::mutex fallback_mutex_;
   std::atomic<uint64_t> oom_retries_{0};

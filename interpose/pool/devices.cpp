@@ -195,9 +195,14 @@ void adjust_mem_info(size_t* free_bytes, size_t* total_bytes) {
   // Memory the program released into the own-VMM cache is free too.
   const uint64_t cached = own_vmm::cached_bytes(int(device));
   if (!pool && !limit && !cached) return;
-  const uint64_t idle = (pool ? pool->idle_bytes() : 0) + cached;
+  // Every pool of the device: its own and the regions'.
+  uint64_t idle = cached, in_use = 0;
+  if (pool)
+    device_memory(int(device))->each_pool([&idle, &in_use](int, policy::DevicePool* p) {
+      idle += p->idle_bytes();
+      in_use += p->in_use_bytes();
+    });
   if (limit) {
-    const uint64_t in_use = pool ? pool->in_use_bytes() : 0;
     uint64_t left = limit > in_use ? limit - in_use : 0;
     // Never more than the device could actually back.
     if (free_bytes && *free_bytes + idle < left) left = *free_bytes + idle;

@@ -1,32 +1,30 @@
 // interpose/pool/host_copy.cpp: VmmProvider's copies for sleep with keep
 // (docs/POOL.md "Sleep and wake": the copy path and what it costs).
 //
-// What made the first version slow (1.5 GiB/s to host on an H200 whose
-// pinned copies run at 51 GiB/s) was the host memory, not the copies: one
-// cuMemHostAlloc per chunk has the kernel zero and pin it all, and
-// cuMemFreeHost unpins it again. Here:
-//  - each chunk's copy lives in ordinary anonymous memory (mmap, 2 MiB
-//    aligned, MADV_HUGEPAGE: first-touch faults of huge pages, and a cheap
-//    give-back), munmapped by host_free; nothing is pinned per chunk;
-//  - data moves in pieces of kCopyPieceBytes through one pinned staging
-//    buffer per copy thread, allocated when the batch starts and freed at
-//    its end: a thread waits for the DMA of its piece (its own
-//    non-blocking stream, so the program's streams are not waited for)
-//    while the others copy theirs between staging and host memory (and,
-//    to host, take the page faults), so the copy engine stays busy;
-//  - min(8, cores/2) threads (at least 2), the calling thread one of
-//    them; the others are service threads (signals blocked) joined before
-//    the call returns;
-//  - to host memory after a successful copy back (wake) its pages go at
-//    once (MADV_DONTNEED, by the thread that finished the chunk, in
-//    parallel), so host_free's munmap finds little to do.
-// Whatever fails degrades: no stream, synchronous copies; no staging
-// buffer, the driver's own pageable copies; no thread, the caller does it
-// all; a piece that fails fails its chunk only (the policy keeps that chunk
-// resident, or asleep), and its other pieces are skipped.
+// The copies run at the speed of the host link when both ends are ready
+// for DMA: device memory, and page-locked host memory. So:
+//  - each chunk's copy lives in a buffer of host_memory.h: page-locked in
+//    place, piece by piece, the first time a sleep copies into it, and
+//    kept page-locked after wake for the next sleep (sleep_host_keep);
+//  - a copy thread takes a piece (kPieceBytes), page-locks it if it is
+//    not yet, then waits for the DMA of its previous piece, then starts
+//    this one's on its own non-blocking stream (the program's streams are
+//    not waited for): page-locking overlaps the DMA, and with several
+//    threads several copies are in flight, so the copy engines stay busy;
+//  - min(16, cores) threads while pieces are to be page-locked (the
+//    kernel's share of the work is CPU time: zeroing and locking pages),
+//    else min(8, cores/2), at least 2; the calling thread is one of them,
+//    the others are service threads (signals blocked) joined before the
+//    call returns.
+// Whatever fails degrades, piece by piece, and no content is lost: a
+// piece the driver refuses to page-lock goes through a pinned staging
+// buffer of its thread (allocated on the first such piece) and a memcpy;
+// no staging buffer, the driver's own pageable copies; no stream,
+// synchronous copies; no thread, the caller does it all. A copy that fails
+// fails its chunk only (the policy keeps that chunk resident, or asleep),
+// and its other pieces are skipped.
 #include <pthread.h>
 #include <sched.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -38,6 +36,7 @@
 #include <vector>
 
 #include "interpose/driver.h"
+#include "interpose/pool/process.h"
 #include "interpose/pool/vmm_provider.h"
 #include "interpose/service_thread.h"
 #include "policy/clock.h"
@@ -47,36 +46,20 @@ namespace {
 
 using policy::HostCopy;
 using policy::ProviderStatus;
-
-constexpr uint64_t kHostAlign = 2ull << 20;  // a huge page
+using Buffer = HostMemory::Buffer;
 
 uint64_t now_ns() { return policy::monotonic_now_ns(); }
 
-// Anonymous memory for one chunk's copy, 2 MiB-aligned so that
-// transparent huge pages can back all of it. Not MAP_NORESERVE: every
-// byte is written at once, so the commit charge is the truth, and under
-// strict overcommit the mmap then fails here (the chunk stays resident)
-// rather than the OOM killer striking mid-copy.
-void* map_host(uint64_t bytes) {
-  const uint64_t total = bytes + kHostAlign;
-  void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return nullptr;
-  const uint64_t start = uint64_t(p), aligned = (start + kHostAlign - 1) & ~(kHostAlign - 1);
-  if (aligned > start) munmap(p, aligned - start);
-  const uint64_t tail = start + total - (aligned + bytes);
-  if (tail) munmap(reinterpret_cast<void*>(aligned + bytes), tail);
-#ifdef MADV_HUGEPAGE
-  madvise(reinterpret_cast<void*>(aligned), bytes, MADV_HUGEPAGE);  // a hint: THP off is fine too
-#endif
-  return reinterpret_cast<void*>(aligned);
-}
+// Whether sleep's page-locked host memory stays after wake (the option).
+bool keep_host_memory() { return g_process.config.sleep_host_keep; }
 
-int copy_thread_count(uint64_t pieces) {
+int copy_thread_count(uint64_t pieces, bool pinning) {
   int cpus = 0;
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
   if (cpus <= 0) cpus = int(sysconf(_SC_NPROCESSORS_ONLN));
-  int n = cpus / 2;
+  int n = pinning ? cpus : cpus / 2;
+  if (!pinning && n > 8) n = 8;
   if (n < 2) n = 2;
   if (n > VmmProvider::kMaxCopyThreads) n = VmmProvider::kMaxCopyThreads;
   if (uint64_t(n) > pieces) n = int(pieces);
@@ -84,7 +67,8 @@ int copy_thread_count(uint64_t pieces) {
 }
 
 struct Piece {
-  uint64_t copy;  // index into the batch
+  uint64_t copy;   // index into the batch
+  uint64_t index;  // of the piece in its buffer
   uint64_t offset;
   uint64_t bytes;
 };
@@ -92,90 +76,147 @@ struct Piece {
 // One batch, shared by its threads.
 struct Batch {
   const RealDriver* real = nullptr;
+  HostMemory* host = nullptr;
   CUcontext context = nullptr;
   bool to_host = false;
+  bool keep = true;
   HostCopy* copies = nullptr;
+  std::unique_ptr<Buffer*[]> buffers;  // each copy's host buffer
   std::vector<Piece> pieces;
-  uint64_t largest_piece = 0;                     // the staging buffers' size
   std::unique_ptr<std::atomic<uint64_t>[]> left;  // pieces of each copy not yet done
   std::unique_ptr<std::atomic<bool>[]> failed;    // a piece of it failed
   std::atomic<uint64_t> next{0};                  // next piece to take
+  std::atomic<bool> pin_refused{false};           // the driver refused to page-lock: ask no more
   // For the debug line: summed over threads.
-  std::atomic<uint64_t> dma_ns{0}, host_ns{0}, setup_ns{0};
+  std::atomic<uint64_t> wait_ns{0}, pin_ns{0}, host_ns{0}, setup_ns{0};
+  std::atomic<uint64_t> pinned_now{0}, staged_pieces{0};
   std::atomic<int> staged{0}, streamed{0}, threads{0};
 };
 
-// One piece through `staging` (NULL: straight to/from host memory, which
-// the driver then stages itself). `stream` NULL: synchronous copies.
-bool move_piece(Batch& b, CUstream stream, void* staging, char* host, CUdeviceptr device, uint64_t n) {
-  const RealDriver* real = b.real;
-  CUresult r;
-  if (b.to_host) {
-    void* dst = staging ? staging : host;
-    const uint64_t t0 = now_ns();
-    r = stream ? driver::copy_dtoh_async(real, dst, device, n, stream) : driver::copy_dtoh(real, dst, device, n);
-    if (r == CUDA_SUCCESS && stream) r = driver::stream_synchronize(real, stream);
-    const uint64_t t1 = now_ns();
-    b.dma_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
-    if (r != CUDA_SUCCESS) return false;
-    if (staging) {
-      std::memcpy(host, staging, n);
-      b.host_ns.fetch_add(now_ns() - t1, std::memory_order_relaxed);
-    }
-    return true;
-  }
-  const void* src = host;
-  const uint64_t t0 = now_ns();
-  if (staging) {
-    std::memcpy(staging, host, n);
-    src = staging;
-  }
-  const uint64_t t1 = now_ns();
-  b.host_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
-  r = stream ? driver::copy_htod_async(real, device, src, n, stream) : driver::copy_htod(real, device, src, n);
-  if (r == CUDA_SUCCESS && stream) r = driver::stream_synchronize(real, stream);
-  b.dma_ns.fetch_add(now_ns() - t1, std::memory_order_relaxed);
-  return r == CUDA_SUCCESS;
+// A copy thread's own: its stream (NULL: synchronous copies) and its
+// staging buffer, made on the first piece that needs it.
+struct CopyThread {
+  Batch& b;
+  CUstream stream = nullptr;
+  void* staging = nullptr;
+  bool staging_tried = false;
+};
+
+struct InFlight {
+  const Piece* piece = nullptr;
+  bool staged = false;
+};
+
+void* staging_buffer(CopyThread& w) {
+  if (w.staging_tried) return w.staging;
+  w.staging_tried = true;
+  if (driver::has(w.b.real, &RealDriver::cuMemFreeHost) &&
+      driver::host_alloc(w.b.real, &w.staging, HostMemory::kPieceBytes, CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS)
+    w.staging = nullptr;
+  if (w.staging) w.b.staged.fetch_add(1, std::memory_order_relaxed);
+  return w.staging;
 }
 
-// A copy thread's life: its stream and staging buffer, pieces until none
-// is left, then both freed. REQUIRES: b.context current.
+// Starts one piece's copy: straight from or to page-locked host memory,
+// else through the staging buffer, else the driver's own pageable copy.
+CUresult start_piece(CopyThread& w, const Piece& p, bool pinned, InFlight* flight) {
+  Batch& b = w.b;
+  const RealDriver* real = b.real;
+  char* host = b.buffers[p.copy]->base + p.offset;
+  const CUdeviceptr device = b.copies[p.copy].addr + p.offset;
+  void* staging = pinned ? nullptr : staging_buffer(w);
+  flight->piece = &p;
+  flight->staged = staging != nullptr;
+  if (staging) b.staged_pieces.fetch_add(1, std::memory_order_relaxed);
+  if (b.to_host) {
+    void* dst = staging ? staging : host;
+    return w.stream ? driver::copy_dtoh_async(real, dst, device, p.bytes, w.stream)
+                    : driver::copy_dtoh(real, dst, device, p.bytes);
+  }
+  const void* src = host;
+  if (staging) {
+    const uint64_t t0 = now_ns();
+    std::memcpy(staging, host, p.bytes);
+    b.host_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+    src = staging;
+  }
+  return w.stream ? driver::copy_htod_async(real, device, src, p.bytes, w.stream)
+                  : driver::copy_htod(real, device, src, p.bytes);
+}
+
+// Waits for a started piece; to host through staging, moves it on.
+bool finish_piece(CopyThread& w, const InFlight& flight) {
+  Batch& b = w.b;
+  const uint64_t t0 = now_ns();
+  const CUresult r = w.stream ? driver::stream_synchronize(b.real, w.stream) : CUDA_SUCCESS;
+  const uint64_t t1 = now_ns();
+  b.wait_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
+  if (r != CUDA_SUCCESS) return false;
+  if (b.to_host && flight.staged) {
+    const Piece& p = *flight.piece;
+    std::memcpy(b.buffers[p.copy]->base + p.offset, w.staging, p.bytes);
+    b.host_ns.fetch_add(now_ns() - t1, std::memory_order_relaxed);
+  }
+  return true;
+}
+
+// A piece's answer. The last piece of a chunk copied back: its host
+// memory is not needed any more (copy_from_host's contract); without
+// keep it is given back now, in parallel, rather than in host_free.
+void settle_piece(Batch& b, const Piece& p, bool ok) {
+  if (!ok) {
+    b.failed[p.copy].store(true, std::memory_order_relaxed);
+    return;
+  }
+  if (b.left[p.copy].fetch_sub(1, std::memory_order_acq_rel) == 1 && !b.to_host)
+    b.host->done_copying(*b.buffers[p.copy], b.keep);
+}
+
+// Page-locks the piece's host memory (to host only: at wake a piece is
+// pinned or not as the sleep left it). Returns whether it is page-locked.
+bool pin_piece(Batch& b, const Piece& p) {
+  Buffer& buffer = *b.buffers[p.copy];
+  if (HostMemory::pinned(buffer, p.index)) return true;
+  if (!b.to_host || b.pin_refused.load(std::memory_order_relaxed)) return false;
+  const uint64_t t0 = now_ns();
+  const bool pinned = b.host->pin(buffer, p.index);
+  b.pin_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+  if (pinned) b.pinned_now.fetch_add(1, std::memory_order_relaxed);
+  else b.pin_refused.store(true, std::memory_order_relaxed);
+  return pinned;
+}
+
+// A copy thread's life: its stream, pieces until none is left (one in
+// flight while the next is page-locked), then stream and staging buffer
+// freed. REQUIRES: b.context current.
 void run_pieces(Batch& b) {
   const RealDriver* real = b.real;
   const uint64_t t0 = now_ns();
-  CUstream stream = nullptr;
+  CopyThread w{b};
   const bool async = b.to_host ? driver::has(real, &RealDriver::cuMemcpyDtoHAsync_v2)
                                : driver::has(real, &RealDriver::cuMemcpyHtoDAsync_v2);
   if (async && driver::has(real, &RealDriver::cuStreamSynchronize, &RealDriver::cuStreamDestroy_v2) &&
-      driver::stream_create(real, &stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
-    stream = nullptr;
-  void* staging = nullptr;
-  if (driver::has(real, &RealDriver::cuMemFreeHost) &&
-      driver::host_alloc(real, &staging, b.largest_piece, CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS)
-    staging = nullptr;
+      driver::stream_create(real, &w.stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+    w.stream = nullptr;
   b.setup_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
   b.threads.fetch_add(1, std::memory_order_relaxed);
-  if (stream) b.streamed.fetch_add(1, std::memory_order_relaxed);
-  if (staging) b.staged.fetch_add(1, std::memory_order_relaxed);
+  if (w.stream) b.streamed.fetch_add(1, std::memory_order_relaxed);
+  InFlight prev;
   while (true) {
     const uint64_t i = b.next.fetch_add(1, std::memory_order_relaxed);
     if (i >= b.pieces.size()) break;
     const Piece& p = b.pieces[i];
     if (b.failed[p.copy].load(std::memory_order_relaxed)) continue;  // that chunk's answer is known
-    HostCopy& copy = b.copies[p.copy];
-    char* host = static_cast<char*>(copy.host) + p.offset;
-    if (!move_piece(b, stream, staging, host, copy.addr + p.offset, p.bytes)) {
-      b.failed[p.copy].store(true, std::memory_order_relaxed);
-      continue;
-    }
-    // The last piece of a chunk copied back: its host pages are not needed
-    // any more (copy_from_host's contract); give them back now, in
-    // parallel, rather than in host_free's munmap on the caller's thread.
-    if (b.left[p.copy].fetch_sub(1, std::memory_order_acq_rel) == 1 && !b.to_host)
-      madvise(copy.host, copy.bytes, MADV_DONTNEED);
+    const bool pinned = pin_piece(b, p);
+    if (prev.piece) settle_piece(b, *prev.piece, finish_piece(w, prev));
+    prev = InFlight{};
+    InFlight flight;
+    if (start_piece(w, p, pinned, &flight) == CUDA_SUCCESS) prev = flight;
+    else settle_piece(b, p, false);
   }
-  if (staging) driver::free_host(real, staging);
-  if (stream) driver::stream_destroy(real, stream);
+  if (prev.piece) settle_piece(b, *prev.piece, finish_piece(w, prev));
+  if (w.staging) driver::free_host(real, w.staging);
+  if (w.stream) driver::stream_destroy(real, w.stream);
 }
 
 void* copy_thread_main(void* arg) {
@@ -185,63 +226,61 @@ void* copy_thread_main(void* arg) {
   return nullptr;
 }
 
-}  // namespace
-
-CUcontext VmmProvider::copy_context() {
-  {
-    std::lock_guard<std::mutex> guard(contexts_mutex_);
-    if (context_count_) return contexts_[0];
-  }
-  CUcontext current = nullptr;
-  driver::ctx_get_current(real_, &current);
-  return current;
-}
-
-namespace {
-
-// A batch's host memory (to_host: mapped here, on this thread: the mmaps
-// are cheap, no page is touched yet, and a refused one decides that chunk
-// before any copy) and its pieces. Adds the time the mmaps took to
-// *host_map_ns. false: the batch cannot run (nothing was planned).
-bool plan_batch(Batch& b, uint64_t count, uint64_t bytes, uint64_t* host_map_ns) {
+// A batch's host buffers (to host: taken here, on this thread: an idle
+// buffer is a lookup, a fresh one an mmap that touches no page, and a
+// refused one decides that chunk before any copy) and its pieces. Adds
+// the time that took to *take_ns. false: the batch cannot run (nothing
+// was planned).
+bool plan_batch(Batch& b, uint64_t count, uint64_t bytes, uint64_t* take_ns) {
   b.left.reset(new (std::nothrow) std::atomic<uint64_t>[count]);
   b.failed.reset(new (std::nothrow) std::atomic<bool>[count]);
-  if (!b.left || !b.failed) return false;
+  b.buffers.reset(new (std::nothrow) Buffer*[count]);
+  std::unique_ptr<uint64_t[]> sizes(new (std::nothrow) uint64_t[count]);
+  if (!b.left || !b.failed || !b.buffers || !sizes) return false;
   try {
-    b.pieces.reserve(count + bytes / VmmProvider::kCopyPieceBytes);
+    b.pieces.reserve(count + bytes / HostMemory::kPieceBytes);
   } catch (...) {
     return false;
   }
+  const uint64_t t0 = now_ns();
+  if (b.to_host) {
+    for (uint64_t i = 0; i < count; ++i) sizes[i] = b.copies[i].bytes;
+    b.host->take(sizes.get(), count, b.buffers.get());
+  } else {
+    for (uint64_t i = 0; i < count; ++i) b.buffers[i] = b.host->find(b.copies[i].host);
+  }
+  *take_ns += now_ns() - t0;
   for (uint64_t i = 0; i < count; ++i) {
     HostCopy& copy = b.copies[i];
-    if (b.to_host) {
-      const uint64_t t0 = now_ns();
-      copy.host = map_host(copy.bytes);
-      *host_map_ns += now_ns() - t0;
-      if (!copy.host) {
-        copy.status = ProviderStatus::OutOfMemory;
-        b.failed[i].store(true, std::memory_order_relaxed);
-        b.left[i].store(1, std::memory_order_relaxed);
-        continue;
-      }
+    Buffer* buffer = b.buffers[i];
+    if (!buffer || buffer->bytes != copy.bytes) {  // to host: no memory; back: not ours
+      if (b.to_host) copy.status = ProviderStatus::OutOfMemory;
+      b.buffers[i] = b.to_host ? buffer : nullptr;
+      b.failed[i].store(true, std::memory_order_relaxed);
+      b.left[i].store(1, std::memory_order_relaxed);
+      continue;
     }
+    if (b.to_host) copy.host = buffer->base;
     b.failed[i].store(false, std::memory_order_relaxed);
-    uint64_t n = 0;
-    for (uint64_t offset = 0; offset < copy.bytes; offset += VmmProvider::kCopyPieceBytes, ++n) {
-      const uint64_t piece =
-          copy.bytes - offset < VmmProvider::kCopyPieceBytes ? copy.bytes - offset : VmmProvider::kCopyPieceBytes;
-      b.pieces.push_back(Piece{i, offset, piece});
-      if (piece > b.largest_piece) b.largest_piece = piece;
-    }
-    b.left[i].store(n, std::memory_order_relaxed);
+    for (uint64_t n = 0; n < buffer->pieces; ++n)
+      b.pieces.push_back(Piece{i, n, n * HostMemory::kPieceBytes, HostMemory::piece_bytes(*buffer, n)});
+    b.left[i].store(buffer->pieces, std::memory_order_relaxed);
   }
   return true;
+}
+
+// Whether a piece of the batch is still to be page-locked.
+bool needs_pinning(const Batch& b) {
+  if (!b.to_host) return false;
+  for (const Piece& p : b.pieces)
+    if (!HostMemory::pinned(*b.buffers[p.copy], p.index)) return true;
+  return false;
 }
 
 // Runs the batch's pieces on a few copy threads and this one. Returns the
 // time it took.
 uint64_t run_batch(Batch& b) {
-  const int threads = copy_thread_count(b.pieces.size());
+  const int threads = copy_thread_count(b.pieces.size(), needs_pinning(b));
   pthread_t started[VmmProvider::kMaxCopyThreads];
   int started_count = 0;
   for (int t = 1; t < threads; ++t)
@@ -262,8 +301,9 @@ uint64_t run_batch(Batch& b) {
   return now_ns() - t0;
 }
 
-// Each copy's answer: all its pieces done, or nothing of it kept. Returns
-// the bytes done; *failed_copies counts the others.
+// Each copy's answer: all its pieces done, or nothing of it kept (to
+// host: its buffer goes back, idle or released). Returns the bytes done;
+// *failed_copies counts the others.
 uint64_t settle_batch(Batch& b, uint64_t count, bool ready, uint64_t* failed_copies) {
   uint64_t done_bytes = 0;
   for (uint64_t i = 0; i < count; ++i) {
@@ -277,7 +317,7 @@ uint64_t settle_batch(Batch& b, uint64_t count, bool ready, uint64_t* failed_cop
     }
     ++*failed_copies;
     if (b.to_host) {
-      if (copy.host) munmap(copy.host, copy.bytes);
+      if (ready && b.buffers[i]) b.host->give(*b.buffers[i], b.keep);
       copy.host = nullptr;
       if (copy.status != ProviderStatus::OutOfMemory) copy.status = ProviderStatus::Failed;
     } else {
@@ -287,13 +327,19 @@ uint64_t settle_batch(Batch& b, uint64_t count, bool ready, uint64_t* failed_cop
   return done_bytes;
 }
 
+double gib_per_s(uint64_t bytes, uint64_t ns) {
+  return ns ? double(bytes) / double(1ull << 30) / (double(ns) * 1e-9) : 0.0;
+}
+
 }  // namespace
 
 void VmmProvider::copy_batch(HostCopy* copies, uint64_t count, bool to_host) {
   const uint64_t start = now_ns();
   Batch b;
   b.real = real_;
+  b.host = &host_memory_;
   b.to_host = to_host;
+  b.keep = keep_host_memory();
   b.copies = copies;
   b.context = copy_context();
   uint64_t bytes = 0;
@@ -301,27 +347,30 @@ void VmmProvider::copy_batch(HostCopy* copies, uint64_t count, bool to_host) {
   const bool can =
       b.context && driver::has(real_, &RealDriver::cuCtxGetCurrent) &&
       (to_host ? driver::has(real_, &RealDriver::cuMemcpyDtoH_v2) : driver::has(real_, &RealDriver::cuMemcpyHtoD_v2));
-  uint64_t host_map_ns = 0;
-  const bool ready = can && plan_batch(b, count, bytes, &host_map_ns);
+  uint64_t take_ns = 0;
+  const bool ready = can && plan_batch(b, count, bytes, &take_ns);
   const uint64_t run_ns = ready && !b.pieces.empty() ? run_batch(b) : 0;
   uint64_t failed_copies = 0;
   const uint64_t done_bytes = settle_batch(b, count, ready, &failed_copies);
-  if (log_) {
-    const uint64_t total_ns = now_ns() - start;
-    char line[512];
-    std::snprintf(line, sizeof line,
-                  "device %d: copy %s host: %" PRIu64 " MiB of %" PRIu64 " chunks in %" PRIu64
-                  " ms (%.1f GiB/s), %" PRIu64 " failed; %" PRIu64 " pieces of up to %" PRIu64
-                  " MiB, %d threads (%d with a pinned staging buffer, %d with a stream), host mmap %" PRIu64
-                  " ms, staging and streams %" PRIu64 " ms, summed over threads: DMA %" PRIu64
-                  " ms, host memcpy %" PRIu64 " ms, copying %" PRIu64 " ms",
-                  int(device_), to_host ? "to" : "from", done_bytes >> 20, count, total_ns / 1000000,
-                  total_ns ? double(done_bytes) / double(1ull << 30) / (double(total_ns) * 1e-9) : 0.0, failed_copies,
-                  uint64_t(b.pieces.size()), kCopyPieceBytes >> 20, b.threads.load(), b.staged.load(),
-                  b.streamed.load(), host_map_ns / 1000000, b.setup_ns.load() / 1000000, b.dma_ns.load() / 1000000,
-                  b.host_ns.load() / 1000000, run_ns / 1000000);
-    log_(LogLevel::Debug, line);
-  }
+  if (!log_) return;
+  const uint64_t total_ns = now_ns() - start;
+  const HostMemory::Figures host = host_memory_.figures();
+  char line[640];
+  std::snprintf(line, sizeof line,
+                "device %d: copy %s host: %" PRIu64 " MiB of %" PRIu64 " chunks in %" PRIu64
+                " ms (%.1f GiB/s), %" PRIu64 " failed; %" PRIu64 " pieces of up to %" PRIu64
+                " MiB, %d threads (%d with a stream, %d with a staging buffer), %" PRIu64
+                " pieces page-locked now, %" PRIu64 " staged; buffers %" PRIu64 " ms, streams %" PRIu64
+                " ms, summed over threads: page-locking %" PRIu64 " ms, DMA waits %" PRIu64
+                " ms, staging memcpy %" PRIu64 " ms; copying %" PRIu64 " ms; host memory %" PRIu64 " MiB (%" PRIu64
+                " MiB page-locked, %" PRIu64 " MiB idle)",
+                int(device_), to_host ? "to" : "from", done_bytes >> 20, count, total_ns / 1000000,
+                gib_per_s(done_bytes, total_ns), failed_copies, uint64_t(b.pieces.size()), kCopyPieceBytes >> 20,
+                b.threads.load(), b.streamed.load(), b.staged.load(), b.pinned_now.load(), b.staged_pieces.load(),
+                take_ns / 1000000, b.setup_ns.load() / 1000000, b.pin_ns.load() / 1000000, b.wait_ns.load() / 1000000,
+                b.host_ns.load() / 1000000, run_ns / 1000000, host.mapped_bytes >> 20, host.pinned_bytes >> 20,
+                host.idle_bytes >> 20);
+  log_(LogLevel::Debug, line);
 }
 
 void VmmProvider::copy_to_host(HostCopy* copies, uint64_t count) {
@@ -335,7 +384,13 @@ void VmmProvider::copy_to_host(HostCopy* copies, uint64_t count) {
 void VmmProvider::copy_from_host(HostCopy* copies, uint64_t count) { copy_batch(copies, count, false); }
 
 void VmmProvider::host_free(void* host, uint64_t bytes) {
-  if (host) munmap(host, bytes);
+  (void)bytes;
+  if (HostMemory::Buffer* buffer = host ? host_memory_.find(host) : nullptr)
+    host_memory_.give(*buffer, keep_host_memory());
 }
+
+uint64_t VmmProvider::release_host_memory() { return host_memory_.release_idle(); }
+
+HostMemory::Figures VmmProvider::host_memory_figures() { return host_memory_.figures(); }
 
 }  // namespace pagefast::pool

@@ -39,6 +39,9 @@ PF_EXPORT int pagefast_pool_stats_get(int device, pagefast_pool_stats* out) {
 PF_EXPORT int pagefast_pool_trim(int device) {
   pagefast::pool::own_vmm::trim(device, UINT64_MAX);  // the program's released VMM memory too
   if (!pagefast::pool::pool_for_device(device)) return -1;
-  pagefast::pool::device_memory(device)->each_pool([](int, pagefast::policy::DevicePool* pool) { pool->trim(); });
+  pagefast::pool::DeviceMemory* memory = pagefast::pool::device_memory(device);
+  memory->each_pool([](int, pagefast::policy::DevicePool* pool) { pool->trim(); });
+  // The host memory sleep keeps page-locked between cycles too.
+  if (memory->provider()) memory->provider()->release_host_memory();
   return 0;
 }

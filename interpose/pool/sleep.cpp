@@ -139,7 +139,9 @@ int sleep_slots(const int* slots, int count, unsigned flags) {
   const int all = region::slot_count();
   for (int i = 0; i < (slots ? count : all); ++i)
     answer = fold(answer, sleep_slot_locked(slots ? slots[i] : i, flags, &any));
-  if (!any) return -1;
+  // Everything, and nothing to sleep: no pool at all (-1). A tag whose
+  // regions hold nothing yet sleeps as asked: nothing to do (0).
+  if (!any && !slots) return -1;
   if (answer == 0 && ipc::imports_across_sleep() > 0) answer = 1;
   return answer;
 }
@@ -156,7 +158,7 @@ int wake_slots(const int* slots, int count) {
     any = any || g_slots[slot].asleep.load(std::memory_order_acquire);
     answer = fold(answer, wake_slot_locked(slot));
   }
-  return any ? answer : -1;
+  return any || slots ? answer : -1;
 }
 
 // The slots of a tag: -2 (unknown) when none.

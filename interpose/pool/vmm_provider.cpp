@@ -107,6 +107,16 @@ void VmmProvider::forget_context(CUcontext context) {
     }
 }
 
+CUcontext VmmProvider::copy_context() {
+  {
+    std::lock_guard<std::mutex> guard(contexts_mutex_);
+    if (context_count_) return contexts_[0];
+  }
+  CUcontext current = nullptr;
+  driver::ctx_get_current(real_, &current);
+  return current;
+}
+
 ProviderStatus VmmProvider::reserve_address(uint64_t bytes, uint64_t* base_addr) {
   CUdeviceptr base = 0;
   const CUresult r = driver::address_reserve(real_, &base, bytes, kGranuleBytes, 0, 0);

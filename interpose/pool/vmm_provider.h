@@ -15,8 +15,9 @@
 // that announces itself first waits for syncs already running.
 //
 // Sleep's copies (host_copy.cpp) run on a few short-lived copy threads
-// with a context of this device made current; see docs/POOL.md "Sleep
-// and wake".
+// with a context of this device made current, into host memory that stays
+// page-locked between sleeps (host_memory.h); see docs/POOL.md "Sleep and
+// wake".
 #pragma once
 
 #include <cuda.h>
@@ -25,6 +26,7 @@
 #include <mutex>
 #include <string>
 
+#include "interpose/pool/host_memory.h"
 #include "interpose/real_driver.h"
 #include "policy/config.h"
 #include "policy/provider.h"
@@ -75,15 +77,21 @@ class VmmProvider final : public policy::Provider {
   policy::SyncStatus synchronize() override;
   // cuMemGetInfo in the pool's first context (pushed when not current).
   bool device_free_bytes(uint64_t* free_bytes) override;
-  // Sleep with keep (host_copy.cpp): each chunk's copy in ordinary
-  // anonymous host memory, moved in pieces of kCopyPieceBytes through one
-  // pinned staging buffer per copy thread (a few threads, living for one
-  // batch, each with a stream of its own), in a context of this device.
+  // Sleep with keep (host_copy.cpp): each chunk's copy straight into
+  // page-locked host memory (host_memory.h), page-locked in pieces of
+  // kCopyPieceBytes by a few copy threads (living for one batch, each with
+  // a stream of its own, in a context of this device) while other pieces
+  // copy; kept page-locked after wake for the next sleep unless
+  // sleep_host_keep is off.
   void copy_to_host(policy::HostCopy* copies, uint64_t count) override;
   void copy_from_host(policy::HostCopy* copies, uint64_t count) override;
   void host_free(void* host, uint64_t bytes) override;
-  static constexpr uint64_t kCopyPieceBytes = 32ull << 20;
-  static constexpr int kMaxCopyThreads = 8;
+  // Gives back the host memory kept page-locked between sleeps
+  // (pagefast_pool_trim); returns the bytes. No driver call while none is kept.
+  uint64_t release_host_memory();
+  HostMemory::Figures host_memory_figures();
+  static constexpr uint64_t kCopyPieceBytes = HostMemory::kPieceBytes;
+  static constexpr int kMaxCopyThreads = 16;
 
  private:
   // The context copies run in: the first that used the pool, else the
@@ -108,6 +116,7 @@ class VmmProvider final : public policy::Provider {
   std::mutex contexts_mutex_;
   CUcontext contexts_[kMaxContexts] = {};
   int context_count_ = 0;
+  HostMemory host_memory_{real_};
 };
 
 }  // namespace pagefast::pool

@@ -8,15 +8,33 @@ library and the tools (docs/PACKAGING.md):
 
 The library works by being preloaded, not through Python. A program run
 with it can put its pools to sleep and wake them from Python
-(pagefast.sleep, pagefast.wake, `with pagefast.asleep(): ...`), which
-call the library already loaded in the process.
+(pagefast.sleep, pagefast.wake, `with pagefast.asleep(): ...`), all of
+them or the memory of one tag (`with pagefast.region("kv_cache"): ...`,
+then pagefast.sleep("kv_cache")), which call the library already loaded in
+the process (docs/SLEEP.md). pagefast.torch gives each tag its own PyTorch
+memory pool, and pagefast.torch_memory_saver has torch_memory_saver's
+names; both import torch when first used, not with this package.
 """
+import importlib
 import os
 import sys
 
+from ._region import current_region, region
 from ._sleep import Error, asleep, is_asleep, loaded, sleep, wake
 
-__all__ = ["library_path", "tool_path", "__version__", "Error", "loaded", "sleep", "wake", "is_asleep", "asleep"]
+__all__ = ["library_path", "tool_path", "__version__", "Error", "loaded", "sleep", "wake", "is_asleep", "asleep",
+           "region", "current_region"]
+
+# Submodules that import torch: loaded on first use (pagefast.torch), never
+# by `import pagefast`.
+_LAZY = ("torch", "torch_memory_saver")
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return importlib.import_module("." + name, __name__)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 try:

@@ -1,12 +1,16 @@
 """Sleep and wake from Python, for the process that imports this: the
 pool's device memory goes back to the driver (its contents, with keep, to
 page-locked host memory) and comes back at the same addresses
-(docs/POOL.md "Sleep and wake").
+(docs/POOL.md "Sleep and wake"), for the whole process or for the memory
+of one tag (docs/SLEEP.md; regions: _region.py).
 
     import pagefast
     pagefast.sleep(keep=True)      # contents kept in host memory
     ...                            # another job may use the GPU
     pagefast.wake()
+
+    pagefast.sleep("kv_cache")     # only that tag's memory, as its regions said
+    pagefast.wake("kv_cache")
 
     with pagefast.asleep():        # sleep on entry, wake on exit
         ...
@@ -23,9 +27,12 @@ import ctypes
 
 __all__ = ["Error", "loaded", "sleep", "wake", "is_asleep", "asleep"]
 
-# Flags of pagefast_sleep (interpose/pagefast.h).
+# Flags of pagefast_sleep and pagefast_sleep_tag (interpose/pagefast.h).
 _SLEEP_KEEP = 1
 _SLEEP_FAIL = 2
+_SLEEP_DISCARD = 4
+# Answer of the tagged calls for a tag no region ever had.
+_UNKNOWN_TAG = -2
 
 
 class Error(RuntimeError):
@@ -33,16 +40,27 @@ class Error(RuntimeError):
     says which, and what state the memory is in."""
 
 
-def _api():
+def _symbols(names, argtypes):
+    """The functions `names` of the process's libpagefast, or None when one
+    is missing (no library, or one without them)."""
     try:
         process = ctypes.CDLL(None)
-        functions = (process.pagefast_sleep, process.pagefast_wake, process.pagefast_asleep)
+        functions = [getattr(process, name) for name in names]
     except (OSError, AttributeError):
         return None
-    functions[0].argtypes = [ctypes.c_uint]
-    for f in functions:
+    for f, args in zip(functions, argtypes):
+        f.argtypes = args
         f.restype = ctypes.c_int
     return functions
+
+
+def _api():
+    return _symbols(("pagefast_sleep", "pagefast_wake", "pagefast_asleep"), ([ctypes.c_uint], [], []))
+
+
+def _tag_api():
+    return _symbols(("pagefast_sleep_tag", "pagefast_wake_tag", "pagefast_tag_asleep"),
+                    ([ctypes.c_char_p, ctypes.c_uint], [ctypes.c_char_p], [ctypes.c_char_p]))
 
 
 def loaded():
@@ -50,59 +68,117 @@ def loaded():
     return _api() is not None
 
 
+_NOT_LOADED = ("pagefast is not loaded in this process: start it with pagefast-run, "
+               "or with LD_PRELOAD=$(python -m pagefast --lib)")
+
+
 def _require():
     api = _api()
     if api is None:
-        raise Error("pagefast is not loaded in this process: start it with pagefast-run, "
-                    "or with LD_PRELOAD=$(python -m pagefast --lib)")
+        raise Error(_NOT_LOADED)
     return api
 
 
-def sleep(keep=True, wait=True):
-    """Puts every pool of the process to sleep. With keep (the default) the
-    contents go to page-locked host memory first and come back at wake;
-    without, the memory comes back with undefined contents. With wait (the
-    default) an allocation made while asleep waits for wake; without, it
-    fails with out-of-memory.
+def _require_tags():
+    api = _tag_api()
+    if api is None:
+        _require()
+        raise Error("the libpagefast.so in this process has no regions (pagefast_sleep_tag is missing): "
+                    "start the program with the library of this package")
+    return api
+
+
+def _tag_bytes(tag):
+    if not isinstance(tag, str):
+        raise TypeError("a tag is a str, not %s" % type(tag).__name__)
+    return tag.encode("utf-8")
+
+
+def _unknown(tag):
+    return Error("no region ever had the tag %r: nothing changed" % tag)
+
+
+def _keep_first(tag, keep):
+    """sleep(True) and asleep(False) keep their meaning of keep: a bool in
+    the tag's place is keep."""
+    if isinstance(tag, bool):
+        return None, tag
+    return tag, keep
+
+
+def sleep(tag=None, keep=None, wait=True):
+    """Puts memory to sleep: every pool of the process when tag is None,
+    else the memory of the regions of that tag (memory outside them stays).
+
+    keep=True copies the contents to page-locked host memory first and
+    brings them back at wake; keep=False gives the memory back with
+    undefined contents; keep=None is keep=True for the whole process and,
+    for a tag, what each of its regions said (pagefast.region(tag, keep)).
+    With wait (the default) an allocation that needs the sleeping memory
+    waits for wake; without, it fails with out-of-memory.
 
     Returns True when every chunk went back to the driver, False when some
     device memory stayed resident (memory another process maps, a refused
-    call, or memory the program maps with its own cuMemCreate, such as
-    PyTorch's expandable segments or JAX's: the log names it; what went
-    back did). Raises Error when
-    nothing changed: no pool yet, a stream capture under way, or the device
-    could not be synchronised."""
-    do_sleep = _require()[0]
-    flags = (_SLEEP_KEEP if keep else 0) | (0 if wait else _SLEEP_FAIL)
-    answer = do_sleep(flags)
+    call, or, without a tag, memory the program maps with its own
+    cuMemCreate outside the pool: the log names it; what went back did).
+    Raises Error when nothing changed: no pool yet, a stream capture under
+    way, the device could not be synchronised, or a tag no region ever had."""
+    tag, keep = _keep_first(tag, keep)
+    flags = 0 if wait else _SLEEP_FAIL
+    if tag is None:
+        flags |= _SLEEP_KEEP if keep is None or keep else 0
+        answer = _require()[0](flags)
+    else:
+        if keep is not None:
+            flags |= _SLEEP_KEEP if keep else _SLEEP_DISCARD
+        answer = _require_tags()[0](_tag_bytes(tag), flags)
+    if answer == _UNKNOWN_TAG:
+        raise _unknown(tag)
     if answer < 0:
-        raise Error("pagefast could not sleep (no pool in this process yet, a CUDA graph capture "
-                    "under way, or the device could not be synchronised); nothing changed")
+        raise Error("pagefast could not sleep%s (no pool in this process yet, a CUDA graph capture "
+                    "under way, or the device could not be synchronised); nothing changed"
+                    % ("" if tag is None else " tag %r" % tag))
     return answer == 0
 
 
-def wake():
-    """Maps the pools' memory again at the same addresses and restores the
-    kept contents; nothing to do when awake. Raises Error when the driver
-    refused memory or a mapping: still asleep, call it again once memory
-    is free."""
-    do_wake = _require()[1]
-    if do_wake() != 0:
-        raise Error("pagefast could not wake (the driver refused device memory or a mapping, or "
-                    "there is no pool): still asleep; call wake() again once the memory is free")
+def wake(tag=None):
+    """Maps the memory again at the same addresses and restores the kept
+    contents: every pool's when tag is None, else that tag's; nothing to do
+    when awake. Raises Error when the driver refused memory or a mapping
+    (still asleep, call it again once memory is free), or for a tag no
+    region ever had."""
+    if tag is None:
+        answer = _require()[1]()
+    else:
+        answer = _require_tags()[1](_tag_bytes(tag))
+    if answer == _UNKNOWN_TAG:
+        raise _unknown(tag)
+    if answer != 0:
+        raise Error("pagefast could not wake%s (the driver refused device memory or a mapping, or "
+                    "there is no pool): still asleep; call wake() again once the memory is free"
+                    % ("" if tag is None else " tag %r" % tag))
 
 
-def is_asleep():
-    """How many of the process's pools (one per device) are asleep."""
-    return _require()[2]()
+def is_asleep(tag=None):
+    """Without a tag: how many of the process's pools are asleep (one per
+    device for memory outside regions, one per device and tag for the
+    rest). With a tag: whether that tag's memory is asleep (Error for a
+    tag no region ever had)."""
+    if tag is None:
+        return _require()[2]()
+    answer = _require_tags()[2](_tag_bytes(tag))
+    if answer == _UNKNOWN_TAG:
+        raise _unknown(tag)
+    return answer == 1
 
 
 @contextlib.contextmanager
-def asleep(keep=True, wait=True):
-    """Asleep inside the block, awake after it (also when the block raises).
-    Yields what sleep() returned."""
-    complete = sleep(keep=keep, wait=wait)
+def asleep(tag=None, keep=None, wait=True):
+    """Asleep inside the block, awake after it (also when the block raises);
+    arguments as sleep(). Yields what sleep() returned."""
+    tag, keep = _keep_first(tag, keep)
+    complete = sleep(tag, keep=keep, wait=wait)
     try:
         yield complete
     finally:
-        wake()
+        wake(tag)

@@ -168,6 +168,13 @@ TEST_CASE("log levels") {
   CHECK_FALSE(c.log_off);
 }
 
+TEST_CASE("sleep_host_keep: on by default, on/off accepted") {
+  CHECK(with_conf("").pool.sleep_host_keep);
+  CHECK_FALSE(with_conf("sleep_host_keep:off").pool.sleep_host_keep);
+  CHECK(with_conf("sleep_host_keep:on").pool.sleep_host_keep);
+  CHECK(with_conf("sleep_host_keep:maybe").passthrough);
+}
+
 TEST_CASE("vmm_grow_ahead: 32 by default, 0..32 accepted") {
   CHECK(with_conf("").pool.vmm_grow_ahead == 32);
   CHECK(with_conf("vmm_grow_ahead:0").pool.vmm_grow_ahead == 0);

@@ -226,7 +226,9 @@ TEST_CASE("the variables' messages, word for word") {
   CHECK(env.parse().error ==
         "PAGEFAST_CONF: unknown key 'bogus' (accepted keys: pool, chunk_size, release_threshold, limit, headroom, "
         "prewarm, "
-        "reserve, vmm_cache, vmm_grow_ahead, release_delay, slack, big_chunks, idle_share, control, numa, report, "
+        "reserve, vmm_cache, vmm_grow_ahead, release_delay, slack, big_chunks, idle_share, control, sleep_host_keep, "
+        "numa, "
+        "report, "
         "stats)");
 }
 

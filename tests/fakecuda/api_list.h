@@ -145,6 +145,11 @@
   L(cuMemHostAlloc, 2020, cuMemHostAlloc, (void** pp, size_t bytes, unsigned int flags),    \
     (pp, bytes, flags))                                                                    \
   L(cuMemFreeHost, 2000, cuMemFreeHost, (void* p), (p))                                    \
+  /* host memory registered (page-locked) in place: kept in a table, no                    \
+     pinning here (host.cpp) */                                                             \
+  L(cuMemHostRegister, 6050, cuMemHostRegister_v2, (void* p, size_t bytes, unsigned int flags), \
+    (p, bytes, flags))                                                                     \
+  L(cuMemHostUnregister, 4000, cuMemHostUnregister, (void* p), (p))                        \
   /* copies and memsets */                                                                 \
   L(cuMemcpy, 4000, cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t bytes),            \
     (dst, src, bytes))                                                                     \

@@ -93,6 +93,10 @@ FAKECUDA_API_EXPORT unsigned long long fakecuda_mapping_access(CUdeviceptr ptr, 
  * handle or before cuInit. */
 FAKECUDA_API_EXPORT int fakecuda_set_next_handle(unsigned long long value);
 
+/* Host memory registered with cuMemHostRegister and not unregistered yet,
+ * in bytes, from any thread (tests/fakecuda/host.cpp). */
+FAKECUDA_API_EXPORT unsigned long long fakecuda_host_registered_bytes(void);
+
 /* Use-after-free violations seen by delayed kernels and asynchronous copies
  * since the process started. */
 FAKECUDA_API_EXPORT unsigned long long fakecuda_violations(void);

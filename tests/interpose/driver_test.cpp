@@ -66,6 +66,8 @@ RealDriver full_table() {
   FAKE(cuMemcpyHtoDAsync_v2);
   FAKE(cuMemHostAlloc);
   FAKE(cuMemFreeHost);
+  FAKE(cuMemHostRegister_v2);
+  FAKE(cuMemHostUnregister);
   return t;
 }
 #undef FAKE
@@ -139,6 +141,8 @@ std::vector<SeamCall> seam_calls() {
       {"cuMemcpyHtoDAsync_v2", [](const RealDriver* r) { return driver::copy_htod_async(r, ptr, text, 1, stream); }},
       {"cuMemHostAlloc", [](const RealDriver* r) { return driver::host_alloc(r, &host, 1, 0); }},
       {"cuMemFreeHost", [](const RealDriver* r) { return driver::free_host(r, host); }},
+      {"cuMemHostRegister_v2", [](const RealDriver* r) { return driver::host_register(r, text, 1, 0); }},
+      {"cuMemHostUnregister", [](const RealDriver* r) { return driver::host_unregister(r, text); }},
   };
 }
 

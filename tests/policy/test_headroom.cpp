@@ -324,3 +324,38 @@ TEST_CASE("a budgeted provider refused by the driver retries once the others rel
   CHECK(provider.create_chunk(granules_of(512 * kMiB), &more) == ProviderStatus::OutOfMemory);
   CHECK(inner.used_bytes() == 768 * kMiB);
 }
+
+namespace {
+
+// A holder of a fixed number of bytes, none idle (a pool in use).
+struct Fixed final : Holder {
+  explicit Fixed(uint64_t bytes) : held(bytes) {}
+  uint64_t held_bytes() override { return held; }
+  uint64_t idle_bytes() override { return 0; }
+  uint64_t release(uint64_t) override { return 0; }
+  uint64_t held;
+};
+
+}  // namespace
+
+TEST_CASE("a budgeted provider keeps capped holders together under the limit", "[headroom][limit]") {
+  // Two pools of one device (its own and the regions'), each of whose
+  // arenas keeps only its own memory under the limit: their sum is capped.
+  FakeProvider inner(1 * kGiB, FakeProvider::Backing::None);
+  Fixed pool(384 * kMiB), regions(0);
+  DeviceBudget budget(0, 512 * kMiB);
+  REQUIRE(budget.add(&pool));
+  REQUIRE(budget.add(&regions));
+  Holder* const capped[] = {&pool, &regions};
+  BudgetedProvider provider(inner, budget, &regions, capped, 2);
+  ChunkHandle chunk{};
+  REQUIRE(provider.create_chunk(granules_of(128 * kMiB), &chunk) == ProviderStatus::Ok);
+  regions.held = 128 * kMiB;
+  ChunkHandle more{};
+  CHECK(provider.create_chunk(granules_of(2 * kMiB), &more) == ProviderStatus::OutOfMemory);
+  CHECK(inner.used_bytes() == 128 * kMiB);
+  // Without a limit, no cap.
+  DeviceBudget unlimited(0);
+  BudgetedProvider free_provider(inner, unlimited, &regions, capped, 2);
+  CHECK(free_provider.create_chunk(granules_of(256 * kMiB), &more) == ProviderStatus::Ok);
+}

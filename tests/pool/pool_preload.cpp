@@ -493,7 +493,14 @@ bool words_intact(CUdeviceptr p, size_t bytes, uint64_t seed) {
   return true;
 }
 
+// Whether PAGEFAST_CONF turns sleep_host_keep off for this run.
+bool host_keep_off() {
+  const char* conf = std::getenv("PAGEFAST_CONF");
+  return conf && std::strstr(conf, "sleep_host_keep:off");
+}
+
 int sleep_case(int cycles) {
+  const bool keep_host = !host_keep_off();
   SleepFn sleep_fn = reinterpret_cast<SleepFn>(dlsym(RTLD_DEFAULT, "pagefast_sleep"));
   WakeFn wake_fn = reinterpret_cast<WakeFn>(dlsym(RTLD_DEFAULT, "pagefast_wake"));
   WakeFn asleep_fn = reinterpret_cast<WakeFn>(dlsym(RTLD_DEFAULT, "pagefast_asleep"));
@@ -533,6 +540,10 @@ int sleep_case(int cycles) {
     if (!all_bytes(blocks[i], sizes[i], (unsigned char)(i == 3 ? 0x77 : 0x10 + i)))
       return fail("sleep: contents differ after wake");
   if (!words_intact(blocks[4], sizes[4], 4)) return fail("sleep: a piece of a copy came back at the wrong place");
+  // The copies' host memory: page-locked and kept after wake, or given back.
+  if (keep_host != (fakecuda_host_registered_bytes() >= (260u << 20)))
+    return fail("sleep: the host memory is not page-locked and kept as sleep_host_keep says");
+  if (fakecuda_call_count("cuMemHostAlloc") != 0) return fail("sleep: a staging buffer although all was page-locked");
   // Without keep, waiting: an allocation on another thread waits for wake.
   if (sleep_fn(0) != 0) return fail("sleep: without keep");
   std::atomic<int> got{0};
@@ -559,9 +570,15 @@ int sleep_case(int cycles) {
   auto intact = [&] { return all_bytes(blocks[3], sizes[3], 0x42) && words_intact(blocks[4], sizes[4], 4); };
   // (The last: the first thread without staging buffer or stream, and a
   // synchronous copy of it refused.)
-  const char* faults[] = {"cuMemUnmap:1", "cuMemRelease:1", "cuMemcpyDtoHAsync_v2:4", "cuStreamSynchronize:2",
-                          "cuMemHostAlloc:1,cuStreamCreate:1,cuMemcpyDtoH_v2:2"};
+  // The rest after a trim (no page-locked host memory kept): page-locking
+  // refused on the way, then the staging buffer of the first thread that
+  // needs one and a stream, and then a synchronous copy of that thread.
+  const char* faults[] = {
+      "cuMemUnmap:1",           "cuMemRelease:1",
+      "cuMemcpyDtoHAsync_v2:4", "cuStreamSynchronize:2",
+      "cuMemHostRegister_v2:3", "cuMemHostRegister_v2:1,cuMemHostAlloc:1,cuStreamCreate:1,cuMemcpyDtoH_v2:2"};
   for (const char* f : faults) {
+    if (std::strstr(f, "cuMemHostRegister") && trim_fn()(0) != 0) return fail("sleep: trim before a fault");
     fakecuda_set_fail(f);
     if (sleep_fn(PAGEFAST_SLEEP_KEEP) < 0) return fail("sleep: a driver fault made sleep fail");
     fakecuda_set_fail("");
@@ -582,11 +599,16 @@ int sleep_case(int cycles) {
     if (wake_fn() != 0) return fail("sleep: wake again after a fault");
     if (!intact()) return fail((std::string("sleep: contents lost to a fault in wake: ") + f).c_str());
   }
-  // A copy thread without staging buffer or stream copies all the same.
+  // A copy thread without staging buffer or stream copies all the same
+  // (the sleep before: nothing page-locked, so that wake needs staging).
   const char* degraded[] = {"cuMemHostAlloc:1,cuStreamCreate:2",
                             "cuMemHostAlloc:1,cuMemHostAlloc:2,cuStreamCreate:1,cuStreamCreate:2"};
   for (const char* f : degraded) {
-    if (sleep_fn(PAGEFAST_SLEEP_KEEP) < 0) return fail("sleep: before a degraded wake");
+    if (trim_fn()(0) != 0) return fail("sleep: trim before a degraded wake");
+    fakecuda_set_fail("cuMemHostRegister_v2:1");
+    const int slept = sleep_fn(PAGEFAST_SLEEP_KEEP);
+    fakecuda_set_fail("");
+    if (slept < 0) return fail("sleep: before a degraded wake");
     fakecuda_set_fail(f);
     if (wake_fn() != 0) return fail("sleep: wake without a staging buffer or stream failed");
     fakecuda_set_fail("");
@@ -603,9 +625,21 @@ int sleep_case(int cycles) {
   const int fds = count_fds(), maps = count_maps();
   const int creates = fakecuda_call_count("cuMemCreate"), released = fakecuda_call_count("cuMemRelease");
   const int host_allocs = fakecuda_call_count("cuMemHostAlloc"), host_frees = fakecuda_call_count("cuMemFreeHost");
+  const int registers = fakecuda_call_count("cuMemHostRegister_v2");
+  const int unregisters = fakecuda_call_count("cuMemHostUnregister");
+  const unsigned long long registered = fakecuda_host_registered_bytes();
   for (int i = 0; i < cycles; ++i) {
     if (sleep_fn(PAGEFAST_SLEEP_KEEP) < 0 || wake_fn() != 0) return fail("sleep: a cycle failed");
   }
+  // Kept: the same page-locked memory reused by every cycle, nothing new
+  // locked. Not kept: locked at each sleep and given back at each wake.
+  if (fakecuda_host_registered_bytes() != registered)
+    return fail("sleep: page-locked host memory grew over the cycles");
+  if (keep_host ? fakecuda_call_count("cuMemHostRegister_v2") != registers
+                : fakecuda_call_count("cuMemHostRegister_v2") - registers !=
+                      fakecuda_call_count("cuMemHostUnregister") - unregisters)
+    return fail("sleep: page-locked host memory not reused (kept) or not given back (not kept)");
+  if (keep_host && registered == 0) return fail("sleep: no page-locked host memory kept between cycles");
   if (fakecuda_call_count("cuMemCreate") - creates != fakecuda_call_count("cuMemRelease") - released)
     return fail("sleep: chunks leaked over the cycles");
   if (fakecuda_call_count("cuMemHostAlloc") - host_allocs != fakecuda_call_count("cuMemFreeHost") - host_frees)
@@ -614,6 +648,8 @@ int sleep_case(int cycles) {
   if (count_maps() > maps + 2) return fail("sleep: host memory mappings leaked over the cycles");
   if (!all_bytes(blocks[2], sizes[2], 0x42)) return fail("sleep: contents lost over the cycles");
   for (size_t i = 1; i < 3; ++i) CHECK_CU(cuMemFree_v2(blocks[i]));
+  // Trim gives the kept host memory back.
+  if (trim_fn()(0) != 0 || fakecuda_host_registered_bytes() != 0) return fail("sleep: trim kept page-locked memory");
   if (fakecuda_violations()) return fail("sleep: the fake driver saw a violation");
   std::printf("ok sleep cycles %d creates %d\n", cycles, fakecuda_call_count("cuMemCreate") - creates);
   return 0;

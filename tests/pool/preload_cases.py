@@ -284,6 +284,7 @@ SLEEP_CASES = {
     "sleep_release0": ("release_delay:0", 5),
     "sleep_100M": ("chunk_size:100M", 3),
     "sleep_cycles": ("chunk_size:2M", 1000),
+    "sleep_host_nokeep": ("chunk_size:2M,sleep_host_keep:off", 1000),
 }
 
 

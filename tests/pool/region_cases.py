@@ -31,6 +31,10 @@ def main():
         expect_ok(r, "limits", "pagefast")
         check("too many tags" in r.stderr and "too many regions open" in r.stderr,
               f"the limits are named in the log ({r.stderr[-300:]})")
+    elif what == "limit":
+        for conf in ["limit:64M", "limit:64M,chunk_size:2M"]:
+            r = run(build, ["limit"], env={"PAGEFAST_CONF": conf})
+            expect_ok(r, "limit", f"pagefast [{conf}]")
     elif what == "cycles":
         r = run(build, ["cycles", "1000"], env={"PAGEFAST_CONF": "chunk_size:2M"})
         expect_ok(r, "cycles", "pagefast chunk_size:2M, 1000 cycles")

@@ -153,6 +153,11 @@ int bad_inputs(Api& api, Held& h) {
   if (api.sleep_tag("never", 0) != -2 || api.wake_tag("never") != -2 || api.tag_asleep("never") != -2)
     return fail("an unknown tag is not -2");
   if (api.wake_tag("kv") != 0) return fail("wake without sleep");
+  // A tag whose regions hold nothing yet: nothing to do.
+  if (api.begin("empty", 0) != 0 || api.end() != 0) return fail("an empty region");
+  if (api.sleep_tag("empty", 0) != 0 || api.tag_asleep("empty") != 1 || api.wake_tag("empty") != 0 ||
+      api.tag_asleep("empty") != 0)
+    return fail("sleep and wake of a tag with no memory");
   if (api.begin("", 0) != -1 || api.begin("two words", 0) != -1 || api.begin(nullptr, 0) != -1)
     return fail("a bad tag was taken");
   if (api.end() != -1) return fail("end without a region");
@@ -284,6 +289,29 @@ int limits_case() {
   return 0;
 }
 
+// Under a limit (PAGEFAST_CONF limit:64M) the device's pool and the
+// regions' pools together stay under it, and idle memory of one goes to
+// the other.
+int limit_case() {
+  Api api;
+  if (!load(&api)) return fail("the region API is not exported");
+  CUdeviceptr outside = 0, inside = 0;
+  CHECK_CU(cuMemAlloc_v2(&outside, 40 * kMiB));
+  if (api.begin("kv", 0) != 0) return fail("region begin");
+  const CUresult over = cuMemAlloc_v2(&inside, 40 * kMiB);
+  api.end();
+  if (over != CUDA_ERROR_OUT_OF_MEMORY) return fail("a region's pool grew past the limit");
+  CHECK_CU(cuMemFree_v2(outside));
+  // The device's pool holds 40 MiB idle now: the region's growth makes room.
+  if (alloc_in(api, "kv", 0, 40 * kMiB, &inside)) return 1;
+  size_t free_bytes = 0, total = 0;
+  CHECK_CU(cuMemGetInfo_v2(&free_bytes, &total));
+  if (total != 64 * kMiB || free_bytes > 24 * kMiB) return fail("cuMemGetInfo under the limit with a region");
+  CHECK_CU(cuMemFree_v2(inside));
+  std::printf("ok limit\n");
+  return 0;
+}
+
 // Eight threads allocate, write, check and free outside any region while
 // the main thread sleeps and wakes "kv" (discard) and "weights" (keep).
 int cycles_case(int cycles) {
@@ -346,6 +374,7 @@ int main(int argc, char** argv) {
   const std::string what = argv[1];
   if (what == "tags") return tags_case();
   if (what == "limits") return limits_case();
+  if (what == "limit") return limit_case();
   if (what == "cycles") return cycles_case(argc > 2 ? std::atoi(argv[2]) : 100);
   return fail("unknown subcommand");
 }

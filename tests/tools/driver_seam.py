@@ -39,6 +39,7 @@ FUNCTIONS = [
     # Streams, copies, host memory.
     "cuStreamCreate", "cuStreamSynchronize", "cuStreamDestroy_v2", "cuStreamIsCapturing", "cuMemcpyDtoH_v2",
     "cuMemcpyHtoD_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyHtoDAsync_v2", "cuMemHostAlloc", "cuMemFreeHost",
+    "cuMemHostRegister_v2", "cuMemHostUnregister",
 ]
 SUFFIXES = (".c", ".cc", ".cpp", ".h", ".hpp", ".cu", ".S")
 

@@ -1,0 +1,177 @@
+// interpose/pool/host_memory.cpp: the sleep copies' host buffers (see
+// host_memory.h).
+#include "interpose/pool/host_memory.h"
+
+#include <sys/mman.h>
+
+#include <new>
+
+#include "interpose/driver.h"
+
+namespace pagefast::pool {
+namespace {
+
+constexpr uint64_t kHostAlign = 2ull << 20;  // a huge page
+#ifdef MADV_POPULATE_WRITE
+constexpr int kPopulateWrite = MADV_POPULATE_WRITE;
+#else
+constexpr int kPopulateWrite = 23;  // Linux's value, for older headers
+#endif
+
+// Anonymous memory, 2 MiB-aligned so that transparent huge pages can back
+// all of it (fewer pages for the driver to lock). Not MAP_NORESERVE: every
+// byte is written, so the commit charge is the truth, and under strict
+// overcommit the mmap then fails here (the chunk stays resident) rather
+// than the OOM killer striking mid-copy.
+void* map_aligned(uint64_t bytes) {
+  const uint64_t total = bytes + kHostAlign;
+  void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  const uint64_t start = uint64_t(p), aligned = (start + kHostAlign - 1) & ~(kHostAlign - 1);
+  if (aligned > start) munmap(p, aligned - start);
+  const uint64_t tail = start + total - (aligned + bytes);
+  if (tail) munmap(reinterpret_cast<void*>(aligned + bytes), tail);
+#ifdef MADV_HUGEPAGE
+  madvise(reinterpret_cast<void*>(aligned), bytes, MADV_HUGEPAGE);  // a hint: THP off is fine too
+#endif
+  // Not inherited by a forked child (whose pool is off anyway): the kernel
+  // would otherwise copy every page-locked page into it at fork.
+  madvise(reinterpret_cast<void*>(aligned), bytes, MADV_DONTFORK);
+  return reinterpret_cast<void*>(aligned);
+}
+
+}  // namespace
+
+HostMemory::Buffer* HostMemory::map_buffer(uint64_t bytes) {
+  auto* buffer = new (std::nothrow) Buffer;
+  if (!buffer) return nullptr;
+  buffer->bytes = bytes;
+  buffer->pieces = (bytes + kPieceBytes - 1) / kPieceBytes;
+  buffer->pinned.reset(new (std::nothrow) std::atomic<bool>[buffer->pieces]);
+  if (buffer->pinned) buffer->base = static_cast<char*>(map_aligned(bytes));
+  if (!buffer->base) {
+    delete buffer;
+    return nullptr;
+  }
+  for (uint64_t i = 0; i < buffer->pieces; ++i) buffer->pinned[i].store(false, std::memory_order_relaxed);
+  try {
+    by_base_.emplace(buffer->base, buffer);
+  } catch (...) {
+    munmap(buffer->base, bytes);
+    delete buffer;
+    return nullptr;
+  }
+  buffer->in_use = true;
+  mapped_bytes_ += bytes;
+  return buffer;
+}
+
+void HostMemory::take(const uint64_t* bytes, uint64_t count, Buffer** out) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  // Idle buffers to the copies of their size first...
+  for (uint64_t i = 0; i < count; ++i) {
+    out[i] = nullptr;
+    auto it = idle_.find(bytes[i]);
+    if (it == idle_.end()) continue;
+    out[i] = it->second;
+    out[i]->in_use = true;
+    idle_bytes_ -= bytes[i];
+    idle_.erase(it);
+  }
+  // ...then the idle ones left over go back, before fresh memory is
+  // mapped and page-locked for the rest.
+  release_idle_locked();
+  for (uint64_t i = 0; i < count; ++i)
+    if (!out[i]) out[i] = map_buffer(bytes[i]);
+}
+
+HostMemory::Buffer* HostMemory::find(const void* host) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  auto it = by_base_.find(host);
+  return it == by_base_.end() ? nullptr : it->second;
+}
+
+bool HostMemory::pin(Buffer& buffer, uint64_t index) {
+  if (pinned(buffer, index)) return true;
+  if (!driver::has(real_, &RealDriver::cuMemHostRegister_v2, &RealDriver::cuMemHostUnregister)) return false;
+  const uint64_t bytes = piece_bytes(buffer, index);
+  char* piece = buffer.base + index * kPieceBytes;
+  // The pages faulted in (allocated and zeroed) here, by the kernel alone,
+  // so that the driver's call only locks pages that are there: whatever
+  // the driver serialises, the zeroing runs on every copy thread at once.
+  // Linux 5.14 and later; older kernels answer EINVAL and the driver
+  // faults them itself.
+  madvise(piece, bytes, kPopulateWrite);
+  if (driver::host_register(real_, piece, bytes, CU_MEMHOSTREGISTER_PORTABLE) != CUDA_SUCCESS) return false;
+  buffer.pinned[index].store(true, std::memory_order_relaxed);
+  pinned_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  return true;
+}
+
+void HostMemory::unregister_pieces(Buffer& buffer) {
+  for (uint64_t i = 0; i < buffer.pieces; ++i) {
+    if (!pinned(buffer, i)) continue;
+    // A refusal leaves the piece registered: it is then leaked with the
+    // mapping below (munmap of locked pages is the kernel's to sort out).
+    driver::host_unregister(real_, buffer.base + i * kPieceBytes);
+    buffer.pinned[i].store(false, std::memory_order_relaxed);
+    pinned_bytes_.fetch_sub(piece_bytes(buffer, i), std::memory_order_relaxed);
+  }
+}
+
+void HostMemory::done_copying(Buffer& buffer, bool keep) {
+  if (keep) return;
+  unregister_pieces(buffer);
+  madvise(buffer.base, buffer.bytes, MADV_DONTNEED);
+}
+
+// REQUIRES: mutex_ held; `buffer` in neither by_base_ nor idle_ any more.
+void HostMemory::release(Buffer* buffer) {
+  unregister_pieces(*buffer);
+  munmap(buffer->base, buffer->bytes);
+  mapped_bytes_ -= buffer->bytes;
+  delete buffer;
+}
+
+void HostMemory::give(Buffer& buffer, bool keep) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  buffer.in_use = false;
+  if (keep) {
+    try {
+      idle_.emplace(buffer.bytes, &buffer);
+      idle_bytes_ += buffer.bytes;
+      return;
+    } catch (...) {  // no room to remember it idle: give it back
+    }
+  }
+  by_base_.erase(buffer.base);
+  release(&buffer);
+}
+
+uint64_t HostMemory::release_idle_locked() {
+  const uint64_t bytes = idle_bytes_;
+  for (auto& entry : idle_) {
+    by_base_.erase(entry.second->base);
+    release(entry.second);
+  }
+  idle_.clear();
+  idle_bytes_ = 0;
+  return bytes;
+}
+
+uint64_t HostMemory::release_idle() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return release_idle_locked();
+}
+
+HostMemory::Figures HostMemory::figures() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  Figures f;
+  f.mapped_bytes = mapped_bytes_;
+  f.idle_bytes = idle_bytes_;
+  f.buffers = by_base_.size();
+  f.pinned_bytes = pinned_bytes_.load(std::memory_order_relaxed);
+  return f;
+}
+
+}  // namespace pagefast::pool

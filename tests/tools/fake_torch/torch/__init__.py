@@ -1,0 +1,8 @@
+"""tests/tools/fake_torch/torch: a test double of the few torch names
+pagefast.torch and pagefast.torch_memory_saver use (torch.cuda.MemPool,
+use_mem_pool, graph, current_device, device). It allocates nothing: it
+records each call, with the pagefast region open on the calling thread at
+that moment, in torch.cuda.calls, for test_tms_compat.py to check the
+order of regions and pools. It proves what pagefast does around these
+calls, not how PyTorch's allocator behaves."""
+from . import cuda  # noqa: F401
