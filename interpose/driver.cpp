@@ -99,6 +99,10 @@ CUresult set_access(const RealDriver* real, CUdeviceptr ptr, size_t bytes, const
   return real && real->cuMemSetAccess ? real->cuMemSetAccess(ptr, bytes, desc, count) : kMissing;
 }
 
+CUresult get_access(const RealDriver* real, unsigned long long* flags, const CUmemLocation* location, CUdeviceptr ptr) {
+  return real && real->cuMemGetAccess ? real->cuMemGetAccess(flags, location, ptr) : kMissing;
+}
+
 CUresult address_reserve(const RealDriver* real, CUdeviceptr* ptr, size_t bytes, size_t alignment, CUdeviceptr addr,
                          unsigned long long flags) {
   return real && real->cuMemAddressReserve ? real->cuMemAddressReserve(ptr, bytes, alignment, addr, flags) : kMissing;

@@ -92,6 +92,7 @@ CUresult map(const RealDriver* real, CUdeviceptr ptr, size_t bytes, size_t offse
              unsigned long long flags);
 CUresult unmap(const RealDriver* real, CUdeviceptr ptr, size_t bytes);
 CUresult set_access(const RealDriver* real, CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count);
+CUresult get_access(const RealDriver* real, unsigned long long* flags, const CUmemLocation* location, CUdeviceptr ptr);
 CUresult address_reserve(const RealDriver* real, CUdeviceptr* ptr, size_t bytes, size_t alignment, CUdeviceptr addr,
                          unsigned long long flags);
 CUresult address_free(const RealDriver* real, CUdeviceptr ptr, size_t bytes);

@@ -31,8 +31,12 @@ namespace pagefast::hook {
 // The calls that make, hold and drop the program's memory are also noted,
 // once they succeeded, in the ledger that sleep's answer reads
 // (policy/own_vmm/ledger.h): one acquire load more with the pool off.
-#define PF_OWN_VMM(symbol, call, params, args, note)                                \
-  CUresult symbol params {                                                        \
+// PF_OWN_VMM_BODY is that call as a lambda of the driver's handle value
+// (`*hp`: in for most, out for cuMemCreate): the hook makes it directly
+// until a handle of the program's slept, and through the translation after
+// (pool::own_vmm::translating(), own_vmm.h).
+#define PF_OWN_VMM_BODY(symbol, call, args, note)                                  \
+  [&]([[maybe_unused]] CUmemGenericAllocationHandle* hp) -> CUresult {           \
     CUresult result;                                                              \
     if (active(Entry::symbol) && pool::own_vmm::on()) {                           \
       result = pool::own_vmm::call args;                                          \
@@ -44,21 +48,43 @@ namespace pagefast::hook {
     if (result == CUDA_SUCCESS) note;                                             \
     return result;                                                                \
   }
-PF_OWN_VMM(cuMemCreate, create,
-           (CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAllocationProp* prop,
-            unsigned long long flags),
-           (handle, bytes, prop, flags), pool::own_vmm::created(*handle, bytes, prop))
-PF_OWN_VMM(cuMemRelease, release, (CUmemGenericAllocationHandle handle), (handle), pool::own_vmm::released(handle))
-PF_OWN_VMM(cuMemMap, map,
-           (CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAllocationHandle handle,
-            unsigned long long flags),
-           (ptr, bytes, offset, handle, flags), pool::own_vmm::mapped(ptr, bytes, handle))
-PF_OWN_VMM(cuMemUnmap, unmap, (CUdeviceptr ptr, size_t bytes), (ptr, bytes), pool::own_vmm::unmapped(ptr, bytes))
-PF_OWN_VMM(cuMemExportToShareableHandle, export_handle,
-           (void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
-            unsigned long long flags),
-           (shareable, handle, type, flags), pool::own_vmm::exported(handle, shareable, type))
-#undef PF_OWN_VMM
+
+CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAllocationProp* prop,
+                     unsigned long long flags) {
+  const auto plain =
+      PF_OWN_VMM_BODY(cuMemCreate, create, (hp, bytes, prop, flags), pool::own_vmm::created(*hp, bytes, prop));
+  if (!pool::own_vmm::translating()) return plain(handle);
+  return pool::own_vmm::translated_create(handle, pool::own_vmm::handle_call(plain));
+}
+
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  const auto plain = PF_OWN_VMM_BODY(cuMemRelease, release, (*hp), pool::own_vmm::released(*hp));
+  if (!pool::own_vmm::translating()) return plain(&handle);
+  return pool::own_vmm::translated_release(handle, pool::own_vmm::handle_call(plain));
+}
+
+CUresult cuMemMap(CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAllocationHandle handle,
+                  unsigned long long flags) {
+  const auto plain = PF_OWN_VMM_BODY(cuMemMap, map, (ptr, bytes, offset, *hp, flags),
+                                     pool::own_vmm::mapped(ptr, bytes, *hp, offset));
+  if (!pool::own_vmm::translating()) return plain(&handle);
+  return pool::own_vmm::translated_map(ptr, bytes, handle, pool::own_vmm::handle_call(plain));
+}
+
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t bytes) {
+  const auto plain = PF_OWN_VMM_BODY(cuMemUnmap, unmap, (ptr, bytes), pool::own_vmm::unmapped(ptr, bytes));
+  if (!pool::own_vmm::translating()) return plain(nullptr);
+  return pool::own_vmm::translated_unmap(ptr, bytes, pool::own_vmm::handle_call(plain));
+}
+
+CUresult cuMemExportToShareableHandle(void* shareable, CUmemGenericAllocationHandle handle,
+                                      CUmemAllocationHandleType type, unsigned long long flags) {
+  const auto plain = PF_OWN_VMM_BODY(cuMemExportToShareableHandle, export_handle, (shareable, *hp, type, flags),
+                                     pool::own_vmm::exported(*hp, shareable, type));
+  if (!pool::own_vmm::translating()) return plain(&handle);
+  return pool::own_vmm::translated_export(handle, pool::own_vmm::handle_call(plain));
+}
+#undef PF_OWN_VMM_BODY
 
 // Pool memory is cuMemAlloc memory to the program: no handle of it is
 // handed out (pool_api.h owns_address), as the driver hands out none for
@@ -66,23 +92,30 @@ PF_OWN_VMM(cuMemExportToShareableHandle, export_handle,
 CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
   const bool on = active(Entry::cuMemRetainAllocationHandle);
   if (on && pool::owns_address(reinterpret_cast<CUdeviceptr>(addr))) return CUDA_ERROR_INVALID_VALUE;
-  CUresult result;
-  if (on && pool::own_vmm::on()) {
-    result = pool::own_vmm::retain(handle, addr);
-  } else {
-    result = driver::retain_handle(real_driver(), handle, addr);
-  }
-  if (result == CUDA_SUCCESS) pool::own_vmm::retained(*handle);
-  return result;
+  const auto plain = [&](CUmemGenericAllocationHandle* hp) {
+    CUresult result;
+    if (on && pool::own_vmm::on()) {
+      result = pool::own_vmm::retain(hp, addr);
+    } else {
+      result = driver::retain_handle(real_driver(), hp, addr);
+    }
+    if (result == CUDA_SUCCESS) pool::own_vmm::retained(*hp);
+    return result;
+  };
+  if (!pool::own_vmm::translating()) return plain(handle);
+  return pool::own_vmm::translated_retain(handle, addr, pool::own_vmm::handle_call(plain));
 }
 
 // A pool chunk's handle is none of the program's (pool_api.h owns_handle).
 CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) {
-  if (active(Entry::cuMemGetAllocationPropertiesFromHandle)) {
-    if (pool::owns_handle(handle)) return CUDA_ERROR_INVALID_VALUE;
-    if (pool::own_vmm::on()) return pool::own_vmm::properties(prop, handle);
-  }
-  PF_FORWARD(cuMemGetAllocationPropertiesFromHandle, (prop, handle));
+  const bool on = active(Entry::cuMemGetAllocationPropertiesFromHandle);
+  const auto plain = [&](CUmemGenericAllocationHandle* hp) {
+    if (on && pool::owns_handle(*hp)) return CUDA_ERROR_INVALID_VALUE;
+    if (on && pool::own_vmm::on()) return pool::own_vmm::properties(prop, *hp);
+    return driver::handle_properties(real_driver(), prop, *hp);
+  };
+  if (!pool::own_vmm::translating()) return plain(&handle);
+  return pool::own_vmm::translated_properties(prop, handle, pool::own_vmm::handle_call(plain));
 }
 
 // An import gives the program a handle of memory (its own exported memory
@@ -90,13 +123,27 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop, CUmem
 CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* osHandle,
                                         CUmemAllocationHandleType type) {
   const bool on = active(Entry::cuMemImportFromShareableHandle);
-  const CUresult result = driver::import_handle(real_driver(), handle, osHandle, type);
-  if (on && result == CUDA_SUCCESS && handle) pool::own_vmm::imported(*handle, osHandle, type);
-  return result;
+  const auto plain = [&](CUmemGenericAllocationHandle* hp) {
+    const CUresult result = driver::import_handle(real_driver(), hp, osHandle, type);
+    if (on && result == CUDA_SUCCESS && hp) pool::own_vmm::imported(*hp, osHandle, type);
+    return result;
+  };
+  if (!pool::own_vmm::translating()) return plain(handle);
+  return pool::own_vmm::translated_import(handle, pool::own_vmm::handle_call(plain));
+}
+
+// A reservation where mappings asleep are is still mapped to the program:
+// refused as the driver refuses (the translation says so).
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t bytes) {
+  const auto plain = [&](CUmemGenericAllocationHandle*) {
+    if (active(Entry::cuMemAddressFree) && pool::own_vmm::on()) return pool::own_vmm::address_free(ptr, bytes);
+    return driver::address_free(real_driver(), ptr, bytes);
+  };
+  if (!pool::own_vmm::translating()) return plain(nullptr);
+  return pool::own_vmm::translated_address_free(ptr, bytes, pool::own_vmm::handle_call(plain));
 }
 PF_OWN_VMM_CALL(cuMemSetAccess, set_access, (CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count),
               (ptr, bytes, desc, count))
-PF_OWN_VMM_CALL(cuMemAddressFree, address_free, (CUdeviceptr ptr, size_t bytes), (ptr, bytes))
 #undef PF_OWN_VMM_CALL
 
 // Pool memory is cuMemAlloc memory to the program: success with no flags

@@ -203,7 +203,16 @@ void configure(const PoolConfig& config, LogSink log) {
   if (g_cache) g_on.store(true, std::memory_order_release);
 }
 
-void switch_off() { g_on.store(false, std::memory_order_relaxed); }
+void switch_off() {
+  g_on.store(false, std::memory_order_relaxed);
+  g_translating.store(false, std::memory_order_relaxed);  // the book's lock may be held by a thread gone
+}
+
+// Sleep's (own_vmm_sleep.cpp). disown allocates nothing.
+bool disown(CUmemGenericAllocationHandle handle) { return on() && g_cache->disown(handle); }
+void note_foreign(CUdeviceptr ptr) {
+  if (on()) guarded([&] { return g_cache->note_foreign(ptr), CUDA_SUCCESS; });
+}
 
 CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAllocationProp* prop,
                 unsigned long long flags) {

@@ -90,7 +90,7 @@ void exported(CUmemGenericAllocationHandle handle, const void* shareable, CUmemA
 void imported(CUmemGenericAllocationHandle handle, void* os_handle, CUmemAllocationHandleType type);
 void retained(CUmemGenericAllocationHandle handle);
 void released(CUmemGenericAllocationHandle handle);
-void mapped(CUdeviceptr ptr, size_t bytes, CUmemGenericAllocationHandle handle);
+void mapped(CUdeviceptr ptr, size_t bytes, CUmemGenericAllocationHandle handle, size_t offset = 0);
 void unmapped(CUdeviceptr ptr, size_t bytes);
 // What of `device` the program still holds or maps (0 with the pool off).
 uint64_t resident_bytes(int device);
@@ -122,6 +122,43 @@ struct SlotBytes {
   uint64_t kept = 0;      // of asleep, contents in host memory
 };
 SlotBytes slot_bytes(int slot);
+
+// Sleep's access to the cache (own_vmm.cpp): the cache lets go of a
+// handle sleep takes (policy::own_vmm::Cache::disown: true when the cache
+// tracked it), and learns of a mapping wake made (note_foreign).
+bool disown(CUmemGenericAllocationHandle handle);
+void note_foreign(CUdeviceptr ptr);
+
+// Translation of the program's handle values (own_vmm_translate.cpp,
+// policy/own_vmm/sleep_book.h): once a handle slept, the hooks of the
+// calls that take or give a handle go through these, which translate the
+// value, answer for a handle asleep, and otherwise make the call through
+// `call` (the hook's own way: the cache or the driver, and the ledger's
+// note) with the driver's value. Until then translating() is false (one
+// relaxed load and a branch) and the hooks make their call directly; a
+// forked child never translates.
+extern std::atomic<bool> g_translating;
+inline bool translating() { return g_translating.load(std::memory_order_relaxed); }
+struct HandleCall {
+  CUresult (*fn)(const void* context, CUmemGenericAllocationHandle* handle);
+  const void* context;
+  CUresult operator()(CUmemGenericAllocationHandle* handle) const { return fn(context, handle); }
+};
+// `f(CUmemGenericAllocationHandle*)`: in/out, the driver's value.
+template <class F>
+HandleCall handle_call(const F& f) {
+  return HandleCall{[](const void* c, CUmemGenericAllocationHandle* h) { return (*static_cast<const F*>(c))(h); }, &f};
+}
+CUresult translated_create(CUmemGenericAllocationHandle* handle, HandleCall call);
+CUresult translated_import(CUmemGenericAllocationHandle* handle, HandleCall call);
+CUresult translated_retain(CUmemGenericAllocationHandle* handle, void* addr, HandleCall call);
+CUresult translated_release(CUmemGenericAllocationHandle handle, HandleCall call);
+CUresult translated_map(CUdeviceptr ptr, size_t bytes, CUmemGenericAllocationHandle handle, HandleCall call);
+CUresult translated_unmap(CUdeviceptr ptr, size_t bytes, HandleCall call);
+CUresult translated_address_free(CUdeviceptr ptr, size_t bytes, HandleCall call);
+CUresult translated_export(CUmemGenericAllocationHandle handle, HandleCall call);
+CUresult translated_properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle, HandleCall call);
+
 // The process's ledger (never destroyed), which the cache is made with.
 policy::own_vmm::Ledger& ledger();
 // The calling thread's call was answered by the cache, which noted it in

@@ -13,6 +13,7 @@
 #include "interpose/pool/own_vmm.h"
 #include "interpose/pool/pool_internal.h"
 #include "interpose/pool/process.h"
+#include "interpose/pool/region.h"
 #include "interpose/real_driver.h"
 
 namespace pagefast::pool::own_vmm {
@@ -50,14 +51,19 @@ void noted_by_cache() { t_noted = true; }
 void created(CUmemGenericAllocationHandle handle, size_t bytes, const CUmemAllocationProp* prop) {
   // Device memory only: pinned host memory through cuMemCreate is no
   // device's, and sleep has nothing to say about it.
-  if (!noting() || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return;
-  ledger().created(handle, bytes, prop->location.id);
+  // The region it was made in: also when the cache noted the creation
+  // (a cached handle taken again belongs to the region that takes it).
+  const bool note = noting();
+  if (!active() || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return;
+  if (note) ledger().created(handle, bytes, prop->location.id, region::current());
+  else ledger().tag(handle, region::current());
 }
 
 void exported(CUmemGenericAllocationHandle handle, const void* shareable, CUmemAllocationHandleType type) {
   policy::own_vmm::ShareKey key;
-  if (noting() && shareable && share_key(*static_cast<const int*>(shareable), type, &key))
-    ledger().exported(handle, key);
+  if (!noting()) return;
+  if (shareable && share_key(*static_cast<const int*>(shareable), type, &key)) ledger().exported(handle, key);
+  else ledger().shared(handle);
 }
 
 void imported(CUmemGenericAllocationHandle handle, void* os_handle, CUmemAllocationHandleType type) {
@@ -80,8 +86,8 @@ void released(CUmemGenericAllocationHandle handle) {
   if (noting()) ledger().released(handle);
 }
 
-void mapped(CUdeviceptr ptr, size_t bytes, CUmemGenericAllocationHandle handle) {
-  if (noting()) ledger().mapped(ptr, bytes, handle);
+void mapped(CUdeviceptr ptr, size_t bytes, CUmemGenericAllocationHandle handle, size_t offset) {
+  if (noting()) ledger().mapped(ptr, bytes, handle, offset);
 }
 
 void unmapped(CUdeviceptr ptr, size_t bytes) {

@@ -199,7 +199,7 @@ int Cache::map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t handle, 
       it->second.seq = ++map_seq_;
       deferred_count_.fetch_sub(1, std::memory_order_relaxed);
       --h->second.deferred_maps;
-      ledger_.mapped(addr, bytes, handle);
+      ledger_.mapped(addr, bytes, handle, offset);
       ++stats_.revived_maps;
       if (it->second.ahead) {
         it->second.ahead = false;
@@ -215,7 +215,7 @@ int Cache::map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t handle, 
   h = handles_.find(handle);
   if (tracked && h == handles_.end()) {
     const int r = driver_.map(addr, bytes, offset, handle, flags);
-    if (r == kOk) ledger_.mapped(addr, bytes, handle);
+    if (r == kOk) ledger_.mapped(addr, bytes, handle, offset);
     return r;
   }
   flush_overlap(addr, bytes);
@@ -228,7 +228,7 @@ int Cache::map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t handle, 
   // PyTorch raised as "CUDA driver error: unknown error".
   if (tracked && h->second.deferred_maps > 0) flush_handle(handle);
   const int r = driver_.map(addr, bytes, offset, handle, flags);
-  if (r == kOk) ledger_.mapped(addr, bytes, handle);
+  if (r == kOk) ledger_.mapped(addr, bytes, handle, offset);
   if (r == kOk && !tracked) {
     auto res = reservations_.upper_bound(addr);
     if (res != reservations_.begin() && addr < std::prev(res)->first + std::prev(res)->second)

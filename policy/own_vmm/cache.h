@@ -176,6 +176,16 @@ class Cache {
   // call; the program's later calls on them reach the driver. The ledger's
   // records of the device are its owner's to forget, after this.
   void forget_device(int device);
+  // Sleep by slot takes a handle the program holds (docs/OWN-VMM.md "Sleep
+  // and wake"): its deferred mappings are unmapped for real, and every
+  // record of it and of its mappings is dropped (the caller unmaps its
+  // live mappings and releases it). Returns whether the cache tracked it:
+  // then the driver holds one reference of it, the cache's, whatever the
+  // program retained.
+  bool disown(uint64_t handle);
+  // Wake mapped a handle the cache does not track at `addr`: the
+  // reservation there is never kept whole (as a map the cache forwards).
+  void note_foreign(uint64_t addr);
   // The cache stops for good (the glue calls it after an exception, e.g.
   // out of host memory): deferred mappings are unmapped and cached handles
   // released for real, so that the driver's view is the program's again;

@@ -181,6 +181,34 @@ void Cache::forget_device(int device) {
   if (held != cached_bytes_.end()) held->second = 0;
 }
 
+bool Cache::disown(uint64_t handle) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  ahead_.settle_all(lock);
+  auto h = handles_.find(handle);
+  if (h == handles_.end()) return false;
+  for (auto it = maps_.begin(); it != maps_.end();) {
+    if (it->second.handle != handle) {
+      ++it;
+      continue;
+    }
+    if (it->second.deferred) {
+      driver_.unmap(it->first, it->second.bytes);
+      deferred_count_.fetch_sub(1, std::memory_order_relaxed);
+      ++stats_.real_unmaps;
+    }
+    it = maps_.erase(it);
+  }
+  handles_.erase(h);
+  return true;
+}
+
+void Cache::note_foreign(uint64_t addr) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  auto res = reservations_.upper_bound(addr);
+  if (res != reservations_.begin() && addr < std::prev(res)->first + std::prev(res)->second)
+    foreign_.insert(std::prev(res)->first);
+}
+
 void Cache::abandon() {
   std::unique_lock<std::mutex> lock(mutex_);
   ahead_.settle_all(lock);

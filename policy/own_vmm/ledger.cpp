@@ -3,7 +3,7 @@
 
 namespace pagefast::policy::own_vmm {
 
-void Ledger::created(uint64_t handle, uint64_t bytes, int device) {
+void Ledger::created(uint64_t handle, uint64_t bytes, int device, int slot) {
   std::lock_guard<std::mutex> guard(mutex_);
   // A handle value the driver hands out again was released for real before.
   Handle& h = handles_[handle];
@@ -11,14 +11,28 @@ void Ledger::created(uint64_t handle, uint64_t bytes, int device) {
   h.bytes = bytes;
   h.device = device;
   h.refs = 1;
+  h.slot = slot;
   h.allocation = next_allocation_++;
+}
+
+void Ledger::tag(uint64_t handle, int slot) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  auto it = handles_.find(handle);
+  if (it != handles_.end()) it->second.slot = slot;
+}
+
+void Ledger::shared(uint64_t handle) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  auto it = handles_.find(handle);
+  if (it != handles_.end()) it->second.shared = true;
 }
 
 void Ledger::exported(uint64_t handle, const ShareKey& key) {
   std::lock_guard<std::mutex> guard(mutex_);
   auto it = handles_.find(handle);
-  if (it != handles_.end() && it->second.bytes_known)
-    exports_[key] = Export{it->second.allocation, it->second.bytes, it->second.device};
+  if (it == handles_.end()) return;
+  it->second.shared = true;
+  if (it->second.bytes_known) exports_[key] = Export{it->second.allocation, it->second.bytes, it->second.device};
 }
 
 void Ledger::imported(uint64_t handle, const ShareKey* key, int device) {
@@ -28,11 +42,13 @@ void Ledger::imported(uint64_t handle, const ShareKey* key, int device) {
     // The driver handed out a handle the program holds: one more reference.
     ++it->second.refs;
     ++it->second.imports;
+    it->second.shared = true;
     return;
   }
   Handle h;
   h.device = device;
   h.refs = 1;
+  h.shared = true;
   auto exported = key ? exports_.find(*key) : exports_.end();
   if (exported != exports_.end()) {
     h.bytes = exported->second.bytes;
@@ -60,13 +76,13 @@ void Ledger::released(uint64_t handle) {
   settle(it);
 }
 
-void Ledger::mapped(uint64_t addr, uint64_t bytes, uint64_t handle) {
+void Ledger::mapped(uint64_t addr, uint64_t bytes, uint64_t handle, uint64_t offset) {
   std::lock_guard<std::mutex> guard(mutex_);
   auto it = handles_.find(handle);
   if (it == handles_.end()) return;
   ++it->second.maps;
   if (!it->second.bytes_known && bytes > it->second.bytes) it->second.bytes = bytes;
-  maps_[addr] = Mapping{bytes, handle};
+  maps_[addr] = Mapping{bytes, handle, offset};
 }
 
 void Ledger::unmapped(uint64_t addr, uint64_t bytes) {
@@ -138,7 +154,63 @@ HandleFacts Ledger::facts(uint64_t handle) {
   f.refs = h.refs;
   f.maps = h.maps;
   f.imports = h.imports;
+  f.slot = h.slot;
+  f.shared = h.shared;
   return f;
+}
+
+std::vector<SlotHandle> Ledger::program_handles(int slot) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  std::vector<SlotHandle> out;
+  std::unordered_map<uint64_t, size_t> at;
+  for (const auto& [handle, h] : handles_)
+    if (h.slot == slot && h.programs()) {
+      at[handle] = out.size();
+      out.push_back(SlotHandle{handle, h.bytes, h.device, h.refs, h.shared, {}});
+    }
+  for (const auto& [addr, m] : maps_) {
+    auto it = at.find(m.handle);
+    if (it != at.end()) out[it->second].maps.push_back(LedgerMapping{addr, m.bytes, m.offset});
+  }
+  return out;
+}
+
+void Ledger::forget(uint64_t handle) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  auto it = handles_.find(handle);
+  if (it == handles_.end()) return;
+  for (auto m = maps_.begin(); m != maps_.end();) m = m->second.handle == handle ? maps_.erase(m) : std::next(m);
+  Handle& h = it->second;
+  h.refs = h.maps = h.imports = 0;
+  h.kept = false;
+  settle(it);
+}
+
+void Ledger::restore(uint64_t handle, uint64_t bytes, int device, int slot, int refs) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  Handle& h = handles_[handle];
+  h = Handle{};
+  h.bytes = bytes;
+  h.device = device;
+  h.refs = refs;
+  h.slot = slot;
+  h.allocation = next_allocation_++;
+}
+
+std::vector<uint64_t> Ledger::mapped_in(uint64_t addr, uint64_t bytes) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  std::vector<uint64_t> out;
+  for (auto m = maps_.lower_bound(addr); m != maps_.end() && m->first - addr < bytes; ++m)
+    out.push_back(m->second.handle);
+  return out;
+}
+
+uint64_t Ledger::slot_resident(int slot) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  uint64_t bytes = 0;
+  for (const auto& [handle, h] : handles_)
+    if (h.slot == slot && h.programs()) bytes += h.bytes;
+  return bytes;
 }
 
 Ledger::Resident Ledger::resident(int device) {

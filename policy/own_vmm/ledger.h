@@ -30,6 +30,12 @@
 // made-ahead handles) stays recorded after the program let it go, until
 // let_go, and is not the program's memory: resident() leaves it out.
 //
+// Sleep by region (docs/OWN-VMM.md "Sleep and wake"): each handle carries
+// the region slot current at its creation (tag; an import: slot 0), and is
+// marked shared once exported or imported (another process may hold its
+// memory: never slept). program_handles lists what sleep takes of a slot;
+// forget drops what sleep released, restore brings back what wake made.
+//
 // Pure: handles and addresses are numbers. Thread-safe: one mutex, taken
 // by every call, never held while calling out (the cache calls in under
 // its own lock: the cache's lock, then this one).
@@ -39,6 +45,7 @@
 #include <map>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 namespace pagefast::policy::own_vmm {
 
@@ -54,15 +61,37 @@ struct HandleFacts {
   bool known = false;
   uint64_t bytes = 0;
   int device = 0;
-  int refs = 0;     // the program's references
-  int maps = 0;     // the program's mappings
-  int imports = 0;  // of refs, those imports of the process's own export added to this same handle
+  int refs = 0;         // the program's references
+  int maps = 0;         // the program's mappings
+  int imports = 0;      // of refs, those imports of the process's own export added to this same handle
+  int slot = 0;         // the region slot at its creation
+  bool shared = false;  // exported or imported
+};
+
+// One of the program's mappings, and a handle with them (program_handles).
+struct LedgerMapping {
+  uint64_t addr = 0;
+  uint64_t bytes = 0;
+  uint64_t offset = 0;
+};
+struct SlotHandle {
+  uint64_t handle = 0;
+  uint64_t bytes = 0;
+  int device = 0;
+  int refs = 0;
+  bool shared = false;
+  std::vector<LedgerMapping> maps;  // by address
 };
 
 class Ledger {
  public:
   // The program's successful calls.
-  void created(uint64_t handle, uint64_t bytes, int device);
+  void created(uint64_t handle, uint64_t bytes, int device, int slot = 0);
+  // The region slot of a handle the program just got from cuMemCreate
+  // (the cache may have noted the creation without it).
+  void tag(uint64_t handle, int slot);
+  // Exported in a way the ledger cannot place (no file): shared all the same.
+  void shared(uint64_t handle);
   // The program exported `handle` as the shareable handle `key`.
   void exported(uint64_t handle, const ShareKey& key);
   // The program imported `handle` (`key`: the shareable handle's, NULL if
@@ -71,7 +100,7 @@ class Ledger {
   void retained(uint64_t handle);
   // One reference less (an import's first, while the handle has some).
   void released(uint64_t handle);
-  void mapped(uint64_t addr, uint64_t bytes, uint64_t handle);
+  void mapped(uint64_t addr, uint64_t bytes, uint64_t handle, uint64_t offset = 0);
   // Every mapping that starts inside [addr, addr + bytes) ends (the driver
   // unmaps whole mappings only).
   void unmapped(uint64_t addr, uint64_t bytes);
@@ -93,6 +122,22 @@ class Ledger {
 
   HandleFacts facts(uint64_t handle);
 
+  // Sleep by slot. The handles of `slot` the program holds or maps, on
+  // any device, with their mappings (kept handles the program holds
+  // nothing of are pagefast's: left out).
+  std::vector<SlotHandle> program_handles(int slot);
+  // Sleep released the handle: its record and its mappings go (its
+  // exports name nothing any more).
+  void forget(uint64_t handle);
+  // Wake made `handle` for what slept: `refs` of the program's; its
+  // mappings follow through mapped().
+  void restore(uint64_t handle, uint64_t bytes, int device, int slot, int refs);
+  // The handles of the program's mappings that start inside
+  // [addr, addr + bytes) (what an unmap there ends).
+  std::vector<uint64_t> mapped_in(uint64_t addr, uint64_t bytes);
+  // The bytes of `slot` the program holds or maps (every device).
+  uint64_t slot_resident(int slot);
+
   // `device`'s handles the program holds or maps: their bytes, and how many.
   struct Resident {
     uint64_t bytes = 0;
@@ -110,6 +155,8 @@ class Ledger {
     uint64_t allocation = 0;  // handles of one allocation share it
     bool bytes_known = true;  // false: an import placed nowhere (its mappings tell)
     bool kept = false;        // pagefast keeps it (keep / made, until let_go)
+    bool shared = false;      // exported or imported
+    int slot = 0;             // region slot at creation
     bool programs() const { return refs != 0 || maps != 0; }
   };
   struct Export {
@@ -120,6 +167,7 @@ class Ledger {
   struct Mapping {
     uint64_t bytes = 0;
     uint64_t handle = 0;
+    uint64_t offset = 0;
   };
   // REQUIRES: mutex_ held. Drops the handle once neither the program nor
   // pagefast holds it.

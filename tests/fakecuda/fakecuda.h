@@ -86,6 +86,13 @@ FAKECUDA_API_EXPORT CUresult fakecuda_launch_gate(CUstream stream, int fd);
  * cuMemAlloc memory. From any thread, no context needed. */
 FAKECUDA_API_EXPORT unsigned long long fakecuda_mapping_access(CUdeviceptr ptr, int ordinal);
 
+/* Own-VMM sleep's cases (tests/pool/own_vmm_preload.cpp): the next
+ * cuMemCreate or import of a new allocation hands out `value` as its
+ * handle (then values go on from value + 1), as a driver that reuses a
+ * released handle's value does. Returns -1 when `value` names a live
+ * handle or before cuInit. */
+FAKECUDA_API_EXPORT int fakecuda_set_next_handle(unsigned long long value);
+
 /* Host memory registered with cuMemHostRegister and not unregistered yet,
  * in bytes, from any thread (tests/fakecuda/host.cpp). */
 FAKECUDA_API_EXPORT unsigned long long fakecuda_host_registered_bytes(void);

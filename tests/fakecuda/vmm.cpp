@@ -258,6 +258,14 @@ CUresult impl::cuMemGetAccess(unsigned long long* flags, const CUmemLocation* lo
   return CUDA_SUCCESS;
 }
 
+extern "C" int fakecuda_set_next_handle(unsigned long long value) {
+  State& st = state();
+  Lock lock(st.mu);
+  if (!st.initialized || st.handles.count(value)) return -1;
+  st.next_handle = value;
+  return 0;
+}
+
 extern "C" unsigned long long fakecuda_mapping_access(CUdeviceptr ptr, int ordinal) {
   State& st = state();
   Lock lock(st.mu);

@@ -7,16 +7,25 @@
 //   import        a handle exported as a file descriptor, imported back
 //                 and released once (the import still holds the memory),
 //                 then mapped.
-// Each sleeps with keep and expects the answer 1 and the bytes intact after
-// wake, then releases everything and expects 0 with the devices free.
+// Each sleeps with keep and expects the bytes intact after wake (the answer
+// 0 for other_device: the memory slept; 1 for import: an imported handle
+// stays resident), then releases everything and expects 0 with the devices
+// free.
+// Sleep and wake by tag of the program's own memory (docs/OWN-VMM.md
+// "Sleep and wake"; own_vmm_sleep.cpp in this file, cases in
+// own_vmm_sleep_cases.py): tagged, collide, asleep_calls, wake_fail,
+// cycles, fork, resident.
 #include <cuda.h>
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <sys/wait.h>
 #include <cstdint>
 #include <cstdio>
+
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "fakecuda.h"
 #include "interpose/pagefast.h"
@@ -59,14 +68,14 @@ int map_and_fill(CUmemGenericAllocationHandle handle, int device, unsigned char 
   return 0;
 }
 
-// Sleep with the program's memory held: 1, and every byte back after wake.
-int sleep_held(const char* name, CUdeviceptr pool_block, CUdeviceptr own) {
+// Sleep with the program's memory held: `expect`, and every byte back after wake.
+int sleep_held(const char* name, CUdeviceptr pool_block, CUdeviceptr own, int expect) {
   auto sleep_fn = reinterpret_cast<SleepFn>(dlsym(RTLD_DEFAULT, "pagefast_sleep"));
   auto wake_fn = reinterpret_cast<WakeFn>(dlsym(RTLD_DEFAULT, "pagefast_wake"));
   if (!sleep_fn || !wake_fn) return fail("pagefast_sleep/wake not exported");
   const int answer = sleep_fn(PAGEFAST_SLEEP_KEEP);
   std::printf("%s: sleep answer %d\n", name, answer);
-  if (answer != 1) return fail("the answer is not 1 with the program's own memory resident");
+  if (answer != expect) return fail("the sleep answer");
   if (wake_fn() != 0) return fail("wake");
   if (!all_bytes(pool_block, kBytes, 0x3c) || !all_bytes(own, kBytes, 0x5a)) return fail("bytes changed");
   return 0;
@@ -95,7 +104,7 @@ int other_device() {
   CUmemGenericAllocationHandle handle;
   CHECK_CU(cuMemCreate(&handle, kBytes, &prop, 0));
   if (map_and_fill(handle, 1, 0x5a, &va)) return 1;
-  if (sleep_held("other_device", pool_block, va)) return 1;
+  if (sleep_held("other_device", pool_block, va, 0)) return 1;
   CHECK_CU(cuMemUnmap(va, kBytes));
   CHECK_CU(cuMemRelease(handle));
   CHECK_CU(cuMemAddressFree(va, kBytes));
@@ -119,7 +128,7 @@ int import_back() {
   // The import holds the allocation: the creator's reference may go.
   CHECK_CU(cuMemRelease(handle));
   if (map_and_fill(imported, 0, 0x5a, &va)) return 1;
-  if (sleep_held("import", pool_block, va)) return 1;
+  if (sleep_held("import", pool_block, va, 1)) return 1;
   CHECK_CU(cuMemUnmap(va, kBytes));
   CHECK_CU(cuMemRelease(imported));
   CHECK_CU(cuMemAddressFree(va, kBytes));
@@ -132,11 +141,316 @@ int import_back() {
 
 }  // namespace
 
+// Sleep and wake by tag of the program's own memory.
+namespace {
+
+using SleepTagFn = int (*)(const char*, unsigned);
+using WakeTagFn = int (*)(const char*);
+using RegionBeginFn = int (*)(const char*, unsigned);
+using RegionEndFn = int (*)();
+
+struct Api {
+  SleepTagFn sleep_tag = nullptr;
+  WakeTagFn wake_tag = nullptr;
+  RegionBeginFn begin = nullptr;
+  RegionEndFn end = nullptr;
+  bool load() {
+    sleep_tag = reinterpret_cast<SleepTagFn>(dlsym(RTLD_DEFAULT, "pagefast_sleep_tag"));
+    wake_tag = reinterpret_cast<WakeTagFn>(dlsym(RTLD_DEFAULT, "pagefast_wake_tag"));
+    begin = reinterpret_cast<RegionBeginFn>(dlsym(RTLD_DEFAULT, "pagefast_region_begin"));
+    end = reinterpret_cast<RegionEndFn>(dlsym(RTLD_DEFAULT, "pagefast_region_end"));
+    return sleep_tag && wake_tag && begin && end;
+  }
+};
+
+// One handle of the program's, mapped in its own reservation.
+struct Own {
+  CUmemGenericAllocationHandle handle = 0;
+  CUdeviceptr va = 0;
+};
+
+// Creates (in region `tag` when not null) and maps a handle, filled with v.
+int make(Api& api, const char* tag, unsigned region_flags, CUmemAllocationHandleType types, unsigned char v, Own* own) {
+  if (tag && api.begin(tag, region_flags) != 0) return fail("region begin");
+  const CUmemAllocationProp prop = prop_on(0, types);
+  CHECK_CU(cuMemCreate(&own->handle, kBytes, &prop, 0));
+  if (tag && api.end() != 0) return fail("region end");
+  return map_and_fill(own->handle, 0, v, &own->va);
+}
+
+int drop(const Own& own) {
+  CHECK_CU(cuMemUnmap(own.va, kBytes));
+  CHECK_CU(cuMemRelease(own.handle));
+  CHECK_CU(cuMemAddressFree(own.va, kBytes));
+  return 0;
+}
+
+size_t free_now() {
+  size_t free_bytes = 0, total = 0;
+  cuMemGetInfo_v2(&free_bytes, &total);
+  return free_bytes;
+}
+
+// Every device byte free again, as the program sees it (what the own-VMM
+// cache keeps idle counts as free), once it released everything.
+int all_free() {
+  size_t free_bytes = 0, total = 0;
+  CHECK_CU(cuMemGetInfo_v2(&free_bytes, &total));
+  if (free_bytes != total) return fail("device memory stayed taken");
+  return 0;
+}
+
+// The program's value works for every call that takes one.
+int handle_works(const Own& own, bool exportable) {
+  CUmemAllocationProp prop = {};
+  CHECK_CU(cuMemGetAllocationPropertiesFromHandle(&prop, own.handle));
+  if (prop.location.id != 0 || prop.type != CU_MEM_ALLOCATION_TYPE_PINNED) return fail("properties");
+  CUmemGenericAllocationHandle retained = 0;
+  CHECK_CU(cuMemRetainAllocationHandle(&retained, reinterpret_cast<void*>(own.va)));
+  if (retained != own.handle) return fail("retain gives another value than the program's");
+  CHECK_CU(cuMemRelease(retained));
+  // Mapped a second time elsewhere, and unmapped.
+  CUdeviceptr second = 0;
+  CHECK_CU(cuMemAddressReserve(&second, kBytes, 0, 0, 0));
+  CHECK_CU(cuMemMap(second, kBytes, 0, own.handle, 0));
+  CHECK_CU(cuMemUnmap(second, kBytes));
+  CHECK_CU(cuMemAddressFree(second, kBytes));
+  if (exportable) {
+    int fd = -1;
+    CHECK_CU(cuMemExportToShareableHandle(&fd, own.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+    close(fd);
+  }
+  return 0;
+}
+
+// Two tags (keep, discard) and untagged memory: a tagged sleep releases
+// the tag's memory only; the calls on a handle asleep answer as documented;
+// wake brings the kept bytes back and the program's values keep working.
+int tagged(Api& api) {
+  Own untagged, kept, discarded;
+  if (make(api, nullptr, 0, CU_MEM_HANDLE_TYPE_NONE, 0x11, &untagged) ||
+      make(api, "weights", PAGEFAST_REGION_KEEP, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0x5a, &kept) ||
+      make(api, "cache", 0, CU_MEM_HANDLE_TYPE_NONE, 0x77, &discarded))
+    return 1;
+  // The kept handle's second half also mapped elsewhere (at its offset),
+  // and mapped a third time then unmapped (the own-VMM cache defers that
+  // unmap: sleep must unmap it for real, or the memory stays).
+  constexpr size_t kHalf = kBytes / 2;
+  std::memset(reinterpret_cast<void*>(kept.va + kHalf), 0x5b, kHalf);
+  CUdeviceptr half = 0, third = 0;
+  CHECK_CU(cuMemAddressReserve(&half, kHalf, 0, 0, 0));
+  CHECK_CU(cuMemMap(half, kHalf, kHalf, kept.handle, 0));
+  CUmemAccessDesc desc = {};
+  desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READ;
+  CHECK_CU(cuMemSetAccess(half, kHalf, &desc, 1));
+  CHECK_CU(cuMemAddressReserve(&third, kBytes, 0, 0, 0));
+  CHECK_CU(cuMemMap(third, kBytes, 0, kept.handle, 0));
+  CHECK_CU(cuMemUnmap(third, kBytes));
+  const size_t before = free_now();
+  if (api.sleep_tag("weights", 0) != 0) return fail("sleep of weights");
+  if (free_now() != before + kBytes) return fail("free memory did not rise by the tag's bytes");
+  CUmemAllocationProp prop = {};
+  CHECK_CU(cuMemGetAllocationPropertiesFromHandle(&prop, kept.handle));
+  if (prop.requestedHandleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return fail("recorded properties");
+  CUdeviceptr other = 0;
+  CHECK_CU(cuMemAddressReserve(&other, kBytes, 0, 0, 0));
+  if (cuMemMap(other, kBytes, 0, kept.handle, 0) != CUDA_ERROR_ILLEGAL_STATE) return fail("map while asleep");
+  int fd = -1;
+  if (cuMemExportToShareableHandle(&fd, kept.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) !=
+      CUDA_ERROR_ILLEGAL_STATE)
+    return fail("export while asleep");
+  CUmemGenericAllocationHandle h = 0;
+  if (cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(kept.va)) != CUDA_ERROR_ILLEGAL_STATE)
+    return fail("retain while asleep");
+  if (cuMemAddressFree(kept.va, kBytes) != CUDA_ERROR_INVALID_VALUE) return fail("address free while mapped asleep");
+  CHECK_CU(cuMemAddressFree(other, kBytes));
+  if (fakecuda_mapping_access(kept.va, 0) != ~0ull) return fail("still mapped while asleep");
+  if (!all_bytes(untagged.va, kBytes, 0x11) || !all_bytes(discarded.va, kBytes, 0x77))
+    return fail("a tagged sleep touched other memory");
+  if (api.sleep_tag("cache", 0) != 0) return fail("sleep of cache");
+  if (free_now() != before + 2 * kBytes) return fail("free memory did not rise by the second tag's bytes");
+  if (api.wake_tag("weights") != 0 || api.wake_tag("cache") != 0) return fail("wake");
+  if (free_now() != before) return fail("free memory after wake");
+  if (!all_bytes(kept.va, kHalf, 0x5a) || !all_bytes(kept.va + kHalf, kHalf, 0x5b) || !all_bytes(half, kHalf, 0x5b))
+    return fail("kept bytes changed");
+  if (fakecuda_mapping_access(half, 0) != CU_MEM_ACCESS_FLAGS_PROT_READ) return fail("the second mapping's access");
+  CHECK_CU(cuMemUnmap(half, kHalf));
+  CHECK_CU(cuMemAddressFree(half, kHalf));
+  CHECK_CU(cuMemAddressFree(third, kBytes));
+  std::memset(reinterpret_cast<void*>(discarded.va), 0x78, kBytes);  // open again, writable
+  if (fakecuda_mapping_access(kept.va, 0) != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) return fail("access after wake");
+  if (handle_works(kept, true) || handle_works(discarded, false) || handle_works(untagged, false)) return 1;
+  if (drop(untagged) || drop(kept) || drop(discarded) || all_free()) return 1;
+  std::printf("ok tagged\n");
+  return 0;
+}
+
+// The driver hands a slept handle's value to a new handle: the program
+// gets a value of pagefast's own for it, and both work.
+int collide(Api& api) {
+  Own slept, fresh;
+  if (make(api, "weights", PAGEFAST_REGION_KEEP, CU_MEM_HANDLE_TYPE_NONE, 0x5a, &slept)) return 1;
+  if (api.sleep_tag("weights", 0) != 0) return fail("sleep");
+  if (fakecuda_set_next_handle(slept.handle) != 0) return fail("the fake kept the slept handle");
+  if (make(api, nullptr, 0, CU_MEM_HANDLE_TYPE_NONE, 0x33, &fresh)) return 1;
+  if (fresh.handle == slept.handle) return fail("a new handle got a value the program holds");
+  if (api.wake_tag("weights") != 0) return fail("wake");
+  if (!all_bytes(slept.va, kBytes, 0x5a) || !all_bytes(fresh.va, kBytes, 0x33)) return fail("bytes");
+  if (handle_works(slept, false) || handle_works(fresh, false)) return 1;
+  if (drop(fresh) || drop(slept) || all_free()) return 1;
+  std::printf("ok collide\n");
+  return 0;
+}
+
+// Release and unmap while asleep are the program's: wake does not bring
+// back what it let go; a retain taken before sleep is kept.
+int asleep_calls(Api& api) {
+  Own gone, retained;
+  if (make(api, "t", PAGEFAST_REGION_KEEP, CU_MEM_HANDLE_TYPE_NONE, 1, &gone) ||
+      make(api, "t", PAGEFAST_REGION_KEEP, CU_MEM_HANDLE_TYPE_NONE, 2, &retained))
+    return 1;
+  CUmemGenericAllocationHandle again = 0;
+  CHECK_CU(cuMemRetainAllocationHandle(&again, reinterpret_cast<void*>(retained.va)));
+  const size_t before = free_now();
+  if (api.sleep_tag("t", 0) != 0) return fail("sleep");
+  CHECK_CU(cuMemRelease(gone.handle));
+  if (cuMemRelease(gone.handle) != CUDA_ERROR_INVALID_VALUE) return fail("a second release while asleep");
+  CHECK_CU(cuMemUnmap(gone.va, kBytes));
+  if (cuMemUnmap(gone.va, kBytes) != CUDA_ERROR_INVALID_VALUE) return fail("a second unmap");
+  CHECK_CU(cuMemAddressFree(gone.va, kBytes));
+  CHECK_CU(cuMemRelease(retained.handle));  // one of two references
+  if (api.wake_tag("t") != 0) return fail("wake");
+  if (free_now() != before + kBytes) return fail("wake brought back memory the program let go");
+  if (!all_bytes(retained.va, kBytes, 2)) return fail("bytes");
+  if (drop(retained) || all_free()) return 1;
+  std::printf("ok asleep_calls\n");
+  return 0;
+}
+
+// The driver refuses at wake: still asleep, nothing leaked; wake again works.
+int wake_fail(Api& api) {
+  Own a, b;
+  if (make(api, "t", PAGEFAST_REGION_KEEP, CU_MEM_HANDLE_TYPE_NONE, 3, &a) ||
+      make(api, "t", PAGEFAST_REGION_KEEP, CU_MEM_HANDLE_TYPE_NONE, 4, &b))
+    return 1;
+  const size_t before = free_now();
+  if (api.sleep_tag("t", 0) != 0) return fail("sleep");
+  for (const char* plan : {"cuMemCreate:2", "cuMemMap:2", "cuMemcpyHtoD_v2:2"}) {
+    fakecuda_set_fail(plan);
+    if (api.wake_tag("t") != -1) return fail(plan);
+    if (free_now() != before + 2 * kBytes) return fail("a failed wake left memory taken");
+    CUdeviceptr other = 0;
+    CHECK_CU(cuMemAddressReserve(&other, kBytes, 0, 0, 0));
+    if (cuMemMap(other, kBytes, 0, a.handle, 0) != CUDA_ERROR_ILLEGAL_STATE) return fail("not asleep after a failure");
+    CHECK_CU(cuMemAddressFree(other, kBytes));
+  }
+  if (api.wake_tag("t") != 0) return fail("wake again");
+  if (!all_bytes(a.va, kBytes, 3) || !all_bytes(b.va, kBytes, 4)) return fail("bytes");
+  if (drop(a) || drop(b) || all_free()) return 1;
+  std::printf("ok wake_fail\n");
+  return 0;
+}
+
+// 200 rounds of sleep and wake: the bytes stay, nothing leaks (device
+// memory, page-locked host memory, handles).
+int cycles(Api& api) {
+  Own a, b;
+  if (make(api, "t", PAGEFAST_REGION_KEEP, CU_MEM_HANDLE_TYPE_NONE, 5, &a) ||
+      make(api, "t", PAGEFAST_REGION_KEEP, CU_MEM_HANDLE_TYPE_NONE, 6, &b))
+    return 1;
+  const size_t before = free_now();
+  fakecuda_reset_counts();
+  for (int i = 0; i < 200; ++i) {
+    if (api.sleep_tag("t", 0) != 0) return fail("sleep");
+    if (free_now() != before + 2 * kBytes) return fail("asleep: not released");
+    if (api.wake_tag("t") != 0) return fail("wake");
+    if (free_now() != before) return fail("awake: not made again");
+    reinterpret_cast<unsigned char*>(a.va)[i] = 0x80;  // the program writes between rounds
+  }
+  for (int i = 0; i < 200; ++i)
+    if (reinterpret_cast<unsigned char*>(a.va)[i] != 0x80) return fail("a write between rounds was lost");
+  if (!all_bytes(a.va + 200, kBytes - 200, 5) || !all_bytes(b.va, kBytes, 6)) return fail("bytes");
+  if (fakecuda_call_count("cuMemHostAlloc") != fakecuda_call_count("cuMemFreeHost") ||
+      fakecuda_call_count("cuMemHostAlloc") != 400)
+    return fail("host copies: not one per handle and round, or not all freed");
+  if (fakecuda_call_count("cuMemCreate") != 400 || fakecuda_call_count("cuMemRelease") != 400)
+    return fail("handles: not one made and released per handle and round");
+  if (drop(a) || drop(b) || all_free()) return 1;
+  std::printf("ok cycles\n");
+  return 0;
+}
+
+// A forked child while asleep forwards everything and does not crash.
+int fork_asleep(Api& api) {
+  Own a;
+  if (make(api, "t", PAGEFAST_REGION_KEEP, CU_MEM_HANDLE_TYPE_NONE, 7, &a)) return 1;
+  if (api.sleep_tag("t", 0) != 0) return fail("sleep");
+  const pid_t child = fork();
+  if (child == 0) {
+    CUmemAllocationProp prop = {};
+    cuMemGetAllocationPropertiesFromHandle(&prop, a.handle);
+    cuMemRelease(a.handle);
+    cuMemUnmap(a.va, kBytes);
+    _exit(0);
+  }
+  int status = 0;
+  if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return fail("the child");
+  if (api.wake_tag("t") != 0) return fail("wake");
+  if (!all_bytes(a.va, kBytes, 7)) return fail("bytes");
+  if (handle_works(a, false) || drop(a) || all_free()) return 1;
+  std::printf("ok fork\n");
+  return 0;
+}
+
+// What sleep leaves resident: an exported handle and one the program maps
+// nowhere; the answer is 1 and the rest of the tag sleeps.
+int resident(Api& api) {
+  Own exported, slept;
+  if (make(api, "t", PAGEFAST_REGION_KEEP, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 8, &exported) ||
+      make(api, "t", PAGEFAST_REGION_KEEP, CU_MEM_HANDLE_TYPE_NONE, 9, &slept))
+    return 1;
+  int fd = -1;
+  CHECK_CU(cuMemExportToShareableHandle(&fd, exported.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+  if (api.begin("t", PAGEFAST_REGION_KEEP) != 0) return fail("region begin");
+  const CUmemAllocationProp prop = prop_on(0, CU_MEM_HANDLE_TYPE_NONE);
+  CUmemGenericAllocationHandle unmapped = 0;
+  CHECK_CU(cuMemCreate(&unmapped, kBytes, &prop, 0));
+  if (api.end() != 0) return fail("region end");
+  const size_t before = free_now();
+  if (api.sleep_tag("t", 0) != 1) return fail("the answer is not 1 with memory resident");
+  if (free_now() != before + kBytes) return fail("not only the mapped, unshared handle slept");
+  if (!all_bytes(exported.va, kBytes, 8)) return fail("the exported handle was touched");
+  if (api.wake_tag("t") != 0) return fail("wake");
+  if (!all_bytes(slept.va, kBytes, 9)) return fail("bytes");
+  CHECK_CU(cuMemRelease(unmapped));
+  close(fd);
+  if (drop(exported) || drop(slept) || all_free()) return 1;
+  std::printf("ok resident\n");
+  return 0;
+}
+
+}  // namespace
+
+int own_vmm_sleep_case(const std::string& name) {
+  Api api;
+  if (!api.load()) return fail("the tagged sleep API is not exported");
+  if (name == "tagged") return tagged(api);
+  if (name == "collide") return collide(api);
+  if (name == "asleep_calls") return asleep_calls(api);
+  if (name == "wake_fail") return wake_fail(api);
+  if (name == "cycles") return cycles(api);
+  if (name == "fork") return fork_asleep(api);
+  if (name == "resident") return resident(api);
+  return fail("unknown case");
+}
+
 int main(int argc, char** argv) {
-  if (argc < 2) return fail("usage: own_vmm_preload other_device|import");
+  if (argc < 2) return fail("usage: own_vmm_preload other_device|import|<sleep case>");
   if (start()) return 1;
   const std::string c = argv[1];
   if (c == "other_device") return other_device();
   if (c == "import") return import_back();
-  return fail("unknown case");
+  return own_vmm_sleep_case(c);
 }

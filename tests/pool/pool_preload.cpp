@@ -853,9 +853,10 @@ int peers() {
 }
 
 // The program's own VMM memory (cuMemCreate, mapped and opened by the
-// program) next to pool memory: sleep cannot cover it yet, so the answer
-// is 1 (asleep, some memory resident), never 0; the pool's and the
-// program's bytes are the same after wake. Once the program has unmapped
+// program) next to pool memory: sleep with keep covers it too
+// (docs/OWN-VMM.md "Sleep and wake"), so the answer is 0 and the device
+// memory is free while asleep; the pool's and the program's bytes are the
+// same after wake. Once the program has unmapped
 // and released its handles, what pagefast keeps of them is idle memory:
 // sleep gives it back with the pool's, and answers 0.
 int sleep_own_vmm() {
@@ -894,7 +895,10 @@ int sleep_own_vmm() {
   }
   const int answer = sleep_fn(PAGEFAST_SLEEP_KEEP);
   std::printf("own-vmm sleep answer %d\n", answer);
-  if (answer != 1) return fail("sleep_own_vmm: the answer is not 1 with the program's own memory resident");
+  if (answer != 0) return fail("sleep_own_vmm: the answer is not 0 with the program's own memory asleep");
+  size_t free_held = 0, total_held = 0;
+  CHECK_CU(cuMemGetInfo_v2(&free_held, &total_held));
+  if (fakecuda_free_bytes(0) != total_held) return fail("sleep_own_vmm: the program's own memory stayed taken");
   if (wake_fn() != 0) return fail("sleep_own_vmm: wake");
   if (!all_bytes(pool_block, kBytes, 0x3c)) return fail("sleep_own_vmm: pool bytes changed");
   for (const Own& o : own)

@@ -1,0 +1,162 @@
+// interpose/pool/own_vmm_translate.cpp: the translation of the program's
+// handle values once a handle slept, and the answers for a handle asleep
+// (own_vmm.h, policy/own_vmm/sleep_book.h, docs/OWN-VMM.md "Sleep and
+// wake"). Each call takes the book's mutex, so that no call on a handle
+// runs while sleep or wake takes it apart or makes it again.
+#include <cstring>
+#include <vector>
+
+#include "interpose/pool/own_vmm.h"
+#include "interpose/pool/own_vmm_sleep.h"
+
+namespace pagefast::pool::own_vmm {
+
+std::atomic<bool> g_translating{false};
+
+static_assert(policy::own_vmm::kIllegalState == CUDA_ERROR_ILLEGAL_STATE, "the book's answer is the driver's");
+
+std::mutex& book_mutex() {
+  static std::mutex* mutex = new std::mutex();  // never destroyed: hooks run at exit
+  return *mutex;
+}
+
+policy::own_vmm::SleepBook& book() {
+  static policy::own_vmm::SleepBook* own = new policy::own_vmm::SleepBook();
+  return *own;
+}
+
+namespace {
+
+// Out of host memory in the book: the call answers as the driver does
+// when out of memory (its own call, if made, stands).
+template <class Call>
+CUresult guarded(Call call) {
+  try {
+    return call();
+  } catch (...) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+}
+
+}  // namespace
+
+void prune_aliases(const uint64_t* driver, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    const uint64_t program = book().to_program(driver[i]);
+    if (program == driver[i]) continue;  // no alias
+    const policy::own_vmm::HandleFacts facts = ledger().facts(driver[i]);
+    if (facts.refs == 0 && facts.maps == 0) book().drop_alias(program);
+  }
+}
+
+CUresult translated_create(CUmemGenericAllocationHandle* handle, HandleCall call) {
+  return guarded([&]() -> CUresult {
+    std::lock_guard<std::mutex> guard(book_mutex());
+    const CUresult r = call(handle);
+    if (r == CUDA_SUCCESS && handle) *handle = book().adopt(*handle);
+    return r;
+  });
+}
+
+CUresult translated_import(CUmemGenericAllocationHandle* handle, HandleCall call) {
+  return translated_create(handle, call);
+}
+
+CUresult translated_retain(CUmemGenericAllocationHandle* handle, void* addr, HandleCall call) {
+  return guarded([&]() -> CUresult {
+    std::lock_guard<std::mutex> guard(book_mutex());
+    if (addr && book().overlaps(reinterpret_cast<uintptr_t>(addr), 1)) return CUDA_ERROR_ILLEGAL_STATE;
+    const CUresult r = call(handle);
+    if (r == CUDA_SUCCESS && handle) *handle = book().to_program(*handle);
+    return r;
+  });
+}
+
+CUresult translated_release(CUmemGenericAllocationHandle handle, HandleCall call) {
+  return guarded([&]() -> CUresult {
+    std::lock_guard<std::mutex> guard(book_mutex());
+    uint64_t value = 0;
+    const bool awake = book().to_driver(handle, &value);
+    CUmemGenericAllocationHandle driver = value;
+    if (!awake) {
+      bool gone = false;
+      void* host = nullptr;
+      const int r = book().release(handle, &gone, &host);
+      if (gone) free_host_copy(host);
+      return CUresult(r);
+    }
+    const CUresult r = call(&driver);
+    const uint64_t released = driver;
+    if (r == CUDA_SUCCESS) prune_aliases(&released, 1);
+    return r;
+  });
+}
+
+CUresult translated_map(CUdeviceptr ptr, size_t bytes, CUmemGenericAllocationHandle handle, HandleCall call) {
+  return guarded([&]() -> CUresult {
+    std::lock_guard<std::mutex> guard(book_mutex());
+    uint64_t value = 0;
+    const bool awake = book().to_driver(handle, &value);
+    CUmemGenericAllocationHandle driver = value;
+    if (!awake) return CUDA_ERROR_ILLEGAL_STATE;
+    // The range a mapping asleep keeps: mapped, as the driver would say.
+    if (book().overlaps(ptr, bytes)) return CUDA_ERROR_INVALID_VALUE;
+    return call(&driver);
+  });
+}
+
+CUresult translated_unmap(CUdeviceptr ptr, size_t bytes, HandleCall call) {
+  return guarded([&]() -> CUresult {
+    std::lock_guard<std::mutex> guard(book_mutex());
+    std::vector<void*> gone;
+    const int r = book().unmap(ptr, bytes, &gone);
+    for (void* host : gone) free_host_copy(host);
+    if (r >= 0) return CUresult(r);
+    // The handles mapped there (read before: the call ends their mappings).
+    const std::vector<uint64_t> mapped =
+        book().aliases_empty() ? std::vector<uint64_t>() : ledger().mapped_in(ptr, bytes);
+    CUmemGenericAllocationHandle none = 0;
+    const CUresult result = call(&none);
+    if (result == CUDA_SUCCESS) prune_aliases(mapped.data(), mapped.size());
+    return result;
+  });
+}
+
+CUresult translated_address_free(CUdeviceptr ptr, size_t bytes, HandleCall call) {
+  return guarded([&]() -> CUresult {
+    std::lock_guard<std::mutex> guard(book_mutex());
+    // Mappings asleep there: still mapped to the program, which must unmap first.
+    if (book().overlaps(ptr, bytes)) return CUDA_ERROR_INVALID_VALUE;
+    CUmemGenericAllocationHandle none = 0;
+    return call(&none);
+  });
+}
+
+CUresult translated_export(CUmemGenericAllocationHandle handle, HandleCall call) {
+  return guarded([&]() -> CUresult {
+    std::lock_guard<std::mutex> guard(book_mutex());
+    uint64_t value = 0;
+    const bool awake = book().to_driver(handle, &value);
+    CUmemGenericAllocationHandle driver = value;
+    if (!awake) return CUDA_ERROR_ILLEGAL_STATE;
+    return call(&driver);
+  });
+}
+
+CUresult translated_properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle, HandleCall call) {
+  return guarded([&]() -> CUresult {
+    std::lock_guard<std::mutex> guard(book_mutex());
+    uint64_t value = 0;
+    const bool awake = book().to_driver(handle, &value);
+    CUmemGenericAllocationHandle driver = value;
+    if (!awake) {
+      const policy::own_vmm::AsleepHandle* asleep = book().find(handle);
+      if (!prop || asleep->prop.size() != sizeof *prop) return CUDA_ERROR_INVALID_VALUE;
+      std::memcpy(prop, asleep->prop.data(), sizeof *prop);
+      return CUDA_SUCCESS;
+    }
+    return call(&driver);
+  });
+}
+
+}  // namespace pagefast::pool::own_vmm
