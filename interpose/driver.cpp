@@ -71,6 +71,14 @@ CUresult mem_free(const RealDriver* real, CUdeviceptr dptr) {
   return real && real->cuMemFree_v2 ? real->cuMemFree_v2(dptr) : kMissing;
 }
 
+CUresult default_mem_pool(const RealDriver* real, CUmemoryPool* pool, CUdevice device) {
+  return real && real->cuDeviceGetDefaultMemPool ? real->cuDeviceGetDefaultMemPool(pool, device) : kMissing;
+}
+
+CUresult mem_pool_attribute(const RealDriver* real, CUmemoryPool pool, CUmemPool_attribute attribute, void* value) {
+  return real && real->cuMemPoolGetAttribute ? real->cuMemPoolGetAttribute(pool, attribute, value) : kMissing;
+}
+
 CUresult error_name(const RealDriver* real, CUresult error, const char** name) {
   return real && real->cuGetErrorName ? real->cuGetErrorName(error, name) : kMissing;
 }

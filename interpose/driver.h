@@ -83,6 +83,10 @@ CUresult error_name(const RealDriver* real, CUresult error, const char** name);
 CUresult mem_alloc_pitch(const RealDriver* real, CUdeviceptr* dptr, size_t* pitch, size_t width_bytes, size_t height,
                          unsigned element_bytes);
 CUresult mem_free(const RealDriver* real, CUdeviceptr dptr);
+// The driver's default stream-ordered pool of a device (cudaMallocAsync)
+// and its figures: sleep names what it holds (pagefast cannot sleep it).
+CUresult default_mem_pool(const RealDriver* real, CUmemoryPool* pool, CUdevice device);
+CUresult mem_pool_attribute(const RealDriver* real, CUmemoryPool pool, CUmemPool_attribute attribute, void* value);
 
 // Virtual memory management.
 CUresult create(const RealDriver* real, CUmemGenericAllocationHandle* handle, size_t bytes,

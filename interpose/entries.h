@@ -289,6 +289,8 @@ typedef CUresult(CUDAAPI* PFN_cuIpcOpenMemHandle_v4010)(CUdeviceptr_v2* pdptr, C
   X(cuStreamIsCapturing, PFN_cuStreamIsCapturing_v10000)                     \
   X(cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020) \
   X(cuMemHostAlloc, PFN_cuMemHostAlloc_v2020)                                \
+  X(cuDeviceGetDefaultMemPool, PFN_cuDeviceGetDefaultMemPool_v11020)         \
+  X(cuMemPoolGetAttribute, PFN_cuMemPoolGetAttribute_v11020)                 \
   X(cuMemFreeHost, PFN_cuMemFreeHost_v2000)                                  \
   X(cuMemHostRegister_v2, PFN_cuMemHostRegister_v6050)                       \
   X(cuMemHostUnregister, PFN_cuMemHostUnregister_v4000)                      \

@@ -67,9 +67,11 @@ int pagefast_pool_trim(int device);
 int pagefast_report(const char* path_or_null);
 
 /* Sleep and wake (docs/POOL.md "Sleep and wake"): pagefast_sleep
- * synchronises the device(s), releases every pool chunk to the driver
- * (with PAGEFAST_SLEEP_KEEP its contents first go to page-locked host
- * memory) and keeps the virtual addresses reserved; pagefast_wake maps
+ * synchronises the device(s), releases every pool chunk and the program's
+ * own cuMemCreate memory to the driver (with PAGEFAST_SLEEP_KEEP the
+ * contents first go to page-locked host memory, kept for the next sleep
+ * until pagefast_pool_trim) and keeps the virtual addresses reserved (and
+ * the program's VMM handle values valid: docs/OWN-VMM.md); pagefast_wake maps
  * fresh memory at the same addresses with the same access and restores
  * kept contents. While asleep, pool allocations wait for wake (with
  * PAGEFAST_SLEEP_FAIL they answer CUDA_ERROR_OUT_OF_MEMORY); frees are
@@ -79,8 +81,9 @@ int pagefast_report(const char* path_or_null);
  * handler, nor from a stream-capturing program.
  * pagefast_sleep: 0 asleep; 1 asleep but some device memory stayed
  * resident (chunks the driver refused to release or another process maps
- * through CUDA IPC, or memory the program maps with its own cuMemCreate;
- * the log names it); -1 no pool, or a stream capture is active or the
+ * through CUDA IPC, the program's own cuMemCreate memory that cannot sleep,
+ * the driver's own stream-ordered pool (cudaMallocAsync); the log names
+ * it); -1 no pool, or a stream capture is active or the
  * device could not be synchronised (nothing changed).
  * pagefast_wake: 0 awake (also when not asleep); -1 no pool, or the driver
  * refused memory or a mapping: still asleep, call it again.

@@ -135,7 +135,10 @@ void ThreadRegistry::read_figures(PoolStats* s) {
     mutex_.unlock();
   } else {
     s->in_use_bytes = last_.in_use_bytes.load(kRelaxed);
-    s->hits = last_.hits.load(kRelaxed);
+    // The counter never reads lower than what detached threads folded in,
+    // also before a first read under the lock.
+    const uint64_t last_hits = last_.hits.load(kRelaxed), folded = folded_hits_.load(kRelaxed);
+    s->hits = last_hits > folded ? last_hits : folded;
     s->cached_bytes = last_.cached_bytes.load(kRelaxed);
     s->quarantined_bytes = last_.quarantined_bytes.load(kRelaxed);
   }

@@ -22,8 +22,8 @@ DeviceMemory::DeviceMemory(int device, const PoolConfig& config)
     : device_(device),
       budget_(config.headroom_bytes, config.limit_bytes),
       cache_share_(device),
-      pool_share_(*this),
-      region_share_(*this) {
+      pool_share_(*this, false),
+      region_share_(*this, true) {
   budget_.add(&cache_share_);
 }
 
@@ -171,38 +171,23 @@ policy::PoolStats DeviceMemory::stats() {
 }
 
 uint64_t DeviceMemory::PoolShare::held_bytes() {
-  policy::DevicePool* p = owner_.pool();
-  return p ? p->mapped_bytes() : 0;
-}
-
-uint64_t DeviceMemory::PoolShare::idle_bytes() {
-  policy::DevicePool* p = owner_.pool();
-  return p && !retired_device(owner_.device()) ? p->idle_bytes() : 0;
-}
-
-uint64_t DeviceMemory::PoolShare::release(uint64_t bytes) {
-  policy::DevicePool* p = owner_.pool();
-  return p && !retired_device(owner_.device()) ? p->release(bytes) : 0;
-}
-
-uint64_t DeviceMemory::RegionShare::held_bytes() {
   uint64_t held = 0;
-  owner_.each_pool([&held](int slot, policy::DevicePool* p) { held += slot ? p->mapped_bytes() : 0; });
+  each([&held](policy::DevicePool* p) { held += p->mapped_bytes(); });
   return held;
 }
 
-uint64_t DeviceMemory::RegionShare::idle_bytes() {
+uint64_t DeviceMemory::PoolShare::idle_bytes() {
   if (retired_device(owner_.device())) return 0;
   uint64_t idle = 0;
-  owner_.each_pool([&idle](int slot, policy::DevicePool* p) { idle += slot ? p->idle_bytes() : 0; });
+  each([&idle](policy::DevicePool* p) { idle += p->idle_bytes(); });
   return idle;
 }
 
-uint64_t DeviceMemory::RegionShare::release(uint64_t bytes) {
+uint64_t DeviceMemory::PoolShare::release(uint64_t bytes) {
   if (retired_device(owner_.device())) return 0;
   uint64_t given = 0;
-  owner_.each_pool([&given, bytes](int slot, policy::DevicePool* p) {
-    if (slot && given < bytes) given += p->release(bytes - given);
+  each([&given, bytes](policy::DevicePool* p) {
+    if (given < bytes) given += p->release(bytes - given);
   });
   return given;
 }

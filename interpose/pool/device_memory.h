@@ -105,29 +105,27 @@ class DeviceMemory {
   policy::PoolStats stats();
 
  private:
-  // The pool's share of the budget.
+  // A share of the budget held by pools: the device's pool (regions
+  // false), or every region's pool of the device (regions true). A
+  // region's growth makes room in the device's pool and the cache, and the
+  // two pool shares together stay under the limit (BudgetedProvider's cap).
   class PoolShare final : public policy::Holder {
    public:
-    explicit PoolShare(const DeviceMemory& owner) : owner_(owner) {}
+    PoolShare(const DeviceMemory& owner, bool regions) : owner_(owner), regions_(regions) {}
     uint64_t held_bytes() override;
     uint64_t idle_bytes() override;
     uint64_t release(uint64_t bytes) override;
 
    private:
+    // Calls f(pool) for each pool of this share.
+    template <typename F>
+    void each(F f) const {
+      owner_.each_pool([this, &f](int slot, policy::DevicePool* p) {
+        if ((slot != 0) == regions_) f(p);
+      });
+    }
     const DeviceMemory& owner_;
-  };
-  // The regions' pools' share: every region's pool of this device. Their
-  // growth makes room in the device's pool and the cache, and the two
-  // pool shares together stay under the limit (BudgetedProvider's cap).
-  class RegionShare final : public policy::Holder {
-   public:
-    explicit RegionShare(const DeviceMemory& owner) : owner_(owner) {}
-    uint64_t held_bytes() override;
-    uint64_t idle_bytes() override;
-    uint64_t release(uint64_t bytes) override;
-
-   private:
-    const DeviceMemory& owner_;
+    const bool regions_;
   };
   // The own-VMM cache's share of this device.
   class CacheShare final : public policy::Holder {
@@ -145,7 +143,7 @@ class DeviceMemory {
   policy::DeviceBudget budget_;
   CacheShare cache_share_;
   PoolShare pool_share_;
-  RegionShare region_share_;
+  PoolShare region_share_;
   policy::Holder* pool_shares_[2] = {&pool_share_, &region_share_};  // capped together
   std::atomic<policy::DevicePool*> pool_{nullptr};
   std::atomic<bool> unpoolable_{false};

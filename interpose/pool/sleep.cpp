@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "interpose/driver.h"
 #include "interpose/ipc/ipc.h"
 #include "interpose/ipc/ipc_wire.h"
 #include "interpose/pagefast.h"
@@ -126,6 +127,30 @@ int wake_slot_locked(int slot) {
   return answer;
 }
 
+// What pagefast cannot sleep is named, never left resident silently: the
+// driver's own stream-ordered pool of each device with pagefast's memory
+// (cudaMallocAsync, PyTorch's backend:cudaMallocAsync). Returns whether
+// any such memory stays on a device.
+bool name_driver_pools() {
+  const RealDriver* real = loaded_driver();
+  bool any = false;
+  for (int d = 0; d < kMaxDevices; ++d) {
+    if (!device_memory(d) || retired_device(d)) continue;
+    CUmemoryPool pool = nullptr;
+    cuuint64_t reserved = 0;
+    if (driver::default_mem_pool(real, &pool, d) != CUDA_SUCCESS ||
+        driver::mem_pool_attribute(real, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) != CUDA_SUCCESS ||
+        reserved == 0)
+      continue;
+    any = true;
+    log_line(LogLevel::Warn,
+             "device %d: %.1f MiB of the driver's own stream-ordered pool (cudaMallocAsync) stay resident: "
+             "pagefast cannot sleep that memory",
+             d, double(reserved) / double(1 << 20));
+  }
+  return any;
+}
+
 // Sleeps `slots` (all of them when NULL): 0 asleep, 1 asleep with some
 // memory resident (the log names it), -1 nothing to sleep, or a part
 // refused (a capture, a failed sync).
@@ -144,6 +169,9 @@ int sleep_slots(const int* slots, int count, unsigned flags) {
   // regions hold nothing yet sleeps as asked: nothing to do (0).
   if (!any && !slots) return -1;
   if (answer == 0 && ipc::imports_across_sleep() > 0) answer = 1;
+  // A sleep of everything answers 1 while the driver's pool holds memory;
+  // a tagged sleep names it (its regions' cudaMallocAsync memory is there).
+  if (name_driver_pools() && !slots && answer == 0) answer = 1;
   return answer;
 }
 

@@ -117,6 +117,11 @@
     (CUdeviceptr* dptr, size_t bytes, CUstream stream), (dptr, bytes, stream))             \
   L(cuMemFreeAsync, 11020, cuMemFreeAsync, (CUdeviceptr dptr, CUstream stream),            \
     (dptr, stream))                                                                        \
+  /* the device's default stream-ordered pool: its figures (memory.cpp) */                 \
+  L(cuDeviceGetDefaultMemPool, 11020, cuDeviceGetDefaultMemPool,                           \
+    (CUmemoryPool * pool, CUdevice device), (pool, device))                                \
+  L(cuMemPoolGetAttribute, 11020, cuMemPoolGetAttribute,                                   \
+    (CUmemoryPool pool, CUmemPool_attribute attr, void* value), (pool, attr, value))       \
   P(cuMemFreeAsync, 11020, cuMemFreeAsync_ptsz, ptsz, cuMemFreeAsync,                      \
     (CUdeviceptr dptr, CUstream stream), (dptr, stream))                                   \
   /* modules: the driver's own device memory, charged per module (memory.cpp) */           \

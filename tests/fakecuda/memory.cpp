@@ -403,6 +403,39 @@ CUresult impl::cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream stream)
   return r;
 }
 
+// The default pool of device d is the handle d + 1 (no other pool exists
+// here). Its used memory: the live cuMemAllocAsync blocks; reserved: those
+// and what it retains until the next synchronization.
+CUresult impl::cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice device) {
+  FAKE_REQUIRE_INIT();
+  Lock lock(state().mu);
+  if (!pool || device < 0 || size_t(device) >= state().devices.size())
+    return CUDA_ERROR_INVALID_VALUE;
+  *pool = reinterpret_cast<CUmemoryPool>(uintptr_t(device) + 1);
+  return CUDA_SUCCESS;
+}
+
+CUresult impl::cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  FAKE_REQUIRE_INIT();
+  Lock lock(state().mu);
+  const uintptr_t id = reinterpret_cast<uintptr_t>(pool);
+  if (!value || id == 0 || id > state().devices.size()) return CUDA_ERROR_INVALID_VALUE;
+  const int device = int(id - 1);
+  uint64_t used = 0;
+  for (const auto& entry : state().blocks)
+    if (entry.second->stream_ordered && entry.second->device == device)
+      used += entry.second->charged_bytes;
+  switch (attr) {
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+      *static_cast<uint64_t*>(value) = used;
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+      *static_cast<uint64_t*>(value) = used + state().devices[size_t(device)].retained_bytes;
+      return CUDA_SUCCESS;
+    default: return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
 CUresult impl::cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
   (void)stream;
   if (dptr == 0) return CUDA_SUCCESS;

@@ -68,6 +68,11 @@ RealDriver full_table() {
   FAKE(cuMemFreeHost);
   FAKE(cuMemHostRegister_v2);
   FAKE(cuMemHostUnregister);
+  FAKE(cuMemGetAccess);
+  FAKE(cuMemAllocPitch_v2);
+  FAKE(cuMemFree_v2);
+  FAKE(cuDeviceGetDefaultMemPool);
+  FAKE(cuMemPoolGetAttribute);
   return t;
 }
 #undef FAKE
@@ -89,6 +94,9 @@ std::vector<SeamCall> seam_calls() {
   static CUstreamCaptureStatus status;
   static size_t bytes, total;
   static unsigned int flags;
+  static unsigned long long flags64;
+  static CUmemLocation location;
+  static CUmemoryPool mem_pool;
   static int value;
   static const char* name;
   static char text[16];
@@ -143,6 +151,14 @@ std::vector<SeamCall> seam_calls() {
       {"cuMemFreeHost", [](const RealDriver* r) { return driver::free_host(r, host); }},
       {"cuMemHostRegister_v2", [](const RealDriver* r) { return driver::host_register(r, text, 1, 0); }},
       {"cuMemHostUnregister", [](const RealDriver* r) { return driver::host_unregister(r, text); }},
+      {"cuMemGetAccess", [](const RealDriver* r) { return driver::get_access(r, &flags64, &location, ptr); }},
+      {"cuMemAllocPitch_v2", [](const RealDriver* r) { return driver::mem_alloc_pitch(r, &ptr, &bytes, 1, 1, 4); }},
+      {"cuMemFree_v2", [](const RealDriver* r) { return driver::mem_free(r, ptr); }},
+      {"cuDeviceGetDefaultMemPool", [](const RealDriver* r) { return driver::default_mem_pool(r, &mem_pool, device); }},
+      {"cuMemPoolGetAttribute",
+       [](const RealDriver* r) {
+         return driver::mem_pool_attribute(r, mem_pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &bytes);
+       }},
   };
 }
 

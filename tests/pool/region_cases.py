@@ -35,6 +35,11 @@ def main():
         for conf in ["limit:64M", "limit:64M,chunk_size:2M"]:
             r = run(build, ["limit"], env={"PAGEFAST_CONF": conf})
             expect_ok(r, "limit", f"pagefast [{conf}]")
+    elif what == "async":
+        r = run(build, ["async"], env={"PAGEFAST_LOG": "warn"})
+        expect_ok(r, "async", "pagefast")
+        check(r.stderr.count("stream-ordered pool (cudaMallocAsync) stay resident") == 1,
+              f"the driver's pool is named once, while it holds memory ({r.stderr[-300:]})")
     elif what == "cycles":
         r = run(build, ["cycles", "1000"], env={"PAGEFAST_CONF": "chunk_size:2M"})
         expect_ok(r, "cycles", "pagefast chunk_size:2M, 1000 cycles")

@@ -312,6 +312,27 @@ int limit_case() {
   return 0;
 }
 
+// The driver's own stream-ordered pool (cudaMallocAsync) cannot sleep: a
+// sleep of everything names it and answers 1; once it holds nothing, 0.
+int async_case() {
+  Api api;
+  if (!load(&api)) return fail("the region API is not exported");
+  auto sleep_all = reinterpret_cast<int (*)(unsigned)>(dlsym(RTLD_DEFAULT, "pagefast_sleep"));
+  auto wake_all = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "pagefast_wake"));
+  CUdeviceptr pooled = 0, ordered = 0;
+  CHECK_CU(cuMemAlloc_v2(&pooled, 4 * kMiB));
+  CHECK_CU(cuMemAllocAsync(&ordered, 8 * kMiB, nullptr));
+  if (sleep_all(PAGEFAST_SLEEP_KEEP) != 1) return fail("sleep with stream-ordered memory is not 1");
+  if (wake_all() != 0) return fail("wake");
+  CHECK_CU(cuMemFreeAsync(ordered, nullptr));
+  CHECK_CU(cuCtxSynchronize());
+  if (sleep_all(PAGEFAST_SLEEP_KEEP) != 0) return fail("sleep once the driver's pool is empty is not 0");
+  if (wake_all() != 0) return fail("wake");
+  CHECK_CU(cuMemFree_v2(pooled));
+  std::printf("ok async\n");
+  return 0;
+}
+
 // Eight threads allocate, write, check and free outside any region while
 // the main thread sleeps and wakes "kv" (discard) and "weights" (keep).
 int cycles_case(int cycles) {
@@ -375,6 +396,7 @@ int main(int argc, char** argv) {
   if (what == "tags") return tags_case();
   if (what == "limits") return limits_case();
   if (what == "limit") return limit_case();
+  if (what == "async") return async_case();
   if (what == "cycles") return cycles_case(argc > 2 ? std::atoi(argv[2]) : 100);
   return fail("unknown subcommand");
 }

@@ -39,7 +39,9 @@ FUNCTIONS = [
     # Streams, copies, host memory.
     "cuStreamCreate", "cuStreamSynchronize", "cuStreamDestroy_v2", "cuStreamIsCapturing", "cuMemcpyDtoH_v2",
     "cuMemcpyHtoD_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyHtoDAsync_v2", "cuMemHostAlloc", "cuMemFreeHost",
-    "cuMemHostRegister_v2", "cuMemHostUnregister",
+    "cuMemHostRegister_v2", "cuMemHostUnregister", "cuMemGetAccess",
+    # Regions' pitched allocations; the driver's stream-ordered pool.
+    "cuMemAllocPitch_v2", "cuMemFree_v2", "cuDeviceGetDefaultMemPool", "cuMemPoolGetAttribute",
 ]
 SUFFIXES = (".c", ".cc", ".cpp", ".h", ".hpp", ".cu", ".S")
 
