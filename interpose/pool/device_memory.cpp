@@ -103,9 +103,10 @@ policy::DevicePool* DeviceMemory::tagged_pool_made(int slot, policy::Clock& cloc
                device_);
     return nullptr;  // leaked: a few bytes
   }
-  const uint64_t peers = pool_.load(std::memory_order_acquire) ? pool()->peers() : 0;
+  // The peers granted so far, as the device's pool was made with them
+  // (create_mutex is held, so no grant changes meanwhile).
   for (int accessor = 0; accessor < kMaxDevices; ++accessor)
-    if (peers >> accessor & 1) made->add_peer(accessor);  // no mapping yet: no driver call
+    if (g_process.peer_grants[device_][accessor] > 0) made->add_peer(accessor);  // no mapping yet: no driver call
   tagged_[slot].cache = cache;
   tagged_[slot].pool.store(made, std::memory_order_release);
   const char* name = "";

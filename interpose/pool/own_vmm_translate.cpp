@@ -38,6 +38,15 @@ CUresult guarded(Call call) {
   }
 }
 
+// REQUIRES: book_mutex(). The driver's value of the program's `handle` in
+// *driver (the same value when it never slept); false while it is asleep.
+bool driver_value(CUmemGenericAllocationHandle handle, CUmemGenericAllocationHandle* driver) {
+  uint64_t value = 0;
+  const bool awake = book().to_driver(handle, &value);
+  *driver = value;
+  return awake;
+}
+
 }  // namespace
 
 void prune_aliases(const uint64_t* driver, size_t count) {
@@ -75,9 +84,8 @@ CUresult translated_retain(CUmemGenericAllocationHandle* handle, void* addr, Han
 CUresult translated_release(CUmemGenericAllocationHandle handle, HandleCall call) {
   return guarded([&]() -> CUresult {
     std::lock_guard<std::mutex> guard(book_mutex());
-    uint64_t value = 0;
-    const bool awake = book().to_driver(handle, &value);
-    CUmemGenericAllocationHandle driver = value;
+    CUmemGenericAllocationHandle driver = 0;
+    const bool awake = driver_value(handle, &driver);
     if (!awake) {
       bool gone = false;
       void* host = nullptr;
@@ -95,9 +103,8 @@ CUresult translated_release(CUmemGenericAllocationHandle handle, HandleCall call
 CUresult translated_map(CUdeviceptr ptr, size_t bytes, CUmemGenericAllocationHandle handle, HandleCall call) {
   return guarded([&]() -> CUresult {
     std::lock_guard<std::mutex> guard(book_mutex());
-    uint64_t value = 0;
-    const bool awake = book().to_driver(handle, &value);
-    CUmemGenericAllocationHandle driver = value;
+    CUmemGenericAllocationHandle driver = 0;
+    const bool awake = driver_value(handle, &driver);
     if (!awake) return CUDA_ERROR_ILLEGAL_STATE;
     // The range a mapping asleep keeps: mapped, as the driver would say.
     if (book().overlaps(ptr, bytes)) return CUDA_ERROR_INVALID_VALUE;
@@ -135,9 +142,8 @@ CUresult translated_address_free(CUdeviceptr ptr, size_t bytes, HandleCall call)
 CUresult translated_export(CUmemGenericAllocationHandle handle, HandleCall call) {
   return guarded([&]() -> CUresult {
     std::lock_guard<std::mutex> guard(book_mutex());
-    uint64_t value = 0;
-    const bool awake = book().to_driver(handle, &value);
-    CUmemGenericAllocationHandle driver = value;
+    CUmemGenericAllocationHandle driver = 0;
+    const bool awake = driver_value(handle, &driver);
     if (!awake) return CUDA_ERROR_ILLEGAL_STATE;
     return call(&driver);
   });
@@ -146,9 +152,8 @@ CUresult translated_export(CUmemGenericAllocationHandle handle, HandleCall call)
 CUresult translated_properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle, HandleCall call) {
   return guarded([&]() -> CUresult {
     std::lock_guard<std::mutex> guard(book_mutex());
-    uint64_t value = 0;
-    const bool awake = book().to_driver(handle, &value);
-    CUmemGenericAllocationHandle driver = value;
+    CUmemGenericAllocationHandle driver = 0;
+    const bool awake = driver_value(handle, &driver);
     if (!awake) {
       const policy::own_vmm::AsleepHandle* asleep = book().find(handle);
       if (!prop || asleep->prop.size() != sizeof *prop) return CUDA_ERROR_INVALID_VALUE;

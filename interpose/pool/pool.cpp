@@ -328,8 +328,10 @@ void free_on_behalf(const uint64_t* blocks, size_t count) {
     if (!span) continue;
     DevicePool* pool = span->pool;
     const int device = pool->device();
-    if (pool->settings().slot == 0 && !temporary[device]) temporary[device] = pool->attach_thread();
-    if (pool->settings().slot == 0 && temporary[device]) {
+    // A region's pool has no per-thread caches: its shared one serves.
+    const bool own_caches = pool->settings().slot == 0;
+    if (own_caches && !temporary[device]) temporary[device] = pool->attach_thread();
+    if (own_caches && temporary[device]) {
       pool->free(*temporary[device], span, blocks[i]);
       continue;
     }

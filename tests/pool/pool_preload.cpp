@@ -50,8 +50,10 @@
 namespace {
 
 using preload_program::fail;
+using preload_program::fill_words;
 using preload_program::g_context;
 using preload_program::start;
+using preload_program::words_intact;
 
 using StatsGet = int (*)(int, pagefast_pool_stats*);
 using Trim = int (*)(int);
@@ -477,20 +479,6 @@ int count_maps() {
   for (int c; (c = std::fgetc(f)) != EOF;) n += c == '\n';
   std::fclose(f);
   return n;
-}
-
-// A pattern that differs at every 8-byte word, so that a piece of a copy
-// put at the wrong offset (the copies move in pieces) is seen.
-void fill_words(CUdeviceptr p, size_t bytes, uint64_t seed) {
-  uint64_t* w = reinterpret_cast<uint64_t*>(p);
-  for (size_t i = 0; i < bytes / 8; ++i) w[i] = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-}
-
-bool words_intact(CUdeviceptr p, size_t bytes, uint64_t seed) {
-  const uint64_t* w = reinterpret_cast<const uint64_t*>(p);
-  for (size_t i = 0; i < bytes / 8; ++i)
-    if (w[i] != ((i + 1) * 0x9E3779B97F4A7C15ull ^ seed)) return false;
-  return true;
 }
 
 // Whether PAGEFAST_CONF turns sleep_host_keep off for this run.

@@ -7,6 +7,7 @@
 
 #include <cuda.h>
 
+#include <cstdint>
 #include <cstdio>
 
 namespace preload_program {
@@ -18,6 +19,21 @@ inline int fail(const char* what) {
 
 // The primary context of device 0, current on the calling thread.
 inline CUcontext g_context = nullptr;
+
+// A pattern that differs at every 8-byte word and per seed, so that a
+// piece of a copy put at the wrong offset (sleep's copies move in pieces)
+// is seen. The memory is the fake driver's, readable from the host.
+inline void fill_words(CUdeviceptr p, size_t bytes, uint64_t seed) {
+  uint64_t* w = reinterpret_cast<uint64_t*>(p);
+  for (size_t i = 0; i < bytes / 8; ++i) w[i] = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+}
+
+inline bool words_intact(CUdeviceptr p, size_t bytes, uint64_t seed) {
+  const uint64_t* w = reinterpret_cast<const uint64_t*>(p);
+  for (size_t i = 0; i < bytes / 8; ++i)
+    if (w[i] != ((i + 1) * 0x9E3779B97F4A7C15ull ^ seed)) return false;
+  return true;
+}
 
 }  // namespace preload_program
 

@@ -60,19 +60,6 @@ bool load(Api* a) {
          find(&a->asleep, "pagefast_asleep");
 }
 
-// A pattern that differs at every 8-byte word and per seed.
-void fill(CUdeviceptr p, size_t bytes, uint64_t seed) {
-  uint64_t* w = reinterpret_cast<uint64_t*>(p);
-  for (size_t i = 0; i < bytes / 8; ++i) w[i] = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-}
-
-bool intact(CUdeviceptr p, size_t bytes, uint64_t seed) {
-  const uint64_t* w = reinterpret_cast<const uint64_t*>(p);
-  for (size_t i = 0; i < bytes / 8; ++i)
-    if (w[i] != ((i + 1) * 0x9E3779B97F4A7C15ull ^ seed)) return false;
-  return true;
-}
-
 int alloc_in(Api& api, const char* tag, unsigned flags, size_t bytes, CUdeviceptr* p) {
   if (api.begin(tag, flags) != 0) return fail("region begin");
   const CUresult r = cuMemAlloc_v2(p, bytes);
@@ -116,7 +103,7 @@ int tagged_sleeps(Api& api, Held& h) {
   if (api.sleep_tag("kv", 0) != 0) return fail("sleep kv");
   if (api.tag_asleep("kv") != 1 || api.tag_asleep("weights") != 0) return fail("tag states after sleep kv");
   if (fakecuda_free_bytes(0) < before + 20 * kMiB) return fail("sleep kv: the driver did not get its memory");
-  if (!intact(h.u, 4 * kMiB, 1) || !intact(h.w, 40 * kMiB, 2)) return fail("sleep kv touched other memory");
+  if (!words_intact(h.u, 4 * kMiB, 1) || !words_intact(h.w, 40 * kMiB, 2)) return fail("sleep kv touched other memory");
   // An allocation outside the region is served while kv sleeps.
   CUdeviceptr other = 0;
   CHECK_CU(cuMemAlloc_v2(&other, 3 * kMiB));
@@ -127,24 +114,24 @@ int tagged_sleeps(Api& api, Held& h) {
     cuCtxSynchronize();
     if (fakecuda_violations() == 0) return fail("a kernel on asleep memory wrote somewhere");
   }
-  if (!intact(h.u, 4 * kMiB, 1) || !intact(h.w, 40 * kMiB, 2))
+  if (!words_intact(h.u, 4 * kMiB, 1) || !words_intact(h.w, 40 * kMiB, 2))
     return fail("a kernel on asleep memory hit other memory");
   if (api.wake_tag("kv") != 0 || api.tag_asleep("kv") != 0) return fail("wake kv");
   std::memset(reinterpret_cast<void*>(h.k), 0x33, 20 * kMiB);  // usable again, same address
   std::memset(reinterpret_cast<void*>(h.pitched), 0x34, h.pitch * 64);
   // weights keeps (its region said so), also when the call does not say.
   if (api.sleep_tag("weights", 0) != 0) return fail("sleep weights");
-  if (!intact(h.u, 4 * kMiB, 1)) return fail("sleep weights touched memory outside");
-  if (api.wake_tag("weights") != 0 || !intact(h.w, 40 * kMiB, 2)) return fail("weights lost its contents");
+  if (!words_intact(h.u, 4 * kMiB, 1)) return fail("sleep weights touched memory outside");
+  if (api.wake_tag("weights") != 0 || !words_intact(h.w, 40 * kMiB, 2)) return fail("weights lost its contents");
   // The call overrides: kv kept.
-  fill(h.k, 20 * kMiB, 3);
+  fill_words(h.k, 20 * kMiB, 3);
   if (api.sleep_tag("kv", PAGEFAST_SLEEP_KEEP) != 0 || api.wake_tag("kv") != 0) return fail("sleep kv keep");
-  if (!intact(h.k, 20 * kMiB, 3)) return fail("kv kept: contents lost");
+  if (!words_intact(h.k, 20 * kMiB, 3)) return fail("kv kept: contents lost");
   // Everything: every tag by its policy, and the memory outside as asked.
   if (api.sleep_tag(nullptr, PAGEFAST_SLEEP_KEEP) != 0) return fail("sleep everything");
   if (api.tag_asleep("kv") != 1 || api.tag_asleep("weights") != 1 || api.asleep() < 3) return fail("all asleep");
   if (api.wake_tag(nullptr) != 0 || api.asleep() != 0) return fail("wake everything");
-  if (!intact(h.u, 4 * kMiB, 1) || !intact(h.w, 40 * kMiB, 2) || !intact(h.k, 20 * kMiB, 3))
+  if (!words_intact(h.u, 4 * kMiB, 1) || !words_intact(h.w, 40 * kMiB, 2) || !words_intact(h.k, 20 * kMiB, 3))
     return fail("contents after sleep and wake of everything");
   return 0;
 }
@@ -220,7 +207,7 @@ int exported(Api& api, Held& h) {
     return 0;
   }
   if (api.sleep_tag("weights", 0) < 0 || api.wake_tag("weights") != 0) return fail("sleep of an exported block");
-  if (!intact(h.w, 40 * kMiB, 2)) return fail("an exported block lost its contents");
+  if (!words_intact(h.w, 40 * kMiB, 2)) return fail("an exported block lost its contents");
   CHECK_CU(cuIpcGetMemHandle(&handle, h.w));
   return 0;
 }
@@ -235,7 +222,7 @@ int fork_asleep(Api& api, Held& h) {
   int status = 0;
   if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
     return fail("the forked child's answers");
-  if (api.wake_tag("weights") != 0 || !intact(h.w, 40 * kMiB, 2)) return fail("wake after fork");
+  if (api.wake_tag("weights") != 0 || !words_intact(h.w, 40 * kMiB, 2)) return fail("wake after fork");
   return 0;
 }
 
@@ -244,9 +231,9 @@ int tags_case() {
   if (!load(&api)) return fail("the region API is not exported");
   Held h{};
   CHECK_CU(cuMemAlloc_v2(&h.u, 4 * kMiB));
-  fill(h.u, 4 * kMiB, 1);
+  fill_words(h.u, 4 * kMiB, 1);
   if (alloc_in(api, "weights", PAGEFAST_REGION_KEEP, 40 * kMiB, &h.w)) return 1;
-  fill(h.w, 40 * kMiB, 2);
+  fill_words(h.w, 40 * kMiB, 2);
   if (alloc_in(api, "kv", 0, 20 * kMiB, &h.k)) return 1;
   std::memset(reinterpret_cast<void*>(h.k), 0x22, 20 * kMiB);
   if (pitch_case(api, &h)) return 1;
@@ -340,7 +327,7 @@ int cycles_case(int cycles) {
   if (!load(&api)) return fail("the region API is not exported");
   CUdeviceptr w = 0, k = 0;
   if (alloc_in(api, "weights", PAGEFAST_REGION_KEEP, 3 * kMiB, &w) || alloc_in(api, "kv", 0, 2 * kMiB, &k)) return 1;
-  fill(w, 3 * kMiB, 9);
+  fill_words(w, 3 * kMiB, 9);
   // One cycle first: copy threads' stacks stay cached by libc.
   if (api.sleep_tag("weights", 0) != 0 || api.wake_tag("weights") != 0) return fail("first cycle");
   auto trim = reinterpret_cast<int (*)(int)>(dlsym(RTLD_DEFAULT, "pagefast_pool_trim"));
@@ -360,8 +347,8 @@ int cycles_case(int cycles) {
           bad.fetch_add(1);
           return;
         }
-        fill(p, bytes, round * 8 + t);
-        if (!intact(p, bytes, round * 8 + t)) bad.fetch_add(1);
+        fill_words(p, bytes, round * 8 + t);
+        if (!words_intact(p, bytes, round * 8 + t)) bad.fetch_add(1);
         cuMemFree_v2(p);
       }
     });
@@ -369,7 +356,7 @@ int cycles_case(int cycles) {
   for (int i = 0; i < cycles && !failed; ++i) {
     const char* tag = (i & 1) ? "weights" : "kv";
     if (api.sleep_tag(tag, 0) != 0 || api.wake_tag(tag) != 0) failed = 1;
-    if (!intact(w, 3 * kMiB, 9)) failed = 2;
+    if (!words_intact(w, 3 * kMiB, 9)) failed = 2;
   }
   stop = true;
   for (std::thread& t : threads) t.join();
