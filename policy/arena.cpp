@@ -189,7 +189,9 @@ ProviderStatus Arena::grow(Granules min_granules, Granules max_step) {
   if (big) release_big_for(min_granules);
   const Granules room = room_under_limit();
   if (room < min_granules) return ProviderStatus::OutOfMemory;
-  Granules step = max_granules(settings_.chunk_granules, min_granules);
+  Granules base = settings_.chunk_granules;
+  if (settings_.ramp && mapped_ < base) base = max_granules(mapped_, Granules(1));
+  Granules step = max_granules(base, min_granules);
   if (step > max_step) step = max_granules(max_step, min_granules);
   if (step > room) step = room;
   if (!spare_blocks_.reserve(1)) return ProviderStatus::OutOfMemory;

@@ -48,6 +48,10 @@ struct PhysicalPiece {
 
 struct ArenaSettings {
   Granules chunk_granules;  // growth step
+  // Growth starts small: each step is what the arena holds already (at
+  // least the request and one granule), up to chunk_granules, so that a
+  // pool that holds little takes little (a region's pool: docs/SLEEP.md).
+  bool ramp = false;
   // A request larger than a chunk grows a chunk of exactly its size, kept
   // apart (big_chunks): its free runs serve only requests over a chunk
   // that leave at most an eighth unused, and before another such growth

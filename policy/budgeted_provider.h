@@ -1,35 +1,43 @@
-// policy/budgeted_provider.h: a Provider that makes room in the device's
-// budget (policy/device_budget.h) before it creates physical memory, so
-// that the pool's growth and the other holders of the device meet in the
-// budget and nowhere else. Under a limit, the other holders first release
-// what the growth would take over it; when the driver refuses the memory,
-// they release what the growth needs and it is tried once more. Every other
-// call goes to the provider underneath unchanged.
+// policy/budgeted_provider.h: the Provider every pool of one device grows
+// through (the device's pool and each region's), which keeps what they
+// hold together under the device's limit (policy/device_budget.h): a
+// create_chunk that would take the bytes its chunks hold over the limit is
+// refused (out of memory), before the driver is asked. It asks the budget
+// nothing: create_chunk runs under the growing pool's device lock, and the
+// budget's holders are pools whose locks another growing pool may hold
+// (device_budget.h "Lock rule"). Making room is the pool's own step,
+// outside its locks, before it tries again (DevicePool::obtain). Every
+// other call goes to the provider underneath unchanged.
+//
+// Lock: mutex_, held only to count (never across a driver call); the
+// innermost lock of the pools: nothing else is taken under it.
 #pragma once
 
-#include "policy/device_budget.h"
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+
 #include "policy/provider.h"
 
 namespace pagefast::policy {
 
 class BudgetedProvider final : public Provider {
  public:
-  // `self`: the holder that grows through this provider (the pool's share
-  // of the budget), left out when the budget asks for room. `capped`
-  // (may be NULL): the holders whose memory together stays under the
-  // budget's limit, each pool's arena keeping only its own under it: a
-  // growth that would take their sum over the limit, once the others made
-  // room, is refused (out of memory).
-  BudgetedProvider(Provider& inner, DeviceBudget& budget, const Holder* self, Holder* const* capped = nullptr,
-                   int capped_count = 0)
-      : inner_(inner), budget_(budget), self_(self), capped_(capped), capped_count_(capped_count) {}
+  // limit_bytes 0: no limit.
+  BudgetedProvider(Provider& inner, uint64_t limit_bytes) : inner_(inner), limit_bytes_(limit_bytes) {}
 
   ProviderStatus create_chunk(Granules granules, ChunkHandle* chunk) override;
+  bool release_chunk(ChunkHandle chunk) override;
+  // The bytes of the chunks created through this provider and not
+  // released: what the pools hold of the device.
+  uint64_t held_bytes() {
+    std::lock_guard<std::mutex> guard(mutex_);
+    return held_bytes_;
+  }
 
   ProviderStatus reserve_address(uint64_t bytes, uint64_t* base_addr) override {
     return inner_.reserve_address(bytes, base_addr);
   }
-  bool release_chunk(ChunkHandle chunk) override { return inner_.release_chunk(chunk); }
   ProviderStatus map(uint64_t addr, ChunkHandle chunk, Granules offset, Granules granules) override {
     return inner_.map(addr, chunk, offset, granules);
   }
@@ -46,10 +54,10 @@ class BudgetedProvider final : public Provider {
 
  private:
   Provider& inner_;
-  DeviceBudget& budget_;
-  const Holder* const self_;
-  Holder* const* const capped_;
-  const int capped_count_;
+  const uint64_t limit_bytes_;
+  std::mutex mutex_;
+  uint64_t held_bytes_ = 0;                        // under mutex_
+  std::unordered_map<uint64_t, uint64_t> chunks_;  // handle -> bytes, under mutex_
 };
 
 }  // namespace pagefast::policy

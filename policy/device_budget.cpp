@@ -4,6 +4,7 @@
 namespace pagefast::policy {
 
 bool DeviceBudget::add(Holder* holder) {
+  std::lock_guard<std::mutex> guard(add_mutex_);
   const int n = holder_count_.load(std::memory_order_relaxed);
   if (!holder || n >= kMaxHolders) return false;
   holders_[n] = holder;

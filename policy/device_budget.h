@@ -20,14 +20,23 @@
 // A holder releases in its own units (the pool whole chunks); "release"
 // always means memory going back to the driver.
 // Pure: the holders are interfaces and the driver's free memory is an
-// argument, so tests drive it with fakes. Thread-safe once set up: the
-// holders answer from any thread; add() runs before any other call. The
-// budget holds no lock while it asks a holder, so a holder may take its
-// own locks (a holder never calls the budget while holding one).
+// argument, so tests drive it with fakes. Thread-safe: the holders answer
+// from any thread; add() may run while others call.
+//
+// Lock rule (docs/DESIGN.md "Lock order"): the budget holds no lock while
+// it asks a holder, so a holder takes its own locks in release(); and no
+// caller holds a lock of any holder while it calls make_room, reclaim,
+// reclaim_for or relieve. A pool that finds it must grow therefore leaves
+// its locks, asks the budget, and tries again (DevicePool::obtain):
+// otherwise two pools growing at once would each hold their own lock and
+// wait for the other's to release memory. held_bytes, idle_bytes and
+// room_for take no lock of a holder (figures kept in
+// atomics) and may be called from anywhere.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 
 namespace pagefast::policy {
 
@@ -51,7 +60,8 @@ constexpr uint64_t kNoLimit = ~uint64_t(0);
 
 class DeviceBudget {
  public:
-  static constexpr int kMaxHolders = 4;
+  // The own-VMM cache and a pool per region slot of the device.
+  static constexpr int kMaxHolders = 40;
 
   // limit_bytes 0: no limit.
   explicit DeviceBudget(uint64_t headroom_bytes, uint64_t limit_bytes = 0)
@@ -104,6 +114,7 @@ class DeviceBudget {
 
   const uint64_t headroom_bytes_;
   const uint64_t limit_bytes_;
+  std::mutex add_mutex_;  // add() alone: the readers go by holder_count_
   Holder* holders_[kMaxHolders] = {};
   std::atomic<int> holder_count_{0};
   std::atomic<uint64_t> relieved_bytes_{0}, relieves_{0}, released_bytes_{0}, releases_{0};

@@ -48,7 +48,9 @@
 // reclaim_mutex_ (one reclaim of everything idle at a time) -> the
 // allowance lock -> the registry lock -> a thread cache's lock -> a
 // size-class lock -> the device lock (LargeBlocks) -> the OOM record's
-// lock. The quarantine's and the sleep gate's locks are taken alone.
+// lock -> the provider's (BudgetedProvider's count). The quarantine's and
+// the sleep gate's locks are taken alone. The device's budget is asked
+// with none of them held (room_from_budget): it takes other pools' locks.
 //
 // Thread safety: alloc/free take the calling thread's ThreadCache (from
 // attach_thread). Any thread may free any block; anything else, any thread.
@@ -216,6 +218,15 @@ class DevicePool final {
   PoolStats stats();
   int device() const { return settings_.device; }
   const PoolSettings& settings() const { return settings_; }
+  // The device's budget and this pool's holder in it (device_budget.h):
+  // a growth or a wake that the limit or the driver refused asks the
+  // budget for room, with no lock of this pool held, and is tried once
+  // more. Set once, before the first allocation; without one (tests of a
+  // pool alone) there is no one else to ask.
+  void set_budget(DeviceBudget* budget, const Holder* self) {
+    budget_ = budget;
+    budget_self_ = self;
+  }
   // Idle bytes for cuMemGetInfo and in-use bytes for the limit.
   uint64_t idle_bytes();
   uint64_t in_use_bytes();
@@ -253,6 +264,12 @@ class DevicePool final {
   // NULL when it does not serve the request.
   Block* reclaim_before_growth(ThreadCache* cache, Granules granules, BlockState state, bool sync_before_growth);
   Block* obtain_under_pressure(ThreadCache* cache, Granules granules, bool for_slab, AllocStatus* status);
+  // REQUIRES: no lock of this pool held. The other holders of the budget
+  // release what a growth of `bytes` needs (under the limit, or from the
+  // driver); returns the bytes they released (0: nothing to try again).
+  uint64_t room_from_budget(uint64_t bytes);
+  // wake() under footprint_mutex_: the arena's wake, the gate opened.
+  ProviderStatus wake_once(Arena::WakeResult* result);
 
   // After a free filled the cache's batch: seal it (kept by the thread).
   void seal_local_quarantine(ThreadCache& cache);
@@ -292,6 +309,8 @@ class DevicePool final {
   ReleasePolicy release_;
   SleepGate sleep_;
   OomRecorder oom_;
+  DeviceBudget* budget_ = nullptr;
+  const Holder* budget_self_ = nullptr;
   std::atomic<uint64_t> lost_blocks_{0};        // could not be quarantined (host OOM)
   std::atomic<uint64_t> asleep_bytes_{0};       // sleep_figures()
   std::atomic<uint64_t> asleep_kept_bytes_{0};  // sleep_figures()

@@ -125,12 +125,16 @@ SleepStatus DevicePool::sleep(unsigned flags, const std::vector<ChunkHandle>& sh
 }
 
 SleepStatus DevicePool::wake() {
-  std::lock_guard<std::mutex> guard(footprint_mutex_);
-  if (!sleep_.asleep()) return SleepStatus::Ok;
-  const uint64_t start = clock_.now_ns();
+  // The memory comes back through the budget as a growth does: under a
+  // limit the device's other pools make room first, and when the limit or
+  // the driver refused it they release what it needs, and wake tries once
+  // more; each with no lock of this pool held (device_budget.h).
+  if (budget_ && sleep_.asleep()) budget_->make_room(budget_self_, asleep_bytes_.load(std::memory_order_acquire));
   Arena::WakeResult result;
-  const ProviderStatus woken = large_.wake(&result);
-  note_sleep_figures();
+  const uint64_t start = clock_.now_ns();
+  ProviderStatus woken = wake_once(&result);
+  if (woken == ProviderStatus::OutOfMemory && room_from_budget(asleep_bytes_.load(std::memory_order_acquire)) > 0)
+    woken = wake_once(&result);
   if (woken != ProviderStatus::Ok) {
     if (log_) {
       char line[256];
@@ -142,10 +146,19 @@ SleepStatus DevicePool::wake() {
     }
     return SleepStatus::Failed;
   }
-  sleep_.open();
-  large_.restart_growth_clock();
   if (log_) log_awake(log_, settings_.device, (clock_.now_ns() - start) / 1000000, result);
   return SleepStatus::Ok;
+}
+
+ProviderStatus DevicePool::wake_once(Arena::WakeResult* result) {
+  std::lock_guard<std::mutex> guard(footprint_mutex_);
+  if (!sleep_.asleep()) return ProviderStatus::Ok;
+  const ProviderStatus woken = large_.wake(result);
+  note_sleep_figures();
+  if (woken != ProviderStatus::Ok) return woken;
+  sleep_.open();
+  large_.restart_growth_clock();
+  return ProviderStatus::Ok;
 }
 
 }  // namespace pagefast::policy

@@ -20,6 +20,10 @@ Block* DevicePool::obtain(ThreadCache* cache, Granules granules, bool for_slab, 
   if (cache && flush_large_cache(*cache))
     if (Block* b = large_.take(granules, state)) return b;
   if (Block* b = reclaim_before_growth(cache, granules, state, sync_before_growth)) return b;
+  // A growth may come next: under a limit the device's other holders (the
+  // own-VMM cache, the other pools) release what would take them all over
+  // it first, with no lock of this pool held.
+  if (budget_ && settings_.config.limit_bytes) budget_->make_room(budget_self_, granules.bytes());
   GrowthNote note;
   bool grew = false;
   if (Block* b = large_.stitch_or_grow(granules, state, fresh, &grew, &note)) {
@@ -31,6 +35,12 @@ Block* DevicePool::obtain(ThreadCache* cache, Granules granules, bool for_slab, 
     return b;
   }
   return obtain_under_pressure(cache, granules, for_slab, status);
+}
+
+uint64_t DevicePool::room_from_budget(uint64_t bytes) {
+  if (!budget_) return 0;
+  const uint64_t given = budget_->make_room(budget_self_, bytes);
+  return given ? given : budget_->reclaim_for(budget_self_, bytes);
 }
 
 Block* DevicePool::reclaim_before_growth(ThreadCache* cache, Granules granules, BlockState state,
@@ -65,17 +75,23 @@ Block* DevicePool::reclaim_before_growth(ThreadCache* cache, Granules granules, 
 Block* DevicePool::obtain_under_pressure(ThreadCache* cache, Granules granules, bool for_slab, AllocStatus* status) {
   const BlockState state = for_slab ? BlockState::SlabBacking : BlockState::Used;
   Shortfall shortfall;
-  {
-    // Everything idle goes back where this request can reach it, once a
-    // reclaim on another thread (the trim thread's) has put back what it took.
-    std::lock_guard<std::mutex> reclaim(reclaim_mutex_);
-    drain_all();
-    gate_.sync_before_refusing(cache);
-    small_.release_all_empty();
-    small_.trim_tails();
-    if (Block* b = large_.take_under_pressure(granules, state, &shortfall)) return b;
-    oom_.note(granules, for_slab, shortfall, !settings_.config.limit_bytes);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    {
+      // Everything idle goes back where this request can reach it, once a
+      // reclaim on another thread (the trim thread's) has put back what it
+      // took.
+      std::lock_guard<std::mutex> reclaim(reclaim_mutex_);
+      drain_all();
+      gate_.sync_before_refusing(cache);
+      small_.release_all_empty();
+      small_.trim_tails();
+      if (Block* b = large_.take_under_pressure(granules, state, &shortfall)) return b;
+    }
+    // The device's other pools may hold idle memory: asked with this
+    // pool's locks left, then once more.
+    if (attempt == 0 && room_from_budget(granules.bytes()) == 0) break;
   }
+  oom_.note(granules, for_slab, shortfall, !settings_.config.limit_bytes);
   if (settings_.config.limit_bytes) {
     *status = AllocStatus::OutOfMemory;
   } else {

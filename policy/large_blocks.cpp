@@ -17,6 +17,7 @@ ArenaSettings arena_settings(const PoolSettings& s) {
   ArenaSettings a;
   a.chunk_granules = max_granules(granules_ceil(s.config.chunk_bytes), Granules(1));
   a.big_chunks = s.config.big_chunks;
+  a.ramp = s.slot != 0;
   if (s.config.limit_bytes) a.limit_granules = granules_floor(s.config.limit_bytes);
   uint64_t range = s.config.reserve_bytes;
   if (!range) {

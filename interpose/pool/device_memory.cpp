@@ -19,11 +19,8 @@ constexpr VmmProvider::Events kIpcEvents{&ipc::set_device_shareable, &ipc::forge
 }  // namespace
 
 DeviceMemory::DeviceMemory(int device, const PoolConfig& config)
-    : device_(device),
-      budget_(config.headroom_bytes, config.limit_bytes),
-      cache_share_(device),
-      pool_share_(*this, false),
-      region_share_(*this, true) {
+    : device_(device), budget_(config.headroom_bytes, config.limit_bytes), cache_share_(device) {
+  for (int slot = 0; slot < region::kMaxSlots; ++slot) pool_shares_[slot].set(this, slot);
   budget_.add(&cache_share_);
 }
 
@@ -34,9 +31,7 @@ policy::DevicePool* DeviceMemory::make_pool_locked(const RealDriver* real, CUdev
   const PoolConfig& config = g_process.config;
   std::string why;
   VmmProvider* provider = VmmProvider::create(real, device, &g_process.gate, g_process.log, &kIpcEvents, &why);
-  auto* budgeted = provider ? new (std::nothrow)
-                                  policy::BudgetedProvider(*provider, budget_, &pool_share_, pool_shares_, 2)
-                            : nullptr;
+  auto* budgeted = provider ? new (std::nothrow) policy::BudgetedProvider(*provider, config.limit_bytes) : nullptr;
   if (!budgeted) {
     unpoolable_.store(true, std::memory_order_release);
     log_line(LogLevel::Info, "device %d is not pooled: %s; its allocations go to the driver", device_,
@@ -58,7 +53,8 @@ policy::DevicePool* DeviceMemory::make_pool_locked(const RealDriver* real, CUdev
   provider_ = provider;
   budgeted_ = budgeted;
   fallback_ = fallback;
-  budget_.add(&pool_share_);
+  made->set_budget(&budget_, &pool_shares_[0]);
+  budget_.add(&pool_shares_[0]);
   for (int accessor = 0; accessor < kMaxDevices; ++accessor)
     if (peer_grants[accessor] > 0) made->add_peer(accessor);  // no mapping yet: no driver call
   made->prewarm();
@@ -77,25 +73,16 @@ policy::DevicePool* DeviceMemory::tagged_pool_made(int slot, policy::Clock& cloc
   std::lock_guard<std::mutex> guard(g_process.create_mutex);
   if (policy::DevicePool* made = pool_at(slot)) return made;
   if (!budgeted_ || unpoolable()) return nullptr;
-  if (!region_budgeted_) {
-    region_budgeted_ =
-        new (std::nothrow) policy::BudgetedProvider(*provider_, budget_, &region_share_, pool_shares_, 2);
-    if (!region_budgeted_ || !budget_.add(&region_share_)) {
-      delete region_budgeted_;
-      region_budgeted_ = nullptr;
-      return nullptr;
-    }
-  }
   policy::PoolSettings settings;
   settings.config = g_process.config;
   settings.config.prewarm_bytes = 0;
   settings.device_total_bytes = provider_->device_total_bytes();
   settings.device = device_;
   settings.slot = slot;
-  auto* made = new (std::nothrow)
-      policy::DevicePool(*region_budgeted_, clock, policy::global_page_map(), settings, g_process.log);
+  auto* made =
+      new (std::nothrow) policy::DevicePool(*budgeted_, clock, policy::global_page_map(), settings, g_process.log);
   policy::ThreadCache* cache = made ? made->attach_thread() : nullptr;
-  if (!cache) {
+  if (!cache || !budget_.add(&pool_shares_[slot])) {
     if (!tagged_failed_.exchange(true))
       log_line(LogLevel::Warn,
                "device %d: no pool for a region (out of host memory): its allocations go to the "
@@ -107,6 +94,7 @@ policy::DevicePool* DeviceMemory::tagged_pool_made(int slot, policy::Clock& cloc
   // (create_mutex is held, so no grant changes meanwhile).
   for (int accessor = 0; accessor < kMaxDevices; ++accessor)
     if (g_process.peer_grants[device_][accessor] > 0) made->add_peer(accessor);  // no mapping yet: no driver call
+  made->set_budget(&budget_, &pool_shares_[slot]);
   tagged_[slot].cache = cache;
   tagged_[slot].pool.store(made, std::memory_order_release);
   const char* name = "";
@@ -159,11 +147,25 @@ void add_stats(policy::PoolStats& to, const policy::PoolStats& from) {
   to.peak_mapped_bytes = peak_mapped > from.peak_mapped_bytes ? peak_mapped : from.peak_mapped_bytes;
 }
 
+// The larger of a kept peak, a bound and a figure now, kept.
+uint64_t raise_peak(std::atomic<uint64_t>& kept, uint64_t bound, uint64_t now) {
+  uint64_t peak = bound > now ? bound : now;
+  uint64_t seen = kept.load(std::memory_order_relaxed);
+  while (seen < peak && !kept.compare_exchange_weak(seen, peak, std::memory_order_relaxed)) {
+  }
+  return seen > peak ? seen : peak;
+}
+
 }  // namespace
 
 policy::PoolStats DeviceMemory::stats() {
   policy::PoolStats s{};
   each_pool([&s](int, policy::DevicePool* p) { add_stats(s, p->stats()); });
+  // The device's peaks: never below what its pools hold together now, nor
+  // below what an earlier reading saw (each pool's own peak is a bound
+  // from below too).
+  s.peak_in_use_bytes = raise_peak(peak_in_use_, s.peak_in_use_bytes, s.in_use_bytes);
+  s.peak_mapped_bytes = raise_peak(peak_mapped_, s.peak_mapped_bytes, s.mapped_bytes);
   const policy::DeviceBudget::Counters c = budget_.counters();
   s.headroom_relieved_bytes = c.relieved_bytes;
   s.oom_released_bytes = c.released_bytes;
@@ -172,25 +174,18 @@ policy::PoolStats DeviceMemory::stats() {
 }
 
 uint64_t DeviceMemory::PoolShare::held_bytes() {
-  uint64_t held = 0;
-  each([&held](policy::DevicePool* p) { held += p->mapped_bytes(); });
-  return held;
+  const policy::DevicePool* p = owner_->pool_at(slot_);
+  return p ? p->mapped_bytes() : 0;  // resident: asleep chunks went back
 }
 
 uint64_t DeviceMemory::PoolShare::idle_bytes() {
-  if (retired_device(owner_.device())) return 0;
-  uint64_t idle = 0;
-  each([&idle](policy::DevicePool* p) { idle += p->idle_bytes(); });
-  return idle;
+  policy::DevicePool* p = owner_->pool_at(slot_);
+  return p && !retired_device(owner_->device()) ? p->idle_bytes() : 0;
 }
 
 uint64_t DeviceMemory::PoolShare::release(uint64_t bytes) {
-  if (retired_device(owner_.device())) return 0;
-  uint64_t given = 0;
-  each([&given, bytes](policy::DevicePool* p) {
-    if (given < bytes) given += p->release(bytes - given);
-  });
-  return given;
+  policy::DevicePool* p = owner_->pool_at(slot_);
+  return p && !retired_device(owner_->device()) ? p->release(bytes) : 0;
 }
 
 uint64_t DeviceMemory::CacheShare::held_bytes() { return own_vmm::cached_bytes(device_); }

@@ -2,12 +2,13 @@
 // (docs/DESIGN.md "Who owns what"). A DeviceMemory owns the device's
 // budget (policy/device_budget.h) and, once the device is pooled, its VMM
 // provider, the budgeted provider the pool grows through, and the pool.
-// The budget's holders are the pool's share and the own-VMM cache's
-// share of this device; the parts meet there and nowhere else:
+// The budget's holders are each pool of the device and the own-VMM
+// cache's share of this device; the parts meet there and nowhere else:
 //
-//   hooks / glue ──> DeviceMemory ──> DeviceBudget ──> PoolShare ──> DevicePool
+//   hooks / glue ──> DeviceMemory ──> DeviceBudget ──> PoolShare (one a pool) ──> DevicePool
 //                                                  └─> CacheShare ──> the own-VMM cache
-//   DevicePool ──> BudgetedProvider ──> (budget: make room) ──> VmmProvider ──> driver seam
+//   DevicePool ──> BudgetedProvider (the limit) ──> VmmProvider ──> driver seam
+//   DevicePool ──> DeviceBudget (room, with none of its locks held)
 //
 // Made at the first need (an allocation, an out-of-memory answer, the
 // client cache's first question), never destroyed: process exit leaks it,
@@ -63,10 +64,11 @@ class DeviceMemory {
   // Regions (interpose/pool/region.h, docs/SLEEP.md): the memory of a
   // region's slot lives in a pool of its own, beside the device's pool,
   // so that a tagged sleep releases whole chunks of that tag only. Such a
-  // pool shares the provider and the budget (its memory is the pool's
-  // share), grows from nothing (no prewarm), and has one cache shared by
-  // every thread under its lock: a region's allocations are few and large
-  // (a KV cache, weights, a caching allocator's segments).
+  // pool shares the provider, is a holder of the budget of its own, grows
+  // from nothing (no prewarm) in steps that start at one granule and
+  // double up to the chunk size, and has one cache shared by every thread
+  // under its lock: a region's allocations are few and large (a KV cache,
+  // weights, a caching allocator's segments).
   // The pool of `slot` (0: the device's pool), NULL while none; lock-free.
   policy::DevicePool* pool_at(int slot) const {
     if (slot == 0) return pool();
@@ -105,27 +107,23 @@ class DeviceMemory {
   policy::PoolStats stats();
 
  private:
-  // A share of the budget held by pools: the device's pool (regions
-  // false), or every region's pool of the device (regions true). A
-  // region's growth makes room in the device's pool and the cache, and the
-  // two pool shares together stay under the limit (BudgetedProvider's cap).
+  // The budget's holder for the pool of one slot (0: the device's pool):
+  // each pool is a holder of its own, so that the idle memory of any pool
+  // (a tag's or the device's) serves the growth or the wake of any other.
   class PoolShare final : public policy::Holder {
    public:
-    PoolShare(const DeviceMemory& owner, bool regions) : owner_(owner), regions_(regions) {}
+    PoolShare() = default;
+    void set(const DeviceMemory* owner, int slot) {
+      owner_ = owner;
+      slot_ = slot;
+    }
     uint64_t held_bytes() override;
     uint64_t idle_bytes() override;
     uint64_t release(uint64_t bytes) override;
 
    private:
-    // Calls f(pool) for each pool of this share.
-    template <typename F>
-    void each(F f) const {
-      owner_.each_pool([this, &f](int slot, policy::DevicePool* p) {
-        if ((slot != 0) == regions_) f(p);
-      });
-    }
-    const DeviceMemory& owner_;
-    const bool regions_;
+    const DeviceMemory* owner_ = nullptr;
+    int slot_ = 0;
   };
   // The own-VMM cache's share of this device.
   class CacheShare final : public policy::Holder {
@@ -142,9 +140,7 @@ class DeviceMemory {
   const int device_;
   policy::DeviceBudget budget_;
   CacheShare cache_share_;
-  PoolShare pool_share_;
-  PoolShare region_share_;
-  policy::Holder* pool_shares_[2] = {&pool_share_, &region_share_};  // capped together
+  PoolShare pool_shares_[region::kMaxSlots];  // [slot]
   std::atomic<policy::DevicePool*> pool_{nullptr};
   std::atomic<bool> unpoolable_{false};
   struct Tagged {
@@ -155,11 +151,11 @@ class DeviceMemory {
   Tagged tagged_[region::kMaxSlots];  // [0] unused: the device's pool is pool_
   std::atomic<bool> tagged_failed_{false};
   VmmProvider* provider_ = nullptr;
-  policy::BudgetedProvider* budgeted_ = nullptr;
-  policy::BudgetedProvider* region_budgeted_ = nullptr;  // the regions' pools grow through it
+  policy::BudgetedProvider* budgeted_ = nullptr;  // every pool of the device grows through it
   policy::ThreadCache* fallback_ = nullptr;
   std::mutex fallback_mutex_;
   std::atomic<uint64_t> oom_retries_{0};
+  std::atomic<uint64_t> peak_in_use_{0}, peak_mapped_{0};  // stats(): the device's, as read
 };
 
 }  // namespace pagefast::pool

@@ -196,12 +196,15 @@ void adjust_mem_info(size_t* free_bytes, size_t* total_bytes) {
   // Memory the program released into the own-VMM cache is free too.
   const uint64_t cached = own_vmm::cached_bytes(int(device));
   if (!pool && !limit && !cached) return;
-  // Every pool of the device: its own and the regions'.
+  // Every pool of the device: its own and the regions'. What a pool has
+  // in use counts only as far as it is on the device: an asleep tag's
+  // blocks are live, but their memory went back to the driver.
   uint64_t idle = cached, in_use = 0;
   if (pool)
     device_memory(int(device))->each_pool([&idle, &in_use](int, policy::DevicePool* p) {
+      const uint64_t resident = p->mapped_bytes(), used = p->in_use_bytes();
       idle += p->idle_bytes();
-      in_use += p->in_use_bytes();
+      in_use += used < resident ? used : resident;
     });
   if (limit) {
     uint64_t left = limit > in_use ? limit - in_use : 0;
