@@ -124,8 +124,9 @@ class Arena {
   uint64_t opened_range_count() const { return opened_.size(); }
 
   // Sleep (docs/POOL.md "Sleep and wake"). REQUIRES: no device work on
-  // pool memory in flight. Unmaps every stitch, copies the contents of
-  // every chunk to host memory in one batch (keep), then per chunk unmaps
+  // pool memory in flight. Unmaps every stitch, copies the live contents
+  // of every chunk (its blocks that are not free) to host memory in one
+  // batch (keep), then per chunk unmaps
   // and releases it. A chunk the driver refuses to unmap (or whose copy
   // fails) stays resident; one it refuses to release keeps its handle,
   // mapped again at wake with its contents. Blocks, the page map and the
@@ -205,6 +206,12 @@ class Arena {
   std::string layout() const;
 
  private:
+  // Part of a chunk kept in host memory across a sleep.
+  struct KeptPiece {
+    Granules offset;  // into the chunk
+    Granules granules;
+    void* host;
+  };
   struct Chunk {
     ChunkHandle handle;
     Granules granules;
@@ -215,8 +222,10 @@ class Arena {
     bool asleep = false;
     bool handle_kept = false;
     bool home_mapped = false;   // wake mapped it (and may not have opened or filled it)
-    bool fill_pending = false;  // ... and it is fresh memory: host must still go in
-    void* host = nullptr;
+    bool fill_pending = false;  // ... and it is fresh memory: kept must still go in
+    // The kept contents: the chunk's live ranges (every granule not in a
+    // free block), each in host memory of its own; empty when discarded.
+    std::vector<KeptPiece> kept;
   };
   // A stitch map undone by sleep, mapped again by wake.
   struct SleepingMap {
@@ -234,7 +243,14 @@ class Arena {
   // a map the driver refuses pins its chunk (*pinned). false when out of
   // host memory left a map unlisted: then every chunk stays resident.
   bool unmap_stitches_for_sleep(std::vector<uint64_t>* pinned);
-  static bool needs_fill(const Chunk& chunk) { return chunk.host && (!chunk.handle_kept || chunk.fill_pending); }
+  static bool needs_fill(const Chunk& chunk) {
+    return !chunk.kept.empty() && (!chunk.handle_kept || chunk.fill_pending);
+  }
+  // Appends the live ranges of the chunk at `home` (every granule not in a
+  // free block), merged, as pieces without host memory yet.
+  void live_pieces(uint64_t home, const Chunk& chunk, std::vector<KeptPiece>* out) const;
+  // Host memory of a chunk's kept pieces back to the provider.
+  void free_kept(Chunk& chunk);
   void finish_wake(Chunk& chunk);
   void undo_fill(uint64_t home, Chunk& chunk);
 

@@ -49,42 +49,51 @@ Arena::SleepResult Arena::sleep(bool keep, Clock& clock, const std::vector<Chunk
   // Stitches first: a chunk is released only once no mapping of it is left.
   std::vector<uint64_t> pinned;
   const bool keep_all_resident = !unmap_stitches_for_sleep(&pinned);
-  // The chunks that go, and (keep) their copies. Out of host memory for
-  // these lists: every chunk stays resident, which is a legal sleep.
+  // The chunks that go, and (keep) their copies: the live pieces of each,
+  // copies[first[i] .. first[i + 1]) those of going[i]. Out of host memory
+  // for these lists: every chunk stays resident, which is a legal sleep.
   std::vector<Chunk*> going;
   std::vector<uint64_t> homes;
   std::vector<HostCopy> copies;
+  std::vector<size_t> first;
   try {
     going.reserve(chunks_.size());
     homes.reserve(chunks_.size());
-    if (keep) copies.reserve(chunks_.size());
+    first.reserve(chunks_.size() + 1);
+    for (auto& entry : chunks_) {
+      Chunk& chunk = entry.second;
+      bool is_pinned = chunk.unreleasable || keep_all_resident;
+      for (uint64_t p : pinned) is_pinned |= p == entry.first;
+      bool is_shared = false;
+      for (const ChunkHandle& h : shared) is_shared |= h.value == chunk.handle.value;
+      if (is_pinned || is_shared) {
+        ++result.resident_chunks;
+        if (is_shared) {
+          ++result.shared_chunks;
+          result.shared_bytes += chunk.granules.bytes();
+        }
+        continue;
+      }
+      going.push_back(&chunk);
+      homes.push_back(entry.first);
+      first.push_back(copies.size());
+      if (!keep) continue;
+      chunk.kept.clear();
+      live_pieces(entry.first, chunk, &chunk.kept);
+      for (const KeptPiece& piece : chunk.kept) {
+        HostCopy copy;
+        copy.addr = entry.first + piece.offset.bytes();
+        copy.bytes = piece.granules.bytes();
+        copies.push_back(copy);
+      }
+    }
+    first.push_back(copies.size());
   } catch (...) {
+    for (Chunk* chunk : going) chunk->kept.clear();
+    result = SleepResult();
     result.resident_chunks = chunks_.size();
     asleep_ = true;
     return result;
-  }
-  for (auto& entry : chunks_) {
-    Chunk& chunk = entry.second;
-    bool is_pinned = chunk.unreleasable || keep_all_resident;
-    for (uint64_t p : pinned) is_pinned |= p == entry.first;
-    bool is_shared = false;
-    for (const ChunkHandle& h : shared) is_shared |= h.value == chunk.handle.value;
-    if (is_pinned || is_shared) {
-      ++result.resident_chunks;
-      if (is_shared) {
-        ++result.shared_chunks;
-        result.shared_bytes += chunk.granules.bytes();
-      }
-      continue;
-    }
-    going.push_back(&chunk);
-    homes.push_back(entry.first);
-    if (keep) {
-      HostCopy copy;
-      copy.addr = entry.first;
-      copy.bytes = chunk.granules.bytes();
-      copies.push_back(copy);
-    }
   }
   const uint64_t copy_start = clock.now_ns();
   if (!copies.empty()) provider_.copy_to_host(copies.data(), copies.size());
@@ -92,25 +101,25 @@ Arena::SleepResult Arena::sleep(bool keep, Clock& clock, const std::vector<Chunk
   result.copy_ns = unmap_start - copy_start;
   for (size_t i = 0; i < going.size(); ++i) {
     Chunk& chunk = *going[i];
-    const uint64_t home = homes[i], bytes = chunk.granules.bytes();
-    void* host = nullptr;
-    if (keep) {
+    const uint64_t home = homes[i];
+    uint64_t kept = 0;
+    bool copied = true;
+    for (size_t c = first[i]; c < first[i + 1]; ++c) copied &= copies[c].status == ProviderStatus::Ok;
+    for (size_t c = first[i]; c < first[i + 1]; ++c) {
       // A failed copy left nothing: the chunk stays as it was.
-      if (copies[i].status != ProviderStatus::Ok) {
-        ++result.resident_chunks;
-        continue;
-      }
-      host = copies[i].host;
+      if (!copied && copies[c].status == ProviderStatus::Ok) provider_.host_free(copies[c].host, copies[c].bytes);
+      if (copied) chunk.kept[c - first[i]].host = copies[c].host;
+      kept += copies[c].bytes;
     }
-    if (!provider_.unmap(home, chunk.granules)) {
-      if (host) provider_.host_free(host, bytes);
+    if (!copied || !provider_.unmap(home, chunk.granules)) {
+      if (copied) free_kept(chunk);
+      chunk.kept.clear();
       ++result.resident_chunks;
       continue;
     }
     chunk.asleep = true;
-    chunk.host = host;
-    if (host) kept_bytes_ += bytes;
-    result.kept_bytes += host ? bytes : 0;
+    kept_bytes_ += kept;
+    result.kept_bytes += kept;
     // A refused release keeps the memory, and with it the contents: wake
     // maps this handle again.
     chunk.handle_kept = !provider_.release_chunk(chunk.handle);
@@ -120,6 +129,32 @@ Arena::SleepResult Arena::sleep(bool keep, Clock& clock, const std::vector<Chunk
   result.unmap_ns = clock.now_ns() - unmap_start;
   asleep_ = true;
   return result;
+}
+
+void Arena::live_pieces(uint64_t home, const Chunk& chunk, std::vector<KeptPiece>* out) const {
+  const uint64_t end = home + chunk.granules.bytes();
+  for (uint64_t addr = home; addr < end;) {
+    const Block* b = arena_block_of(page_map_.lookup(addr));
+    uint64_t next = addr + kGranuleBytes;
+    bool live = true;
+    if (b && b->addr() <= addr && b->addr() + b->granules().bytes() > addr) {
+      next = b->addr() + b->granules().bytes();
+      if (next > end) next = end;
+      live = b->load_state() != BlockState::Free;
+    }
+    if (live) {
+      const Granules offset = granules_floor(addr - home), granules = granules_floor(next - addr);
+      if (!out->empty() && out->back().offset + out->back().granules == offset) out->back().granules += granules;
+      else out->push_back(KeptPiece{offset, granules, nullptr});
+    }
+    addr = next;
+  }
+}
+
+void Arena::free_kept(Chunk& chunk) {
+  for (KeptPiece& piece : chunk.kept)
+    if (piece.host) provider_.host_free(piece.host, piece.granules.bytes());
+  chunk.kept.clear();
 }
 
 bool Arena::bring_up(uint64_t home, Chunk& chunk) {
@@ -140,7 +175,7 @@ bool Arena::bring_up(uint64_t home, Chunk& chunk) {
     chunk.home_mapped = true;
     if (fresh) {
       chunk.handle_kept = true;
-      chunk.fill_pending = chunk.host != nullptr;
+      chunk.fill_pending = !chunk.kept.empty();
     }
   };
   if (provider_.set_access(home, chunk.granules, AccessSet{peers_, revoked_asleep_}) != ProviderStatus::Ok) {
@@ -159,11 +194,8 @@ bool Arena::bring_up(uint64_t home, Chunk& chunk) {
 }
 
 void Arena::finish_wake(Chunk& chunk) {
-  if (chunk.host) {
-    provider_.host_free(chunk.host, chunk.granules.bytes());
-    kept_bytes_ -= chunk.granules.bytes();
-    chunk.host = nullptr;
-  }
+  for (const KeptPiece& piece : chunk.kept) kept_bytes_ -= piece.granules.bytes();
+  free_kept(chunk);
   chunk.handle_kept = false;
   chunk.home_mapped = false;
   chunk.fill_pending = false;
@@ -184,11 +216,16 @@ void Arena::undo_fill(uint64_t home, Chunk& chunk) {
 ProviderStatus Arena::wake(Clock& clock, WakeResult* out) {
   WakeResult result;
   if (!asleep_) return ProviderStatus::Ok;
+  // fills[first[i] .. first[i + 1]) are the pieces of filling[i].
   std::vector<HostCopy> fills;
   std::vector<std::pair<uint64_t, Chunk*>> filling;
+  std::vector<size_t> first;
   try {
-    fills.reserve(chunks_.size());
+    uint64_t pieces = 0;
+    for (auto& entry : chunks_) pieces += entry.second.asleep ? entry.second.kept.size() : 0;
+    fills.reserve(pieces);
     filling.reserve(chunks_.size());
+    first.reserve(chunks_.size() + 1);
   } catch (...) {
     return ProviderStatus::OutOfMemory;
   }
@@ -208,28 +245,51 @@ ProviderStatus Arena::wake(Clock& clock, WakeResult* out) {
       ++result.woken_chunks;
       continue;
     }
-    HostCopy fill;
-    fill.addr = entry.first;
-    fill.bytes = chunk.granules.bytes();
-    fill.host = chunk.host;
-    fills.push_back(fill);
+    first.push_back(fills.size());
+    for (const KeptPiece& piece : chunk.kept) {
+      HostCopy fill;
+      fill.addr = entry.first + piece.offset.bytes();
+      fill.bytes = piece.granules.bytes();
+      fill.host = piece.host;
+      fills.push_back(fill);
+    }
     filling.emplace_back(entry.first, &chunk);
   }
+  first.push_back(fills.size());
   const uint64_t copy_start = clock.now_ns();
   result.map_ns = copy_start - map_start;
   if (!fills.empty()) provider_.copy_from_host(fills.data(), fills.size());
   const uint64_t free_start = clock.now_ns();
   result.copy_ns = free_start - copy_start;
-  for (size_t i = 0; i < fills.size(); ++i) {
+  for (size_t i = 0; i < filling.size(); ++i) {
     Chunk& chunk = *filling[i].second;
-    if (fills[i].status == ProviderStatus::Ok) {
-      result.copied_bytes += fills[i].bytes;
+    uint64_t copied = 0, failed = 0;
+    for (size_t f = first[i]; f < first[i + 1]; ++f)
+      (fills[f].status == ProviderStatus::Ok ? copied : failed) += fills[f].bytes;
+    result.copied_bytes += copied;
+    if (!failed) {
       finish_wake(chunk);
       ++result.woken_chunks;
-    } else {
-      undo_fill(filling[i].first, chunk);
-      if (status == ProviderStatus::Ok) status = ProviderStatus::Failed;
+      continue;
     }
+    if (status == ProviderStatus::Ok) status = ProviderStatus::Failed;
+    if (!copied) {
+      undo_fill(filling[i].first, chunk);
+      continue;
+    }
+    // Some pieces are in place (their host memory may be gone already):
+    // the chunk stays mapped at home with the others still to go in.
+    size_t left = 0;
+    for (size_t f = first[i]; f < first[i + 1]; ++f) {
+      KeptPiece& piece = chunk.kept[f - first[i]];
+      if (fills[f].status == ProviderStatus::Ok) {
+        provider_.host_free(piece.host, piece.granules.bytes());
+        kept_bytes_ -= piece.granules.bytes();
+      } else {
+        chunk.kept[left++] = piece;
+      }
+    }
+    chunk.kept.resize(left);
   }
   result.free_ns = clock.now_ns() - free_start;
   if (out) *out = result;
