@@ -102,7 +102,9 @@ int pagefast_asleep(void);
  * them. A tag is 1 to 63 characters of A-Z a-z 0-9 _ . : -; regions nest
  * up to 8 deep on a thread (the innermost tags); a process has at most 31
  * (tag, policy) pairs. begin: 0, or -1 (a bad tag, too many, too deep; the
- * log says which). end: 0, or -1 when no region is open on this thread.
+ * log says which); a refused begin still takes its end, which pops it only
+ * (meanwhile the region around it tags). end: 0, or -1 when nothing is
+ * open on this thread.
  * pagefast_region_current: the calling thread's innermost tag, or NULL.
  *
  * pagefast_sleep_tag / pagefast_wake_tag: as pagefast_sleep / pagefast_wake

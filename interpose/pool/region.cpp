@@ -11,9 +11,24 @@ __thread int t_current __attribute__((tls_model("initial-exec"))) = 0;
 
 namespace {
 
-// A thread's open regions, innermost last. Fixed size: no host allocation.
-__thread int t_stack[kMaxDepth] __attribute__((tls_model("initial-exec")));
+// A thread's open regions, innermost last, and the markers of refused
+// begins among them (kRefused | the slot that tags meanwhile), so that the
+// matching end pops the marker only. Fixed size: no host allocation; the
+// refused begins made while the stack is full are counted in t_excess (the
+// innermost of all then, so they end first).
+constexpr int kStack = 2 * kMaxDepth;
+constexpr int kRefused = 0x10000;
+__thread int t_stack[kStack] __attribute__((tls_model("initial-exec")));
 __thread int t_depth __attribute__((tls_model("initial-exec"))) = 0;
+__thread int t_regions __attribute__((tls_model("initial-exec"))) = 0;  // entries that are regions
+__thread unsigned t_excess __attribute__((tls_model("initial-exec"))) = 0;
+
+// A refused begin: a marker the matching end pops; the allocations
+// meanwhile carry the tag of the region open around it (none: untagged).
+void push_refused() {
+  if (t_depth < kStack) t_stack[t_depth++] = kRefused | t_current;
+  else ++t_excess;
+}
 
 struct Slot {
   char name[kMaxNameBytes];
@@ -53,10 +68,12 @@ int begin(const char* name, bool keep, const char** why) {
   if (!why) why = &unused;
   if (!good_name(name)) {
     *why = "a tag is 1 to 63 characters of A-Z a-z 0-9 _ . : -";
+    push_refused();
     return -1;
   }
-  if (t_depth >= kMaxDepth) {
+  if (t_regions >= kMaxDepth || t_depth >= kStack || t_excess) {
     *why = "too many regions open on this thread (8)";
+    push_refused();
     return -1;
   }
   int slot = 0;
@@ -67,6 +84,7 @@ int begin(const char* name, bool keep, const char** why) {
       const int count = g_count.load(std::memory_order_relaxed);
       if (count >= kMaxSlots) {
         *why = "too many tags (31 pairs of name and policy)";
+        push_refused();
         return -1;
       }
       std::memcpy(g_slots[count].name, name, std::strlen(name) + 1);
@@ -77,15 +95,23 @@ int begin(const char* name, bool keep, const char** why) {
   }
   g_slots[slot].open.fetch_add(1, std::memory_order_acq_rel);
   t_stack[t_depth++] = slot;
+  ++t_regions;
   t_current = slot;
   return slot;
 }
 
 int end() {
+  if (t_excess) {
+    --t_excess;
+    return 0;
+  }
   if (t_depth == 0) return -1;
-  const int slot = t_stack[--t_depth];
-  g_slots[slot].open.fetch_sub(1, std::memory_order_acq_rel);
-  t_current = t_depth ? t_stack[t_depth - 1] : 0;
+  const int entry = t_stack[--t_depth];
+  if (!(entry & kRefused)) {
+    g_slots[entry].open.fetch_sub(1, std::memory_order_acq_rel);
+    --t_regions;
+  }
+  t_current = t_depth ? t_stack[t_depth - 1] & ~kRefused : 0;
   return 0;
 }
 

@@ -29,9 +29,12 @@ inline int current() { return t_current; }
 
 // Opens a region on the calling thread. The name: 1 to 63 bytes of
 // [A-Za-z0-9_.:-]. Returns the slot, or -1 (a bad name, too many tags, or
-// kMaxDepth regions open on this thread already), with *why set.
+// kMaxDepth regions open on this thread already), with *why set. A
+// refused begin still takes its end: it pushes a marker that the matching
+// end() pops, and meanwhile the region open around it (if any) tags.
 int begin(const char* name, bool keep, const char** why);
-// Ends the calling thread's innermost region; -1 when none is open.
+// Ends the calling thread's innermost region, or pops the marker of the
+// innermost refused begin; -1 when neither is open.
 int end();
 
 // The slots of a name (at most 2: keep and discard); returns how many,

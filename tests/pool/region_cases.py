@@ -3,7 +3,7 @@
 Runs region_preload against the fake libcuda.so.1 with
 LD_PRELOAD=libpagefast.so and checks what it prints.
 
-Usage: region_cases.py tags|limits|cycles --build <build dir>
+Usage: region_cases.py tags|limits|limit|async|cycles|refused --build <build dir>
 """
 import sys
 
@@ -31,6 +31,9 @@ def main():
         expect_ok(r, "limits", "pagefast")
         check("too many tags" in r.stderr and "too many regions open" in r.stderr,
               f"the limits are named in the log ({r.stderr[-300:]})")
+    elif what == "refused":
+        r = run(build, ["refused"], env={"PAGEFAST_LOG": "warn"})
+        expect_ok(r, "refused", "pagefast")
     elif what == "limit":
         for conf in ["limit:64M", "limit:64M,chunk_size:2M"]:
             r = run(build, ["limit"], env={"PAGEFAST_CONF": conf})

@@ -12,6 +12,7 @@
 //           bad tag, nesting, a region open on another thread, an
 //           exported block, a fork while asleep;
 //   limits  the 31 (tag, policy) pairs and the nesting depth;
+//   refused a refused begin's matching end pops only it;
 //   cycles N  N cycles of sleep/wake of mixed tags while 8 threads
 //           allocate, write, check and free outside the regions: no byte
 //           lost, no device or host memory leaked.
@@ -147,6 +148,8 @@ int bad_inputs(Api& api, Held& h) {
     return fail("sleep and wake of a tag with no memory");
   if (api.begin("", 0) != -1 || api.begin("two words", 0) != -1 || api.begin(nullptr, 0) != -1)
     return fail("a bad tag was taken");
+  for (int i = 0; i < 3; ++i)
+    if (api.end() != 0) return fail("the end of a refused begin");
   if (api.end() != -1) return fail("end without a region");
   // Nesting: the innermost tags.
   if (api.begin("weights", PAGEFAST_REGION_KEEP) != 0 || api.begin("kv", 0) != 0) return fail("nested begin");
@@ -254,6 +257,7 @@ int limits_case() {
   std::memset(name, 'a', 64);
   name[64] = 0;
   if (api.begin(name, 0) != -1) return fail("a 64-character tag");
+  api.end();
   name[63] = 0;
   if (api.begin(name, 0) != 0) return fail("a 63-character tag");
   api.end();
@@ -262,17 +266,70 @@ int limits_case() {
     if (api.begin(name, 0) != 0) return fail("nesting under 8");
   }
   if (api.begin("deep8", 0) != -1) return fail("a ninth nested region");
-  for (int i = 0; i < 8; ++i) api.end();
+  for (int i = 0; i < 9; ++i) api.end();
+  if (api.current() != nullptr) return fail("the nested regions' ends");
   // 9 pairs made above; 22 more fill the 31.
   for (int i = 0; i < 22; ++i) {
     std::snprintf(name, sizeof name, "t%d", i);
     if (api.begin(name, i & 1) != 0) return fail("a tag under the limit");
     api.end();
   }
+  if (api.begin("t3", 1) != 0) return fail("begin t3");
   if (api.begin("one-too-many", 0) != -1) return fail("a 32nd (tag, policy) pair");
+  if (api.end() != 0 || !api.current() || std::strcmp(api.current(), "t3") != 0)
+    return fail("the end of a refused 32nd pair closed the region around it");
+  api.end();
   if (api.begin("t3", 1) != 0) return fail("a known pair after the limit");
   api.end();
   std::printf("ok limits\n");
+  return 0;
+}
+
+// A refused begin takes its matching end, which pops only it: the region
+// open around it stays open, and tags meanwhile.
+int refused_case() {
+  Api api;
+  if (!load(&api)) return fail("the region API is not exported");
+  auto current_is = [&api](const char* tag) {
+    const char* now = api.current();
+    return tag ? now && std::strcmp(now, tag) == 0 : now == nullptr;
+  };
+  if (api.begin("outer", 0) != 0) return fail("begin outer");
+  if (api.begin("two words", 0) != -1) return fail("a bad tag was taken");
+  if (!current_is("outer")) return fail("a refused begin changed the tag");
+  // An allocation meanwhile carries the outer tag: it sleeps with it.
+  CUdeviceptr p = 0;
+  CHECK_CU(cuMemAlloc_v2(&p, 2 * kMiB));
+  if (api.end() != 0 || !current_is("outer")) return fail("the end of a refused begin closed the outer region");
+  if (api.sleep_tag("outer", 0) != 0) return fail("sleep outer");
+  unsigned char byte = 0;
+  const bool asleep = cuMemcpyDtoH_v2(&byte, p, 1) != CUDA_SUCCESS;
+  if (api.wake_tag("outer") != 0) return fail("wake outer");
+  if (!asleep) return fail("the allocation after a refused begin did not carry the outer tag");
+  if (api.end() != 0 || !current_is(nullptr)) return fail("the outer region's own end");
+  if (api.end() != -1) return fail("an end with nothing open");
+  CHECK_CU(cuMemFree_v2(p));
+  // Too deep: refused begins nested at the full depth take their ends too.
+  char name[32];
+  for (int i = 0; i < 8; ++i) {
+    std::snprintf(name, sizeof name, "deep%d", i);
+    if (api.begin(name, 0) != 0) return fail("nesting under 8");
+  }
+  for (int i = 0; i < 20; ++i)
+    if (api.begin("deeper", 0) != -1) return fail("a ninth nested region");
+  if (api.begin("bad name", 0) != -1) return fail("a bad tag at the full depth");
+  for (int i = 0; i < 21; ++i)
+    if (api.end() != 0 || !current_is("deep7")) return fail("the end of a refused begin closed deep7");
+  for (int i = 7; i >= 0; --i) {
+    std::snprintf(name, sizeof name, "deep%d", i);
+    if (!current_is(name) || api.end() != 0) return fail("the nested regions' ends");
+  }
+  if (!current_is(nullptr) || api.end() != -1) return fail("nothing open at the end");
+  // A refused begin outside any region: its end pops it and nothing else.
+  if (api.begin("", 0) != -1 || api.begin("outer", 0) != 0) return fail("begin after a refused begin");
+  if (api.end() != 0 || !current_is(nullptr) || api.end() != 0 || api.end() != -1)
+    return fail("ends after a refused begin outside any region");
+  std::printf("ok refused\n");
   return 0;
 }
 
@@ -383,6 +440,7 @@ int main(int argc, char** argv) {
   if (what == "tags") return tags_case();
   if (what == "limits") return limits_case();
   if (what == "limit") return limit_case();
+  if (what == "refused") return refused_case();
   if (what == "async") return async_case();
   if (what == "cycles") return cycles_case(argc > 2 ? std::atoi(argv[2]) : 100);
   return fail("unknown subcommand");

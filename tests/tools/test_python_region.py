@@ -118,6 +118,7 @@ elif case == "errors":
         raise SystemExit("FAIL 9 nested regions opened")
     except pagefast.Error as e:
         expect(len(opened) == 8 and "8 regions open" in str(e), "the 9th nested region is refused: %s" % e)
+    expect(pagefast.current_region() == "deep7", "a refused region leaves the one around it open")
     for r in reversed(opened):
         r.__exit__(None, None, None)
     expect(pagefast.current_region() is None, "all closed")
