@@ -1,6 +1,8 @@
 // interpose/pool/region.cpp: see region.h.
 #include "interpose/pool/region.h"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -22,6 +24,15 @@ __thread int t_stack[kStack] __attribute__((tls_model("initial-exec")));
 __thread int t_depth __attribute__((tls_model("initial-exec"))) = 0;
 __thread int t_regions __attribute__((tls_model("initial-exec"))) = 0;  // entries that are regions
 __thread unsigned t_excess __attribute__((tls_model("initial-exec"))) = 0;
+
+// Thread exit closes the thread's open regions: a pthread key, set at the
+// thread's first region, whose destructor ends them all.
+pthread_key_t g_exit_key;
+pthread_once_t g_exit_key_once = PTHREAD_ONCE_INIT;
+__thread bool t_exit_keyed __attribute__((tls_model("initial-exec"))) = false;
+
+void close_at_exit(void*);
+void make_exit_key() { pthread_key_create(&g_exit_key, &close_at_exit); }
 
 // A refused begin: a marker the matching end pops; the allocations
 // meanwhile carry the tag of the region open around it (none: untagged).
@@ -61,6 +72,19 @@ int find_locked(const char* name, bool keep) {
   return 0;
 }
 
+void close_at_exit(void*) {
+  t_exit_keyed = false;
+  t_excess = 0;
+  while (t_depth > 0) end();
+}
+
+// Once per thread, at its first region (not on the allocation path).
+void key_thread() {
+  if (t_exit_keyed) return;
+  pthread_once(&g_exit_key_once, &make_exit_key);
+  t_exit_keyed = pthread_setspecific(g_exit_key, reinterpret_cast<void*>(1)) == 0;
+}
+
 }  // namespace
 
 int begin(const char* name, bool keep, const char** why) {
@@ -93,6 +117,7 @@ int begin(const char* name, bool keep, const char** why) {
       g_count.store(count + 1, std::memory_order_release);
     }
   }
+  key_thread();
   g_slots[slot].open.fetch_add(1, std::memory_order_acq_rel);
   t_stack[t_depth++] = slot;
   ++t_regions;

@@ -11,7 +11,9 @@
 // the region it was made in. Slots are made at the first region of a
 // (name, policy) pair and never reused (a process opens a handful of tags).
 //
-// Regions nest on a thread (up to kMaxDepth): the innermost one tags.
+// Regions nest on a thread (up to kMaxDepth): the innermost one tags. A
+// thread that exits with regions open ends them (a pthread key's
+// destructor, set at the thread's first region).
 // current() is one thread-local read, on the allocation path.
 #pragma once
 

@@ -13,6 +13,7 @@
 //           exported block, a fork while asleep;
 //   limits  the 31 (tag, policy) pairs and the nesting depth;
 //   refused a refused begin's matching end pops only it;
+//   exit    a thread's exit closes its open regions;
 //   cycles N  N cycles of sleep/wake of mixed tags while 8 threads
 //           allocate, write, check and free outside the regions: no byte
 //           lost, no device or host memory leaked.
@@ -333,6 +334,42 @@ int refused_case() {
   return 0;
 }
 
+// A thread that exits with regions open closes them: a sleep of their tag
+// then finds none open (region_cases.py reads the log's line of open
+// regions: present for "held", whose thread waits, absent for "exited").
+int exit_case() {
+  Api api;
+  if (!load(&api)) return fail("the region API is not exported");
+  std::thread gone([&api] {
+    cuCtxSetCurrent(g_context);
+    api.begin("exited", 0);
+    CUdeviceptr p = 0;
+    cuMemAlloc_v2(&p, kMiB);
+    api.begin("exited", PAGEFAST_REGION_KEEP);
+    api.begin("bad name", 0);  // a refused begin's marker goes too
+  });
+  gone.join();
+  std::atomic<int> stage{0};
+  std::thread held([&api, &stage] {
+    api.begin("held", 0);
+    stage = 1;
+    while (stage.load() != 2) std::this_thread::yield();
+    api.end();
+  });
+  while (stage.load() != 1) std::this_thread::yield();
+  std::printf("sleep held\n");
+  std::fflush(stdout);
+  const int held_answer = api.sleep_tag("held", 0);
+  stage = 2;
+  held.join();
+  std::printf("sleep exited\n");
+  std::fflush(stdout);
+  if (held_answer != 0 || api.wake_tag("held") != 0) return fail("sleep and wake of held");
+  if (api.sleep_tag("exited", 0) != 0 || api.wake_tag("exited") != 0) return fail("sleep and wake of exited");
+  std::printf("ok exit\n");
+  return 0;
+}
+
 // Under a limit (PAGEFAST_CONF limit:64M) the device's pool and the
 // regions' pools together stay under it, and idle memory of one goes to
 // the other.
@@ -441,6 +478,7 @@ int main(int argc, char** argv) {
   if (what == "limits") return limits_case();
   if (what == "limit") return limit_case();
   if (what == "refused") return refused_case();
+  if (what == "exit") return exit_case();
   if (what == "async") return async_case();
   if (what == "cycles") return cycles_case(argc > 2 ? std::atoi(argv[2]) : 100);
   return fail("unknown subcommand");
