@@ -83,8 +83,10 @@ int pagefast_report(const char* path_or_null);
  * resident (chunks the driver refused to release or another process maps
  * through CUDA IPC, the program's own cuMemCreate memory that cannot sleep,
  * the driver's own stream-ordered pool (cudaMallocAsync); the log names
- * it); -1 no pool, or a stream capture is active or the
- * device could not be synchronised (nothing changed).
+ * it, also a device whose pool could not sleep while another's did: a
+ * partial sleep); -1 no pool, or a stream capture is active or the
+ * device could not be synchronised (nothing changed: never once any
+ * memory left a device).
  * pagefast_wake: 0 awake (also when not asleep); -1 no pool, or the driver
  * refused memory or a mapping: still asleep, call it again.
  * pagefast_asleep: how many pools are asleep. */

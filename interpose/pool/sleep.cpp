@@ -74,12 +74,17 @@ bool keeps(int slot, unsigned flags) {
 }
 
 // REQUIRES: g_sleep_mutex. Sleeps one slot: its pool on each device, then
-// its own-VMM memory. *any: set when the slot had a pool or own-VMM memory.
+// its own-VMM memory. Answers 0, 1 (some memory stayed resident) or -1
+// (nothing of the slot changed: every pool refused, a capture or a failed
+// sync). A pool that refused while another of the slot slept makes the
+// sleep partial (1): memory left the device, so never -1; the own-VMM
+// memory of the slot then stays resident too (a device could not be
+// synchronised). *any: set when the slot had a pool or own-VMM memory.
 int sleep_slot_locked(int slot, unsigned flags, bool* any) {
   const bool keep = keeps(slot, flags);
   const unsigned pool_flags = (keep ? policy::kSleepKeep : 0) | (flags & policy::kSleepFail);
   int answer = 0;
-  bool busy = false;
+  int refused = 0, slept = 0;
   for (int d = 0; d < kMaxDevices; ++d) {
     DeviceMemory* memory = device_memory(d);
     policy::DevicePool* pool = memory && !retired_device(d) ? memory->pool_at(slot) : nullptr;
@@ -87,26 +92,34 @@ int sleep_slot_locked(int slot, unsigned flags, bool* any) {
     *any = true;
     const int part = answer_of(pool->sleep(pool_flags, ipc::begin_sleep(d)));
     if (!any_asleep(*memory)) ipc::end_sleep(d);
-    busy = busy || part < 0;
+    if (part < 0) {
+      ++refused;
+      continue;
+    }
+    ++slept;
     answer = fold(answer, part);
   }
-  // A pool that could not sleep (a capture, a failed sync) changed nothing:
-  // the own-VMM memory of the slot stays too, and the answer says -1.
-  if (busy) return -1;
-  const own_vmm::SleepAnswer vmm = own_vmm::sleep_slot(slot, keep);
-  if (vmm.slept_bytes || vmm.resident_bytes) *any = true;
-  answer = fold(answer, vmm.status);
-  if (answer >= 0) {
-    g_slots[slot].asleep.store(true, std::memory_order_release);
-    g_slots[slot].sleeps.fetch_add(1, std::memory_order_relaxed);
-    if (const int open = region::open_count(slot)) {
-      const char* name = "";
-      region::slot_info(slot, &name, nullptr);
-      log_line(LogLevel::Info,
-               "the region \"%s\" is open on %d thread(s) while it sleeps: their allocations in it wait for wake%s",
-               name, open, (flags & policy::kSleepFail) ? " (fail, with PAGEFAST_SLEEP_FAIL)" : "");
-    }
+  if (refused && !slept) return -1;
+  const char* name = "(outside any region)";
+  if (slot) region::slot_info(slot, &name, nullptr);
+  if (refused) {
+    log_line(LogLevel::Warn,
+             "sleep of \"%s\": the pools of %d device(s) could not sleep (a stream capture, or a device that "
+             "could not be synchronised) and stay resident, with the program's own VMM memory of the tag; "
+             "the memory of %d other device(s) sleeps: a partial sleep (1)",
+             name, refused, slept);
+    answer = 1;
+  } else {
+    const own_vmm::SleepAnswer vmm = own_vmm::sleep_slot(slot, keep);
+    if (vmm.slept_bytes || vmm.resident_bytes) *any = true;
+    answer = fold(answer, vmm.status);
   }
+  g_slots[slot].asleep.store(true, std::memory_order_release);
+  g_slots[slot].sleeps.fetch_add(1, std::memory_order_relaxed);
+  if (const int open = region::open_count(slot))
+    log_line(LogLevel::Info,
+             "the region \"%s\" is open on %d thread(s) while it sleeps: their allocations in it wait for wake%s", name,
+             open, (flags & policy::kSleepFail) ? " (fail, with PAGEFAST_SLEEP_FAIL)" : "");
   return answer;
 }
 
@@ -152,8 +165,9 @@ bool name_driver_pools() {
 }
 
 // Sleeps `slots` (all of them when NULL): 0 asleep, 1 asleep with some
-// memory resident (the log names it), -1 nothing to sleep, or a part
-// refused (a capture, a failed sync).
+// memory resident (the log names it; also where a slot, or a device of a
+// slot, refused while another slept), -1 nothing to sleep, or nothing
+// changed (every slot with memory refused: a capture, a failed sync).
 int sleep_slots(const int* slots, int count, unsigned flags) {
   std::lock_guard<std::mutex> guard(g_sleep_mutex);
   if (!active()) return -1;
@@ -161,10 +175,18 @@ int sleep_slots(const int* slots, int count, unsigned flags) {
   if (own_vmm::on())
     for (int d = 0; d < kMaxDevices; ++d) own_vmm::trim(d, UINT64_MAX);
   int answer = 0;
-  bool any = false;
+  bool any = false, refused = false, slept = false;
   const int all = region::slot_count();
-  for (int i = 0; i < (slots ? count : all); ++i)
-    answer = fold(answer, sleep_slot_locked(slots ? slots[i] : i, flags, &any));
+  for (int i = 0; i < (slots ? count : all); ++i) {
+    bool had = false;
+    const int part = sleep_slot_locked(slots ? slots[i] : i, flags, &had);
+    any = any || had;
+    if (part < 0) refused = true;
+    else slept = slept || had;
+    answer = part < 0 ? answer : fold(answer, part);
+  }
+  // A slot refused: -1 only where nothing else of the sleep left a device.
+  if (refused) answer = slept ? 1 : -1;
   // Everything, and nothing to sleep: no pool at all (-1). A tag whose
   // regions hold nothing yet sleeps as asked: nothing to do (0).
   if (!any && !slots) return -1;

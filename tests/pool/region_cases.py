@@ -3,7 +3,7 @@
 Runs region_preload against the fake libcuda.so.1 with
 LD_PRELOAD=libpagefast.so and checks what it prints.
 
-Usage: region_cases.py tags|limits|limit|async|cycles|refused|exit --build <build dir>
+Usage: region_cases.py tags|limits|limit|async|cycles|refused|exit|partial --build <build dir>
 """
 import sys
 
@@ -39,6 +39,10 @@ def main():
         expect_ok(r, "exit", "pagefast")
         check('"held" is open on 1 thread(s)' in r.stderr, f"a region open on a live thread is named ({r.stderr[-300:]})")
         check('"exited" is open' not in r.stderr, f"a region of an exited thread counts as open ({r.stderr[-300:]})")
+    elif what == "partial":
+        r = run(build, ["partial"], env={"FAKECUDA_DEVICES": "2", "PAGEFAST_LOG": "warn"})
+        expect_ok(r, "partial", "pagefast, 2 devices")
+        check("a partial sleep (1)" in r.stderr, f"a partial sleep is named in the log ({r.stderr[-300:]})")
     elif what == "limit":
         for conf in ["limit:64M", "limit:64M,chunk_size:2M"]:
             r = run(build, ["limit"], env={"PAGEFAST_CONF": conf})

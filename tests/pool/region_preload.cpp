@@ -14,6 +14,7 @@
 //   limits  the 31 (tag, policy) pairs and the nesting depth;
 //   refused a refused begin's matching end pops only it;
 //   exit    a thread's exit closes its open regions;
+//   partial two devices, one that cannot synchronise: a partial sleep;
 //   cycles N  N cycles of sleep/wake of mixed tags while 8 threads
 //           allocate, write, check and free outside the regions: no byte
 //           lost, no device or host memory leaked.
@@ -370,6 +371,58 @@ int exit_case() {
   return 0;
 }
 
+// Two devices (FAKECUDA_DEVICES=2), a tag's memory on each, and one device
+// that cannot be synchronised: the sleep is partial (1), the tag reads
+// asleep, the other device's memory went back and the refused device's
+// stays readable; wake brings the contents back. Both refusing: -1,
+// nothing changed.
+int partial_case() {
+  Api api;
+  if (!load(&api)) return fail("the region API is not exported");
+  CUdevice second = 0;
+  CUcontext contexts[2] = {g_context, nullptr};
+  CHECK_CU(cuDeviceGet(&second, 1));
+  CHECK_CU(cuDevicePrimaryCtxRetain(&contexts[1], second));
+  CUdeviceptr p[2] = {0, 0};
+  for (int d = 0; d < 2; ++d) {
+    CHECK_CU(cuCtxSetCurrent(contexts[d]));
+    if (alloc_in(api, "two", PAGEFAST_REGION_KEEP, 4 * kMiB, &p[d])) return 1;
+    fill_words(p[d], 4 * kMiB, 5 + d);
+  }
+  CHECK_CU(cuCtxSetCurrent(g_context));
+  for (int bad = 1; bad >= 0; --bad) {
+    const int good = 1 - bad;
+    const unsigned long long free_good = fakecuda_free_bytes(good);
+    fakecuda_set_sync_error(bad, CUDA_ERROR_LAUNCH_FAILED);
+    const int answer = api.sleep_tag("two", 0);
+    fakecuda_set_sync_error(bad, CUDA_SUCCESS);
+    if (answer != 1) {
+      std::printf("device %d cannot synchronise: sleep answered %d\n", bad, answer);
+      return fail("a partial sleep is not answered 1");
+    }
+    if (api.tag_asleep("two") != 1) return fail("a partial sleep left the tag awake");
+    if (fakecuda_free_bytes(good) < free_good + 4 * kMiB) return fail("the device that synchronised kept the memory");
+    if (!words_intact(p[bad], 4 * kMiB, 5 + bad)) return fail("the refused device's memory changed");
+    if (api.wake_tag("two") != 0 || api.tag_asleep("two") != 0) return fail("wake after a partial sleep");
+    if (!words_intact(p[good], 4 * kMiB, 5 + good)) return fail("the contents after a partial sleep and wake");
+  }
+  fakecuda_set_sync_error(0, CUDA_ERROR_LAUNCH_FAILED);
+  fakecuda_set_sync_error(1, CUDA_ERROR_LAUNCH_FAILED);
+  const int answer = api.sleep_tag("two", 0);
+  fakecuda_set_sync_error(0, CUDA_SUCCESS);
+  fakecuda_set_sync_error(1, CUDA_SUCCESS);
+  if (answer != -1 || api.tag_asleep("two") != 0) return fail("every device refused: not -1 and awake");
+  if (!words_intact(p[0], 4 * kMiB, 5) || !words_intact(p[1], 4 * kMiB, 6))
+    return fail("a refused sleep changed memory");
+  for (int d = 0; d < 2; ++d) {
+    CHECK_CU(cuCtxSetCurrent(contexts[d]));
+    CHECK_CU(cuMemFree_v2(p[d]));
+  }
+  CHECK_CU(cuCtxSetCurrent(g_context));
+  std::printf("ok partial\n");
+  return 0;
+}
+
 // Under a limit (PAGEFAST_CONF limit:64M) the device's pool and the
 // regions' pools together stay under it, and idle memory of one goes to
 // the other.
@@ -479,6 +532,7 @@ int main(int argc, char** argv) {
   if (what == "limit") return limit_case();
   if (what == "refused") return refused_case();
   if (what == "exit") return exit_case();
+  if (what == "partial") return partial_case();
   if (what == "async") return async_case();
   if (what == "cycles") return cycles_case(argc > 2 ? std::atoi(argv[2]) : 100);
   return fail("unknown subcommand");
