@@ -4,6 +4,19 @@
 #include <sched.h>
 
 namespace pagefast::policy {
+namespace {
+
+// A number per thread, never reused (a thread id may be): made at the
+// thread's first close or wait, never on the awake path.
+std::atomic<uint64_t> g_next_thread{1};
+__thread uint64_t t_thread __attribute__((tls_model("initial-exec"))) = 0;
+
+uint64_t thread_number() {
+  if (!t_thread) t_thread = g_next_thread.fetch_add(1, std::memory_order_relaxed);
+  return t_thread;
+}
+
+}  // namespace
 
 bool SleepGate::enter() {
   while (true) {
@@ -11,6 +24,8 @@ bool SleepGate::enter() {
     if (__builtin_expect(!asleep_.load(std::memory_order_seq_cst), 1)) return true;
     leave();
     if (flags_.load(std::memory_order_relaxed) & kSleepFail) return false;
+    // The thread that put the pool to sleep would wait for its own wake.
+    if (closer_.load(std::memory_order_relaxed) == thread_number()) return false;
     std::unique_lock<std::mutex> lock(wait_mutex_);
     wait_cv_.wait(lock, [&] { return !asleep_.load(std::memory_order_acquire); });
   }
@@ -18,6 +33,7 @@ bool SleepGate::enter() {
 
 void SleepGate::close(unsigned flags) {
   flags_.store(flags, std::memory_order_relaxed);
+  closer_.store(thread_number(), std::memory_order_relaxed);
   asleep_.store(true, std::memory_order_seq_cst);
   // Slow paths already past the gate finish first (they may be growing or
   // refilling a cache); new ones wait or fail at the gate.

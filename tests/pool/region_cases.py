@@ -3,7 +3,7 @@
 Runs region_preload against the fake libcuda.so.1 with
 LD_PRELOAD=libpagefast.so and checks what it prints.
 
-Usage: region_cases.py tags|limits|limit|async|cycles|refused|exit|partial --build <build dir>
+Usage: region_cases.py tags|limits|limit|async|cycles|refused|exit|partial|self --build <build dir>
 """
 import sys
 
@@ -43,6 +43,9 @@ def main():
         r = run(build, ["partial"], env={"FAKECUDA_DEVICES": "2", "PAGEFAST_LOG": "warn"})
         expect_ok(r, "partial", "pagefast, 2 devices")
         check("a partial sleep (1)" in r.stderr, f"a partial sleep is named in the log ({r.stderr[-300:]})")
+    elif what == "self":
+        r = run(build, ["self"], env={"PAGEFAST_LOG": "warn"})
+        expect_ok(r, "self", "pagefast")
     elif what == "limit":
         for conf in ["limit:64M", "limit:64M,chunk_size:2M"]:
             r = run(build, ["limit"], env={"PAGEFAST_CONF": conf})

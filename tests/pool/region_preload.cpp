@@ -15,6 +15,7 @@
 //   refused a refused begin's matching end pops only it;
 //   exit    a thread's exit closes its open regions;
 //   partial two devices, one that cannot synchronise: a partial sleep;
+//   self    a thread's allocation in its own asleep region fails at once;
 //   cycles N  N cycles of sleep/wake of mixed tags while 8 threads
 //           allocate, write, check and free outside the regions: no byte
 //           lost, no device or host memory leaked.
@@ -423,6 +424,57 @@ int partial_case() {
   return 0;
 }
 
+// A thread that sleeps the tag of its own open region and then allocates
+// in it fails at once (out of memory) instead of waiting for its own wake;
+// another thread in the region waits for the wake as before. The same for
+// a sleep of everything and an allocation outside any region.
+int self_case() {
+  Api api;
+  if (!load(&api)) return fail("the region API is not exported");
+  auto sleep_all = reinterpret_cast<int (*)(unsigned)>(dlsym(RTLD_DEFAULT, "pagefast_sleep"));
+  auto wake_all = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "pagefast_wake"));
+  if (!sleep_all || !wake_all) return fail("pagefast_sleep/wake not exported");
+  std::atomic<int> stage{0}, got{0};
+  std::thread other([&] {
+    cuCtxSetCurrent(g_context);
+    api.begin("mine", 0);
+    stage = 1;
+    while (stage.load() != 2) std::this_thread::yield();
+    CUdeviceptr q = 0;
+    got = cuMemAlloc_v2(&q, 3 * kMiB) == CUDA_SUCCESS ? 1 : -1;  // waits for wake, or races it
+    if (q) cuMemFree_v2(q);
+    api.end();
+  });
+  if (api.begin("mine", 0) != 0) return fail("begin mine");
+  CUdeviceptr p = 0, refused = 0;
+  CHECK_CU(cuMemAlloc_v2(&p, 4 * kMiB));
+  while (stage.load() != 1) std::this_thread::yield();
+  if (api.sleep_tag("mine", 0) != 0) return fail("sleep of the thread's own region");
+  stage = 2;
+  const CUresult r = cuMemAlloc_v2(&refused, 8 * kMiB);
+  const CUresult small = cuMemAlloc_v2(&refused, 1000);
+  if (api.wake_tag("mine") != 0) return fail("wake mine");
+  other.join();
+  if (r != CUDA_ERROR_OUT_OF_MEMORY || small != CUDA_ERROR_OUT_OF_MEMORY)
+    return fail("an allocation in the thread's own asleep region was not out of memory");
+  if (got.load() != 1) return fail("the other thread's allocation did not wait for wake");
+  CUdeviceptr q = 0;
+  CHECK_CU(cuMemAlloc_v2(&q, 8 * kMiB));
+  CHECK_CU(cuMemFree_v2(q));
+  CHECK_CU(cuMemFree_v2(p));
+  api.end();
+  // Everything, from this thread, and an allocation outside any region.
+  CUdeviceptr u = 0;
+  CHECK_CU(cuMemAlloc_v2(&u, 4 * kMiB));
+  if (sleep_all(0) < 0) return fail("sleep everything");
+  const CUresult outside = cuMemAlloc_v2(&q, 8 * kMiB);
+  if (wake_all() != 0) return fail("wake everything");
+  if (outside != CUDA_ERROR_OUT_OF_MEMORY) return fail("an allocation after the thread's own sleep of everything");
+  CHECK_CU(cuMemFree_v2(u));
+  std::printf("ok self\n");
+  return 0;
+}
+
 // Under a limit (PAGEFAST_CONF limit:64M) the device's pool and the
 // regions' pools together stay under it, and idle memory of one goes to
 // the other.
@@ -533,6 +585,7 @@ int main(int argc, char** argv) {
   if (what == "refused") return refused_case();
   if (what == "exit") return exit_case();
   if (what == "partial") return partial_case();
+  if (what == "self") return self_case();
   if (what == "async") return async_case();
   if (what == "cycles") return cycles_case(argc > 2 ? std::atoi(argv[2]) : 100);
   return fail("unknown subcommand");

@@ -160,6 +160,20 @@ elif case == "nested":
     expect(pagefast.current_region() is None, "a block that raises closes its region")
     print("ok nested")
 
+elif case == "self":
+    # Sleeping the tag of this thread's own open region, then allocating in
+    # it: out of memory at once (the wake could only come from this thread).
+    with pagefast.region("mine", keep=False):
+        block = cuda.alloc(4 * MB, 0x11)
+        expect(pagefast.sleep("mine") is True, "sleep of the thread's own region")
+        r, _ = cuda.try_alloc(8 * MB)
+        expect(r == 2, "an allocation in the thread's own asleep region answered %r, not out of memory" % r)
+        pagefast.wake("mine")
+        r, ptr = cuda.try_alloc(8 * MB)
+        expect(r == 0, "an allocation after wake answered %r" % r)
+        cuda.free(ptr)
+    print("ok self")
+
 elif case == "thread":
     # The worker steps when told (go) and says when it is done; each wait is
     # a hang guard only, and a worker that fails says so in seen["error"].
@@ -212,7 +226,7 @@ elif case == "thread":
     print("ok thread")
 """
 
-CASES = [("policy", True), ("errors", True), ("nested", True), ("thread", True), ("unloaded", False)]
+CASES = [("policy", True), ("errors", True), ("nested", True), ("thread", True), ("self", True), ("unloaded", False)]
 
 if __name__ == "__main__":
     sys.exit(run_cases(CHILD, CASES))
