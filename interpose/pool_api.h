@@ -34,6 +34,10 @@ void configure(const PoolConfig& config, LogSink log);
 // the own-VMM cache and the service threads' exit stop switch off and
 // everything is forwarded.
 void after_fork_child();
+// The same for sleep and regions (sleep.cpp): their locks, which a thread
+// of the parent may have held at the fork, are made anew in the child;
+// the child's sleep and wake answer -1 at once.
+void sleep_after_fork_child();
 
 // The pool of a device ordinal, or NULL when none was made (no allocation
 // there yet, pool off, device not poolable or retired, or a forked

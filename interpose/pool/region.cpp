@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <new>
 
 namespace pagefast::pool::region {
 
@@ -162,5 +163,7 @@ int open_count(int slot) {
   if (slot <= 0 || slot >= slot_count()) return 0;
   return g_slots[slot].open.load(std::memory_order_acquire);
 }
+
+void after_fork_child() { new (&g_mutex) std::mutex(); }
 
 }  // namespace pagefast::pool::region

@@ -48,5 +48,8 @@ int slot_count();
 bool slot_info(int slot, const char** name, bool* keep);
 // Threads with a region of `slot` open now (sleep's bad-input answer).
 int open_count(int slot);
+// The fork handler's part, in the child: the lock of the slots is made
+// anew (a thread of the parent may have held it at the fork).
+void after_fork_child();
 
 }  // namespace pagefast::pool::region

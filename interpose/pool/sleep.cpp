@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <new>
 
 #include "interpose/driver.h"
 #include "interpose/ipc/ipc.h"
@@ -169,6 +170,9 @@ bool name_driver_pools() {
 // slot, refused while another slept), -1 nothing to sleep, or nothing
 // changed (every slot with memory refused: a capture, a failed sync).
 int sleep_slots(const int* slots, int count, unsigned flags) {
+  // A forked child answers at once, before the lock: a thread of the
+  // parent may have held it at the fork, and the child has no such thread.
+  if (!active()) return -1;
   std::lock_guard<std::mutex> guard(g_sleep_mutex);
   if (!active()) return -1;
   // What the own-VMM cache keeps idle goes back with the pools' idle memory.
@@ -198,6 +202,7 @@ int sleep_slots(const int* slots, int count, unsigned flags) {
 }
 
 int wake_slots(const int* slots, int count) {
+  if (!active()) return -1;  // a forked child: as sleep_slots
   std::lock_guard<std::mutex> guard(g_sleep_mutex);
   if (!active()) return -1;
   int answer = 0;
@@ -220,6 +225,11 @@ int tag_slots(const char* tag, int slots[2]) {
 }
 
 }  // namespace
+
+void sleep_after_fork_child() {
+  new (&g_sleep_mutex) std::mutex();
+  region::after_fork_child();
+}
 
 int sleep_all(unsigned flags) { return sleep_slots(nullptr, 0, flags); }
 int wake_all() { return wake_slots(nullptr, 0); }

@@ -16,6 +16,7 @@
 //   exit    a thread's exit closes its open regions;
 //   partial two devices, one that cannot synchronise: a partial sleep;
 //   self    a thread's allocation in its own asleep region fails at once;
+//   fork    a child forked during another thread's sleep answers at once;
 //   cycles N  N cycles of sleep/wake of mixed tags while 8 threads
 //           allocate, write, check and free outside the regions: no byte
 //           lost, no device or host memory leaked.
@@ -475,6 +476,50 @@ int self_case() {
   return 0;
 }
 
+// A fork while another thread is inside a sleep (held in its sync by a
+// gate kernel): the child's sleep and wake answer -1 at once, and its
+// regions open and close; the parent's sleep then finishes.
+int fork_case() {
+  Api api;
+  if (!load(&api)) return fail("the region API is not exported");
+  CUdeviceptr p = 0;
+  if (alloc_in(api, "forked", 0, 4 * kMiB, &p)) return 1;
+  CUstream stream = nullptr;
+  CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  int gate[2];
+  if (pipe(gate) != 0) return fail("pipe");
+  CHECK_CU(fakecuda_launch_gate(stream, gate[0]));
+  std::atomic<int> answer{-9};
+  std::thread sleeper([&] {
+    cuCtxSetCurrent(g_context);
+    answer = api.sleep_tag("forked", 0);
+  });
+  // The pool's gate closes before the sleep's sync, which waits for the
+  // gate kernel: from then on the sleeper holds the sleep's lock.
+  while (api.asleep() < 1) std::this_thread::yield();
+  std::fflush(stdout);
+  const pid_t child = fork();
+  if (child == 0) {
+    const bool ok = api.sleep_tag("forked", 0) == -1 && api.wake_tag("forked") == -1 &&
+                    api.sleep_tag(nullptr, 0) == -1 && api.begin("child", 0) == 0 && api.end() == 0;
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  const bool child_ok =
+      child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  const char byte = 1;
+  if (write(gate[1], &byte, 1) != 1) return fail("write to the gate");
+  sleeper.join();
+  close(gate[0]);
+  close(gate[1]);
+  if (!child_ok) return fail("the child forked during a sleep did not answer -1");
+  if (answer.load() != 0 || api.wake_tag("forked") != 0) return fail("the parent's sleep and wake");
+  CHECK_CU(cuStreamDestroy(stream));
+  CHECK_CU(cuMemFree_v2(p));
+  std::printf("ok fork\n");
+  return 0;
+}
+
 // Under a limit (PAGEFAST_CONF limit:64M) the device's pool and the
 // regions' pools together stay under it, and idle memory of one goes to
 // the other.
@@ -586,6 +631,7 @@ int main(int argc, char** argv) {
   if (what == "exit") return exit_case();
   if (what == "partial") return partial_case();
   if (what == "self") return self_case();
+  if (what == "fork") return fork_case();
   if (what == "async") return async_case();
   if (what == "cycles") return cycles_case(argc > 2 ? std::atoi(argv[2]) : 100);
   return fail("unknown subcommand");
