@@ -50,10 +50,12 @@ bool pool_live(const policy::DevicePool* pool);
 // Per tag (interpose/pool/region.h, docs/SLEEP.md): the figures of one
 // (tag, policy) slot over every device, the pool's and the program's own
 // VMM memory together, for the stats document, the live segment and
-// Prometheus. Counters never go back; byte figures are the memory's, so a
-// sleep moves bytes from resident to asleep and nothing reads as a restart.
+// Prometheus. Counters never go back while the slot has its tag (a slot
+// an empty tag gave back to a new tag starts again from 0: a new name);
+// byte figures are the memory's, so a sleep moves bytes from resident to
+// asleep and nothing reads as a restart.
 struct TagFigures {
-  const char* name = nullptr;  // lives as long as the process
+  const char* name = nullptr;  // the slot's name: copy it at once (an empty tag's slot may be renamed)
   bool keep = false;           // the regions' policy: contents kept at sleep
   int slot = 0;
   bool asleep = false;

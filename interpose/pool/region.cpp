@@ -8,6 +8,8 @@
 #include <mutex>
 #include <new>
 
+#include "interpose/pool/pool_internal.h"
+
 namespace pagefast::pool::region {
 
 __thread int t_current __attribute__((tls_model("initial-exec"))) = 0;
@@ -43,13 +45,17 @@ void push_refused() {
 }
 
 struct Slot {
+  // The last byte stays 0 (names are at most 63 bytes): a lock-free reader
+  // racing with the slot's reuse reads a name that ends.
   char name[kMaxNameBytes];
   bool keep;
-  std::atomic<int> open;  // threads' regions of this slot open now
+  std::atomic<int> open;        // threads' regions of this slot open now
+  std::atomic<int64_t> begins;  // regions of this slot begun so far (under g_mutex)
 };
 
 // Constant-initialised; slots are filled under g_mutex and published by
-// g_count (release), then never change but for `open`.
+// g_count (release); a slot changes (name, keep) only when an empty tag's
+// slot is reused (take_over, under g_mutex).
 Slot g_slots[kMaxSlots];
 std::atomic<int> g_count{1};
 std::mutex g_mutex;
@@ -64,6 +70,12 @@ bool good_name(const char* name) {
     if (!ok) return false;
   }
   return true;
+}
+
+// REQUIRES: g_mutex. A region of `slot` opens.
+void open_locked(int slot) {
+  g_slots[slot].open.fetch_add(1, std::memory_order_acq_rel);
+  g_slots[slot].begins.fetch_add(1, std::memory_order_relaxed);
 }
 
 int find_locked(const char* name, bool keep) {
@@ -105,21 +117,24 @@ int begin(const char* name, bool keep, const char** why) {
   {
     std::lock_guard<std::mutex> guard(g_mutex);
     slot = find_locked(name, keep);
-    if (!slot) {
-      const int count = g_count.load(std::memory_order_relaxed);
-      if (count >= kMaxSlots) {
-        *why = "too many tags (31 pairs of name and policy)";
-        push_refused();
-        return -1;
-      }
+    const int count = g_count.load(std::memory_order_relaxed);
+    if (!slot && count < kMaxSlots) {
       std::memcpy(g_slots[count].name, name, std::strlen(name) + 1);
       g_slots[count].keep = keep;
       slot = count;
       g_count.store(count + 1, std::memory_order_release);
     }
+    if (slot) open_locked(slot);
+  }
+  // Every slot made: the slot of an empty tag, if any (tags.cpp; opened
+  // there under g_mutex).
+  if (!slot) slot = reuse_tag_slot(name, keep);
+  if (!slot) {
+    *why = "too many tags (31 pairs of name and policy, none of them empty)";
+    push_refused();
+    return -1;
   }
   key_thread();
-  g_slots[slot].open.fetch_add(1, std::memory_order_acq_rel);
   t_stack[t_depth++] = slot;
   ++t_regions;
   t_current = slot;
@@ -162,6 +177,29 @@ bool slot_info(int slot, const char** name, bool* keep) {
 int open_count(int slot) {
   if (slot <= 0 || slot >= slot_count()) return 0;
   return g_slots[slot].open.load(std::memory_order_acquire);
+}
+
+int64_t idle_since(int slot) {
+  if (slot <= 0 || slot >= slot_count()) return -1;
+  std::lock_guard<std::mutex> guard(g_mutex);
+  if (g_slots[slot].open.load(std::memory_order_acquire) != 0) return -1;
+  return g_slots[slot].begins.load(std::memory_order_relaxed);
+}
+
+int take_over(int slot, int64_t begins, const char* name, bool keep) {
+  if (slot <= 0 || slot >= slot_count() || !good_name(name)) return 0;
+  std::lock_guard<std::mutex> guard(g_mutex);
+  // Another thread made the pair meanwhile: its slot.
+  if (const int made = find_locked(name, keep)) {
+    open_locked(made);
+    return made;
+  }
+  Slot& s = g_slots[slot];
+  if (s.open.load(std::memory_order_acquire) != 0 || s.begins.load(std::memory_order_relaxed) != begins) return 0;
+  std::memcpy(s.name, name, std::strlen(name) + 1);
+  s.keep = keep;
+  open_locked(slot);
+  return slot;
 }
 
 void after_fork_child() { new (&g_mutex) std::mutex(); }

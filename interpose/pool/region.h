@@ -9,7 +9,9 @@
 // (slot 0: outside any region). The same name opened once with keep and
 // once without has two slots, so that each allocation keeps the policy of
 // the region it was made in. Slots are made at the first region of a
-// (name, policy) pair and never reused (a process opens a handful of tags).
+// (name, policy) pair; once all are made, a new pair takes over the slot
+// of an empty tag (tags.cpp reuse_tag_slot: no region open, nothing
+// allocated, not asleep), so that per-request tags do not run out.
 //
 // Regions nest on a thread (up to kMaxDepth): the innermost one tags. A
 // thread that exits with regions open ends them (a pthread key's
@@ -48,6 +50,16 @@ int slot_count();
 bool slot_info(int slot, const char** name, bool* keep);
 // Threads with a region of `slot` open now (sleep's bad-input answer).
 int open_count(int slot);
+
+// The reuse of an empty tag's slot (tags.cpp), in two steps around the
+// glue's check that the slot holds nothing: idle_since answers how many
+// regions of `slot` began so far, or -1 while one is open; take_over
+// renames the slot to (name, keep) and opens a region of it for the
+// caller's begin, if no region of it began since `begins`. Returns the
+// slot of (name, keep): `slot`, or the one another thread made meanwhile;
+// 0 when a region of `slot` began since (the slot is not empty any more).
+int64_t idle_since(int slot);
+int take_over(int slot, int64_t begins, const char* name, bool keep);
 // The fork handler's part, in the child: the lock of the slots is made
 // anew (a thread of the parent may have held it at the fork).
 void after_fork_child();

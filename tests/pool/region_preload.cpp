@@ -11,12 +11,14 @@
 //           PAGEFAST_SLEEP_FAIL), a kernel launched on asleep memory, a
 //           bad tag, nesting, a region open on another thread, an
 //           exported block, a fork while asleep;
-//   limits  the 31 (tag, policy) pairs and the nesting depth;
+//   limits  the 31 (tag, policy) pairs (none empty) and the nesting depth;
 //   refused a refused begin's matching end pops only it;
 //   exit    a thread's exit closes its open regions;
 //   partial two devices, one that cannot synchronise: a partial sleep;
 //   self    a thread's allocation in its own asleep region fails at once;
 //   fork    a child forked during another thread's sleep answers at once;
+//   reuse   the slots of empty tags go to new pairs once all are made;
+//   reuse_race N  4 threads, 40 names, N regions each: slots change hands;
 //   cycles N  N cycles of sleep/wake of mixed tags while 8 threads
 //           allocate, write, check and free outside the regions: no byte
 //           lost, no device or host memory leaked.
@@ -272,11 +274,25 @@ int limits_case() {
   if (api.begin("deep8", 0) != -1) return fail("a ninth nested region");
   for (int i = 0; i < 9; ++i) api.end();
   if (api.current() != nullptr) return fail("the nested regions' ends");
-  // 9 pairs made above; 22 more fill the 31.
+  // 9 pairs made above; 22 more fill the 31. Each holds memory: no slot
+  // is empty (an empty one would go to a new pair).
+  CUdeviceptr held[31];
+  int n_held = 0;
   for (int i = 0; i < 22; ++i) {
     std::snprintf(name, sizeof name, "t%d", i);
     if (api.begin(name, i & 1) != 0) return fail("a tag under the limit");
     api.end();
+  }
+  std::memset(name, 'a', 63);
+  name[63] = 0;
+  if (alloc_in(api, name, 0, 4096, &held[n_held++])) return 1;
+  for (int i = 0; i < 8; ++i) {
+    std::snprintf(name, sizeof name, "deep%d", i);
+    if (alloc_in(api, name, 0, 4096, &held[n_held++])) return 1;
+  }
+  for (int i = 0; i < 22; ++i) {
+    std::snprintf(name, sizeof name, "t%d", i);
+    if (alloc_in(api, name, i & 1, 4096, &held[n_held++])) return 1;
   }
   if (api.begin("t3", 1) != 0) return fail("begin t3");
   if (api.begin("one-too-many", 0) != -1) return fail("a 32nd (tag, policy) pair");
@@ -285,6 +301,7 @@ int limits_case() {
   api.end();
   if (api.begin("t3", 1) != 0) return fail("a known pair after the limit");
   api.end();
+  for (int i = 0; i < n_held; ++i) CHECK_CU(cuMemFree_v2(held[i]));
   std::printf("ok limits\n");
   return 0;
 }
@@ -520,6 +537,123 @@ int fork_case() {
   return 0;
 }
 
+// The slots of empty tags go to new (name, policy) pairs once all 31 are
+// made: not a tag with memory, asleep, or open on a thread; the reused
+// slot's counters start again; 300 per-request tags in a row all open.
+int reuse_case() {
+  Api api;
+  if (!load(&api)) return fail("the region API is not exported");
+  auto stats_json = reinterpret_cast<size_t (*)(char*, size_t)>(dlsym(RTLD_DEFAULT, "pagefast_stats_json"));
+  if (!stats_json) return fail("pagefast_stats_json not exported");
+  char name[32];
+  CUdeviceptr block[31];
+  for (int i = 0; i < 31; ++i) {
+    std::snprintf(name, sizeof name, "r%d", i);
+    if (alloc_in(api, name, 0, kMiB, &block[i])) return 1;
+  }
+  for (int i = 0; i < 3; ++i)
+    if (api.sleep_tag("r0", 0) != 0 || api.wake_tag("r0") != 0) return fail("cycles of r0");
+  // Every slot holds memory: a new pair is refused (and its end pops it).
+  if (api.begin("extra", 0) != -1 || api.end() != 0) return fail("a 32nd pair while no tag is empty");
+  // r1 open on another thread, r2 asleep (its block freed while asleep),
+  // r0 empty: only r0's slot may go.
+  std::atomic<int> stage{0};
+  std::thread holder([&] {
+    api.begin("r1", 0);
+    stage = 1;
+    while (stage.load() != 2) std::this_thread::yield();
+    api.end();
+  });
+  struct Release {  // the holder ends its region and is joined on every return
+    std::atomic<int>& stage;
+    std::thread& thread;
+    ~Release() {
+      stage = 2;
+      thread.join();
+    }
+  } release{stage, holder};
+  while (stage.load() != 1) std::this_thread::yield();
+  CHECK_CU(cuMemFree_v2(block[1]));
+  if (api.sleep_tag("r2", 0) != 0) return fail("sleep r2");
+  CHECK_CU(cuMemFree_v2(block[2]));
+  if (api.begin("extra", 0) != -1 || api.end() != 0) return fail("a slot with a region open or asleep was reused");
+  CHECK_CU(cuMemFree_v2(block[0]));
+  if (api.begin("extra", PAGEFAST_REGION_KEEP) != 0) return fail("the empty tag's slot was not reused");
+  if (!api.current() || std::strcmp(api.current(), "extra") != 0) return fail("the reused slot's name");
+  CUdeviceptr e = 0;
+  CHECK_CU(cuMemAlloc_v2(&e, 2 * kMiB));
+  fill_words(e, 2 * kMiB, 77);
+  api.end();
+  if (api.tag_asleep("r0") != -2) return fail("the old tag of a reused slot is still known");
+  if (api.tag_asleep("r2") != 1 || api.tag_asleep("extra") != 0) return fail("tag states after the reuse");
+  if (api.sleep_tag("extra", 0) != 0 || api.wake_tag("extra") != 0) return fail("sleep and wake of extra");
+  if (!words_intact(e, 2 * kMiB, 77)) return fail("extra (keep) lost its contents in the reused slot's pool");
+  std::vector<char> doc(1 << 16);
+  stats_json(doc.data(), doc.size());
+  const char* at = std::strstr(doc.data(), "{\"name\": \"extra\"");
+  if (!at || !std::strstr(at, "\"sleeps\": 1,") || std::strstr(at, "\"sleeps\": 1,") > std::strchr(at, '}'))
+    return fail("the reused slot's counters did not start again");
+  CHECK_CU(cuMemFree_v2(e));
+  // Per-request tags: each empty once its request is done.
+  for (int i = 0; i < 300; ++i) {
+    std::snprintf(name, sizeof name, "req%d", i);
+    CUdeviceptr p = 0;
+    if (api.begin(name, 0) != 0) return fail("a per-request tag was refused");
+    const CUresult r = cuMemAlloc_v2(&p, kMiB);
+    api.end();
+    CHECK_CU(r);
+    if (api.sleep_tag(name, 0) != 0 || api.wake_tag(name) != 0) return fail("sleep and wake of a per-request tag");
+    CHECK_CU(cuMemFree_v2(p));
+  }
+  if (api.wake_tag("r2") != 0) return fail("wake r2");
+  for (int i = 3; i < 31; ++i) CHECK_CU(cuMemFree_v2(block[i]));
+  std::printf("ok reuse\n");
+  return 0;
+}
+
+// Threads open regions of 40 names over and over (more names than slots:
+// slots change hands all the time), allocate, write and check in them: no
+// begin is refused (at most 8 slots are busy at once), and a thread's
+// region keeps its name while open.
+int reuse_race_case(int rounds) {
+  Api api;
+  if (!load(&api)) return fail("the region API is not exported");
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      cuCtxSetCurrent(g_context);
+      char name[32];
+      for (int i = 0; i < rounds && !bad.load(); ++i) {
+        std::snprintf(name, sizeof name, "n%d", (t * 7 + i * 3) % 40);
+        if (api.begin(name, i & 1) != 0) {
+          bad = 1;
+          break;
+        }
+        CUdeviceptr p = 0;
+        const size_t bytes = (i & 2) ? 4096 : 3 * kMiB / 2;
+        if (cuMemAlloc_v2(&p, bytes) != CUDA_SUCCESS) bad = 2;
+        const char* now = api.current();
+        if (!now || std::strcmp(now, name) != 0) bad = 3;
+        if (p) {
+          fill_words(p, bytes, uint64_t(t) << 32 | uint64_t(i));
+          if (!words_intact(p, bytes, uint64_t(t) << 32 | uint64_t(i))) bad = 4;
+        }
+        api.tag_asleep(name);
+        api.end();
+        if (p) cuMemFree_v2(p);
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  if (bad.load() == 1) return fail("a begin was refused while slots were empty");
+  if (bad.load() == 2) return fail("an allocation in a reused slot failed");
+  if (bad.load() == 3) return fail("a region's name changed while it was open");
+  if (bad.load() == 4) return fail("memory of a reused slot lost bytes");
+  if (fakecuda_violations()) return fail("the fake driver saw a violation");
+  std::printf("ok reuse_race\n");
+  return 0;
+}
+
 // Under a limit (PAGEFAST_CONF limit:64M) the device's pool and the
 // regions' pools together stay under it, and idle memory of one goes to
 // the other.
@@ -632,6 +766,8 @@ int main(int argc, char** argv) {
   if (what == "partial") return partial_case();
   if (what == "self") return self_case();
   if (what == "fork") return fork_case();
+  if (what == "reuse") return reuse_case();
+  if (what == "reuse_race") return reuse_race_case(argc > 2 ? std::atoi(argv[2]) : 500);
   if (what == "async") return async_case();
   if (what == "cycles") return cycles_case(argc > 2 ? std::atoi(argv[2]) : 100);
   return fail("unknown subcommand");
