@@ -109,13 +109,19 @@ int sleep_slot_locked(int slot, unsigned flags, bool* any) {
     if (vmm.slept_bytes || vmm.resident_bytes) *any = true;
     answer = fold(answer, vmm.status);
   }
+  return answer;
+}
+
+// REQUIRES: g_sleep_mutex. The slot reads asleep (its sleep went ahead, or
+// it held nothing to sleep), and its sleep counts.
+void mark_asleep(int slot, unsigned flags) {
   g_slots[slot].asleep.store(true, std::memory_order_release);
   g_slots[slot].sleeps.fetch_add(1, std::memory_order_relaxed);
-  if (const int open = region::open_count(slot))
+  const char* name = "";
+  if (const int open = region::open_count(slot); open && region::slot_info(slot, &name, nullptr))
     log_line(LogLevel::Info,
              "the region \"%s\" is open on %d thread(s) while it sleeps: their allocations in it wait for wake%s", name,
              open, (flags & policy::kSleepFail) ? " (fail, with PAGEFAST_SLEEP_FAIL)" : "");
-  return answer;
 }
 
 // REQUIRES: g_sleep_mutex. Wakes one slot: its own-VMM memory, then its
@@ -187,17 +193,21 @@ int sleep_slots(const char* tag, unsigned flags) {
     for (int d = 0; d < kMaxDevices; ++d) own_vmm::trim(d, UINT64_MAX);
   int answer = 0;
   bool any = false, refused = false, slept = false;
-  const int all = region::slot_count();
-  for (int i = 0; i < (slots ? count : all); ++i) {
+  const int n = slots ? count : region::slot_count();
+  int parts[region::kMaxSlots];
+  for (int i = 0; i < n; ++i) {
     bool had = false;
-    const int part = sleep_slot_locked(slots ? slots[i] : i, flags, &had);
+    parts[i] = sleep_slot_locked(slots ? slots[i] : i, flags, &had);
     any = any || had;
-    if (part < 0) refused = true;
+    if (parts[i] < 0) refused = true;
     else slept = slept || had;
-    answer = part < 0 ? answer : fold(answer, part);
+    answer = parts[i] < 0 ? answer : fold(answer, parts[i]);
   }
-  // A slot refused: -1 only where nothing else of the sleep left a device.
+  // A slot refused: -1 only where nothing else of the sleep left a device;
+  // then no slot reads asleep (an empty one beside it neither).
   if (refused) answer = slept ? 1 : -1;
+  for (int i = 0; i < n && !(refused && !slept); ++i)
+    if (parts[i] >= 0) mark_asleep(slots ? slots[i] : i, flags);
   // Everything, and nothing to sleep: no pool at all (-1). A tag whose
   // regions hold nothing yet sleeps as asked: nothing to do (0).
   if (!any && !slots) return -1;

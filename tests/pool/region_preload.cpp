@@ -431,6 +431,15 @@ int partial_case() {
   fakecuda_set_sync_error(0, CUDA_SUCCESS);
   fakecuda_set_sync_error(1, CUDA_SUCCESS);
   if (answer != -1 || api.tag_asleep("two") != 0) return fail("every device refused: not -1 and awake");
+  // A tag of two policies, the discard one empty: every device refusing the
+  // keep one leaves nothing changed, and the tag awake.
+  if (api.begin("two", 0) != 0 || api.end() != 0) return fail("two, discard");
+  fakecuda_set_sync_error(0, CUDA_ERROR_LAUNCH_FAILED);
+  fakecuda_set_sync_error(1, CUDA_ERROR_LAUNCH_FAILED);
+  const int pair = api.sleep_tag("two", 0);
+  fakecuda_set_sync_error(0, CUDA_SUCCESS);
+  fakecuda_set_sync_error(1, CUDA_SUCCESS);
+  if (pair != -1 || api.tag_asleep("two") != 0) return fail("refused beside an empty policy: not -1 and awake");
   if (!words_intact(p[0], 4 * kMiB, 5) || !words_intact(p[1], 4 * kMiB, 6))
     return fail("a refused sleep changed memory");
   for (int d = 0; d < 2; ++d) {
