@@ -38,6 +38,22 @@ class SleepGate {
   };
 
   bool asleep() const { return asleep_.load(std::memory_order_acquire); }
+  // Waits for wake without entering, for a caller that must not wait
+  // inside its own lock (a region's shared cache): true once awake; false
+  // at once where enter() would fail (kSleepFail, the closing thread).
+  bool wait_for_wake();
+  // While one lives on a thread, enter() there fails instead of waiting:
+  // the caller gives up its lock and calls wait_for_wake().
+  class NoWait {
+   public:
+    NoWait();
+    ~NoWait();
+    NoWait(const NoWait&) = delete;
+    NoWait& operator=(const NoWait&) = delete;
+
+   private:
+    bool before_;
+  };
   // Asleep from now on (with `flags` for the slow paths that come), closed
   // by the calling thread; returns once no slow path is past the gate.
   void close(unsigned flags);

@@ -98,3 +98,23 @@ TEST_CASE("sleep gate: the thread that closed the gate fails instead of waiting;
   gate.leave();
   opener.join();
 }
+
+TEST_CASE("sleep gate: under NoWait a slow path fails instead of waiting; wait_for_wake waits outside") {
+  SleepGate gate;
+  std::thread closer([&] { gate.close(0); });
+  closer.join();
+  {
+    SleepGate::NoWait no_wait;
+    CHECK_FALSE(gate.enter());
+  }
+  std::thread opener([&] { gate.open(); });
+  CHECK(gate.wait_for_wake());  // returns once open, whichever comes first
+  opener.join();
+  CHECK_FALSE(gate.asleep());
+  REQUIRE(gate.enter());
+  gate.leave();
+  gate.close(kSleepFail);  // kSleepFail, and this thread closed it: no wait
+  CHECK_FALSE(gate.wait_for_wake());
+  gate.open();
+  CHECK(gate.wait_for_wake());
+}

@@ -3,7 +3,7 @@
 Runs region_preload against the fake libcuda.so.1 with
 LD_PRELOAD=libpagefast.so and checks what it prints.
 
-Usage: region_cases.py tags|limits|limit|async|cycles|refused|exit|partial|self|fork|reuse|reuse_race --build <build dir>
+Usage: region_cases.py tags|limits|limit|async|cycles|refused|exit|partial|self|waiter|fork|reuse|reuse_race --build <build dir>
 """
 import sys
 
@@ -46,6 +46,9 @@ def main():
     elif what == "self":
         r = run(build, ["self"], env={"PAGEFAST_LOG": "warn"})
         expect_ok(r, "self", "pagefast")
+    elif what == "waiter":
+        r = run(build, ["waiter"], env={"PAGEFAST_LOG": "warn"})
+        expect_ok(r, "waiter", "pagefast")
     elif what == "fork":
         r = run(build, ["fork"], env={"PAGEFAST_LOG": "warn"})
         expect_ok(r, "fork", "pagefast")

@@ -16,6 +16,7 @@
 //   exit    a thread's exit closes its open regions;
 //   partial two devices, one that cannot synchronise: a partial sleep;
 //   self    a thread's allocation in its own asleep region fails at once;
+//   waiter  ... also while another thread of the region waits for wake;
 //   fork    a child forked during another thread's sleep answers at once;
 //   reuse   the slots of empty tags go to new pairs once all are made;
 //   reuse_race N  4 threads, 40 names, N regions each: slots change hands;
@@ -24,6 +25,7 @@
 //           lost, no device or host memory leaked.
 #include <cuda.h>
 #include <dlfcn.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -502,6 +504,57 @@ int self_case() {
   return 0;
 }
 
+// Whether thread `tid` of this process is blocked (state S in /proc: in a
+// wait, here the pool's wait for wake), read without any timer.
+bool blocked(pid_t tid) {
+  char path[64], line[256] = "";
+  std::snprintf(path, sizeof path, "/proc/self/task/%d/stat", int(tid));
+  FILE* f = std::fopen(path, "r");
+  if (!f) return false;
+  const bool read = std::fgets(line, sizeof line, f) != nullptr;
+  std::fclose(f);
+  const char* paren = read ? std::strrchr(line, ')') : nullptr;
+  return paren && paren[1] == ' ' && paren[2] == 'S';
+}
+
+// Another thread of the region waits for wake first; then the sleeping
+// thread allocates in the region (out of memory at once) and frees a block
+// of it (served): neither is held up behind the waiting thread.
+int waiter_case() {
+  Api api;
+  if (!load(&api)) return fail("the region API is not exported");
+  std::atomic<int> stage{0}, got{0};
+  std::atomic<pid_t> tid{0};
+  std::thread other([&] {
+    cuCtxSetCurrent(g_context);
+    api.begin("mine", 0);
+    tid = pid_t(syscall(SYS_gettid));
+    stage = 1;
+    while (stage.load() != 2) std::this_thread::yield();
+    CUdeviceptr q = 0;
+    got = cuMemAlloc_v2(&q, 3 * kMiB) == CUDA_SUCCESS ? 1 : -1;  // waits for wake
+    if (q) cuMemFree_v2(q);
+    api.end();
+  });
+  CUdeviceptr p = 0, refused = 0;
+  if (alloc_in(api, "mine", 0, 4 * kMiB, &p)) return 1;
+  while (stage.load() != 1) std::this_thread::yield();
+  if (api.sleep_tag("mine", 0) != 0) return fail("sleep mine");
+  stage = 2;
+  while (!blocked(tid.load()) && got.load() == 0) std::this_thread::yield();
+  if (api.begin("mine", 0) != 0) return fail("begin mine");
+  const CUresult r = cuMemAlloc_v2(&refused, 8 * kMiB);
+  api.end();
+  const CUresult freed = cuMemFree_v2(p);
+  if (api.wake_tag("mine") != 0) return fail("wake mine");
+  other.join();
+  if (r != CUDA_ERROR_OUT_OF_MEMORY) return fail("the sleeping thread's allocation was not out of memory");
+  if (freed != CUDA_SUCCESS) return fail("a free of asleep memory while another thread waits");
+  if (got.load() != 1) return fail("the waiting thread's allocation failed");
+  std::printf("ok waiter\n");
+  return 0;
+}
+
 // A fork while another thread is inside a sleep (held in its sync by a
 // gate kernel): the child's sleep and wake answer -1 at once, and its
 // regions open and close; the parent's sleep then finishes.
@@ -775,6 +828,7 @@ int main(int argc, char** argv) {
   if (what == "partial") return partial_case();
   if (what == "self") return self_case();
   if (what == "fork") return fork_case();
+  if (what == "waiter") return waiter_case();
   if (what == "reuse") return reuse_case();
   if (what == "reuse_race") return reuse_race_case(argc > 2 ? std::atoi(argv[2]) : 500);
   if (what == "async") return async_case();
