@@ -33,10 +33,12 @@ namespace pagefast::pool {
 namespace {
 
 // REQUIRES: sleep_mutex(). Whether a slot holds nothing: no live block in
-// its pool on any device (nor a pool asleep) and no own-VMM memory.
+// its pool on any device (nor a pool asleep) and no own-VMM memory. In a
+// forked child (pool off) the pools are the parent's: not looked at (their
+// locks may have been held at the fork).
 bool slot_empty(int slot) {
   if (slot_state(slot).asleep.load(std::memory_order_acquire)) return false;
-  for (int d = 0; d < kMaxDevices; ++d) {
+  for (int d = 0; d < kMaxDevices && active(); ++d) {
     const DeviceMemory* memory = device_memory(d);
     policy::DevicePool* pool = memory ? memory->pool_at(slot) : nullptr;
     if (pool && (pool->asleep() || pool->in_use_bytes() != 0)) return false;
