@@ -83,8 +83,10 @@ int pagefast_report(const char* path_or_null);
  * resident (chunks the driver refused to release or another process maps
  * through CUDA IPC, the program's own cuMemCreate memory that cannot sleep,
  * the driver's own stream-ordered pool (cudaMallocAsync); the log names
- * it); -1 no pool, or a stream capture is active or the
- * device could not be synchronised (nothing changed).
+ * it, also a device whose pool could not sleep while another's did: a
+ * partial sleep); -1 no pool, or a stream capture is active or the
+ * device could not be synchronised (nothing changed: never once any
+ * memory left a device).
  * pagefast_wake: 0 awake (also when not asleep); -1 no pool, or the driver
  * refused memory or a mapping: still asleep, call it again.
  * pagefast_asleep: how many pools are asleep. */
@@ -101,9 +103,14 @@ int pagefast_asleep(void);
  * sleep of that tag keeps its contents (PAGEFAST_REGION_KEEP) or discards
  * them. A tag is 1 to 63 characters of A-Z a-z 0-9 _ . : -; regions nest
  * up to 8 deep on a thread (the innermost tags); a process has at most 31
- * (tag, policy) pairs. begin: 0, or -1 (a bad tag, too many, too deep; the
- * log says which). end: 0, or -1 when no region is open on this thread.
- * pagefast_region_current: the calling thread's innermost tag, or NULL.
+ * (tag, policy) pairs at once (a new pair takes over the slot of an empty
+ * one: no region open, nothing allocated, not asleep). begin: 0, or -1 (a bad tag, too many, too deep; the
+ * log says which); a refused begin still takes its end, which pops it only
+ * (meanwhile the region around it tags). end: 0, or -1 when nothing is
+ * open on this thread.
+ * pagefast_region_current: the calling thread's innermost tag, or NULL;
+ * the text stays valid while that region is open (an empty tag's slot may
+ * go to another tag later: copy it to keep it).
  *
  * pagefast_sleep_tag / pagefast_wake_tag: as pagefast_sleep / pagefast_wake
  * for the memory of one tag (NULL: everything, tagged or not). The contents

@@ -34,6 +34,10 @@ void configure(const PoolConfig& config, LogSink log);
 // the own-VMM cache and the service threads' exit stop switch off and
 // everything is forwarded.
 void after_fork_child();
+// The same for sleep and regions (sleep.cpp): their locks, which a thread
+// of the parent may have held at the fork, are made anew in the child;
+// the child's sleep and wake answer -1 at once.
+void sleep_after_fork_child();
 
 // The pool of a device ordinal, or NULL when none was made (no allocation
 // there yet, pool off, device not poolable or retired, or a forked
@@ -46,10 +50,12 @@ bool pool_live(const policy::DevicePool* pool);
 // Per tag (interpose/pool/region.h, docs/SLEEP.md): the figures of one
 // (tag, policy) slot over every device, the pool's and the program's own
 // VMM memory together, for the stats document, the live segment and
-// Prometheus. Counters never go back; byte figures are the memory's, so a
-// sleep moves bytes from resident to asleep and nothing reads as a restart.
+// Prometheus. Counters never go back while the slot has its tag (a slot
+// an empty tag gave back to a new tag starts again from 0: a new name);
+// byte figures are the memory's, so a sleep moves bytes from resident to
+// asleep and nothing reads as a restart.
 struct TagFigures {
-  const char* name = nullptr;  // lives as long as the process
+  const char* name = nullptr;  // the slot's name: copy it at once (an empty tag's slot may be renamed)
   bool keep = false;           // the regions' policy: contents kept at sleep
   int slot = 0;
   bool asleep = false;

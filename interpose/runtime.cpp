@@ -129,6 +129,7 @@ void after_fork_child() {
   trace::after_fork_child();
   live::after_fork_child();
   pool::after_fork_child();
+  pool::sleep_after_fork_child();
 }
 
 }  // namespace

@@ -201,6 +201,9 @@ class DevicePool final {
   SleepStatus sleep(unsigned flags, const std::vector<ChunkHandle>& shared = {});
   SleepStatus wake();
   bool asleep() const { return sleep_.asleep(); }
+  // SleepGate::wait_for_wake: for a caller whose allocation failed at the
+  // gate under SleepGate::NoWait (it waits without holding its lock).
+  bool wait_for_wake() { return sleep_.wait_for_wake(); }
   // Bytes copied to host memory by the last sleep with kSleepKeep.
   uint64_t kept_bytes();
   // Lock-free, for stats read while a sleep or wake runs: the memory the

@@ -5,6 +5,10 @@
 // refilling a cache while chunks go. The hit path never passes it: sleep
 // empties the thread caches, so every allocation then reaches a slow path.
 //
+// The thread that closed the gate never waits at it: its wake could only
+// come from itself, so its slow paths fail (out of memory) while asleep,
+// whatever the flags; every other thread waits or fails as the flags say.
+//
 // Lock: its own (with the condition variable), held only to wait or to
 // open; never held while taking another.
 #pragma once
@@ -22,8 +26,9 @@ constexpr unsigned kSleepFail = 2;  // allocations fail while asleep (default: w
 
 class SleepGate {
  public:
-  // Entered before any slow path; false when asleep with kSleepFail (the
-  // caller answers out of memory); waits while asleep otherwise.
+  // Entered before any slow path; false when asleep with kSleepFail, or
+  // when the calling thread is the one that closed the gate (the caller
+  // answers out of memory); waits while asleep otherwise.
   // REQUIRES: leave() after a true answer.
   bool enter();
   void leave() { in_flight_.fetch_sub(1, std::memory_order_seq_cst); }
@@ -33,8 +38,24 @@ class SleepGate {
   };
 
   bool asleep() const { return asleep_.load(std::memory_order_acquire); }
-  // Asleep from now on (with `flags` for the slow paths that come); returns
-  // once no slow path is past the gate.
+  // Waits for wake without entering, for a caller that must not wait
+  // inside its own lock (a region's shared cache): true once awake; false
+  // at once where enter() would fail (kSleepFail, the closing thread).
+  bool wait_for_wake();
+  // While one lives on a thread, enter() there fails instead of waiting:
+  // the caller gives up its lock and calls wait_for_wake().
+  class NoWait {
+   public:
+    NoWait();
+    ~NoWait();
+    NoWait(const NoWait&) = delete;
+    NoWait& operator=(const NoWait&) = delete;
+
+   private:
+    bool before_;
+  };
+  // Asleep from now on (with `flags` for the slow paths that come), closed
+  // by the calling thread; returns once no slow path is past the gate.
   void close(unsigned flags);
   // Awake: the waiting slow paths go on.
   void open();
@@ -42,6 +63,7 @@ class SleepGate {
  private:
   std::atomic<bool> asleep_{false};
   std::atomic<unsigned> flags_{0};
+  std::atomic<uint64_t> closer_{0};  // the thread that closed the gate (thread_number())
   std::atomic<uint64_t> in_flight_{0};
   std::mutex wait_mutex_;  // with wait_cv_: slow paths waiting for wake
   std::condition_variable wait_cv_;

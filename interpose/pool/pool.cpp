@@ -125,9 +125,17 @@ __attribute__((noinline)) bool alloc_in_region(int slot, int device, uint64_t by
   if (!pool) return false;
   uint64_t addr = 0;
   AllocStatus status;
-  {
-    std::lock_guard<std::mutex> guard(memory->shared_mutex(slot));
-    status = pool->alloc(*memory->shared_cache(slot), bytes, &addr, context);
+  while (true) {
+    {
+      // An allocation that would wait for wake fails at the gate instead:
+      // it waits below, without the shared cache's lock, so that frees and
+      // the other threads of the region (the sleeping thread among them,
+      // which fails at once) are not held up behind it.
+      policy::SleepGate::NoWait no_wait;
+      std::lock_guard<std::mutex> guard(memory->shared_mutex(slot));
+      status = pool->alloc(*memory->shared_cache(slot), bytes, &addr, context);
+    }
+    if (status != AllocStatus::OutOfMemory || !pool->asleep() || !pool->wait_for_wake()) break;
   }
   if (status == AllocStatus::Forward) return false;
   *result = alloc_result(status, addr, dptr);

@@ -66,7 +66,12 @@ int asleep_count();
 // The same for one tag's slots (region.h); NULL: everything; -2 unknown.
 int sleep_tag(const char* tag, unsigned flags);
 int wake_tag(const char* tag);
-int tag_asleep(const char* tag);
+int tag_asleep(const char* tag);  // tags.cpp
+// tags.cpp: every slot is made and a region of a new (name, keep) begins:
+// the slot of an empty tag goes to it (region.h), with a region of it
+// opened for the caller. Returns the slot, or 0 when none is empty. Takes
+// the sleep's lock (waits for a sleep or wake under way).
+int reuse_tag_slot(const char* name, bool keep);
 // pagefast-ctl's requests (ipc::set_control): 3 sleep(flags), 4 wake, 5 status.
 int control_op(uint16_t op, uint64_t arg);
 // pagefast-ctl's requests of one tag (ipc::set_tag_control; ipc_wire.h):

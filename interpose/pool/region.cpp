@@ -1,9 +1,14 @@
 // interpose/pool/region.cpp: see region.h.
 #include "interpose/pool/region.h"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <new>
+
+#include "interpose/pool/pool_internal.h"
 
 namespace pagefast::pool::region {
 
@@ -11,18 +16,46 @@ __thread int t_current __attribute__((tls_model("initial-exec"))) = 0;
 
 namespace {
 
-// A thread's open regions, innermost last. Fixed size: no host allocation.
-__thread int t_stack[kMaxDepth] __attribute__((tls_model("initial-exec")));
+// A thread's open regions, innermost last, and the markers of refused
+// begins among them (kRefused | the slot that tags meanwhile), so that the
+// matching end pops the marker only. Fixed size: no host allocation; the
+// refused begins made while the stack is full are counted in t_excess (the
+// innermost of all then, so they end first).
+constexpr int kStack = 2 * kMaxDepth;
+constexpr int kRefused = 0x10000;
+__thread int t_stack[kStack] __attribute__((tls_model("initial-exec")));
 __thread int t_depth __attribute__((tls_model("initial-exec"))) = 0;
+__thread int t_regions __attribute__((tls_model("initial-exec"))) = 0;  // entries that are regions
+__thread unsigned t_excess __attribute__((tls_model("initial-exec"))) = 0;
+
+// Thread exit closes the thread's open regions: a pthread key, set at the
+// thread's first region, whose destructor ends them all.
+pthread_key_t g_exit_key;
+pthread_once_t g_exit_key_once = PTHREAD_ONCE_INIT;
+__thread bool t_exit_keyed __attribute__((tls_model("initial-exec"))) = false;
+
+void close_at_exit(void*);
+void make_exit_key() { pthread_key_create(&g_exit_key, &close_at_exit); }
+
+// A refused begin: a marker the matching end pops; the allocations
+// meanwhile carry the tag of the region open around it (none: untagged).
+void push_refused() {
+  if (t_depth < kStack) t_stack[t_depth++] = kRefused | t_current;
+  else ++t_excess;
+}
 
 struct Slot {
+  // The last byte stays 0 (names are at most 63 bytes): a lock-free reader
+  // racing with the slot's reuse reads a name that ends.
   char name[kMaxNameBytes];
   bool keep;
-  std::atomic<int> open;  // threads' regions of this slot open now
+  std::atomic<int> open;        // threads' regions of this slot open now
+  std::atomic<int64_t> begins;  // regions of this slot begun so far (under g_mutex)
 };
 
 // Constant-initialised; slots are filled under g_mutex and published by
-// g_count (release), then never change but for `open`.
+// g_count (release); a slot changes (name, keep) only when an empty tag's
+// slot is reused (take_over, under g_mutex).
 Slot g_slots[kMaxSlots];
 std::atomic<int> g_count{1};
 std::mutex g_mutex;
@@ -39,11 +72,30 @@ bool good_name(const char* name) {
   return true;
 }
 
+// REQUIRES: g_mutex. A region of `slot` opens.
+void open_locked(int slot) {
+  g_slots[slot].open.fetch_add(1, std::memory_order_acq_rel);
+  g_slots[slot].begins.fetch_add(1, std::memory_order_relaxed);
+}
+
 int find_locked(const char* name, bool keep) {
   const int count = g_count.load(std::memory_order_relaxed);
   for (int s = 1; s < count; ++s)
     if (g_slots[s].keep == keep && std::strcmp(g_slots[s].name, name) == 0) return s;
   return 0;
+}
+
+void close_at_exit(void*) {
+  t_exit_keyed = false;
+  t_excess = 0;
+  while (t_depth > 0) end();
+}
+
+// Once per thread, at its first region (not on the allocation path).
+void key_thread() {
+  if (t_exit_keyed) return;
+  pthread_once(&g_exit_key_once, &make_exit_key);
+  t_exit_keyed = pthread_setspecific(g_exit_key, reinterpret_cast<void*>(1)) == 0;
 }
 
 }  // namespace
@@ -53,39 +105,54 @@ int begin(const char* name, bool keep, const char** why) {
   if (!why) why = &unused;
   if (!good_name(name)) {
     *why = "a tag is 1 to 63 characters of A-Z a-z 0-9 _ . : -";
+    push_refused();
     return -1;
   }
-  if (t_depth >= kMaxDepth) {
+  if (t_regions >= kMaxDepth || t_depth >= kStack || t_excess) {
     *why = "too many regions open on this thread (8)";
+    push_refused();
     return -1;
   }
   int slot = 0;
   {
     std::lock_guard<std::mutex> guard(g_mutex);
     slot = find_locked(name, keep);
-    if (!slot) {
-      const int count = g_count.load(std::memory_order_relaxed);
-      if (count >= kMaxSlots) {
-        *why = "too many tags (31 pairs of name and policy)";
-        return -1;
-      }
+    const int count = g_count.load(std::memory_order_relaxed);
+    if (!slot && count < kMaxSlots) {
       std::memcpy(g_slots[count].name, name, std::strlen(name) + 1);
       g_slots[count].keep = keep;
       slot = count;
       g_count.store(count + 1, std::memory_order_release);
     }
+    if (slot) open_locked(slot);
   }
-  g_slots[slot].open.fetch_add(1, std::memory_order_acq_rel);
+  // Every slot made: the slot of an empty tag, if any (tags.cpp; opened
+  // there under g_mutex).
+  if (!slot) slot = reuse_tag_slot(name, keep);
+  if (!slot) {
+    *why = "too many tags (31 pairs of name and policy, none of them empty)";
+    push_refused();
+    return -1;
+  }
+  key_thread();
   t_stack[t_depth++] = slot;
+  ++t_regions;
   t_current = slot;
   return slot;
 }
 
 int end() {
+  if (t_excess) {
+    --t_excess;
+    return 0;
+  }
   if (t_depth == 0) return -1;
-  const int slot = t_stack[--t_depth];
-  g_slots[slot].open.fetch_sub(1, std::memory_order_acq_rel);
-  t_current = t_depth ? t_stack[t_depth - 1] : 0;
+  const int entry = t_stack[--t_depth];
+  if (!(entry & kRefused)) {
+    g_slots[entry].open.fetch_sub(1, std::memory_order_acq_rel);
+    --t_regions;
+  }
+  t_current = t_depth ? t_stack[t_depth - 1] & ~kRefused : 0;
   return 0;
 }
 
@@ -111,5 +178,30 @@ int open_count(int slot) {
   if (slot <= 0 || slot >= slot_count()) return 0;
   return g_slots[slot].open.load(std::memory_order_acquire);
 }
+
+int64_t idle_since(int slot) {
+  if (slot <= 0 || slot >= slot_count()) return -1;
+  std::lock_guard<std::mutex> guard(g_mutex);
+  if (g_slots[slot].open.load(std::memory_order_acquire) != 0) return -1;
+  return g_slots[slot].begins.load(std::memory_order_relaxed);
+}
+
+int take_over(int slot, int64_t begins, const char* name, bool keep) {
+  if (slot <= 0 || slot >= slot_count() || !good_name(name)) return 0;
+  std::lock_guard<std::mutex> guard(g_mutex);
+  // Another thread made the pair meanwhile: its slot.
+  if (const int made = find_locked(name, keep)) {
+    open_locked(made);
+    return made;
+  }
+  Slot& s = g_slots[slot];
+  if (s.open.load(std::memory_order_acquire) != 0 || s.begins.load(std::memory_order_relaxed) != begins) return 0;
+  std::memcpy(s.name, name, std::strlen(name) + 1);
+  s.keep = keep;
+  open_locked(slot);
+  return slot;
+}
+
+void after_fork_child() { new (&g_mutex) std::mutex(); }
 
 }  // namespace pagefast::pool::region

@@ -9,9 +9,13 @@
 // (slot 0: outside any region). The same name opened once with keep and
 // once without has two slots, so that each allocation keeps the policy of
 // the region it was made in. Slots are made at the first region of a
-// (name, policy) pair and never reused (a process opens a handful of tags).
+// (name, policy) pair; once all are made, a new pair takes over the slot
+// of an empty tag (tags.cpp reuse_tag_slot: no region open, nothing
+// allocated, not asleep), so that per-request tags do not run out.
 //
-// Regions nest on a thread (up to kMaxDepth): the innermost one tags.
+// Regions nest on a thread (up to kMaxDepth): the innermost one tags. A
+// thread that exits with regions open ends them (a pthread key's
+// destructor, set at the thread's first region).
 // current() is one thread-local read, on the allocation path.
 #pragma once
 
@@ -29,9 +33,12 @@ inline int current() { return t_current; }
 
 // Opens a region on the calling thread. The name: 1 to 63 bytes of
 // [A-Za-z0-9_.:-]. Returns the slot, or -1 (a bad name, too many tags, or
-// kMaxDepth regions open on this thread already), with *why set.
+// kMaxDepth regions open on this thread already), with *why set. A
+// refused begin still takes its end: it pushes a marker that the matching
+// end() pops, and meanwhile the region open around it (if any) tags.
 int begin(const char* name, bool keep, const char** why);
-// Ends the calling thread's innermost region; -1 when none is open.
+// Ends the calling thread's innermost region, or pops the marker of the
+// innermost refused begin; -1 when neither is open.
 int end();
 
 // The slots of a name (at most 2: keep and discard); returns how many,
@@ -43,5 +50,18 @@ int slot_count();
 bool slot_info(int slot, const char** name, bool* keep);
 // Threads with a region of `slot` open now (sleep's bad-input answer).
 int open_count(int slot);
+
+// The reuse of an empty tag's slot (tags.cpp), in two steps around the
+// glue's check that the slot holds nothing: idle_since answers how many
+// regions of `slot` began so far, or -1 while one is open; take_over
+// renames the slot to (name, keep) and opens a region of it for the
+// caller's begin, if no region of it began since `begins`. Returns the
+// slot of (name, keep): `slot`, or the one another thread made meanwhile;
+// 0 when a region of `slot` began since (the slot is not empty any more).
+int64_t idle_since(int slot);
+int take_over(int slot, int64_t begins, const char* name, bool keep);
+// The fork handler's part, in the child: the lock of the slots is made
+// anew (a thread of the parent may have held it at the fork).
+void after_fork_child();
 
 }  // namespace pagefast::pool::region

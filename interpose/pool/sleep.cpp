@@ -1,9 +1,10 @@
 // interpose/pool/sleep.cpp: the glue of sleep and wake (docs/SLEEP.md,
 // docs/POOL.md "Sleep and wake"): pagefast_sleep / pagefast_wake and their
 // tagged forms of the C API (interpose/pagefast.h) over every pool and the
-// program's own VMM memory, the regions' C API, and pagefast-ctl's requests
-// that reach them through the control socket (interpose/ipc/). The policy
-// is in policy/device_pool.h; the own-VMM half in own_vmm_sleep.cpp.
+// program's own VMM memory, and pagefast-ctl's requests that reach them
+// through the control socket (interpose/ipc/). The policy is in
+// policy/device_pool.h; the own-VMM half in own_vmm_sleep.cpp; the
+// regions' C API and the tags' figures in tags.cpp.
 //
 // What sleeps is a set of slots (region.h): slot 0 is the memory made
 // outside any region (the device's pool, and the program's own VMM handles
@@ -13,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <new>
 
 #include "interpose/driver.h"
 #include "interpose/ipc/ipc.h"
@@ -23,6 +25,7 @@
 #include "interpose/pool/pool_internal.h"
 #include "interpose/pool/process.h"
 #include "interpose/pool/region.h"
+#include "interpose/pool/sleep_state.h"
 #include "interpose/pool_api.h"
 #include "policy/device_pool.h"
 
@@ -31,15 +34,7 @@
 namespace pagefast::pool {
 namespace {
 
-std::mutex g_sleep_mutex;  // one sleep or wake at a time
-
-// Per slot: asleep (the last sleep of the slot went ahead and no wake has
-// finished since), and the counters of the per-tag stats.
-struct SlotState {
-  std::atomic<bool> asleep{false};
-  std::atomic<uint64_t> sleeps{0};
-  std::atomic<uint64_t> wakes{0};
-};
+std::mutex g_sleep_mutex;  // sleep_mutex()
 SlotState g_slots[region::kMaxSlots];
 
 // The answers of the parts folded into one: -1 beats 1 beats 0.
@@ -74,12 +69,17 @@ bool keeps(int slot, unsigned flags) {
 }
 
 // REQUIRES: g_sleep_mutex. Sleeps one slot: its pool on each device, then
-// its own-VMM memory. *any: set when the slot had a pool or own-VMM memory.
+// its own-VMM memory. Answers 0, 1 (some memory stayed resident) or -1
+// (nothing of the slot changed: every pool refused, a capture or a failed
+// sync). A pool that refused while another of the slot slept makes the
+// sleep partial (1): memory left the device, so never -1; the own-VMM
+// memory of the slot then stays resident too (a device could not be
+// synchronised). *any: set when the slot had a pool or own-VMM memory.
 int sleep_slot_locked(int slot, unsigned flags, bool* any) {
   const bool keep = keeps(slot, flags);
   const unsigned pool_flags = (keep ? policy::kSleepKeep : 0) | (flags & policy::kSleepFail);
   int answer = 0;
-  bool busy = false;
+  int refused = 0, slept = 0;
   for (int d = 0; d < kMaxDevices; ++d) {
     DeviceMemory* memory = device_memory(d);
     policy::DevicePool* pool = memory && !retired_device(d) ? memory->pool_at(slot) : nullptr;
@@ -87,27 +87,41 @@ int sleep_slot_locked(int slot, unsigned flags, bool* any) {
     *any = true;
     const int part = answer_of(pool->sleep(pool_flags, ipc::begin_sleep(d)));
     if (!any_asleep(*memory)) ipc::end_sleep(d);
-    busy = busy || part < 0;
+    if (part < 0) {
+      ++refused;
+      continue;
+    }
+    ++slept;
     answer = fold(answer, part);
   }
-  // A pool that could not sleep (a capture, a failed sync) changed nothing:
-  // the own-VMM memory of the slot stays too, and the answer says -1.
-  if (busy) return -1;
-  const own_vmm::SleepAnswer vmm = own_vmm::sleep_slot(slot, keep);
-  if (vmm.slept_bytes || vmm.resident_bytes) *any = true;
-  answer = fold(answer, vmm.status);
-  if (answer >= 0) {
-    g_slots[slot].asleep.store(true, std::memory_order_release);
-    g_slots[slot].sleeps.fetch_add(1, std::memory_order_relaxed);
-    if (const int open = region::open_count(slot)) {
-      const char* name = "";
-      region::slot_info(slot, &name, nullptr);
-      log_line(LogLevel::Info,
-               "the region \"%s\" is open on %d thread(s) while it sleeps: their allocations in it wait for wake%s",
-               name, open, (flags & policy::kSleepFail) ? " (fail, with PAGEFAST_SLEEP_FAIL)" : "");
-    }
+  if (refused && !slept) return -1;
+  const char* name = "(outside any region)";
+  if (slot) region::slot_info(slot, &name, nullptr);
+  if (refused) {
+    log_line(LogLevel::Warn,
+             "sleep of \"%s\": the pools of %d device(s) could not sleep (a stream capture, or a device that "
+             "could not be synchronised) and stay resident, with the program's own VMM memory of the tag; "
+             "the memory of %d other device(s) sleeps: a partial sleep (1)",
+             name, refused, slept);
+    answer = 1;
+  } else {
+    const own_vmm::SleepAnswer vmm = own_vmm::sleep_slot(slot, keep);
+    if (vmm.slept_bytes || vmm.resident_bytes) *any = true;
+    answer = fold(answer, vmm.status);
   }
   return answer;
+}
+
+// REQUIRES: g_sleep_mutex. The slot reads asleep (its sleep went ahead, or
+// it held nothing to sleep), and its sleep counts.
+void mark_asleep(int slot, unsigned flags) {
+  g_slots[slot].asleep.store(true, std::memory_order_release);
+  g_slots[slot].sleeps.fetch_add(1, std::memory_order_relaxed);
+  const char* name = "";
+  if (const int open = region::open_count(slot); open && region::slot_info(slot, &name, nullptr))
+    log_line(LogLevel::Info,
+             "the region \"%s\" is open on %d thread(s) while it sleeps: their allocations in it wait for wake%s", name,
+             open, (flags & policy::kSleepFail) ? " (fail, with PAGEFAST_SLEEP_FAIL)" : "");
 }
 
 // REQUIRES: g_sleep_mutex. Wakes one slot: its own-VMM memory, then its
@@ -151,20 +165,49 @@ bool name_driver_pools() {
   return any;
 }
 
-// Sleeps `slots` (all of them when NULL): 0 asleep, 1 asleep with some
-// memory resident (the log names it), -1 nothing to sleep, or a part
-// refused (a capture, a failed sync).
-int sleep_slots(const int* slots, int count, unsigned flags) {
+// The slots of a tag (REQUIRES: g_sleep_mutex); 0, with a warning, when none.
+int tag_slots(const char* tag, int slots[2]) {
+  const int n = region::slots_of(tag, slots);
+  if (n == 0) log_line(LogLevel::Warn, "sleep or wake of the tag \"%s\": no region ever had that tag", tag);
+  return n;
+}
+
+// Sleeps the slots of `tag` (all of them when NULL): 0 asleep, 1 asleep with some
+// memory resident (the log names it; also where a slot, or a device of a
+// slot, refused while another slept), -1 nothing to sleep, or nothing
+// changed (every slot with memory refused: a capture, a failed sync); -2
+// for a tag no region has.
+int sleep_slots(const char* tag, unsigned flags) {
+  // A forked child answers at once, before the lock: a thread of the
+  // parent may have held it at the fork, and the child has no such thread.
+  if (!active()) return -1;
   std::lock_guard<std::mutex> guard(g_sleep_mutex);
   if (!active()) return -1;
+  // The tag's slots, under the lock: they do not go to another tag now.
+  int tagged[2];
+  const int* slots = tag ? tagged : nullptr;
+  const int count = tag ? tag_slots(tag, tagged) : 0;
+  if (tag && !count) return -2;
   // What the own-VMM cache keeps idle goes back with the pools' idle memory.
   if (own_vmm::on())
     for (int d = 0; d < kMaxDevices; ++d) own_vmm::trim(d, UINT64_MAX);
   int answer = 0;
-  bool any = false;
-  const int all = region::slot_count();
-  for (int i = 0; i < (slots ? count : all); ++i)
-    answer = fold(answer, sleep_slot_locked(slots ? slots[i] : i, flags, &any));
+  bool any = false, refused = false, slept = false;
+  const int n = slots ? count : region::slot_count();
+  int parts[region::kMaxSlots];
+  for (int i = 0; i < n; ++i) {
+    bool had = false;
+    parts[i] = sleep_slot_locked(slots ? slots[i] : i, flags, &had);
+    any = any || had;
+    if (parts[i] < 0) refused = true;
+    else slept = slept || had;
+    answer = parts[i] < 0 ? answer : fold(answer, parts[i]);
+  }
+  // A slot refused: -1 only where nothing else of the sleep left a device;
+  // then no slot reads asleep (an empty one beside it neither).
+  if (refused) answer = slept ? 1 : -1;
+  for (int i = 0; i < n && !(refused && !slept); ++i)
+    if (parts[i] >= 0) mark_asleep(slots ? slots[i] : i, flags);
   // Everything, and nothing to sleep: no pool at all (-1). A tag whose
   // regions hold nothing yet sleeps as asked: nothing to do (0).
   if (!any && !slots) return -1;
@@ -175,9 +218,14 @@ int sleep_slots(const int* slots, int count, unsigned flags) {
   return answer;
 }
 
-int wake_slots(const int* slots, int count) {
+int wake_slots(const char* tag) {
+  if (!active()) return -1;  // a forked child: as sleep_slots
   std::lock_guard<std::mutex> guard(g_sleep_mutex);
   if (!active()) return -1;
+  int tagged[2];
+  const int* slots = tag ? tagged : nullptr;
+  const int count = tag ? tag_slots(tag, tagged) : 0;
+  if (tag && !count) return -2;
   int answer = 0;
   bool any = false;
   const int all = region::slot_count();
@@ -190,39 +238,30 @@ int wake_slots(const int* slots, int count) {
   return any || slots ? answer : -1;
 }
 
-// The slots of a tag: -2 (unknown) when none.
-int tag_slots(const char* tag, int slots[2]) {
-  const int n = region::slots_of(tag, slots);
-  if (n == 0) log_line(LogLevel::Warn, "sleep or wake of the tag \"%s\": no region ever had that tag", tag);
-  return n;
-}
-
 }  // namespace
 
-int sleep_all(unsigned flags) { return sleep_slots(nullptr, 0, flags); }
-int wake_all() { return wake_slots(nullptr, 0); }
+void sleep_after_fork_child() {
+  new (&g_sleep_mutex) std::mutex();
+  region::after_fork_child();
+}
+
+std::mutex& sleep_mutex() { return g_sleep_mutex; }
+SlotState& slot_state(int slot) { return g_slots[slot]; }
+
+int sleep_all(unsigned flags) { return sleep_slots(nullptr, flags); }
+int wake_all() { return wake_slots(nullptr); }
 
 int sleep_tag(const char* tag, unsigned flags) {
-  if (!tag) return sleep_all(flags);
+  // A tag no region has: -2, also in a forked child.
   int slots[2];
-  const int n = tag_slots(tag, slots);
-  return n ? sleep_slots(slots, n, flags) : -2;
+  if (tag && !active() && !region::slots_of(tag, slots)) return -2;
+  return sleep_slots(tag, flags);
 }
 
 int wake_tag(const char* tag) {
-  if (!tag) return wake_all();
   int slots[2];
-  const int n = tag_slots(tag, slots);
-  return n ? wake_slots(slots, n) : -2;
-}
-
-int tag_asleep(const char* tag) {
-  int slots[2];
-  const int n = region::slots_of(tag, slots);
-  if (!n) return -2;
-  bool asleep = false;
-  for (int i = 0; i < n; ++i) asleep = asleep || g_slots[slots[i]].asleep.load(std::memory_order_acquire);
-  return asleep ? 1 : 0;
+  if (tag && !active() && !region::slots_of(tag, slots)) return -2;
+  return wake_slots(tag);
 }
 
 int control_op(uint16_t op, uint64_t arg) {
@@ -262,40 +301,7 @@ int asleep_count() {
   return n;
 }
 
-int tag_figures(TagFigures* out, int max) {
-  const int count = region::slot_count();
-  for (int slot = 1; slot < count; ++slot) {
-    if (slot - 1 >= max || !out) continue;
-    TagFigures f;
-    f.slot = slot;
-    region::slot_info(slot, &f.name, &f.keep);
-    f.asleep = g_slots[slot].asleep.load(std::memory_order_acquire);
-    f.sleeps = g_slots[slot].sleeps.load(std::memory_order_relaxed);
-    f.wakes = g_slots[slot].wakes.load(std::memory_order_relaxed);
-    for (int d = 0; d < kMaxDevices && active(); ++d) {
-      const DeviceMemory* memory = device_memory(d);
-      policy::DevicePool* pool = memory ? memory->pool_at(slot) : nullptr;
-      if (!pool) continue;
-      const policy::DevicePool::SleepFigures s = pool->sleep_figures();
-      const uint64_t mapped = pool->mapped_bytes();
-      f.resident_bytes += mapped > s.asleep_bytes ? mapped - s.asleep_bytes : 0;
-      f.asleep_bytes += s.asleep_bytes;
-      f.kept_bytes += s.kept_bytes;
-      f.in_use_bytes += pool->in_use_bytes();
-    }
-    const own_vmm::SlotBytes vmm = own_vmm::slot_bytes(slot);
-    f.resident_bytes += vmm.resident;
-    f.asleep_bytes += vmm.asleep;
-    f.kept_bytes += vmm.kept;
-    out[slot - 1] = f;
-  }
-  return count - 1;
-}
-
 }  // namespace pagefast::pool
-
-using pagefast::LogLevel;
-using pagefast::pool::log_line;
 
 PF_EXPORT int pagefast_sleep(unsigned flags) { return pagefast::pool::sleep_all(flags); }
 PF_EXPORT int pagefast_wake(void) { return pagefast::pool::wake_all(); }
@@ -303,21 +309,7 @@ PF_EXPORT int pagefast_asleep(void) { return pagefast::pool::asleep_count(); }
 
 PF_EXPORT int pagefast_sleep_tag(const char* tag, unsigned flags) { return pagefast::pool::sleep_tag(tag, flags); }
 PF_EXPORT int pagefast_wake_tag(const char* tag) { return pagefast::pool::wake_tag(tag); }
-PF_EXPORT int pagefast_tag_asleep(const char* tag) { return pagefast::pool::tag_asleep(tag); }
-
-PF_EXPORT int pagefast_region_begin(const char* tag, unsigned flags) {
-  const char* why = "";
-  if (pagefast::pool::region::begin(tag, (flags & PAGEFAST_REGION_KEEP) != 0, &why) > 0) return 0;
-  log_line(LogLevel::Warn, "pagefast_region_begin(\"%.64s\"): refused: %s", tag ? tag : "(null)", why);
-  return -1;
-}
-PF_EXPORT int pagefast_region_end(void) { return pagefast::pool::region::end(); }
-PF_EXPORT const char* pagefast_region_current(void) {
-  const char* name = nullptr;
-  return pagefast::pool::region::slot_info(pagefast::pool::region::current(), &name, nullptr) ? name : nullptr;
-}
 
 static_assert(PAGEFAST_SLEEP_KEEP == pagefast::policy::kSleepKeep, "sleep flags out of step");
 static_assert(PAGEFAST_SLEEP_FAIL == pagefast::policy::kSleepFail, "sleep flags out of step");
-static_assert(PAGEFAST_REGION_KEEP == pagefast::policy::kSleepKeep, "region flags out of step");
 static_assert((PAGEFAST_SLEEP_DISCARD & (PAGEFAST_SLEEP_KEEP | PAGEFAST_SLEEP_FAIL)) == 0, "sleep flags overlap");

@@ -65,8 +65,9 @@ def _api():
 
 def _begin(tag, keep):
     if _api()[0](tag.encode("ascii"), _REGION_KEEP if keep else 0) != 0:
+        _api()[1]()  # a refused begin takes its end all the same (docs/SLEEP.md)
         raise Error("pagefast could not open the region %r: 31 (tag, keep) pairs in this process "
-                    "already, or 8 regions open on this thread (the log says which)" % tag)
+                    "already, none of them empty, or 8 regions open on this thread (the log says which)" % tag)
     _stack().append((tag, bool(keep)))
 
 

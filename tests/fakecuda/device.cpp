@@ -13,6 +13,7 @@
 
 #include "api_list.h"
 #include "counters.h"
+#include "fakecuda.h"
 #include "state.h"
 
 using namespace fake;
@@ -407,9 +408,18 @@ CUresult impl::cuCtxSynchronize(void) {
   // Synchronizing with a stream that is being captured is what breaks a
   // capture on a GPU; the fake enforces it the same way.
   FAKE_TRY(check_capture_unsafe());
+  if (const CUresult error = state().devices[size_t(ctx->device)].sync_error) return error;
   wait_streams_idle(lock, [ctx](const Stream* s) { return s->ctx == ctx; });
   release_retained(ctx->device);
   return CUDA_SUCCESS;
+}
+
+extern "C" int fakecuda_set_sync_error(int ordinal, CUresult error) {
+  State& st = state();
+  Lock lock(st.mu);
+  if (ordinal < 0 || size_t(ordinal) >= st.devices.size()) return -1;
+  st.devices[size_t(ordinal)].sync_error = error;
+  return 0;
 }
 
 // --- peer access ---------------------------------------------------------------

@@ -68,6 +68,12 @@ FAKECUDA_API_EXPORT CUresult fakecuda_launch_delayed_check(CUstream stream, CUde
  * for an ordinal the fake does not have (or before cuInit). */
 FAKECUDA_API_EXPORT int fakecuda_set_external_bytes(int ordinal, unsigned long long bytes);
 
+/* From now on cuCtxSynchronize with a context of device `ordinal` current
+ * answers `error` at once (CUDA_SUCCESS: synchronises again): a device
+ * that cannot be synchronised (a sticky error on a GPU). Returns 0, or -1
+ * for an ordinal the fake does not have (or before cuInit). */
+FAKECUDA_API_EXPORT int fakecuda_set_sync_error(int ordinal, CUresult error);
+
 /* The device memory really free on device `ordinal` (what cuMemGetInfo
  * answers without pagefast, which adds its idle memory), from any thread,
  * no context needed; 0 for an ordinal the fake does not have. */

@@ -146,6 +146,9 @@ struct Device {
   int memory_fd = -1;
   uint64_t file_end = 0;
   std::map<uint64_t, uint64_t> file_holes;  // offset -> bytes, below file_end
+  // What cuCtxSynchronize answers with a context of this device current
+  // (fakecuda_set_sync_error): a device that cannot be synchronised.
+  CUresult sync_error = CUDA_SUCCESS;
 };
 
 struct Context {

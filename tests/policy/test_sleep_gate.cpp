@@ -65,3 +65,56 @@ TEST_CASE("sleep gate: close returns only once the slow paths past the gate left
   CHECK(left_before_close);
   gate.open();
 }
+
+TEST_CASE("sleep gate: the thread that closed the gate fails instead of waiting; another waits") {
+  SleepGate gate;
+  gate.close(0);
+  CHECK_FALSE(gate.enter());  // its wake could only come from itself
+  std::atomic<bool> started{false}, passed{false};
+  std::thread other([&] {
+    started = true;
+    if (gate.enter()) {
+      passed = true;
+      gate.leave();
+    }
+  });
+  while (!started) std::this_thread::yield();
+  gate.open();
+  other.join();
+  CHECK(passed);
+  REQUIRE(gate.enter());
+  gate.leave();
+  // Closed by another thread: this one waits again.
+  std::thread closer([&] { gate.close(0); });
+  closer.join();
+  std::atomic<bool> woken{false};
+  std::thread opener([&] {
+    while (!gate.asleep()) std::this_thread::yield();
+    woken = true;
+    gate.open();
+  });
+  REQUIRE(gate.enter());
+  CHECK(woken);
+  gate.leave();
+  opener.join();
+}
+
+TEST_CASE("sleep gate: under NoWait a slow path fails instead of waiting; wait_for_wake waits outside") {
+  SleepGate gate;
+  std::thread closer([&] { gate.close(0); });
+  closer.join();
+  {
+    SleepGate::NoWait no_wait;
+    CHECK_FALSE(gate.enter());
+  }
+  std::thread opener([&] { gate.open(); });
+  CHECK(gate.wait_for_wake());  // returns once open, whichever comes first
+  opener.join();
+  CHECK_FALSE(gate.asleep());
+  REQUIRE(gate.enter());
+  gate.leave();
+  gate.close(kSleepFail);  // kSleepFail, and this thread closed it: no wait
+  CHECK_FALSE(gate.wait_for_wake());
+  gate.open();
+  CHECK(gate.wait_for_wake());
+}

@@ -3,7 +3,7 @@
 Runs region_preload against the fake libcuda.so.1 with
 LD_PRELOAD=libpagefast.so and checks what it prints.
 
-Usage: region_cases.py tags|limits|cycles --build <build dir>
+Usage: region_cases.py tags|limits|limit|async|cycles|refused|exit|partial|self|waiter|fork|reuse|reuse_race --build <build dir>
 """
 import sys
 
@@ -27,10 +27,38 @@ def main():
             check("is open on 1 thread(s) while it sleeps" in r.stderr,
                   f"[{conf}] a region open elsewhere while it sleeps is named")
     elif what == "limits":
-        r = run(build, ["limits"], env={"PAGEFAST_LOG": "warn"})
+        r = run(build, ["limits"], env={"PAGEFAST_LOG": "warn", "PAGEFAST_CONF": "chunk_size:2M"})
         expect_ok(r, "limits", "pagefast")
         check("too many tags" in r.stderr and "too many regions open" in r.stderr,
               f"the limits are named in the log ({r.stderr[-300:]})")
+    elif what == "refused":
+        r = run(build, ["refused"], env={"PAGEFAST_LOG": "warn"})
+        expect_ok(r, "refused", "pagefast")
+    elif what == "exit":
+        r = run(build, ["exit"], env={"PAGEFAST_LOG": "info"})
+        expect_ok(r, "exit", "pagefast")
+        check('"held" is open on 1 thread(s)' in r.stderr, f"a region open on a live thread is named ({r.stderr[-300:]})")
+        check('"exited" is open' not in r.stderr, f"a region of an exited thread counts as open ({r.stderr[-300:]})")
+    elif what == "partial":
+        r = run(build, ["partial"], env={"FAKECUDA_DEVICES": "2", "PAGEFAST_LOG": "warn"})
+        expect_ok(r, "partial", "pagefast, 2 devices")
+        check("a partial sleep (1)" in r.stderr, f"a partial sleep is named in the log ({r.stderr[-300:]})")
+    elif what == "self":
+        r = run(build, ["self"], env={"PAGEFAST_LOG": "warn"})
+        expect_ok(r, "self", "pagefast")
+    elif what == "waiter":
+        r = run(build, ["waiter"], env={"PAGEFAST_LOG": "warn"})
+        expect_ok(r, "waiter", "pagefast")
+    elif what == "fork":
+        r = run(build, ["fork"], env={"PAGEFAST_LOG": "warn"})
+        expect_ok(r, "fork", "pagefast")
+    elif what == "reuse":
+        for conf in ["chunk_size:2M", ""]:
+            r = run(build, ["reuse"], env={"PAGEFAST_CONF": conf, "PAGEFAST_LOG": "warn"})
+            expect_ok(r, "reuse", f"pagefast [{conf or 'default'}]")
+    elif what == "reuse_race":
+        r = run(build, ["reuse_race", "500"], env={"PAGEFAST_CONF": "chunk_size:2M"})
+        expect_ok(r, "reuse_race", "pagefast chunk_size:2M, 4 threads of 500 regions")
     elif what == "limit":
         for conf in ["limit:64M", "limit:64M,chunk_size:2M"]:
             r = run(build, ["limit"], env={"PAGEFAST_CONF": conf})

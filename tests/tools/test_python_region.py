@@ -118,6 +118,7 @@ elif case == "errors":
         raise SystemExit("FAIL 9 nested regions opened")
     except pagefast.Error as e:
         expect(len(opened) == 8 and "8 regions open" in str(e), "the 9th nested region is refused: %s" % e)
+    expect(pagefast.current_region() == "deep7", "a refused region leaves the one around it open")
     for r in reversed(opened):
         r.__exit__(None, None, None)
     expect(pagefast.current_region() is None, "all closed")
@@ -158,6 +159,20 @@ elif case == "nested":
         pass
     expect(pagefast.current_region() is None, "a block that raises closes its region")
     print("ok nested")
+
+elif case == "self":
+    # Sleeping the tag of this thread's own open region, then allocating in
+    # it: out of memory at once (the wake could only come from this thread).
+    with pagefast.region("mine", keep=False):
+        block = cuda.alloc(4 * MB, 0x11)
+        expect(pagefast.sleep("mine") is True, "sleep of the thread's own region")
+        r, _ = cuda.try_alloc(8 * MB)
+        expect(r == 2, "an allocation in the thread's own asleep region answered %r, not out of memory" % r)
+        pagefast.wake("mine")
+        r, ptr = cuda.try_alloc(8 * MB)
+        expect(r == 0, "an allocation after wake answered %r" % r)
+        cuda.free(ptr)
+    print("ok self")
 
 elif case == "thread":
     # The worker steps when told (go) and says when it is done; each wait is
@@ -211,7 +226,7 @@ elif case == "thread":
     print("ok thread")
 """
 
-CASES = [("policy", True), ("errors", True), ("nested", True), ("thread", True), ("unloaded", False)]
+CASES = [("policy", True), ("errors", True), ("nested", True), ("thread", True), ("self", True), ("unloaded", False)]
 
 if __name__ == "__main__":
     sys.exit(run_cases(CHILD, CASES))
