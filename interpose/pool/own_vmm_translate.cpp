@@ -90,7 +90,10 @@ CUresult translated_release(CUmemGenericAllocationHandle handle, HandleCall call
       bool gone = false;
       void* host = nullptr;
       const int r = book().release(handle, &gone, &host);
-      if (gone) free_host_copy(host);
+      if (gone) {
+        free_host_copy(host);
+        mirror_figures();
+      }
       return CUresult(r);
     }
     const CUresult r = call(&driver);
@@ -118,6 +121,7 @@ CUresult translated_unmap(CUdeviceptr ptr, size_t bytes, HandleCall call) {
     std::vector<void*> gone;
     const int r = book().unmap(ptr, bytes, &gone);
     for (void* host : gone) free_host_copy(host);
+    if (!gone.empty()) mirror_figures();
     if (r >= 0) return CUresult(r);
     // The handles mapped there (read before: the call ends their mappings).
     const std::vector<uint64_t> mapped =
