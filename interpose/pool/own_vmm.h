@@ -157,6 +157,10 @@ CUresult translated_map(CUdeviceptr ptr, size_t bytes, CUmemGenericAllocationHan
 CUresult translated_unmap(CUdeviceptr ptr, size_t bytes, HandleCall call);
 CUresult translated_address_free(CUdeviceptr ptr, size_t bytes, HandleCall call);
 CUresult translated_export(CUmemGenericAllocationHandle handle, HandleCall call);
+// cuMemSetAccess over mappings asleep: recorded, set at wake (a sleep that
+// lands between the program's map and its set access).
+CUresult translated_set_access(CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count,
+                               HandleCall call);
 CUresult translated_properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle, HandleCall call);
 
 // The process's ledger (never destroyed), which the cache is made with.

@@ -119,8 +119,21 @@ bool sleep_one(const RealDriver* real, const SlotHandle& s, int slot, bool keep,
   if (s.shared) return (*why = "exported or imported: another process may hold it"), false;
   if (s.maps.empty()) return (*why = "mapped nowhere"), false;
   CUmemAllocationProp prop = {};
-  if (driver::handle_properties(real, &prop, s.handle) != CUDA_SUCCESS)
+  // A handle the program released while it still maps it (its references
+  // none: the driver's value names nothing any more, the mappings hold the
+  // memory): a reference retained at a mapping gives the properties, and
+  // goes with the program's below.
+  CUmemGenericAllocationHandle retained = 0;
+  if (s.refs == 0 &&
+      driver::retain_handle(real, &retained, reinterpret_cast<void*>(s.maps.front().addr)) != CUDA_SUCCESS)
+    return (*why = "the driver did not retain it at its mapping"), false;
+  const auto drop_retained = [&] {
+    if (retained) driver::release(real, retained);
+  };
+  if (driver::handle_properties(real, &prop, retained ? retained : s.handle) != CUDA_SUCCESS) {
+    drop_retained();
     return (*why = "the driver did not give its properties"), false;
+  }
   AsleepHandle& h = *out;
   h.program = book().to_program(s.handle);
   h.slot = slot;
@@ -132,16 +145,22 @@ bool sleep_one(const RealDriver* real, const SlotHandle& s, int slot, bool keep,
     h.maps.push_back(AsleepMapping{m.addr, m.bytes, m.offset, read_access(real, m.addr)});
   if (keep) {
     const DeviceContext context(real, s.device);
-    if (!(h.host = copy_out(real, h))) return (*why = "its contents could not be copied to host memory"), false;
+    if (!(h.host = copy_out(real, h))) {
+      drop_retained();
+      return (*why = "its contents could not be copied to host memory"), false;
+    }
   }
-  if (!unmap_all(real, h, s.handle)) {
+  if (!unmap_all(real, h, retained ? retained : s.handle)) {
     free_host_copy(h.host);
+    drop_retained();
     return (*why = "the driver refused to unmap it"), false;
   }
-  // The driver's references: the cache's one, or each of the program's.
+  // The driver's references: the cache's one, or each of the program's
+  // (and the one retained above).
   const int references = disown(s.handle) ? 1 : s.refs;
   for (int i = 0; i < references; ++i)
     if (driver::release(real, s.handle) != CUDA_SUCCESS) break;
+  drop_retained();
   ledger().forget(s.handle);
   return true;
 }

@@ -114,6 +114,20 @@ TEST_CASE("own vmm sleep: release and unmap while asleep are recorded; the last 
   CHECK(book.slot_handles(2).empty());
 }
 
+TEST_CASE("own vmm sleep: set access over whole mappings asleep gives their records; wake reads them") {
+  SleepBook book;
+  book.put(asleep(0x10, 1, 1, {{0x1000000, 2 * kMiB, 0, ""}, {0x1200000, 2 * kMiB, 2 * kMiB, "r"}}));
+  std::vector<std::string*> records;
+  CHECK(book.access_records(0x5000000, 2 * kMiB, &records) == -1);             // not asleep there
+  CHECK(book.access_records(0x1000000, 1 * kMiB, &records) == kInvalidValue);  // part of a mapping
+  CHECK(records.empty());
+  REQUIRE(book.access_records(0x1000000, 4 * kMiB, &records) == kOk);
+  REQUIRE(records.size() == 2);
+  for (std::string* access : records) *access = "rw";
+  for (const AsleepHandle* h : book.slot_handles(1))
+    for (const AsleepMapping& m : h->maps) CHECK(m.access == "rw");
+}
+
 TEST_CASE("own vmm sleep: bytes per slot, kept or not; the slot's handles in order") {
   SleepBook book;
   int copy = 0;
