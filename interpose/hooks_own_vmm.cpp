@@ -81,6 +81,34 @@ CUresult cuMemExportToShareableHandle(void* shareable, CUmemGenericAllocationHan
 }
 #undef PF_OWN_VMM_BODY
 
+// Memory bound to a multicast object cannot leave the device: the ledger
+// marks the handle (sleep leaves it resident and names it). The handle is
+// the program's value (translated after a sleep).
+CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle, size_t mcOffset,
+                            CUmemGenericAllocationHandle memHandle, size_t memOffset, size_t size,
+                            unsigned long long flags) {
+  const bool on = active(Entry::cuMulticastBindMem);
+  const auto plain = [&](CUmemGenericAllocationHandle* hp) -> CUresult {
+    const RealDriver* real = real_driver();
+    if (!real || !real->cuMulticastBindMem) return kMissing;
+    const CUresult result = real->cuMulticastBindMem(mcHandle, mcOffset, *hp, memOffset, size, flags);
+    if (on && result == CUDA_SUCCESS) pool::own_vmm::bound(*hp);
+    return result;
+  };
+  if (!pool::own_vmm::translating()) return plain(&memHandle);
+  return pool::own_vmm::translated_bind(memHandle, pool::own_vmm::handle_call(plain));
+}
+
+CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUdeviceptr memptr, size_t size,
+                             unsigned long long flags) {
+  const bool on = active(Entry::cuMulticastBindAddr);
+  const RealDriver* real = real_driver();
+  if (!real || !real->cuMulticastBindAddr) return kMissing;
+  const CUresult result = real->cuMulticastBindAddr(mcHandle, mcOffset, memptr, size, flags);
+  if (on && result == CUDA_SUCCESS) pool::own_vmm::bound_at(memptr, size);
+  return result;
+}
+
 // Pool memory is cuMemAlloc memory to the program: no handle of it is
 // handed out (pool_api.h owns_address), as the driver hands out none for
 // memory cuMemAlloc made.

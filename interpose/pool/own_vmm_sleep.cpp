@@ -117,6 +117,7 @@ bool unmap_all(const RealDriver* real, const AsleepHandle& h, uint64_t driver_ha
 // Sleeps one handle of the ledger's; false: it stays resident (`why`).
 bool sleep_one(const RealDriver* real, const SlotHandle& s, int slot, bool keep, AsleepHandle* out, const char** why) {
   if (s.shared) return (*why = "exported or imported: another process may hold it"), false;
+  if (s.multicast) return (*why = "bound to a multicast object: its memory cannot leave the device"), false;
   if (s.maps.empty()) return (*why = "mapped nowhere"), false;
   CUmemAllocationProp prop = {};
   // A handle the program released while it still maps it (its references

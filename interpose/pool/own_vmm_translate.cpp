@@ -190,6 +190,10 @@ CUresult translated_export(CUmemGenericAllocationHandle handle, HandleCall call)
   });
 }
 
+CUresult translated_bind(CUmemGenericAllocationHandle handle, HandleCall call) {
+  return translated_export(handle, call);
+}
+
 CUresult translated_properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle, HandleCall call) {
   return guarded([&]() -> CUresult {
     std::lock_guard<std::mutex> guard(book_mutex());

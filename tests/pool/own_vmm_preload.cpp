@@ -14,7 +14,7 @@
 // Sleep and wake by tag of the program's own memory (docs/OWN-VMM.md
 // "Sleep and wake"; own_vmm_sleep.cpp in this file, cases in
 // own_vmm_sleep_cases.py): tagged, collide, asleep_calls, wake_fail,
-// cycles, fork, resident, map_gap, released_mapped.
+// cycles, fork, resident, map_gap, released_mapped, multicast.
 #include <cuda.h>
 #include <dlfcn.h>
 #include <unistd.h>
@@ -483,6 +483,47 @@ int released_mapped(Api& api) {
   return 0;
 }
 
+// Memory bound to a multicast object (cuMulticastBindMem, and
+// cuMulticastBindAddr inside a mapping): sleep leaves it resident and
+// names it (the answer 1) and sleeps the rest of the tag; a handle whose
+// value the driver changed across a sleep binds by the program's value.
+int multicast(Api& api) {
+  CUmulticastObjectProp mc_prop = {};
+  mc_prop.numDevices = 1;
+  mc_prop.size = 2 * kBytes;
+  CUmemGenericAllocationHandle mc = 0;
+  CHECK_CU(cuMulticastCreate(&mc, &mc_prop));
+  CHECK_CU(cuMulticastAddDevice(mc, 0));
+  Own by_handle, by_addr, slept, fresh;
+  if (make(api, "t", PAGEFAST_REGION_KEEP, CU_MEM_HANDLE_TYPE_NONE, 0x31, &by_handle) ||
+      make(api, "t", PAGEFAST_REGION_KEEP, CU_MEM_HANDLE_TYPE_NONE, 0x32, &by_addr) ||
+      make(api, "t", PAGEFAST_REGION_KEEP, CU_MEM_HANDLE_TYPE_NONE, 0x33, &slept))
+    return 1;
+  CHECK_CU(cuMulticastBindMem(mc, 0, by_handle.handle, 0, kBytes, 0));
+  CHECK_CU(cuMulticastBindAddr(mc, kBytes, by_addr.va + kBytes / 4, kBytes / 4, 0));
+  const size_t before = free_now();
+  if (api.sleep_tag("t", 0) != 1) return fail("the answer is not 1 with bound memory resident");
+  if (free_now() != before + kBytes) return fail("not only the unbound handle slept");
+  if (!all_bytes(by_handle.va, kBytes, 0x31) || !all_bytes(by_addr.va, kBytes, 0x32))
+    return fail("bound memory was touched");
+  // The driver gives the slept handle's value to another: wake makes it
+  // with a value of the driver's own.
+  if (fakecuda_set_next_handle(slept.handle) != 0) return fail("the fake kept the slept handle");
+  if (make(api, nullptr, 0, CU_MEM_HANDLE_TYPE_NONE, 0x34, &fresh)) return 1;
+  if (api.wake_tag("t") != 0) return fail("wake");
+  if (!all_bytes(slept.va, kBytes, 0x33)) return fail("bytes");
+  if (cuMulticastBindMem(mc, kBytes, slept.handle, 0, kBytes, 0) != CUDA_SUCCESS)
+    return fail("the program's value of a woken handle does not bind");
+  const size_t all_bound = free_now();
+  if (api.sleep_tag("t", 0) != 1) return fail("the answer is not 1 with every handle bound");
+  if (free_now() != all_bound) return fail("bound memory slept");
+  if (api.wake_tag("t") != 0) return fail("second wake");
+  CHECK_CU(cuMulticastUnbind(mc, 0, 0, 2 * kBytes));
+  if (drop(by_handle) || drop(by_addr) || drop(slept) || drop(fresh) || all_free()) return 1;
+  std::printf("ok multicast\n");
+  return 0;
+}
+
 }  // namespace
 
 int own_vmm_sleep_case(const std::string& name) {
@@ -497,6 +538,7 @@ int own_vmm_sleep_case(const std::string& name) {
   if (name == "resident") return resident(api);
   if (name == "map_gap") return map_gap(api);
   if (name == "released_mapped") return released_mapped(api);
+  if (name == "multicast") return multicast(api);
   return fail("unknown case");
 }
 
