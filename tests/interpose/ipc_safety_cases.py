@@ -630,6 +630,33 @@ def case_sleep_tag():
     t.quit()
 
 
+def case_resleep():
+    """A chunk kept resident for an importer goes at the next sleep once the
+    importer closed (docs/IPC.md "Sleep and wake"): while it holds the block
+    a sleep again answers 1 and keeps it; after its close the sleep again
+    answers 0 and the device memory is free; wake brings the bytes back."""
+    env = {"PAGEFAST_CONF": "chunk_size:2M"}
+    t, imp = Target(env), Importer(env)
+    check(t.ask(f"alloc 0 {3 * MiB} 41") == "ok", "a block of 3 MiB")
+    h = t.handle(0)
+    check(imp.open(h) == CUDA_SUCCESS and imp.reads(0, 3 * MiB, 0x41), "the importer opens it")
+    check(t.ask("sleep 1") == "sleep 1", "sleep (keep) answers 1: the block's chunks stay for the importer")
+    held = int(t.ask("device-free").split()[1])
+    check(t.ask("sleep 1") == "sleep 1", "a sleep again while the importer holds it answers 1")
+    check(int(t.ask("device-free").split()[1]) == held, "and keeps the chunks")
+    check(imp.close() == CUDA_SUCCESS, "the importer closes it")
+    # The close reaches the exporter's socket thread on its own: sleep
+    # again until the hold is gone (the guard fails only on a hang).
+    wait_until(lambda: t.ask("sleep 1") == "sleep 0", "a sleep again answers 0 once no importer holds it")
+    free = int(t.ask("device-free").split()[1])
+    check(free >= held + 3 * MiB, f"and the chunks went ({held} -> {free} bytes free)")
+    check(t.ask("wake") == "wake 0" and t.ask("check 0 41") == "check 1", "wake; the block as it was")
+    check(imp.open(h) == CUDA_SUCCESS and imp.reads(0, 3 * MiB, 0x41), "the importer opens it again")
+    check(imp.close() == CUDA_SUCCESS, "and closes it")
+    imp.quit()
+    t.quit()
+
+
 def case_sleep_copy():
     """A keep sleep of the program's own VMM memory held inside its copy (the
     fake driver holds the copy until the test lets it go) never delays the

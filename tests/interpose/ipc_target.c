@@ -20,6 +20,7 @@
  *   vmm BYTES BYTE       the program's own VMM memory (cuMemCreate, cuMemAddressReserve,
  *                        cuMemMap, cuMemSetAccess on device 0), filled: "ok"
  *   vmm-check BYTE       whether every byte of it is BYTE: "check 0|1"
+ *   device-free          the device memory really free on device 0: "free BYTES"
  *   copy-gate            the next copy to host waits until open-copy-gate: "ok"
  *   wait-copy            returns once a copy waits there: "copy waits"
  *   open-copy-gate       lets it go: "ok"
@@ -171,6 +172,8 @@ static void command(const char* line) {
     int ok = g_vmm_bytes <= sizeof buffer && cuMemcpyDtoH(buffer, g_vmm, g_vmm_bytes) == CUDA_SUCCESS;
     for (size_t i = 0; ok && i < g_vmm_bytes; ++i) ok = buffer[i] == (unsigned char)a;
     printf("check %d\n", ok);
+  } else if (!strcmp(verb, "device-free")) {
+    printf("free %llu\n", fakecuda_free_bytes(0));
   } else if (!strcmp(verb, "copy-gate")) {
     printf(pipe(g_copy_gate) == 0 && fakecuda_copy_gate(g_copy_gate[0]) == 0 ? "ok\n" : "error gate\n");
   } else if (!strcmp(verb, "wait-copy")) {
