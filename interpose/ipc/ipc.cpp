@@ -274,8 +274,9 @@ SleepShare begin_sleep(int device, const policy::DevicePool* pool) {
       if (e.device != device || e.pool != pool || e.holders == 0) continue;
       for (const policy::PhysicalPiece& p : e.pieces)
         if (!is_shared(s, p.chunk)) {
-          s.shared.push_back({pool, p.chunk});
+          // The pool's list first: a chunk listed here only would open.
           share.chunks_.push_back(p.chunk);
+          s.shared.push_back({pool, p.chunk});
         }
     }
   } catch (...) {
