@@ -51,6 +51,7 @@ class DeviceContext {
   }
   DeviceContext(const DeviceContext&) = delete;
   DeviceContext& operator=(const DeviceContext&) = delete;
+  bool pushed() const { return pushed_; }
   ~DeviceContext() {
     CUcontext popped = nullptr;
     if (pushed_) driver::ctx_pop(real_, &popped);
@@ -299,14 +300,15 @@ void sleep_handles(int slot, bool keep, SleepAnswer* out) {
   std::vector<SlotHandle> handles = ledger().program_handles(slot);
   if (handles.empty()) return;
   g_translating.store(true, std::memory_order_relaxed);
-  // The program's work on the memory is done before the copy: each
-  // device's context synchronised once.
+  // The program's work on the memory is done before the copy: the calling
+  // thread's context, then each device's (when another) synchronised once.
+  if (keep) driver::ctx_synchronize(real);
   bool synced[kMaxDevices] = {};
   for (const SlotHandle& s : handles) {
     if (!keep || s.device < 0 || s.device >= kMaxDevices || synced[s.device]) continue;
     synced[s.device] = true;
     const DeviceContext context(real, s.device);
-    driver::ctx_synchronize(real);
+    if (context.pushed()) driver::ctx_synchronize(real);
   }
   for (const SlotHandle& s : handles) {
     AsleepHandle h;

@@ -630,6 +630,38 @@ def case_sleep_tag():
     t.quit()
 
 
+def case_sleep_tag_held():
+    """While a tag's sleep is under way (held in its sync by a fake kernel),
+    the socket thread opens a block made outside any region at once, and
+    refuses the tag's block; the sleep then ends as usual."""
+    env = {"PAGEFAST_CONF": "chunk_size:2M"}
+    t, imp, imp2 = Target(env), Importer(env), Importer(env)
+    check(t.ask(f"alloc 0 {MiB} 41") == "ok", "block 0, outside any region")
+    check(t.ask("region kv") == "region 0" and t.ask(f"alloc 1 {MiB} 42") == "ok" and t.ask("end") == "end 0",
+          "block 1, in the region kv")
+    a, b = t.handle(0), t.handle(1)
+    check(t.ask("gate") == "ok", "a kernel holds the device until the test lets it go")
+    sleeper = subprocess.Popen([paths()["ctl"], "sleep", "--keep", "--tag", "kv", str(t.pid)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    check(t.ask("wait-asleep") == "asleep 1", "the sleep of kv began (and waits for the kernel)")
+    rc = imp.open(a)
+    check(rc == CUDA_SUCCESS and imp.reads(0, MiB, 0x41), f"block 0 opens meanwhile (rc {rc})")
+    rc = imp2.open(b)
+    check(rc != CUDA_SUCCESS, f"block 1, whose sleep is under way, does not open (rc {rc})")
+    check(t.ask("open-gate") == "ok", "the kernel finishes")
+    try:
+        out, err = sleeper.communicate(timeout=HANG_S)
+    except subprocess.TimeoutExpired:
+        sleeper.kill()
+        out, err = sleeper.communicate()
+    check(sleeper.returncode == 0 and "sleep tag kv done" in out, f"the sleep is done ({out} {err})")
+    check(t.ask("wake-tag kv") == "wake 0" and t.ask("check 1 42") == "check 1", "wake; block 1 as it was")
+    check(imp.close() == CUDA_SUCCESS, "block 0 closes")
+    imp.quit()
+    imp2.quit()
+    t.quit()
+
+
 def case_resleep():
     """A chunk kept resident for an importer goes at the next sleep once the
     importer closed (docs/IPC.md "Sleep and wake"): while it holds the block
