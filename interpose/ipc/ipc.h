@@ -97,7 +97,6 @@ bool start_control();
 // (no pool of the device asleep any more) forgets the kept chunks.
 class SleepShare {
  public:
-  SleepShare(int device, const policy::DevicePool* pool) : device_(device), pool_(pool) {}
   SleepShare(SleepShare&& other) noexcept
       : device_(other.device_), pool_(other.pool_), chunks_(std::move(other.chunks_)) {
     other.pool_ = nullptr;
@@ -110,6 +109,7 @@ class SleepShare {
 
  private:
   friend SleepShare begin_sleep(int device, const policy::DevicePool* pool);
+  SleepShare(int device, const policy::DevicePool* pool) : device_(device), pool_(pool) {}
   int device_;
   const policy::DevicePool* pool_;
   std::vector<policy::ChunkHandle> chunks_;
