@@ -223,6 +223,14 @@ typedef CUresult(CUDAAPI* PFN_cuIpcOpenMemHandle_v4010)(CUdeviceptr_v2* pdptr, C
   X(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle", 11000, PF_NO_LIMIT, 0,          \
     PFN_cuMemRetainAllocationHandle_v11000, (CUmemGenericAllocationHandle* handle, void* addr), \
     (handle, addr))                                                                             \
+  X(cuMulticastBindMem, "cuMulticastBindMem", 12010, PF_NO_LIMIT, 0, PFN_cuMulticastBindMem_v12010, \
+    (CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUmemGenericAllocationHandle memHandle, \
+     size_t memOffset, size_t size, unsigned long long flags),                                   \
+    (mcHandle, mcOffset, memHandle, memOffset, size, flags))                                    \
+  X(cuMulticastBindAddr, "cuMulticastBindAddr", 12010, PF_NO_LIMIT, 0, PFN_cuMulticastBindAddr_v12010, \
+    (CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUdeviceptr memptr, size_t size,   \
+     unsigned long long flags),                                                                 \
+    (mcHandle, mcOffset, memptr, size, flags))                                                  \
   X(cuMemExportToShareableHandle, "cuMemExportToShareableHandle", 10020, PF_NO_LIMIT, 0,        \
     PFN_cuMemExportToShareableHandle_v10020,                                                    \
     (void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,      \

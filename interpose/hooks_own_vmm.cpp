@@ -23,11 +23,6 @@ namespace pagefast::hook {
 // The program's own VMM calls: the own-VMM cache answers them
 // (interpose/pool/own_vmm.h); with vmm_cache:off or the pool off they
 // are counted and forwarded: one relaxed load and a branch more.
-#define PF_OWN_VMM_CALL(symbol, call, params, args)                              \
-  CUresult symbol params {                                                     \
-    if (active(Entry::symbol) && pool::own_vmm::on()) return pool::own_vmm::call args; \
-    PF_FORWARD(symbol, args);                                                  \
-  }
 // The calls that make, hold and drop the program's memory are also noted,
 // once they succeeded, in the ledger that sleep's answer reads
 // (policy/own_vmm/ledger.h): one acquire load more with the pool off.
@@ -86,6 +81,34 @@ CUresult cuMemExportToShareableHandle(void* shareable, CUmemGenericAllocationHan
 }
 #undef PF_OWN_VMM_BODY
 
+// Memory bound to a multicast object cannot leave the device: the ledger
+// marks the handle (sleep leaves it resident and names it). The handle is
+// the program's value (translated after a sleep).
+CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle, size_t mcOffset,
+                            CUmemGenericAllocationHandle memHandle, size_t memOffset, size_t size,
+                            unsigned long long flags) {
+  const bool on = active(Entry::cuMulticastBindMem);
+  const auto plain = [&](CUmemGenericAllocationHandle* hp) -> CUresult {
+    const RealDriver* real = real_driver();
+    if (!real || !real->cuMulticastBindMem) return kMissing;
+    const CUresult result = real->cuMulticastBindMem(mcHandle, mcOffset, *hp, memOffset, size, flags);
+    if (on && result == CUDA_SUCCESS) pool::own_vmm::bound(*hp);
+    return result;
+  };
+  if (!pool::own_vmm::translating()) return plain(&memHandle);
+  return pool::own_vmm::translated_bind(memHandle, pool::own_vmm::handle_call(plain));
+}
+
+CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUdeviceptr memptr, size_t size,
+                             unsigned long long flags) {
+  const bool on = active(Entry::cuMulticastBindAddr);
+  const RealDriver* real = real_driver();
+  if (!real || !real->cuMulticastBindAddr) return kMissing;
+  const CUresult result = real->cuMulticastBindAddr(mcHandle, mcOffset, memptr, size, flags);
+  if (on && result == CUDA_SUCCESS) pool::own_vmm::bound_at(memptr, size);
+  return result;
+}
+
 // Pool memory is cuMemAlloc memory to the program: no handle of it is
 // handed out (pool_api.h owns_address), as the driver hands out none for
 // memory cuMemAlloc made.
@@ -142,9 +165,23 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t bytes) {
   if (!pool::own_vmm::translating()) return plain(nullptr);
   return pool::own_vmm::translated_address_free(ptr, bytes, pool::own_vmm::handle_call(plain));
 }
-PF_OWN_VMM_CALL(cuMemSetAccess, set_access, (CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count),
-              (ptr, bytes, desc, count))
-#undef PF_OWN_VMM_CALL
+// A sleep may land between the program's cuMemMap and this call: the
+// mapping asleep then takes the access in its record, and wake sets it
+// (the translation). A call made while a sleep began meanwhile is made
+// again under the book's lock, so that the sleep's record of the access
+// is never older than the program's call.
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count) {
+  const bool on = active(Entry::cuMemSetAccess);
+  const auto plain = [&](CUmemGenericAllocationHandle*) -> CUresult {
+    if (on && pool::own_vmm::on()) return pool::own_vmm::set_access(ptr, bytes, desc, count);
+    return driver::set_access(real_driver(), ptr, bytes, desc, count);
+  };
+  if (!pool::own_vmm::translating()) {
+    const CUresult result = plain(nullptr);
+    if (!on || !pool::own_vmm::translating()) return result;
+  }
+  return pool::own_vmm::translated_set_access(ptr, bytes, desc, count, pool::own_vmm::handle_call(plain));
+}
 
 // Pool memory is cuMemAlloc memory to the program: success with no flags
 // for a live block, as the driver answers for its own cuMemAlloc blocks,

@@ -24,6 +24,10 @@ bool Arena::unmap_stitches_for_sleep(std::vector<uint64_t>* pinned) {
     Block* b = arena_block_of(span);
     if (!b || !b->stitch) continue;
     for (const StitchInfo::Map& m : b->stitch->maps) {
+      // A sleep again: a map an earlier sleep undid stays undone.
+      bool undone = false;
+      for (const SleepingMap& s : sleeping_maps_) undone = undone || s.addr == m.addr;
+      if (undone) continue;
       bool ok = false;
       try {
         sleeping_maps_.reserve(sleeping_maps_.size() + 1);
@@ -44,8 +48,9 @@ bool Arena::unmap_stitches_for_sleep(std::vector<uint64_t>* pinned) {
 
 Arena::SleepResult Arena::sleep(bool keep, Clock& clock, const std::vector<ChunkHandle>& shared) {
   SleepResult result;
-  if (asleep_) return result;
-  if (!unreleased_.empty()) retry_releases();
+  // Asleep already (a sleep again): what stayed resident is looked at
+  // again, so that a chunk kept for an importer that let go goes now.
+  if (!asleep_ && !unreleased_.empty()) retry_releases();
   // Stitches first: a chunk is released only once no mapping of it is left.
   std::vector<uint64_t> pinned;
   const bool keep_all_resident = !unmap_stitches_for_sleep(&pinned);
@@ -62,6 +67,7 @@ Arena::SleepResult Arena::sleep(bool keep, Clock& clock, const std::vector<Chunk
     first.reserve(chunks_.size() + 1);
     for (auto& entry : chunks_) {
       Chunk& chunk = entry.second;
+      if (chunk.asleep) continue;
       bool is_pinned = chunk.unreleasable || keep_all_resident;
       for (uint64_t p : pinned) is_pinned |= p == entry.first;
       bool is_shared = false;
@@ -91,7 +97,7 @@ Arena::SleepResult Arena::sleep(bool keep, Clock& clock, const std::vector<Chunk
   } catch (...) {
     for (Chunk* chunk : going) chunk->kept.clear();
     result = SleepResult();
-    result.resident_chunks = chunks_.size();
+    for (const auto& entry : chunks_) result.resident_chunks += entry.second.asleep ? 0 : 1;
     asleep_ = true;
     return result;
   }

@@ -319,6 +319,8 @@ class DevicePool final {
   std::atomic<uint64_t> asleep_kept_bytes_{0};  // sleep_figures()
   // REQUIRES: footprint_mutex_. Reads the arena's figures into the above.
   void note_sleep_figures();
+  // REQUIRES footprint_mutex_, asleep: sleep called again.
+  SleepStatus sleep_again(unsigned flags, const std::vector<ChunkHandle>& shared);
 };
 
 }  // namespace pagefast::policy

@@ -99,7 +99,7 @@ void log_awake(const LogSink& log, int device, uint64_t ms, const Arena::WakeRes
 
 SleepStatus DevicePool::sleep(unsigned flags, const std::vector<ChunkHandle>& shared) {
   std::lock_guard<std::mutex> guard(footprint_mutex_);
-  if (sleep_.asleep()) return SleepStatus::Ok;
+  if (sleep_.asleep()) return sleep_again(flags, shared);
   const uint64_t start = clock_.now_ns();
   sleep_.close(flags);
   // Every cached block goes central: from now on each allocation misses.
@@ -121,6 +121,23 @@ SleepStatus DevicePool::sleep(unsigned flags, const std::vector<ChunkHandle>& sh
   note_sleep_figures();
   if (log_)
     log_asleep(log_, settings_.device, (clock_.now_ns() - start) / 1000000, result, synced_ns, idle_released, idle_ns);
+  return result.resident_chunks ? SleepStatus::Partial : SleepStatus::Ok;
+}
+
+// Asleep already: the chunks that stayed resident (kept for importers,
+// or refused by the driver) go now unless `shared` still names them; the
+// device work on them is over first.
+SleepStatus DevicePool::sleep_again(unsigned flags, const std::vector<ChunkHandle>& shared) {
+  if (large_.mapped_bytes() == 0) return SleepStatus::Ok;  // nothing stayed resident
+  const uint64_t start = clock_.now_ns();
+  {
+    std::lock_guard<std::mutex> reclaim(reclaim_mutex_);
+    if (!gate_.sync_and_retire(nullptr, false)) return SleepStatus::Busy;
+  }
+  uint64_t idle_released = 0, idle_ns = 0;
+  const Arena::SleepResult result = large_.sleep(flags & kSleepKeep, shared, &idle_released, &idle_ns);
+  note_sleep_figures();
+  if (log_) log_asleep(log_, settings_.device, (clock_.now_ns() - start) / 1000000, result, 0, idle_released, idle_ns);
   return result.resident_chunks ? SleepStatus::Partial : SleepStatus::Ok;
 }
 

@@ -50,12 +50,17 @@ struct Export {
   bool stale = false;
 };
 
-// What a sleep of a device's pool keeps resident: the chunks importers
-// held when it began. Until the wake, only exports that lie wholly in them
-// are opened.
+// What the sleeps of a device's pools keep resident: the chunks importers
+// held when each began, by pool. While a pool is asleep (or its sleep call
+// is under way: `beginning`), only its exports that lie wholly in them are
+// opened; the other pools' exports open as usual.
 struct SleepState {
-  bool sleeping = false;
-  std::vector<policy::ChunkHandle> shared;
+  const policy::DevicePool* beginning = nullptr;
+  struct Kept {
+    const policy::DevicePool* pool;
+    policy::ChunkHandle chunk;
+  };
+  std::vector<Kept> shared;  // the chunks each pool's last sleep kept
 };
 
 std::mutex g_export_mutex;
@@ -65,10 +70,8 @@ std::map<uint64_t, uint64_t>* g_by_addr = nullptr;  // block base -> export id
 std::map<HolderKey, std::map<uint64_t, uint64_t>>* g_holds = nullptr;
 SleepState* g_sleep = nullptr;  // per device; made with the registry (no static destructor)
 uint64_t g_next_export_id = 1;
-std::atomic<bool> g_warned_unshareable{false};
-std::atomic<bool> g_warned_export{false};
+std::atomic<bool> g_warned_unshareable{false}, g_warned_export{false};
 
-// REQUIRES g_export_mutex.
 // REQUIRES g_export_mutex. All of it or (out of memory: throws) none.
 void ensure_registry() {
   if (g_by_id) return;
@@ -93,8 +96,8 @@ void drop_if_done(std::map<uint64_t, Export>::iterator it, std::vector<uint64_t>
 }
 
 bool is_shared(const SleepState& s, const policy::ChunkHandle& chunk) {
-  for (const policy::ChunkHandle& h : s.shared)
-    if (h.value == chunk.value) return true;
+  for (const SleepState::Kept& k : s.shared)
+    if (k.chunk.value == chunk.value) return true;
   return false;
 }
 
@@ -103,6 +106,11 @@ bool all_shared(const SleepState& s, const Export& e) {
     if (!is_shared(s, p.chunk)) return false;
   return true;
 }
+
+// REQUIRES g_export_mutex. Whether the memory of `pool`'s blocks may be
+// asleep: the pool is asleep, or its sleep call is under way (its gate may
+// not be closed yet, but what it releases was decided already).
+bool pool_asleep(const SleepState& s, const policy::DevicePool* pool) { return pool == s.beginning || pool->asleep(); }
 
 // REQUIRES g_export_mutex, the pool awake. Reads a stale export's pieces
 // again from the pool; false if the block is not what was exported.
@@ -149,7 +157,7 @@ void open_export(const wire::Request& request, const HolderKey& holder, Reply* r
       request.device != uint32_t(e.device))
     return;
   const SleepState& sleep = g_sleep[e.device];
-  if (sleep.sleeping) {
+  if (pool_asleep(sleep, e.pool)) {
     // Asleep: only memory that stayed resident can be opened.
     if (e.stale || !all_shared(sleep, e)) {
       h.reason = wire::kReasonAsleep;
@@ -243,26 +251,34 @@ bool holds_any(const HolderKey& holder) {
 
 // ---- the API (ipc.h) ---------------------------------------------------------------
 
-std::vector<policy::ChunkHandle> begin_sleep(int device) {
-  std::vector<policy::ChunkHandle> shared;
-  if (device < 0 || device >= pool::kMaxDevices) return shared;
+SleepShare begin_sleep(int device, const policy::DevicePool* pool) {
+  SleepShare share(device, nullptr);
+  if (device < 0 || device >= pool::kMaxDevices || !pool) return share;
   std::lock_guard<std::mutex> guard(g_export_mutex);
   try {
     ensure_registry();
   } catch (...) {
-    return shared;  // no registry: no export can exist
+    return share;  // no registry: no export can exist
   }
   SleepState& s = g_sleep[device];
-  s.sleeping = true;
-  s.shared.clear();
+  s.beginning = pool;
+  share.pool_ = pool;
+  // What this pool kept in an earlier sleep is decided again.
+  size_t kept = 0;
+  for (const SleepState::Kept& k : s.shared)
+    if (k.pool != pool) s.shared[kept++] = k;
+  s.shared.resize(kept);
   try {
     for (const auto& entry : *g_by_id) {
       const Export& e = entry.second;
-      if (e.device != device || e.holders == 0) continue;
+      if (e.device != device || e.pool != pool || e.holders == 0) continue;
       for (const policy::PhysicalPiece& p : e.pieces)
-        if (!is_shared(s, p.chunk)) s.shared.push_back(p.chunk);
+        if (!is_shared(s, p.chunk)) {
+          // The pool's list first: a chunk listed here only would open.
+          share.chunks_.push_back(p.chunk);
+          s.shared.push_back({pool, p.chunk});
+        }
     }
-    shared = s.shared;
   } catch (...) {
     // Out of host memory for a list of handles: what is listed stays
     // resident, and only that opens during the sleep.
@@ -270,15 +286,21 @@ std::vector<policy::ChunkHandle> begin_sleep(int device) {
   // An export no one holds may lose its memory in this sleep: its pieces
   // are read again after the wake.
   for (auto& entry : *g_by_id)
-    if (entry.second.device == device && !all_shared(s, entry.second)) entry.second.stale = true;
-  return shared;
+    if (entry.second.device == device && entry.second.pool == pool && !all_shared(s, entry.second))
+      entry.second.stale = true;
+  return share;
+}
+
+SleepShare::~SleepShare() {
+  if (!pool_) return;
+  std::lock_guard<std::mutex> guard(g_export_mutex);
+  if (g_sleep && g_sleep[device_].beginning == pool_) g_sleep[device_].beginning = nullptr;
 }
 
 void end_sleep(int device) {
-  if (device < 0 || device >= pool::kMaxDevices) return;
   std::lock_guard<std::mutex> guard(g_export_mutex);
-  if (!g_sleep) return;
-  g_sleep[device].sleeping = false;
+  if (device < 0 || device >= pool::kMaxDevices || !g_sleep) return;
+  g_sleep[device].beginning = nullptr;
   g_sleep[device].shared.clear();
 }
 
@@ -301,20 +323,11 @@ CUresult get_handle(policy::DevicePool* pool, policy::Span* span, CUdeviceptr dp
   }
   if (found.pieces.empty() || found.pieces.size() > size_t(kMaxPieces)) return CUDA_ERROR_INVALID_VALUE;
   if (!start_server()) return CUDA_ERROR_INVALID_VALUE;
-  const Identity& me = self();
-  Wire w{};
-  std::memcpy(w.magic, kMagic, sizeof kMagic);
-  w.version = kHandleVersion;
-  w.device = uint32_t(device);
-  w.pid = uint32_t(me.pid);
-  w.start_time = me.start_time;
-  w.pidns = me.pidns;
-  w.bytes = found.range.bytes;
-  w.offset = found.range.base_addr - found.first_granule_addr;
+  Wire w = make_handle(device, found.range.bytes, found.range.base_addr - found.first_granule_addr);
   try {
     std::lock_guard<std::mutex> guard(g_export_mutex);
     ensure_registry();
-    const bool sleeping = g_sleep[device].sleeping;
+    const bool sleeping = pool_asleep(g_sleep[device], pool);
     // The same live allocation exports as the same handle.
     auto known = g_by_addr->find(found.range.base_addr);
     if (known != g_by_addr->end()) {

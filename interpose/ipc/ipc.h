@@ -27,6 +27,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "policy/device_pool.h"
@@ -84,12 +85,36 @@ using TagControl = int (*)(uint16_t op, uint64_t flags, const char* tag);
 void set_tag_control(TagControl control);
 bool start_control();
 
-// Sleep of the pool of `device` (interpose/pool/sleep.cpp, docs/IPC.md "Sleep and wake"):
-// begin_sleep returns the chunks importers map now, which must stay
-// resident; until end_sleep (after a wake, or a sleep that did not
-// happen) only blocks wholly in them can be opened, and any other export
-// reads its chunks again from the pool before its next open.
-std::vector<policy::ChunkHandle> begin_sleep(int device);
+// Sleep of a pool of `device` (interpose/pool/sleep.cpp, docs/IPC.md
+// "Sleep and wake"): begin_sleep(device, pool) answers the chunks of
+// `pool` that importers map now, which must stay resident; the answer is
+// passed to DevicePool::sleep in the same expression, and until it is
+// destroyed (the sleep call is over) the pool counts as asleep, its gate
+// closed or not. While a pool is asleep only its blocks that lie wholly in
+// those chunks can be opened, and any other export of it reads its chunks
+// again from the pool before its next open. Blocks of the device's other
+// pools (other tags, memory outside any region) open as usual. end_sleep
+// (no pool of the device asleep any more) forgets the kept chunks.
+class SleepShare {
+ public:
+  SleepShare(SleepShare&& other) noexcept
+      : device_(other.device_), pool_(other.pool_), chunks_(std::move(other.chunks_)) {
+    other.pool_ = nullptr;
+  }
+  SleepShare(const SleepShare&) = delete;
+  SleepShare& operator=(const SleepShare&) = delete;
+  SleepShare& operator=(SleepShare&&) = delete;
+  ~SleepShare();
+  operator const std::vector<policy::ChunkHandle>&() const { return chunks_; }
+
+ private:
+  friend SleepShare begin_sleep(int device, const policy::DevicePool* pool);
+  SleepShare(int device, const policy::DevicePool* pool) : device_(device), pool_(pool) {}
+  int device_;
+  const policy::DevicePool* pool_;
+  std::vector<policy::ChunkHandle> chunks_;
+};
+SleepShare begin_sleep(int device, const policy::DevicePool* pool);
 void end_sleep(int device);
 // Blocks this process opened from other processes: they stay mapped across
 // a sleep. Logs one warning with their count and bytes when there are any;

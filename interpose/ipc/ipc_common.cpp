@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 
@@ -29,6 +30,20 @@ uint32_t checksum(const Wire& w) {
   uint32_t h = 2166136261u;
   for (size_t i = 0; i < sizeof copy; ++i) h = (h ^ p[i]) * 16777619u;
   return h;
+}
+
+Wire make_handle(int device, uint64_t bytes, uint64_t offset) {
+  const Identity& me = self();
+  Wire w{};
+  std::memcpy(w.magic, kMagic, sizeof kMagic);
+  w.version = kHandleVersion;
+  w.device = uint32_t(device);
+  w.pid = uint32_t(me.pid);
+  w.start_time = me.start_time;
+  w.pidns = me.pidns;
+  w.bytes = bytes;
+  w.offset = offset;
+  return w;
 }
 
 const Identity& self() {

@@ -92,6 +92,11 @@ void retained(CUmemGenericAllocationHandle handle);
 void released(CUmemGenericAllocationHandle handle);
 void mapped(CUdeviceptr ptr, size_t bytes, CUmemGenericAllocationHandle handle, size_t offset = 0);
 void unmapped(CUdeviceptr ptr, size_t bytes);
+// The program bound memory to a multicast object (cuMulticastBindMem: the
+// handle, the driver's value; cuMulticastBindAddr: what it maps there):
+// sleep leaves it resident and names it; the cache never takes it.
+void bound(CUmemGenericAllocationHandle handle);
+void bound_at(CUdeviceptr ptr, size_t bytes);
 // What of `device` the program still holds or maps (0 with the pool off).
 uint64_t resident_bytes(int device);
 
@@ -157,6 +162,12 @@ CUresult translated_map(CUdeviceptr ptr, size_t bytes, CUmemGenericAllocationHan
 CUresult translated_unmap(CUdeviceptr ptr, size_t bytes, HandleCall call);
 CUresult translated_address_free(CUdeviceptr ptr, size_t bytes, HandleCall call);
 CUresult translated_export(CUmemGenericAllocationHandle handle, HandleCall call);
+// cuMulticastBindMem: as export (a handle asleep answers ILLEGAL_STATE).
+CUresult translated_bind(CUmemGenericAllocationHandle handle, HandleCall call);
+// cuMemSetAccess over mappings asleep: recorded, set at wake (a sleep that
+// lands between the program's map and its set access).
+CUresult translated_set_access(CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count,
+                               HandleCall call);
 CUresult translated_properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle, HandleCall call);
 
 // The process's ledger (never destroyed), which the cache is made with.

@@ -94,6 +94,22 @@ void unmapped(CUdeviceptr ptr, size_t bytes) {
   if (noting()) ledger().unmapped(ptr, bytes);
 }
 
+void bound(CUmemGenericAllocationHandle handle) {
+  if (!active()) return;
+  ledger().bound(handle);
+  if (on()) mark_shared(handle);  // never cached or deferred again: its memory stays as bound
+}
+
+void bound_at(CUdeviceptr ptr, size_t bytes) {
+  if (!active()) return;
+  try {
+    for (uint64_t handle : ledger().bound_at(ptr, bytes))
+      if (on()) mark_shared(handle);
+  } catch (...) {
+    // Out of host memory for the list: the ledger marked them all the same.
+  }
+}
+
 uint64_t resident_bytes(int device) { return active() ? ledger().resident(device).bytes : 0; }
 
 }  // namespace pagefast::pool::own_vmm

@@ -12,16 +12,19 @@
 // exported or imported (another process may hold its memory), one the
 // program maps nowhere, and one whose copy or unmap the driver refused.
 // Wake makes each handle of the slot again, all or none.
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "interpose/driver.h"
+#include "interpose/pool/device_memory.h"
 #include "interpose/pool/own_vmm.h"
 #include "interpose/pool/own_vmm_sleep.h"
 #include "interpose/pool/pool_internal.h"
 #include "interpose/pool/process.h"
+#include "interpose/pool/region.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
 
@@ -31,6 +34,33 @@ namespace {
 using policy::own_vmm::AsleepHandle;
 using policy::own_vmm::AsleepMapping;
 using policy::own_vmm::SlotHandle;
+
+// The context of `device` current on this thread for a scope: sleep and
+// wake may run on a thread with none (pagefast-ctl's, on pagefast-ipc-bg),
+// and the copies and the sync need one. Pushed when another (or none) is
+// current, popped at the end.
+class DeviceContext {
+ public:
+  DeviceContext(const RealDriver* real, int device) : real_(real) {
+    DeviceMemory* memory = device_memory(device);
+    const CUcontext want = memory && memory->provider() ? memory->provider()->copy_context() : nullptr;
+    CUcontext current = nullptr;
+    driver::ctx_get_current(real, &current);
+    if (want && want != current && driver::has_context_push(real))
+      pushed_ = driver::ctx_push(real, want) == CUDA_SUCCESS;
+  }
+  DeviceContext(const DeviceContext&) = delete;
+  DeviceContext& operator=(const DeviceContext&) = delete;
+  bool pushed() const { return pushed_; }
+  ~DeviceContext() {
+    CUcontext popped = nullptr;
+    if (pushed_) driver::ctx_pop(real_, &popped);
+  }
+
+ private:
+  const RealDriver* real_;
+  bool pushed_ = false;
+};
 
 // The access of the mapping at `addr`, as descriptors to set again: one
 // per device that has any (the driver answers CUDA_ERROR_INVALID_DEVICE
@@ -88,10 +118,24 @@ bool unmap_all(const RealDriver* real, const AsleepHandle& h, uint64_t driver_ha
 // Sleeps one handle of the ledger's; false: it stays resident (`why`).
 bool sleep_one(const RealDriver* real, const SlotHandle& s, int slot, bool keep, AsleepHandle* out, const char** why) {
   if (s.shared) return (*why = "exported or imported: another process may hold it"), false;
+  if (s.multicast) return (*why = "bound to a multicast object: its memory cannot leave the device"), false;
   if (s.maps.empty()) return (*why = "mapped nowhere"), false;
   CUmemAllocationProp prop = {};
-  if (driver::handle_properties(real, &prop, s.handle) != CUDA_SUCCESS)
+  // A handle the program released while it still maps it (its references
+  // none: the driver's value names nothing any more, the mappings hold the
+  // memory): a reference retained at a mapping gives the properties, and
+  // goes with the program's below.
+  CUmemGenericAllocationHandle retained = 0;
+  if (s.refs == 0 &&
+      driver::retain_handle(real, &retained, reinterpret_cast<void*>(s.maps.front().addr)) != CUDA_SUCCESS)
+    return (*why = "the driver did not retain it at its mapping"), false;
+  const auto drop_retained = [&] {
+    if (retained) driver::release(real, retained);
+  };
+  if (driver::handle_properties(real, &prop, retained ? retained : s.handle) != CUDA_SUCCESS) {
+    drop_retained();
     return (*why = "the driver did not give its properties"), false;
+  }
   AsleepHandle& h = *out;
   h.program = book().to_program(s.handle);
   h.slot = slot;
@@ -101,15 +145,24 @@ bool sleep_one(const RealDriver* real, const SlotHandle& s, int slot, bool keep,
   h.prop.assign(reinterpret_cast<const char*>(&prop), sizeof prop);
   for (const policy::own_vmm::LedgerMapping& m : s.maps)
     h.maps.push_back(AsleepMapping{m.addr, m.bytes, m.offset, read_access(real, m.addr)});
-  if (keep && !(h.host = copy_out(real, h))) return (*why = "its contents could not be copied to host memory"), false;
-  if (!unmap_all(real, h, s.handle)) {
+  if (keep) {
+    const DeviceContext context(real, s.device);
+    if (!(h.host = copy_out(real, h))) {
+      drop_retained();
+      return (*why = "its contents could not be copied to host memory"), false;
+    }
+  }
+  if (!unmap_all(real, h, retained ? retained : s.handle)) {
     free_host_copy(h.host);
+    drop_retained();
     return (*why = "the driver refused to unmap it"), false;
   }
-  // The driver's references: the cache's one, or each of the program's.
+  // The driver's references: the cache's one, or each of the program's
+  // (and the one retained above).
   const int references = disown(s.handle) ? 1 : s.refs;
   for (int i = 0; i < references; ++i)
     if (driver::release(real, s.handle) != CUDA_SUCCESS) break;
+  drop_retained();
   ledger().forget(s.handle);
   return true;
 }
@@ -195,10 +248,27 @@ void settle_refs(const RealDriver* real, const AsleepHandle& h, CUmemGenericAllo
 
 void sleep_handles(int slot, bool keep, SleepAnswer* out);
 
+// Per slot, what the book holds asleep and of it kept in host memory, as
+// the last change of the book left it: read without the book's lock.
+struct SlotFigures {
+  std::atomic<uint64_t> asleep{0};
+  std::atomic<uint64_t> kept{0};
+};
+SlotFigures g_figures[region::kMaxSlots];
+
 }  // namespace
 
 void free_host_copy(void* host) {
   if (host) driver::free_host(real_driver(), host);
+}
+
+void mirror_figures() {
+  for (int slot = 0; slot < region::kMaxSlots; ++slot) {
+    uint64_t asleep = 0, kept = 0;
+    book().slot_bytes(slot, &asleep, &kept);
+    g_figures[slot].asleep.store(asleep, std::memory_order_relaxed);
+    g_figures[slot].kept.store(kept, std::memory_order_relaxed);
+  }
 }
 
 SleepAnswer sleep_slot(int slot, bool keep) {
@@ -217,6 +287,7 @@ SleepAnswer sleep_slot(int slot, bool keep) {
              slot);
     answer.status = 1;
   }
+  mirror_figures();
   return answer;
 }
 
@@ -229,7 +300,16 @@ void sleep_handles(int slot, bool keep, SleepAnswer* out) {
   std::vector<SlotHandle> handles = ledger().program_handles(slot);
   if (handles.empty()) return;
   g_translating.store(true, std::memory_order_relaxed);
-  if (keep) driver::ctx_synchronize(real);  // the program's work on the memory is done before the copy
+  // The program's work on the memory is done before the copy: the calling
+  // thread's context, then each device's (when another) synchronised once.
+  if (keep) driver::ctx_synchronize(real);
+  bool synced[kMaxDevices] = {};
+  for (const SlotHandle& s : handles) {
+    if (!keep || s.device < 0 || s.device >= kMaxDevices || synced[s.device]) continue;
+    synced[s.device] = true;
+    const DeviceContext context(real, s.device);
+    if (context.pushed()) driver::ctx_synchronize(real);
+  }
   for (const SlotHandle& s : handles) {
     AsleepHandle h;
     const char* why = "";
@@ -261,6 +341,7 @@ int wake_slot(int slot) {
     return -1;  // out of host memory before anything was made
   }
   for (size_t i = 0; i < asleep.size(); ++i) {
+    const DeviceContext context(real, asleep[i]->device);
     if (make_again(real, *asleep[i], &made[i])) continue;
     for (size_t j = 0; j < i; ++j) unmake(real, made[j]);
     log_line(LogLevel::Warn, "slot %d: the driver refused to make the program's own VMM memory again; still asleep",
@@ -278,14 +359,16 @@ int wake_slot(int slot) {
     free_host_copy(h.host);
     book().woke(h.program, made[i].handle);  // `h` goes with it
   }
+  mirror_figures();
   return 0;
 }
 
 SlotBytes slot_bytes(int slot) {
   SlotBytes bytes;
-  if (!active()) return bytes;
-  std::lock_guard<std::mutex> guard(book_mutex());
-  book().slot_bytes(slot, &bytes.asleep, &bytes.kept);
+  if (!active() || slot < 0 || slot >= region::kMaxSlots) return bytes;
+  // Never the book's lock: a sleep holds it across its copy.
+  bytes.asleep = g_figures[slot].asleep.load(std::memory_order_relaxed);
+  bytes.kept = g_figures[slot].kept.load(std::memory_order_relaxed);
   bytes.resident = ledger().slot_resident(slot);
   return bytes;
 }

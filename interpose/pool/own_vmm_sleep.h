@@ -22,5 +22,10 @@ void free_host_copy(void* host);
 // driver's values) the program holds nothing of any more (the ledger
 // says) go.
 void prune_aliases(const uint64_t* driver, size_t count);
+// REQUIRES: book_mutex() held. After the book changed (sleep, wake, a
+// handle asleep released or unmapped for good): the per-slot figures that
+// slot_bytes reads without the lock (status and stats never wait for a
+// sleep's copy) are set from it.
+void mirror_figures();
 
 }  // namespace pagefast::pool::own_vmm

@@ -4,6 +4,7 @@
 // wake"). Each call takes the book's mutex, so that no call on a handle
 // runs while sleep or wake takes it apart or makes it again.
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "interpose/pool/own_vmm.h"
@@ -45,6 +46,24 @@ bool driver_value(CUmemGenericAllocationHandle handle, CUmemGenericAllocationHan
   const bool awake = book().to_driver(handle, &value);
   *driver = value;
   return awake;
+}
+
+// The descriptors `desc` set over the record `access` (one descriptor per
+// location, as the driver keeps one access per device): a location's flags
+// replaced, PROT_NONE removing it.
+void merge_access(std::string* access, const CUmemAccessDesc* desc, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    std::string merged;
+    for (size_t at = 0; at + sizeof(CUmemAccessDesc) <= access->size(); at += sizeof(CUmemAccessDesc)) {
+      CUmemAccessDesc old;
+      std::memcpy(&old, access->data() + at, sizeof old);
+      if (old.location.type == desc[i].location.type && old.location.id == desc[i].location.id) continue;
+      merged.append(reinterpret_cast<const char*>(&old), sizeof old);
+    }
+    if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE)
+      merged.append(reinterpret_cast<const char*>(&desc[i]), sizeof desc[i]);
+    access->swap(merged);
+  }
 }
 
 }  // namespace
@@ -90,7 +109,10 @@ CUresult translated_release(CUmemGenericAllocationHandle handle, HandleCall call
       bool gone = false;
       void* host = nullptr;
       const int r = book().release(handle, &gone, &host);
-      if (gone) free_host_copy(host);
+      if (gone) {
+        free_host_copy(host);
+        mirror_figures();
+      }
       return CUresult(r);
     }
     const CUresult r = call(&driver);
@@ -118,6 +140,7 @@ CUresult translated_unmap(CUdeviceptr ptr, size_t bytes, HandleCall call) {
     std::vector<void*> gone;
     const int r = book().unmap(ptr, bytes, &gone);
     for (void* host : gone) free_host_copy(host);
+    if (!gone.empty()) mirror_figures();
     if (r >= 0) return CUresult(r);
     // The handles mapped there (read before: the call ends their mappings).
     const std::vector<uint64_t> mapped =
@@ -139,6 +162,24 @@ CUresult translated_address_free(CUdeviceptr ptr, size_t bytes, HandleCall call)
   });
 }
 
+CUresult translated_set_access(CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count,
+                               HandleCall call) {
+  return guarded([&]() -> CUresult {
+    std::lock_guard<std::mutex> guard(book_mutex());
+    std::vector<std::string*> records;
+    const int r = book().access_records(ptr, bytes, &records);
+    if (r < 0) {
+      CUmemGenericAllocationHandle none = 0;
+      return call(&none);
+    }
+    if (r != 0) return CUresult(r);  // not whole mappings asleep
+    if (!desc || count == 0) return CUDA_ERROR_INVALID_VALUE;
+    // Mappings asleep: their records take the access, which wake sets.
+    for (std::string* access : records) merge_access(access, desc, count);
+    return CUDA_SUCCESS;
+  });
+}
+
 CUresult translated_export(CUmemGenericAllocationHandle handle, HandleCall call) {
   return guarded([&]() -> CUresult {
     std::lock_guard<std::mutex> guard(book_mutex());
@@ -147,6 +188,10 @@ CUresult translated_export(CUmemGenericAllocationHandle handle, HandleCall call)
     if (!awake) return CUDA_ERROR_ILLEGAL_STATE;
     return call(&driver);
   });
+}
+
+CUresult translated_bind(CUmemGenericAllocationHandle handle, HandleCall call) {
+  return translated_export(handle, call);
 }
 
 CUresult translated_properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle, HandleCall call) {

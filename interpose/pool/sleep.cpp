@@ -85,7 +85,7 @@ int sleep_slot_locked(int slot, unsigned flags, bool* any) {
     policy::DevicePool* pool = memory && !retired_device(d) ? memory->pool_at(slot) : nullptr;
     if (!pool) continue;
     *any = true;
-    const int part = answer_of(pool->sleep(pool_flags, ipc::begin_sleep(d)));
+    const int part = answer_of(pool->sleep(pool_flags, ipc::begin_sleep(d, pool)));
     if (!any_asleep(*memory)) ipc::end_sleep(d);
     if (part < 0) {
       ++refused;

@@ -90,13 +90,13 @@ class VmmProvider final : public policy::Provider {
   // (pagefast_pool_trim); returns the bytes. No driver call while none is kept.
   uint64_t release_host_memory();
   HostMemory::Figures host_memory_figures();
+  // The context copies run in: the first that used the pool, else the
+  // calling thread's. NULL if there is none. (Own-VMM sleep copies in it too.)
+  CUcontext copy_context();
   static constexpr uint64_t kCopyPieceBytes = HostMemory::kPieceBytes;
   static constexpr int kMaxCopyThreads = 16;
 
  private:
-  // The context copies run in: the first that used the pool, else the
-  // calling thread's. NULL if there is none.
-  CUcontext copy_context();
   void copy_batch(policy::HostCopy* copies, uint64_t count, bool to_host);
   VmmProvider(const RealDriver* real, CUdevice device, CaptureGate* gate, LogSink log, const Events* events);
   void tell_shareable(bool shareable) const;

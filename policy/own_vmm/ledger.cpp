@@ -76,6 +76,31 @@ void Ledger::released(uint64_t handle) {
   settle(it);
 }
 
+void Ledger::bound(uint64_t handle) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  auto it = handles_.find(handle);
+  if (it != handles_.end()) it->second.multicast = true;
+}
+
+std::vector<uint64_t> Ledger::bound_at(uint64_t addr, uint64_t bytes) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  std::vector<uint64_t> out;
+  // The mapping that holds `addr`, and every one that starts inside the range.
+  auto m = maps_.upper_bound(addr);
+  if (m != maps_.begin()) {
+    auto prev = std::prev(m);
+    if (prev->first + prev->second.bytes > addr) m = prev;
+  }
+  const uint64_t end = addr + bytes < addr ? UINT64_MAX : addr + bytes;
+  for (; m != maps_.end() && m->first < end; ++m) {
+    auto h = handles_.find(m->second.handle);
+    if (h == handles_.end()) continue;
+    h->second.multicast = true;
+    out.push_back(m->second.handle);
+  }
+  return out;
+}
+
 void Ledger::mapped(uint64_t addr, uint64_t bytes, uint64_t handle, uint64_t offset) {
   std::lock_guard<std::mutex> guard(mutex_);
   auto it = handles_.find(handle);
@@ -166,7 +191,7 @@ std::vector<SlotHandle> Ledger::program_handles(int slot) {
   for (const auto& [handle, h] : handles_)
     if (h.slot == slot && h.programs()) {
       at[handle] = out.size();
-      out.push_back(SlotHandle{handle, h.bytes, h.device, h.refs, h.shared, {}});
+      out.push_back(SlotHandle{handle, h.bytes, h.device, h.refs, h.shared, {}, h.multicast});
     }
   for (const auto& [addr, m] : maps_) {
     auto it = at.find(m.handle);

@@ -81,6 +81,7 @@ struct SlotHandle {
   int refs = 0;
   bool shared = false;
   std::vector<LedgerMapping> maps;  // by address
+  bool multicast = false;           // bound to a multicast object
 };
 
 class Ledger {
@@ -98,6 +99,12 @@ class Ledger {
   // unknown; `device`: where the memory lives, from its properties).
   void imported(uint64_t handle, const ShareKey* key, int device);
   void retained(uint64_t handle);
+  // Bound to a multicast object (cuMulticastBindMem): its memory cannot
+  // leave the device for the handle's life (an unbind names no handle).
+  void bound(uint64_t handle);
+  // The handles the program maps over [addr, addr + bytes), bound
+  // (cuMulticastBindAddr); returns them.
+  std::vector<uint64_t> bound_at(uint64_t addr, uint64_t bytes);
   // One reference less (an import's first, while the handle has some).
   void released(uint64_t handle);
   void mapped(uint64_t addr, uint64_t bytes, uint64_t handle, uint64_t offset = 0);
@@ -156,6 +163,7 @@ class Ledger {
     bool bytes_known = true;  // false: an import placed nowhere (its mappings tell)
     bool kept = false;        // pagefast keeps it (keep / made, until let_go)
     bool shared = false;      // exported or imported
+    bool multicast = false;   // bound to a multicast object
     int slot = 0;             // region slot at creation
     bool programs() const { return refs != 0 || maps != 0; }
   };

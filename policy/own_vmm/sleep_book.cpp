@@ -113,6 +113,25 @@ int SleepBook::unmap(uint64_t addr, uint64_t bytes, std::vector<void*>* gone) {
   return kOk;
 }
 
+int SleepBook::access_records(uint64_t addr, uint64_t bytes, std::vector<std::string*>* out) {
+  const uint64_t end = addr + bytes;
+  auto first = places_.lower_bound(addr);
+  if (first == places_.end() || first->first >= end || end < addr) return -1;
+  uint64_t at = addr;
+  for (auto it = first; it != places_.end() && it->first < end; ++it) {
+    if (it->first != at) return kInvalidValue;
+    at += it->second.bytes;
+  }
+  if (at != end) return kInvalidValue;
+  for (auto it = first; it != places_.end() && it->first < end; ++it) {
+    auto h = asleep_.find(it->second.program);
+    if (h == asleep_.end()) continue;
+    for (AsleepMapping& m : h->second.maps)
+      if (m.addr == it->first) out->push_back(&m.access);
+  }
+  return kOk;
+}
+
 bool SleepBook::overlaps(uint64_t addr, uint64_t bytes) const {
   const uint64_t end = addr + bytes < addr ? UINT64_MAX : addr + bytes;
   auto it = places_.upper_bound(addr);

@@ -15,7 +15,9 @@
 // unchanged.
 //
 // Calls while asleep: release and unmap are recorded (the program let the
-// memory go: once it holds nothing, wake does not bring it back); map,
+// memory go: once it holds nothing, wake does not bring it back), and so
+// is set access (wake sets it: a sleep between a map and its set access
+// costs the program nothing); map,
 // export and retain answer kIllegalState; the properties come from the
 // record.
 //
@@ -90,6 +92,11 @@ class SleepBook {
   // go; `gone` gets the host copies of handles the program now holds
   // nothing of); else kInvalidValue.
   int unmap(uint64_t addr, uint64_t bytes, std::vector<void*>* gone);
+  // Set access: -1 when no mapping asleep starts in [addr, addr + bytes)
+  // (the driver answers); kOk when such mappings tile the range exactly
+  // (`out` gets their access records, which the glue updates: wake sets
+  // them); else kInvalidValue.
+  int access_records(uint64_t addr, uint64_t bytes, std::vector<std::string*>* out);
   // Whether a mapping asleep overlaps [addr, addr + bytes).
   bool overlaps(uint64_t addr, uint64_t bytes) const;
   // The number of handles asleep (the glue's fast check).

@@ -261,6 +261,24 @@
   L(cuMemImportFromShareableHandle, 10020, cuMemImportFromShareableHandle,                 \
     (CUmemGenericAllocationHandle* handle, void* os_handle, CUmemAllocationHandleType type), \
     (handle, os_handle, type))                                                             \
+  /* multicast objects (multicast.cpp) */                                                  \
+  L(cuMulticastCreate, 12010, cuMulticastCreate,                                           \
+    (CUmemGenericAllocationHandle* mc_handle, const CUmulticastObjectProp* prop),          \
+    (mc_handle, prop))                                                                     \
+  L(cuMulticastAddDevice, 12010, cuMulticastAddDevice,                                     \
+    (CUmemGenericAllocationHandle mc_handle, CUdevice dev), (mc_handle, dev))              \
+  L(cuMulticastBindMem, 12010, cuMulticastBindMem,                                         \
+    (CUmemGenericAllocationHandle mc_handle, size_t mc_offset,                             \
+     CUmemGenericAllocationHandle mem_handle, size_t mem_offset, size_t size,              \
+     unsigned long long flags),                                                            \
+    (mc_handle, mc_offset, mem_handle, mem_offset, size, flags))                           \
+  L(cuMulticastBindAddr, 12010, cuMulticastBindAddr,                                       \
+    (CUmemGenericAllocationHandle mc_handle, size_t mc_offset, CUdeviceptr memptr,         \
+     size_t size, unsigned long long flags),                                               \
+    (mc_handle, mc_offset, memptr, size, flags))                                           \
+  L(cuMulticastUnbind, 12010, cuMulticastUnbind,                                           \
+    (CUmemGenericAllocationHandle mc_handle, CUdevice dev, size_t mc_offset, size_t size), \
+    (mc_handle, dev, mc_offset, size))                                                     \
   /* streams */                                                                            \
   L(cuStreamCreate, 2000, cuStreamCreate, (CUstream* stream, unsigned int flags),          \
     (stream, flags))                                                                       \

@@ -14,10 +14,15 @@
 // queued too and check their device memory again when they run: freed in
 // between is a use-after-free violation. On a capturing stream they are
 // captured: checked, not run.
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
 #include "api_list.h"
+#include "fakecuda.h"
 #include "state.h"
 
 using namespace fake;
@@ -168,7 +173,35 @@ CUresult impl::cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
 CUresult impl::cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t bytes) {
   return copy(dst, Side::kDevice, host(src), Side::kAny, bytes, nullptr, false);
 }
+namespace {
+
+std::atomic<int> g_copy_gate_fd{-1};  // fakecuda_copy_gate: the next synchronous copy to host waits
+std::atomic<int> g_copy_gate_waiting{0};  // one waits now
+
+// The copy gate, taken once (without the fake's lock): waits until a byte
+// can be read from its descriptor.
+void pass_copy_gate() {
+  const int fd = g_copy_gate_fd.exchange(-1);
+  if (fd < 0) return;
+  g_copy_gate_waiting.store(1);
+  char byte = 0;
+  while (read(fd, &byte, 1) < 0 && errno == EINTR) {
+  }
+  g_copy_gate_waiting.store(0);
+}
+
+}  // namespace
+
+int fakecuda_copy_gate(int fd) {
+  if (fd < 0) return -1;
+  g_copy_gate_fd.store(fd);
+  return 0;
+}
+
+int fakecuda_copy_gate_waiting(void) { return g_copy_gate_waiting.load(); }
+
 CUresult impl::cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t bytes) {
+  pass_copy_gate();
   return copy(host(dst), Side::kAny, src, Side::kDevice, bytes, nullptr, false);
 }
 CUresult impl::cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {

@@ -85,6 +85,15 @@ FAKECUDA_API_EXPORT unsigned long long fakecuda_free_bytes(int ordinal);
  * to the other end of a pipe. Returns CUDA_ERROR_INVALID_VALUE for fd < 0. */
 FAKECUDA_API_EXPORT CUresult fakecuda_launch_gate(CUstream stream, int fd);
 
+/* The next synchronous copy from device to host memory (cuMemcpyDtoH,
+ * the call own-VMM sleep copies with), before it copies, waits until a
+ * byte can be read from `fd` (it reads it): a test holds a sleep inside its
+ * copy until it writes to the other end of a pipe. Once: the gate is gone
+ * after that copy. fakecuda_copy_gate_waiting answers 1 while a copy waits
+ * there. From any thread, no context needed; -1 for fd < 0. */
+FAKECUDA_API_EXPORT int fakecuda_copy_gate(int fd);
+FAKECUDA_API_EXPORT int fakecuda_copy_gate_waiting(void);
+
 /* Device `ordinal`'s access flags on the VMM mapping that holds `ptr`, as
  * the fake keeps them (what cuMemSetAccess set), whoever answers
  * cuMemGetAccess: ~0 where no mapping holds `ptr`. Lets a test see the

@@ -13,6 +13,17 @@
  *                        overlapping K", K of them where block N was
  *   sleep FLAGS          pagefast_sleep(FLAGS): "sleep ANSWER"
  *   wake                 pagefast_wake(): "wake ANSWER"
+ *   region TAG           pagefast_region_begin(TAG, 0): "region ANSWER"
+ *   end                  pagefast_region_end(): "end ANSWER"
+ *   sleep-tag TAG FLAGS  pagefast_sleep_tag(TAG, FLAGS): "sleep ANSWER"
+ *   wake-tag TAG         pagefast_wake_tag(TAG): "wake ANSWER"
+ *   vmm BYTES BYTE       the program's own VMM memory (cuMemCreate, cuMemAddressReserve,
+ *                        cuMemMap, cuMemSetAccess on device 0), filled: "ok"
+ *   vmm-check BYTE       whether every byte of it is BYTE: "check 0|1"
+ *   device-free          the device memory really free on device 0: "free BYTES"
+ *   copy-gate            the next copy to host waits until open-copy-gate: "ok"
+ *   wait-copy            returns once a copy waits there: "copy waits"
+ *   open-copy-gate       lets it go: "ok"
  *   gate                 a fake "kernel" holding the stream (and every sync,
  *                        sleep's included) until open-gate: "ok"
  *   open-gate            lets it finish: "ok"
@@ -45,6 +56,29 @@ static size_t g_bytes[BLOCKS];
 static int g_gate[2] = {-1, -1};
 static int g_hog[65536];
 static int g_hogged;
+static CUdeviceptr g_vmm;
+static size_t g_vmm_bytes;
+static int g_copy_gate[2] = {-1, -1};
+
+static CUresult vmm_alloc(size_t bytes, unsigned char value) {
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof prop);
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  CUmemGenericAllocationHandle handle = 0;
+  CUmemAccessDesc access;
+  memset(&access, 0, sizeof access);
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CUresult rc = cuMemCreate(&handle, bytes, &prop, 0);
+  if (rc == CUDA_SUCCESS) rc = cuMemAddressReserve(&g_vmm, bytes, 0, 0, 0);
+  if (rc == CUDA_SUCCESS) rc = cuMemMap(g_vmm, bytes, 0, handle, 0);
+  if (rc == CUDA_SUCCESS) rc = cuMemSetAccess(g_vmm, bytes, &access, 1);
+  if (rc == CUDA_SUCCESS) rc = cuMemsetD8(g_vmm, value, bytes);
+  g_vmm_bytes = bytes;
+  return rc;
+}
 
 static const char* name(CUresult rc) {
   const char* text = NULL;
@@ -56,6 +90,12 @@ static int api(const char* symbol, unsigned flags, int with_flags) {
   void* fn = dlsym(RTLD_DEFAULT, symbol);
   if (!fn) return -100;
   return with_flags ? ((int (*)(unsigned))fn)(flags) : ((int (*)(void))fn)();
+}
+
+static int tag_api(const char* symbol, const char* tag, unsigned flags, int with_flags) {
+  void* fn = dlsym(RTLD_DEFAULT, symbol);
+  if (!fn) return -100;
+  return with_flags ? ((int (*)(const char*, unsigned))fn)(tag, flags) : ((int (*)(const char*))fn)(tag);
 }
 
 static int all_equal(int n, unsigned char value) {
@@ -113,6 +153,34 @@ static void command(const char* line) {
     printf("sleep %d\n", api("pagefast_sleep", (unsigned)a, 1));
   } else if (!strcmp(verb, "wake")) {
     printf("wake %d\n", api("pagefast_wake", 0, 0));
+  } else if (!strcmp(verb, "region") || !strcmp(verb, "sleep-tag") || !strcmp(verb, "wake-tag")) {
+    char tag[64] = "";
+    unsigned flags = 0;
+    sscanf(line, "%31s %63s %u", verb, tag, &flags);
+    if (!strcmp(verb, "region")) printf("region %d\n", tag_api("pagefast_region_begin", tag, 0, 1));
+    else if (!strcmp(verb, "sleep-tag")) printf("sleep %d\n", tag_api("pagefast_sleep_tag", tag, flags, 1));
+    else printf("wake %d\n", tag_api("pagefast_wake_tag", tag, 0, 0));
+  } else if (!strcmp(verb, "end")) {
+    printf("end %d\n", api("pagefast_region_end", 0, 0));
+  } else if (!strcmp(verb, "vmm") && got >= 3) {
+    sscanf(line, "%31s %llu %llx", verb, &a, &b);
+    const CUresult rc = vmm_alloc((size_t)a, (unsigned char)b);
+    printf(rc == CUDA_SUCCESS ? "ok\n" : "error %s\n", name(rc));
+  } else if (!strcmp(verb, "vmm-check")) {
+    static unsigned char buffer[8 << 20];
+    sscanf(line, "%31s %llx", verb, &a);
+    int ok = g_vmm_bytes <= sizeof buffer && cuMemcpyDtoH(buffer, g_vmm, g_vmm_bytes) == CUDA_SUCCESS;
+    for (size_t i = 0; ok && i < g_vmm_bytes; ++i) ok = buffer[i] == (unsigned char)a;
+    printf("check %d\n", ok);
+  } else if (!strcmp(verb, "device-free")) {
+    printf("free %llu\n", fakecuda_free_bytes(0));
+  } else if (!strcmp(verb, "copy-gate")) {
+    printf(pipe(g_copy_gate) == 0 && fakecuda_copy_gate(g_copy_gate[0]) == 0 ? "ok\n" : "error gate\n");
+  } else if (!strcmp(verb, "wait-copy")) {
+    while (!fakecuda_copy_gate_waiting()) usleep(1000);
+    printf("copy waits\n");
+  } else if (!strcmp(verb, "open-copy-gate")) {
+    printf(write(g_copy_gate[1], "g", 1) == 1 ? "ok\n" : "error write\n");
   } else if (!strcmp(verb, "gate")) {
     const CUresult rc = pipe(g_gate) == 0 ? fakecuda_launch_gate(0, g_gate[0]) : CUDA_ERROR_INVALID_VALUE;
     printf(rc == CUDA_SUCCESS ? "ok\n" : "error %s\n", name(rc));

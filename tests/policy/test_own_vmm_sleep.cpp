@@ -114,6 +114,20 @@ TEST_CASE("own vmm sleep: release and unmap while asleep are recorded; the last 
   CHECK(book.slot_handles(2).empty());
 }
 
+TEST_CASE("own vmm sleep: set access over whole mappings asleep gives their records; wake reads them") {
+  SleepBook book;
+  book.put(asleep(0x10, 1, 1, {{0x1000000, 2 * kMiB, 0, ""}, {0x1200000, 2 * kMiB, 2 * kMiB, "r"}}));
+  std::vector<std::string*> records;
+  CHECK(book.access_records(0x5000000, 2 * kMiB, &records) == -1);             // not asleep there
+  CHECK(book.access_records(0x1000000, 1 * kMiB, &records) == kInvalidValue);  // part of a mapping
+  CHECK(records.empty());
+  REQUIRE(book.access_records(0x1000000, 4 * kMiB, &records) == kOk);
+  REQUIRE(records.size() == 2);
+  for (std::string* access : records) *access = "rw";
+  for (const AsleepHandle* h : book.slot_handles(1))
+    for (const AsleepMapping& m : h->maps) CHECK(m.access == "rw");
+}
+
 TEST_CASE("own vmm sleep: bytes per slot, kept or not; the slot's handles in order") {
   SleepBook book;
   int copy = 0;
@@ -138,6 +152,24 @@ TEST_CASE("own vmm sleep: bytes per slot, kept or not; the slot's handles in ord
   CHECK(book.unmap(0x4000000, 8 * kMiB, &freed) == kOk);
   CHECK(freed.size() == 2);
   CHECK(book.slot_handles(3).empty());
+}
+
+TEST_CASE("own vmm sleep: the ledger marks multicast-bound handles, by handle or by an address inside a mapping") {
+  Ledger own;
+  own.created(1, 4 * kMiB, 0, 1);
+  own.created(2, 4 * kMiB, 0, 1);
+  own.created(3, 4 * kMiB, 0, 1);
+  own.mapped(0x1000000, 4 * kMiB, 2);
+  own.mapped(0x1400000, 4 * kMiB, 3);
+  own.bound(1);
+  own.bound(99);  // unknown: nothing
+  // An address inside 2's mapping, over the start of 3's.
+  const std::vector<uint64_t> at = own.bound_at(0x1200000, 3 * kMiB);
+  CHECK(at == std::vector<uint64_t>{2, 3});
+  CHECK(own.bound_at(0x3000000, kMiB).empty());
+  const std::vector<SlotHandle> slot1 = own.program_handles(1);
+  REQUIRE(slot1.size() == 3);
+  for (const SlotHandle& h : slot1) CHECK(h.multicast);
 }
 
 TEST_CASE("own vmm sleep: the ledger tags handles by slot and lists the program's with their mappings") {

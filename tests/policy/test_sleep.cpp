@@ -222,6 +222,29 @@ TEST_CASE("sleep: a chunk another process maps stays resident with its bytes; th
   CHECK(check(mapped_elsewhere, 40 * kMiB, 77));
 }
 
+TEST_CASE("sleep again: chunks kept for another process go once it lets go; the answer says what stays", "[sleep]") {
+  PoolUnderTest t(2 * kGiB, FakeProvider::Backing::Host, small_chunks());
+  Attached cache(t.pool);
+  const std::vector<Live> live = populate(t, *cache);
+  const Live& stitched = live.back();  // a stitch: its maps were undone by the first sleep
+  const std::vector<ChunkHandle> shared = chunks_of(t, stitched.addr);
+  REQUIRE(t.pool.sleep(kSleepKeep, shared) == SleepStatus::Partial);
+  CHECK(t.provider.live_chunks() == shared.size());
+  // Still shared: they stay, and the answer says so.
+  REQUIRE(t.pool.sleep(kSleepKeep, shared) == SleepStatus::Partial);
+  CHECK(t.provider.live_chunks() == shared.size());
+  // Shared no more: they go, their contents kept.
+  REQUIRE(t.pool.sleep(kSleepKeep) == SleepStatus::Ok);
+  CHECK(t.provider.live_chunks() == 0);
+  REQUIRE(t.pool.sleep(kSleepKeep) == SleepStatus::Ok);  // nothing resident: nothing to do
+  REQUIRE(t.pool.wake() == SleepStatus::Ok);
+  CHECK(all_intact(live));
+  CHECK(t.pool.kept_bytes() == 0);
+  CHECK(t.provider.live_host_buffers() == 0);
+  CHECK(t.pool.check().empty());
+  CHECK(t.provider.violations() == 0);
+}
+
 TEST_CASE("sleep with keep: a shared stitch's chunks stay, the stitch maps them again at wake", "[sleep]") {
   PoolUnderTest t(2 * kGiB, FakeProvider::Backing::Host, small_chunks());
   Attached cache(t.pool);

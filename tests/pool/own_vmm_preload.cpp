@@ -14,7 +14,7 @@
 // Sleep and wake by tag of the program's own memory (docs/OWN-VMM.md
 // "Sleep and wake"; own_vmm_sleep.cpp in this file, cases in
 // own_vmm_sleep_cases.py): tagged, collide, asleep_calls, wake_fail,
-// cycles, fork, resident.
+// cycles, fork, resident, map_gap, released_mapped, multicast.
 #include <cuda.h>
 #include <dlfcn.h>
 #include <unistd.h>
@@ -431,6 +431,99 @@ int resident(Api& api) {
   return 0;
 }
 
+// A sleep between the program's cuMemMap and its cuMemSetAccess (the
+// mapping has no access yet): the handle sleeps, the set access succeeds
+// (recorded), and wake opens the mapping with it.
+int map_gap(Api& api) {
+  if (api.begin("t", PAGEFAST_REGION_KEEP) != 0) return fail("region begin");
+  const CUmemAllocationProp prop = prop_on(0, CU_MEM_HANDLE_TYPE_NONE);
+  Own own;
+  CHECK_CU(cuMemCreate(&own.handle, kBytes, &prop, 0));
+  if (api.end() != 0) return fail("region end");
+  CHECK_CU(cuMemAddressReserve(&own.va, kBytes, 0, 0, 0));
+  CHECK_CU(cuMemMap(own.va, kBytes, 0, own.handle, 0));
+  const size_t before = free_now();
+  if (api.sleep_tag("t", 0) != 0) return fail("sleep");
+  if (free_now() != before + kBytes) return fail("the mapped handle did not sleep");
+  CUmemAccessDesc desc = {};
+  desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  desc.location.id = 0;
+  desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  const CUresult set = cuMemSetAccess(own.va, kBytes, &desc, 1);
+  if (set != CUDA_SUCCESS) return fail("cuMemSetAccess while the mapping sleeps");
+  CUmemAccessDesc half = desc;
+  if (cuMemSetAccess(own.va, kBytes / 2, &half, 1) != CUDA_ERROR_INVALID_VALUE)
+    return fail("cuMemSetAccess over part of a mapping asleep");
+  if (api.wake_tag("t") != 0) return fail("wake");
+  if (fakecuda_mapping_access(own.va, 0) != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) return fail("no access after wake");
+  std::memset(reinterpret_cast<void*>(own.va), 0x42, kBytes);
+  if (!all_bytes(own.va, kBytes, 0x42)) return fail("bytes");
+  if (drop(own) || all_free()) return 1;
+  std::printf("ok map_gap\n");
+  return 0;
+}
+
+// A handle the program released while it still maps it (the memory lives
+// through the mapping): it sleeps as any other mapped handle, with the
+// own-VMM cache on or off, and its last unmap after wake frees it.
+int released_mapped(Api& api) {
+  Own own;
+  if (make(api, "t", PAGEFAST_REGION_KEEP, CU_MEM_HANDLE_TYPE_NONE, 0x24, &own)) return 1;
+  CHECK_CU(cuMemRelease(own.handle));
+  const size_t before = free_now();
+  if (api.sleep_tag("t", 0) != 0) return fail("the sleep answer is not 0");
+  if (free_now() != before + kBytes) return fail("the released, mapped handle stayed resident");
+  if (api.wake_tag("t") != 0) return fail("wake");
+  if (free_now() != before) return fail("not made again");
+  if (!all_bytes(own.va, kBytes, 0x24)) return fail("bytes");
+  CHECK_CU(cuMemUnmap(own.va, kBytes));
+  CHECK_CU(cuMemAddressFree(own.va, kBytes));
+  if (all_free()) return 1;
+  std::printf("ok released_mapped\n");
+  return 0;
+}
+
+// Memory bound to a multicast object (cuMulticastBindMem, and
+// cuMulticastBindAddr inside a mapping): sleep leaves it resident and
+// names it (the answer 1) and sleeps the rest of the tag; a handle whose
+// value the driver changed across a sleep binds by the program's value.
+int multicast(Api& api) {
+  CUmulticastObjectProp mc_prop = {};
+  mc_prop.numDevices = 1;
+  mc_prop.size = 2 * kBytes;
+  CUmemGenericAllocationHandle mc = 0;
+  CHECK_CU(cuMulticastCreate(&mc, &mc_prop));
+  CHECK_CU(cuMulticastAddDevice(mc, 0));
+  Own by_handle, by_addr, slept, fresh;
+  if (make(api, "t", PAGEFAST_REGION_KEEP, CU_MEM_HANDLE_TYPE_NONE, 0x31, &by_handle) ||
+      make(api, "t", PAGEFAST_REGION_KEEP, CU_MEM_HANDLE_TYPE_NONE, 0x32, &by_addr) ||
+      make(api, "t", PAGEFAST_REGION_KEEP, CU_MEM_HANDLE_TYPE_NONE, 0x33, &slept))
+    return 1;
+  CHECK_CU(cuMulticastBindMem(mc, 0, by_handle.handle, 0, kBytes, 0));
+  CHECK_CU(cuMulticastBindAddr(mc, kBytes, by_addr.va + kBytes / 4, kBytes / 4, 0));
+  const size_t before = free_now();
+  if (api.sleep_tag("t", 0) != 1) return fail("the answer is not 1 with bound memory resident");
+  if (free_now() != before + kBytes) return fail("not only the unbound handle slept");
+  if (!all_bytes(by_handle.va, kBytes, 0x31) || !all_bytes(by_addr.va, kBytes, 0x32))
+    return fail("bound memory was touched");
+  // The driver gives the slept handle's value to another: wake makes it
+  // with a value of the driver's own.
+  if (fakecuda_set_next_handle(slept.handle) != 0) return fail("the fake kept the slept handle");
+  if (make(api, nullptr, 0, CU_MEM_HANDLE_TYPE_NONE, 0x34, &fresh)) return 1;
+  if (api.wake_tag("t") != 0) return fail("wake");
+  if (!all_bytes(slept.va, kBytes, 0x33)) return fail("bytes");
+  if (cuMulticastBindMem(mc, kBytes, slept.handle, 0, kBytes, 0) != CUDA_SUCCESS)
+    return fail("the program's value of a woken handle does not bind");
+  const size_t all_bound = free_now();
+  if (api.sleep_tag("t", 0) != 1) return fail("the answer is not 1 with every handle bound");
+  if (free_now() != all_bound) return fail("bound memory slept");
+  if (api.wake_tag("t") != 0) return fail("second wake");
+  CHECK_CU(cuMulticastUnbind(mc, 0, 0, 2 * kBytes));
+  if (drop(by_handle) || drop(by_addr) || drop(slept) || drop(fresh) || all_free()) return 1;
+  std::printf("ok multicast\n");
+  return 0;
+}
+
 }  // namespace
 
 int own_vmm_sleep_case(const std::string& name) {
@@ -443,6 +536,9 @@ int own_vmm_sleep_case(const std::string& name) {
   if (name == "cycles") return cycles(api);
   if (name == "fork") return fork_asleep(api);
   if (name == "resident") return resident(api);
+  if (name == "map_gap") return map_gap(api);
+  if (name == "released_mapped") return released_mapped(api);
+  if (name == "multicast") return multicast(api);
   return fail("unknown case");
 }
 

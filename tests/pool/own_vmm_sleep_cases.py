@@ -14,7 +14,7 @@ import sys
 
 from preload_kit import check, expect_ok, failures, run_program
 
-CASES = {"tagged", "collide", "asleep_calls", "wake_fail", "cycles", "fork", "resident"}
+CASES = {"tagged", "collide", "asleep_calls", "wake_fail", "cycles", "fork", "resident", "map_gap", "released_mapped", "multicast"}
 
 
 def main():
@@ -35,6 +35,10 @@ def main():
             check(len(lines) == 2 and any("exported or imported" in l for l in lines) and
                   any("mapped nowhere" in l for l in lines) and all("4.0 MiB" in l for l in lines),
                   f"[{conf or 'default'}] the log names each handle left resident ({r.stderr[-600:]})")
+        if name == "multicast":
+            # Each bound handle named once per sleep, with its reason.
+            lines = [l for l in r.stderr.splitlines() if "bound to a multicast object" in l]
+            check(len(lines) == 2 + 3, f"[{conf or 'default'}] the log names each bound handle ({r.stderr[-600:]})")
     return 1 if failures else 0
 
 
