@@ -90,8 +90,7 @@ CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle, size_t mcOffs
   const bool on = active(Entry::cuMulticastBindMem);
   const auto plain = [&](CUmemGenericAllocationHandle* hp) -> CUresult {
     const RealDriver* real = real_driver();
-    if (!real || !real->cuMulticastBindMem) return kMissing;
-    const CUresult result = real->cuMulticastBindMem(mcHandle, mcOffset, *hp, memOffset, size, flags);
+    const CUresult result = PF_CALL_REAL(cuMulticastBindMem, (mcHandle, mcOffset, *hp, memOffset, size, flags));
     if (on && result == CUDA_SUCCESS) pool::own_vmm::bound(*hp);
     return result;
   };
@@ -103,8 +102,7 @@ CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle, size_t mcOff
                              unsigned long long flags) {
   const bool on = active(Entry::cuMulticastBindAddr);
   const RealDriver* real = real_driver();
-  if (!real || !real->cuMulticastBindAddr) return kMissing;
-  const CUresult result = real->cuMulticastBindAddr(mcHandle, mcOffset, memptr, size, flags);
+  const CUresult result = PF_CALL_REAL(cuMulticastBindAddr, (mcHandle, mcOffset, memptr, size, flags));
   if (on && result == CUDA_SUCCESS) pool::own_vmm::bound_at(memptr, size);
   return result;
 }

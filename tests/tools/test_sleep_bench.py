@@ -66,8 +66,11 @@ def fake_driver_run(build):
         check(text.rstrip().endswith("sleep-bench: 4 passed, 0 failed, 0 skipped"), "fake driver: the summary")
         doc = json.load(open(os.path.join(out, "sleep-bench.json")))
         cycles = [rec for rec in doc["records"] if rec["what"].startswith("cycle ")]
-        check(len(cycles) == 3 and all(rec["copied_gib"] == 0.25 and rec["ok"] for rec in cycles),
-              "fake driver: the JSON has each cycle, with the 256 MiB chunk pagefast kept")
+        # The live blocks of pagefast's 256 MiB chunk are kept, not the chunk.
+        check(len(cycles) == 3 and all(0 < rec["copied_gib"] < 0.25 and rec["ok"] for rec in cycles) and
+              len({rec["copied_gib"] for rec in cycles}) == 1,
+              "fake driver: the JSON has each cycle, with the live blocks pagefast kept (%s)" %
+              [rec["copied_gib"] for rec in cycles])
         # The fake driver has no checkpoint: the ask-and-answer between the
         # worker and this process still runs, and says so.
         r = subprocess.run([sys.executable, TOOL, "--build", build, "--out", out, "--gib", "1", "--parts",
