@@ -50,10 +50,13 @@ void capture_began(CUstream stream, CUresult result) {
   capturing().push_back(stream);
 }
 
-void capture_maybe_ended(CUstream stream) {
+void capture_maybe_ended(CUstream stream, CUresult result) {
+  // A capture that ended well is over; after an error the driver is asked
+  // whether the stream still captures (an end on the wrong thread, say).
   const RealDriver* real = real_driver();
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (driver::stream_is_capturing(real, stream, &status) == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_ACTIVE)
+  if (result != CUDA_SUCCESS && driver::stream_is_capturing(real, stream, &status) == CUDA_SUCCESS &&
+      status == CU_STREAM_CAPTURE_STATUS_ACTIVE)
     return;
   std::lock_guard<std::mutex> lock(g_capture_mutex);
   std::vector<CUstream>& streams = capturing();
@@ -265,7 +268,7 @@ PF_CAPTURE_BEGIN(cuStreamBeginCaptureToGraph_ptsz,
     const RealDriver* real = real_driver();                            \
     if (!real || !real->symbol) return kMissing;                       \
     const CUresult result = real->symbol(stream, graph);               \
-    if (on) capture_maybe_ended(stream);                               \
+    if (on) capture_maybe_ended(stream, result);                       \
     return result;                                                     \
   }
 PF_CAPTURE_END(cuStreamEndCapture)

@@ -75,12 +75,18 @@ bool load(RealDriver* d) {
 
 }  // namespace
 
-const RealDriver* real_driver() {
+std::atomic<const RealDriver*> g_loaded_driver{nullptr};
+
+const RealDriver* real_driver_slow() {
   const int state = g_state.load(std::memory_order_acquire);
   if (state == 1) return &g_driver;
   if (state == 2) return nullptr;
   std::lock_guard<std::mutex> lock(g_load_mutex);
-  if (g_state.load(std::memory_order_relaxed) == 0) g_state.store(load(&g_driver) ? 1 : 2, std::memory_order_release);
+  if (g_state.load(std::memory_order_relaxed) == 0) {
+    const bool loaded = load(&g_driver);
+    g_state.store(loaded ? 1 : 2, std::memory_order_release);
+    if (loaded) g_loaded_driver.store(&g_driver, std::memory_order_release);
+  }
   return g_state.load(std::memory_order_relaxed) == 1 ? &g_driver : nullptr;
 }
 

@@ -8,6 +8,8 @@
 // they forward (interpose/hooks.cpp).
 #pragma once
 
+#include <atomic>
+
 #include "interpose/entries.h"
 
 namespace pagefast {
@@ -26,8 +28,14 @@ struct RealDriver {
 };
 
 // The loaded driver, or NULL when libcuda.so.1 cannot be opened. Loads on
-// first use; thread-safe; never calls a CUDA function.
-const RealDriver* real_driver();
+// first use; thread-safe; never calls a CUDA function. Every forwarded call
+// asks it: once loaded, one acquire load inline.
+extern std::atomic<const RealDriver*> g_loaded_driver;  // set once loaded (loader.cpp)
+const RealDriver* real_driver_slow();
+inline const RealDriver* real_driver() {
+  const RealDriver* loaded = g_loaded_driver.load(std::memory_order_acquire);
+  return __builtin_expect(loaded != nullptr, 1) ? loaded : real_driver_slow();
+}
 
 // The real dlsym (glibc's), found with dlvsym so that pagefast's own dlsym
 // override is never re-entered.

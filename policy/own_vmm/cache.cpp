@@ -76,10 +76,10 @@ int Cache::retire(uint64_t handle) {
   if (!rec.shared) {
     const HandleFacts facts = ledger_.facts(handle);
     const uint64_t room = driver_.cache_room(facts.device);
-    uint64_t& held = cached_bytes_[facts.device];
-    if (room >= held && room - held >= facts.bytes) {
+    std::atomic<uint64_t>& held = cached_bytes_[facts.device];
+    if (room >= held.load(std::memory_order_relaxed) && room - held.load(std::memory_order_relaxed) >= facts.bytes) {
       rec.cached = true;
-      held += facts.bytes;
+      held.fetch_add(facts.bytes, std::memory_order_relaxed);
       // The order of its deferred mapping (the key take() orders by): the
       // one its last deferred unmap noted, checked; else a scan (a handle
       // mapped at two addresses, or a mapping flushed since).

@@ -307,7 +307,27 @@ class Cache {
   std::unordered_map<std::string, FreeQueue> free_;
   uint64_t arrivals_ = 0;
   uint64_t map_seq_ = 0;  // Mapping::seq of the program's last map or revive
-  std::map<int, uint64_t> cached_bytes_;
+  // Per device, what the cache holds: written under mutex_, read without
+  // it (cached_bytes: cuMemGetInfo and the budget ask it on every call).
+  class PerDevice {
+   public:
+    static constexpr int kDevices = 64;  // ordinals past it share the last slot
+    std::atomic<uint64_t>& operator[](int device) {
+      return bytes_[device >= 0 && device < kDevices ? device : kDevices];
+    }
+    uint64_t total() const {
+      uint64_t sum = 0;
+      for (const auto& b : bytes_) sum += b.load(std::memory_order_relaxed);
+      return sum;
+    }
+    void clear() {
+      for (auto& b : bytes_) b.store(0, std::memory_order_relaxed);
+    }
+
+   private:
+    std::atomic<uint64_t> bytes_[kDevices + 1] = {};
+  };
+  PerDevice cached_bytes_;
   std::atomic<uint64_t> deferred_count_{0};
   CacheStats stats_;
   // Last: it holds a reference to mutex_ and calls publish_ahead.

@@ -117,7 +117,7 @@ uint64_t Cache::trim(int device, uint64_t bytes) {
 uint64_t Cache::decay_step(uint64_t now_ns, uint64_t delay_ns, uint64_t floor_bytes, int max_handles) {
   std::lock_guard<std::mutex> guard(mutex_);
   uint64_t total = 0;
-  for (auto& [device, held] : cached_bytes_) total += held;
+  total = cached_bytes_.total();
   if (total <= floor_bytes) return 0;
   // The oldest cached handles first, across slots; stamp the ones first
   // seen now. (Queues are not added to below: the pointers stay valid.)
@@ -150,11 +150,7 @@ uint64_t Cache::decay_step(uint64_t now_ns, uint64_t delay_ns, uint64_t floor_by
   return freed;
 }
 
-uint64_t Cache::cached_bytes(int device) {
-  std::lock_guard<std::mutex> guard(mutex_);
-  auto it = cached_bytes_.find(device);
-  return it == cached_bytes_.end() ? 0 : it->second;
-}
+uint64_t Cache::cached_bytes(int device) { return cached_bytes_[device].load(std::memory_order_relaxed); }
 
 bool Cache::on_device(uint64_t handle, int device) {
   const HandleFacts facts = ledger_.facts(handle);
@@ -177,8 +173,7 @@ void Cache::forget_device(int device) {
       it = on_device(it->second, device) ? queue.erase(it) : std::next(it);
   for (auto it = handles_.begin(); it != handles_.end();)
     it = on_device(it->first, device) ? handles_.erase(it) : std::next(it);
-  auto held = cached_bytes_.find(device);  // find, not []: nothing is allocated here
-  if (held != cached_bytes_.end()) held->second = 0;
+  cached_bytes_[device].store(0, std::memory_order_relaxed);
 }
 
 bool Cache::disown(uint64_t handle) {
@@ -224,7 +219,7 @@ void Cache::abandon() {
   // glue; those the cache held for itself leave it.
   for (auto& [handle, rec] : handles_) ledger_.let_go(handle);
   handles_.clear();
-  for (auto& [device, held] : cached_bytes_) held = 0;
+  cached_bytes_.clear();
   deferred_count_.store(0, std::memory_order_relaxed);
 }
 
@@ -247,8 +242,7 @@ CacheStats Cache::stats() {
   s.ahead_waits = ahead.waits;
   s.ahead_wait_ns = ahead.wait_ns;
   s.ahead_cancelled = ahead.cancelled;
-  s.cached_bytes = 0;
-  for (auto& [device, held] : cached_bytes_) s.cached_bytes += held;
+  s.cached_bytes = cached_bytes_.total();
   return s;
 }
 
