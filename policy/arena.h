@@ -159,6 +159,10 @@ class Arena {
   };
   ProviderStatus wake(Clock& clock, WakeResult* result = nullptr);
   bool asleep() const { return asleep_; }
+  // The bytes of each copy a sleep with keep would make now (its live
+  // pieces, what is quarantined or cached counted free: sleep retires it
+  // first), for host memory made ready ahead. Nothing while asleep.
+  void keep_sizes(std::vector<uint64_t>* out) const;
   // Host memory holding kept contents, for tests.
   uint64_t kept_bytes() const { return kept_bytes_; }
 
@@ -247,8 +251,9 @@ class Arena {
     return !chunk.kept.empty() && (!chunk.handle_kept || chunk.fill_pending);
   }
   // Appends the live ranges of the chunk at `home` (every granule not in a
-  // free block), merged, as pieces without host memory yet.
-  void live_pieces(uint64_t home, const Chunk& chunk, std::vector<KeptPiece>* out) const;
+  // free block; with idle_is_free, not in a quarantined or cached one
+  // either, as a sleep will find them), merged, without host memory yet.
+  void live_pieces(uint64_t home, const Chunk& chunk, std::vector<KeptPiece>* out, bool idle_is_free = false) const;
   // Host memory of a chunk's kept pieces back to the provider.
   void free_kept(Chunk& chunk);
   void finish_wake(Chunk& chunk);

@@ -137,7 +137,18 @@ Arena::SleepResult Arena::sleep(bool keep, Clock& clock, const std::vector<Chunk
   return result;
 }
 
-void Arena::live_pieces(uint64_t home, const Chunk& chunk, std::vector<KeptPiece>* out) const {
+void Arena::keep_sizes(std::vector<uint64_t>* out) const {
+  if (asleep_) return;
+  std::vector<KeptPiece> pieces;
+  for (const auto& entry : chunks_) {
+    if (entry.second.asleep || entry.second.unreleasable) continue;
+    pieces.clear();
+    live_pieces(entry.first, entry.second, &pieces, true);
+    for (const KeptPiece& piece : pieces) out->push_back(piece.granules.bytes());
+  }
+}
+
+void Arena::live_pieces(uint64_t home, const Chunk& chunk, std::vector<KeptPiece>* out, bool idle_is_free) const {
   const uint64_t end = home + chunk.granules.bytes();
   for (uint64_t addr = home; addr < end;) {
     const Block* b = arena_block_of(page_map_.lookup(addr));
@@ -146,7 +157,9 @@ void Arena::live_pieces(uint64_t home, const Chunk& chunk, std::vector<KeptPiece
     if (b && b->addr() <= addr && b->addr() + b->granules().bytes() > addr) {
       next = b->addr() + b->granules().bytes();
       if (next > end) next = end;
-      live = b->load_state() != BlockState::Free;
+      const BlockState state = b->load_state();
+      live = state != BlockState::Free &&
+             !(idle_is_free && (state == BlockState::Quarantined || state == BlockState::Cached));
     }
     if (live) {
       const Granules offset = granules_floor(addr - home), granules = granules_floor(next - addr);

@@ -33,6 +33,7 @@ void store(Config& c, Opt key, const Value& v) {
     case Opt::KeyIdleShare: c.pool.idle_share = int(v.number); break;
     case Opt::KeyControl: c.pool.control = v.choice != 0; break;
     case Opt::KeySleepHostKeep: c.pool.sleep_host_keep = v.choice != 0; break;
+    case Opt::KeySleepPrelock: c.pool.sleep_prelock_percent = int(v.number); break;
     case Opt::KeyNuma:
       if (v.choice == kNumaGpu) c.numa.gpu = v.arg;
       else c.numa.mode = NumaMode(v.choice);

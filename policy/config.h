@@ -65,6 +65,9 @@ struct PoolConfig {
   // sleep_host_keep: the page-locked host memory of sleep with keep stays
   // page-locked between cycles (interpose/pool/host_memory.h).
   bool sleep_host_keep = true;
+  // sleep_prelock: the percent of the host's memory that host memory
+  // page-locked ahead of a keep region's sleep may take (0: none ahead).
+  int sleep_prelock_percent = 25;
 };
 
 enum class NumaMode { Auto, Bind, Force, Off };

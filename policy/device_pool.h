@@ -201,6 +201,10 @@ class DevicePool final {
   SleepStatus sleep(unsigned flags, const std::vector<ChunkHandle>& shared = {});
   SleepStatus wake();
   bool asleep() const { return sleep_.asleep(); }
+  // The host copies a sleep with keep would make now (Arena::keep_sizes),
+  // for host memory made ready ahead; takes the device lock, no provider
+  // call. Appends nothing while asleep. false on host out of memory.
+  bool keep_sizes(std::vector<uint64_t>* out);
   // SleepGate::wait_for_wake: for a caller whose allocation failed at the
   // gate under SleepGate::NoWait (it waits without holding its lock).
   bool wait_for_wake() { return sleep_.wait_for_wake(); }

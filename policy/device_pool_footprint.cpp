@@ -9,6 +9,7 @@
 #include <cinttypes>
 #include <climits>
 #include <cstdio>
+#include <new>
 
 #include "policy/device_pool.h"
 
@@ -139,6 +140,15 @@ SleepStatus DevicePool::sleep_again(unsigned flags, const std::vector<ChunkHandl
   note_sleep_figures();
   if (log_) log_asleep(log_, settings_.device, (clock_.now_ns() - start) / 1000000, result, 0, idle_released, idle_ns);
   return result.resident_chunks ? SleepStatus::Partial : SleepStatus::Ok;
+}
+
+bool DevicePool::keep_sizes(std::vector<uint64_t>* out) {
+  try {
+    large_.locked([out](const Arena& arena) { arena.keep_sizes(out); });
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  return true;
 }
 
 SleepStatus DevicePool::wake() {

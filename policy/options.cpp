@@ -180,6 +180,11 @@ constexpr OptionRow kRows[] = {
      "`on`: the page-locked host memory that sleep with keep copied into stays page-locked after wake, for the "
      "next sleep to copy into at once; `pagefast_pool_trim` gives it back (docs/POOL.md \"Sleep and wake\")",
      "`off`: given back at each wake, and page-locked again at each sleep (slower)"},
+    {Opt::KeySleepPrelock, "sleep_prelock", Scope::ConfKey, &kPercent, "0..100 (percent)", "25", false, kLib,
+     "regions that keep their contents at sleep have page-locked host memory made ready for it in the "
+     "background as they grow, so that even the first sleep copies at the speed of the link; at most this "
+     "percent of the host's memory (docs/SLEEP.md \"Page-locked ahead\")",
+     "`0`: none ahead (the first sleep page-locks as it copies, about 5 GiB/s)"},
     {Opt::KeyNuma, "numa", Scope::ConfKey, &kNuma, "auto|bind|force|off|gpu=<n>", "auto", false, kLib | kRun,
      "NUMA binding at start (docs/NUMA.md); `gpu=<n>` picks the GPU to bind for", ""},
     {Opt::KeyReport, "report", Scope::ConfKey, &kReport, "exit|off", "off", false, kLib,

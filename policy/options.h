@@ -63,6 +63,7 @@ enum class Opt : int {
   KeyIdleShare,
   KeyControl,
   KeySleepHostKeep,
+  KeySleepPrelock,
   KeyNuma,
   KeyReport,
   KeyStats,

@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 
 #include <new>
+#include <vector>
 
 #include "interpose/driver.h"
 
@@ -42,7 +43,7 @@ void* map_aligned(uint64_t bytes) {
 
 }  // namespace
 
-HostMemory::Buffer* HostMemory::map_buffer(uint64_t bytes) {
+HostMemory::Buffer* HostMemory::new_buffer(uint64_t bytes) {
   auto* buffer = new (std::nothrow) Buffer;
   if (!buffer) return nullptr;
   buffer->bytes = bytes;
@@ -54,6 +55,12 @@ HostMemory::Buffer* HostMemory::map_buffer(uint64_t bytes) {
     return nullptr;
   }
   for (uint64_t i = 0; i < buffer->pieces; ++i) buffer->pinned[i].store(false, std::memory_order_relaxed);
+  return buffer;
+}
+
+HostMemory::Buffer* HostMemory::map_buffer(uint64_t bytes) {
+  Buffer* buffer = new_buffer(bytes);
+  if (!buffer) return nullptr;
   try {
     by_base_.emplace(buffer->base, buffer);
   } catch (...) {
@@ -75,12 +82,16 @@ void HostMemory::take(const uint64_t* bytes, uint64_t count, Buffer** out) {
     if (it == idle_.end()) continue;
     out[i] = it->second;
     out[i]->in_use = true;
+    out[i]->ahead = false;
     idle_bytes_ -= bytes[i];
     idle_.erase(it);
   }
-  // ...then the idle ones left over go back, before fresh memory is
-  // mapped and page-locked for the rest.
-  release_idle_locked();
+  // ...then the idle ones left over go back (as far as the bound of what
+  // is page-locked ahead lets them stay), before fresh memory is mapped
+  // and page-locked for the rest.
+  uint64_t fresh = 0;
+  for (uint64_t i = 0; i < count; ++i) fresh += out[i] ? 0 : bytes[i];
+  release_idle_past_locked(fresh);
   for (uint64_t i = 0; i < count; ++i)
     if (!out[i]) out[i] = map_buffer(bytes[i]);
 }
@@ -157,6 +168,92 @@ uint64_t HostMemory::release_idle_locked() {
   idle_.clear();
   idle_bytes_ = 0;
   return bytes;
+}
+
+void HostMemory::release_idle_past_locked(uint64_t fresh) {
+  if (!keep_bound_) {
+    release_idle_locked();
+    return;
+  }
+  while (!idle_.empty() && mapped_bytes_ + fresh > keep_bound_) {
+    auto it = idle_.begin();
+    Buffer* buffer = it->second;
+    idle_bytes_ -= buffer->bytes;
+    idle_.erase(it);
+    by_base_.erase(buffer->base);
+    release(buffer);
+  }
+}
+
+uint64_t HostMemory::prelock(const uint64_t* bytes, uint64_t count, uint64_t budget, uint64_t bound) {
+  std::vector<uint64_t> want;
+  try {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (mapped_bytes_ != idle_bytes_) return 0;     // a sleep's or wake's copies hold buffers
+    std::unordered_map<uint64_t, uint64_t> wanted;  // sizes asked for, not yet matched
+    for (uint64_t i = 0; i < count; ++i) ++wanted[bytes[i]];
+    // Idle buffers match first; those made ahead that nothing matches now
+    // were for an earlier layout of the regions: they go back.
+    for (auto it = idle_.begin(); it != idle_.end();) {
+      auto w = wanted.find(it->first);
+      if (w != wanted.end() && w->second > 0) {
+        --w->second;
+        ++it;
+      } else if (it->second->ahead) {
+        Buffer* stale = it->second;
+        idle_bytes_ -= stale->bytes;
+        it = idle_.erase(it);
+        by_base_.erase(stale->base);
+        release(stale);
+      } else {
+        ++it;
+      }
+    }
+    uint64_t planned = mapped_bytes_, made = 0;
+    for (uint64_t i = 0; i < count; ++i) {
+      auto w = wanted.find(bytes[i]);
+      if (w == wanted.end() || w->second == 0) continue;  // an idle buffer is there
+      --w->second;
+      if (made + bytes[i] > budget || planned + bytes[i] > bound) continue;
+      want.push_back(bytes[i]);
+      made += bytes[i];
+      planned += bytes[i];
+    }
+  } catch (...) {
+    return 0;  // out of host memory for the plan: nothing ahead
+  }
+  uint64_t ready = 0;
+  for (uint64_t size : want) {
+    Buffer* buffer = new_buffer(size);
+    if (!buffer) break;
+    bool pinned_all = true;
+    for (uint64_t p = 0; p < buffer->pieces && pinned_all; ++p) pinned_all = pin(*buffer, p);
+    std::lock_guard<std::mutex> guard(mutex_);
+    bool listed = false;
+    if (pinned_all) {
+      try {
+        by_base_.emplace(buffer->base, buffer);
+        listed = true;
+        idle_.emplace(size, buffer);
+        buffer->ahead = true;
+      } catch (...) {
+        if (listed) by_base_.erase(buffer->base);
+        listed = false;
+      }
+    }
+    if (!listed) {
+      // The driver refused (or no host memory for the lists): nothing
+      // ahead now; the sleep page-locks as it copies.
+      unregister_pieces(*buffer);
+      munmap(buffer->base, buffer->bytes);
+      delete buffer;
+      break;
+    }
+    mapped_bytes_ += size;
+    idle_bytes_ += size;
+    ready += size;
+  }
+  return ready;
 }
 
 uint64_t HostMemory::release_idle() {

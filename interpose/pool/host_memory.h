@@ -29,6 +29,10 @@
 //    is unregistered and unmapped (done_copying() lets the copy threads
 //    unregister and drop its pages in parallel beforehand).
 //  - release_idle() (pagefast_pool_trim): every idle buffer given back.
+//  - prelock() (the trim thread, for regions that keep their contents):
+//    buffers of the sizes their next sleep will copy, mapped and
+//    page-locked ahead, idle until that sleep takes them; take() then keeps
+//    idle buffers it does not use as long as all stay under the bound.
 //  - At exit nothing happens: buffers leak with the process, and no
 //    destructor calls the driver.
 //
@@ -59,6 +63,7 @@ class HostMemory {
     uint64_t pieces = 0;
     std::unique_ptr<std::atomic<bool>[]> pinned;  // per piece: registered
     bool in_use = false;                          // under the mutex
+    bool ahead = false;                           // made by prelock and not yet taken by a sleep (under the mutex)
   };
 
   struct Figures {
@@ -98,12 +103,32 @@ class HostMemory {
   void give(Buffer& buffer, bool keep);
   // Releases every idle buffer; returns the bytes.
   uint64_t release_idle();
+  // Page-locked ahead (docs/SLEEP.md "Page-locked ahead"): idle,
+  // page-locked buffers of the sizes a coming sleep will ask for (bytes[i]
+  // where no idle buffer of that size is there yet), at most `budget`
+  // bytes on this call, all buffers together at most `bound`. Does nothing
+  // while a sleep or wake holds buffers. Maps and page-locks outside the
+  // lock. Buffers made ahead earlier that none of `bytes` matches any more
+  // (the region's layout changed) go back first. REQUIRES: a context
+  // current (cuMemHostRegister). Returns the bytes made ready.
+  uint64_t prelock(const uint64_t* bytes, uint64_t count, uint64_t budget, uint64_t bound);
+  // Idle buffers that no copy of a sleep takes go back only as far as the
+  // buffers would hold more than `bytes` (the prelock bound: another
+  // region's buffers made ahead stay); 0: all of them.
+  void set_keep_bound(uint64_t bytes) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    keep_bound_ = bytes;
+  }
   Figures figures();
 
  private:
-  Buffer* map_buffer(uint64_t bytes);  // REQUIRES: mutex_ held
-  uint64_t release_idle_locked();      // REQUIRES: mutex_ held
-  void release(Buffer* buffer);        // unregisters, unmaps, deletes
+  Buffer* map_buffer(uint64_t bytes);         // REQUIRES: mutex_ held
+  static Buffer* new_buffer(uint64_t bytes);  // mapped, no page touched, not listed
+  // REQUIRES: mutex_ held. Releases idle buffers until, with `fresh` bytes
+  // more, the buffers hold at most keep_bound_ (all of them without one).
+  void release_idle_past_locked(uint64_t fresh);
+  uint64_t release_idle_locked();  // REQUIRES: mutex_ held
+  void release(Buffer* buffer);    // unregisters, unmaps, deletes
   void unregister_pieces(Buffer& buffer);
 
   const RealDriver* const real_;
@@ -112,6 +137,7 @@ class HostMemory {
   std::unordered_map<const void*, Buffer*> by_base_;
   std::unordered_multimap<uint64_t, Buffer*> idle_;
   uint64_t mapped_bytes_ = 0, idle_bytes_ = 0;
+  uint64_t keep_bound_ = 0;
   std::atomic<uint64_t> pinned_bytes_{0};
 };
 

@@ -56,6 +56,9 @@ bool exit_stopping();
 // service_threads.cpp: the pagefast-trim thread (once; not with
 // release_delay off and no headroom).
 void start_trim_thread(const PoolConfig& config);
+// The trim thread's round: host memory page-locked ahead of the sleep of
+// the regions that keep their contents (prelock.cpp).
+void prelock_step();
 // The fork handler's part for the service threads (after_fork_child).
 void service_threads_after_fork_child();
 

@@ -110,12 +110,14 @@ void* service_main(void* arg) {
 }
 
 // Once a round the trim thread also keeps the headroom (relieve_headroom,
-// docs/POOL.md "Headroom"), at least every kHeadroomStepNs, and lets the
+// docs/POOL.md "Headroom"), at least every kHeadroomStepNs, page-locks host
+// memory ahead of the keep regions' sleep (prelock_step), and lets the
 // program's released VMM memory decay (own_vmm::decay_step,
 // docs/OWN-VMM.md).
 constexpr uint64_t kHeadroomStepNs = 100ull * 1000 * 1000;
 uint64_t trim_round_once() {
   relieve_headroom();
+  prelock_step();
   const uint64_t wait = own_vmm::decay_step();
   return wait < kHeadroomStepNs ? wait : kHeadroomStepNs;
 }
@@ -131,7 +133,8 @@ constexpr ServiceLoop kTrimLoop{policy::kFootprintMaxStepNs,
 // No signal is ever delivered to these threads: the program's handlers
 // stay on its own threads.
 void start_trim_thread(const PoolConfig& config) {
-  if (config.release_delay_ns == policy::kNoReleaseDelay && !config.headroom_bytes) return;
+  if (config.release_delay_ns == policy::kNoReleaseDelay && !config.headroom_bytes && !config.sleep_prelock_percent)
+    return;
   if (g_trim_started.exchange(true)) return;
   register_exit_stop();
   start_service_thread(nullptr, &service_main, const_cast<ServiceLoop*>(&kTrimLoop), "pagefast-trim");

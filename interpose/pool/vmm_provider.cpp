@@ -211,6 +211,16 @@ ProviderStatus VmmProvider::set_access(uint64_t addr, Granules granules, const p
   return status_of(driver::set_access(real_, addr, granules.bytes(), descs, count));
 }
 
+uint64_t VmmProvider::prelock(const uint64_t* bytes, uint64_t count, uint64_t budget, uint64_t bound) {
+  host_memory_.set_keep_bound(bound);
+  const CUcontext context = count ? copy_context() : nullptr;
+  if (!context || !driver::has_context_push(real_) || driver::ctx_push(real_, context) != CUDA_SUCCESS) return 0;
+  const uint64_t ready = host_memory_.prelock(bytes, count, budget, bound);
+  CUcontext popped = nullptr;
+  driver::ctx_pop(real_, &popped);
+  return ready;
+}
+
 bool VmmProvider::device_free_bytes(uint64_t* free_bytes) {
   if (!driver::has(real_, &RealDriver::cuMemGetInfo_v2, &RealDriver::cuCtxGetCurrent)) return false;
   const CUcontext context = copy_context();

@@ -90,6 +90,9 @@ class VmmProvider final : public policy::Provider {
   // (pagefast_pool_trim); returns the bytes. No driver call while none is kept.
   uint64_t release_host_memory();
   HostMemory::Figures host_memory_figures();
+  // Page-locked ahead (HostMemory::prelock) in the copy context, pushed.
+  // Also sets the bound that a sleep keeps other idle buffers under.
+  uint64_t prelock(const uint64_t* bytes, uint64_t count, uint64_t budget, uint64_t bound);
   // The context copies run in: the first that used the pool, else the
   // calling thread's. NULL if there is none. (Own-VMM sleep copies in it too.)
   CUcontext copy_context();

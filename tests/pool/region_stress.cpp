@@ -11,11 +11,17 @@
 //   share   the idle memory of one tag serves another tag's growth and
 //           the device's pool, and a wake: one budget across tags;
 //   small   a tag's pool starts small: 20 tags of 1 MiB take a few MiB
-//           each from the driver, and a keep sleep copies live bytes only.
+//           each from the driver, and a keep sleep copies live bytes only;
+//   prelock a region that keeps its contents has the host memory of its
+//           next sleep page-locked ahead by the trim thread (waited for,
+//           with a guard that fails only a hang): the sleep page-locks
+//           nothing more, and the contents come back; a discarding region
+//           gets none (run with sleep_prelock:0 it expects none at all).
 #include <cuda.h>
 #include <dlfcn.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -190,6 +196,50 @@ int small(Api& api) {
   return 0;
 }
 
+// Waits until `done()` or about 60 s have passed (a guard against a
+// hang, not a measure: the trim thread works every 100 ms).
+template <typename Done>
+bool wait_for(Done done) {
+  for (int i = 0; i < 6000; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return done();
+}
+
+int prelock(Api& api, bool expect) {
+  CUdeviceptr kept = 0, kept2 = 0, dropped = 0;
+  CHECK_CU(alloc_in(api, "weights", PAGEFAST_REGION_KEEP, 24 * kMiB, &kept));
+  CHECK_CU(alloc_in(api, "weights", PAGEFAST_REGION_KEEP, 6 * kMiB, &kept2));
+  CHECK_CU(alloc_in(api, "kv", 0, 16 * kMiB, &dropped));
+  fill_words(kept, 24 * kMiB, 11);
+  fill_words(kept2, 6 * kMiB, 12);
+  const size_t live = 30 * kMiB;  // whole granules already
+  if (expect && !wait_for([&] { return fakecuda_host_registered_bytes() >= live; }))
+    return fail("the keep region's host memory was not page-locked ahead");
+  if (!expect) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const size_t ahead = fakecuda_host_registered_bytes();
+  if (expect && ahead != live) {
+    std::printf("FAIL %zu MiB page-locked ahead for 30 MiB kept (the discarding region's too?)\n", ahead / kMiB);
+    return 1;
+  }
+  if (!expect && ahead != 0) return fail("page-locked ahead with sleep_prelock:0");
+  const int registers = fakecuda_call_count("cuMemHostRegister_v2");
+  if (api.sleep_tag("weights", 0) != 0) return fail("sleep weights");
+  if (expect && fakecuda_call_count("cuMemHostRegister_v2") != registers)
+    return fail("the sleep page-locked memory although it was ready");
+  if (api.sleep_tag("kv", 0) != 0 || api.wake_tag("kv") != 0) return fail("sleep and wake kv");
+  if (api.wake_tag("weights") != 0) return fail("wake weights");
+  if (!words_intact(kept, 24 * kMiB, 11) || !words_intact(kept2, 6 * kMiB, 12)) return fail("contents after wake");
+  // The buffers stay for the next sleep (sleep_host_keep): still ready.
+  if (expect && fakecuda_host_registered_bytes() != live) return fail("the buffers did not stay page-locked");
+  CHECK_CU(cuMemFree_v2(kept));
+  CHECK_CU(cuMemFree_v2(kept2));
+  CHECK_CU(cuMemFree_v2(dropped));
+  std::printf("ok prelock: %zu MiB page-locked ahead\n", ahead / kMiB);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -201,5 +251,6 @@ int main(int argc, char** argv) {
   if (what == "grow" && argc >= 4) return grow(api, std::atoi(argv[2]), std::atoi(argv[3]));
   if (what == "share") return share(api);
   if (what == "small") return small(api);
+  if (what == "prelock") return prelock(api, argc < 3 || std::string_view(argv[2]) != "none");
   return fail("unknown subcommand");
 }

@@ -3,7 +3,7 @@
 together on a full device (region_stress.cpp against the fake libcuda.so.1
 with LD_PRELOAD=libpagefast.so).
 
-Usage: region_stress_cases.py grow|share|small --build <build dir>
+Usage: region_stress_cases.py grow|share|small|prelock --build <build dir>
 
 'grow' runs the program 20 times under a limit and 10 times at the
 driver's own out-of-memory answer (a 64 MiB device, no setting): each run
@@ -51,6 +51,13 @@ def main():
         check(r is not None, "small: a hang")
         if r is not None:
             expect_ok(r, "small", "default settings")
+    elif what == "prelock":
+        # The trim thread page-locks ahead by default; sleep_prelock:0 none.
+        for args, env in [(["prelock"], {}), (["prelock", "none"], {"PAGEFAST_CONF": "sleep_prelock:0"})]:
+            r = run(build, args, env)
+            check(r is not None, f"prelock {env}: a hang")
+            if r is not None:
+                expect_ok(r, "prelock", f"prelock {env}")
     else:
         check(False, f"unknown case {what}")
     print(f"{len(failures)} failure(s)")

@@ -71,6 +71,17 @@ def fake_driver_run(build):
               len({rec["copied_gib"] for rec in cycles}) == 1,
               "fake driver: the JSON has each cycle, with the live blocks pagefast kept (%s)" %
               [rec["copied_gib"] for rec in cycles])
+        # --region: the tensors in a keep region, whose host memory the
+        # trim thread page-locks ahead: the first sleep page-locks nothing.
+        r = subprocess.run([sys.executable, TOOL, "--build", build, "--out", out, "--gib", "2", "--cycles", "2",
+                            "--parts", "cycles", "--block-bytes", str(1 << 20), "--budget", "280", "--region"],
+                           capture_output=True, text=True, timeout=300, env=env)
+        text = r.stdout
+        check("sleep-bench: cycles: host memory page-locked ahead: ok" in text, "fake driver --region: ready ahead")
+        copies = [l for l in text.splitlines() if "copy to host:" in l]
+        locked = [int(l.split(" pieces page-locked now")[0].rsplit(" ", 1)[1]) for l in copies]
+        check(r.returncode == 0 and locked == [0, 0],
+              "fake driver --region: no piece page-locked at any sleep (%s %s)" % (locked, text[-1500:]))
         # The fake driver has no checkpoint: the ask-and-answer between the
         # worker and this process still runs, and says so.
         r = subprocess.run([sys.executable, TOOL, "--build", build, "--out", out, "--gib", "1", "--parts",
