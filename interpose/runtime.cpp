@@ -15,6 +15,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -132,6 +133,25 @@ void after_fork_child() {
   pool::sleep_after_fork_child();
 }
 
+// A refused or ignored setting is said once per job: the process that
+// says it leaves a digest of its messages in its environment
+// (PAGEFAST_SAID), which the processes it starts inherit; one that finds
+// the digest of its own messages there says them at debug level only. A
+// different setting has a different digest and is said again.
+bool said_before(const Config& config) {
+  if (config.warning.empty() && config.error.empty()) return false;
+  uint64_t digest = 1469598103934665603ull;  // FNV-1a
+  for (const std::string* text : {&config.warning, &config.error})
+    for (unsigned char ch : *text) digest = (digest ^ ch) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
+  const char* name = option_name(Opt::Said);
+  const char* before = std::getenv(name);
+  if (before && std::strcmp(before, hex) == 0) return true;
+  setenv(name, hex, 1);
+  return false;
+}
+
 }  // namespace
 
 void init_slow() {
@@ -145,7 +165,7 @@ void init_slow() {
   g_state = new State();
   Config& g_config = g_state->config;
   EnvView view{getauxval(AT_SECURE), {}};
-  g_config = parse_config(&env_lookup, &view);
+  g_config = parse_config(&env_lookup, &view, environ);
   // numa/ reads PAGEFAST_SYSROOT itself: in secure execution the binding
   // does not run when it is set, rather than read a root the caller chose.
   const char* sysroot = option_name(Opt::Sysroot);
@@ -154,16 +174,17 @@ void init_slow() {
   log::init(g_config);
   if (!view.ignored.empty())
     log::write(LogLevel::Warn, "secure execution (setuid, setgid or file capabilities): {} ignored", view.ignored);
-  if (!g_config.warning.empty()) log::write(LogLevel::Warn, "{}", g_config.warning);
+  const bool said = said_before(g_config);
+  if (!g_config.warning.empty()) log::write(said ? LogLevel::Debug : LogLevel::Warn, "{}", g_config.warning);
   if (!g_config.error.empty() && g_config.strict) {
     log::write(LogLevel::Error, "{}; {}=1: stopping the program (exit status 125)", g_config.error,
                option_name(Opt::Strict));
     _exit(125);
   }
   if (!g_config.error.empty()) {
-    log::write(LogLevel::Error,
-               "{}; pagefast is OFF in this process: running as pass-through, every call goes to the driver "
-               "untouched (pagefast-run refuses this setting; {}=1 stops the program instead)",
+    log::write(said ? LogLevel::Debug : LogLevel::Error,
+               "{}; pagefast is OFF in this process: running as pass-through (pagefast-run refuses this setting; "
+               "{}=1 stops the program instead)",
                g_config.error, option_name(Opt::Strict));
   } else if (!g_config.passthrough) {
     if (!sysroot_hidden) {
