@@ -104,6 +104,15 @@ def _launcher():
     return tool_path("pagefast-run")
 
 
+def _shown(launcher):
+    """pagefast-run as the user would type it: its name when that is the
+    one on PATH, else its path."""
+    found = shutil.which("pagefast-run")
+    if found and os.path.realpath(found) == os.path.realpath(launcher):
+        return "pagefast-run"
+    return launcher
+
+
 def verdict(probe, driver):
     """Whether the pool would serve a CUDA program run here with this
     environment, and why: one answer from the library's mode and the
@@ -167,8 +176,11 @@ def print_report(r):
         print("settings    %s" % p["config"])
         for m in p.get("messages", []):
             print("            %s" % m)
-    print("use         LD_PRELOAD=%s python train.py" % r["library"])
-    print("            pagefast-run -- python train.py")
+    if os.path.isfile(r["library"]):
+        print("use         LD_PRELOAD=%s python train.py" % r["library"])
+        print("            %s -- python train.py" % _shown(r["launcher"]))
+    else:
+        print("use         nothing yet: build the library (tools/quickstart in a clone) or install the package")
     v = r["verdict"]
     print("pool here   %s: %s" % ("yes" if v["pool"] else "no", v["why"]))
 
