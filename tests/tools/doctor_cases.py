@@ -6,6 +6,10 @@ of tools/quickstart as a user meets them in a clone, on the fake driver.
   --lib find build/interpose/libpagefast.so and the launcher in build/tools;
   with no build at all it says the library is missing without offering its
   path as a command to run.
+- refused: a setting the library refuses under PAGEFAST_STRICT=1 is said to
+  be refused (exit status 3), not "does not load" (1); so is a PAGEFAST_*
+  variable pagefast does not read, with what was meant, even where the
+  environment carries the library's "already said" marker.
 - quickstart: tools/quickstart --after-build ends with pagefast's one-line
   summary of the run and the next three commands, not raw counters.
 
@@ -78,6 +82,30 @@ def case_clone():
         r = doctor(pythonpath)
         check(r.returncode == 1 and "cannot load: missing" in r.stdout and "LD_PRELOAD=" not in r.stdout,
               f"no build: missing, and no command naming the missing path ({r.returncode} {r.stdout!r})")
+
+
+def case_refused():
+    with tempfile.TemporaryDirectory() as root:
+        pythonpath = make_clone(root)
+        r = doctor(pythonpath, {"PAGEFAST_STRICT": "1", "PAGEFAST_CONF": "chunksize:1M"})
+        check(r.returncode == 3 and "pool here   no: a setting is refused" in r.stdout
+              and "stops at load (exit status 125)" in r.stdout and "did you mean chunk_size?" in r.stdout
+              and "does not load" not in r.stdout,
+              f"a refused setting under PAGEFAST_STRICT=1: refused, rc 3 ({r.returncode} {r.stdout!r})")
+        r = doctor(pythonpath, {"PAGEFAST_CONF": "chunksize:1M"})
+        check(r.returncode == 3 and "a setting is refused" in r.stdout, f"without strict: rc 3 ({r.returncode})")
+        meant = "PAGEFAST_LIMIT: not a variable pagefast reads: did you mean PAGEFAST_CONF=limit:?"
+        r = doctor(pythonpath, {"PAGEFAST_LIMIT": "40G"})
+        check(r.returncode == 3 and meant in r.stdout and "pool here   no:" in r.stdout,
+              f"PAGEFAST_LIMIT: reported refused, with what was meant ({r.returncode} {r.stdout!r})")
+        # The marker a preloaded parent leaves does not hide it from the doctor.
+        said = run(["sh", "-c", "printenv PAGEFAST_SAID"],
+                   env=clean_env({"PAGEFAST_LIMIT": "40G", "LD_PRELOAD": build("interpose", "libpagefast.so")}))
+        check(said.stdout.strip() != "", f"the library leaves its marker ({said.stdout!r} {said.stderr!r})")
+        r = doctor(pythonpath, {"PAGEFAST_LIMIT": "40G", "PAGEFAST_SAID": said.stdout.strip()})
+        check(r.returncode == 3 and meant in r.stdout, f"with the marker inherited: still reported ({r.stdout!r})")
+        r = doctor(pythonpath, {"PAGEFAST_STRICT": "1", "PAGEFAST_CONF": "chunk_size:4M"})
+        check(r.returncode == 0 and "pool here   yes" in r.stdout, f"good settings under strict: yes ({r.stdout!r})")
 
 
 def case_quickstart():
