@@ -133,6 +133,30 @@ void after_fork_child() {
   pool::sleep_after_fork_child();
 }
 
+// The files and the folder the configuration names, checked at load: a
+// stats file or report written at exit, or a trace opened at the first
+// traced call, whose folder is missing is said now, when the job can still
+// be fixed, and not tried again. The live folder is checked here only under
+// PAGEFAST_STRICT=1 (the publisher says it otherwise); the log file is
+// opened at load (log::init).
+std::string check_files(Config& c) {
+  std::string out, why;
+  auto say = [&](Opt o, const std::string& what) {
+    out += (out.empty() ? "" : "; ") + std::string(option_name(o)) + ": " + why + what;
+  };
+  auto check = [&](Opt o, std::string& path) {
+    if (path.empty() || path == "stderr" || files::folder_writable(files::expand_path(path), &why)) return true;
+    say(o, "; not written");
+    return false;
+  };
+  if (!check(Opt::Stats, c.stats_path)) c.stats_path.clear();
+  if (c.report_at_exit && !check(Opt::Report, c.report_path)) c.report_at_exit = false;
+  if (!check(Opt::Trace, c.trace_path)) c.trace_path.clear();
+  if (c.strict && !c.live_dir.empty() && c.stats_on && !files::directory_writable(c.live_dir, &why))
+    say(Opt::LiveDir, "");
+  return out;
+}
+
 // A refused or ignored setting is said once per job: the process that
 // says it leaves a digest of its messages in its environment
 // (PAGEFAST_SAID), which the processes it starts inherit; one that finds
@@ -171,7 +195,15 @@ void init_slow() {
   const char* sysroot = option_name(Opt::Sysroot);
   const bool sysroot_hidden = hidden_in_secure_execution(Opt::Sysroot, view.at_secure) && std::getenv(sysroot);
   if (sysroot_hidden) view.ignored += view.ignored.empty() ? sysroot : std::string(", ") + sysroot;
-  log::init(g_config);
+  std::string bad_files = log::init(g_config);
+  const std::string more = check_files(g_config);
+  bad_files += (bad_files.empty() || more.empty() ? "" : "; ") + more;
+  if (!bad_files.empty() && g_config.strict && g_config.error.empty()) {
+    g_config.error = bad_files;
+    g_config.passthrough = true;
+  } else if (!bad_files.empty()) {
+    g_config.warning += (g_config.warning.empty() ? "" : "; ") + bad_files;
+  }
   if (!view.ignored.empty())
     log::write(LogLevel::Warn, "secure execution (setuid, setgid or file capabilities): {} ignored", view.ignored);
   const bool said = said_before(g_config);

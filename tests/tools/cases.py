@@ -364,6 +364,22 @@ def case_names():
             r = run([launcher, "--", "sh", "-c", f'touch "{mark}"'], env=clean_env(env))
             check(r.returncode == 125 and want in r.stderr and not os.path.exists(mark),
                   f"pagefast-run with {env}: rc {r.returncode} (want 125) {r.stderr.strip()!r}")
+        # The library checks the same at load: a warning in a process that
+        # never calls CUDA (the stats file would be written only at exit),
+        # the stop at load under PAGEFAST_STRICT=1.
+        for env, want in [({"PAGEFAST_STATS": "/nonexistent/x.json"}, "PAGEFAST_STATS: folder '/nonexistent' does not"),
+                          ({"PAGEFAST_TRACE": "/nonexistent/t"}, "PAGEFAST_TRACE: folder '/nonexistent' does not"),
+                          ({"PAGEFAST_LOG_FILE": "/nonexistent/l"}, "PAGEFAST_LOG_FILE: cannot open '/nonexistent/l'")]:
+            r = run(["true"], env=hold_env(d, env))
+            check(r.returncode == 0 and want in r.stderr and len(r.stderr.splitlines()) == 1,
+                  f"{env} preloaded into true: one warning at load ({r.stderr.strip()!r})")
+        for env, want in [({"PAGEFAST_STATS": "/nonexistent/x.json"}, "PAGEFAST_STATS: folder '/nonexistent' does not"),
+                          ({"PAGEFAST_TRACE": "/nonexistent/t"}, "PAGEFAST_TRACE: folder '/nonexistent' does not"),
+                          ({"PAGEFAST_LOG_FILE": "/nonexistent/l"}, "PAGEFAST_LOG_FILE: cannot open '/nonexistent/l'"),
+                          ({"PAGEFAST_LIVE_DIR": "/nonexistent"}, "PAGEFAST_LIVE_DIR: folder '/nonexistent' does not")]:
+            r = run([hold], env=hold_env(d, dict(env, PAGEFAST_STRICT="1")), stdin="go\n")
+            check(r.returncode == 125 and "ready" not in r.stdout and want in r.stderr
+                  and "PAGEFAST_STRICT=1: stopping" in r.stderr, f"{env} under strict: rc {r.returncode} {r.stderr!r}")
         # Said once per job: a chain of processes (as a pyenv shim's helpers)
         # with the same refused setting and the same unknown name.
         chain = f"sh -c 'sh -c true; sh -c true'; sh -c true; exec {hold}"
