@@ -9,6 +9,7 @@
 // (files::ignored_in_secure_execution, docs/SECURITY.md).
 #include "interpose/runtime.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <sys/auxv.h>
 #include <unistd.h>
@@ -157,6 +158,17 @@ std::string check_files(Config& c) {
   return out;
 }
 
+// Whether this process has one thread (/proc/self/task holds ".", ".."
+// and it); false when that cannot be read.
+bool single_threaded() {
+  DIR* tasks = opendir("/proc/self/task");
+  if (!tasks) return false;
+  int entries = 0;
+  while (readdir(tasks)) ++entries;
+  closedir(tasks);
+  return entries == 3;
+}
+
 // A refused or ignored setting is said once per job: the process that
 // says it leaves a digest of its messages in its environment
 // (PAGEFAST_SAID), which the processes it starts inherit; one that finds
@@ -172,7 +184,10 @@ bool said_before(const Config& config) {
   const char* name = option_name(Opt::Said);
   const char* before = std::getenv(name);
   if (before && std::strcmp(before, hex) == 0) return true;
-  setenv(name, hex, 1);
+  // setenv races a getenv on another thread: the marker is left only by a
+  // process with one thread (preloaded, before main), not by a library
+  // loaded later into a running program.
+  if (single_threaded()) setenv(name, hex, 1);
   return false;
 }
 

@@ -391,6 +391,25 @@ def case_names():
                   f"{env} through six processes: said once ({r.stderr.strip()!r})")
             check("accepted keys" not in r.stderr and len(lines[0] if lines else "") < 250,
                   f"short, no list of keys beside a suggestion ({len(lines[0]) if lines else 0} characters)")
+        # Loaded into a running program with another thread (dlopen), the
+        # library leaves the environment alone: setenv would race its reads.
+        probe = ("import ctypes, sys, threading\n"
+                 "done = threading.Event()\n"
+                 "t = threading.Thread(target=done.wait)\n"
+                 "if sys.argv[2] == 'thread': t.start()\n"
+                 "ctypes.CDLL(sys.argv[1])\n"
+                 "libc = ctypes.CDLL(None)\n"
+                 "libc.getenv.restype = ctypes.c_char_p\n"
+                 "print(libc.getenv(b'PAGEFAST_SAID'))\n"
+                 "done.set()\n")
+        lib = tool("interpose", "libpagefast.so")
+        env = clean_env({"PAGEFAST_LIMIT": "1G", "LD_LIBRARY_PATH": tool("tests", "fakecuda")})
+        alone = run([sys.executable, "-c", probe, lib, "alone"], env=env)
+        threaded = run([sys.executable, "-c", probe, lib, "thread"], env=env)
+        check(alone.stdout.startswith("b'") and threaded.stdout.strip() == "None"
+              and "PAGEFAST_LIMIT" in threaded.stderr,
+              f"the marker: set by a process of one thread ({alone.stdout.strip()}), not with two "
+              f"({threaded.stdout.strip()}), the warning said either way")
         # A different setting in a child is said again.
         r = run(["sh", "-c", f"sh -c true; PAGEFAST_CONF=slack:5 exec {hold}"],
                 env=hold_env(d, {"PAGEFAST_CONF": "chunksize:256M"}), stdin="go\n")
