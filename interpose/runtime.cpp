@@ -2,7 +2,9 @@
 //
 // At load (constructor): read the configuration once, start the logger,
 // bind NUMA (no CUDA call). A refused setting is one error line and
-// pass-through, or with PAGEFAST_STRICT=1 the end of the process (125). At exit (destructor): flush the trace, write the stats document
+// pass-through, or with PAGEFAST_STRICT=1 the end of the process (125); a
+// refused or ignored setting is said once per job (said_before). At exit
+// (destructor): flush the trace, write the stats document
 // and the memory report (report:exit) with plain file I/O and call no driver function: the driver may already
 // be shutting down, and a pool that is not released is reclaimed by the OS.
 // In secure execution every path-valued variable reads as unset
@@ -147,7 +149,7 @@ std::string check_files(Config& c) {
   };
   auto check = [&](Opt o, std::string& path) {
     if (path.empty() || path == "stderr" || files::folder_writable(files::expand_path(path), &why)) return true;
-    say(o, "; not written");
+    say(o, c.strict ? "" : "; not written");
     return false;
   };
   if (!check(Opt::Stats, c.stats_path)) c.stats_path.clear();

@@ -7,9 +7,10 @@
 // A bad key or value yields one message naming it and what is accepted
 // (an unknown key: the nearest one too); the caller then runs as
 // pass-through (Config::passthrough), or stops when Config::strict. Warnings
-// only (Config::warning): a bad PAGEFAST_LOG (the level stays warn), and a
+// only (Config::warning): a bad PAGEFAST_LOG (the level stays warn), a
 // PAGEFAST_CONF key an earlier version had and this one removed (ignored:
-// config.cpp kRemovedKeys).
+// config.cpp kRemovedKeys), and a PAGEFAST_* variable that is no row of the
+// table (Config::unknown; an error under PAGEFAST_STRICT=1).
 #pragma once
 
 #include <cstdint>
