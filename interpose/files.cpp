@@ -74,6 +74,31 @@ std::string expand_path(const std::string& path, const PathValues& values) {
 
 std::string expand_path(const std::string& path) { return expand_path(path, current_values()); }
 
+bool directory_writable(const std::string& dir, std::string* why) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) {
+    *why = "folder " + quoted(dir) + " " + (errno == ENOENT ? "does not exist" : std::strerror(errno));
+    return false;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    *why = quoted(dir) + " is not a folder";
+    return false;
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    *why = "folder " + quoted(dir) + " cannot be written";
+    return false;
+  }
+  return true;
+}
+
+bool folder_writable(const std::string& path, std::string* why) {
+  const size_t slash = path.rfind('/');
+  const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (directory_writable(folder, why)) return true;
+  *why += " (for " + quoted(path) + ")";
+  return false;
+}
+
 int open_private(const std::string& path, OpenMode mode, std::string* why) {
   // No O_TRUNC here: another user's writable file must not be emptied
   // before the ownership check refuses it. O_NONBLOCK: opening a FIFO

@@ -60,6 +60,14 @@ bool write_text(const std::string& target, const std::string& text, std::string*
 // with *why on failure, leaving no temporary file behind.
 bool write_atomic(const std::string& path, const std::string& text, std::string* why);
 
+// Whether this user may make a file at `path` (already expanded): its
+// folder exists, is a directory and can be written. Checked at load, so
+// that a file written only at exit is not found missing then. false with
+// *why naming the folder and the reason.
+bool folder_writable(const std::string& path, std::string* why);
+// Whether `dir` is a directory this user can write in; false with *why.
+bool directory_writable(const std::string& dir, std::string* why);
+
 // The variables that name a file or directory (the options table's `path`
 // column, policy/options.h). In secure execution
 // (getauxval(AT_SECURE) != 0: a setuid or setgid program, or one with file

@@ -64,15 +64,15 @@ const char* env_lookup(const char* name, void*) { return std::getenv(name); }
 
 }  // namespace
 
-void init(const Config& config) {
+std::string init(const Config& config) {
   g_level.store(int(config.log_level));
   g_off.store(config.log_off);
   const std::string rank = files::local_rank(&env_lookup, nullptr);
   if (!rank.empty()) std::snprintf(g_rank, sizeof g_rank, " r%s", rank.c_str());
-  if (config.log_off) return;
+  std::string refused;
+  if (config.log_off) return refused;
   try {
     spdlog::sink_ptr sink;
-    std::string refused;
     if (!config.log_file.empty()) {
       std::string why;
       const int fd = files::open_private(files::expand_path(config.log_file), files::OpenMode::Append, &why);
@@ -86,10 +86,10 @@ void init(const Config& config) {
     logger->set_level(to_spdlog(config.log_level));
     logger->flush_on(spdlog::level::debug);
     g_logger = logger;
-    if (!refused.empty()) emit(LogLevel::Warn, refused.c_str());
   } catch (...) {
     g_logger = nullptr;
   }
+  return refused;
 }
 
 bool enabled(LogLevel level) {

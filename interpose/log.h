@@ -13,8 +13,10 @@
 
 namespace pagefast::log {
 
-// Called once at load, after the configuration is parsed.
-void init(const Config& config);
+// Called once at load, after the configuration is parsed. Returns the
+// message of a PAGEFAST_LOG_FILE that cannot be opened (logging then goes
+// to stderr), for the caller to say with the other settings; "" if none.
+std::string init(const Config& config);
 bool enabled(LogLevel level);
 void emit(LogLevel level, const char* message);
 

@@ -2,19 +2,23 @@
 //
 // At load (constructor): read the configuration once, start the logger,
 // bind NUMA (no CUDA call). A refused setting is one error line and
-// pass-through, or with PAGEFAST_STRICT=1 the end of the process (125). At exit (destructor): flush the trace, write the stats document
+// pass-through, or with PAGEFAST_STRICT=1 the end of the process (125); a
+// refused or ignored setting is said once per job (said_before). At exit
+// (destructor): flush the trace, write the stats document
 // and the memory report (report:exit) with plain file I/O and call no driver function: the driver may already
 // be shutting down, and a pool that is not released is reclaimed by the OS.
 // In secure execution every path-valued variable reads as unset
 // (files::ignored_in_secure_execution, docs/SECURITY.md).
 #include "interpose/runtime.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <sys/auxv.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -132,6 +136,63 @@ void after_fork_child() {
   pool::sleep_after_fork_child();
 }
 
+// The files and the folder the configuration names, checked at load: a
+// stats file or report written at exit, or a trace opened at the first
+// traced call, whose folder is missing is said now, when the job can still
+// be fixed, and not tried again. The live folder is checked here only under
+// PAGEFAST_STRICT=1 (the publisher says it otherwise); the log file is
+// opened at load (log::init).
+std::string check_files(Config& c) {
+  std::string out, why;
+  auto say = [&](Opt o, const std::string& what) {
+    out += (out.empty() ? "" : "; ") + std::string(option_name(o)) + ": " + why + what;
+  };
+  auto check = [&](Opt o, std::string& path) {
+    if (path.empty() || path == "stderr" || files::folder_writable(files::expand_path(path), &why)) return true;
+    say(o, c.strict ? "" : "; not written");
+    return false;
+  };
+  if (!check(Opt::Stats, c.stats_path)) c.stats_path.clear();
+  if (c.report_at_exit && !check(Opt::Report, c.report_path)) c.report_at_exit = false;
+  if (!check(Opt::Trace, c.trace_path)) c.trace_path.clear();
+  if (c.strict && !c.live_dir.empty() && c.stats_on && !files::directory_writable(c.live_dir, &why))
+    say(Opt::LiveDir, "");
+  return out;
+}
+
+// Whether this process has one thread (/proc/self/task holds ".", ".."
+// and it); false when that cannot be read.
+bool single_threaded() {
+  DIR* tasks = opendir("/proc/self/task");
+  if (!tasks) return false;
+  int entries = 0;
+  while (readdir(tasks)) ++entries;
+  closedir(tasks);
+  return entries == 3;
+}
+
+// A refused or ignored setting is said once per job: the process that
+// says it leaves a digest of its messages in its environment
+// (PAGEFAST_SAID), which the processes it starts inherit; one that finds
+// the digest of its own messages there says them at debug level only. A
+// different setting has a different digest and is said again.
+bool said_before(const Config& config) {
+  if (config.warning.empty() && config.error.empty()) return false;
+  uint64_t digest = 1469598103934665603ull;  // FNV-1a
+  for (const std::string* text : {&config.warning, &config.error})
+    for (unsigned char ch : *text) digest = (digest ^ ch) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
+  const char* name = option_name(Opt::Said);
+  const char* before = std::getenv(name);
+  if (before && std::strcmp(before, hex) == 0) return true;
+  // setenv races a getenv on another thread: the marker is left only by a
+  // process with one thread (preloaded, before main), not by a library
+  // loaded later into a running program.
+  if (single_threaded()) setenv(name, hex, 1);
+  return false;
+}
+
 }  // namespace
 
 void init_slow() {
@@ -145,25 +206,34 @@ void init_slow() {
   g_state = new State();
   Config& g_config = g_state->config;
   EnvView view{getauxval(AT_SECURE), {}};
-  g_config = parse_config(&env_lookup, &view);
+  g_config = parse_config(&env_lookup, &view, environ);
   // numa/ reads PAGEFAST_SYSROOT itself: in secure execution the binding
   // does not run when it is set, rather than read a root the caller chose.
   const char* sysroot = option_name(Opt::Sysroot);
   const bool sysroot_hidden = hidden_in_secure_execution(Opt::Sysroot, view.at_secure) && std::getenv(sysroot);
   if (sysroot_hidden) view.ignored += view.ignored.empty() ? sysroot : std::string(", ") + sysroot;
-  log::init(g_config);
+  std::string bad_files = log::init(g_config);
+  const std::string more = check_files(g_config);
+  bad_files += (bad_files.empty() || more.empty() ? "" : "; ") + more;
+  if (!bad_files.empty() && g_config.strict && g_config.error.empty()) {
+    g_config.error = bad_files;
+    g_config.passthrough = true;
+  } else if (!bad_files.empty()) {
+    g_config.warning += (g_config.warning.empty() ? "" : "; ") + bad_files;
+  }
   if (!view.ignored.empty())
     log::write(LogLevel::Warn, "secure execution (setuid, setgid or file capabilities): {} ignored", view.ignored);
-  if (!g_config.warning.empty()) log::write(LogLevel::Warn, "{}", g_config.warning);
+  const bool said = said_before(g_config);
+  if (!g_config.warning.empty()) log::write(said ? LogLevel::Debug : LogLevel::Warn, "{}", g_config.warning);
   if (!g_config.error.empty() && g_config.strict) {
     log::write(LogLevel::Error, "{}; {}=1: stopping the program (exit status 125)", g_config.error,
                option_name(Opt::Strict));
     _exit(125);
   }
   if (!g_config.error.empty()) {
-    log::write(LogLevel::Error,
-               "{}; pagefast is OFF in this process: running as pass-through, every call goes to the driver "
-               "untouched (pagefast-run refuses this setting; {}=1 stops the program instead)",
+    log::write(said ? LogLevel::Debug : LogLevel::Error,
+               "{}; pagefast is OFF in this process: running as pass-through (pagefast-run refuses this setting; "
+               "{}=1 stops the program instead)",
                g_config.error, option_name(Opt::Strict));
   } else if (!g_config.passthrough) {
     if (!sysroot_hidden) {

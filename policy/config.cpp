@@ -2,6 +2,8 @@
 // options table (options.h): its names, parsers and messages.
 #include "policy/config.h"
 
+#include <cstring>
+
 #include "policy/format.h"
 #include "policy/options.h"
 #include "policy/suggest.h"
@@ -81,7 +83,8 @@ std::string accepted_keys() {
 }
 
 // "unknown key 'K'", with the key that was most likely meant when one is
-// near: the one message the library logs and pagefast-run prints.
+// near (else the accepted keys): the one message the library logs and
+// pagefast-run prints.
 std::string unknown_key_message(const std::string& key) {
   const char* names[int(Opt::Count)];
   int count = 0, n = 0;
@@ -90,8 +93,26 @@ std::string unknown_key_message(const std::string& key) {
     if (rows[i].scope == Scope::ConfKey) names[n++] = rows[i].name;
   const std::string near = nearest_word(key, names, n);
   std::string message = option_name(Opt::Conf) + std::string(": unknown key '") + key + "'";
-  if (!near.empty()) message += ": did you mean " + near + "?";
+  if (!near.empty()) return message + ": did you mean " + near + "?";
   return message + " (accepted keys: " + accepted_keys() + ")";
+}
+
+constexpr char kPrefix[] = "PAGEFAST_";
+constexpr size_t kPrefixLength = sizeof kPrefix - 1;
+
+// Each PAGEFAST_* name of `environment` that is no row: one message each,
+// "; "-joined.
+std::string unknown_variables(const char* const* environment) {
+  std::string out;
+  for (const char* const* e = environment; e && *e; ++e) {
+    const char* equals = std::strchr(*e, '=');
+    if (!equals || std::strncmp(*e, kPrefix, kPrefixLength) != 0) continue;
+    const std::string name(*e, size_t(equals - *e));
+    if (find_variable(name.c_str())) continue;
+    if (!out.empty()) out += "; ";
+    out += unknown_variable_message(name);
+  }
+  return out;
 }
 
 void parse_conf(Config& c, const std::string& text) {
@@ -141,7 +162,43 @@ void parse_log_level(Config& c, const std::string& given) {
 
 }  // namespace
 
-Config parse_config(EnvLookup lookup, void* user) {
+std::string unknown_variable_message(const std::string& name) {
+  // The variables' names after the prefix, then the keys, all lower case:
+  // PAGEFAST_LIMT is nearest to the key limit.
+  std::string tails[int(Opt::Count)];
+  const char* words[int(Opt::Count)];
+  bool is_key[int(Opt::Count)];
+  int count = 0, n = 0;
+  const OptionRow* rows = option_rows(&count);
+  for (int i = 0; i < count; ++i) {
+    const std::string row_name = rows[i].name;
+    if (rows[i].scope == Scope::Foreign || (rows[i].scope == Scope::Own && row_name.size() <= kPrefixLength)) continue;
+    tails[n] = rows[i].scope == Scope::Own ? row_name.substr(kPrefixLength) : row_name;
+    for (char& ch : tails[n]) ch = char(ch >= 'A' && ch <= 'Z' ? ch + 32 : ch);
+    is_key[n] = rows[i].scope == Scope::ConfKey;
+    words[n] = tails[n].c_str();
+    ++n;
+  }
+  const std::string tail = name.size() > kPrefixLength ? name.substr(kPrefixLength) : std::string();
+  const std::string near = nearest_word(tail, words, n);
+  std::string message = name + ": not a variable pagefast reads";
+  if (!near.empty()) {
+    int i = 0;
+    while (near != words[i]) ++i;  // the first: a variable before a key of the same name
+    if (is_key[i]) return message + ": did you mean " + option_name(Opt::Conf) + "=" + near + ":?";
+    std::string variable = std::string(kPrefix) + near;
+    for (char& ch : variable) ch = char(ch >= 'a' && ch <= 'z' ? ch - 32 : ch);
+    return message + ": did you mean " + variable + "?";
+  }
+  std::string variables;
+  for (int i = 0; i < count; ++i)
+    if (rows[i].scope == Scope::Own && rows[i].index != Opt::Said)
+      variables += (variables.empty() ? "" : ", ") + std::string(rows[i].name);
+  return message + " (its variables: " + variables + "; keys of " + option_name(Opt::Conf) + ": " + accepted_keys() +
+         ")";
+}
+
+Config parse_config(EnvLookup lookup, void* user, const char* const* environment) {
   Config c;
   auto get = [&](Opt o) -> std::string {
     const char* v = lookup(option_name(o), user);
@@ -170,6 +227,11 @@ Config parse_config(EnvLookup lookup, void* user) {
   c.trace_path = get(Opt::Trace);
   c.conf_text = get(Opt::Conf);
   if (c.error.empty()) parse_conf(c, c.conf_text);
+  c.unknown = unknown_variables(environment);
+  if (!c.unknown.empty()) {
+    if (c.strict && c.error.empty()) c.error = c.unknown;
+    else warn(c, c.unknown + "; ignored");
+  }
   if (!c.error.empty()) c.passthrough = true;
   return c;
 }

@@ -7,9 +7,10 @@
 // A bad key or value yields one message naming it and what is accepted
 // (an unknown key: the nearest one too); the caller then runs as
 // pass-through (Config::passthrough), or stops when Config::strict. Warnings
-// only (Config::warning): a bad PAGEFAST_LOG (the level stays warn), and a
+// only (Config::warning): a bad PAGEFAST_LOG (the level stays warn), a
 // PAGEFAST_CONF key an earlier version had and this one removed (ignored:
-// config.cpp kRemovedKeys).
+// config.cpp kRemovedKeys), and a PAGEFAST_* variable that is no row of the
+// table (Config::unknown; an error under PAGEFAST_STRICT=1).
 #pragma once
 
 #include <cstdint>
@@ -97,12 +98,23 @@ struct Config {
   std::string conf_text;        // PAGEFAST_CONF as given, for the banner
   std::string error;            // the one message for a bad setting, if any
   std::string warning;  // settings that are ignored (PAGEFAST_LOG, removed keys), "; "-joined: warned, not fatal
+  // PAGEFAST_* variables that are no row of the options table, named with
+  // what was most likely meant: a warning (in `warning` too), or under
+  // PAGEFAST_STRICT=1 the error. pagefast-run refuses them either way.
+  std::string unknown;
 };
 
 // Reads the variables through `lookup` (getenv in production, a map in
 // tests). Never fails: errors land in Config::error and set passthrough.
+// `environment` (NAME=value strings, as environ; may be null) is where
+// the names of Config::unknown are looked for.
 using EnvLookup = const char* (*)(const char* name, void* user);
-Config parse_config(EnvLookup lookup, void* user);
+Config parse_config(EnvLookup lookup, void* user, const char* const* environment = nullptr);
+
+// The message for variable `name` (PAGEFAST_...) that is no row of the
+// table: the variable or PAGEFAST_CONF key nearest to it ("did you mean
+// PAGEFAST_CONF=limit:?"), or every variable and key when none is near.
+std::string unknown_variable_message(const std::string& name);
 
 // What pagefast does in a process, as pagefast-stat, the stats document
 // and python -m pagefast name it: active (the pool serves), off (chosen:

@@ -107,6 +107,10 @@ constexpr OptionRow kRows[] = {
     {Opt::Commit, "PAGEFAST_COMMIT", Scope::Own, &kText, "a commit id", "", false, kReadByGpuScripts,
      "the commit the GPU scripts' reports name (unset: the checkout's `HEAD`; `unknown` in tools/bench/multi.py)",
      "set it on a GPU machine whose copy of the tree has no history"},
+    {Opt::Said, "PAGEFAST_SAID", Scope::Own, &kText, "set by the library", "", false, kLib,
+     "not for users: the library sets it in its own process once it has said a refused or ignored setting, so that "
+     "the processes the program starts (a shim's helpers) do not say it again",
+     "a digest of the message; a different setting is said again"},
 
     {Opt::LocalRank, "LOCAL_RANK", Scope::Foreign, &kText, "a decimal number", "", false, kLib | kRun,
      "the local rank (torchrun, DeepSpeed, Accelerate): which GPU the NUMA binding is for, `%r`, the log prefix",

@@ -39,6 +39,7 @@ enum class Opt : int {
   Sysroot,
   Library,
   Commit,
+  Said,
   // Variables set by launchers and CUDA, read as they set them.
   LocalRank,
   SlurmLocalId,

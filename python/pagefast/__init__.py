@@ -43,15 +43,29 @@ except ImportError:  # a source tree, not an installed package
     __version__ = "unknown"
 
 
+# A clone's build folder, for this package run from the clone's python/
+# (PYTHONPATH=python): build/ beside it, as tools/quickstart makes it.
+_CLONE_BUILD = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "build")
+
+
 def library_path():
-    """Absolute path of the libpagefast.so inside this package."""
-    return os.path.join(_HERE, "lib", "libpagefast.so")
+    """Absolute path of the libpagefast.so inside this package, or, for the
+    package run from a clone, of the one its build made
+    (build/interpose/libpagefast.so); the package's own path when neither
+    exists."""
+    packaged = os.path.join(_HERE, "lib", "libpagefast.so")
+    built = os.path.join(_CLONE_BUILD, "interpose", "libpagefast.so")
+    if not os.path.isfile(packaged) and os.path.isfile(built):
+        return built
+    return packaged
 
 
 def tool_path(name):
-    """Absolute path of a tool shipped inside this package (bin/, then libexec/pagefast/)."""
-    for sub in ("bin", os.path.join("libexec", "pagefast")):
-        candidate = os.path.join(_HERE, sub, name)
+    """Absolute path of a tool shipped inside this package (bin/, then
+    libexec/pagefast/), or in a clone's build (build/tools/)."""
+    for folder in (os.path.join(_HERE, "bin"), os.path.join(_HERE, "libexec", "pagefast"),
+                   os.path.join(_CLONE_BUILD, "tools")):
+        candidate = os.path.join(folder, name)
         if os.path.isfile(candidate):
             return candidate
     return os.path.join(_HERE, "bin", name)

@@ -14,8 +14,11 @@ parse them. The driver is asked only cuDriverGetVersion, which creates no
 context. The report ends with the "pool here" line.
 
 Exit status: 0 the pool would serve here; 1 the library is missing or
-cannot load; 2 a usage error; 3 a setting is refused (the library would
-run as a pass-through); 4 the pool would not serve for another reason
+cannot load; 2 a usage error; 3 a setting is refused (a bad key or value,
+which the library runs as a pass-through or, with PAGEFAST_STRICT=1, stops
+the program for at load; or a PAGEFAST_* variable it does not read, which
+it only warns of: pagefast-run refuses both); 4 the pool would not serve
+for another reason
 (PAGEFAST=0, pool:off, no working CUDA driver).
 """
 import ctypes
@@ -44,19 +47,37 @@ print(json.dumps({"version": lib.pagefast_version().decode(), "active": lib.page
                   "config": doc["pagefast"]["config"]}))
 """
 
+def _run_probe(lib, env):
+    r = subprocess.run([sys.executable, "-c", _PROBE, lib], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+    # "pagefast: LEVEL: ..." or "pagefast[PID ...]: LEVEL: ...": the library's own lines.
+    return r, [line for line in r.stderr.splitlines() if line.startswith(("pagefast:", "pagefast["))]
+
+
 def probe_library(lib):
-    """The library's own answer: version, mode and configuration."""
+    """The library's own answer: version, mode and configuration, and
+    whether a setting is refused: the probe runs under PAGEFAST_STRICT=1
+    (unless the environment sets it), where the library stops at load
+    (exit status 125) on any setting pagefast-run refuses, a PAGEFAST_*
+    variable it does not read among them; then again as the environment
+    is, for the answer."""
     if not os.path.isfile(lib):
         return {"loads": False, "error": "missing"}
+    # PAGEFAST_SAID would make the library say a refused setting at debug only.
     env = {k: v for k, v in os.environ.items()
-           if k not in ("PAGEFAST_STATS", "PAGEFAST_TRACE", "PAGEFAST_REPORT", "LD_PRELOAD")}
+           if k not in ("PAGEFAST_STATS", "PAGEFAST_TRACE", "PAGEFAST_REPORT", "LD_PRELOAD", "PAGEFAST_SAID")}
+    strict_given = env.get("PAGEFAST_STRICT", "").strip() != ""
+    refused = stops = False
     try:
-        r = subprocess.run([sys.executable, "-c", _PROBE, lib], env=env, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+        r, messages = _run_probe(lib, env if strict_given else dict(env, PAGEFAST_STRICT="1"))
+        if r.returncode == 125 and any("=1: stopping the program" in m for m in messages):
+            refused, stops = True, strict_given
+            stopped_with = messages
+            r, messages = _run_probe(lib, {k: v for k, v in env.items() if k != "PAGEFAST_STRICT"})
+            if stops:  # the user's own PAGEFAST_STRICT=1: its words
+                messages = stopped_with
     except (OSError, subprocess.SubprocessError) as e:
         return {"loads": False, "error": str(e)}
-    # "pagefast: LEVEL: ..." or "pagefast[PID ...]: LEVEL: ...": the library's own lines.
-    messages = [line for line in r.stderr.splitlines() if line.startswith(("pagefast:", "pagefast["))]
     if r.returncode != 0:
         tail = r.stderr.strip().splitlines()[-1:] or ["exit status %d" % r.returncode]
         return {"loads": False, "error": tail[0], "messages": messages}
@@ -64,7 +85,7 @@ def probe_library(lib):
         out = json.loads(r.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return {"loads": False, "error": "unreadable answer: %r" % r.stdout[-200:]}
-    out.update({"loads": True, "messages": messages})
+    out.update({"loads": True, "messages": messages, "refused": refused, "stops": stops})
     return out
 
 
@@ -104,6 +125,15 @@ def _launcher():
     return tool_path("pagefast-run")
 
 
+def _shown(launcher):
+    """pagefast-run as the user would type it: its name when that is the
+    one on PATH, else its path."""
+    found = shutil.which("pagefast-run")
+    if found and os.path.realpath(found) == os.path.realpath(launcher):
+        return "pagefast-run"
+    return launcher
+
+
 def verdict(probe, driver):
     """Whether the pool would serve a CUDA program run here with this
     environment, and why: one answer from the library's mode and the
@@ -111,6 +141,14 @@ def verdict(probe, driver):
     if not probe.get("loads"):
         return {"pool": False, "why": "the library does not load (%s)" % probe.get("error")}
     mode = probe.get("mode")
+    if probe.get("stops"):
+        return {"pool": False, "refused": True,
+                "why": "a setting is refused (the library's message above): with PAGEFAST_STRICT=1 the program "
+                       "stops at load (exit status 125); pagefast-run refuses to start it"}
+    if probe.get("refused") and mode != "passthrough":
+        return {"pool": False, "refused": True,
+                "why": "a PAGEFAST_* variable is not one pagefast reads (the library's message above): the pool "
+                       "would serve without it; pagefast-run and PAGEFAST_STRICT=1 refuse it"}
     if mode == "passthrough":
         reason = probe.get("reason", "")
         if (reason and reason != "PAGEFAST=0") or any(": error: " in m for m in probe.get("messages", [])):
@@ -167,8 +205,11 @@ def print_report(r):
         print("settings    %s" % p["config"])
         for m in p.get("messages", []):
             print("            %s" % m)
-    print("use         LD_PRELOAD=%s python train.py" % r["library"])
-    print("            pagefast-run -- python train.py")
+    if os.path.isfile(r["library"]):
+        print("use         LD_PRELOAD=%s python train.py" % r["library"])
+        print("            %s -- python train.py" % _shown(r["launcher"]))
+    else:
+        print("use         nothing yet: build the library (tools/quickstart in a clone) or install the package")
     v = r["verdict"]
     print("pool here   %s: %s" % ("yes" if v["pool"] else "no", v["why"]))
 

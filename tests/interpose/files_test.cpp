@@ -221,3 +221,15 @@ TEST_CASE("secure execution hides every path variable, and only those") {
     CHECK_FALSE(ignored_in_secure_execution(name, 1));
   }
 }
+
+TEST_CASE("folder_writable and directory_writable: what a file written at exit needs, checked at load") {
+  std::string why;
+  CHECK(directory_writable("/tmp", &why));
+  CHECK(folder_writable("/tmp/pagefast-check-x.json", &why));
+  CHECK_FALSE(folder_writable("/nonexistent/x.json", &why));
+  CHECK(why == "folder '/nonexistent' does not exist (for '/nonexistent/x.json')");
+  CHECK_FALSE(directory_writable("/etc/passwd", &why));
+  CHECK(why == "'/etc/passwd' is not a folder");
+  CHECK_FALSE(folder_writable("/etc/passwd/x", &why));
+  CHECK(folder_writable("in-the-working-folder.json", &why) == directory_writable(".", &why));
+}

@@ -183,9 +183,9 @@ def case_conf_check():
             r = run([launcher, "--conf", key[:-1] + ":1", "--", *program])
             check(r.returncode == 125 and f"did you mean {key}?" in r.stderr, f"'{key[:-1]}' names {key}: {r.stderr.strip()!r}")
         check(not os.path.exists(mark), "no program ran")
-        # Good settings, and a bad PAGEFAST_LOG (the library only warns): the program runs.
+        # Good settings: the program runs.
         for env, args in [({"PAGEFAST_CONF": "chunk_size:4M, release_delay:off"}, ["--conf", "numa:off"]),
-                          ({"PAGEFAST": "0", "PAGEFAST_CONF": "pool:off"}, []), ({"PAGEFAST_LOG": "loud"}, []),
+                          ({"PAGEFAST": "0", "PAGEFAST_CONF": "pool:off"}, []), ({"PAGEFAST_LOG": "info"}, []),
                           ({}, ["--no-pool", "--numa", "off"])]:
             r = run([launcher, *args, "--", *program], env=clean_env(env))
             check(r.returncode == 0 and os.path.exists(mark), f"pagefast-run {env} {args}: the program ran ({r.stderr!r})")
@@ -318,6 +318,103 @@ def case_quiet():
               f"one summary line at exit ({summary})")
         r = run([hold], env=dict(hold_env(d), PAGEFAST_LOG="warn"), stdin="go\n")
         check(r.returncode == 0 and r.stderr == "", f"at the default level a working program hears nothing ({r.stderr!r})")
+
+
+# ---- PAGEFAST_* names that are no setting; a refused setting said once per job ----
+
+
+def case_names():
+    """A PAGEFAST_* variable the library does not read is named with what
+    was meant: one warning line under plain preload (the program runs with
+    the pool), exit 125 at load under PAGEFAST_STRICT=1 and from
+    pagefast-run. The launcher checks PAGEFAST_LOG and the files from the
+    environment as from its options. A refused setting is said once per job
+    however many processes the program starts, and shortly when there is a
+    suggestion."""
+    launcher = tool("tools", "pagefast-run")
+    meant = [("PAGEFAST_LIMIT", "1Q", "did you mean PAGEFAST_CONF=limit:?"),
+             ("PAGEFAST_LIMT", "1G", "did you mean PAGEFAST_CONF=limit:?"),
+             ("PAGEFAST_LOGG", "info", "did you mean PAGEFAST_LOG?"),
+             ("PAGEFAST_ZZZZZZZ", "1", "(its variables: PAGEFAST, PAGEFAST_CONF,")]
+    hold = tool("tests", "live", "hold")
+    with tempfile.TemporaryDirectory() as d:
+        mark = os.path.join(d, "ran")
+        for name, value, want in meant:
+            r = run([hold], env=hold_env(d, {name: value}), stdin="go\n")
+            lines = [l for l in r.stderr.splitlines() if name in l]
+            check(r.returncode == 0 and "done" in r.stdout and len(lines) == 1 and ": warning: " in lines[0]
+                  and want in lines[0] and f"{name}: not a variable pagefast reads" in lines[0],
+                  f"{name}={value} preloaded: one warning, the program runs ({r.stderr.strip()!r})")
+            r = run([hold], env=hold_env(d, {name: value, "PAGEFAST_STRICT": "1"}), stdin="go\n")
+            check(r.returncode == 125 and "ready" not in r.stdout and want in r.stderr
+                  and "PAGEFAST_STRICT=1: stopping" in r.stderr, f"{name} under strict: rc {r.returncode}")
+            r = run([launcher, "--", "sh", "-c", f'touch "{mark}"'], env=clean_env({name: value}))
+            check(r.returncode == 125 and r.stderr.startswith("pagefast-run: error: ") and want in r.stderr
+                  and not os.path.exists(mark), f"pagefast-run with {name}: rc {r.returncode} {r.stderr.strip()!r}")
+        # The project's own names are no typo.
+        for name, value in (("PAGEFAST_COMMIT", "abc"), ("PAGEFAST_LIBRARY", "x.so"), ("PAGEFAST_IPC_IDLE", "30s")):
+            r = run([hold], env=hold_env(d, {name: value, "PAGEFAST_STRICT": "1"}), stdin="go\n")
+            check(r.returncode == 0 and name not in r.stderr, f"{name} is a variable of the table ({r.stderr!r})")
+        # The launcher checks values from the environment as from its options.
+        for env, want in [({"PAGEFAST_LOG": "verbose"}, "PAGEFAST_LOG: bad value 'verbose'"),
+                          ({"PAGEFAST_STATS": "/nonexistent/x.json"}, "PAGEFAST_STATS: folder '/nonexistent'"),
+                          ({"PAGEFAST_LOG_FILE": "/nonexistent/log"}, "PAGEFAST_LOG_FILE: folder '/nonexistent'"),
+                          ({"PAGEFAST_TRACE": "/nonexistent/t"}, "PAGEFAST_TRACE: folder '/nonexistent'"),
+                          ({"PAGEFAST_LIVE_DIR": "/nonexistent"}, "PAGEFAST_LIVE_DIR: '/nonexistent'")]:
+            r = run([launcher, "--", "sh", "-c", f'touch "{mark}"'], env=clean_env(env))
+            check(r.returncode == 125 and want in r.stderr and not os.path.exists(mark),
+                  f"pagefast-run with {env}: rc {r.returncode} (want 125) {r.stderr.strip()!r}")
+        # The library checks the same at load: a warning in a process that
+        # never calls CUDA (the stats file would be written only at exit),
+        # the stop at load under PAGEFAST_STRICT=1.
+        for env, want in [({"PAGEFAST_STATS": "/nonexistent/x.json"}, "PAGEFAST_STATS: folder '/nonexistent' does not"),
+                          ({"PAGEFAST_TRACE": "/nonexistent/t"}, "PAGEFAST_TRACE: folder '/nonexistent' does not"),
+                          ({"PAGEFAST_LOG_FILE": "/nonexistent/l"}, "PAGEFAST_LOG_FILE: cannot open '/nonexistent/l'")]:
+            r = run(["true"], env=hold_env(d, env))
+            check(r.returncode == 0 and want in r.stderr and len(r.stderr.splitlines()) == 1,
+                  f"{env} preloaded into true: one warning at load ({r.stderr.strip()!r})")
+        for env, want in [({"PAGEFAST_STATS": "/nonexistent/x.json"}, "PAGEFAST_STATS: folder '/nonexistent' does not"),
+                          ({"PAGEFAST_TRACE": "/nonexistent/t"}, "PAGEFAST_TRACE: folder '/nonexistent' does not"),
+                          ({"PAGEFAST_LOG_FILE": "/nonexistent/l"}, "PAGEFAST_LOG_FILE: cannot open '/nonexistent/l'"),
+                          ({"PAGEFAST_LIVE_DIR": "/nonexistent"}, "PAGEFAST_LIVE_DIR: folder '/nonexistent' does not")]:
+            r = run([hold], env=hold_env(d, dict(env, PAGEFAST_STRICT="1")), stdin="go\n")
+            check(r.returncode == 125 and "ready" not in r.stdout and want in r.stderr
+                  and "PAGEFAST_STRICT=1: stopping" in r.stderr, f"{env} under strict: rc {r.returncode} {r.stderr!r}")
+        # Said once per job: a chain of processes (as a pyenv shim's helpers)
+        # with the same refused setting and the same unknown name.
+        chain = f"sh -c 'sh -c true; sh -c true'; sh -c true; exec {hold}"
+        for env, want in [({"PAGEFAST_CONF": "chunksize:256M"}, "did you mean chunk_size?"),
+                          ({"PAGEFAST_LIMIT": "1G"}, "did you mean PAGEFAST_CONF=limit:?")]:
+            r = run(["sh", "-c", chain], env=hold_env(d, env), stdin="go\n")
+            lines = [l for l in r.stderr.splitlines() if l.startswith("pagefast[")]
+            check(r.returncode == 0 and "done" in r.stdout and len(lines) == 1 and want in lines[0],
+                  f"{env} through six processes: said once ({r.stderr.strip()!r})")
+            check("accepted keys" not in r.stderr and len(lines[0] if lines else "") < 250,
+                  f"short, no list of keys beside a suggestion ({len(lines[0]) if lines else 0} characters)")
+        # Loaded into a running program with another thread (dlopen), the
+        # library leaves the environment alone: setenv would race its reads.
+        probe = ("import ctypes, sys, threading\n"
+                 "done = threading.Event()\n"
+                 "t = threading.Thread(target=done.wait)\n"
+                 "if sys.argv[2] == 'thread': t.start()\n"
+                 "ctypes.CDLL(sys.argv[1])\n"
+                 "libc = ctypes.CDLL(None)\n"
+                 "libc.getenv.restype = ctypes.c_char_p\n"
+                 "print(libc.getenv(b'PAGEFAST_SAID'))\n"
+                 "done.set()\n")
+        lib = tool("interpose", "libpagefast.so")
+        env = clean_env({"PAGEFAST_LIMIT": "1G", "LD_LIBRARY_PATH": tool("tests", "fakecuda")})
+        alone = run([sys.executable, "-c", probe, lib, "alone"], env=env)
+        threaded = run([sys.executable, "-c", probe, lib, "thread"], env=env)
+        check(alone.stdout.startswith("b'") and threaded.stdout.strip() == "None"
+              and "PAGEFAST_LIMIT" in threaded.stderr,
+              f"the marker: set by a process of one thread ({alone.stdout.strip()}), not with two "
+              f"({threaded.stdout.strip()}), the warning said either way")
+        # A different setting in a child is said again.
+        r = run(["sh", "-c", f"sh -c true; PAGEFAST_CONF=slack:5 exec {hold}"],
+                env=hold_env(d, {"PAGEFAST_CONF": "chunksize:256M"}), stdin="go\n")
+        lines = [l for l in r.stderr.splitlines() if l.startswith("pagefast[")]
+        check(len(lines) == 2 and "slack" in lines[1], f"another refused value is said again ({lines})")
 
 
 # ---- --if-enabled and the library read PAGEFAST alike ----------------------------

@@ -10,8 +10,10 @@
 //                              on; 1: unset, empty or off; 2: a value the
 //                              library refuses (the message on stderr)
 //   pagefast-enabled --check   whether the library would take PAGEFAST and
-//                              PAGEFAST_CONF as set (pagefast-run checks
-//                              before it starts the program). Exit 0: yes
+//                              PAGEFAST_CONF as set, and whether every
+//                              PAGEFAST_* variable is one it reads
+//                              (pagefast-run checks before it starts the
+//                              program). Exit 0: yes
 //                              (a warning the library would print, such as
 //                              a bad PAGEFAST_LOG, on stderr); 1: no, with
 //                              the library's message on stderr (an unknown
@@ -23,6 +25,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+
+#include <unistd.h>
 
 #include "policy/config.h"
 #include "policy/options.h"
@@ -39,11 +43,16 @@ const char* only_pagefast(const char* name, void*) {
 const char* from_environment(const char* name, void*) { return std::getenv(name); }
 
 int check() {
-  const pagefast::Config config = pagefast::parse_config(&from_environment, nullptr);
-  if (!config.warning.empty()) std::fprintf(stderr, "warning: %s\n", config.warning.c_str());
-  if (config.error.empty()) return 0;
-  // The library's own message: an unknown key names the nearest one.
-  std::fprintf(stderr, "%s\n", config.error.c_str());
+  const pagefast::Config config = pagefast::parse_config(&from_environment, nullptr, environ);
+  // The library's own message: an unknown key names the nearest one. A
+  // PAGEFAST_* variable that is no setting is refused here, where the
+  // library would only warn (unless PAGEFAST_STRICT=1).
+  const std::string& refused = config.error.empty() ? config.unknown : config.error;
+  if (refused.empty()) {
+    if (!config.warning.empty()) std::fprintf(stderr, "warning: %s\n", config.warning.c_str());
+    return 0;
+  }
+  std::fprintf(stderr, "%s\n", refused.c_str());
   return 1;
 }
 
