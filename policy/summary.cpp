@@ -42,4 +42,10 @@ std::string summary_line(uint64_t alloc_calls, const std::vector<policy::PoolSta
          " in the driver's memory calls (creating, mapping, unmapping, releasing)";
 }
 
+std::string forwarded_summary_line(uint64_t alloc_calls) {
+  if (alloc_calls == 0) return "pool:off: no allocation call yet";
+  return "pool:off: " + std::to_string(alloc_calls) + " allocation call" + (alloc_calls == 1 ? "" : "s") +
+         ", each forwarded to the driver (the pool is off and holds no memory)";
+}
+
 }  // namespace pagefast

@@ -17,4 +17,9 @@ namespace pagefast {
 // alloc_calls: cuMemAlloc_v2 calls seen; devices: each pool's figures.
 std::string summary_line(uint64_t alloc_calls, const std::vector<policy::PoolStats>& devices);
 
+// The same line for a process whose pool is off (pool:off): its calls
+// were counted and each went to the driver, so there is no share served
+// from the pool and no pool time to state.
+std::string forwarded_summary_line(uint64_t alloc_calls);
+
 }  // namespace pagefast

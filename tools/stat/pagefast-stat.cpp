@@ -32,6 +32,8 @@
 
 namespace {
 
+constexpr int kExitNoMatch = 3;  // --pid: no listed process has it
+
 using pagefast::append_json_string;
 using pagefast::live::DeviceFigures;
 using pagefast::live::Listing;
@@ -65,7 +67,8 @@ void usage(FILE* out) {
                "  --version     print the version\n"
                "A process marked * runs in another pid namespace (a container): its pid is that\n"
                "namespace's, and its segment is never removed from here.\n"
-               "Exit status: 0 done, 1 --textfile could not be written, 2 usage error.\n");
+               "Exit status: 0 done, 1 --textfile could not be written, 2 usage error,\n"
+               "3 --pid: no process with pagefast has that pid (in the last round).\n");
 }
 
 std::string human(uint64_t bytes) { return pagefast::format_bytes(bytes, pagefast::ByteStyle::Table); }
@@ -102,6 +105,16 @@ std::vector<pagefast::policy::PoolStats> pool_figures(const pagefast::live::Snap
   std::vector<pagefast::policy::PoolStats> out;
   for (const DeviceFigures& d : s.devices) out.push_back(d.stats);
   return out;
+}
+
+// What pagefast did for a process, in one line: the pool's summary when
+// it serves; for pool:off, the calls it forwarded; else why it does not
+// serve, after the state's word.
+std::string summary(const pagefast::live::Snapshot& s) {
+  if (s.mode == uint64_t(pagefast::Mode::Active)) return pagefast::summary_line(s.alloc_calls, pool_figures(s));
+  if (s.reason == "pool:off")
+    return std::string(mode_word(s.mode)) + ": " + pagefast::forwarded_summary_line(s.alloc_calls);
+  return std::string(mode_word(s.mode)) + ": " + s.reason;
 }
 
 // The terminal's width: COLUMNS when set, else the terminal's own; 0 when
@@ -159,7 +172,7 @@ void print_json(const std::vector<Listing>& listings, const Options& o) {
     out += std::string(", \"mode\": \"") + mode_word(s.mode) + "\", \"reason\": ";
     append_json_string(out, s.reason);
     out += ", \"summary\": ";
-    append_json_string(out, pagefast::summary_line(s.alloc_calls, pool_figures(s)));
+    append_json_string(out, summary(s));
     out += ", \"config\": ";
     append_json_string(out, s.config);
     out += ", \"started_unix_ns\": " + std::to_string(s.created_unix_ns) +
@@ -250,9 +263,7 @@ void print_table(const std::vector<Listing>& listings, const Options& o) {
     }
     print_tags(s);
     // Why a process is not served, or what pagefast did for it: one line.
-    const std::string why = cut_text(s.reason, columns > 24 ? columns - 24 : 0);
-    if (!why.empty()) std::printf("%7s   %s: %s\n", "", mode_word(s.mode), why.c_str());
-    else std::printf("%7s   %s\n", "", pagefast::summary_line(s.alloc_calls, pool_figures(s)).c_str());
+    std::printf("%7s   %s\n", "", cut_text(summary(s), columns > 10 ? columns - 10 : 0).c_str());
   }
   if (!shown) std::printf("(no process with pagefast%s)\n", o.pid >= 0 ? " with that pid" : "");
   if (foreign) std::printf("* in another pid namespace: the pid is that namespace's\n");
@@ -343,6 +354,11 @@ int main(int argc, char** argv) {
       for (Listing& l : listings)
         if (l.name.pid == uint64_t(o.pid)) kept.push_back(std::move(l));
       listings.swap(kept);
+      // Nothing to show for that pid: said by the exit status too.
+      bool any = false;
+      for (const Listing& l : listings) any = any || listed(l);
+      if (!any) status = status == 1 ? 1 : kExitNoMatch;
+      else if (status == kExitNoMatch) status = 0;
     }
     if (o.prometheus) {
       const std::string text = pagefast::stat::prometheus_text(listings, default_host);
