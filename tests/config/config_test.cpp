@@ -290,3 +290,13 @@ TEST_CASE("the one-line summary: calls, the share from memory the pool already h
   CHECK(summary_line(2000, devices).find(", 100% from memory") != std::string::npos);
   CHECK(summary_line(0, {}) == "no allocation call yet");
 }
+
+TEST_CASE("pool:off's summary says the calls were forwarded; a partial sleep says how many tags") {
+  CHECK(forwarded_summary_line(3) ==
+        "pool:off: 3 allocation calls, each forwarded to the driver (the pool is off and holds no memory)");
+  CHECK(forwarded_summary_line(0) == "pool:off: no allocation call yet");
+  CHECK(sleep_words(false, false, 0, 2) == "awake");
+  CHECK(sleep_words(true, false, 2, 2) == "asleep");
+  CHECK(sleep_words(true, true, 1, 2) == "partly asleep (1 of 2 tags)");
+  CHECK(sleep_words(true, true, 2, 2) == "partly asleep (all 2 tags; the untagged memory awake)");
+}

@@ -117,6 +117,20 @@ std::string summary(const pagefast::live::Snapshot& s) {
   return std::string(mode_word(s.mode)) + ": " + s.reason;
 }
 
+// The process's sleep in words (policy/summary.h sleep_words).
+std::string sleep_of(const pagefast::live::Snapshot& s) {
+  bool any = false, partly = false;
+  for (const DeviceFigures& d : s.devices) {
+    any = any || d.asleep;
+    partly = partly || d.partly;
+  }
+  int asleep_tags = 0;
+  for (const pagefast::policy::TagStats& t : s.tags) asleep_tags += t.asleep ? 1 : 0;
+  return pagefast::sleep_words(any, partly, asleep_tags, int(s.tags.size()));
+}
+
+const char* device_sleep(const DeviceFigures& d) { return d.partly ? "partly" : (d.asleep ? "asleep" : "awake"); }
+
 // The terminal's width: COLUMNS when set, else the terminal's own; 0 when
 // neither is known (a pipe): then nothing is cut.
 size_t terminal_columns() {
@@ -185,10 +199,11 @@ void print_json(const std::vector<Listing>& listings, const Options& o) {
     for (size_t i = 0; i < s.devices.size(); ++i) {
       out += i ? ", \"" : "\"";
       const std::string fields = pagefast::policy::stats_json_object(s.devices[i].stats, false);
-      out += std::to_string(s.devices[i].device) + "\": {\"asleep\": " + (s.devices[i].asleep ? "true" : "false") +
-             ", " + fields.substr(1);
+      const DeviceFigures& d = s.devices[i];
+      out += std::to_string(d.device) + "\": {\"asleep\": " + (d.asleep && !d.partly ? "true" : "false") +
+             ", \"sleep\": \"" + device_sleep(d) + "\", " + fields.substr(1);
     }
-    out += "}, \"tags\": " + pagefast::policy::tags_json_array(s.tags) + "}";
+    out += "}, \"sleep\": \"" + sleep_of(s) + "\", \"tags\": " + pagefast::policy::tags_json_array(s.tags) + "}";
   }
   out += first ? "]" : "\n]";
   if (o.all) {
@@ -212,8 +227,11 @@ void print_json(const std::vector<Listing>& listings, const Options& o) {
   std::fputs(out.c_str(), stdout);
 }
 
-// One line per tag under the process's rows (docs/STATS.md "Tags").
+// One line per tag under the process's rows (docs/STATS.md "Tags"),
+// after the words of a partial sleep.
 void print_tags(const pagefast::live::Snapshot& s) {
+  const std::string sleep = sleep_of(s);
+  if (sleep.rfind("partly", 0) == 0) std::printf("%7s   %s\n", "", sleep.c_str());
   for (const pagefast::policy::TagStats& t : s.tags)
     std::printf("%7s   tag %s (%s): %s, resident %s, asleep %s, kept %s, in use %s, %s sleeps, %s wakes\n", "",
                 cut_text(t.name, 0).c_str(), t.keep ? "keep" : "discard", t.asleep ? "asleep" : "awake",
@@ -253,7 +271,7 @@ void print_table(const std::vector<Listing>& listings, const Options& o) {
     for (size_t i = 0; i < s.devices.size(); ++i) {
       const DeviceFigures& d = s.devices[i];
       const std::string gpu = std::to_string(d.device);
-      std::printf(PF_ROW, pid.c_str(), started.c_str(), mode_word(s.mode), gpu.c_str(), d.asleep ? "asleep" : "awake",
+      std::printf(PF_ROW, pid.c_str(), started.c_str(), mode_word(s.mode), gpu.c_str(), device_sleep(d),
                   human(d.stats.reserved_bytes).c_str(), human(d.stats.mapped_bytes).c_str(),
                   human(d.stats.in_use_bytes).c_str(), human(d.stats.idle_bytes).c_str(),
                   human(d.stats.peak_in_use_bytes).c_str(), count(d.stats.hits).c_str(), count(d.stats.growths).c_str(),
