@@ -426,6 +426,8 @@ def main():
             else:
                 check(len(lines) == 1 and "4.0 MiB" in lines[0] and "exported or imported" in lines[0] and
                       "warn" in lines[0], f"[{conf or 'default'}] one warning names the 4 MiB imported ({r.stderr[-400:]})")
+                check(lines and "the memory outside any region" in lines[0] and "slot" not in lines[0],
+                      f"[{conf or 'default'}] it names the untagged memory, not a slot ({lines})")
     elif name in ("capture", "fork", "capi"):
         case_simple(build, name, [""]) if name != "capi" else expect_ok(run(build, ["capi"]), "capi", "pagefast")
     else:
