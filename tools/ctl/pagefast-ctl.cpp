@@ -83,7 +83,8 @@ const char kHelp[] =
     "Exit status: 0 done, 1 the process answered a failure or is busy, 2 usage,\n"
     "3 not reachable (no pool yet, control:off, another user's, gone, its socket\n"
     "held by another process, or a pagefast without tags asked about one),\n"
-    "4 the process has no such tag (no region of it was ever opened).\n";
+    "4 the process has no such tag (no region of it was ever opened).\n"
+    "Words (keep, discard, partly asleep): docs/GLOSSARY.md; sleep: docs/SLEEP.md.\n";
 
 int usage(const char* why) {
   if (why) std::fprintf(stderr, "pagefast-ctl: %s\n", why);

@@ -1,12 +1,12 @@
 // tools/stat/pagefast-stat.cpp: lists this user's processes running with
 // pagefast and their live figures (per device: reserved, mapped, in use,
 // idle, peak; hits, growths, stitches, releases, synchronisations,
-// pass-throughs; per tag: state, resident, asleep, kept and in-use bytes,
-// sleeps and wakes), read from their segments (interpose/live/segment.h), as a
-// table, JSON or Prometheus text (tools/stat/prometheus.h). Needs no GPU
-// and calls no CUDA function. A segment is input from another process:
-// every string printed is valid UTF-8 and escaped, and the NUMA report is
-// pasted into JSON only when it is a JSON value (tools/stat/json_check.h).
+// pass-throughs; per tag: state, resident, asleep, kept, in-use bytes, sleeps,
+// wakes), from their segments (interpose/live/segment.h), as a table, JSON
+// or Prometheus text (tools/stat/prometheus.h). Needs no GPU, calls no CUDA
+// function. A segment is input from another process: every string printed
+// is valid UTF-8 and escaped, and the NUMA report goes into JSON only when
+// it is a JSON value (tools/stat/json_check.h).
 //
 //   pagefast-stat [--json | --prometheus [--textfile DIR]] [--watch SECONDS] [--count N]
 //                 [--pid PID] [--all] [--dir DIR]
@@ -54,7 +54,8 @@ void usage(FILE* out) {
   std::fprintf(out,
                "usage: pagefast-stat [--json | --prometheus [--textfile DIR]] [--watch SECONDS] [--count N]\n"
                "                     [--pid PID] [--all] [--dir DIR]\n"
-               "Lists this user's processes running with pagefast and their pool figures.\n"
+               "Lists this user's processes running with pagefast and their pool figures\n"
+               "(each column and word: docs/GLOSSARY.md).\n"
                "  --json        one JSON document per round instead of a table\n"
                "  --prometheus  Prometheus text exposition format instead of a table\n"
                "  --textfile D  with --prometheus: write D/pagefast.prom atomically each round\n"
@@ -107,9 +108,8 @@ std::vector<pagefast::policy::PoolStats> pool_figures(const pagefast::live::Snap
   return out;
 }
 
-// What pagefast did for a process, in one line: the pool's summary when
-// it serves; for pool:off, the calls it forwarded; else why it does not
-// serve, after the state's word.
+// What pagefast did, in one line: the pool's summary when it serves; for
+// pool:off, the calls forwarded; else the state's word and why.
 std::string summary(const pagefast::live::Snapshot& s) {
   if (s.mode == uint64_t(pagefast::Mode::Active)) return pagefast::summary_line(s.alloc_calls, pool_figures(s));
   if (s.reason == "pool:off")
