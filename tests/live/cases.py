@@ -368,6 +368,13 @@ def case_partly():
         check(any(l.startswith("pagefast_asleep{") and l.endswith(" 0") for l in mine) and
               any(l.startswith("pagefast_partly_asleep{") and l.endswith(" 1") for l in mine),
               f"pagefast_asleep 0, pagefast_partly_asleep 1 ({[l for l in mine if 'asleep{' in l]})")
+        # The memory report names each pool by its tag, and the asleep one.
+        report = os.path.join(d, "report.txt")
+        check(ask(p, "report " + report) == "answer 0", "pagefast_report answers 0")
+        with open(report) as f:
+            heads = [l for l in f.read().splitlines() if l.startswith("device ")]
+        check(heads == ["device 0", 'device 0, tag "kv" (keep), asleep: its blocks in use are not mapped',
+                        'device 0, tag "scratch" (discard)'], f"the report's pool lines ({heads})")
         r = subprocess.run([ctl, "status", str(p.pid)], env=env, capture_output=True, text=True, timeout=60)
         check(r.returncode == 0 and f"{p.pid}: partly asleep (1 of 2 tags)" in r.stdout,
               f"pagefast-ctl status ({r.stdout!r} {r.stderr!r})")
