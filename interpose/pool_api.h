@@ -178,9 +178,11 @@ void after_context_destroy(const ContextDestroy& destroy, bool destroyed);
 // The figures of device `device`'s pool; false when it has none. Counters
 // and try-locks only; no CUDA (the live publisher calls it every 0.5 s).
 bool stats_of(int device, policy::PoolStats* out);
-// Whether device `device`'s pool is asleep (pagefast_sleep until a wake
-// completes); false when it has none. One atomic load.
-bool device_asleep(int device);
+// Device `device`'s sleep: 0 awake (or no pool), 1 every pool of it
+// asleep (pagefast_sleep, or the sleep of every tag and the untagged
+// memory), 2 some of its pools asleep (a tag's sleep) and others awake.
+// One atomic load per pool.
+int device_sleep_state(int device);
 
 // The "pool" object of the stats JSON (an object text: {"devices": [{"device": 0, ...}]}).
 // Reads counters only; no CUDA.

@@ -111,10 +111,14 @@ void say_held_lines() {
 }
 
 // The one line of what pagefast did (policy/summary.h), at level info, by
-// a process whose pool was on.
+// a process whose pool was on, or whose calls pool:off counted.
 void say_summary_at_exit(const Config& config) {
-  if (mode_of(config) != Mode::Active || !log::enabled(LogLevel::Info)) return;
+  if (!log::enabled(LogLevel::Info) || !config.error.empty() || config.passthrough) return;
   try {
+    if (!config.pool.enabled) {
+      log::write(LogLevel::Info, "at exit: {}", forwarded_summary_line(stats::calls(Entry::cuMemAlloc_v2)));
+      return;
+    }
     std::vector<policy::PoolStats> devices;
     policy::PoolStats s;
     for (int d = 0; d < pool::kMaxDevices; ++d)
@@ -273,8 +277,10 @@ bool on_first_alloc() {
   static std::atomic<bool> bannered{false};
   if (!bannered.exchange(true)) {
     say_held_lines();
-    log::write(LogLevel::Info, "active (pid {}, version {}): {}", getpid(), PAGEFAST_VERSION,
-               describe(g_state->config));
+    // The state's word first (docs/STATS.md "State words"): "active", or
+    // "off" for pool:off, whose calls reach here to be counted.
+    log::write(LogLevel::Info, "{} (pid {}, version {}): {}", mode_name(mode_of(g_state->config)), getpid(),
+               PAGEFAST_VERSION, describe(g_state->config));
     if (g_state->config.stats_on) live::start(g_state->config);
   }
   static std::atomic<bool> checked{false};

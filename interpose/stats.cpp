@@ -119,11 +119,11 @@ std::vector<policy::TagStats> tags() {
 }
 
 std::string document(const Config& config, const std::string& numa_json) {
-  std::string out = "{\n  \"schema\": 1,\n  \"pagefast\": {\"version\": \"" PAGEFAST_VERSION "\", \"pid\": ";
+  std::string out = "{\n  \"schema\": 2,\n  \"pagefast\": {\"version\": \"" PAGEFAST_VERSION "\", \"pid\": ";
   out += std::to_string(getpid());
-  out += ", \"mode\": ";
-  out += config.passthrough ? "\"passthrough\"" : (config.pool.enabled ? "\"pool\"" : "\"forward\"");
-  out += ", \"reason\": ";
+  // The state's word, as pagefast-stat, Prometheus, the banner and
+  // pagefast-ctl say it (docs/STATS.md "State words").
+  out += std::string(", \"mode\": \"") + mode_name(mode_of(config)) + "\", \"reason\": ";
   append_json_string(out, mode_reason(config));
   out += ", \"config\": ";
   append_json_string(out, describe(config));

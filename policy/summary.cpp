@@ -42,4 +42,19 @@ std::string summary_line(uint64_t alloc_calls, const std::vector<policy::PoolSta
          " in the driver's memory calls (creating, mapping, unmapping, releasing)";
 }
 
+std::string sleep_words(bool any_asleep, bool partly, int asleep_tags, int tags) {
+  if (!any_asleep) return "awake";
+  if (!partly) return "asleep";
+  if (tags <= 0) return "partly asleep";
+  if (asleep_tags >= tags) return "partly asleep (all " + std::to_string(tags) + " tags; the untagged memory awake)";
+  return "partly asleep (" + std::to_string(asleep_tags) + " of " + std::to_string(tags) + " tag" +
+         (tags == 1 ? "" : "s") + ")";
+}
+
+std::string forwarded_summary_line(uint64_t alloc_calls) {
+  if (alloc_calls == 0) return "pool:off: no allocation call yet";
+  return "pool:off: " + std::to_string(alloc_calls) + " allocation call" + (alloc_calls == 1 ? "" : "s") +
+         ", each forwarded to the driver (the pool is off and holds no memory)";
+}
+
 }  // namespace pagefast

@@ -17,4 +17,15 @@ namespace pagefast {
 // alloc_calls: cuMemAlloc_v2 calls seen; devices: each pool's figures.
 std::string summary_line(uint64_t alloc_calls, const std::vector<policy::PoolStats>& devices);
 
+// A process's sleep in words: "awake", "asleep", or, where some pools
+// sleep and others are awake (a tag's sleep), "partly asleep (N of M
+// tags)"; asleep_tags of tags are asleep. any_asleep: some device has a
+// pool asleep; partly: some device has pools awake beside it.
+std::string sleep_words(bool any_asleep, bool partly, int asleep_tags, int tags);
+
+// The same line for a process whose pool is off (pool:off): its calls
+// were counted and each went to the driver, so there is no share served
+// from the pool and no pool time to state.
+std::string forwarded_summary_line(uint64_t alloc_calls);
+
 }  // namespace pagefast

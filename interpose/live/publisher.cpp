@@ -64,7 +64,9 @@ void publish_once() {
     DeviceFigures f;
     f.device = d;
     if (!pool::stats_of(d, &f.stats)) continue;
-    f.asleep = pool::device_asleep(d);
+    const int sleep = pool::device_sleep_state(d);
+    f.asleep = sleep != 0;
+    f.partly = sleep == 2;
     u.devices.push_back(f);
   }
   u.tags = stats::tags();

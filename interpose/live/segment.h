@@ -43,7 +43,10 @@ constexpr const char* kPrefix = "pagefast.";
 
 struct DeviceSlot {
   std::atomic<uint64_t> device;  // ordinal
-  std::atomic<uint64_t> asleep;  // 1 from the start of pagefast_sleep to the end of a wake
+  // 0 awake; 1 asleep (from the start of a sleep of every pool of the
+  // device to the end of its wake); 2 partly asleep (some pools, a tag's).
+  // A reader of an older pagefast reads any non-zero as asleep.
+  std::atomic<uint64_t> asleep;
 #define PF_LIVE_FIELD(name, meaning) std::atomic<uint64_t> name;
   PAGEFAST_POOL_STATS_FIELDS(PF_LIVE_FIELD)
 #undef PF_LIVE_FIELD
@@ -91,7 +94,8 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free, "the segment needs loc
 // What a reader copies out of a segment.
 struct DeviceFigures {
   int device = 0;
-  bool asleep = false;
+  bool asleep = false;  // some of the device's pools sleep (all of them unless partly)
+  bool partly = false;  // asleep, and others awake (a tag's sleep)
   policy::PoolStats stats;
 };
 

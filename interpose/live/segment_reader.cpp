@@ -133,7 +133,9 @@ ReadStatus read_segment(const std::string& path, Snapshot* out, std::string* det
         const DeviceSlot& slot = s->devices[i];
         DeviceFigures d;
         d.device = int(slot.device.load(std::memory_order_relaxed));
-        d.asleep = slot.asleep.load(std::memory_order_relaxed) != 0;
+        const uint64_t sleep = slot.asleep.load(std::memory_order_relaxed);
+        d.asleep = sleep != 0;
+        d.partly = sleep == 2;
 #define PF_LIVE_LOAD(name, meaning) d.stats.name = slot.name.load(std::memory_order_relaxed);
         PAGEFAST_POOL_STATS_FIELDS(PF_LIVE_LOAD)
 #undef PF_LIVE_LOAD

@@ -121,7 +121,7 @@ void Writer::publish(const Update& u) {
     DeviceSlot& slot = s->devices[i];
     const DeviceFigures& d = u.devices[i];
     slot.device.store(uint64_t(d.device), std::memory_order_relaxed);
-    slot.asleep.store(d.asleep ? 1 : 0, std::memory_order_relaxed);
+    slot.asleep.store(d.asleep ? (d.partly ? 2 : 1) : 0, std::memory_order_relaxed);
 #define PF_LIVE_STORE(name, meaning) slot.name.store(d.stats.name, std::memory_order_relaxed);
     PAGEFAST_POOL_STATS_FIELDS(PF_LIVE_STORE)
 #undef PF_LIVE_STORE

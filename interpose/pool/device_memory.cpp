@@ -160,7 +160,15 @@ uint64_t raise_peak(std::atomic<uint64_t>& kept, uint64_t bound, uint64_t now) {
 
 policy::PoolStats DeviceMemory::stats() {
   policy::PoolStats s{};
-  each_pool([&s](int, policy::DevicePool* p) { add_stats(s, p->stats()); });
+  each_pool([&s](int, policy::DevicePool* p) {
+    policy::PoolStats ps = p->stats();
+    // An asleep pool's blocks are still the program's but not on the
+    // device: in use counts what is mapped of them (memory that stayed
+    // resident), so that in use never reads above mapped. The tag's own
+    // figures keep its whole in-use (docs/STATS.md "Tags").
+    if (p->asleep() && ps.in_use_bytes > ps.mapped_bytes) ps.in_use_bytes = ps.mapped_bytes;
+    add_stats(s, ps);
+  });
   // The device's peaks: never below what its pools hold together now, nor
   // below what an earlier reading saw (each pool's own peak is a bound
   // from below too).

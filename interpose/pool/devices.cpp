@@ -275,8 +275,21 @@ std::string report_text() {
   std::string text;
   for (int d = 0; d < kMaxDevices; ++d) {
     if (!pool_for_device(d)) continue;
-    device_memory(d)->each_pool(
-        [&text, d](int, policy::DevicePool* pool) { text += policy::report_text(d, pool->report()); });
+    device_memory(d)->each_pool([&text, d](int slot, policy::DevicePool* pool) {
+      // Each pool under its device's line, named as the user named it: the
+      // tag and policy of a region's pool, and whether it sleeps (its in
+      // use is then not mapped).
+      std::string part = policy::report_text(d, pool->report());
+      std::string words;
+      const char* name = nullptr;
+      bool keep = false;
+      if (slot > 0 && region::slot_info(slot, &name, &keep) && name)
+        words += std::string(", tag \"") + name + "\" (" + (keep ? "keep" : "discard") + ")";
+      if (pool->asleep()) words += ", asleep: its blocks in use are not mapped";
+      const size_t eol = part.find('\n');
+      if (eol != std::string::npos) part.insert(eol, words);
+      text += part;
+    });
   }
   return text;
 }

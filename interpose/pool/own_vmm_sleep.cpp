@@ -31,6 +31,16 @@
 namespace pagefast::pool::own_vmm {
 namespace {
 
+// How a log line names the memory of `slot`: the tag the user gave, with
+// its policy, or the memory outside any region (slot 0).
+std::string slot_words(int slot) {
+  const char* name = nullptr;
+  bool keep = false;
+  if (slot > 0 && region::slot_info(slot, &name, &keep) && name && *name)
+    return std::string("tag \"") + name + "\" (" + (keep ? "keep" : "discard") + ")";
+  return "the memory outside any region";
+}
+
 using policy::own_vmm::AsleepHandle;
 using policy::own_vmm::AsleepMapping;
 using policy::own_vmm::SlotHandle;
@@ -283,8 +293,8 @@ SleepAnswer sleep_slot(int slot, bool keep) {
     sleep_handles(slot, keep, &answer);
   } catch (...) {
     // Out of host memory in a record: what slept so far stays asleep.
-    log_line(LogLevel::Warn, "slot %d: out of host memory; the rest of the program's own VMM memory stays resident",
-             slot);
+    log_line(LogLevel::Warn, "%s: out of host memory; the rest of the program's own VMM memory stays resident",
+             slot_words(slot).c_str());
     answer.status = 1;
   }
   mirror_figures();
@@ -315,8 +325,8 @@ void sleep_handles(int slot, bool keep, SleepAnswer* out) {
     const char* why = "";
     if (!sleep_one(real, s, slot, keep, &h, &why)) {
       answer.resident_bytes += s.bytes;
-      log_line(LogLevel::Warn, "slot %d: %.1f MiB of the program's own VMM memory stay resident (%s)", slot,
-               double(s.bytes) / double(1 << 20), why);
+      log_line(LogLevel::Warn, "%s: %.1f MiB of the program's own VMM memory stay resident (%s)",
+               slot_words(slot).c_str(), double(s.bytes) / double(1 << 20), why);
       continue;
     }
     answer.slept_bytes += h.bytes;
@@ -344,8 +354,8 @@ int wake_slot(int slot) {
     const DeviceContext context(real, asleep[i]->device);
     if (make_again(real, *asleep[i], &made[i])) continue;
     for (size_t j = 0; j < i; ++j) unmake(real, made[j]);
-    log_line(LogLevel::Warn, "slot %d: the driver refused to make the program's own VMM memory again; still asleep",
-             slot);
+    log_line(LogLevel::Warn, "%s: the driver refused to make the program's own VMM memory again; still asleep",
+             slot_words(slot).c_str());
     return -1;
   }
   for (size_t i = 0; i < asleep.size(); ++i) {

@@ -287,9 +287,15 @@ int tag_control_op(uint16_t op, uint64_t flags, const char* tag) {
   return answer == -2 ? ipc::wire::kControlNoTag : answer;
 }
 
-bool device_asleep(int device) {
+int device_sleep_state(int device) {
   const DeviceMemory* memory = device_memory(device);
-  return memory && active() && any_asleep(*memory);
+  if (!memory || !active()) return 0;
+  int pools = 0, asleep = 0;
+  memory->each_pool([&](int, policy::DevicePool* p) {
+    ++pools;
+    asleep += p->asleep() ? 1 : 0;
+  });
+  return asleep == 0 ? 0 : (asleep == pools ? 1 : 2);
 }
 
 int asleep_count() {

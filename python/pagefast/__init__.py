@@ -8,7 +8,7 @@ library and the tools (docs/PACKAGING.md):
 
 The library works by being preloaded, not through Python. A program run
 with it can put its pools to sleep and wake them from Python
-(pagefast.sleep, pagefast.wake, `with pagefast.asleep(): ...`), all of
+(pagefast.sleep, pagefast.wake, `with pagefast.asleep(keep=True): ...`), all of
 them or the memory of one tag (`with pagefast.region("kv_cache"): ...`,
 then pagefast.sleep("kv_cache")), which call the library already loaded in
 the process (docs/SLEEP.md). pagefast.torch gives each tag its own PyTorch

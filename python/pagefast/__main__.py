@@ -140,17 +140,20 @@ def verdict(probe, driver):
     driver, so that the report never says two things."""
     if not probe.get("loads"):
         return {"pool": False, "why": "the library does not load (%s)" % probe.get("error")}
-    mode = probe.get("mode")
+    mode, reason = probe.get("mode"), probe.get("reason", "")
+    # The stats document's words (docs/STATS.md "State words"): active, off
+    # (PAGEFAST=0 or pool:off, said by the reason), pass-through (refused).
+    if mode == "off" and reason == "pool:off":
+        mode = "forward"
     if probe.get("stops"):
         return {"pool": False, "refused": True,
                 "why": "a setting is refused (the library's message above): with PAGEFAST_STRICT=1 the program "
                        "stops at load (exit status 125); pagefast-run refuses to start it"}
-    if probe.get("refused") and mode != "passthrough":
+    if probe.get("refused") and mode != "pass-through":
         return {"pool": False, "refused": True,
                 "why": "a PAGEFAST_* variable is not one pagefast reads (the library's message above): the pool "
                        "would serve without it; pagefast-run and PAGEFAST_STRICT=1 refuse it"}
-    if mode == "passthrough":
-        reason = probe.get("reason", "")
+    if mode in ("pass-through", "off"):
         if (reason and reason != "PAGEFAST=0") or any(": error: " in m for m in probe.get("messages", [])):
             return {"pool": False, "refused": True,
                     "why": "a setting is refused (the library's message above), so every call goes to the "

@@ -5,15 +5,25 @@ page-locked host memory) and comes back at the same addresses
 of one tag (docs/SLEEP.md; regions: _region.py).
 
     import pagefast
-    pagefast.sleep(keep=True)      # contents kept in host memory
+    pagefast.sleep(keep=True)      # contents kept in host memory (keep=False: dropped)
     ...                            # another job may use the GPU
     pagefast.wake()
 
     pagefast.sleep("kv_cache")     # only that tag's memory, as its regions said
     pagefast.wake("kv_cache")
 
-    with pagefast.asleep():        # sleep on entry, wake on exit
+    with pagefast.asleep(keep=True):   # sleep on entry, wake on exit
         ...
+
+One default with pagefast-ctl: a sleep of the whole process needs keep=True
+or keep=False (ValueError without, as pagefast-ctl sleep needs --keep or
+--discard); a tag's sleep without keep does what its regions said (as
+pagefast-ctl sleep --tag). One kind of answer: sleep() and wake() both
+return True when everything was done, False when some memory stayed as
+it was (resident through a sleep: shared through CUDA IPC, refused by the
+driver, or the program's own cuMemCreate memory outside the pool); they
+raise Error when nothing changed, and for a tag no region ever had
+(checked first, so the library logs nothing for it).
 
 The library must already be in the process (pagefast-run, or LD_PRELOAD):
 these functions look its C API up among the symbols the process has
@@ -98,6 +108,19 @@ def _unknown(tag):
     return Error("no region ever had the tag %r: nothing changed" % tag)
 
 
+_KEEP_NEEDED = ("a sleep of the whole process needs keep=True (the contents are copied to host memory and "
+                "come back at wake) or keep=False (the memory goes back without copying; after wake the "
+                "blocks are at the same addresses, their contents lost), as pagefast-ctl sleep needs "
+                "--keep or --discard")
+
+
+def _known(tag):
+    """Raises Error for a tag no region ever had, before the library is
+    asked to sleep or wake it (which would log a warning as well)."""
+    if _require_tags()[2](_tag_bytes(tag)) == _UNKNOWN_TAG:
+        raise _unknown(tag)
+
+
 def _keep_first(tag, keep):
     """sleep(True) and asleep(False) keep their meaning of keep: a bool in
     the tag's place is keep."""
@@ -112,8 +135,9 @@ def sleep(tag=None, keep=None, wait=True):
 
     keep=True copies the contents to page-locked host memory first and
     brings them back at wake; keep=False gives the memory back with
-    undefined contents; keep=None is keep=True for the whole process and,
-    for a tag, what each of its regions said (pagefast.region(tag, keep)).
+    undefined contents. The whole process needs one of the two (ValueError
+    without, as pagefast-ctl sleep); for a tag, keep=None is what each of
+    its regions said (pagefast.region(tag, keep)).
     With wait (the default) an allocation that needs the sleeping memory
     waits for wake; without, it fails with out-of-memory.
 
@@ -126,9 +150,12 @@ def sleep(tag=None, keep=None, wait=True):
     tag, keep = _keep_first(tag, keep)
     flags = 0 if wait else _SLEEP_FAIL
     if tag is None:
-        flags |= _SLEEP_KEEP if keep is None or keep else 0
+        if keep is None:
+            raise ValueError(_KEEP_NEEDED)
+        flags |= _SLEEP_KEEP if keep else 0
         answer = _require()[0](flags)
     else:
+        _known(tag)
         if keep is not None:
             flags |= _SLEEP_KEEP if keep else _SLEEP_DISCARD
         answer = _require_tags()[0](_tag_bytes(tag), flags)
@@ -146,10 +173,12 @@ def wake(tag=None):
     contents: every pool's when tag is None, else that tag's; nothing to do
     when awake. Raises Error when the driver refused memory or a mapping
     (still asleep, call it again once memory is free), or for a tag no
-    region ever had."""
+    region ever had. Returns True (every pool awake), the answer sleep()
+    gives when everything was done."""
     if tag is None:
         answer = _require()[1]()
     else:
+        _known(tag)
         answer = _require_tags()[1](_tag_bytes(tag))
     if answer == _UNKNOWN_TAG:
         raise _unknown(tag)
@@ -157,6 +186,7 @@ def wake(tag=None):
         raise Error("pagefast could not wake%s (the driver refused device memory or a mapping, or "
                     "there is no pool): still asleep; call wake() again once the memory is free"
                     % ("" if tag is None else " tag %r" % tag))
+    return True
 
 
 def is_asleep(tag=None):
@@ -175,7 +205,8 @@ def is_asleep(tag=None):
 @contextlib.contextmanager
 def asleep(tag=None, keep=None, wait=True):
     """Asleep inside the block, awake after it (also when the block raises);
-    arguments as sleep(). Yields what sleep() returned."""
+    arguments as sleep() (the whole process needs keep=True or False).
+    Yields what sleep() returned."""
     tag, keep = _keep_first(tag, keep)
     complete = sleep(tag, keep=keep, wait=wait)
     try:

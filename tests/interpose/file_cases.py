@@ -184,7 +184,7 @@ def case_launcher_ranks():
         check(names == want, f"exactly 4 stats files, one per worker, none from the launcher ({names} vs {want})")
         for n in names:
             doc = json.load(open(os.path.join(d, n)))
-            check(doc.get("schema") == 1, f"{n}: schema 1")
+            check(doc.get("schema") == 2, f"{n}: schema 2")
             check(doc["calls"]["cuMemAlloc_v2"] > 0 and doc["calls"]["cuMemFree_v2"] > 0, f"{n}: counts > 0")
             devs = doc["pool"]["devices"]
             check(isinstance(devs, list) and devs and devs[0]["device"] == 0 and devs[0]["hits"] >= 0,
@@ -252,7 +252,7 @@ def case_log_lines():
         check(len(lines) == 1 and "PAGEFAST_LOG" in lines[0] and "'loud'" in lines[0] and ": warning:" in lines[0],
               f"bad PAGEFAST_LOG: one warning naming it ({lines})")
         doc = json.load(open(path))
-        check(doc["pagefast"]["mode"] == "pool", "bad PAGEFAST_LOG: the pool stays on")
+        check(doc["pagefast"]["mode"] == "active", "bad PAGEFAST_LOG: the pool stays on")
     # spdlog's names.
     r = run(argv, {"PAGEFAST_LOG": "trace"})
     check(any(": info: active" in l for l in cases.pagefast_lines(r.stderr)), "trace: as verbose as debug")

@@ -342,7 +342,7 @@ def case_foreign_control():
     os.waitpid(pid, 0)
     check(said == "eof", f"the exporter closes the other uid's connection without an answer ({said})")
     r = safety.ctl("status", str(t.pid))
-    check(r.returncode == 0 and "0 pool(s) asleep" in r.stdout, f"its pool is awake ({r.stdout})")
+    check(r.returncode == 0 and ": awake" in r.stdout, f"its pool is awake ({r.stdout})")
     t.quit()
 
 

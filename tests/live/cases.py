@@ -332,5 +332,110 @@ def case_tags():
         check(p.returncode == 0 and "done" in out, f"program finished normally rc {p.returncode} {err[-500:]}")
 
 
+def case_partly():
+    """One tag of two asleep: the process is "partly asleep (1 of 2
+    tags)" in pagefast-stat's table, JSON and pagefast-ctl status, the
+    device's SLEEP column says partly, pagefast_asleep stays 0 and
+    pagefast_partly_asleep is 1; the device's in-use never reads above its
+    mapped bytes, and the asleep tag keeps its in-use in its own line."""
+    build = ARGS.build
+    ctl = os.path.join(build, "tools", "pagefast-ctl")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PAGEFAST")}
+    with tempfile.TemporaryDirectory() as d:
+        # Small chunks: the awake memory maps less than kv's 24 MiB in use.
+        p = start_tagged(build, env_for(build, d, {"PAGEFAST_CONF": "chunk_size:2M"}))
+        if not p:
+            return
+        live_tags(build, d, p.pid, lambda t: len(t) == 2)
+        check(ask(p, "sleep kv") == "answer 0", "pagefast_sleep_tag(kv) answers 0")
+        tags = live_tags(build, d, p.pid, lambda t: t.get(("kv", "keep"), {}).get("state") == "asleep")
+        check(tags.get(("kv", "keep"), {}).get("in_use_bytes", 0) >= KV_BYTES, f"kv keeps its in-use ({tags})")
+        procs = [x for x in json.loads(stat_tool(build, d, "--json").stdout)["processes"] if x["pid"] == p.pid]
+        check(len(procs) == 1 and procs[0]["sleep"] == "partly asleep (1 of 2 tags)", f"JSON: {procs[:1]}")
+        dev = procs[0]["devices"]["0"] if procs else {}
+        check(dev.get("sleep") == "partly" and dev.get("asleep") is False, f"the device is partly asleep ({dev})")
+        check(dev.get("in_use_bytes", 1) <= dev.get("mapped_bytes", 0),
+              f"in use {dev.get('in_use_bytes')} is not above mapped {dev.get('mapped_bytes')}")
+        doc = json.loads(ask(p, "json"))["pool"]["devices"][0]
+        check(doc["in_use_bytes"] <= doc["mapped_bytes"], f"the stats document too ({doc})")
+        table = stat_tool(build, d).stdout
+        rows = [l for l in table.splitlines() if l.split()[:1] == [str(p.pid)]]
+        check(rows and rows[0].split()[4] == "partly", f"the table's SLEEP column ({rows})")
+        check("partly asleep (1 of 2 tags)" in table, f"the table says which ({table!r})")
+        prom = stat_tool(build, d, "--prometheus").stdout
+        strict_parse(prom)
+        mine = [l for l in prom.splitlines() if f'pid="{p.pid}"' in l]
+        check(any(l.startswith("pagefast_asleep{") and l.endswith(" 0") for l in mine) and
+              any(l.startswith("pagefast_partly_asleep{") and l.endswith(" 1") for l in mine),
+              f"pagefast_asleep 0, pagefast_partly_asleep 1 ({[l for l in mine if 'asleep{' in l]})")
+        # The memory report names each pool by its tag, and the asleep one.
+        report = os.path.join(d, "report.txt")
+        check(ask(p, "report " + report) == "answer 0", "pagefast_report answers 0")
+        with open(report) as f:
+            heads = [l for l in f.read().splitlines() if l.startswith("device ")]
+        check(heads == ["device 0", 'device 0, tag "kv" (keep), asleep: its blocks in use are not mapped',
+                        'device 0, tag "scratch" (discard)'], f"the report's pool lines ({heads})")
+        r = subprocess.run([ctl, "status", str(p.pid)], env=env, capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0 and f"{p.pid}: partly asleep (1 of 2 tags)" in r.stdout,
+              f"pagefast-ctl status ({r.stdout!r} {r.stderr!r})")
+        check(ask(p, "wake kv") == "answer 0", "kv wakes")
+        r = subprocess.run([ctl, "status", str(p.pid)], env=env, capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0 and f"{p.pid}: awake" in r.stdout, f"then awake ({r.stdout!r})")
+        p.communicate("go\n", timeout=60)
+
+
+# A stand-in that holds a process's control socket name itself (its own
+# pid and start time, so pagefast-ctl trusts it), reads one request, then
+# exits, answers garbage, or closes the connection and waits.
+STAND_IN = r"""
+import os, socket, sys
+st = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+name = "pagefast-ipc.%d.%d.%d.%s" % (os.geteuid(), os.stat("/proc/self/ns/pid").st_ino, os.getpid(), st[19])
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind("\0" + name)
+s.listen(1)
+print("ready", flush=True)
+c, _ = s.accept()
+c.recv(4096)
+if sys.argv[1] == "exit":
+    os._exit(0)
+if sys.argv[1] == "foreign":
+    c.sendall(bytes([0xab]) * 256)
+else:
+    c.close()
+sys.stdin.readline()
+"""
+
+
+def case_ctl_words():
+    """pagefast-ctl tells apart a process that exited before it answered
+    (killed during a sleep), one that answers in another protocol (another
+    version) and one that closed the connection; and names the state of a
+    process without a control socket from its live segment (pool:off)."""
+    build = ARGS.build
+    ctl = os.path.join(build, "tools", "pagefast-ctl")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PAGEFAST") and k != "LD_PRELOAD"}
+    for how, said in [("exit", "exited before it answered"), ("foreign", "a different pagefast version"),
+                      ("close", "closed the connection without an answer")]:
+        p = subprocess.Popen([sys.executable, "-c", STAND_IN, how], env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+        check(p.stdout.readline().strip() == "ready", f"{how}: the stand-in listens")
+        r = subprocess.run([ctl, "sleep", "--keep", str(p.pid)], env=env, capture_output=True, text=True,
+                           timeout=60)
+        check(r.returncode == 3 and said in r.stderr, f"{how}: rc {r.returncode}, {r.stderr.strip()!r}")
+        check(how == "exit" or "exited" not in r.stderr, f"{how}: not said to have exited")
+        p.communicate("\n", timeout=60)
+    with tempfile.TemporaryDirectory() as d:
+        p = start_hold(build, d, {"PAGEFAST_CONF": "pool:off"})
+        give_up = time.monotonic() + 60
+        while not os.listdir(d) and time.monotonic() < give_up:
+            time.sleep(0.05)
+        r = subprocess.run([ctl, "status", str(p.pid)], env=dict(env, PAGEFAST_LIVE_DIR=d), capture_output=True,
+                           text=True, timeout=60)
+        check(r.returncode == 3 and "live segment says off (pool:off)" in r.stderr,
+              f"pool:off read from the live segment ({r.stderr.strip()!r})")
+        p.communicate("go\n", timeout=60)
+
+
 if __name__ == "__main__":
     sys.exit(casekit.main(globals()))

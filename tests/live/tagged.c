@@ -6,6 +6,7 @@
  *   sleep TAG / wake TAG   pagefast_sleep_tag(TAG, 0) / pagefast_wake_tag: "answer N"
  *   asleep TAG             pagefast_tag_asleep: "asleep N"
  *   json                   the stats document on one line
+ *   report PATH            pagefast_report(PATH): "answer N"
  *   check                  "ok" when the kept tag's blocks hold what they held
  *   go                     frees everything and exits ("done")
  * The pagefast functions come through dlsym: the library is preloaded. */
@@ -21,6 +22,7 @@ typedef int (*EndFn)(void);
 typedef int (*TagFn)(const char*);
 typedef int (*SleepTagFn)(const char*, unsigned);
 typedef size_t (*JsonFn)(char*, size_t);
+typedef int (*ReportFn)(const char*);
 
 #define KV_BYTES (24u << 20)
 #define SCRATCH_BYTES (6u << 20)
@@ -40,7 +42,8 @@ int main(void) {
   TagFn wake_tag = (TagFn)dlsym(RTLD_DEFAULT, "pagefast_wake_tag");
   TagFn tag_asleep = (TagFn)dlsym(RTLD_DEFAULT, "pagefast_tag_asleep");
   JsonFn stats_json = (JsonFn)dlsym(RTLD_DEFAULT, "pagefast_stats_json");
-  if (!begin || !end || !sleep_tag || !wake_tag || !tag_asleep || !stats_json) {
+  ReportFn report = (ReportFn)dlsym(RTLD_DEFAULT, "pagefast_report");
+  if (!begin || !end || !sleep_tag || !wake_tag || !tag_asleep || !stats_json || !report) {
     printf("no tags in this pagefast\n");
     return 1;
   }
@@ -82,6 +85,8 @@ int main(void) {
         printf("%s\n", doc);
       }
       free(doc);
+    } else if (strncmp(line, "report ", 7) == 0) {
+      printf("answer %d\n", report(line + 7));
     } else if (strcmp(line, "check") == 0) {
       printf("%s\n", filled(kv, KV_BYTES, 0x4b) ? "ok" : "differs");
     } else if (strcmp(line, "go") == 0) {

@@ -81,7 +81,7 @@ def check_fake_program(launcher, build, tmp, label):
         return
     counted = {k: v for k, v in doc["calls"].items() if v}
     check(counted == made, "%s: pagefast counted exactly the program's calls (%s vs %s)" % (label, counted, made))
-    check(doc["pagefast"]["mode"] == "pool", "%s: the pool served them (mode %s)" % (label, doc["pagefast"]["mode"]))
+    check(doc["pagefast"]["mode"] == "active", "%s: the pool served them (mode %s)" % (label, doc["pagefast"]["mode"]))
 
 
 def case_wheel():
@@ -163,13 +163,13 @@ def case_wheel():
         r = run([os.path.join(vbin, "python"), "-m", "pagefast", "--json"], env=dict(env, LD_LIBRARY_PATH=fake))
         doc = json.loads(r.stdout) if r.returncode == 0 else {}
         probe, driver = doc.get("library_probe", {}), doc.get("driver", {})
-        check(probe.get("loads") and probe.get("mode") == "pool", "python -m pagefast: pool active (%s)" % probe)
+        check(probe.get("loads") and probe.get("mode") == "active", "python -m pagefast: pool active (%s)" % probe)
         check(driver.get("loads") and driver.get("version", 0) > 0 and fake in (driver.get("path") or ""),
               "python -m pagefast: the fake driver and its version (%s)" % driver)
         r = run([os.path.join(vbin, "python"), "-m", "pagefast", "--json"],
                 env=dict(env, LD_LIBRARY_PATH=fake, PAGEFAST_CONF="chunk_size:3M"))
         probe = json.loads(r.stdout).get("library_probe", {}) if r.stdout.strip() else {}
-        check(probe.get("mode") == "passthrough" and any("chunk_size" in m for m in probe.get("messages", [])),
+        check(probe.get("mode") == "pass-through" and any("chunk_size" in m for m in probe.get("messages", [])),
               "python -m pagefast: a bad PAGEFAST_CONF shows as pass-through with the library's message (%s)" % probe)
         r = run([os.path.join(vbin, "python"), "-m", "pagefast", "--json"], env=dict(env, LD_LIBRARY_PATH="/nonexistent"))
         doc = json.loads(r.stdout) if r.stdout.strip() else {}

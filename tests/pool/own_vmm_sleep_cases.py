@@ -35,6 +35,9 @@ def main():
             check(len(lines) == 2 and any("exported or imported" in l for l in lines) and
                   any("mapped nowhere" in l for l in lines) and all("4.0 MiB" in l for l in lines),
                   f"[{conf or 'default'}] the log names each handle left resident ({r.stderr[-600:]})")
+            # By the tag the program gave, never by an internal slot number.
+            check(lines and all('tag "t" (' in l and "slot" not in l for l in lines),
+                  f"[{conf or 'default'}] the lines name the tag ({lines})")
         if name == "multicast":
             # Each bound handle named once per sleep, with its reason.
             lines = [l for l in r.stderr.splitlines() if "bound to a multicast object" in l]

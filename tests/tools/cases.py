@@ -584,6 +584,62 @@ def case_textfile():
 # ---- pid namespaces --------------------------------------------------------------
 
 
+def case_words():
+    """One set of words for a process's state (docs/STATS.md "State
+    words"): the stats document, pagefast-stat's table and JSON, Prometheus
+    and the info banner say active, off or pass-through alike; pool:off
+    says at exit and in pagefast-stat what happened to its calls; --pid
+    with no such process exits 3."""
+    stat_tool = tool("tools", "pagefast-stat")
+    cases = [({}, "active", ""), ({"PAGEFAST_CONF": "pool:off"}, "off", "pool:off"),
+             ({"PAGEFAST_CONF": "chunksize:256M"}, "pass-through", "did you mean chunk_size?")]
+    for extra, word, why in cases:
+        with tempfile.TemporaryDirectory() as d:
+            stats = os.path.join(d, "stats.json")
+            live = os.path.join(d, "live")
+            os.mkdir(live)
+            p = start_hold(live, dict(extra, PAGEFAST_STATS=stats, PAGEFAST_LOG="info"))
+            if word != "pass-through":
+                check(wait_published(live, 1), f"{word}: published")
+            procs = json.loads(run([stat_tool, "--dir", live, "--json"]).stdout)["processes"]
+            mine = [x for x in procs if x["pid"] == p.pid]
+            check(len(mine) == 1 and mine[0]["mode"] == word and why in mine[0]["reason"],
+                  f"{word}: pagefast-stat --json says {mine[:1]}")
+            table = run([stat_tool, "--dir", live], env=clean_env({"COLUMNS": "400"})).stdout
+            rows = [l for l in table.splitlines() if l.split()[:1] == [str(p.pid)]]
+            check(len(rows) == 1 and rows[0].split()[2] == word, f"{word}: the table's MODE ({table!r})")
+            prom = run([stat_tool, "--dir", live, "--prometheus"]).stdout
+            check(f'mode="{word}"' in prom, f"{word}: Prometheus's mode label")
+            if word == "off":
+                check("pool:off: 3 allocation calls, each forwarded to the driver" in table,
+                      f"pool:off: the table says what happened to the calls ({table!r})")
+                check("0.0%" not in table and "already held" not in table, "pool:off: no pool share is stated")
+            rc, out, err = finish(p)
+            check(rc == 0 and "done" in out, f"{word}: the program ran to its end")
+            with open(stats) as f:
+                doc = json.load(f)
+            check(doc["schema"] == 2 and doc["pagefast"]["mode"] == word,
+                  f"{word}: the stats document says {doc['pagefast']['mode']!r}")
+            banner = [l for l in err.splitlines() if "(pid " in l and "version" in l]
+            if word != "pass-through":
+                check(len(banner) == 1 and f"info: {word} (pid " in banner[0], f"{word}: the banner ({banner})")
+            if word == "off":
+                ends = [l for l in err.splitlines() if "at exit:" in l]
+                check(len(ends) == 1 and "3 allocation calls, each forwarded to the driver" in ends[0] and
+                      "already held" not in ends[0], f"pool:off: the exit line says what happened ({ends})")
+    with tempfile.TemporaryDirectory() as d:
+        r = run([stat_tool, "--dir", d, "--pid", "999999"])
+        check(r.returncode == 3 and "no process with pagefast with that pid" in r.stdout,
+              f"--pid with no such process: exit 3 (rc {r.returncode})")
+        r = run([stat_tool, "--dir", d, "--pid", "999999", "--json"])
+        check(r.returncode == 3 and json.loads(r.stdout)["processes"] == [], "--json too")
+        p = start_hold(d)
+        check(wait_published(d, 1), "published")
+        r = run([stat_tool, "--dir", d, "--pid", str(p.pid)])
+        check(r.returncode == 0, f"--pid of a listed process: exit 0 (rc {r.returncode})")
+        finish(p)
+
+
 def case_pidns():
     """Two processes that are pid 1 of their own pid namespaces (as in two
     containers) share one live directory: two segments, both listed and

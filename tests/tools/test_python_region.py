@@ -14,7 +14,7 @@ import sys
 from python_region_child import run_cases
 
 CHILD = r"""
-import sys, threading
+import os, sys, threading
 import pagefast
 from python_region_child import Cuda, expect, expect_raises
 
@@ -88,7 +88,7 @@ if case == "policy":
     expect(cuda.free(kv) == 0, "freeing asleep memory is served")
     pagefast.wake("kv")
     # The calls without a tag keep their meaning: everything, contents kept.
-    expect(pagefast.sleep() is True, "sleep() without a tag")
+    expect(pagefast.sleep(keep=True) is True, "sleep(keep=True) without a tag")
     expect(pagefast.is_asleep("kv") and pagefast.is_asleep("weights") and not cuda.mapped(plain),
            "sleep() puts everything to sleep, tagged or not")
     expect(pagefast.is_asleep() >= 1, "is_asleep() counts the pools asleep: %d" % pagefast.is_asleep())
@@ -102,10 +102,19 @@ if case == "policy":
 elif case == "errors":
     with pagefast.region("known"):
         cuda.alloc(MB, 1)
+    # An unknown tag raises, and the library logs nothing beside it.
+    import tempfile
+    saved, said = os.dup(2), tempfile.TemporaryFile()
+    os.dup2(said.fileno(), 2)
     for call, what in ((lambda: pagefast.sleep("never"), "sleep"), (lambda: pagefast.wake("never"), "wake"),
                        (lambda: pagefast.is_asleep("never"), "is_asleep"),
                        (lambda: pagefast.asleep("never").__enter__(), "asleep")):
         expect_raises(pagefast.Error, call, "no region ever had the tag 'never'", what + " of an unknown tag")
+    os.dup2(saved, 2)
+    said.seek(0)
+    logged = said.read().decode()
+    expect("never" not in logged, "raised without a warning beside it (%r)" % logged)
+    expect(pagefast.wake("known") is True, "wake(tag) answers True, as sleep does")
     for bad in ("", "a b", "x" * 64, "t\u00e9", None, 3):
         expect_raises(ValueError, lambda: pagefast.region(bad), "1 to 63 characters", "region(%r)" % (bad,))
     expect(pagefast.current_region() is None, "a refused region leaves none open")

@@ -20,7 +20,7 @@ what = sys.argv[1]
 if what == "unloaded":
     assert not pagefast.loaded()
     try:
-        pagefast.sleep()
+        pagefast.sleep(keep=True)
     except pagefast.Error as e:
         print("error:", e)
     sys.exit(0)
@@ -33,7 +33,7 @@ def ok(r, what):
 ok(cuda.cuInit(0), "cuInit")
 if what == "nopool":
     try:
-        pagefast.sleep()
+        pagefast.sleep(keep=True)
         print("FAIL slept without a pool")
     except pagefast.Error as e:
         print("error:", e)
@@ -59,8 +59,17 @@ def free_bytes():
     return free.value
 
 assert pagefast.is_asleep() == 0
+# One default with pagefast-ctl: the whole process's sleep needs keep.
+for refused in (pagefast.sleep, lambda: pagefast.asleep().__enter__()):
+    try:
+        refused()
+        raise SystemExit("FAIL a sleep of everything without keep was not refused")
+    except ValueError as e:
+        assert "keep=True" in str(e) and "keep=False" in str(e), e
+assert pagefast.is_asleep() == 0, "a refused sleep slept"
+print("a sleep of everything without keep is refused, as pagefast-ctl refuses it")
 before = free_bytes()
-with pagefast.asleep() as complete:
+with pagefast.asleep(keep=True) as complete:
     assert complete is True, complete
     assert pagefast.is_asleep() == 1
     freed = free_bytes() - before
@@ -75,14 +84,15 @@ assert pagefast.sleep(keep=False, wait=False) is True
 other = ctypes.c_uint64()
 r = cuda.cuMemAlloc_v2(ctypes.byref(other), ctypes.c_size_t(1 << 20))
 assert r == 2, "an allocation while asleep answered %d, not out of memory" % r
-pagefast.wake()
-pagefast.wake()  # awake already: nothing to do
+# One kind of answer: wake() says True as sleep() does when all was done.
+assert pagefast.wake() is True
+assert pagefast.wake() is True  # awake already: nothing to do
 ok(cuda.cuMemsetD8_v2(ctypes.c_uint64(ptr.value), ctypes.c_ubyte(0x11), ctypes.c_size_t(size)), "memset after wake")
 assert contents() == b"\x11" * size
 
 # The block's exception passes through, and the pool wakes all the same.
 try:
-    with pagefast.asleep():
+    with pagefast.asleep(keep=True):
         raise KeyError("inside")
 except KeyError:
     pass

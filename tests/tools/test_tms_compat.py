@@ -185,10 +185,33 @@ elif case == "tms":
     expect(child.stdout.strip() == "True", "a child started inside has the library: %r" % (child.stdout + child.stderr))
     expect("LD_PRELOAD" not in os.environ, "LD_PRELOAD as it was after the block")
     print("ok tms")
+
+elif case == "alias":
+    # A framework's own import, unchanged: the PYTHONPATH entry makes it
+    # pagefast's, the same singleton as pagefast.torch_memory_saver's.
+    import pagefast.alias
+    from torch_memory_saver import torch_memory_saver, TorchMemorySaver, configure_subprocess
+    import torch_memory_saver as module
+    import pagefast.torch_memory_saver as ours
+    expect(os.path.dirname(os.path.dirname(module.__file__)) == pagefast.alias.__path__[0],
+           "torch_memory_saver comes from the alias folder: %s" % module.__file__)
+    expect(torch_memory_saver is ours.torch_memory_saver and TorchMemorySaver is ours.TorchMemorySaver and
+           configure_subprocess is ours.configure_subprocess, "the names are pagefast's objects")
+    expect(torch_memory_saver.enabled is True, "enabled under the preloaded library")
+    with torch_memory_saver.region(tag="kv"):
+        kv = cuda.alloc(4 * MB, 0x22)
+    torch_memory_saver.pause("kv")
+    expect(pagefast.is_asleep("kv"), "pause through the framework's import sleeps the tag")
+    torch_memory_saver.resume("kv")
+    expect(not pagefast.is_asleep("kv") and cuda.mapped(kv), "resume wakes it")
+    print("ok alias")
 """
 
-CASES = [("helper", True), ("tms", True), ("unloaded", False)]
+CASES = [("helper", True), ("tms", True), ("alias", True), ("unloaded", False)]
 
 if __name__ == "__main__":
     here = os.path.dirname(os.path.abspath(__file__))
-    sys.exit(run_cases(CHILD, CASES, extra_path=[os.path.join(here, "fake_torch")]))
+    # The alias folder as a user puts it on PYTHONPATH (docs/SLEEP.md).
+    source = sys.argv[sys.argv.index("--source") + 1]
+    alias = os.path.join(source, "python", "pagefast", "alias")
+    sys.exit(run_cases(CHILD, CASES, extra_path=[os.path.join(here, "fake_torch"), alias]))

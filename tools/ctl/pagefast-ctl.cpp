@@ -30,8 +30,10 @@
 #include "interpose/ipc/ipc_wire.h"
 #include "interpose/live/segment.h"
 #include "interpose/pagefast.h"
+#include "policy/config.h"
 #include "policy/format.h"
 #include "policy/options.h"
+#include "policy/summary.h"
 
 #ifndef PAGEFAST_VERSION
 #define PAGEFAST_VERSION "unknown"
@@ -73,7 +75,7 @@ const char kHelp[] =
     "        --tag TAG      only the memory allocated in regions of TAG; without\n"
     "                       --keep or --discard, as those regions said\n"
     "  wake PID [--tag TAG] bring the memory back (of TAG only, with --tag)\n"
-    "  status PID           how many of its pools are asleep, and each tag's state\n"
+    "  status PID           awake, asleep or partly asleep (N of M tags), and each tag's state\n"
     "        --tag TAG      only that tag's\n"
     "\n"
     "Memory another process maps through CUDA IPC stays resident across a sleep;\n"
@@ -81,7 +83,8 @@ const char kHelp[] =
     "Exit status: 0 done, 1 the process answered a failure or is busy, 2 usage,\n"
     "3 not reachable (no pool yet, control:off, another user's, gone, its socket\n"
     "held by another process, or a pagefast without tags asked about one),\n"
-    "4 the process has no such tag (no region of it was ever opened).\n";
+    "4 the process has no such tag (no region of it was ever opened).\n"
+    "Words (keep, discard, partly asleep): docs/GLOSSARY.md; sleep: docs/SLEEP.md.\n";
 
 int usage(const char* why) {
   if (why) std::fprintf(stderr, "pagefast-ctl: %s\n", why);
@@ -172,6 +175,27 @@ std::string socket_dir() {
   return "";
 }
 
+// Why the last request got no answer (said by no_answer).
+enum class Silence { Closed, Foreign };
+Silence g_silence = Silence::Closed;
+uint64_t g_started = 0;  // the process's start time, when connected
+
+// Why process `pid` has no control socket, from its live segment
+// (docs/STATS.md), which says its state: off or pass-through has no pool
+// to sleep; active without a socket is control:off.
+std::string why_no_socket(long pid) {
+  const char* dir = std::getenv(pagefast::option_name(pagefast::Opt::LiveDir));
+  for (const pagefast::live::Listing& l : pagefast::live::list_segments(dir ? dir : "", uint64_t(::geteuid()), false)) {
+    if (l.name.pid != uint64_t(pid) || l.status != pagefast::live::ReadStatus::Ok || l.stale) continue;
+    const uint64_t mode = l.snapshot.mode;
+    if (mode == uint64_t(pagefast::Mode::Active)) return "its pool is active: control:off";
+    const char* word = pagefast::mode_name(mode <= uint64_t(pagefast::Mode::PassThrough) ? pagefast::Mode(mode)
+                                                                                         : pagefast::Mode::PassThrough);
+    return std::string("its live segment says ") + word + " (" + l.snapshot.reason + "): no pool to sleep or wake";
+  }
+  return "no live segment of it: no allocation yet, stats:off, or not pagefast";
+}
+
 // Reads exactly `bytes`, waiting at most kAnswerWaitMs in all.
 bool read_answer(int fd, void* dst, size_t bytes) {
   char* p = static_cast<char*>(dst);
@@ -204,10 +228,8 @@ int connect_to(long pid, int* fd_out) {
   const std::string name = address_text(addr, len);
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
-    std::fprintf(stderr,
-                 "pagefast-ctl: process %ld does not answer on %s (no pool yet, control:off, or not "
-                 "pagefast)\n",
-                 pid, name.c_str());
+    std::fprintf(stderr, "pagefast-ctl: process %ld does not answer on %s (%s)\n", pid, name.c_str(),
+                 why_no_socket(pid).c_str());
     if (fd >= 0) ::close(fd);
     return kExitUnreachable;
   }
@@ -225,12 +247,14 @@ int connect_to(long pid, int* fd_out) {
     return kExitUnreachable;
   }
   *fd_out = fd;
+  g_started = started;
   return kExitDone;
 }
 
 // Sends one request (with the tag for a tagged op) and reads the reply's
 // header; false when no answer came whole.
 bool ask(int fd, uint16_t op, uint64_t arg, uint64_t seq, const std::string& tag, ReplyHeader* reply) {
+  g_silence = Silence::Closed;
   struct {
     Request req;
     TagName tag;
@@ -238,8 +262,43 @@ bool ask(int fd, uint16_t op, uint64_t arg, uint64_t seq, const std::string& tag
   out.req = Request{kRequestMagic, kVersion, op, arg, seq, 0, 0, 0};
   std::memcpy(out.tag.name, tag.data(), tag.size() < kTagNameBytes ? tag.size() : kTagNameBytes - 1);
   const size_t bytes = sizeof out.req + (carries_tag(op) ? sizeof out.tag : 0);
-  return ::send(fd, &out, bytes, MSG_NOSIGNAL) == ssize_t(bytes) && read_answer(fd, reply, sizeof *reply) &&
-         reply->magic == kReplyMagic && reply->seq == uint32_t(seq);
+  if (::send(fd, &out, bytes, MSG_NOSIGNAL) != ssize_t(bytes) || !read_answer(fd, reply, sizeof *reply)) return false;
+  if (reply->magic == kReplyMagic && reply->seq == uint32_t(seq)) return true;
+  g_silence = Silence::Foreign;
+  return false;
+}
+
+// Says why process `pid` gave no answer: it exited (killed during a
+// sleep, say), it answered in another protocol (another pagefast
+// version), or it closed the connection while running.
+bool gone(long pid) {
+  if (pagefast::live::process_start_ticks(uint64_t(pid)) != g_started) return true;
+  char path[64], text[512] = {};
+  std::snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  FILE* f = std::fopen(path, "r");
+  if (!f) return true;
+  const size_t n = std::fread(text, 1, sizeof text - 1, f);
+  std::fclose(f);
+  text[n] = 0;
+  const char* end = std::strrchr(text, ')');  // "pid (comm) S ...": the state after the name
+  return !end || !end[1] || end[2] == 'Z' || end[2] == 'X';
+}
+
+int no_answer(long pid, const char* extra) {
+  // A process that closed its socket by exiting may still be on its way
+  // out: given up to 5 s to be gone before it counts as running.
+  for (int i = 0; i < 500 && g_silence == Silence::Closed && !gone(pid); ++i) ::usleep(10000);
+  if (gone(pid))
+    std::fprintf(stderr, "pagefast-ctl: process %ld exited before it answered (killed, or it ended)\n", pid);
+  else if (g_silence == Silence::Foreign)
+    std::fprintf(stderr, "pagefast-ctl: process %ld answered in another protocol: a different pagefast version%s\n",
+                 pid, extra);
+  else
+    std::fprintf(stderr,
+                 "pagefast-ctl: process %ld closed the connection without an answer (a different pagefast "
+                 "version%s?)\n",
+                 pid, extra);
+  return kExitUnreachable;
 }
 
 std::string bytes_text(uint64_t bytes) { return pagefast::format_bytes(bytes, pagefast::ByteStyle::Table); }
@@ -248,12 +307,8 @@ std::string bytes_text(uint64_t bytes) { return pagefast::format_bytes(bytes, pa
 // A pagefast without tags answers the pools' line only.
 int status(int fd, const Command& c) {
   ReplyHeader reply{};
-  if (!ask(fd, kOpStatus, 0, 1, "", &reply)) {
-    std::fprintf(stderr, "pagefast-ctl: no answer from process %ld (a different pagefast version?)\n", c.pid);
-    return kExitUnreachable;
-  }
+  if (!ask(fd, kOpStatus, 0, 1, "", &reply)) return no_answer(c.pid, "");
   const int pools = int(int32_t(reply.status));
-  if (!c.tagged) std::printf("%ld: %d pool(s) asleep\n", c.pid, pools);
   std::vector<TagState> tags;
   const bool told = ask(fd, kOpTagStatus, 0, 2, "", &reply) && reply.piece_count <= uint32_t(kMaxTagStates);
   if (told) {
@@ -264,6 +319,13 @@ int status(int fd, const Command& c) {
     std::fprintf(stderr, "pagefast-ctl: process %ld runs a pagefast without tags\n", c.pid);
     return kExitUnreachable;
   }
+  // The process's sleep in words (docs/STATS.md "State words"); a tag's
+  // sleep leaves the rest awake: partly asleep.
+  int asleep_tags = 0;
+  for (const TagState& t : tags) asleep_tags += t.flags & kTagAsleep ? 1 : 0;
+  const bool partly = asleep_tags > 0 && asleep_tags < int(tags.size());
+  if (!c.tagged)
+    std::printf("%ld: %s\n", c.pid, pagefast::sleep_words(pools > 0, partly, asleep_tags, int(tags.size())).c_str());
   int shown = 0;
   for (TagState& t : tags) {
     t.name[kTagNameBytes - 1] = 0;
@@ -285,11 +347,7 @@ int status(int fd, const Command& c) {
 // sleep or wake, of everything or of one tag.
 int sleep_or_wake(int fd, const Command& c) {
   ReplyHeader reply{};
-  if (!ask(fd, c.op, c.flags, 1, c.tag, &reply)) {
-    std::fprintf(stderr, "pagefast-ctl: no answer from process %ld (a different pagefast version%s?)\n", c.pid,
-                 c.tagged ? ", without tags" : "");
-    return kExitUnreachable;
-  }
+  if (!ask(fd, c.op, c.flags, 1, c.tag, &reply)) return no_answer(c.pid, c.tagged ? ", without tags" : "");
   const int answer = int(int32_t(reply.status));
   if (answer == kControlBusy) {
     std::printf("%ld: busy: other sleep or wake requests are queued; try again\n", c.pid);

@@ -1,12 +1,12 @@
 // tools/stat/pagefast-stat.cpp: lists this user's processes running with
 // pagefast and their live figures (per device: reserved, mapped, in use,
 // idle, peak; hits, growths, stitches, releases, synchronisations,
-// pass-throughs; per tag: state, resident, asleep, kept and in-use bytes,
-// sleeps and wakes), read from their segments (interpose/live/segment.h), as a
-// table, JSON or Prometheus text (tools/stat/prometheus.h). Needs no GPU
-// and calls no CUDA function. A segment is input from another process:
-// every string printed is valid UTF-8 and escaped, and the NUMA report is
-// pasted into JSON only when it is a JSON value (tools/stat/json_check.h).
+// pass-throughs; per tag: state, resident, asleep, kept, in-use bytes, sleeps,
+// wakes), from their segments (interpose/live/segment.h), as a table, JSON
+// or Prometheus text (tools/stat/prometheus.h). Needs no GPU, calls no CUDA
+// function. A segment is input from another process: every string printed
+// is valid UTF-8 and escaped, and the NUMA report goes into JSON only when
+// it is a JSON value (tools/stat/json_check.h).
 //
 //   pagefast-stat [--json | --prometheus [--textfile DIR]] [--watch SECONDS] [--count N]
 //                 [--pid PID] [--all] [--dir DIR]
@@ -32,6 +32,8 @@
 
 namespace {
 
+constexpr int kExitNoMatch = 3;  // --pid: no listed process has it
+
 using pagefast::append_json_string;
 using pagefast::live::DeviceFigures;
 using pagefast::live::Listing;
@@ -52,7 +54,8 @@ void usage(FILE* out) {
   std::fprintf(out,
                "usage: pagefast-stat [--json | --prometheus [--textfile DIR]] [--watch SECONDS] [--count N]\n"
                "                     [--pid PID] [--all] [--dir DIR]\n"
-               "Lists this user's processes running with pagefast and their pool figures.\n"
+               "Lists this user's processes running with pagefast and their pool figures\n"
+               "(each column and word: docs/GLOSSARY.md).\n"
                "  --json        one JSON document per round instead of a table\n"
                "  --prometheus  Prometheus text exposition format instead of a table\n"
                "  --textfile D  with --prometheus: write D/pagefast.prom atomically each round\n"
@@ -65,7 +68,8 @@ void usage(FILE* out) {
                "  --version     print the version\n"
                "A process marked * runs in another pid namespace (a container): its pid is that\n"
                "namespace's, and its segment is never removed from here.\n"
-               "Exit status: 0 done, 1 --textfile could not be written, 2 usage error.\n");
+               "Exit status: 0 done, 1 --textfile could not be written, 2 usage error,\n"
+               "3 --pid: no process with pagefast has that pid (in the last round).\n");
 }
 
 std::string human(uint64_t bytes) { return pagefast::format_bytes(bytes, pagefast::ByteStyle::Table); }
@@ -103,6 +107,29 @@ std::vector<pagefast::policy::PoolStats> pool_figures(const pagefast::live::Snap
   for (const DeviceFigures& d : s.devices) out.push_back(d.stats);
   return out;
 }
+
+// What pagefast did, in one line: the pool's summary when it serves; for
+// pool:off, the calls forwarded; else the state's word and why.
+std::string summary(const pagefast::live::Snapshot& s) {
+  if (s.mode == uint64_t(pagefast::Mode::Active)) return pagefast::summary_line(s.alloc_calls, pool_figures(s));
+  if (s.reason == "pool:off")
+    return std::string(mode_word(s.mode)) + ": " + pagefast::forwarded_summary_line(s.alloc_calls);
+  return std::string(mode_word(s.mode)) + ": " + s.reason;
+}
+
+// The process's sleep in words (policy/summary.h sleep_words).
+std::string sleep_of(const pagefast::live::Snapshot& s) {
+  bool any = false, partly = false;
+  for (const DeviceFigures& d : s.devices) {
+    any = any || d.asleep;
+    partly = partly || d.partly;
+  }
+  int asleep_tags = 0;
+  for (const pagefast::policy::TagStats& t : s.tags) asleep_tags += t.asleep ? 1 : 0;
+  return pagefast::sleep_words(any, partly, asleep_tags, int(s.tags.size()));
+}
+
+const char* device_sleep(const DeviceFigures& d) { return d.partly ? "partly" : (d.asleep ? "asleep" : "awake"); }
 
 // The terminal's width: COLUMNS when set, else the terminal's own; 0 when
 // neither is known (a pipe): then nothing is cut.
@@ -159,7 +186,7 @@ void print_json(const std::vector<Listing>& listings, const Options& o) {
     out += std::string(", \"mode\": \"") + mode_word(s.mode) + "\", \"reason\": ";
     append_json_string(out, s.reason);
     out += ", \"summary\": ";
-    append_json_string(out, pagefast::summary_line(s.alloc_calls, pool_figures(s)));
+    append_json_string(out, summary(s));
     out += ", \"config\": ";
     append_json_string(out, s.config);
     out += ", \"started_unix_ns\": " + std::to_string(s.created_unix_ns) +
@@ -172,10 +199,11 @@ void print_json(const std::vector<Listing>& listings, const Options& o) {
     for (size_t i = 0; i < s.devices.size(); ++i) {
       out += i ? ", \"" : "\"";
       const std::string fields = pagefast::policy::stats_json_object(s.devices[i].stats, false);
-      out += std::to_string(s.devices[i].device) + "\": {\"asleep\": " + (s.devices[i].asleep ? "true" : "false") +
-             ", " + fields.substr(1);
+      const DeviceFigures& d = s.devices[i];
+      out += std::to_string(d.device) + "\": {\"asleep\": " + (d.asleep && !d.partly ? "true" : "false") +
+             ", \"sleep\": \"" + device_sleep(d) + "\", " + fields.substr(1);
     }
-    out += "}, \"tags\": " + pagefast::policy::tags_json_array(s.tags) + "}";
+    out += "}, \"sleep\": \"" + sleep_of(s) + "\", \"tags\": " + pagefast::policy::tags_json_array(s.tags) + "}";
   }
   out += first ? "]" : "\n]";
   if (o.all) {
@@ -199,8 +227,11 @@ void print_json(const std::vector<Listing>& listings, const Options& o) {
   std::fputs(out.c_str(), stdout);
 }
 
-// One line per tag under the process's rows (docs/STATS.md "Tags").
+// One line per tag under the process's rows (docs/STATS.md "Tags"),
+// after the words of a partial sleep.
 void print_tags(const pagefast::live::Snapshot& s) {
+  const std::string sleep = sleep_of(s);
+  if (sleep.rfind("partly", 0) == 0) std::printf("%7s   %s\n", "", sleep.c_str());
   for (const pagefast::policy::TagStats& t : s.tags)
     std::printf("%7s   tag %s (%s): %s, resident %s, asleep %s, kept %s, in use %s, %s sleeps, %s wakes\n", "",
                 cut_text(t.name, 0).c_str(), t.keep ? "keep" : "discard", t.asleep ? "asleep" : "awake",
@@ -240,7 +271,7 @@ void print_table(const std::vector<Listing>& listings, const Options& o) {
     for (size_t i = 0; i < s.devices.size(); ++i) {
       const DeviceFigures& d = s.devices[i];
       const std::string gpu = std::to_string(d.device);
-      std::printf(PF_ROW, pid.c_str(), started.c_str(), mode_word(s.mode), gpu.c_str(), d.asleep ? "asleep" : "awake",
+      std::printf(PF_ROW, pid.c_str(), started.c_str(), mode_word(s.mode), gpu.c_str(), device_sleep(d),
                   human(d.stats.reserved_bytes).c_str(), human(d.stats.mapped_bytes).c_str(),
                   human(d.stats.in_use_bytes).c_str(), human(d.stats.idle_bytes).c_str(),
                   human(d.stats.peak_in_use_bytes).c_str(), count(d.stats.hits).c_str(), count(d.stats.growths).c_str(),
@@ -250,9 +281,7 @@ void print_table(const std::vector<Listing>& listings, const Options& o) {
     }
     print_tags(s);
     // Why a process is not served, or what pagefast did for it: one line.
-    const std::string why = cut_text(s.reason, columns > 24 ? columns - 24 : 0);
-    if (!why.empty()) std::printf("%7s   %s: %s\n", "", mode_word(s.mode), why.c_str());
-    else std::printf("%7s   %s\n", "", pagefast::summary_line(s.alloc_calls, pool_figures(s)).c_str());
+    std::printf("%7s   %s\n", "", cut_text(summary(s), columns > 10 ? columns - 10 : 0).c_str());
   }
   if (!shown) std::printf("(no process with pagefast%s)\n", o.pid >= 0 ? " with that pid" : "");
   if (foreign) std::printf("* in another pid namespace: the pid is that namespace's\n");
@@ -343,6 +372,11 @@ int main(int argc, char** argv) {
       for (Listing& l : listings)
         if (l.name.pid == uint64_t(o.pid)) kept.push_back(std::move(l));
       listings.swap(kept);
+      // Nothing to show for that pid: said by the exit status too.
+      bool any = false;
+      for (const Listing& l : listings) any = any || listed(l);
+      if (!any) status = status == 1 ? 1 : kExitNoMatch;
+      else if (status == kExitNoMatch) status = 0;
     }
     if (o.prometheus) {
       const std::string text = pagefast::stat::prometheus_text(listings, default_host);

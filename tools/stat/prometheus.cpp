@@ -133,7 +133,15 @@ std::string prometheus_text(const std::vector<Listing>& listings, const std::str
               "setting was refused: nothing served); reason: why not active",
               {}};
   Family active{"pagefast_active", "gauge", "1 when the pool serves the process (mode active), else 0", {}};
-  Family asleep{"pagefast_asleep", "gauge", "1 while the device's pool is asleep (pagefast-ctl sleep), else 0", {}};
+  Family asleep{"pagefast_asleep",
+                "gauge",
+                "1 while every pool of the device is asleep (pagefast-ctl sleep), else 0; a sleep of some tags "
+                "only leaves it 0 and sets pagefast_partly_asleep",
+                {}};
+  Family partly{"pagefast_partly_asleep",
+                "gauge",
+                "1 while some of the device's pools are asleep (a tag's sleep) and others awake, else 0",
+                {}};
   std::vector<Family> pool;
 #define PF_PROM_FAMILY(name, meaning) pool.push_back(pool_family(#name, meaning));
   PAGEFAST_POOL_STATS_FIELDS(PF_PROM_FAMILY)
@@ -160,7 +168,8 @@ std::string prometheus_text(const std::vector<Listing>& listings, const std::str
       if (dup) continue;
       seen.push_back(d.device);
       const std::string device_labels = "{" + labels + ",device=\"" + std::to_string(d.device) + "\"}";
-      asleep.samples.push_back({device_labels, d.asleep ? "1" : "0"});
+      asleep.samples.push_back({device_labels, d.asleep && !d.partly ? "1" : "0"});
+      partly.samples.push_back({device_labels, d.partly ? "1" : "0"});
       std::vector<uint64_t> values;  // in the field table's order, as pool[]
 #define PF_PROM_VALUE(name, meaning) values.push_back(d.stats.name);
       PAGEFAST_POOL_STATS_FIELDS(PF_PROM_VALUE)
@@ -172,7 +181,8 @@ std::string prometheus_text(const std::vector<Listing>& listings, const std::str
     add_tag_samples(*s, labels, &tag_asleep, &tag);
   }
   std::string out;
-  for (const Family* f : {&processes, &info, &active, &started, &updated, &allocs, &frees, &asleep}) emit(out, *f);
+  for (const Family* f : {&processes, &info, &active, &started, &updated, &allocs, &frees, &asleep, &partly})
+    emit(out, *f);
   for (const Family& f : pool) emit(out, f);
   emit(out, tag_asleep);
   for (const Family& f : tag) emit(out, f);
