@@ -291,6 +291,16 @@ TEST_CASE("the one-line summary: calls, the share from memory the pool already h
   CHECK(summary_line(0, {}) == "no allocation call yet");
 }
 
+TEST_CASE("pool:off's summary says the calls were forwarded; a partial sleep says how many tags") {
+  CHECK(forwarded_summary_line(3) ==
+        "pool:off: 3 allocation calls, each forwarded to the driver (the pool is off and holds no memory)");
+  CHECK(forwarded_summary_line(0) == "pool:off: no allocation call yet");
+  CHECK(sleep_words(false, false, 0, 2) == "awake");
+  CHECK(sleep_words(true, false, 2, 2) == "asleep");
+  CHECK(sleep_words(true, true, 1, 2) == "partly asleep (1 of 2 tags)");
+  CHECK(sleep_words(true, true, 2, 2) == "partly asleep (all 2 tags; the untagged memory awake)");
+}
+
 namespace {
 
 // Parses `env` with its names as the environment whose PAGEFAST_* names are checked.
@@ -343,12 +353,4 @@ TEST_CASE("a PAGEFAST_* variable that is no setting is named, with the variable 
   env.vars["MY_PAGEFAST_LIMIT"] = "1";
   c = parse_with_names(env);
   CHECK(c.unknown.empty());
-TEST_CASE("pool:off's summary says the calls were forwarded; a partial sleep says how many tags") {
-  CHECK(forwarded_summary_line(3) ==
-        "pool:off: 3 allocation calls, each forwarded to the driver (the pool is off and holds no memory)");
-  CHECK(forwarded_summary_line(0) == "pool:off: no allocation call yet");
-  CHECK(sleep_words(false, false, 0, 2) == "awake");
-  CHECK(sleep_words(true, false, 2, 2) == "asleep");
-  CHECK(sleep_words(true, true, 1, 2) == "partly asleep (1 of 2 tags)");
-  CHECK(sleep_words(true, true, 2, 2) == "partly asleep (all 2 tags; the untagged memory awake)");
 }
