@@ -17,7 +17,6 @@ const char* action_name(BindAction action) {
     case BindAction::Unbound: return "unbound";
     case BindAction::Nothing: return "none";
     case BindAction::LeftAlone: return "left-alone";
-    case BindAction::Deferred: return "deferred";
     case BindAction::Failed: return "failed";
   }
   return "none";
@@ -61,9 +60,6 @@ std::string BindReport::line() const {
     case BindAction::Nothing:
       return "numa: " + reason + "; nothing to bind" + (gpu.empty() ? "" : " (GPU " + gpu + ")");
     case BindAction::LeftAlone: return "numa: " + reason + "; left alone (" + chain(*this) + ")";
-    case BindAction::Deferred:
-      return "numa: no local rank variable: not bound at start; the first allocation binds for its GPU (now: " +
-             chain(*this) + ")";
     case BindAction::Failed: {
       const std::string where = chain(*this);
       return "numa: " + reason + "; left the process as it was" + (where.empty() ? "" : " (" + where + ")");

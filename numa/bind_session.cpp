@@ -21,9 +21,8 @@ struct Session {
   Topology topo;
   CpuSet allowed_at_start;  // the affinity before pagefast touched it
   BindPlan plan;
-  bool bound = false;     // the start (or a re-) binding is in force
-  bool checked = false;   // check_device has run
-  bool deferred = false;  // bindable at start, left for the first allocation's device (waits_for_cuda)
+  bool bound = false;    // the start (or a re-) binding is in force
+  bool checked = false;  // check_device has run
   BindReport report;
 };
 
@@ -58,17 +57,6 @@ BindAction action_for(Verdict verdict) {
 
 const char* env_lookup(const char* name, void*) { return std::getenv(name); }
 
-// The default (auto, no numa:gpu) binds at start only a process that a
-// launcher started as a rank (a local rank variable is set). Any other
-// process (a shell, a build tool, torchrun's own parent) is bound at its
-// first allocation, for the device that allocation is on, and never if it
-// makes none: narrowing a process that never uses the GPU would narrow
-// every child it starts too, and a child left narrowed is then left alone
-// by its own binding (docs/NUMA.md "3. What it does").
-bool waits_for_cuda(const NumaConfig& config, const StartEnv& env) {
-  return config.mode == NumaMode::Auto && config.gpu < 0 && env.rank_var.empty();
-}
-
 }  // namespace
 
 BindReport bind_at_start_with(const NumaConfig& config, LogSink log, const BindContext& ctx) {
@@ -95,10 +83,7 @@ BindReport bind_at_start_with(const NumaConfig& config, LogSink log, const BindC
         in.allowed = s->allowed_at_start;
         s->plan = plan_binding(in, s->topo);
         s->report = make_report(s->plan, action_for(s->plan.verdict));
-        if (s->plan.verdict == Verdict::Bind && waits_for_cuda(config, s->env)) {
-          s->deferred = true;
-          s->report = make_report(s->plan, BindAction::Deferred);
-        } else if (s->plan.verdict == Verdict::Bind) {
+        if (s->plan.verdict == Verdict::Bind) {
           ApplyResult applied = apply_plan(s->plan, s->allowed_at_start, true, *ctx.ops);
           s->bound = applied.ok;
           if (!applied.ok) s->report = failed(s->plan, applied.error);
@@ -128,7 +113,7 @@ void check_device_with(const char* pci_bus_id, const NumaConfig& config, LogSink
     Session* s = session_slot();
     if (!s || s->checked || config.mode == NumaMode::Off) return;
     s->checked = true;
-    if (bdf == s->plan.gpu && !s->deferred) {
+    if (bdf == s->plan.gpu) {
       emit(log, LogLevel::Debug, "numa: the program uses GPU " + bdf + ", the one the binding at start was for");
       return;
     }
@@ -137,9 +122,8 @@ void check_device_with(const char* pci_bus_id, const NumaConfig& config, LogSink
     const bool kept = config.mode != NumaMode::Auto || config.gpu >= 0;
     emit(log, kept ? LogLevel::Info : LogLevel::Debug,
          "numa: the program uses GPU " + bdf +
-             (s->deferred           ? std::string(", its first allocation's: binding now")
-              : s->plan.gpu.empty() ? std::string(", and at start no GPU was known to bind for")
-                                    : ", not " + s->plan.gpu + " that the binding at start was for"));
+             (s->plan.gpu.empty() ? std::string(", and at start no GPU was known to bind for")
+                                  : ", not " + s->plan.gpu + " that the binding at start was for"));
     if (kept) return;
 
     // Only an affinity that is still what pagefast left is ours to change.
@@ -158,7 +142,7 @@ void check_device_with(const char* pci_bus_id, const NumaConfig& config, LogSink
       if (applied.ok) {
         s->plan = plan;
         s->bound = true;
-        s->report = make_report(plan, s->deferred ? BindAction::Bound : BindAction::Rebound);
+        s->report = make_report(plan, BindAction::Rebound);
       } else {
         s->report = failed(plan, applied.error);
       }

@@ -22,7 +22,6 @@ enum class BindAction {
   Unbound,    // a start binding undone: the device in use has no known node
   Nothing,    // nothing to bind: off, one node, no GPU, node unknown
   LeftAlone,  // someone had already narrowed the affinity
-  Deferred,   // bindable, left for the device of the first allocation (no local rank: docs/NUMA.md)
   Failed,     // could not bind; the process was left as it was (warned once)
 };
 

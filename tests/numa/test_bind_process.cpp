@@ -258,15 +258,14 @@ TEST_CASE("process: CUDA_VISIBLE_DEVICES by UUID, prefix and index", "[numa][pro
   NEED_TWO_CPUS();
   for (const std::string& visible : {fake_uuid(2), std::string("GPU-2"), std::string("1,0")}) {
     INFO("CUDA_VISIBLE_DEVICES=" << visible);
-    Result r = run(fitted_tree(), with_env({{"CUDA_VISIBLE_DEVICES", visible}, {"LOCAL_RANK", "0"}}));
+    Result r = run(fitted_tree(), with_env({{"CUDA_VISIBLE_DEVICES", visible}}));
     CHECK(r["affinity"] == fit().a_list());
   }
 }
 
 TEST_CASE("process: MIG ids", "[numa][process]") {
   NEED_TWO_CPUS();
-  Result r =
-      run(fitted_tree(), with_env({{"CUDA_VISIBLE_DEVICES", "MIG-" + fake_uuid(2) + "/1/0"}, {"LOCAL_RANK", "0"}}));
+  Result r = run(fitted_tree(), with_env({{"CUDA_VISIBLE_DEVICES", "MIG-" + fake_uuid(2) + "/1/0"}}));
   CHECK(r["affinity"] == fit().a_list());
   // The new form on a two-GPU machine, no NVML under a sysroot: nothing bound.
   r = run(fitted_tree(), with_env({{"CUDA_VISIBLE_DEVICES", "MIG-8a1b2c3d-0000-1111-2222-333344445555"}}));
@@ -316,7 +315,7 @@ TEST_CASE("process: missing and unreadable files", "[numa][process]") {
   tree.remove("/proc/driver/nvidia/gpus/0000:01:00.0/information");
   tree.file("/proc/driver/nvidia/gpus/0000:01:00.0/registry", "x\n");
   tree.unreadable("/sys/devices/system/node/node0/cpulist");
-  Result r = run(tree, with_env({{"CUDA_VISIBLE_DEVICES", "GPU-2"}, {"LOCAL_RANK", "0"}}));
+  Result r = run(tree, with_env({{"CUDA_VISIBLE_DEVICES", "GPU-2"}}));
   CHECK(r["affinity"] == fit().a_list());
   tree.unreadable("/proc/driver/nvidia/gpus/0000:41:00.0/information");
   r = run(tree, with_env({{"CUDA_VISIBLE_DEVICES", "GPU-2"}}));  // now nothing has that UUID
@@ -397,22 +396,4 @@ TEST_CASE("process: check_device onto a node the kernel lacks keeps the start bi
   CHECK(r["affinity"] == fit().a_list());
   CHECK(r["memory"] == "preferred 1");
   CHECK(r["log"].find("warn: numa: could not bind memory to node") != std::string::npos);
-}
-
-TEST_CASE("process: no local rank (a shell, a build tool): whole affinity until its first allocation",
-          "[numa][process]") {
-  NEED_TWO_CPUS();
-  // Never calls CUDA: left as it was, so the children it starts are too.
-  Result r = run(fitted_tree(), with_env({}));
-  CHECK(r["affinity"] == fit().all.to_list());
-  CHECK(r["status"] == fit().all.to_list());
-  CHECK(r["memory"] == "default");
-  CHECK(r["json"].find("\"action\":\"deferred\"") != std::string::npos);
-  CHECK(r["log"].rfind("info: numa: no local rank variable: not bound at start", 0) == 0);
-  // Its first allocation's device (check_device): bound then, for it.
-  Case c = with_env({});
-  c.after = [] { check_device("00000000:41:00.0", NumaConfig{}, sink); };
-  r = run(fitted_tree(), c);
-  CHECK(r["affinity"] == fit().a_list());
-  CHECK(r["json"].find("\"action\":\"bound\"") != std::string::npos);
 }

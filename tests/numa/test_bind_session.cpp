@@ -118,8 +118,7 @@ TEST_CASE("one node with UUID entries: the information files stay unread", "[num
 TEST_CASE("two nodes with UUID entries: the UUIDs are read and resolve", "[numa][session]") {
   FakeAffinityOps ops;
   ops.cpus = cpus_of("0-63");
-  BindReport r = start(testing::two_node_machine(),
-                       EnvMap{}.set("CUDA_VISIBLE_DEVICES", testing::fake_uuid(2)).set("LOCAL_RANK", "0"), ops);
+  BindReport r = start(testing::two_node_machine(), EnvMap{}.set("CUDA_VISIBLE_DEVICES", testing::fake_uuid(2)), ops);
   CHECK(r.action == BindAction::Bound);
   CHECK(r.gpu == "0000:41:00.0");
 }
@@ -154,7 +153,7 @@ TEST_CASE("CPU binding fails: nothing changed, one warning", "[numa][session]") 
   FakeAffinityOps ops;
   ops.cpus = cpus_of("0-63");
   ops.fail_set_cpus = EINVAL;
-  BindReport r = start(testing::two_node_machine(), EnvMap{}.set("LOCAL_RANK", "0"), ops);
+  BindReport r = start(testing::two_node_machine(), EnvMap{}, ops);
   CHECK(r.action == BindAction::Failed);
   CHECK(ops.cpus.to_list() == "0-63");
   CHECK(ops.memory == MemoryPolicy::None);
@@ -189,7 +188,6 @@ TEST_CASE("missing files show up at debug only", "[numa][session]") {
 TEST_CASE("a null sink is silent", "[numa][session]") {
   FakeTree tree = testing::two_node_machine();
   EnvMap env;
-  env.set("LOCAL_RANK", "0");
   FakeAffinityOps ops;
   ops.cpus = cpus_of("0-63");
   BindContext ctx;
@@ -315,52 +313,4 @@ TEST_CASE("JSON escapes what the environment put in the reason", "[numa][session
   CHECK(r.json().find("LOCAL_RANK='a\\\"b\\\\c?' is not a local rank") != std::string::npos);
   CHECK(r.line().find('\n') == std::string::npos);
   CHECK(r.json().find("\"rank\":null") != std::string::npos);
-}
-
-TEST_CASE("no local rank: nothing bound at start; the first allocation's device binds", "[numa][session]") {
-  // A shell, a build tool or torchrun's parent under the launcher: no rank
-  // variable. Binding it would narrow every child it starts.
-  FakeAffinityOps ops;
-  ops.cpus = cpus_of("0-63");
-  BindReport r = start(testing::two_node_machine(), EnvMap{}, ops);
-  CHECK(r.action == BindAction::Deferred);
-  CHECK(ops.calls.empty());
-  CHECK(ops.cpus.to_list() == "0-63");
-  auto lines = visible_lines();
-  REQUIRE(lines.size() == 1);
-  CHECK(lines[0].text ==
-        "numa: no local rank variable: not bound at start; the first allocation binds for its GPU (now: rank 0 -> "
-        "GPU 0000:01:00.0 -> node 0)");
-  CHECK(r.json().find("\"action\":\"deferred\"") != std::string::npos);
-  CHECK(r.json().find("\"cpus\":null") != std::string::npos);
-  // Its first allocation is on GPU 0000:41:00.0: bound for that one.
-  g_lines.clear();
-  check_device_with("00000000:41:00.0", NumaConfig{}, record, ops);
-  CHECK(ops.cpus.to_list() == "32-63");
-  CHECK(ops.memory_node == 1);
-  lines = visible_lines();
-  REQUIRE(lines.size() == 1);
-  CHECK(lines[0].text == "numa: rank 0 -> GPU 0000:41:00.0 -> node 1, cpus 32-63, memory preferred");
-  CHECK(last_report().json().find("\"action\":\"bound\"") != std::string::npos);
-}
-
-TEST_CASE("no local rank, first allocation on the GPU of rank 0: bound then", "[numa][session]") {
-  FakeAffinityOps ops;
-  ops.cpus = cpus_of("0-63");
-  start(testing::two_node_machine(), EnvMap{}, ops);
-  check_device_with("0000:01:00.0", NumaConfig{}, record, ops);
-  CHECK(ops.cpus.to_list() == "0-31");
-  CHECK(last_report().action == BindAction::Bound);
-}
-
-TEST_CASE("no local rank: bind and force, or numa:gpu, still bind at start", "[numa][session]") {
-  for (NumaMode mode : {NumaMode::Bind, NumaMode::Force}) {
-    FakeAffinityOps ops;
-    ops.cpus = cpus_of("0-63");
-    CHECK(start(testing::two_node_machine(), EnvMap{}, ops, mode).action == BindAction::Bound);
-  }
-  FakeAffinityOps ops;
-  ops.cpus = cpus_of("0-63");
-  CHECK(start(testing::two_node_machine(), EnvMap{}, ops, NumaMode::Auto, 1).action == BindAction::Bound);
-  CHECK(ops.cpus.to_list() == "32-63");
 }
