@@ -128,6 +128,17 @@ int pagefast_sleep_tag(const char* tag, unsigned flags);
 int pagefast_wake_tag(const char* tag);
 int pagefast_tag_asleep(const char* tag);
 
+/* torch_memory_saver's C entry points, for programs written for it
+ * (docs/SLEEP.md "Coming from torch_memory_saver"): tms_pause sleeps the
+ * memory of a torch_memory_saver tag made by pagefast's Python drop-in
+ * (NULL: of every such tag), each allocation kept or discarded as its
+ * region said, and allocations of a paused tag fail instead of waiting;
+ * tms_resume wakes it. Tags already so, and tags of pagefast regions not
+ * made by the drop-in, are left as they are. 0, or -1 when a sleep or wake
+ * was refused (the log says why; the others were still done). */
+int tms_pause(const char* tag);
+int tms_resume(const char* tag);
+
 #ifdef __cplusplus
 }
 #endif

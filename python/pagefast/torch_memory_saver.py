@@ -12,40 +12,25 @@ TMS_* variables do what they do there, with enable_cpu_backup (either
 backend, "pinned" or "mmap") and enable_disk_backup as pagefast's keep:
 the contents go to page-locked host memory. Every TorchMemorySaver()
 shares one state. A tag of torch_memory_saver is any string; each maps
-onto a series of pagefast tags ("epochs", tms.<n>.<epoch>.<name>), a new
-one opened when a region of a paused tag begins, so that allocations
-there get fresh memory; pause and resume act on all of them.
+onto a series of pagefast tags ("epochs", tms.<code>.<epoch>: _tms_state),
+a new one opened when a region of a paused tag begins, so that
+allocations there get fresh memory; pause and resume act on all of them.
 
 torch is imported at the first region, graph or disable, not with this
 module.
 """
 import contextlib
-import ctypes
 import os
-import re
-import threading
 
 from . import _region
 from ._sleep import _UNKNOWN_TAG, Error, _require_tags, _tag_bytes, loaded
+from ._tms_state import BACKENDS as _BACKENDS, STATE as _STATE, TAG_DEFAULT as _TAG_DEFAULT, Impl, env_bool
+from ._tms_state import asleep as _asleep
 
 __all__ = ["TorchMemorySaver", "torch_memory_saver", "configure_subprocess"]
 
-_TAG_DEFAULT = "default"
 _HOOK_MODES = ("preload", "torch")
-_BACKENDS = ("pinned", "mmap")
 _SLEEP_FAIL = 2  # PAGEFAST_SLEEP_FAIL: allocations of a paused tag fail instead of waiting
-
-
-def _env_bool(name):
-    """torch_memory_saver's reading of a boolean variable: 1 or true."""
-    return os.environ.get(name, "").strip().lower() in ("1", "true")
-
-
-def _env_backend():
-    backend = os.environ.get("TMS_INIT_CPU_BACKUP_BACKEND") or "pinned"
-    if backend not in _BACKENDS:
-        raise ValueError("TMS_INIT_CPU_BACKUP_BACKEND is one of %s, not %r" % (", ".join(_BACKENDS), backend))
-    return backend
 
 
 def is_xpu():
@@ -77,119 +62,20 @@ def _check_backup(enable_cpu_backup, enable_disk_backup=False, cpu_backup_backen
         raise AssertionError("enable_cpu_backup and enable_disk_backup are mutually exclusive")
 
 
-class _Tag:
-    """One torch_memory_saver tag: its pagefast tags, oldest first; the
-    last one is where its regions allocate."""
-
-    def __init__(self, name, number):
-        self.name = name
-        self.stem = "tms.%d." % number
-        self.readable = re.sub(r"[^A-Za-z0-9_]", "_", name)[:32]
-        self.epochs = []
-        self.paused = False  # paused, and no region of it opened since
-        self.asleep = set()  # the pagefast tags of it asleep
-        self.new_epoch()
-
-    def new_epoch(self):
-        self.epochs.append("%s%d.%s" % (self.stem, len(self.epochs), self.readable))
-        self.paused = False
-
-    def current(self):
-        if self.epochs[-1] in self.asleep:
-            self.new_epoch()  # allocations in a paused tag's region get fresh memory
-        return self.epochs[-1]
-
-
-class _State:
-    """What every TorchMemorySaver() of the process shares."""
-
-    def __init__(self):
-        self.lock = threading.RLock()
-        self.tags = {}  # torch_memory_saver tag -> _Tag, in first-use order
-        self.retain = _env_bool("TMS_RETAIN_CPU_BACKUP")
-        self.disk_dir = os.environ.get("TMS_DISK_BACKUP_DIR")
-        self.hook_mode = "preload"
-        self.local = threading.local()  # .config: this thread's region settings, innermost last
-
-    def tag(self, name):
-        if not isinstance(name, str):
-            raise TypeError("a tag is a str, not %s" % type(name).__name__)
-        with self.lock:
-            found = self.tags.get(name)
-            if found is None:
-                found = self.tags[name] = _Tag(name, len(self.tags))
-            return found
-
-    def stack(self):
-        if not hasattr(self.local, "config"):
-            # torch_memory_saver's initial settings of each thread (TMS_INIT_*).
-            self.local.config = [(_TAG_DEFAULT, _env_bool("TMS_INIT_ENABLE"), _env_bool("TMS_INIT_ENABLE_CPU_BACKUP"),
-                                  _env_backend(), _env_bool("TMS_INIT_ENABLE_DISK_BACKUP"))]
-        return self.local.config
-
-    @contextlib.contextmanager
-    def config(self, tag, cpu_backup, backend, disk):
-        stack = self.stack()
-        stack.append((tag, True, cpu_backup, backend or stack[-1][3], disk))
-        try:
-            yield
-        finally:
-            stack.pop()
-
-
-_STATE = _State()
-
-
-class _Config:
-    """The settings calls of torch_memory_saver's C library (tms_get_*,
-    tms_pause, tms_resume) answered from this module's state, for code that
-    reads them through `torch_memory_saver._impl._binary_wrapper.cdll`;
-    other names are looked up in the process (ctypes.CDLL(None))."""
-
-    def tms_get_current_tag(self):
-        return _STATE.stack()[-1][0].encode("utf-8")
-
-    def tms_get_interesting_region(self):
-        return _STATE.stack()[-1][1]
-
-    def tms_get_enable_cpu_backup(self):
-        return _STATE.stack()[-1][2]
-
-    def tms_get_cpu_backup_backend(self):
-        return _STATE.stack()[-1][3].encode("utf-8")
-
-    def tms_get_enable_disk_backup(self):
-        return _STATE.stack()[-1][4]
-
-    def tms_get_retain_cpu_backup(self):
-        return _STATE.retain
-
-    def tms_set_retain_cpu_backup(self, value):
-        _STATE.retain = bool(value)
-
-    def tms_pause(self, tag):
-        torch_memory_saver.pause(tag.decode("utf-8") if tag else None)
-        return 0
-
-    def tms_resume(self, tag):
-        torch_memory_saver.resume(tag.decode("utf-8") if tag else None)
-        return 0
-
-    def __getattr__(self, name):
-        return getattr(ctypes.CDLL(None), name)
-
-
-class _Impl:
-    def __init__(self):
-        self._binary_wrapper = type("BinaryWrapper", (), {"cdll": _Config()})()
-        self._is_xpu = False
+@contextlib.contextmanager
+def _settings(tag, cpu_backup, backend, disk):
+    _STATE.push(tag, True, cpu_backup, backend, disk)
+    try:
+        yield
+    finally:
+        _STATE.stack().pop()
 
 
 class TorchMemorySaver:
     """The object behind `torch_memory_saver`; every instance acts on the
     one state of the process, as torch_memory_saver's do."""
 
-    _impl = _Impl()
+    _impl = Impl(lambda: torch_memory_saver)
 
     def _ensure_initialized(self):
         pass
@@ -206,7 +92,7 @@ class TorchMemorySaver:
         with _STATE.lock:
             name = _STATE.tag(tag).current()
         keep = bool(enable_cpu_backup or enable_disk_backup)
-        with pf_torch.region(name, keep=keep), _STATE.config(tag, bool(enable_cpu_backup), cpu_backup_backend,
+        with pf_torch.region(name, keep=keep), _settings(tag, bool(enable_cpu_backup), cpu_backup_backend,
                                                               bool(enable_disk_backup)):
             yield
 
@@ -221,7 +107,7 @@ class TorchMemorySaver:
             name = _STATE.tag(tag).current()
         with pf_torch.graph(cuda_graph, name, keep=enable_cpu_backup, pool=pool, stream=stream,
                             capture_error_mode=capture_error_mode), \
-                _STATE.config(tag, bool(enable_cpu_backup), cpu_backup_backend, False):
+                _settings(tag, bool(enable_cpu_backup), cpu_backup_backend, False):
             yield
 
     @contextlib.contextmanager
@@ -258,40 +144,31 @@ class TorchMemorySaver:
         sleep_tag = _require_tags()[0]
         with _STATE.lock:
             tags = self._each(tag)
-            paused = [t.name for t in tags if t.paused]
+            paused = [t.name for t in tags if t.paused()]
             if paused:
                 raise Error("cannot pause tag(s) %s: already paused (resume first); nothing changed"
                             % ", ".join(repr(p) for p in paused))
             for t in tags:
                 for name in t.epochs:
-                    if name in t.asleep:
-                        continue
-                    answer = sleep_tag(_tag_bytes(name), _SLEEP_FAIL)
-                    if answer == _UNKNOWN_TAG:
-                        continue
-                    if answer < 0:
+                    answer = sleep_tag(_tag_bytes(name), _SLEEP_FAIL) if _asleep(name) == 0 else 0
+                    if answer < 0 and answer != _UNKNOWN_TAG:
                         raise Error("pagefast could not pause tag %r (no pool yet, a CUDA graph capture under way, "
                                     "or the device could not be synchronised); nothing changed for it" % t.name)
-                    t.asleep.add(name)
-                t.paused = True
 
     def resume(self, tag=None):
         """Maps the memory of `tag` (every paused tag when None) again at
         the same addresses, with the contents of the kept regions. A tag
-        that is not paused: Error (torch_memory_saver exits the process)."""
+        with nothing paused: Error (torch_memory_saver exits the process)."""
         wake_tag = _require_tags()[1]
         with _STATE.lock:
             tags = self._each(tag)
-            if tag is not None and tags and not tags[0].asleep:
+            if tag is not None and tags and 1 not in tags[0].states():
                 raise Error("cannot resume tag %r: it is not paused" % tag)
             for t in tags:
-                for name in sorted(t.asleep):
-                    answer = wake_tag(_tag_bytes(name))
-                    if answer not in (0, _UNKNOWN_TAG):
+                for name in t.epochs:
+                    if _asleep(name) == 1 and wake_tag(_tag_bytes(name)) not in (0, _UNKNOWN_TAG):
                         raise Error("pagefast could not resume tag %r (the driver refused device memory or a "
                                     "mapping): still paused; call resume() again once memory is free" % t.name)
-                    t.asleep.discard(name)
-                t.paused = False
 
     @property
     def enabled(self):
@@ -335,7 +212,7 @@ class TorchMemorySaver:
         is paused, pagefast's host copy is its own page-locked memory, not
         handed out: NotImplementedError (resume, then read the tensor)."""
         with _STATE.lock:
-            paused = sorted(t.name for t in _STATE.tags.values() if t.paused)
+            paused = sorted(t.name for t in _STATE.tags.values() if 1 in t.states())
         if not paused:
             return None
         raise NotImplementedError("pagefast cannot show the host copy of paused memory (tags paused: %s): "
@@ -356,9 +233,9 @@ def _initial_region():
     region of tag "default" from now on (TMS_INIT_ENABLE_CPU_BACKUP or
     TMS_INIT_ENABLE_DISK_BACKUP: kept), as torch_memory_saver's preload
     library starts each thread."""
-    if not _env_bool("TMS_INIT_ENABLE") or not loaded():
+    if not env_bool("TMS_INIT_ENABLE") or not loaded():
         return
-    keep = _env_bool("TMS_INIT_ENABLE_CPU_BACKUP") or _env_bool("TMS_INIT_ENABLE_DISK_BACKUP")
+    keep = env_bool("TMS_INIT_ENABLE_CPU_BACKUP") or env_bool("TMS_INIT_ENABLE_DISK_BACKUP")
     with _STATE.lock:
         name = _STATE.tag(_TAG_DEFAULT).current()
     _region._begin(name, keep)

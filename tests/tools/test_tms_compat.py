@@ -134,7 +134,8 @@ elif case == "tms":
     expect(not cuda.mapped(kv) and cuda.holds(plain, 0x11, 4 * MB), "the tag's memory only")
     expect_raises(pagefast.Error, lambda: tms.pause("kv"), "already paused", "pause of a paused tag")
     expect_raises(pagefast.Error, lambda: tms.resume("weights"), "not paused", "resume of an awake tag")
-    expect_raises(NotImplementedError, lambda: tms.get_cpu_backup(None), "resume() first", "get_cpu_backup while paused")
+    expect_raises(NotImplementedError, lambda: tms.get_cpu_backup(None), "resume() first",
+                  "get_cpu_backup while paused")
     with tms.region(tag="kv"):
         expect(pagefast.current_region() == epochs("kv")[1], "a region of a paused tag opens a new epoch")
         fresh = cuda.alloc(MB, 0x33)
@@ -346,12 +347,31 @@ elif case == "init":
         untagged = cuda.alloc(2 * MB, 0x71)
     tms.resume()
     expect(cuda.holds(weight, 0x42, 4 * MB), "the initial region kept its contents (TMS_INIT_ENABLE_CPU_BACKUP)")
-    expect(cuda.mapped(grad) and cuda.holds(untagged, 0x71, 2 * MB), "the nested region's memory back, disable's stayed")
+    expect(cuda.mapped(grad) and cuda.holds(untagged, 0x71, 2 * MB),
+           "the nested region's memory back, disable's stayed")
     cuda.fill(grad, 0x00, 4 * MB)
     loose = cuda.alloc(2 * MB, 0x55)
-    cdll.tms_pause(None)
+    import ctypes
+    api = ctypes.CDLL(None)  # libpagefast.so's exports, as torch_memory_saver's cuda_vmm_granularity finds them
+    api.tms_pause.argtypes = api.tms_resume.argtypes = [ctypes.c_char_p]
+    expect(api.tms_pause(None) == 0, "tms_pause(NULL)")
+    expect(not cuda.mapped(loose) and not cuda.mapped(weight) and cuda.holds(untagged, 0x71, 2 * MB),
+           "tms_pause(NULL) pauses the regions' memory only")
+    expect_raises(pagefast.Error, tms.pause, "already paused", "pause() after tms_pause: one state")
     cuda.free(loose)  # freed while paused
-    cdll.tms_resume(None)
+    expect(api.tms_resume(None) == 0, "tms_resume(NULL)")
+    expect(cuda.holds(weight, 0x42, 4 * MB), "tms_resume(NULL) brings the kept contents back")
+    with tms.region(tag="x" * 100 + " \u00fc"):
+        long_tag = cuda.alloc(MB, 0x18)
+    with tms.region(tag="a.b"):
+        dotted = cuda.alloc(MB, 0x19)
+    expect(api.tms_pause(("x" * 100 + " \u00fc").encode()) == 0 and not cuda.mapped(long_tag) and cuda.mapped(dotted),
+           "tms_pause of a long tag finds its hashed pagefast tag, and it only")
+    expect(api.tms_pause(b"a.b") == 0 and not cuda.mapped(dotted), "tms_pause of a tag with a dot")
+    tms.resume("a.b")
+    expect(cuda.mapped(dotted) and not cuda.mapped(long_tag), "resume in Python of what tms_pause paused")
+    api.tms_resume(None)
+    expect(cuda.mapped(long_tag), "tms_resume(NULL) wakes the rest")
     cuda.fill(weight, 0x5A, 4 * MB)
     expect(cuda.holds(weight, 0x5A, 4 * MB), "usable after tms_pause, a free while paused and tms_resume")
     print("ok init")
