@@ -120,6 +120,11 @@ int pagefast_asleep(void);
  * tag no region ever had. pagefast_tag_asleep: 1 asleep, 0 awake, -2
  * unknown. */
 #define PAGEFAST_REGION_KEEP 1u
+/* pagefast_region_begin: the tag goes to memory the pool serves (cuMemAlloc,
+ * cuMemAllocPitch, cudaMalloc) only; the program's own cuMemCreate memory
+ * made while the region is innermost stays untagged (a library's own
+ * buffers, as NCCL makes them, are not taken by the tag's sleep). */
+#define PAGEFAST_REGION_POOL_ONLY 2u
 #define PAGEFAST_SLEEP_DISCARD 4u
 int pagefast_region_begin(const char* tag, unsigned flags);
 int pagefast_region_end(void);

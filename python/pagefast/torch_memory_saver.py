@@ -62,6 +62,31 @@ def _check_backup(enable_cpu_backup, enable_disk_backup=False, cpu_backup_backen
         raise AssertionError("enable_cpu_backup and enable_disk_backup are mutually exclusive")
 
 
+def _pool_only():
+    """Whether the regions leave the program's own cuMemCreate memory
+    untagged: yes, unless PyTorch maps its own memory that way (expandable
+    segments). torch_memory_saver's hook sees PyTorch's allocations only,
+    so a library's own buffers (NCCL's, made with cuMemCreate) made while
+    a region is open are never taken by its pause."""
+    conf = (os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + "," + os.environ.get("PYTORCH_ALLOC_CONF", ""))
+    return "expandable_segments:true" not in conf.replace(" ", "").lower()
+
+
+@contextlib.contextmanager
+def _tagged(name, keep, graph=None, **graph_args):
+    """A pagefast region of `name` with PyTorch's allocations in the tag's
+    MemPool (pagefast.torch.mem_pool), or a capture of `graph` in it."""
+    import torch
+    from . import torch as pf_torch
+    with _region._opened(name, keep, _pool_only()):
+        if graph is not None:
+            with torch.cuda.graph(graph, **graph_args):
+                yield
+        else:
+            with torch.cuda.use_mem_pool(pf_torch.mem_pool(name, keep)):
+                yield
+
+
 @contextlib.contextmanager
 def _settings(tag, cpu_backup, backend, disk):
     _STATE.push(tag, True, cpu_backup, backend, disk)
@@ -88,11 +113,10 @@ class TorchMemorySaver:
         enable_cpu_backup=True (either backend) or enable_disk_backup=True
         keeps their contents across pause, in page-locked host memory."""
         _check_backup(enable_cpu_backup, enable_disk_backup, cpu_backup_backend)
-        from . import torch as pf_torch
         with _STATE.lock:
             name = _STATE.tag(tag).current()
         keep = bool(enable_cpu_backup or enable_disk_backup)
-        with pf_torch.region(name, keep=keep), _settings(tag, bool(enable_cpu_backup), cpu_backup_backend,
+        with _tagged(name, keep), _settings(tag, bool(enable_cpu_backup), cpu_backup_backend,
                                                               bool(enable_disk_backup)):
             yield
 
@@ -102,11 +126,10 @@ class TorchMemorySaver:
         """torch.cuda.graph(cuda_graph, pool, stream, capture_error_mode)
         with the memory of the capture pauseable under `tag`."""
         _check_backup(enable_cpu_backup, cpu_backup_backend=cpu_backup_backend)
-        from . import torch as pf_torch
         with _STATE.lock:
             name = _STATE.tag(tag).current()
-        with pf_torch.graph(cuda_graph, name, keep=enable_cpu_backup, pool=pool, stream=stream,
-                            capture_error_mode=capture_error_mode), \
+        with _tagged(name, bool(enable_cpu_backup), cuda_graph, pool=pool, stream=stream,
+                     capture_error_mode=capture_error_mode), \
                 _settings(tag, bool(enable_cpu_backup), cpu_backup_backend, False):
             yield
 
@@ -238,7 +261,7 @@ def _initial_region():
     keep = env_bool("TMS_INIT_ENABLE_CPU_BACKUP") or env_bool("TMS_INIT_ENABLE_DISK_BACKUP")
     with _STATE.lock:
         name = _STATE.tag(_TAG_DEFAULT).current()
-    _region._begin(name, keep)
+    _region._begin(name, keep, _pool_only())
 
 
 _initial_region()

@@ -159,6 +159,49 @@ elif case == "tms":
     tms.pause("never_opened")
     tms.resume("never_opened")
 
+    # A library's own buffer (NCCL's, made with cuMemCreate) made while a
+    # region is open is not the tag's: pause leaves it. With PyTorch's
+    # expandable segments PyTorch's own memory is made that way: tagged.
+    def own_vmm(byte):
+        import ctypes
+
+        class Prop(ctypes.Structure):
+            _fields_ = [("type", ctypes.c_int), ("handle_types", ctypes.c_int), ("where", ctypes.c_int),
+                        ("id", ctypes.c_int), ("win32", ctypes.c_void_p), ("flags", ctypes.c_ubyte * 8)]
+
+        class Access(ctypes.Structure):
+            _fields_ = [("where", ctypes.c_int), ("id", ctypes.c_int), ("flags", ctypes.c_int)]
+
+        handle, va = ctypes.c_uint64(), ctypes.c_uint64()
+        prop = Prop(type=1, where=1, id=0)  # pinned, on device 0
+        cuda.ok(cuda.lib.cuMemCreate(ctypes.byref(handle), ctypes.c_size_t(2 * MB), ctypes.byref(prop),
+                                     ctypes.c_ulonglong(0)), "cuMemCreate")
+        cuda.ok(cuda.lib.cuMemAddressReserve(ctypes.byref(va), ctypes.c_size_t(2 * MB), ctypes.c_size_t(0),
+                                             ctypes.c_uint64(0), ctypes.c_ulonglong(0)), "cuMemAddressReserve")
+        cuda.ok(cuda.lib.cuMemMap(va, ctypes.c_size_t(2 * MB), ctypes.c_size_t(0), handle, ctypes.c_ulonglong(0)),
+                "cuMemMap")
+        access = Access(where=1, id=0, flags=3)
+        cuda.ok(cuda.lib.cuMemSetAccess(va, ctypes.c_size_t(2 * MB), ctypes.byref(access), ctypes.c_size_t(1)),
+                "cuMemSetAccess")
+        cuda.fill(va.value, byte, 2 * MB)
+        return va.value
+
+    with tms.region(tag="nccl_in_region"):
+        pooled = cuda.alloc(MB, 0x2A)
+        library_buffer = own_vmm(0x4B)
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    with tms.region(tag="expandable"):
+        segment = own_vmm(0x4C)
+    del os.environ["PYTORCH_CUDA_ALLOC_CONF"]
+    tms.pause("nccl_in_region")
+    tms.pause("expandable")
+    expect(not cuda.mapped(pooled), "the region's pool memory paused")
+    expect(cuda.holds(library_buffer, 0x4B, 2 * MB), "a library's own cuMemCreate buffer made in a region stays")
+    expect(not cuda.mapped(segment), "with expandable segments the region's cuMemCreate memory is the tag's")
+    tms.resume("nccl_in_region")
+    tms.resume("expandable")
+    expect(cuda.mapped(pooled) and cuda.mapped(segment), "both back after resume")
+
     # Any tag string, any number of tags over the process's life.
     odd = ["ünïcode tag", "a/b c", "x" * 200, "", "tms.0.0.kv"]
     for name in odd:
