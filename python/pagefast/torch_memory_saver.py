@@ -116,8 +116,7 @@ class TorchMemorySaver:
         with _STATE.lock:
             name = _STATE.tag(tag).current()
         keep = bool(enable_cpu_backup or enable_disk_backup)
-        with _tagged(name, keep), _settings(tag, bool(enable_cpu_backup), cpu_backup_backend,
-                                                              bool(enable_disk_backup)):
+        with _tagged(name, keep), _settings(tag, bool(enable_cpu_backup), cpu_backup_backend, bool(enable_disk_backup)):
             yield
 
     @contextlib.contextmanager
@@ -153,6 +152,7 @@ class TorchMemorySaver:
                 stack.pop()
 
     def _each(self, tag):
+        # An empty tag means every tag, as torch_memory_saver reads it.
         with _STATE.lock:
             if tag:
                 found = _STATE.tags.get(tag)

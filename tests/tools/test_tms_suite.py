@@ -109,7 +109,8 @@ def main():
               "a differing test's row: %r" % rows)
         check(rows.get("test/test_examples.py::test_simple[preload]") == ["passed", "passed", "yes", "tms"],
               "an equal test's row, with its CPU twin")
-        check(rows.get("test/test_utils.py::test_change_env_restores_previous_value") == ["passed", "passed", "no", "alias"],
+        unit = "test/test_utils.py::test_change_env_restores_previous_value"
+        check(rows.get(unit) == ["passed", "passed", "no", "alias"],
               "a unit test's row: no GPU needed")
         check("1 of 3 tests differ" in out and "E boom" in out, "the summary and the difference's text")
     print("FAILED: %d" % len(failures) if failures else "ok")
