@@ -303,6 +303,13 @@ elif case == "alias":
     expect(entrypoint is module and entrypoint.TorchMemorySaver is module.TorchMemorySaver,
            "torch_memory_saver.entrypoint is pagefast's module")
     expect(get_device() == "cuda", "testing_utils.get_device on a CUDA machine")
+    import torch
+    from torch_memory_saver.testing_utils import get_and_print_gpu_memory
+    torch.cuda.device_memory_used = lambda index: 5 << 30
+    torch.cuda.mem_get_info = lambda index: (1 << 30, 8 << 30)
+    expect(get_and_print_gpu_memory("nvml") == 5 << 30, "used memory as NVML counts it, as the real tests measure")
+    del torch.cuda.device_memory_used
+    expect(get_and_print_gpu_memory("driver") == 7 << 30, "else the driver's free memory")
     tms = torch_memory_saver.torch_memory_saver
     with tms.region(tag="kv"):
         kv = cuda.alloc(2 * MB, 0x21)
