@@ -21,6 +21,7 @@ module.
 """
 import contextlib
 import os
+import threading
 
 from . import _region
 from ._sleep import _UNKNOWN_TAG, Error, _require_tags, _tag_bytes, loaded
@@ -177,6 +178,7 @@ class TorchMemorySaver:
                     if answer < 0 and answer != _UNKNOWN_TAG:
                         raise Error("pagefast could not pause tag %r (no pool yet, a CUDA graph capture under way, "
                                     "or the device could not be synchronised); nothing changed for it" % t.name)
+            _follow_initial()
 
     def resume(self, tag=None):
         """Maps the memory of `tag` (every paused tag when None) again at
@@ -251,6 +253,9 @@ class TorchMemorySaver:
 torch_memory_saver = TorchMemorySaver()
 
 
+_INITIAL = {}  # the initial region: "thread" that opened it, "name" of its pagefast tag
+
+
 def _initial_region():
     """TMS_INIT_ENABLE=1: the importing thread's allocations are in a
     region of tag "default" from now on (TMS_INIT_ENABLE_CPU_BACKUP or
@@ -262,6 +267,29 @@ def _initial_region():
     with _STATE.lock:
         name = _STATE.tag(_TAG_DEFAULT).current()
     _region._begin(name, keep, _pool_only())
+    _INITIAL.update(thread=threading.get_ident(), name=name)
+
+
+def _follow_initial():
+    """After a pause, on the thread of the initial region: that region moves
+    to the tag's awake epoch, so that its allocations are served with fresh
+    memory (as in any region of a paused tag), not refused. The thread's
+    other Python regions are closed and opened again around the move; a
+    region opened from C among them: left as it is."""
+    if _INITIAL.get("thread") != threading.get_ident() or _asleep(_INITIAL["name"]) != 1:
+        return
+    old = _INITIAL["name"]
+    new = _STATE.tag(_TAG_DEFAULT).current()
+    entries = list(_region._stack())
+    if not any(e[0] == old for e in entries):
+        return
+    for _ in entries:
+        _region._end()
+    if _region.current_region() is not None:
+        new = old  # a region from C between them: the order could not be kept
+    for tag, keep, pool_only in entries:
+        _region._begin(new if tag == old else tag, keep, pool_only)
+    _INITIAL["name"] = new
 
 
 _initial_region()

@@ -392,11 +392,14 @@ elif case == "init":
     free_before = cuda.free_bytes()
     tms.pause()
     expect(cuda.free_bytes() >= free_before + 8 * MB, "pause frees the memory allocated outside any region")
+    while_paused = cuda.alloc(MB, 0x3A)  # served with fresh memory, as the real package serves it
+    expect(cdll.tms_get_current_tag() == b"default", "still the initial region")
     with tms.disable():
         expect(not cdll.tms_get_interesting_region(), "disable() inside the initial region")
         untagged = cuda.alloc(2 * MB, 0x71)
     tms.resume()
     expect(cuda.holds(weight, 0x42, 4 * MB), "the initial region kept its contents (TMS_INIT_ENABLE_CPU_BACKUP)")
+    expect(cuda.holds(while_paused, 0x3A, MB), "the allocation made while paused is intact after resume")
     expect(cuda.mapped(grad) and cuda.holds(untagged, 0x71, 2 * MB),
            "the nested region's memory back, disable's stayed")
     cuda.fill(grad, 0x00, 4 * MB)
