@@ -120,6 +120,11 @@ int pagefast_asleep(void);
  * tag no region ever had. pagefast_tag_asleep: 1 asleep, 0 awake, -2
  * unknown. */
 #define PAGEFAST_REGION_KEEP 1u
+/* pagefast_region_begin: the tag goes to memory the pool serves (cuMemAlloc,
+ * cuMemAllocPitch, cudaMalloc) only; the program's own cuMemCreate memory
+ * made while the region is innermost stays untagged (a library's own
+ * buffers, as NCCL makes them, are not taken by the tag's sleep). */
+#define PAGEFAST_REGION_POOL_ONLY 2u
 #define PAGEFAST_SLEEP_DISCARD 4u
 int pagefast_region_begin(const char* tag, unsigned flags);
 int pagefast_region_end(void);
@@ -127,6 +132,17 @@ const char* pagefast_region_current(void);
 int pagefast_sleep_tag(const char* tag, unsigned flags);
 int pagefast_wake_tag(const char* tag);
 int pagefast_tag_asleep(const char* tag);
+
+/* torch_memory_saver's C entry points, for programs written for it
+ * (docs/SLEEP.md "Coming from torch_memory_saver"): tms_pause sleeps the
+ * memory of a torch_memory_saver tag made by pagefast's Python drop-in
+ * (NULL: of every such tag), each allocation kept or discarded as its
+ * region said, and allocations of a paused tag fail instead of waiting;
+ * tms_resume wakes it. Tags already so, and tags of pagefast regions not
+ * made by the drop-in, are left as they are. 0, or -1 when a sleep or wake
+ * was refused (the log says why; the others were still done). */
+int tms_pause(const char* tag);
+int tms_resume(const char* tag);
 
 #ifdef __cplusplus
 }

@@ -55,8 +55,8 @@ void created(CUmemGenericAllocationHandle handle, size_t bytes, const CUmemAlloc
   // (a cached handle taken again belongs to the region that takes it).
   const bool note = noting();
   if (!active() || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return;
-  if (note) ledger().created(handle, bytes, prop->location.id, region::current());
-  else ledger().tag(handle, region::current());
+  if (note) ledger().created(handle, bytes, prop->location.id, region::current_own_vmm());
+  else ledger().tag(handle, region::current_own_vmm());
 }
 
 void exported(CUmemGenericAllocationHandle handle, const void* shareable, CUmemAllocationHandleType type) {

@@ -13,6 +13,7 @@
 namespace pagefast::pool::region {
 
 __thread int t_current __attribute__((tls_model("initial-exec"))) = 0;
+__thread int t_own_vmm __attribute__((tls_model("initial-exec"))) = 0;
 
 namespace {
 
@@ -20,9 +21,18 @@ namespace {
 // begins among them (kRefused | the slot that tags meanwhile), so that the
 // matching end pops the marker only. Fixed size: no host allocation; the
 // refused begins made while the stack is full are counted in t_excess (the
-// innermost of all then, so they end first).
+// innermost of all then, so they end first). kPoolOnly marks an entry
+// whose region leaves the program's own VMM memory untagged.
 constexpr int kStack = 2 * kMaxDepth;
 constexpr int kRefused = 0x10000;
+constexpr int kPoolOnly = 0x20000;
+constexpr int kSlotMask = 0xFFFF;
+
+// The calling thread's slots from its innermost stack entry (none: 0).
+void follow(int top) {
+  t_current = top & kSlotMask;
+  t_own_vmm = (top & kPoolOnly) ? 0 : t_current;
+}
 __thread int t_stack[kStack] __attribute__((tls_model("initial-exec")));
 __thread int t_depth __attribute__((tls_model("initial-exec"))) = 0;
 __thread int t_regions __attribute__((tls_model("initial-exec"))) = 0;  // entries that are regions
@@ -40,7 +50,7 @@ void make_exit_key() { pthread_key_create(&g_exit_key, &close_at_exit); }
 // A refused begin: a marker the matching end pops; the allocations
 // meanwhile carry the tag of the region open around it (none: untagged).
 void push_refused() {
-  if (t_depth < kStack) t_stack[t_depth++] = kRefused | t_current;
+  if (t_depth < kStack) t_stack[t_depth++] = kRefused | t_current | (t_current != t_own_vmm ? kPoolOnly : 0);
   else ++t_excess;
 }
 
@@ -100,7 +110,7 @@ void key_thread() {
 
 }  // namespace
 
-int begin(const char* name, bool keep, const char** why) {
+int begin(const char* name, bool keep, bool pool_only, const char** why) {
   const char* unused = nullptr;
   if (!why) why = &unused;
   if (!good_name(name)) {
@@ -135,9 +145,9 @@ int begin(const char* name, bool keep, const char** why) {
     return -1;
   }
   key_thread();
-  t_stack[t_depth++] = slot;
+  t_stack[t_depth++] = slot | (pool_only ? kPoolOnly : 0);
   ++t_regions;
-  t_current = slot;
+  follow(t_stack[t_depth - 1]);
   return slot;
 }
 
@@ -149,10 +159,10 @@ int end() {
   if (t_depth == 0) return -1;
   const int entry = t_stack[--t_depth];
   if (!(entry & kRefused)) {
-    g_slots[entry].open.fetch_sub(1, std::memory_order_acq_rel);
+    g_slots[entry & kSlotMask].open.fetch_sub(1, std::memory_order_acq_rel);
     --t_regions;
   }
-  t_current = t_depth ? t_stack[t_depth - 1] & ~kRefused : 0;
+  follow(t_depth ? t_stack[t_depth - 1] : 0);
   return 0;
 }
 

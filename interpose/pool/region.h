@@ -30,13 +30,19 @@ constexpr int kMaxDepth = 8;
 // The calling thread's innermost open region's slot; 0 outside any region.
 extern __thread int t_current __attribute__((tls_model("initial-exec")));
 inline int current() { return t_current; }
+// The slot the program's own VMM memory (cuMemCreate) made now carries:
+// current(), or 0 when the innermost region is pool-only (its tag goes to
+// memory served by the pool only, not to a library's own cuMemCreate
+// buffers made while it is open).
+extern __thread int t_own_vmm __attribute__((tls_model("initial-exec")));
+inline int current_own_vmm() { return t_own_vmm; }
 
-// Opens a region on the calling thread. The name: 1 to 63 bytes of
-// [A-Za-z0-9_.:-]. Returns the slot, or -1 (a bad name, too many tags, or
+// Opens a region on the calling thread (pool_only: see current_own_vmm).
+// The name: 1 to 63 bytes of [A-Za-z0-9_.:-]. Returns the slot, or -1 (a bad name, too many tags, or
 // kMaxDepth regions open on this thread already), with *why set. A
 // refused begin still takes its end: it pushes a marker that the matching
 // end() pops, and meanwhile the region open around it (if any) tags.
-int begin(const char* name, bool keep, const char** why);
+int begin(const char* name, bool keep, bool pool_only, const char** why);
 // Ends the calling thread's innermost region, or pops the marker of the
 // innermost refused begin; -1 when neither is open.
 int end();

@@ -120,7 +120,9 @@ PF_EXPORT int pagefast_tag_asleep(const char* tag) { return pagefast::pool::tag_
 
 PF_EXPORT int pagefast_region_begin(const char* tag, unsigned flags) {
   const char* why = "";
-  if (pagefast::pool::region::begin(tag, (flags & PAGEFAST_REGION_KEEP) != 0, &why) > 0) return 0;
+  if (pagefast::pool::region::begin(tag, (flags & PAGEFAST_REGION_KEEP) != 0, (flags & PAGEFAST_REGION_POOL_ONLY) != 0,
+                                    &why) > 0)
+    return 0;
   log_line(LogLevel::Warn, "pagefast_region_begin(\"%.64s\"): refused: %s", tag ? tag : "(null)", why);
   return -1;
 }

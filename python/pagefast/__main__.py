@@ -5,6 +5,8 @@ this environment: one line "pool here   yes: ..." or "no: ...", with why.
     python -m pagefast           the report
     python -m pagefast --json    the same as one JSON object
     python -m pagefast --lib     the library's absolute path, for LD_PRELOAD
+    python -m pagefast --tms-alias   the folder that, first on PYTHONPATH, makes
+                                 `import torch_memory_saver` pagefast's
     python -m pagefast --version
 
 The pool question is answered by the library itself: a child process loads
@@ -234,6 +236,9 @@ def main(argv):
             sys.stderr.write("pagefast: error: %s is missing\n" % lib)
             return 1
         print(lib)
+        return 0
+    if argv[:1] == ["--tms-alias"]:
+        print(os.path.join(os.path.dirname(os.path.abspath(__file__)), "tms_alias"))
         return 0
     if argv[:1] == ["--version"]:
         print(__version__)

@@ -26,6 +26,7 @@ from ._sleep import Error, _require
 __all__ = ["region", "current_region"]
 
 _REGION_KEEP = 1  # PAGEFAST_REGION_KEEP (interpose/pagefast.h)
+_REGION_POOL_ONLY = 2  # PAGEFAST_REGION_POOL_ONLY: the program's own cuMemCreate memory stays untagged
 _TAG = re.compile(r"[A-Za-z0-9_.:-]{1,63}\Z")
 
 # The regions this thread opened through this module, innermost last, so
@@ -63,12 +64,13 @@ def _api():
     return _functions
 
 
-def _begin(tag, keep):
-    if _api()[0](tag.encode("ascii"), _REGION_KEEP if keep else 0) != 0:
+def _begin(tag, keep, pool_only=False):
+    flags = (_REGION_KEEP if keep else 0) | (_REGION_POOL_ONLY if pool_only else 0)
+    if _api()[0](tag.encode("ascii"), flags) != 0:
         _api()[1]()  # a refused begin takes its end all the same (docs/SLEEP.md)
         raise Error("pagefast could not open the region %r: 31 (tag, keep) pairs in this process "
                     "already, none of them empty, or 8 regions open on this thread (the log says which)" % tag)
-    _stack().append((tag, bool(keep)))
+    _stack().append((tag, bool(keep), bool(pool_only)))
 
 
 def _end():
@@ -113,6 +115,19 @@ def current_region():
 
 
 @contextlib.contextmanager
+def _opened(tag, keep, pool_only):
+    """A region of `tag` for the block; pool_only: the program's own
+    cuMemCreate memory made inside stays untagged."""
+    if not isinstance(tag, str) or not _TAG.match(tag):
+        raise ValueError("a tag is 1 to 63 characters of A-Z a-z 0-9 _ . : - , not %r" % (tag,))
+    _begin(tag, keep, pool_only)
+    try:
+        yield
+    finally:
+        _end()
+
+
+@contextlib.contextmanager
 def _outside():
     """Closes the regions this thread opened through this module for the
     block and opens them again after it: allocations inside carry no tag.
@@ -127,5 +142,5 @@ def _outside():
                         "thread: its allocations would stay tagged")
         yield
     finally:
-        for tag, keep in closed:
-            _begin(tag, keep)
+        for tag, keep, pool_only in closed:
+            _begin(tag, keep, pool_only)

@@ -1,17 +1,20 @@
 """torch_memory_saver's names over pagefast's regions (docs/SLEEP.md
-"Coming from torch_memory_saver"): a framework written for it switches
-with one import,
+"Coming from torch_memory_saver"). A framework written for it switches
+without a change to its source: python/pagefast/tms_alias first on
+PYTHONPATH (pagefast-run --tms puts it there) makes `import
+torch_memory_saver` this module, and libpagefast.so in LD_PRELOAD replaces
+torch_memory_saver's preload library. Or with one import:
 
-    from torch_memory_saver import torch_memory_saver            # before
-    from pagefast.torch_memory_saver import torch_memory_saver   # after
+    from pagefast.torch_memory_saver import torch_memory_saver
 
-and runs under pagefast-run (or LD_PRELOAD of libpagefast.so) instead of
-torch_memory_saver's preload library. region, cuda_graph, pause, resume,
-disable, enabled and configure_subprocess do what they do there, with
-enable_cpu_backup as pagefast's keep. What pagefast cannot do the same
-way raises NotImplementedError or ValueError and says why: a disk backup,
-an mmap host copy, a margin of free memory, host copies kept across
-resume, reading a paused tensor's host copy.
+region, cuda_graph, pause, resume, disable, configure_subprocess and the
+TMS_* variables do what they do there, with enable_cpu_backup (either
+backend, "pinned" or "mmap") and enable_disk_backup as pagefast's keep:
+the contents go to page-locked host memory. Every TorchMemorySaver()
+shares one state. A tag of torch_memory_saver is any string; each maps
+onto a series of pagefast tags ("epochs", tms.<code>.<epoch>: _tms_state),
+a new one opened when a region of a paused tag begins, so that
+allocations there get fresh memory; pause and resume act on all of them.
 
 torch is imported at the first region, graph or disable, not with this
 module.
@@ -22,112 +25,175 @@ import threading
 
 from . import _region
 from ._sleep import _UNKNOWN_TAG, Error, _require_tags, _tag_bytes, loaded
+from ._tms_state import BACKENDS as _BACKENDS, STATE as _STATE, TAG_DEFAULT as _TAG_DEFAULT, Impl, env_bool
+from ._tms_state import asleep as _asleep
 
 __all__ = ["TorchMemorySaver", "torch_memory_saver", "configure_subprocess"]
 
-_TAG_DEFAULT = "default"
 _HOOK_MODES = ("preload", "torch")
 _SLEEP_FAIL = 2  # PAGEFAST_SLEEP_FAIL: allocations of a paused tag fail instead of waiting
 
 
+def is_xpu():
+    """Whether torch has an Intel XPU device (never, with pagefast: it is
+    a CUDA library); torch_memory_saver's check, tests patch it here."""
+    import sys
+    torch = sys.modules.get("torch")
+    xpu = getattr(torch, "xpu", None)
+    try:
+        return bool(xpu is not None and xpu.is_available())
+    except Exception:
+        return False
+
+
 def _check_backup(enable_cpu_backup, enable_disk_backup=False, cpu_backup_backend=None):
-    if enable_disk_backup:
-        if enable_cpu_backup:
-            raise AssertionError("enable_cpu_backup and enable_disk_backup are mutually exclusive")
-        raise NotImplementedError("pagefast keeps contents in page-locked host memory only, not on disk: "
-                                  "use enable_cpu_backup=True")
-    if cpu_backup_backend is None:
-        return
-    if not enable_cpu_backup:
-        raise ValueError("cpu_backup_backend requires enable_cpu_backup=True")
-    if cpu_backup_backend != "pinned":
-        raise ValueError("pagefast keeps contents in page-locked (pinned) host memory: "
-                         "cpu_backup_backend=%r is not available" % (cpu_backup_backend,))
+    """torch_memory_saver's checks of a region's backup, in its order."""
+    if cpu_backup_backend is not None:
+        if not enable_cpu_backup:
+            raise ValueError("cpu_backup_backend requires enable_cpu_backup=True")
+        if is_xpu():
+            raise ValueError("cpu_backup_backend is not supported on XPU; host shadows use malloc")
+        if cpu_backup_backend == "mmap":
+            import torch
+            if getattr(getattr(torch, "version", None), "hip", None):
+                raise ValueError("cpu_backup_backend='mmap' is not supported on ROCm")
+        if cpu_backup_backend not in _BACKENDS:
+            raise ValueError("cpu_backup_backend is one of %s, not %r" % (", ".join(_BACKENDS), cpu_backup_backend))
+    if enable_cpu_backup and enable_disk_backup:
+        raise AssertionError("enable_cpu_backup and enable_disk_backup are mutually exclusive")
+
+
+def _pool_only():
+    """Whether the regions leave the program's own cuMemCreate memory
+    untagged: yes, unless PyTorch maps its own memory that way (expandable
+    segments). torch_memory_saver's hook sees PyTorch's allocations only,
+    so a library's own buffers (NCCL's, made with cuMemCreate) made while
+    a region is open are never taken by its pause."""
+    conf = (os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + "," + os.environ.get("PYTORCH_ALLOC_CONF", ""))
+    return "expandable_segments:true" not in conf.replace(" ", "").lower()
+
+
+@contextlib.contextmanager
+def _tagged(name, keep, graph=None, **graph_args):
+    """A pagefast region of `name` with PyTorch's allocations in the tag's
+    MemPool (pagefast.torch.mem_pool), or a capture of `graph` in it."""
+    import torch
+    from . import torch as pf_torch
+    with _region._opened(name, keep, _pool_only()):
+        if graph is not None:
+            with torch.cuda.graph(graph, **graph_args):
+                yield
+        else:
+            with torch.cuda.use_mem_pool(pf_torch.mem_pool(name, keep)):
+                yield
+
+
+@contextlib.contextmanager
+def _settings(tag, cpu_backup, backend, disk):
+    _STATE.push(tag, True, cpu_backup, backend, disk)
+    try:
+        yield
+    finally:
+        _STATE.stack().pop()
 
 
 class TorchMemorySaver:
-    """The object behind `torch_memory_saver`. pause() and resume() without
-    a tag act on the tags this object opened regions of (torch_memory_saver
-    pauses its regions' memory, never memory allocated outside them)."""
+    """The object behind `torch_memory_saver`; every instance acts on the
+    one state of the process, as torch_memory_saver's do."""
 
-    def __init__(self):
-        self._tags = {}  # the tags of this object's regions, in first-use order
-        self._tags_lock = threading.Lock()
-        self._paused = set()
-        self._hook_mode = "preload"
+    _impl = Impl(lambda: torch_memory_saver)
 
-    def _note(self, tag):
-        with self._tags_lock:
-            self._tags.setdefault(tag, None)
+    def _ensure_initialized(self):
+        pass
 
     @contextlib.contextmanager
     def region(self, tag=_TAG_DEFAULT, enable_cpu_backup=False, enable_disk_backup=False,
                cpu_backup_backend=None):
-        """Allocations of this thread inside carry `tag`, in the tag's own
-        PyTorch memory pool (pagefast.torch.region); enable_cpu_backup=True
-        keeps their contents across pause."""
+        """Allocations of this thread inside are pauseable under `tag`, in
+        the tag's own PyTorch memory pool (pagefast.torch.region);
+        enable_cpu_backup=True (either backend) or enable_disk_backup=True
+        keeps their contents across pause, in page-locked host memory."""
         _check_backup(enable_cpu_backup, enable_disk_backup, cpu_backup_backend)
-        from . import torch as pf_torch
-        self._note(tag)
-        with pf_torch.region(tag, keep=enable_cpu_backup):
+        with _STATE.lock:
+            name = _STATE.tag(tag).current()
+        keep = bool(enable_cpu_backup or enable_disk_backup)
+        with _tagged(name, keep), _settings(tag, bool(enable_cpu_backup), cpu_backup_backend, bool(enable_disk_backup)):
             yield
 
     @contextlib.contextmanager
     def cuda_graph(self, cuda_graph, pool=None, stream=None, capture_error_mode="global", tag=_TAG_DEFAULT,
                    enable_cpu_backup=False, cpu_backup_backend=None):
         """torch.cuda.graph(cuda_graph, pool, stream, capture_error_mode)
-        with the memory of the capture tagged (pagefast.torch.graph)."""
+        with the memory of the capture pauseable under `tag`."""
         _check_backup(enable_cpu_backup, cpu_backup_backend=cpu_backup_backend)
-        from . import torch as pf_torch
-        self._note(tag)
-        with pf_torch.graph(cuda_graph, tag, keep=enable_cpu_backup, pool=pool, stream=stream,
-                            capture_error_mode=capture_error_mode):
+        with _STATE.lock:
+            name = _STATE.tag(tag).current()
+        with _tagged(name, bool(enable_cpu_backup), cuda_graph, pool=pool, stream=stream,
+                     capture_error_mode=capture_error_mode), \
+                _settings(tag, bool(enable_cpu_backup), cpu_backup_backend, False):
             yield
 
     @contextlib.contextmanager
     def disable(self):
-        """Inside a region: allocations of this thread carry no tag, in a
-        fresh PyTorch memory pool dropped after the block."""
+        """Inside a region: allocations of this thread are not pauseable, in
+        a fresh PyTorch memory pool dropped after the block. Outside any:
+        AssertionError, as torch_memory_saver."""
+        if not _STATE.stack()[-1][1]:
+            raise AssertionError("disable() should be called only when tms is active")
         import torch
         with _region._outside():
-            pool = torch.cuda.MemPool()
-            with torch.cuda.use_mem_pool(pool):
-                yield
-            del pool
+            stack = _STATE.stack()
+            stack.append((stack[-1][0], False) + stack[-1][2:])
+            try:
+                pool = torch.cuda.MemPool()
+                with torch.cuda.use_mem_pool(pool):
+                    yield
+                del pool
+            finally:
+                stack.pop()
 
     def _each(self, tag):
-        if tag:
-            return [tag]
-        with self._tags_lock:
-            return list(self._tags)
+        # An empty tag means every tag, as torch_memory_saver reads it.
+        with _STATE.lock:
+            if tag:
+                found = _STATE.tags.get(tag)
+                return [found] if found else []
+            return list(_STATE.tags.values())
 
     def pause(self, tag=None):
-        """Puts the memory of `tag` to sleep, or of every tag this object
-        opened when tag is None, each with its regions' enable_cpu_backup.
-        A tag nothing was allocated in is skipped. Allocations in a region
-        of a paused tag fail with out-of-memory until resume."""
+        """Puts the memory of `tag` to sleep, or of every tag when None, each
+        allocation as its region said (kept or discarded). A paused tag
+        again: Error (torch_memory_saver exits the process), nothing
+        changed."""
         sleep_tag = _require_tags()[0]
-        for name in self._each(tag):
-            answer = sleep_tag(_tag_bytes(name), _SLEEP_FAIL)
-            if answer == _UNKNOWN_TAG:
-                continue
-            if answer < 0:
-                raise Error("pagefast could not pause tag %r (no pool yet, a CUDA graph capture under way, "
-                            "or the device could not be synchronised); nothing changed for it" % name)
-            self._paused.add(name)
+        with _STATE.lock:
+            tags = self._each(tag)
+            paused = [t.name for t in tags if t.paused()]
+            if paused:
+                raise Error("cannot pause tag(s) %s: already paused (resume first); nothing changed"
+                            % ", ".join(repr(p) for p in paused))
+            for t in tags:
+                for name in t.epochs:
+                    answer = sleep_tag(_tag_bytes(name), _SLEEP_FAIL) if _asleep(name) == 0 else 0
+                    if answer < 0 and answer != _UNKNOWN_TAG:
+                        raise Error("pagefast could not pause tag %r (no pool yet, a CUDA graph capture under way, "
+                                    "or the device could not be synchronised); nothing changed for it" % t.name)
+            _follow_initial()
 
     def resume(self, tag=None):
-        """Maps the memory of `tag` (every tag when None) again at the same
-        addresses, with the contents of enable_cpu_backup regions."""
+        """Maps the memory of `tag` (every paused tag when None) again at
+        the same addresses, with the contents of the kept regions. A tag
+        with nothing paused: Error (torch_memory_saver exits the process)."""
         wake_tag = _require_tags()[1]
-        for name in self._each(tag):
-            answer = wake_tag(_tag_bytes(name))
-            if answer == _UNKNOWN_TAG:
-                continue
-            if answer != 0:
-                raise Error("pagefast could not resume tag %r (the driver refused device memory or a "
-                            "mapping): still paused; call resume() again once memory is free" % name)
-            self._paused.discard(name)
+        with _STATE.lock:
+            tags = self._each(tag)
+            if tag is not None and tags and 1 not in tags[0].states():
+                raise Error("cannot resume tag %r: it is not paused" % tag)
+            for t in tags:
+                for name in t.epochs:
+                    if _asleep(name) == 1 and wake_tag(_tag_bytes(name)) not in (0, _UNKNOWN_TAG):
+                        raise Error("pagefast could not resume tag %r (the driver refused device memory or a "
+                                    "mapping): still paused; call resume() again once memory is free" % t.name)
 
     @property
     def enabled(self):
@@ -143,7 +209,7 @@ class TorchMemorySaver:
         # Either way pagefast sees every allocation through its preload.
         if hook_mode not in _HOOK_MODES:
             raise ValueError("hook_mode is one of %s, not %r" % (", ".join(_HOOK_MODES), hook_mode))
-        self._hook_mode = hook_mode
+        _STATE.hook_mode = hook_mode
 
     @property
     def memory_margin_bytes(self):
@@ -157,28 +223,76 @@ class TorchMemorySaver:
 
     @property
     def retain_cpu_backup(self):
-        return False
+        """Accepted (TMS_RETAIN_CPU_BACKUP sets it too): pagefast keeps the
+        page-locked host memory of its copies between cycles either way."""
+        return _STATE.retain
 
     @retain_cpu_backup.setter
     def retain_cpu_backup(self, value):
-        if value:
-            raise NotImplementedError("pagefast gives the host copy back at wake; it cannot be retained")
+        _STATE.retain = bool(value)
 
     def get_cpu_backup(self, x, zero_copy=False):
-        """None while nothing this object paused sleeps (the tensor itself
-        is then readable, as torch_memory_saver answers for an active
-        allocation without a retained copy). While a tag sleeps, pagefast
-        has no host view of its memory: NotImplementedError."""
-        if not self._paused:
+        """None while no tag is paused (the tensor itself is readable, as
+        torch_memory_saver answers for an active allocation). While a tag
+        is paused, pagefast's host copy is its own page-locked memory, not
+        handed out: NotImplementedError (resume, then read the tensor)."""
+        with _STATE.lock:
+            paused = sorted(t.name for t in _STATE.tags.values() if 1 in t.states())
+        if not paused:
             return None
         raise NotImplementedError("pagefast cannot show the host copy of paused memory (tags paused: %s): "
-                                  "resume() first and read the tensor" % ", ".join(sorted(self._paused)))
+                                  "resume() first and read the tensor" % ", ".join(paused))
 
     def set_disk_backup_dir(self, path):
-        raise NotImplementedError("pagefast keeps contents in page-locked host memory only, not on disk")
+        """Accepted (the folder is made); pagefast keeps disk-backed regions'
+        contents in host memory, not in files there."""
+        os.makedirs(path, exist_ok=True)
+        _STATE.disk_dir = path
 
 
 torch_memory_saver = TorchMemorySaver()
+
+
+_INITIAL = {}  # the initial region: "thread" that opened it, "name" of its pagefast tag
+
+
+def _initial_region():
+    """TMS_INIT_ENABLE=1: the importing thread's allocations are in a
+    region of tag "default" from now on (TMS_INIT_ENABLE_CPU_BACKUP or
+    TMS_INIT_ENABLE_DISK_BACKUP: kept), as torch_memory_saver's preload
+    library starts each thread."""
+    if not env_bool("TMS_INIT_ENABLE") or not loaded():
+        return
+    keep = env_bool("TMS_INIT_ENABLE_CPU_BACKUP") or env_bool("TMS_INIT_ENABLE_DISK_BACKUP")
+    with _STATE.lock:
+        name = _STATE.tag(_TAG_DEFAULT).current()
+    _region._begin(name, keep, _pool_only())
+    _INITIAL.update(thread=threading.get_ident(), name=name)
+
+
+def _follow_initial():
+    """After a pause, on the thread of the initial region: that region moves
+    to the tag's awake epoch, so that its allocations are served with fresh
+    memory (as in any region of a paused tag), not refused. The thread's
+    other Python regions are closed and opened again around the move; a
+    region opened from C among them: left as it is."""
+    if _INITIAL.get("thread") != threading.get_ident() or _asleep(_INITIAL["name"]) != 1:
+        return
+    old = _INITIAL["name"]
+    new = _STATE.tag(_TAG_DEFAULT).current()
+    entries = list(_region._stack())
+    if not any(e[0] == old for e in entries):
+        return
+    for _ in entries:
+        _region._end()
+    if _region.current_region() is not None:
+        new = old  # a region from C between them: the order could not be kept
+    for tag, keep, pool_only in entries:
+        _region._begin(new if tag == old else tag, keep, pool_only)
+    _INITIAL["name"] = new
+
+
+_initial_region()
 
 
 def _loaded_library_path():
@@ -197,10 +311,11 @@ def _loaded_library_path():
 
 
 @contextlib.contextmanager
-def configure_subprocess():
+def configure_subprocess(library=None):
     """LD_PRELOAD for the child processes started inside the block: the
-    libpagefast.so of this process (else of this package) first."""
-    library = _loaded_library_path()
+    libpagefast.so of this process (else of this package), or `library`,
+    first."""
+    library = library or _loaded_library_path()
     old = os.environ.get("LD_PRELOAD")
     os.environ["LD_PRELOAD"] = library + (":" + old if old else "")
     try:

@@ -337,16 +337,19 @@ def case_alloc_handles():
 
 
 def case_exports():
-    """Only the table's entry points, dlsym and pagefast_* leave the library;
-    it needs nothing but glibc (no libcuda, libcudart, spdlog, fmt, libstdc++)."""
+    """Only the table's entry points, dlsym, pagefast_* and torch_memory_saver's
+    tms_pause and tms_resume leave the library; it needs nothing but glibc
+    (no libcuda, libcudart, spdlog, fmt, libstdc++)."""
     lib = paths()["lib"]
     nm = subprocess.run(["nm", "-D", "--defined-only", lib], stdout=subprocess.PIPE, text=True).stdout
     names = sorted(line.split()[-1] for line in nm.splitlines() if line.strip())
     table = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "interpose", "entries.h")).read()
     table = table[table.index("#define PAGEFAST_ENTRIES"):table.index("#define PAGEFAST_REAL_ONLY")]
     entries = set(re.findall(r"^\s*X\((cu\w+),", table, re.M))
-    unexpected = [n for n in names if n not in entries and n != "dlsym" and not n.startswith("pagefast_")]
+    others = {"dlsym", "tms_pause", "tms_resume"}
+    unexpected = [n for n in names if n not in entries and n not in others and not n.startswith("pagefast_")]
     check(not unexpected, f"no unexpected exports ({unexpected})")
+    check(others <= set(names), f"dlsym, tms_pause and tms_resume exported ({sorted(others - set(names))})")
     check(entries <= set(names), f"every table entry is exported ({sorted(entries - set(names))})")
     needed = subprocess.run(["readelf", "-d", lib], stdout=subprocess.PIPE, text=True).stdout
     libs = re.findall(r"Shared library: \[([^\]]+)\]", needed)

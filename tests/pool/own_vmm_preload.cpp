@@ -524,6 +524,43 @@ int multicast(Api& api) {
   return 0;
 }
 
+// A pool-only region (PAGEFAST_REGION_POOL_ONLY, as pagefast's
+// torch_memory_saver drop-in opens them): the pool's memory allocated
+// inside carries the tag; a library's own cuMemCreate buffer made inside
+// does not (the tag's sleep leaves it mapped, bytes and all), unless a
+// plain region nested inside is the innermost at its creation.
+int pool_only(Api& api) {
+  if (api.begin("t", PAGEFAST_REGION_POOL_ONLY) != 0) return fail("region begin");
+  CUdeviceptr block = 0;
+  CHECK_CU(cuMemAlloc_v2(&block, kBytes));
+  std::memset(reinterpret_cast<void*>(block), 0x21, kBytes);
+  const CUmemAllocationProp prop = prop_on(0, CU_MEM_HANDLE_TYPE_NONE);
+  Own library, nested, after;
+  CHECK_CU(cuMemCreate(&library.handle, kBytes, &prop, 0));
+  if (api.begin("t", 0) != 0) return fail("nested begin");
+  CHECK_CU(cuMemCreate(&nested.handle, kBytes, &prop, 0));
+  if (api.end() != 0) return fail("nested end");
+  CHECK_CU(cuMemCreate(&after.handle, kBytes, &prop, 0));
+  if (api.end() != 0) return fail("region end");
+  if (map_and_fill(library.handle, 0, 0x44, &library.va) || map_and_fill(nested.handle, 0, 0x55, &nested.va) ||
+      map_and_fill(after.handle, 0, 0x66, &after.va))
+    return 1;
+  const size_t before = free_now();
+  if (api.sleep_tag("t", 0) != 0) return fail("sleep");
+  if (fakecuda_mapping_access(nested.va, 0) != ~0ull) return fail("the nested plain region's handle stayed mapped");
+  if (!all_bytes(library.va, kBytes, 0x44) || !all_bytes(after.va, kBytes, 0x66))
+    return fail("a library's own buffer made in the pool-only region was taken by the sleep");
+  if (free_now() < before + 2 * kBytes) return fail("the tag's pool memory and nested handle did not go");
+  if (api.wake_tag("t") != 0) return fail("wake");
+  if (!all_bytes(library.va, kBytes, 0x44) || !all_bytes(after.va, kBytes, 0x66)) return fail("bytes after wake");
+  std::memset(reinterpret_cast<void*>(block), 0x22, kBytes);  // mapped again, writable
+  std::memset(reinterpret_cast<void*>(nested.va), 0x56, kBytes);
+  if (drop(library) || drop(nested) || drop(after)) return 1;
+  CHECK_CU(cuMemFree_v2(block));
+  std::printf("ok pool_only\n");
+  return 0;
+}
+
 }  // namespace
 
 int own_vmm_sleep_case(const std::string& name) {
@@ -539,6 +576,7 @@ int own_vmm_sleep_case(const std::string& name) {
   if (name == "map_gap") return map_gap(api);
   if (name == "released_mapped") return released_mapped(api);
   if (name == "multicast") return multicast(api);
+  if (name == "pool_only") return pool_only(api);
   return fail("unknown case");
 }
 

@@ -14,7 +14,8 @@ import sys
 
 from preload_kit import check, expect_ok, failures, run_program
 
-CASES = {"tagged", "collide", "asleep_calls", "wake_fail", "cycles", "fork", "resident", "map_gap", "released_mapped", "multicast"}
+CASES = {"tagged", "collide", "asleep_calls", "wake_fail", "cycles", "fork", "resident", "map_gap", "released_mapped", "multicast",
+         "pool_only"}
 
 
 def main():

@@ -75,8 +75,8 @@ def main():
     for doc in ("docs/SLEEP.md", "docs/GLOSSARY.md"):
         check(doc in docs_table, "the documents table lists %s" % doc)
     check("## vLLM, SGLang and RL frameworks" in readme, "a section for vLLM, SGLang and RL frameworks")
-    for words in ("pagefast-run -- vllm serve", "pagefast-run -- python -m sglang.launch_server", "LD_PRELOAD",
-                  "pagefast.alias", "PYTHONPATH", "OpenRLHF", "verl", "slime"):
+    for words in ("pagefast-run -- vllm serve", "pagefast-run --tms -- python -m sglang.launch_server", "LD_PRELOAD",
+                  "PYTHONPATH", "OpenRLHF", "verl", "slime"):
         check(words in readme, "the section says %r" % words)
     check("unmeasured on real multi-node hardware" in " ".join(readme.split()),
           "the NUMA binding is said to be unmeasured")

@@ -5,4 +5,4 @@ records each call, with the pagefast region open on the calling thread at
 that moment, in torch.cuda.calls, for test_tms_compat.py to check the
 order of regions and pools. It proves what pagefast does around these
 calls, not how PyTorch's allocator behaves."""
-from . import cuda  # noqa: F401
+from . import cuda, version  # noqa: F401

@@ -1,0 +1,3 @@
+"""torch.version of the test double: a CUDA build."""
+cuda = "12.8"
+hip = None
