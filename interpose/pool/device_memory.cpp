@@ -100,6 +100,7 @@ policy::DevicePool* DeviceMemory::tagged_pool_made(int slot, policy::Clock& cloc
   const char* name = "";
   bool keep = false;
   region::slot_info(slot, &name, &keep);
+  if (keep) start_trim_thread(g_process.config, true);  // page-locked ahead (prelock.cpp)
   log_line(LogLevel::Debug, "device %d: a pool for the region \"%s\" (%s at sleep)", device_, name,
            keep ? "contents kept" : "contents discarded");
   return made;

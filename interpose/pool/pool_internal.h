@@ -55,7 +55,10 @@ bool exit_stopping();
 
 // service_threads.cpp: the pagefast-trim thread (once; not with
 // release_delay off and no headroom).
-void start_trim_thread(const PoolConfig& config);
+// for_prelock: a region that keeps its contents was made, whose host
+// memory the thread page-locks ahead (prelock.cpp) also when nothing else
+// needs it.
+void start_trim_thread(const PoolConfig& config, bool for_prelock = false);
 // The trim thread's round: host memory page-locked ahead of the sleep of
 // the regions that keep their contents (prelock.cpp).
 void prelock_step();

@@ -132,8 +132,9 @@ constexpr ServiceLoop kTrimLoop{policy::kFootprintMaxStepNs,
 
 // No signal is ever delivered to these threads: the program's handlers
 // stay on its own threads.
-void start_trim_thread(const PoolConfig& config) {
-  if (config.release_delay_ns == policy::kNoReleaseDelay && !config.headroom_bytes && !config.sleep_prelock_percent)
+void start_trim_thread(const PoolConfig& config, bool for_prelock) {
+  if (config.release_delay_ns == policy::kNoReleaseDelay && !config.headroom_bytes &&
+      !(for_prelock && config.sleep_prelock_percent && config.sleep_host_keep))
     return;
   if (g_trim_started.exchange(true)) return;
   register_exit_stop();
