@@ -241,8 +241,13 @@ void init_slow() {
                g_config.error, option_name(Opt::Strict));
   } else if (!g_config.passthrough) {
     if (!sysroot_hidden) {
-      numa::bind_at_start(g_config.numa, &hold_numa_line);
+      const numa::BindReport bound = numa::bind_at_start(g_config.numa, &hold_numa_line);
       g_state->numa_ran = true;
+      // The processes this one starts inherit the affinity: they learn it
+      // was pagefast's (docs/NUMA.md rule 5). A process with one thread
+      // only: setenv races a getenv on another.
+      if (bound.action == numa::BindAction::Bound && !bound.cpus.empty() && single_threaded())
+        setenv(option_name(Opt::NumaBound), bound.cpus.c_str(), 1);
     }
     pool::configure(g_config.pool, log::sink());
   }

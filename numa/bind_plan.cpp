@@ -85,7 +85,13 @@ BindPlan plan_binding(const PlanInputs& in, const Topology& topo) {
 
   CpuSet reference;
   const bool reference_known = reference_cpus(topo, &reference);
-  if (in.config.mode != NumaMode::Force) {
+  // Narrowed by pagefast itself, in the process that started this one (a
+  // launcher such as torchrun, bound at its start and inheriting it to its
+  // ranks): exactly the CPUs it left in PAGEFAST_NUMA_BOUND. That is no
+  // narrowing of the user's: this process binds for its own GPU, within
+  // the reference set.
+  const bool ours = reference_known && !in.env.bound_cpus.empty() && in.env.bound_cpus == in.allowed.to_list();
+  if (in.config.mode != NumaMode::Force && !ours) {
     if (!reference_known)
       return skip(plan, Verdict::Unusable, "cannot tell whether the affinity was narrowed (no cpu/online)");
     if (!reference.subset_of(in.allowed))
@@ -93,7 +99,7 @@ BindPlan plan_binding(const PlanInputs& in, const Topology& topo) {
                   "affinity already narrowed to " + in.allowed.to_list() + " (of " + reference.to_list() + ")");
   }
 
-  const CpuSet& base = in.config.mode == NumaMode::Force && reference_known ? reference : in.allowed;
+  const CpuSet& base = (in.config.mode == NumaMode::Force || ours) && reference_known ? reference : in.allowed;
   plan.cpus = node_cpus.intersect(base);
   if (plan.cpus.empty())
     return skip(plan, Verdict::Unusable,

@@ -106,6 +106,7 @@ StartEnv read_start_env(EnvLookup lookup, void* user) {
     env.visible_devices = visible;
   }
   if (const char* order = lookup(option_name(Opt::CudaDeviceOrder), user)) env.device_order = order;
+  if (const char* bound = lookup(option_name(Opt::NumaBound), user)) env.bound_cpus = bound;
   return env;
 }
 

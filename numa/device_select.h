@@ -31,6 +31,7 @@ struct StartEnv {
   bool visible_set = false;
   std::string visible_devices;  // CUDA_VISIBLE_DEVICES
   std::string device_order;     // CUDA_DEVICE_ORDER, for the report only
+  std::string bound_cpus;       // PAGEFAST_NUMA_BOUND: the CPUs pagefast bound an ancestor to
 };
 
 // A variable set to the empty string counts as unset (launchers export

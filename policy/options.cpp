@@ -111,6 +111,11 @@ constexpr OptionRow kRows[] = {
      "not for users: the library sets it in its own process once it has said a refused or ignored setting, so that "
      "the processes the program starts (a shim's helpers) do not say it again",
      "a digest of the message; a different setting is said again"},
+    {Opt::NumaBound, "PAGEFAST_NUMA_BOUND", Scope::Own, &kText, "set by the library", "", false, kLib,
+     "not for users: the CPUs the library bound its process to at start, inherited by the processes it starts, so "
+     "that a child still on exactly those CPUs (a rank that torchrun started) binds for its own GPU instead of "
+     "taking them for a narrowing of the user's (docs/NUMA.md rule 5)",
+     "a CPU list"},
 
     {Opt::LocalRank, "LOCAL_RANK", Scope::Foreign, &kText, "a decimal number", "", false, kLib | kRun,
      "the local rank (torchrun, DeepSpeed, Accelerate): which GPU the NUMA binding is for, `%r`, the log prefix",

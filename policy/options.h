@@ -40,6 +40,7 @@ enum class Opt : int {
   Library,
   Commit,
   Said,
+  NumaBound,
   // Variables set by launchers and CUDA, read as they set them.
   LocalRank,
   SlurmLocalId,

@@ -201,3 +201,25 @@ TEST_CASE("MIG instance with unknown parent on two nodes: nothing to bind", "[nu
   CHECK(p.verdict == Verdict::NodeUnknown);
   CHECK(p.gpu == "MIG-0123abcd");
 }
+
+TEST_CASE("narrowed by pagefast in the parent: a rank binds for its own GPU", "[numa][plan]") {
+  // torchrun's own process (no rank: rank 0's GPU) was bound at its start
+  // to node 0 and left PAGEFAST_NUMA_BOUND=0-31; its rank 1 inherits 0-31.
+  FakeTree tree = testing::two_node_machine();
+  BindPlan p = plan_for(tree, rank(1).set("PAGEFAST_NUMA_BOUND", "0-31"), "0-31");
+  REQUIRE(p.verdict == Verdict::Bind);
+  CHECK(p.node == 1);
+  CHECK(p.cpus.to_list() == "32-63");
+  // Rank 0 stays where it is.
+  p = plan_for(tree, rank(0).set("PAGEFAST_NUMA_BOUND", "0-31"), "0-31");
+  REQUIRE(p.verdict == Verdict::Bind);
+  CHECK(p.cpus.to_list() == "0-31");
+  // Narrowed since by someone else (taskset in the child): left alone.
+  CHECK(plan_for(tree, rank(1).set("PAGEFAST_NUMA_BOUND", "0-31"), "0-15").verdict == Verdict::Narrowed);
+  // Inside a cgroup, still within it.
+  tree.file("/proc/self/cgroup", "0::/slurm/job_7\n");
+  tree.file("/sys/fs/cgroup/slurm/job_7/cpuset.cpus.effective", "0-7,32-39\n");
+  p = plan_for(tree, rank(1).set("PAGEFAST_NUMA_BOUND", "0-7"), "0-7");
+  REQUIRE(p.verdict == Verdict::Bind);
+  CHECK(p.cpus.to_list() == "32-39");
+}
