@@ -83,17 +83,23 @@ int SleepBook::release(uint64_t program, bool* gone, void** host) {
   return kOk;
 }
 
-int SleepBook::unmap(uint64_t addr, uint64_t bytes, std::vector<void*>* gone) {
+int SleepBook::tiled(uint64_t addr, uint64_t bytes, Places::iterator* first) {
   const uint64_t end = addr + bytes;
-  auto first = places_.lower_bound(addr);
-  if (first == places_.end() || first->first >= end || end < addr) return -1;
-  // They must tile the range exactly, as the driver unmaps whole mappings.
+  *first = places_.lower_bound(addr);
+  if (*first == places_.end() || (*first)->first >= end || end < addr) return -1;
+  // They must tile the range exactly, as the driver acts on whole mappings.
   uint64_t at = addr;
-  for (auto it = first; it != places_.end() && it->first < end; ++it) {
+  for (auto it = *first; it != places_.end() && it->first < end; ++it) {
     if (it->first != at) return kInvalidValue;
     at += it->second.bytes;
   }
-  if (at != end) return kInvalidValue;
+  return at == end ? kOk : kInvalidValue;
+}
+
+int SleepBook::unmap(uint64_t addr, uint64_t bytes, std::vector<void*>* gone) {
+  const uint64_t end = addr + bytes;
+  Places::iterator first;
+  if (const int r = tiled(addr, bytes, &first); r != kOk) return r;
   while (first != places_.end() && first->first < end) {
     auto h = asleep_.find(first->second.program);
     if (h != asleep_.end()) {
@@ -115,14 +121,8 @@ int SleepBook::unmap(uint64_t addr, uint64_t bytes, std::vector<void*>* gone) {
 
 int SleepBook::access_records(uint64_t addr, uint64_t bytes, std::vector<std::string*>* out) {
   const uint64_t end = addr + bytes;
-  auto first = places_.lower_bound(addr);
-  if (first == places_.end() || first->first >= end || end < addr) return -1;
-  uint64_t at = addr;
-  for (auto it = first; it != places_.end() && it->first < end; ++it) {
-    if (it->first != at) return kInvalidValue;
-    at += it->second.bytes;
-  }
-  if (at != end) return kInvalidValue;
+  Places::iterator first;
+  if (const int r = tiled(addr, bytes, &first); r != kOk) return r;
   for (auto it = first; it != places_.end() && it->first < end; ++it) {
     auto h = asleep_.find(it->second.program);
     if (h == asleep_.end()) continue;

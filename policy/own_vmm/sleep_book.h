@@ -110,13 +110,18 @@ class SleepBook {
     uint64_t bytes = 0;
     uint64_t program = 0;
   };
+  using Places = std::map<uint64_t, Place>;
   bool held(uint64_t value) const { return aliases_.count(value) || asleep_.count(value); }
+  // The mappings asleep that tile [addr, addr + bytes) exactly, from
+  // *first: kOk; -1 where none is there, kInvalidValue where they do not
+  // tile it.
+  int tiled(uint64_t addr, uint64_t bytes, Places::iterator* first);
 
   bool ever_ = false;
   std::unordered_map<uint64_t, uint64_t> aliases_;  // program -> driver (values differ)
   std::unordered_map<uint64_t, uint64_t> reverse_;  // driver -> program
   std::unordered_map<uint64_t, AsleepHandle> asleep_;
-  std::map<uint64_t, Place> places_;  // the mappings asleep, by address
+  Places places_;  // the mappings asleep, by address
   // pagefast's own values: from the top of the range down, skipping held ones.
   uint64_t next_own_ = UINT64_MAX - 1;
 };
