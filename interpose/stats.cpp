@@ -83,11 +83,22 @@ static bool g_count_calls = true;
 // A call made while counting is off: remembered once, for any_activity().
 static std::atomic<bool> g_uncounted_call{false};
 
-void set_call_counting(bool on) { g_count_calls = on; }
-void count_call(Entry entry) {
-  if (__builtin_expect(g_count_calls, 1)) bump(int(entry));
-  else if (!g_uncounted_call.load(std::memory_order_relaxed)) g_uncounted_call.store(true, std::memory_order_relaxed);
+namespace detail {
+__thread std::atomic<uint64_t>* t_calls __attribute__((tls_model("initial-exec"))) = nullptr;
+
+// The thread's first counted call (its block made), or any call with
+// stats:off.
+void count_call_slow(Entry entry) {
+  if (__builtin_expect(g_count_calls, 1)) {
+    bump(int(entry));
+    if (t_block) t_calls = t_block->counter;  // the inline path from now on
+  } else if (!g_uncounted_call.load(std::memory_order_relaxed)) {
+    g_uncounted_call.store(true, std::memory_order_relaxed);
+  }
 }
+}  // namespace detail
+
+void set_call_counting(bool on) { g_count_calls = on; }
 void count_door(Door door) { bump(kEntryCount + int(door)); }
 uint64_t calls(Entry entry) { return sum(int(entry)); }
 uint64_t doors(Door door) { return sum(kEntryCount + int(door)); }
