@@ -3,11 +3,10 @@
 #include <cstring>
 #include <string>
 
+#include "interpose/capi_export.h"
 #include "interpose/report.h"
 #include "interpose/runtime.h"
 #include "interpose/stats.h"
-
-#define PF_EXPORT extern "C" __attribute__((visibility("default")))
 
 PF_EXPORT const char* pagefast_version(void) { return PAGEFAST_VERSION; }
 

@@ -8,12 +8,11 @@
 #include <atomic>
 #include <cstring>
 
+#include "interpose/capi_export.h"
 #include "interpose/hooks.h"
 #include "interpose/real_driver.h"
 #include "interpose/runtime.h"
 #include "interpose/stats.h"
-
-#define PF_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace pagefast {
 namespace {

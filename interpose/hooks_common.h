@@ -5,6 +5,7 @@
 
 #include <cuda.h>
 
+#include "interpose/driver.h"
 #include "interpose/entries.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
@@ -15,7 +16,7 @@ namespace pagefast::hook {
 namespace {
 
 // The answer when the real driver lacks a function (an older driver).
-constexpr CUresult kMissing = CUDA_ERROR_NOT_FOUND;
+using driver::kMissing;
 
 #define PF_FORWARD(symbol, args)                 \
   do {                                           \

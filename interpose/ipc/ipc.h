@@ -19,8 +19,8 @@
 // or one connection.
 //
 // ipc.cpp (handle, registry), ipc_server.cpp (socket, threads) and
-// ipc_import.cpp (importer) are the VMM provider's IPC half: with
-// vmm_provider.cpp, the only code that calls cuMem* VMM functions.
+// ipc_import.cpp (importer) are the VMM provider's IPC half; like every
+// part, they reach the driver through the seam (interpose/driver.h).
 #pragma once
 
 #include <cuda.h>

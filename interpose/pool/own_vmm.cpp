@@ -36,7 +36,7 @@ static_assert(offsetof(CUmemAccessDesc, flags) == sizeof(CUmemLocation), "a desc
 
 // More descriptors than devices can exist is not a real call: forwarded.
 constexpr size_t kMaxDescs = 4096;
-constexpr CUresult kMissing = CUDA_ERROR_NOT_FOUND;
+using driver::kMissing;
 
 PoolConfig g_config;
 

@@ -4,14 +4,13 @@
 // field, so the two can never drift apart.
 #include <cstddef>
 
+#include "interpose/capi_export.h"
 #include "interpose/pagefast.h"
 #include "interpose/pool/device_memory.h"
 #include "interpose/pool/own_vmm.h"
 #include "interpose/pool/pool_internal.h"
 #include "interpose/pool/process.h"
 #include "policy/pool_stats.h"
-
-#define PF_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace {
 

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <new>
 
+#include "interpose/capi_export.h"
 #include "interpose/driver.h"
 #include "interpose/ipc/ipc.h"
 #include "interpose/ipc/ipc_wire.h"
@@ -28,8 +29,6 @@
 #include "interpose/pool/sleep_state.h"
 #include "interpose/pool_api.h"
 #include "policy/device_pool.h"
-
-#define PF_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace pagefast::pool {
 namespace {
@@ -266,10 +265,9 @@ int wake_tag(const char* tag) {
 
 int control_op(uint16_t op, uint64_t arg) {
   switch (op) {
-    case 3:  // kOpSleep (interpose/ipc/ipc_wire.h)
-      return sleep_all(unsigned(arg) & (policy::kSleepKeep | policy::kSleepFail));
-    case 4: return wake_all();
-    case 5: return asleep_count();
+    case ipc::wire::kOpSleep: return sleep_all(unsigned(arg) & (policy::kSleepKeep | policy::kSleepFail));
+    case ipc::wire::kOpWake: return wake_all();
+    case ipc::wire::kOpStatus: return asleep_count();
     default: return -1;
   }
 }
@@ -277,10 +275,10 @@ int control_op(uint16_t op, uint64_t arg) {
 int tag_control_op(uint16_t op, uint64_t flags, const char* tag) {
   int answer;
   switch (op) {
-    case 7:  // kOpSleepTag (interpose/ipc/ipc_wire.h)
+    case ipc::wire::kOpSleepTag:
       answer = sleep_tag(tag, unsigned(flags) & (PAGEFAST_SLEEP_KEEP | PAGEFAST_SLEEP_FAIL | PAGEFAST_SLEEP_DISCARD));
       break;
-    case 8: answer = wake_tag(tag); break;  // kOpWakeTag
+    case ipc::wire::kOpWakeTag: answer = wake_tag(tag); break;
     default: return -1;
   }
   // -2 is "busy" on the wire: an unknown tag has an answer of its own.

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <mutex>
 
+#include "interpose/capi_export.h"
 #include "interpose/pagefast.h"
 #include "interpose/pool/device_memory.h"
 #include "interpose/pool/own_vmm.h"
@@ -26,8 +27,6 @@
 #include "interpose/pool/sleep_state.h"
 #include "interpose/pool_api.h"
 #include "policy/device_pool.h"
-
-#define PF_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace pagefast::pool {
 namespace {

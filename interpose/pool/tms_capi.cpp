@@ -11,10 +11,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include "interpose/capi_export.h"
 #include "interpose/pagefast.h"
 #include "interpose/pool/region.h"
-
-#define PF_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace {
 
