@@ -24,14 +24,14 @@ import os
 import threading
 
 from . import _region
-from ._sleep import _UNKNOWN_TAG, Error, _require_tags, _tag_bytes, loaded
+# _SLEEP_FAIL (PAGEFAST_SLEEP_FAIL): allocations of a paused tag fail instead of waiting.
+from ._sleep import _SLEEP_FAIL, _UNKNOWN_TAG, Error, _require_tags, _tag_bytes, loaded
 from ._tms_state import BACKENDS as _BACKENDS, STATE as _STATE, TAG_DEFAULT as _TAG_DEFAULT, Impl, env_bool
 from ._tms_state import asleep as _asleep
 
 __all__ = ["TorchMemorySaver", "torch_memory_saver", "configure_subprocess"]
 
 _HOOK_MODES = ("preload", "torch")
-_SLEEP_FAIL = 2  # PAGEFAST_SLEEP_FAIL: allocations of a paused tag fail instead of waiting
 
 
 def is_xpu():
