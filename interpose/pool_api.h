@@ -70,6 +70,10 @@ struct TagFigures {
 // may be more than max). Never waits for a lock held long (safe while a
 // sleep runs: it reads what the last step left).
 int tag_figures(TagFigures* out, int max);
+// The pools of memory made outside any region (one per pooled device)
+// that are awake now: with every tag asleep, whether the process is
+// partly asleep all the same. Lock-free.
+int untagged_pools_awake();
 
 // cuMemAlloc_v2. REQUIRES dptr != NULL and bytes > 0: the hook leaves
 // those calls to the driver, which answers them byte for byte. false: not

@@ -115,6 +115,8 @@ struct ReplyHeader {
   uint32_t piece_count;
   uint32_t seq;     // the request's, low 32 bits
   uint32_t reason;  // Reason, for a refused open
+  // kOpTagStatus: 1 + the pools outside any region awake now (0: a
+  // pagefast that does not say); else 0.
   uint32_t reserved;
 };
 static_assert(sizeof(ReplyHeader) == 24, "the reply header is 24 bytes");

@@ -305,6 +305,15 @@ int asleep_count() {
   return n;
 }
 
+int untagged_pools_awake() {
+  if (!active()) return 0;
+  int n = 0;
+  for (int d = 0; d < kMaxDevices; ++d)
+    if (const DeviceMemory* memory = device_memory(d))
+      if (const policy::DevicePool* p = memory->pool()) n += p->asleep() ? 0 : 1;
+  return n;
+}
+
 }  // namespace pagefast::pool
 
 PF_EXPORT int pagefast_sleep(unsigned flags) { return pagefast::pool::sleep_all(flags); }

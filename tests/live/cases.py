@@ -378,6 +378,12 @@ def case_partly():
         r = subprocess.run([ctl, "status", str(p.pid)], env=env, capture_output=True, text=True, timeout=60)
         check(r.returncode == 0 and f"{p.pid}: partly asleep (1 of 2 tags)" in r.stdout,
               f"pagefast-ctl status ({r.stdout!r} {r.stderr!r})")
+        # Every tag asleep, the memory outside any region awake: still partly.
+        check(ask(p, "sleep scratch") == "answer 0", "pagefast_sleep_tag(scratch) answers 0")
+        r = subprocess.run([ctl, "status", str(p.pid)], env=env, capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0 and f"{p.pid}: partly asleep (all 2 tags; the untagged memory awake)" in r.stdout,
+              f"pagefast-ctl status with every tag asleep ({r.stdout!r} {r.stderr!r})")
+        check(ask(p, "wake scratch") == "answer 0", "scratch wakes")
         check(ask(p, "wake kv") == "answer 0", "kv wakes")
         r = subprocess.run([ctl, "status", str(p.pid)], env=env, capture_output=True, text=True, timeout=60)
         check(r.returncode == 0 and f"{p.pid}: awake" in r.stdout, f"then awake ({r.stdout!r})")

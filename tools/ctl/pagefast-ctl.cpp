@@ -311,6 +311,7 @@ int status(int fd, const Command& c) {
   const int pools = int(int32_t(reply.status));
   std::vector<TagState> tags;
   const bool told = ask(fd, kOpTagStatus, 0, 2, "", &reply) && reply.piece_count <= uint32_t(kMaxTagStates);
+  const int untagged_awake = told && reply.reserved ? int(reply.reserved) - 1 : -1;  // -1: not said
   if (told) {
     tags.resize(reply.piece_count);
     if (!tags.empty() && !read_answer(fd, tags.data(), tags.size() * sizeof(TagState))) tags.clear();
@@ -323,7 +324,9 @@ int status(int fd, const Command& c) {
   // sleep leaves the rest awake: partly asleep.
   int asleep_tags = 0;
   for (const TagState& t : tags) asleep_tags += t.flags & kTagAsleep ? 1 : 0;
-  const bool partly = asleep_tags > 0 && asleep_tags < int(tags.size());
+  // Every tag asleep but the memory outside any region awake: partly too.
+  const bool partly =
+      asleep_tags > 0 && (asleep_tags < int(tags.size()) || (asleep_tags == int(tags.size()) && untagged_awake > 0));
   if (!c.tagged)
     std::printf("%ld: %s\n", c.pid, pagefast::sleep_words(pools > 0, partly, asleep_tags, int(tags.size())).c_str());
   int shown = 0;
