@@ -80,8 +80,9 @@ void log_refusal(const ExporterKey& key, const Reply& reply) {
   switch (reply.header.reason) {
     case wire::kReasonAsleep:
       log::write(LogLevel::Warn,
-                 "CUDA IPC: cannot open a pool block of process {}: its pool is asleep "
-                 "(pagefast_sleep or pagefast-ctl sleep) and the block's memory with it; open it after the wake",
+                 "CUDA IPC: cannot open a pool block of process {}: its pool is asleep (a sleep of its tag or "
+                 "of everything: pagefast_sleep_tag, pagefast_sleep, pagefast-ctl sleep) and the block's memory "
+                 "with it; open it after the wake",
                  key.pid);
       break;
     case wire::kReasonExportFailed:
