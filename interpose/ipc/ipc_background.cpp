@@ -97,8 +97,8 @@ void reply_tag_states(int fd, uint32_t seq) {
     wire::ReplyHeader header;
     wire::TagState tags[wire::kMaxTagStates];
   } reply{};
-  reply.header = wire::ReplyHeader{wire::kReplyMagic, uint32_t(count), uint32_t(count), seq, 0,
-                                   uint32_t(1 + pool::untagged_pools_awake())};
+  reply.header = wire::ReplyHeader{
+      wire::kReplyMagic, uint32_t(count), uint32_t(count), seq, 0, uint32_t(1 + pool::untagged_pools_awake())};
   for (int i = 0; i < count; ++i) {
     const pool::TagFigures& f = figures[i];
     wire::TagState& t = reply.tags[i];
