@@ -54,33 +54,7 @@ namespace {
 constexpr size_t kKiB = 1u << 10;
 constexpr size_t kMiB = 1u << 20;
 
-struct Api {
-  int (*begin)(const char*, unsigned);
-  int (*end)();
-  int (*sleep_tag)(const char*, unsigned);
-  int (*wake_tag)(const char*);
-  int (*tag_asleep)(const char*);
-};
-
-template <typename F>
-bool find(F* fn, const char* name) {
-  *fn = reinterpret_cast<F>(dlsym(RTLD_DEFAULT, name));
-  return *fn != nullptr;
-}
-
-bool load(Api* a) {
-  return find(&a->begin, "pagefast_region_begin") && find(&a->end, "pagefast_region_end") &&
-         find(&a->sleep_tag, "pagefast_sleep_tag") && find(&a->wake_tag, "pagefast_wake_tag") &&
-         find(&a->tag_asleep, "pagefast_tag_asleep");
-}
-
-int alloc_in(Api& api, const char* tag, unsigned flags, size_t bytes, CUdeviceptr* p) {
-  if (api.begin(tag, flags) != 0) return fail("region begin");
-  const CUresult r = cuMemAlloc_v2(p, bytes);
-  api.end();
-  if (r != CUDA_SUCCESS) return fail("allocation in a region");
-  return 0;
-}
+using Api = RegionApi;
 
 bool bytes_are(CUdeviceptr p, size_t bytes, unsigned char value) {
   const unsigned char* b = reinterpret_cast<const unsigned char*>(p);
@@ -358,7 +332,7 @@ int step_once(Api& api, Receiver& b, int step, std::vector<Block>& weights, cons
 
 int trainer(int steps) {
   Api api;
-  if (!load(&api)) return fail("the region API is not exported");
+  if (!api.load()) return fail("the region API is not exported");
   // The trainer's optimizer state: outside any region.
   CUdeviceptr optimizer = 0;
   CHECK_CU(cuMemAlloc_v2(&optimizer, kOptimizer));

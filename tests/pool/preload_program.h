@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cuda.h>
+#include <dlfcn.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 
@@ -49,6 +51,42 @@ inline bool words_intact(CUdeviceptr p, size_t bytes, uint64_t seed) {
   } while (0)
 
 namespace preload_program {
+
+// pagefast's regions and tagged sleep (interpose/pagefast.h), looked up
+// in the process as a program does where the library may be absent.
+struct RegionApi {
+  int (*begin)(const char*, unsigned) = nullptr;
+  int (*end)() = nullptr;
+  const char* (*current)() = nullptr;
+  int (*sleep_tag)(const char*, unsigned) = nullptr;
+  int (*wake_tag)(const char*) = nullptr;
+  int (*tag_asleep)(const char*) = nullptr;
+  int (*asleep)() = nullptr;
+
+  // false when the library does not export them all.
+  bool load() {
+    return find(&begin, "pagefast_region_begin") && find(&end, "pagefast_region_end") &&
+           find(&current, "pagefast_region_current") && find(&sleep_tag, "pagefast_sleep_tag") &&
+           find(&wake_tag, "pagefast_wake_tag") && find(&tag_asleep, "pagefast_tag_asleep") &&
+           find(&asleep, "pagefast_asleep");
+  }
+
+ private:
+  template <typename F>
+  static bool find(F* fn, const char* name) {
+    *fn = reinterpret_cast<F>(dlsym(RTLD_DEFAULT, name));
+    return *fn != nullptr;
+  }
+};
+
+// An allocation inside a region of `tag`: 0, or 1 after a FAIL line.
+inline int alloc_in(RegionApi& api, const char* tag, unsigned flags, size_t bytes, CUdeviceptr* p) {
+  if (api.begin(tag, flags) != 0) return fail("region begin");
+  const CUresult r = cuMemAlloc_v2(p, bytes);
+  api.end();
+  if (r != CUDA_SUCCESS) return fail("allocation in a region");
+  return 0;
+}
 
 inline int start() {
   CHECK_CU(cuInit(0));

@@ -46,36 +46,7 @@ using namespace preload_program;
 
 namespace {
 
-struct Api {
-  int (*begin)(const char*, unsigned);
-  int (*end)();
-  const char* (*current)();
-  int (*sleep_tag)(const char*, unsigned);
-  int (*wake_tag)(const char*);
-  int (*tag_asleep)(const char*);
-  int (*asleep)();
-};
-
-template <typename F>
-bool find(F* fn, const char* name) {
-  *fn = reinterpret_cast<F>(dlsym(RTLD_DEFAULT, name));
-  return *fn != nullptr;
-}
-
-bool load(Api* a) {
-  return find(&a->begin, "pagefast_region_begin") && find(&a->end, "pagefast_region_end") &&
-         find(&a->current, "pagefast_region_current") && find(&a->sleep_tag, "pagefast_sleep_tag") &&
-         find(&a->wake_tag, "pagefast_wake_tag") && find(&a->tag_asleep, "pagefast_tag_asleep") &&
-         find(&a->asleep, "pagefast_asleep");
-}
-
-int alloc_in(Api& api, const char* tag, unsigned flags, size_t bytes, CUdeviceptr* p) {
-  if (api.begin(tag, flags) != 0) return fail("region begin");
-  const CUresult r = cuMemAlloc_v2(p, bytes);
-  api.end();
-  if (r != CUDA_SUCCESS) return fail("allocation in a region");
-  return 0;
-}
+using Api = RegionApi;
 
 constexpr size_t kMiB = 1u << 20;
 
@@ -239,7 +210,7 @@ int fork_asleep(Api& api, Held& h) {
 
 int tags_case() {
   Api api;
-  if (!load(&api)) return fail("the region API is not exported");
+  if (!api.load()) return fail("the region API is not exported");
   Held h{};
   CHECK_CU(cuMemAlloc_v2(&h.u, 4 * kMiB));
   fill_words(h.u, 4 * kMiB, 1);
@@ -260,7 +231,7 @@ int tags_case() {
 
 int limits_case() {
   Api api;
-  if (!load(&api)) return fail("the region API is not exported");
+  if (!api.load()) return fail("the region API is not exported");
   char name[80];
   std::memset(name, 'a', 64);
   name[64] = 0;
@@ -312,7 +283,7 @@ int limits_case() {
 // open around it stays open, and tags meanwhile.
 int refused_case() {
   Api api;
-  if (!load(&api)) return fail("the region API is not exported");
+  if (!api.load()) return fail("the region API is not exported");
   auto current_is = [&api](const char* tag) {
     const char* now = api.current();
     return tag ? now && std::strcmp(now, tag) == 0 : now == nullptr;
@@ -361,7 +332,7 @@ int refused_case() {
 // regions: present for "held", whose thread waits, absent for "exited").
 int exit_case() {
   Api api;
-  if (!load(&api)) return fail("the region API is not exported");
+  if (!api.load()) return fail("the region API is not exported");
   std::thread gone([&api] {
     cuCtxSetCurrent(g_context);
     api.begin("exited", 0);
@@ -399,7 +370,7 @@ int exit_case() {
 // nothing changed.
 int partial_case() {
   Api api;
-  if (!load(&api)) return fail("the region API is not exported");
+  if (!api.load()) return fail("the region API is not exported");
   CUdevice second = 0;
   CUcontext contexts[2] = {g_context, nullptr};
   CHECK_CU(cuDeviceGet(&second, 1));
@@ -459,7 +430,7 @@ int partial_case() {
 // a sleep of everything and an allocation outside any region.
 int self_case() {
   Api api;
-  if (!load(&api)) return fail("the region API is not exported");
+  if (!api.load()) return fail("the region API is not exported");
   auto sleep_all = reinterpret_cast<int (*)(unsigned)>(dlsym(RTLD_DEFAULT, "pagefast_sleep"));
   auto wake_all = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "pagefast_wake"));
   if (!sleep_all || !wake_all) return fail("pagefast_sleep/wake not exported");
@@ -522,7 +493,7 @@ bool blocked(pid_t tid) {
 // of it (served): neither is held up behind the waiting thread.
 int waiter_case() {
   Api api;
-  if (!load(&api)) return fail("the region API is not exported");
+  if (!api.load()) return fail("the region API is not exported");
   std::atomic<int> stage{0}, got{0};
   std::atomic<pid_t> tid{0};
   std::thread other([&] {
@@ -560,7 +531,7 @@ int waiter_case() {
 // regions open and close; the parent's sleep then finishes.
 int fork_case() {
   Api api;
-  if (!load(&api)) return fail("the region API is not exported");
+  if (!api.load()) return fail("the region API is not exported");
   CUdeviceptr p = 0;
   if (alloc_in(api, "forked", 0, 4 * kMiB, &p)) return 1;
   CUstream stream = nullptr;
@@ -604,7 +575,7 @@ int fork_case() {
 // slot's counters start again; 300 per-request tags in a row all open.
 int reuse_case() {
   Api api;
-  if (!load(&api)) return fail("the region API is not exported");
+  if (!api.load()) return fail("the region API is not exported");
   auto stats_json = reinterpret_cast<size_t (*)(char*, size_t)>(dlsym(RTLD_DEFAULT, "pagefast_stats_json"));
   if (!stats_json) return fail("pagefast_stats_json not exported");
   char name[32];
@@ -679,7 +650,7 @@ int reuse_case() {
 // region keeps its name while open.
 int reuse_race_case(int rounds) {
   Api api;
-  if (!load(&api)) return fail("the region API is not exported");
+  if (!api.load()) return fail("the region API is not exported");
   std::atomic<int> bad{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t)
@@ -721,7 +692,7 @@ int reuse_race_case(int rounds) {
 // the other.
 int limit_case() {
   Api api;
-  if (!load(&api)) return fail("the region API is not exported");
+  if (!api.load()) return fail("the region API is not exported");
   CUdeviceptr outside = 0, inside = 0;
   CHECK_CU(cuMemAlloc_v2(&outside, 40 * kMiB));
   if (api.begin("kv", 0) != 0) return fail("region begin");
@@ -743,7 +714,7 @@ int limit_case() {
 // sleep of everything names it and answers 1; once it holds nothing, 0.
 int async_case() {
   Api api;
-  if (!load(&api)) return fail("the region API is not exported");
+  if (!api.load()) return fail("the region API is not exported");
   auto sleep_all = reinterpret_cast<int (*)(unsigned)>(dlsym(RTLD_DEFAULT, "pagefast_sleep"));
   auto wake_all = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "pagefast_wake"));
   CUdeviceptr pooled = 0, ordered = 0;
@@ -764,7 +735,7 @@ int async_case() {
 // the main thread sleeps and wakes "kv" (discard) and "weights" (keep).
 int cycles_case(int cycles) {
   Api api;
-  if (!load(&api)) return fail("the region API is not exported");
+  if (!api.load()) return fail("the region API is not exported");
   CUdeviceptr w = 0, k = 0;
   if (alloc_in(api, "weights", PAGEFAST_REGION_KEEP, 3 * kMiB, &w) || alloc_in(api, "kv", 0, 2 * kMiB, &k)) return 1;
   fill_words(w, 3 * kMiB, 9);

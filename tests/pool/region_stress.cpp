@@ -40,25 +40,7 @@ namespace {
 
 constexpr size_t kMiB = size_t(1) << 20;
 
-struct Api {
-  int (*begin)(const char*, unsigned);
-  int (*end)();
-  int (*sleep_tag)(const char*, unsigned);
-  int (*wake_tag)(const char*);
-  int (*trim)(int);
-};
-
-template <typename F>
-bool find(F* fn, const char* name) {
-  *fn = reinterpret_cast<F>(dlsym(RTLD_DEFAULT, name));
-  return *fn != nullptr;
-}
-
-bool load(Api* a) {
-  return find(&a->begin, "pagefast_region_begin") && find(&a->end, "pagefast_region_end") &&
-         find(&a->sleep_tag, "pagefast_sleep_tag") && find(&a->wake_tag, "pagefast_wake_tag") &&
-         find(&a->trim, "pagefast_pool_trim");
-}
+using Api = RegionApi;
 
 // One thread's rounds: fill until the driver (or the limit) says no, check,
 // free. Returns the blocks it got over all rounds, -1 on a wrong byte or
@@ -118,7 +100,7 @@ int grow(Api& api, int threads, int rounds) {
   return 0;
 }
 
-CUresult alloc_in(Api& api, const char* tag, unsigned flags, size_t bytes, CUdeviceptr* p) {
+CUresult try_alloc_in(Api& api, const char* tag, unsigned flags, size_t bytes, CUdeviceptr* p) {
   if (tag && api.begin(tag, flags) != 0) return CUDA_ERROR_INVALID_VALUE;
   const CUresult r = cuMemAlloc_v2(p, bytes);
   if (tag) api.end();
@@ -131,7 +113,7 @@ int share(Api& api) {
   std::vector<CUdeviceptr> b;
   for (int i = 0; i < 8; ++i) {
     CUdeviceptr p = 0;
-    CHECK_CU(alloc_in(api, "b", 0, 8 * kMiB, &p));
+    CHECK_CU(try_alloc_in(api, "b", 0, 8 * kMiB, &p));
     b.push_back(p);
   }
   for (CUdeviceptr p : b) CHECK_CU(cuMemFree_v2(p));
@@ -140,21 +122,21 @@ int share(Api& api) {
   if (total != 64 * kMiB || free_bytes != 64 * kMiB) return fail("cuMemGetInfo under the limit after the frees");
   // Tag C grows into what B holds idle.
   CUdeviceptr c = 0;
-  CHECK_CU(alloc_in(api, "c", 0, 40 * kMiB, &c));
+  CHECK_CU(try_alloc_in(api, "c", 0, 40 * kMiB, &c));
   CHECK_CU(cuMemFree_v2(c));
   // The device's pool too.
   CUdeviceptr u = 0;
-  CHECK_CU(alloc_in(api, nullptr, 0, 48 * kMiB, &u));
+  CHECK_CU(try_alloc_in(api, nullptr, 0, 48 * kMiB, &u));
   CHECK_CU(cuMemFree_v2(u));
   // A kept tag asleep, another tag takes everything idle; wake makes room.
   CUdeviceptr k = 0;
-  CHECK_CU(alloc_in(api, "keep", PAGEFAST_REGION_KEEP, 24 * kMiB, &k));
+  CHECK_CU(try_alloc_in(api, "keep", PAGEFAST_REGION_KEEP, 24 * kMiB, &k));
   fill_words(k, 24 * kMiB, 77);
   if (api.sleep_tag("keep", 0) != 0) return fail("sleep keep");
   CHECK_CU(cuMemGetInfo_v2(&free_bytes, &total));
   if (free_bytes != 64 * kMiB) return fail("cuMemGetInfo counts asleep memory as used under the limit");
   CUdeviceptr d = 0;
-  CHECK_CU(alloc_in(api, "d", 0, 56 * kMiB, &d));
+  CHECK_CU(try_alloc_in(api, "d", 0, 56 * kMiB, &d));
   CHECK_CU(cuMemFree_v2(d));
   if (api.wake_tag("keep") != 0) return fail("wake of a kept tag while another tag holds the room idle");
   if (!words_intact(k, 24 * kMiB, 77)) return fail("the kept tag's contents after wake");
@@ -172,7 +154,7 @@ int small(Api& api) {
   for (int i = 0; i < 20; ++i) {
     std::snprintf(tag, sizeof tag, "t%d", i);
     CUdeviceptr p = 0;
-    CHECK_CU(alloc_in(api, tag, PAGEFAST_REGION_KEEP, kMiB, &p));
+    CHECK_CU(try_alloc_in(api, tag, PAGEFAST_REGION_KEEP, kMiB, &p));
     held.push_back(p);
   }
   const size_t taken = before - fakecuda_free_bytes(0);
@@ -209,9 +191,9 @@ bool wait_for(Done done) {
 
 int prelock(Api& api, bool expect) {
   CUdeviceptr kept = 0, kept2 = 0, dropped = 0;
-  CHECK_CU(alloc_in(api, "weights", PAGEFAST_REGION_KEEP, 24 * kMiB, &kept));
-  CHECK_CU(alloc_in(api, "weights", PAGEFAST_REGION_KEEP, 6 * kMiB, &kept2));
-  CHECK_CU(alloc_in(api, "kv", 0, 16 * kMiB, &dropped));
+  CHECK_CU(try_alloc_in(api, "weights", PAGEFAST_REGION_KEEP, 24 * kMiB, &kept));
+  CHECK_CU(try_alloc_in(api, "weights", PAGEFAST_REGION_KEEP, 6 * kMiB, &kept2));
+  CHECK_CU(try_alloc_in(api, "kv", 0, 16 * kMiB, &dropped));
   fill_words(kept, 24 * kMiB, 11);
   fill_words(kept2, 6 * kMiB, 12);
   const size_t live = 30 * kMiB;  // whole granules already
@@ -246,7 +228,7 @@ int main(int argc, char** argv) {
   if (argc < 2) return fail("usage: region_stress grow THREADS ROUNDS | share | small");
   if (start()) return 1;
   Api api{};
-  if (!load(&api)) return fail("the region C API is not exported");
+  if (!api.load()) return fail("the region C API is not exported");
   const std::string_view what = argv[1];
   if (what == "grow" && argc >= 4) return grow(api, std::atoi(argv[2]), std::atoi(argv[3]));
   if (what == "share") return share(api);
