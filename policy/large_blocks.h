@@ -135,7 +135,7 @@ class LargeBlocks {
   // figures from before it; counters never go back, reserved bytes never
   // read 0 while address space is reserved).
   void read_figures(PoolStats* stats);
-  // Try-lock only; false when busy.
+  // Try-locks only (a few, yielding between them); false when busy.
   bool try_figures(ArenaFigures* out);
   // Consistency (tests): the arena's and the mapped mirror's.
   std::string check();

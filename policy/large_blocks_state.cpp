@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "policy/large_blocks.h"
-#include "policy/thread_registry.h"
+#include "policy/spin.h"
 
 namespace pagefast::policy {
 
@@ -86,8 +86,10 @@ void LargeBlocks::read_figures(PoolStats* s) {
 }
 
 bool LargeBlocks::try_figures(ArenaFigures* out) {
-  std::unique_lock<std::mutex> guard(mutex_, std::try_to_lock);
-  if (!guard.owns_lock()) return false;
+  // A few tries, yielding between them (as the registry's figures): a
+  // release on the trim thread holds the device lock for a chunk or two.
+  if (!try_lock_patiently(mutex_)) return false;
+  std::unique_lock<std::mutex> guard(mutex_, std::adopt_lock);
   out->chunks = arena_.chunk_count();
   out->mapped = arena_.mapped();
   out->free_home = arena_.free_home();

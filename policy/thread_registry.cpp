@@ -19,14 +19,6 @@ void take_buffer_ids(ThreadCache& cache) {
   cache.buffer_id_end = cache.next_buffer_id + kBufferIdBatch;
 }
 
-bool try_lock_patiently(std::mutex& mutex) {
-  for (int attempt = 0; attempt < kStatsLockAttempts; ++attempt) {
-    if (mutex.try_lock()) return true;
-    sched_yield();
-  }
-  return false;
-}
-
 ThreadRegistry::~ThreadRegistry() {
   while (ThreadCache* c = all_caches_) {
     all_caches_ = c->all_next;

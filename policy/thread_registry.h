@@ -12,16 +12,13 @@
 #include <cstdint>
 #include <mutex>
 
+#include "policy/spin.h"
+
 #include "policy/pool_stats.h"
 #include "policy/quarantine.h"
 #include "policy/thread_cache.h"
 
 namespace pagefast::policy {
-
-// stats() gives up on a busy lock after this many tries (DevicePool::stats).
-constexpr int kStatsLockAttempts = 100;
-// try_lock, yielding between tries, kStatsLockAttempts times.
-bool try_lock_patiently(std::mutex& mutex);
 
 class ThreadRegistry {
  public:
