@@ -226,6 +226,16 @@ def wait_until(condition, what):
     return True
 
 
+def reap(proc):
+    """proc's output once it ends, killed after HANG_S (a hang guard: the
+    checks on its output then fail)."""
+    try:
+        return proc.communicate(timeout=HANG_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()
+
+
 def state_of(pid):
     with open(f"/proc/{pid}/stat") as f:
         line = f.read()
@@ -649,11 +659,7 @@ def case_sleep_tag_held():
     rc = imp2.open(b)
     check(rc != CUDA_SUCCESS, f"block 1, whose sleep is under way, does not open (rc {rc})")
     check(t.ask("open-gate") == "ok", "the kernel finishes")
-    try:
-        out, err = sleeper.communicate(timeout=HANG_S)
-    except subprocess.TimeoutExpired:
-        sleeper.kill()
-        out, err = sleeper.communicate()
+    out, err = reap(sleeper)
     check(sleeper.returncode == 0 and "sleep tag kv done" in out, f"the sleep is done ({out} {err})")
     check(t.ask("wake-tag kv") == "wake 0" and t.ask("check 1 42") == "check 1", "wake; block 1 as it was")
     check(imp.close() == CUDA_SUCCESS, "block 0 closes")
@@ -713,11 +719,7 @@ def case_sleep_copy():
     check(rc == CUDA_SUCCESS and imp.reads(0, MiB, 0x41), f"another process opens the block meanwhile (rc {rc})")
     check(imp.close() == CUDA_SUCCESS, "and closes it")
     check(t.ask("open-copy-gate") == "ok", "the copy goes on")
-    try:
-        out, err = sleeper.communicate(timeout=HANG_S)
-    except subprocess.TimeoutExpired:
-        sleeper.kill()
-        out, err = sleeper.communicate()
+    out, err = reap(sleeper)
     check(sleeper.returncode == 0 and "sleep tag kv done" in out and "resident" not in out,
           f"the sleep is done, all of it kept ({out} {err})")
     check(t.ask("wake-tag kv") == "wake 0" and t.ask("vmm-check 44") == "check 1", "wake; the memory as it was")
@@ -746,11 +748,7 @@ def case_control_thread():
     check(rc == CUDA_SUCCESS and imp2.reads(0, MiB, 0x41), f"another importer opens the held block meanwhile (rc {rc})")
     check(imp.close() == CUDA_SUCCESS and imp2.close() == CUDA_SUCCESS, "both close meanwhile")
     check(t.ask("open-gate") == "ok", "the kernel finishes")
-    try:
-        out, err = sleeper.communicate(timeout=HANG_S)
-    except subprocess.TimeoutExpired:
-        sleeper.kill()
-        out, err = sleeper.communicate()
+    out, err = reap(sleeper)
     check(sleeper.returncode == 0 and "sleep done" in out, f"the sleep is done ({out} {err})")
     check(t.ask("wake") == "wake 0" and t.ask("check 0 41") == "check 1", "wake; the block as it was")
     imp.quit()

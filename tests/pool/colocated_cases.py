@@ -10,7 +10,7 @@ Usage: colocated_cases.py rl --build <build dir>
 """
 import sys
 
-from preload_kit import check, expect_ok, failures, run_program
+from preload_kit import check, exit_with_failures, expect_ok, run_program
 
 STEPS = 100
 
@@ -31,8 +31,7 @@ def main():
             check(named >= STEPS, f"{label}: the refused opens of the asleep kv cache are named ({named} warnings)")
     else:
         check(False, f"unknown case {what}")
-    print(f"{len(failures)} failure(s)")
-    sys.exit(1 if failures else 0)
+    exit_with_failures()
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ LD_PRELOAD=libpagefast.so, in an environment cleared of the caller's
 PAGEFAST_* and FAKECUDA_* settings; and the checks that record failures."""
 import os
 import subprocess
+import sys
 
 failures = []
 
@@ -32,3 +33,9 @@ def run_program(build, program, args, preload=True, env=None, timeout=600):
     e.update(env or {})
     exe = os.path.join(build, "tests", "pool", program)
     return subprocess.run([exe] + list(args), env=e, capture_output=True, text=True, timeout=timeout)
+
+
+def exit_with_failures():
+    """The count of failed checks, and the exit status that says it."""
+    print(f"{len(failures)} failure(s)")
+    sys.exit(1 if failures else 0)

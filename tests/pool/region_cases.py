@@ -7,7 +7,7 @@ Usage: region_cases.py tags|limits|limit|async|cycles|refused|exit|partial|self|
 """
 import sys
 
-from preload_kit import check, expect_ok, failures, run_program
+from preload_kit import check, exit_with_failures, expect_ok, run_program
 
 
 def run(build, args, env=None):
@@ -73,8 +73,7 @@ def main():
         expect_ok(r, "cycles", "pagefast chunk_size:2M, 1000 cycles")
     else:
         check(False, f"unknown case {what}")
-    print(f"{len(failures)} failure(s)")
-    sys.exit(1 if failures else 0)
+    exit_with_failures()
 
 
 if __name__ == "__main__":

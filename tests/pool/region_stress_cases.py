@@ -13,7 +13,7 @@ fails only a program that never ends, never a slow machine)."""
 import subprocess
 import sys
 
-from preload_kit import check, expect_ok, failures, run_program
+from preload_kit import check, exit_with_failures, expect_ok, run_program
 
 GUARD_S = 120
 
@@ -60,8 +60,7 @@ def main():
                 expect_ok(r, "prelock", f"prelock {env}")
     else:
         check(False, f"unknown case {what}")
-    print(f"{len(failures)} failure(s)")
-    sys.exit(1 if failures else 0)
+    exit_with_failures()
 
 
 if __name__ == "__main__":
