@@ -12,10 +12,9 @@
 #include <cstdint>
 #include <mutex>
 
-#include "policy/spin.h"
-
 #include "policy/pool_stats.h"
 #include "policy/quarantine.h"
+#include "policy/spin.h"
 #include "policy/thread_cache.h"
 
 namespace pagefast::policy {
