@@ -138,10 +138,8 @@ void HostMemory::done_copying(Buffer& buffer, bool keep) {
 
 // REQUIRES: mutex_ held; `buffer` in neither by_base_ nor idle_ any more.
 void HostMemory::release(Buffer* buffer) {
-  unregister_pieces(*buffer);
-  munmap(buffer->base, buffer->bytes);
   mapped_bytes_ -= buffer->bytes;
-  delete buffer;
+  unmap_unlisted(buffer);
 }
 
 void HostMemory::give(Buffer& buffer, bool keep) {
@@ -185,11 +183,19 @@ void HostMemory::release_idle_past_locked(uint64_t fresh) {
   }
 }
 
+void HostMemory::unmap_unlisted(Buffer* buffer) {
+  unregister_pieces(*buffer);
+  munmap(buffer->base, buffer->bytes);
+  delete buffer;
+}
+
 uint64_t HostMemory::prelock(const uint64_t* bytes, uint64_t count, uint64_t budget, uint64_t bound) {
   std::vector<uint64_t> want;
+  std::vector<Buffer*> stale;  // taken off the lists under the lock, given back after it
   try {
     std::lock_guard<std::mutex> guard(mutex_);
-    if (mapped_bytes_ != idle_bytes_) return 0;     // a sleep's or wake's copies hold buffers
+    if (mapped_bytes_ != idle_bytes_) return 0;  // a sleep's or wake's copies hold buffers
+    stale.reserve(idle_.size());
     std::unordered_map<uint64_t, uint64_t> wanted;  // sizes asked for, not yet matched
     for (uint64_t i = 0; i < count; ++i) ++wanted[bytes[i]];
     // Idle buffers match first; those made ahead that nothing matches now
@@ -200,11 +206,12 @@ uint64_t HostMemory::prelock(const uint64_t* bytes, uint64_t count, uint64_t bud
         --w->second;
         ++it;
       } else if (it->second->ahead) {
-        Buffer* stale = it->second;
-        idle_bytes_ -= stale->bytes;
+        Buffer* old = it->second;
+        idle_bytes_ -= old->bytes;
+        mapped_bytes_ -= old->bytes;
         it = idle_.erase(it);
-        by_base_.erase(stale->base);
-        release(stale);
+        by_base_.erase(old->base);
+        stale.push_back(old);  // reserved: no throw
       } else {
         ++it;
       }
@@ -220,22 +227,29 @@ uint64_t HostMemory::prelock(const uint64_t* bytes, uint64_t count, uint64_t bud
       planned += bytes[i];
     }
   } catch (...) {
-    return 0;  // out of host memory for the plan: nothing ahead
+    // Out of host memory for the plan: nothing ahead (what was taken off
+    // the lists still goes back).
+    want.clear();
   }
+  // The driver's unregister calls run without the lock.
+  for (Buffer* old : stale) unmap_unlisted(old);
   uint64_t ready = 0;
   for (uint64_t size : want) {
     Buffer* buffer = new_buffer(size);
     if (!buffer) break;
     bool pinned_all = true;
     for (uint64_t p = 0; p < buffer->pieces && pinned_all; ++p) pinned_all = pin(*buffer, p);
-    std::lock_guard<std::mutex> guard(mutex_);
     bool listed = false;
     if (pinned_all) {
+      std::lock_guard<std::mutex> guard(mutex_);
       try {
         by_base_.emplace(buffer->base, buffer);
         listed = true;
         idle_.emplace(size, buffer);
         buffer->ahead = true;
+        mapped_bytes_ += size;
+        idle_bytes_ += size;
+        ready += size;
       } catch (...) {
         if (listed) by_base_.erase(buffer->base);
         listed = false;
@@ -244,14 +258,9 @@ uint64_t HostMemory::prelock(const uint64_t* bytes, uint64_t count, uint64_t bud
     if (!listed) {
       // The driver refused (or no host memory for the lists): nothing
       // ahead now; the sleep page-locks as it copies.
-      unregister_pieces(*buffer);
-      munmap(buffer->base, buffer->bytes);
-      delete buffer;
+      unmap_unlisted(buffer);
       break;
     }
-    mapped_bytes_ += size;
-    idle_bytes_ += size;
-    ready += size;
   }
   return ready;
 }

@@ -129,6 +129,8 @@ class HostMemory {
   void release_idle_past_locked(uint64_t fresh);
   uint64_t release_idle_locked();  // REQUIRES: mutex_ held
   void release(Buffer* buffer);    // unregisters, unmaps, deletes
+  // The same for a buffer on no list that mapped_bytes_ no longer counts.
+  void unmap_unlisted(Buffer* buffer);
   void unregister_pieces(Buffer& buffer);
 
   const RealDriver* const real_;
