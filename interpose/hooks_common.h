@@ -41,11 +41,20 @@ inline bool active(Entry entry) {
 // on), every idle byte of the device goes back to the driver and the call
 // is made once more (docs/POOL.md "Headroom"). A failed call changed
 // nothing, so making it again is safe; one compare on the way out.
+// Refused again: the other pagefast processes on the device give theirs
+// back (docs/IPC.md "Neighbours"), and it is made once more.
+template <typename Call>
+__attribute__((noinline)) CUresult retried_after_oom(Call& call) {
+  CUresult result = pool::reclaim_for_driver() ? call() : CUDA_ERROR_OUT_OF_MEMORY;
+  if (result == CUDA_ERROR_OUT_OF_MEMORY && pool::reclaim_from_neighbours()) result = call();
+  return result;
+}
+
 template <typename Call>
 inline CUresult retried_on_oom(bool on, Call&& call) {
   const CUresult result = call();
   if (__builtin_expect(result != CUDA_ERROR_OUT_OF_MEMORY, 1) || !on) return result;
-  return pool::reclaim_for_driver() ? call() : result;
+  return retried_after_oom(call);
 }
 
 // The real function of a table entry with that retry.

@@ -131,6 +131,11 @@ void adjust_mem_info(size_t* free_bytes, size_t* total_bytes);
 // device.
 constexpr int kCurrentDevice = -1;
 bool reclaim_for_driver(int device = kCurrentDevice);
+// The call was refused again after that: the other pagefast processes on
+// the device give their idle memory back (DeviceBudget::from_neighbours,
+// docs/IPC.md "Neighbours"). Returns the bytes they released (the caller
+// retries once more when any). May wait seconds for a neighbour.
+uint64_t reclaim_from_neighbours(int device = kCurrentDevice);
 // A managed allocation of `bytes` is about to be made (cuMemAllocManaged):
 // its pages take device memory when the device first touches them, where
 // an out-of-memory answer comes too late (a fault). Idle memory goes back

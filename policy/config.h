@@ -60,6 +60,10 @@ struct PoolConfig {
   // the allowance decides (docs/POOL.md "What is idle stays a share of
   // what is held").
   int idle_share = 15;
+  // keep_idle: the percent of the device's memory that its pools may keep
+  // idle; a free that takes them over it gives the rest back to the driver
+  // at once (policy/device_budget.h give_back_idle); 100: never at once.
+  int keep_idle_percent = 10;
   // control: pagefast-ctl may reach the process (sleep/wake/status) over
   // the IPC socket, whose thread then starts with the first pool.
   bool control = true;

@@ -77,12 +77,84 @@ uint64_t DeviceBudget::room_for(const Holder* holder) {
   return limit_bytes_ > others ? limit_bytes_ - others : 0;
 }
 
+void DeviceBudget::set_idle_limit(uint64_t bytes, uint64_t relearn_ns) {
+  std::lock_guard<std::mutex> guard(give_back_mutex_);
+  relearn_ns_ = relearn_ns;
+  idle_limit_.store(bytes, std::memory_order_relaxed);
+  give_back_mark_.store(bytes, std::memory_order_relaxed);
+}
+
+void DeviceBudget::set_mark(uint64_t idle, uint64_t left) {
+  const uint64_t bound = idle_limit_.load(std::memory_order_relaxed);
+  const uint64_t keep = bound + learned_bytes_ < bound ? kNoLimit : bound + learned_bytes_;
+  // Due again once another eighth of the bound came on top of what is idle
+  // now or of the bound, whichever is more: memory that could not go back
+  // (chunks partly in use) is not asked for again at every free.
+  const uint64_t base = left > keep ? left : keep;
+  const uint64_t step = bound / 8 > (64ull << 20) ? bound / 8 : (64ull << 20);
+  const uint64_t due = base + step;
+  give_back_mark_.store(due > idle ? due - idle : step, std::memory_order_relaxed);
+}
+
+uint64_t DeviceBudget::give_back_idle(uint64_t now_ns) {
+  const uint64_t bound = idle_limit_.load(std::memory_order_relaxed);
+  if (bound == kNoLimit) return 0;
+  std::unique_lock<std::mutex> lock(give_back_mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return 0;
+  const uint64_t idle = idle_bytes();
+  uint64_t keep = bound + learned_bytes_ < bound ? kNoLimit : bound + learned_bytes_;
+  if (idle <= keep) {
+    set_mark(idle, idle);
+    return 0;
+  }
+  const uint64_t held = held_bytes();
+  const bool recent = last_give_back_ns_ && now_ns - last_give_back_ns_ < relearn_ns_;
+  if (!recent) recent_given_bytes_ = 0;
+  if (recent && held > held_after_give_back_ && held - held_after_give_back_ >= recent_given_bytes_ / 2) {
+    // The program took back what the last give-backs released: it frees
+    // and allocates that much again. Keep it from now on.
+    learned_bytes_ += recent_given_bytes_;
+    recent_given_bytes_ = 0;
+    last_give_back_ns_ = 0;
+    keep = bound + learned_bytes_ < bound ? kNoLimit : bound + learned_bytes_;
+    if (idle <= keep) {
+      set_mark(idle, idle);
+      return 0;
+    }
+  }
+  const uint64_t given = ask(idle - keep);
+  if (given) {
+    given_back_bytes_.fetch_add(given, std::memory_order_relaxed);
+    give_backs_.fetch_add(1, std::memory_order_relaxed);
+    last_give_back_ns_ = now_ns ? now_ns : 1;
+    recent_given_bytes_ += given;
+    held_after_give_back_ = held_bytes();
+  }
+  set_mark(idle, idle > given ? idle - given : 0);
+  return given;
+}
+
+uint64_t DeviceBudget::from_neighbours(uint64_t bytes) {
+  if (!neighbours_ || !bytes) return 0;
+  // Under a limit, the neighbours' memory is no help when the limit is
+  // what refused.
+  if (limit_bytes_ && held_bytes() + (bytes == kAllIdle ? 0 : bytes) > limit_bytes_) return 0;
+  const uint64_t given = neighbours_->give_back(bytes);
+  neighbour_asks_.fetch_add(1, std::memory_order_relaxed);
+  neighbour_bytes_.fetch_add(given, std::memory_order_relaxed);
+  return given;
+}
+
 DeviceBudget::Counters DeviceBudget::counters() const {
   Counters c;
   c.relieved_bytes = relieved_bytes_.load(std::memory_order_relaxed);
   c.relieves = relieves_.load(std::memory_order_relaxed);
   c.released_bytes = released_bytes_.load(std::memory_order_relaxed);
   c.releases = releases_.load(std::memory_order_relaxed);
+  c.given_back_bytes = given_back_bytes_.load(std::memory_order_relaxed);
+  c.give_backs = give_backs_.load(std::memory_order_relaxed);
+  c.neighbour_bytes = neighbour_bytes_.load(std::memory_order_relaxed);
+  c.neighbour_asks = neighbour_asks_.load(std::memory_order_relaxed);
   return c;
 }
 

@@ -16,7 +16,15 @@
 //    growth, from the others only;
 //  - make room: under a limit, a holder about to grow by some bytes has the
 //    others release what would take all of them together over the limit;
-//    room_for() says how much a holder may keep beside the others.
+//    room_for() says how much a holder may keep beside the others;
+//  - give back: a free took the holders' idle memory over idle_limit (the
+//    program emptied its own cache, or freed what it will not use again):
+//    give_back_idle() releases what is beyond it at once, so that another
+//    process can have it (docs/POOL.md "Given back at once");
+//  - neighbours: the driver refused memory that this process could not
+//    find idle: from_neighbours() asks the other pagefast processes on the
+//    device to give their idle memory back (interpose/ipc: over their
+//    sockets), and the call is tried again.
 // A holder releases in its own units (the pool whole chunks); "release"
 // always means memory going back to the driver.
 // Pure: the holders are interfaces and the driver's free memory is an
@@ -52,6 +60,16 @@ class Holder {
   // much (kAllIdle: all of it). May call the driver (and wait for the
   // device); never from a destructor. Returns the bytes released.
   virtual uint64_t release(uint64_t bytes) = 0;
+};
+
+// The other pagefast processes on the same device (interpose/ipc/ipc_neighbours.cpp).
+class Neighbours {
+ public:
+  virtual ~Neighbours() = default;
+  // Asks them to release their idle memory of this device; returns the
+  // bytes they say they released. Blocks (bounded by the asker). Called
+  // with no lock of any holder held.
+  virtual uint64_t give_back(uint64_t bytes) = 0;
 };
 
 constexpr uint64_t kAllIdle = ~uint64_t(0);
@@ -95,6 +113,28 @@ class DeviceBudget {
   // without one).
   uint64_t room_for(const Holder* holder);
 
+  // Idle memory the holders keep beyond what they hold in use (kNoLimit:
+  // no bound, only the decay and the headroom give it back). A program
+  // that takes back from the driver, within relearn_ns, at least half of
+  // what a give-back released frees and allocates that much again: the
+  // bound then rises to the idle memory of the next give-back, which is
+  // skipped (that memory still decays after release_delay unused).
+  void set_idle_limit(uint64_t bytes, uint64_t relearn_ns);
+  uint64_t idle_limit() const { return idle_limit_.load(std::memory_order_relaxed); }
+  // A holder's free may have taken idle memory over the bound: what is
+  // beyond it goes back now (one caller at a time; the others return).
+  // REQUIRES: no lock of any holder held. Returns the bytes released.
+  uint64_t give_back_idle(uint64_t now_ns);
+  // Bytes a holder may add to its idle memory before give_back_idle() is
+  // due again (kNoLimit: never): read lock-free on a free path.
+  uint64_t give_back_mark() const { return give_back_mark_.load(std::memory_order_relaxed); }
+
+  void set_neighbours(Neighbours* neighbours) { neighbours_ = neighbours; }
+  // The driver refused `bytes` that no holder here had idle: the other
+  // pagefast processes on the device give theirs back. REQUIRES: no lock of
+  // any holder held. Returns the bytes they released.
+  uint64_t from_neighbours(uint64_t bytes);
+
   // How many bytes a growth may take of free_bytes and leave the headroom.
   uint64_t room_above_headroom(uint64_t free_bytes) const {
     return free_bytes > headroom_bytes_ ? free_bytes - headroom_bytes_ : 0;
@@ -105,6 +145,8 @@ class DeviceBudget {
   struct Counters {
     uint64_t relieved_bytes = 0, relieves = 0;
     uint64_t released_bytes = 0, releases = 0;
+    uint64_t given_back_bytes = 0, give_backs = 0;
+    uint64_t neighbour_bytes = 0, neighbour_asks = 0;
   };
   Counters counters() const;
 
@@ -117,7 +159,24 @@ class DeviceBudget {
   std::mutex add_mutex_;  // add() alone: the readers go by holder_count_
   Holder* holders_[kMaxHolders] = {};
   std::atomic<int> holder_count_{0};
+  // The mark after a give-back that found `idle` idle memory and left
+  // `left` of it.
+  void set_mark(uint64_t idle, uint64_t left);
+
   std::atomic<uint64_t> relieved_bytes_{0}, relieves_{0}, released_bytes_{0}, releases_{0};
+  std::atomic<uint64_t> given_back_bytes_{0}, give_backs_{0}, neighbour_bytes_{0}, neighbour_asks_{0};
+
+  std::atomic<uint64_t> idle_limit_{kNoLimit};
+  std::atomic<uint64_t> give_back_mark_{kNoLimit};
+  uint64_t relearn_ns_ = 0;
+  // give_back_idle's state, under give_back_mutex_ (try-locked).
+  std::mutex give_back_mutex_;
+  uint64_t learned_bytes_ = 0;  // added to the bound (a program that takes it back)
+  // The give-backs of one emptying (each within relearn_ns of the last):
+  // when the last one was, what they released in all, what the holders
+  // held after the last.
+  uint64_t last_give_back_ns_ = 0, recent_given_bytes_ = 0, held_after_give_back_ = 0;
+  Neighbours* neighbours_ = nullptr;
 };
 
 }  // namespace pagefast::policy

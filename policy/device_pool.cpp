@@ -190,7 +190,9 @@ FreeStatus DevicePool::free(ThreadCache& cache, Span* span, uint64_t addr) {
       // A batch over the byte mark is retired by this thread's next miss
       // (quarantine_due), so that the seal and the sync land on one pair;
       // only a full batch, or twice the mark, is sealed here.
-      const bool seal = q->full() || q->bytes >= 2 * gate_.seal_bytes();
+      // Or once it could take the device's idle memory over the budget's
+      // bound (DeviceBudget::give_back_mark): the rest goes back at once.
+      const bool seal = q->full() || q->bytes >= 2 * gate_.seal_bytes() || q->bytes >= give_back_mark();
       cache.lock.unlock();
       if (seal) seal_local_quarantine(cache);
       return FreeStatus::Ok;

@@ -278,7 +278,12 @@ class DevicePool final {
   // wake() under footprint_mutex_: the arena's wake, the gate opened.
   ProviderStatus wake_once(Arena::WakeResult* result);
 
-  // After a free filled the cache's batch: seal it (kept by the thread).
+  // The bytes a thread's batch of freed blocks may reach before its free
+  // seals it and asks the budget to give idle memory back (kNoLimit: no
+  // bound). One load on the free path.
+  uint64_t give_back_mark() const { return budget_ ? budget_->give_back_mark() : kNoLimit; }
+  // After a free filled the cache's batch: seal it (kept by the thread),
+  // then the device's idle memory beyond the budget's bound goes back.
   void seal_local_quarantine(ThreadCache& cache);
   // Sealed and filling batches go to the device (drain, trim, threshold).
   void share_local_quarantine(ThreadCache& cache, bool may_trim);

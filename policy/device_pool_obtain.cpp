@@ -75,7 +75,7 @@ Block* DevicePool::reclaim_before_growth(ThreadCache* cache, Granules granules, 
 Block* DevicePool::obtain_under_pressure(ThreadCache* cache, Granules granules, bool for_slab, AllocStatus* status) {
   const BlockState state = for_slab ? BlockState::SlabBacking : BlockState::Used;
   Shortfall shortfall;
-  for (int attempt = 0; attempt < 2; ++attempt) {
+  for (int attempt = 0;; ++attempt) {
     {
       // Everything idle goes back where this request can reach it, once a
       // reclaim on another thread (the trim thread's) has put back what it
@@ -87,9 +87,15 @@ Block* DevicePool::obtain_under_pressure(ThreadCache* cache, Granules granules, 
       small_.trim_tails();
       if (Block* b = large_.take_under_pressure(granules, state, &shortfall)) return b;
     }
-    // The device's other pools may hold idle memory: asked with this
-    // pool's locks left, then once more.
-    if (attempt == 0 && room_from_budget(granules.bytes()) == 0) break;
+    // The device's other pools may hold idle memory, then the other
+    // pagefast processes on the device: each asked with this pool's locks
+    // left, then once more.
+    uint64_t given = attempt == 0 ? room_from_budget(granules.bytes()) : 0;
+    if (!given && attempt <= 1 && budget_) {
+      given = budget_->from_neighbours(granules.bytes());
+      attempt = 1;
+    }
+    if (!given) break;
   }
   oom_.note(granules, for_slab, shortfall, !settings_.config.limit_bytes);
   if (settings_.config.limit_bytes) {

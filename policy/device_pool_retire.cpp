@@ -23,10 +23,13 @@ void DevicePool::seal_local_quarantine(ThreadCache& cache) {
   // (where it can be trimmed) rather than wait for this thread.
   if (settings_.config.release_threshold_bytes != kUnlimited) {
     share_local_quarantine(cache, true);
-    return;
+  } else if (quarantine_.seal(cache) == Quarantine::Handoff::NoBatch) {
+    // No host memory for a batch: make room.
+    gate_.sync_and_retire(&cache, true);
   }
-  // No host memory for a batch: make room.
-  if (quarantine_.seal(cache) == Quarantine::Handoff::NoBatch) gate_.sync_and_retire(&cache, true);
+  // Called with no lock of this pool held (free()): the device's idle
+  // memory beyond the budget's bound goes back now.
+  if (budget_) budget_->give_back_idle(clock_.now_ns());
 }
 
 void DevicePool::share_local_quarantine(ThreadCache& cache, bool may_trim) {

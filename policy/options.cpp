@@ -182,6 +182,13 @@ constexpr OptionRow kRows[] = {
      "before the pool grows for a request under a chunk, it syncs and reuses its idle memory when that is more "
      "than this percent of what it holds (docs/POOL.md \"Footprint\")",
      "`0`: only `slack`'s allowance decides; lower holds less and syncs more (docs/BENCHMARKS.md)"},
+    {Opt::KeyKeepIdle, "keep_idle", Scope::ConfKey, &kPercent, "0..100 (percent)", "10", false, kLib,
+     "the percent of a device's memory that pagefast keeps idle (freed, for reuse at pool speed); a free that "
+     "takes idle memory over it gives the rest back to the driver at once, so that memory a program frees or "
+     "empties from its own cache (`torch.cuda.empty_cache()`) reaches other processes as without pagefast "
+     "(docs/POOL.md \"Given back at once\")",
+     "a program that takes the memory back within `release_delay` keeps it from then on; `100`: only "
+     "`release_delay` and `headroom` give idle memory back"},
     {Opt::KeyControl, "control", Scope::ConfKey, &kOnOff, "on|off", "on", false, kLib,
      "`on`: `pagefast-ctl` (sleep, wake, status of a PID) reaches the process (same uid) over its IPC socket",
      "whose thread starts with the first pool"},

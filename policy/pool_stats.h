@@ -39,7 +39,9 @@ namespace pagefast::policy {
   X(headroom_releases, "growths that first released free chunks to keep the headroom")             \
   X(headroom_relieved_bytes, "idle memory given back because free memory fell under the headroom") \
   X(oom_released_bytes, "idle memory given back after the driver answered a call out of memory")   \
-  X(oom_retries, "driver calls retried after that")
+  X(oom_retries, "driver calls retried after that")                                                \
+  X(given_back_bytes, "idle memory given back at a free that took it over keep_idle")              \
+  X(neighbour_released_bytes, "idle memory other pagefast processes on the device gave back when asked")
 
 struct PoolStats {
 #define PF_STATS_FIELD(name, meaning) uint64_t name = 0;

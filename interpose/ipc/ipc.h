@@ -85,6 +85,13 @@ using TagControl = int (*)(uint16_t op, uint64_t flags, const char* tag);
 void set_tag_control(TagControl control);
 bool start_control();
 
+// The other pagefast processes of this user on the device with PCI bus id
+// `bus_id` (docs/IPC.md "Neighbours") are asked, over their sockets, to
+// give their idle memory back, until `bytes` went back (~0: all of them);
+// each answers by TagControl with wire::kOpGiveBack. Blocks up to a few
+// seconds per process that does not answer. Returns the bytes released.
+uint64_t ask_neighbours(const char* bus_id, uint64_t bytes);
+
 // Sleep of a pool of `device` (interpose/pool/sleep.cpp, docs/IPC.md
 // "Sleep and wake"): begin_sleep(device, pool) answers the chunks of
 // `pool` that importers map now, which must stay resident; the answer is

@@ -100,7 +100,8 @@ Served serve(Server& s, Connection& c, const Request& req, const wire::TagName* 
     case wire::kOpSleep:
     case wire::kOpWake:
     case wire::kOpSleepTag:
-    case wire::kOpWakeTag: {
+    case wire::kOpWakeTag:
+    case wire::kOpGiveBack: {
       // May take seconds: on the background thread, which answers and
       // closes the connection.
       ControlJob job{c.fd, uint32_t(req.seq), req.op, req.arg, {}};

@@ -52,6 +52,13 @@ constexpr uint16_t kOpWakeTag = 8;
 // the number of TagState records that follow the header (every tag, in
 // slot order).
 constexpr uint16_t kOpTagStatus = 9;
+// Another pagefast process of the user ran short on a device (docs/IPC.md
+// "Neighbours"): the idle memory held on it goes back to the driver. A
+// Request (`arg`: the bytes wanted, ~0 for all) followed by a TagName that
+// holds the device's PCI bus id as cuDeviceGetPCIBusId writes it. The
+// reply's status is the MiB released (0 also when the device is not
+// this process's), or kControlBusy.
+constexpr uint16_t kOpGiveBack = 10;
 
 // A control answer besides pagefast_sleep's and pagefast_wake's: other
 // sleep or wake requests are queued already.
@@ -68,7 +75,7 @@ struct TagName {
 };
 static_assert(sizeof(TagName) == 64, "a tag's name is 64 bytes");
 
-inline bool carries_tag(uint16_t op) { return op == kOpSleepTag || op == kOpWakeTag; }
+inline bool carries_tag(uint16_t op) { return op == kOpSleepTag || op == kOpWakeTag || op == kOpGiveBack; }
 
 // One tag in a kOpTagStatus reply (pool_api.h TagFigures).
 constexpr uint32_t kTagKeep = 1;    // the regions keep the contents at sleep

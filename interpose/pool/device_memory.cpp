@@ -1,8 +1,10 @@
 // interpose/pool/device_memory.cpp: see device_memory.h.
 #include "interpose/pool/device_memory.h"
 
+#include <cstring>
 #include <new>
 
+#include "interpose/driver.h"
 #include "interpose/ipc/ipc.h"
 #include "interpose/pool/own_vmm.h"
 #include "interpose/pool/pool_internal.h"
@@ -15,6 +17,16 @@ namespace {
 // What the provider tells the IPC: whether the device's chunks can be
 // shared, and that a chunk went back to the driver.
 constexpr VmmProvider::Events kIpcEvents{&ipc::set_device_shareable, &ipc::forget_chunk};
+
+// keep_idle's bound: that percent of the device (of the limit, under
+// one), never under a chunk or the prewarm (which is meant to stay).
+uint64_t idle_limit(const PoolConfig& config, uint64_t device_bytes) {
+  if (config.keep_idle_percent >= 100) return policy::kNoLimit;
+  const uint64_t memory = config.limit_bytes && config.limit_bytes < device_bytes ? config.limit_bytes : device_bytes;
+  uint64_t bytes = memory / 100 * uint64_t(config.keep_idle_percent);
+  if (bytes < config.chunk_bytes) bytes = config.chunk_bytes;
+  return bytes < config.prewarm_bytes ? config.prewarm_bytes : bytes;
+}
 
 }  // namespace
 
@@ -55,6 +67,8 @@ policy::DevicePool* DeviceMemory::make_pool_locked(const RealDriver* real, CUdev
   fallback_ = fallback;
   made->set_budget(&budget_, &pool_shares_[0]);
   budget_.add(&pool_shares_[0]);
+  budget_.set_idle_limit(idle_limit(config, settings.device_total_bytes), config.release_delay_ns);
+  budget_.set_neighbours(&neighbours_);
   for (int accessor = 0; accessor < kMaxDevices; ++accessor)
     if (peer_grants[accessor] > 0) made->add_peer(accessor);  // no mapping yet: no driver call
   made->prewarm();
@@ -115,6 +129,21 @@ uint64_t DeviceMemory::reclaim() {
   const uint64_t given = budget_.reclaim();
   if (given) oom_retries_.fetch_add(1, std::memory_order_relaxed);
   return given;
+}
+
+const char* DeviceMemory::bus_id() {
+  std::call_once(bus_once_, [this] {
+    char id[sizeof bus_id_] = {};
+    if (driver::device_pci_bus_id(loaded_driver(), id, int(sizeof id - 1), CUdevice(device_)) == CUDA_SUCCESS)
+      std::memcpy(bus_id_, id, sizeof id);
+  });
+  return bus_id_;
+}
+
+uint64_t DeviceMemory::give_back_for_neighbour() { return budget_.reclaim(); }
+
+uint64_t DeviceMemory::NeighbourShare::give_back(uint64_t bytes) {
+  return ipc::ask_neighbours(owner_->bus_id(), bytes);
 }
 
 uint64_t DeviceMemory::relieve() {
@@ -178,6 +207,8 @@ policy::PoolStats DeviceMemory::stats() {
   const policy::DeviceBudget::Counters c = budget_.counters();
   s.headroom_relieved_bytes = c.relieved_bytes;
   s.oom_released_bytes = c.released_bytes;
+  s.given_back_bytes = c.given_back_bytes;
+  s.neighbour_released_bytes = c.neighbour_bytes;
   s.oom_retries = oom_retries_.load(std::memory_order_relaxed);
   return s;
 }

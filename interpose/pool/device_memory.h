@@ -105,6 +105,13 @@ class DeviceMemory {
 
   // The pool's stats with the budget's counters.
   policy::PoolStats stats();
+  // The device's PCI bus id as the driver writes it ("0000:41:00.0"),
+  // asked once; "" when the driver does not say. How processes that
+  // number their devices differently name one GPU to each other.
+  const char* bus_id();
+  // Another process on the device ran short (ipc::ask_neighbours): every
+  // idle byte here goes back. Returns the bytes released.
+  uint64_t give_back_for_neighbour();
 
  private:
   // The budget's holder for the pool of one slot (0: the device's pool):
@@ -137,8 +144,22 @@ class DeviceMemory {
     const int device_;
   };
 
+  // The other pagefast processes on this device, asked over their
+  // sockets (ipc::ask_neighbours) by the budget.
+  class NeighbourShare final : public policy::Neighbours {
+   public:
+    explicit NeighbourShare(DeviceMemory* owner) : owner_(owner) {}
+    uint64_t give_back(uint64_t bytes) override;
+
+   private:
+    DeviceMemory* const owner_;
+  };
+
   const int device_;
   policy::DeviceBudget budget_;
+  NeighbourShare neighbours_{this};
+  std::once_flag bus_once_;
+  char bus_id_[32] = {};
   CacheShare cache_share_;
   PoolShare pool_shares_[region::kMaxSlots];  // [slot]
   std::atomic<policy::DevicePool*> pool_{nullptr};

@@ -6,6 +6,7 @@
 // budget; none reaches into a part directly.
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <new>
 #include <string>
@@ -164,6 +165,36 @@ bool reclaim_for_driver(int device) {
   // have given the same idle memory back between the refused call and this
   // reclaim (it keeps the headroom), and then the memory is free already.
   return held;
+}
+
+int give_back_for_neighbour(const char* bus_id) {
+  if (!active() || !bus_id) return 0;
+  uint64_t released = 0;
+  for (int d = 0; d < kMaxDevices; ++d) {
+    DeviceMemory* memory = device_memory(d);
+    if (!memory || retired_device(d) || std::strcmp(memory->bus_id(), bus_id) != 0) continue;
+    released += memory->give_back_for_neighbour();
+  }
+  if (released)
+    log_line(LogLevel::Debug, "another process ran short on device %s: %s of idle memory given back", bus_id,
+             human_bytes(released).c_str());
+  const uint64_t mib = released >> 20;
+  return int(mib > uint64_t(INT32_MAX) ? INT32_MAX : mib);
+}
+
+void give_back_idle() {
+  if (!active()) return;
+  for (int d = 0; d < kMaxDevices; ++d)
+    if (DeviceMemory* memory = device_memory(d); memory && !retired_device(d))
+      memory->budget().give_back_idle(policy::monotonic_now_ns());
+}
+
+uint64_t reclaim_from_neighbours(int device) {
+  if (!active()) return 0;
+  if (device == kCurrentDevice) device = current_device();
+  if (device < 0 || device >= kMaxDevices) return 0;
+  DeviceMemory* memory = device_memory_made(device);
+  return memory && !retired_device(device) ? memory->budget().from_neighbours(policy::kAllIdle) : 0;
 }
 
 void relieve_for_managed(size_t bytes) {

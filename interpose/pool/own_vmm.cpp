@@ -233,6 +233,8 @@ CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemA
     // memory).
     if (r == CUDA_ERROR_OUT_OF_MEMORY && reclaim_for_driver(device))
       r = driver::create(real, handle, bytes, prop, flags);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && reclaim_from_neighbours(device))
+      r = driver::create(real, handle, bytes, prop, flags);
     if (r == CUDA_SUCCESS) g_cache->note_created(*handle, bytes, key, device);
     return r;
   }));
@@ -241,8 +243,10 @@ CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemA
 CUresult release(CUmemGenericAllocationHandle handle) {
   const CUresult r = noted(guarded([&] { return CUresult(g_cache->release(handle)); }));
   // What the program releases is cached: the trim thread lets it decay
-  // (a program that never calls cuMemAlloc has no pool to start it).
+  // (a program that never calls cuMemAlloc has no pool to start it), and
+  // what takes the device's idle memory over keep_idle goes back now.
   start_trim_thread(g_config);
+  if (r == CUDA_SUCCESS) give_back_idle();
   return r;
 }
 

@@ -85,5 +85,13 @@ int control_op(uint16_t op, uint64_t arg);
 // answers as pagefast_sleep_tag / pagefast_wake_tag, with
 // ipc::wire::kControlNoTag (-3) for a tag no region opened.
 int tag_control_op(uint16_t op, uint64_t flags, const char* tag);
+// Another pagefast process ran short on the device with PCI bus id
+// `bus_id` (ipc::ask_neighbours): every idle byte this process holds there
+// goes back. Returns the MiB released (0: none, or not a device of ours).
+int give_back_for_neighbour(const char* bus_id);
+// The program released memory into the own-VMM cache: each device's idle
+// memory beyond keep_idle goes back (DeviceBudget::give_back_idle), as a
+// free into the pool does. No lock of the cache held.
+void give_back_idle();
 
 }  // namespace pagefast::pool

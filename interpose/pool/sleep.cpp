@@ -279,6 +279,7 @@ int tag_control_op(uint16_t op, uint64_t flags, const char* tag) {
       answer = sleep_tag(tag, unsigned(flags) & (PAGEFAST_SLEEP_KEEP | PAGEFAST_SLEEP_FAIL | PAGEFAST_SLEEP_DISCARD));
       break;
     case ipc::wire::kOpWakeTag: answer = wake_tag(tag); break;
+    case ipc::wire::kOpGiveBack: return give_back_for_neighbour(tag);
     default: return -1;
   }
   // -2 is "busy" on the wire: an unknown tag has an answer of its own.

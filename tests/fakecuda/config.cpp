@@ -131,6 +131,7 @@ Config read_config() {
       warn("FAKECUDA_NO_POSIX_FD=\"%s\" is not 0 or 1; using 0", text);
     }
   }
+  if (const char* text = getenv("FAKECUDA_SHARED_MEM")) config.shared_mem = text;
   return config;
 }
 

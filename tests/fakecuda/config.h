@@ -38,6 +38,7 @@ struct Config {
   std::vector<PciAddress> pci;                // one per device, defaults filled in
   bool posix_fd = true;                       // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR supported
   uint64_t module_bytes = uint64_t(8) << 20;  // device memory of one loaded module
+  std::string shared_mem;  // FAKECUDA_SHARED_MEM: the file processes share devices through
 };
 
 constexpr int kMaxDevices = 64;

@@ -156,6 +156,7 @@ CUresult impl::cuInit(unsigned int flags) {
     device.primary->primary = true;
     st.contexts.insert(device.primary);
   }
+  attach_shared_memory(st);
   st.initialized.store(true, std::memory_order_release);
   return CUDA_SUCCESS;
 }

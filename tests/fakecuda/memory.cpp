@@ -49,7 +49,7 @@ CUresult allocate_block(Context* ctx, size_t bytes, uintptr_t* out) {
   if (bytes > device.total_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
   const bool large = bytes >= kLargeBlockBytes;
   const size_t charged = round_up(bytes, large ? kGranularityBytes : kSmallAlignBytes);
-  if (device.used_bytes + charged > device.total_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (device_used(device) + charged > device.total_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
   Block* block = new Block;
   if (large) {
     uint64_t offset = 0;
@@ -86,7 +86,7 @@ CUresult allocate_block(Context* ctx, size_t bytes, uintptr_t* out) {
   block->ctx = ctx;
   block->buffer_id = st.next_buffer_id++;
   st.blocks[block->base] = block;
-  device.used_bytes += charged;
+  charge(device, charged);
   *out = block->base;
   return CUDA_SUCCESS;
 }
@@ -306,7 +306,7 @@ void free_block(Block* block) {
   State& st = state();
   Device& device = st.devices[size_t(block->device)];
   st.blocks.erase(block->base);
-  device.used_bytes -= block->charged_bytes;
+  uncharge(device, block->charged_bytes);
   if (Slab* slab = block->slab) {
     if (--slab->live_blocks == 0 && slab != device.slab) release_slab(device, slab);
   } else {
@@ -319,7 +319,7 @@ void free_block(Block* block) {
 void release_retained(int device) {
   for (Device& d : state().devices) {
     if (device >= 0 && d.ordinal != device) continue;
-    d.used_bytes -= d.retained_bytes;
+    uncharge(d, d.retained_bytes);
     d.retained_bytes = 0;
   }
 }
@@ -453,7 +453,7 @@ CUresult impl::cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
   if (r == CUDA_SUCCESS && retained) {
     Lock lock(state().mu);
     Device& d = state().devices[size_t(device)];
-    d.used_bytes += retained;
+    charge(d, retained);
     d.retained_bytes += retained;
   }
   return r;
@@ -480,8 +480,8 @@ CUresult impl::cuModuleLoadData(CUmodule* module, const void* image) {
   if (!module || !image) return CUDA_ERROR_INVALID_VALUE;
   Device& device = state().devices[size_t(ctx->device)];
   const uint64_t bytes = state().config.module_bytes;
-  if (device.used_bytes + bytes > device.total_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
-  device.used_bytes += bytes;
+  if (device_used(device) + bytes > device.total_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
+  charge(device, bytes);
   *module = reinterpret_cast<CUmodule>(new FakeModule{ctx->device, bytes});
   return CUDA_SUCCESS;
 }
@@ -495,8 +495,8 @@ CUresult impl::cuModuleGetFunction(CUfunction* function, CUmodule module, const 
   if (!m->kernels_loaded) {
     Device& device = state().devices[size_t(m->device)];
     const uint64_t bytes = state().config.module_bytes;
-    if (device.used_bytes + bytes > device.total_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
-    device.used_bytes += bytes;
+    if (device_used(device) + bytes > device.total_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
+    charge(device, bytes);
     m->bytes += bytes;
     m->kernels_loaded = true;
   }
@@ -510,7 +510,7 @@ CUresult impl::cuModuleUnload(CUmodule module) {
   Lock lock(state().mu);
   if (!module) return CUDA_ERROR_INVALID_HANDLE;
   auto* m = reinterpret_cast<FakeModule*>(module);
-  state().devices[size_t(m->device)].used_bytes -= m->bytes;
+  uncharge(state().devices[size_t(m->device)], m->bytes);
   delete m;
   return CUDA_SUCCESS;
 }
@@ -522,8 +522,8 @@ CUresult impl::cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   FAKE_TRY(current_context(&ctx));
   const Device& device = state().devices[size_t(ctx->device)];
   if (free_bytes)
-    *free_bytes =
-        size_t(device.total_bytes > device.used_bytes ? device.total_bytes - device.used_bytes : 0);
+    *free_bytes = size_t(
+        device.total_bytes > device_used(device) ? device.total_bytes - device_used(device) : 0);
   if (total_bytes) *total_bytes = size_t(device.total_bytes);
   return CUDA_SUCCESS;
 }
@@ -588,7 +588,8 @@ extern "C" int fakecuda_set_external_bytes(int ordinal, unsigned long long bytes
   Lock lock(st.mu);
   if (ordinal < 0 || size_t(ordinal) >= st.devices.size()) return -1;
   Device& device = st.devices[size_t(ordinal)];
-  device.used_bytes = device.used_bytes - device.external_bytes + bytes;
+  uncharge(device, device.external_bytes);
+  charge(device, bytes);
   device.external_bytes = bytes;
   return 0;
 }
@@ -598,5 +599,5 @@ extern "C" unsigned long long fakecuda_free_bytes(int ordinal) {
   Lock lock(st.mu);
   if (ordinal < 0 || size_t(ordinal) >= st.devices.size()) return 0;
   const Device& device = st.devices[size_t(ordinal)];
-  return device.total_bytes > device.used_bytes ? device.total_bytes - device.used_bytes : 0;
+  return device.total_bytes > device_used(device) ? device.total_bytes - device_used(device) : 0;
 }

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -133,6 +134,23 @@ bool grow_file(int fd, uint64_t bytes) { return ftruncate(fd, off_t(bytes)) == 0
 bool discard_file_range(int fd, uint64_t offset, uint64_t bytes) {
   return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(offset), off_t(bytes)) ==
          0;
+}
+
+void* map_shared_path(const char* path, size_t bytes) {
+  const int fd = ::open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return nullptr;
+  struct stat sb;
+  if (fstat(fd, &sb) != 0 || (size_t(sb.st_size) < bytes && ftruncate(fd, off_t(bytes)) != 0)) {
+    const int saved = errno;
+    close(fd);
+    errno = saved;
+    return nullptr;
+  }
+  void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int saved = errno;
+  close(fd);
+  errno = saved;
+  return memory == MAP_FAILED ? nullptr : memory;
 }
 
 }  // namespace os

@@ -54,5 +54,9 @@ bool grow_file(int fd, uint64_t bytes);
 // Frees the pages backing the file range (the range reads as zeros again).
 bool discard_file_range(int fd, uint64_t offset, uint64_t bytes);
 
+// Maps the first `bytes` of the file at `path` (made, or grown with
+// zeros, as needed), shared and read-write. NULL on failure (errno set).
+void* map_shared_path(const char* path, size_t bytes);
+
 }  // namespace os
 }  // namespace fake

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cinttypes>
+#include <cstring>
 
 #include "os.h"
 
@@ -385,5 +386,44 @@ void record_violation(const char* what, uintptr_t addr, size_t bytes) {
 }
 
 unsigned long long violation_count() { return g_violations.load(std::memory_order_relaxed); }
+
+}  // namespace fake
+
+// --- devices shared between processes (FAKECUDA_SHARED_MEM) ------------------------
+
+namespace fake {
+
+uint64_t device_used(const Device& device) {
+  if (!device.shared_used) return device.used_bytes;
+  const uint64_t all = device.shared_used->load(std::memory_order_acquire);
+  return all > device.used_bytes ? all : device.used_bytes;
+}
+
+void charge(Device& device, uint64_t bytes) {
+  device.used_bytes += bytes;
+  if (device.shared_used) device.shared_used->fetch_add(bytes, std::memory_order_acq_rel);
+}
+
+void uncharge(Device& device, uint64_t bytes) {
+  device.used_bytes -= bytes;
+  if (device.shared_used) device.shared_used->fetch_sub(bytes, std::memory_order_acq_rel);
+}
+
+void attach_shared_memory(State& st) {
+  const std::string& path = st.config.shared_mem;
+  if (path.empty()) return;
+  const size_t bytes = sizeof(std::atomic<uint64_t>) * size_t(kMaxDevices);
+  void* memory = os::map_shared_path(path.c_str(), bytes);
+  if (!memory) {
+    warn("FAKECUDA_SHARED_MEM=\"%s\" cannot be mapped (%s); devices are not shared", path.c_str(),
+         std::strerror(errno));
+    return;
+  }
+  auto* counters = static_cast<std::atomic<uint64_t>*>(memory);
+  for (Device& device : st.devices) {
+    device.shared_used = &counters[device.ordinal];
+    device.shared_used->fetch_add(device.used_bytes, std::memory_order_acq_rel);
+  }
+}
 
 }  // namespace fake

@@ -131,6 +131,11 @@ struct Device {
   // other processes hold (external_bytes; used_bytes may then pass total).
   uint64_t used_bytes = 0;
   uint64_t external_bytes = 0;
+  // FAKECUDA_SHARED_MEM: the memory every process sharing the file has in
+  // use on this device (this one's included), or NULL. Change used_bytes
+  // only through charge() and uncharge(), and read the device's use with
+  // device_used().
+  std::atomic<uint64_t>* shared_used = nullptr;
   // Stream-ordered memory freed with cuMemFreeAsync: the driver's pool
   // keeps it (in used_bytes) until the next synchronization, as a pool with
   // the default release threshold of 0 does (docs/DRIVER-FACTS.md).
@@ -278,6 +283,13 @@ Mapping* find_mapping(Reservation* reservation, uintptr_t addr);
 bool is_device_address(uintptr_t addr);  // inside a block or a reservation
 Import* find_import(uintptr_t addr);     // the import whose block contains addr
 void free_block(Block* block);
+// Device memory in use: this process's, and with FAKECUDA_SHARED_MEM every
+// process's that shares the file (REQUIRES: the state's lock).
+uint64_t device_used(const Device& device);
+void charge(Device& device, uint64_t bytes);
+void uncharge(Device& device, uint64_t bytes);
+// Maps FAKECUDA_SHARED_MEM's counters into the devices (cuInit).
+void attach_shared_memory(State& st);
 // The memory of stream-ordered frees goes back to the device (a
 // synchronization on a context of `device`; -1: every device).
 void release_retained(int device);

@@ -82,7 +82,7 @@ void maybe_free_physical(Physical* phys) {
   } else {
     free_file_range(device, phys->file_offset, phys->bytes);
   }
-  if (phys->charged) device.used_bytes -= phys->bytes;
+  if (phys->charged) uncharge(device, phys->bytes);
   delete phys;
 }
 
@@ -131,7 +131,7 @@ CUresult impl::cuMemCreate(CUmemGenericAllocationHandle* handle, size_t bytes,
   if (bytes == 0 || !granular(bytes)) return CUDA_ERROR_INVALID_VALUE;
   State& st = state();
   Device& device = st.devices[size_t(prop->location.id)];
-  if (bytes > device.total_bytes || device.used_bytes + bytes > device.total_bytes)
+  if (bytes > device.total_bytes || device_used(device) + bytes > device.total_bytes)
     return CUDA_ERROR_OUT_OF_MEMORY;
   Physical* phys = new Physical;
   phys->device = device.ordinal;
@@ -148,7 +148,7 @@ CUresult impl::cuMemCreate(CUmemGenericAllocationHandle* handle, size_t bytes,
   phys->handle_refs = 1;
   phys->block_id = st.next_buffer_id++;
   st.handles[phys->handle] = phys;
-  device.used_bytes += bytes;
+  charge(device, bytes);
   *handle = phys->handle;
   return CUDA_SUCCESS;
 }

@@ -64,38 +64,40 @@ def main():
     name = sys.argv[1]
     build = sys.argv[sys.argv.index("--build") + 1]
     if name == "recover":
-        # release_delay:off and headroom:0: nothing gives idle memory back
-        # but the retry after an out-of-memory answer, so the case shows
-        # that alone; then the defaults, and a pool with a limit.
+        # release_delay:off, headroom:0 and keep_idle:100: nothing gives idle
+        # memory back but the retry after an out-of-memory answer, so the
+        # case shows that alone; then the defaults, and a pool with a limit.
         expect_ok(run(build, ["recover"], preload=False), "recover", "without pagefast")
-        for conf in ["release_delay:off", "release_delay:off,headroom:0", "", "limit:1536M,release_delay:off",
-                     "chunk_size:1G,headroom:0"]:
+        for conf in ["release_delay:off", "release_delay:off,headroom:0,keep_idle:100", "",
+                     "limit:1536M,release_delay:off", "chunk_size:1G,headroom:0"]:
             r = run(build, ["recover"], env={"PAGEFAST_CONF": conf} if conf else {})
             expect_ok(r, "recover", f"pagefast [{conf or 'default'}]")
-        r = run(build, ["recover"], env={"PAGEFAST_CONF": "release_delay:off,headroom:0",
+        r = run(build, ["recover"], env={"PAGEFAST_CONF": "release_delay:off,headroom:0,keep_idle:100",
                                          "PAGEFAST_STATS": "stderr"})
         retries = re.search(r'"oom_retries": (\d+)', r.stderr)
         released = re.search(r'"oom_released_bytes": (\d+)', r.stderr)
         check(retries and int(retries.group(1)) >= 1 and released and int(released.group(1)) >= 1 << 30,
               f"the stats count the retries and what went back ({r.stderr[-600:]})")
     elif name == "lazy_kernel":
-        # Only the retry gives memory back (release_delay:off, headroom:0).
+        # Only the retry gives memory back (release_delay:off, headroom:0,
+        # keep_idle:100).
         expect_ok(run(build, ["lazy_kernel"], preload=False), "lazy_kernel", "without pagefast")
-        for conf in ["release_delay:off,headroom:0", ""]:
+        for conf in ["release_delay:off,headroom:0,keep_idle:100", ""]:
             r = run(build, ["lazy_kernel"], env={"PAGEFAST_CONF": conf} if conf else {})
             expect_ok(r, "lazy_kernel", f"pagefast [{conf or 'default'}]")
     elif name == "headroom":
         headroom = 512 * MiB
         expect_ok(run(build, ["headroom", str(headroom)], preload=False), "headroom", "without pagefast")
-        # release_delay:off: the decay gives nothing back; the headroom does
-        # (set, and the default of 1 GiB).
-        for conf, bytes_ in [(f"release_delay:off,headroom:{headroom // MiB}M", headroom), ("release_delay:off", 1 << 30)]:
+        # release_delay:off and keep_idle:100: neither the decay nor the free
+        # gives anything back; the headroom does (set, and the default of 1 GiB).
+        for conf, bytes_ in [(f"release_delay:off,keep_idle:100,headroom:{headroom // MiB}M", headroom),
+                             ("release_delay:off,keep_idle:100", 1 << 30)]:
             r = run(build, ["headroom", str(bytes_)], env={"PAGEFAST_CONF": conf})
             expect_ok(r, "headroom", f"pagefast [{conf}]")
     elif name == "pressure":
         headroom = 256 * MiB
         r = run(build, ["pressure", str(headroom)],
-                env={"PAGEFAST_CONF": f"release_delay:off,headroom:{headroom // MiB}M"})
+                env={"PAGEFAST_CONF": f"release_delay:off,keep_idle:100,headroom:{headroom // MiB}M"})
         expect_ok(r, "pressure", "pagefast: another process took the headroom")
     elif name == "free_async":
         expect_ok(run(build, ["free_async"], preload=False), "free_async", "without pagefast")
