@@ -77,6 +77,28 @@ uint64_t DeviceBudget::room_for(const Holder* holder) {
   return limit_bytes_ > others ? limit_bytes_ - others : 0;
 }
 
+void DeviceBudget::mem_info(uint64_t* free_bytes, uint64_t* total_bytes) {
+  uint64_t idle = 0, in_use = 0;
+  const int n = holder_count_.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    const uint64_t held = holders_[i]->held_bytes(), holder_idle = holders_[i]->idle_bytes();
+    idle += holder_idle;
+    in_use += held > holder_idle ? held - holder_idle : 0;
+  }
+  if (limit_bytes_) {
+    uint64_t left = limit_bytes_ > in_use ? limit_bytes_ - in_use : 0;
+    if (free_bytes && *free_bytes + idle < left) left = *free_bytes + idle;
+    if (free_bytes) *free_bytes = left;
+    if (total_bytes) *total_bytes = limit_bytes_;
+    return;
+  }
+  if (free_bytes) {
+    uint64_t free_now = *free_bytes + idle;
+    if (total_bytes && free_now > *total_bytes) free_now = *total_bytes;
+    *free_bytes = free_now;
+  }
+}
+
 void DeviceBudget::set_idle_limit(uint64_t bytes, uint64_t relearn_ns) {
   std::lock_guard<std::mutex> guard(give_back_mutex_);
   relearn_ns_ = relearn_ns;

@@ -135,6 +135,14 @@ class DeviceBudget {
   // any holder held. Returns the bytes they released.
   uint64_t from_neighbours(uint64_t bytes);
 
+  // What cuMemGetInfo answers, from the driver's answer in *free_bytes and
+  // *total_bytes (either may be NULL): every holder's idle memory is free
+  // (a call refused for lack of it gets it back: reclaim); under a limit
+  // the total is the limit, and free what the holders' memory in use (on
+  // the device: an asleep pool's blocks are not) leaves of it, never more
+  // than the device could back.
+  void mem_info(uint64_t* free_bytes, uint64_t* total_bytes);
+
   // How many bytes a growth may take of free_bytes and leave the headroom.
   uint64_t room_above_headroom(uint64_t free_bytes) const {
     return free_bytes > headroom_bytes_ ? free_bytes - headroom_bytes_ : 0;

@@ -102,8 +102,8 @@ uint64_t ask_one(const detail::ExporterKey& key, const char* bus_id, uint64_t by
   wire::ReplyHeader header{};
   // The neighbour synchronises its device and releases: that may wait for
   // its queued work, so longer than an open may take.
-  const bool answered = detail::send_all(fd, &msg, sizeof msg) &&
-                        receive_header(fd, kNeighbourTimeoutMs, &header) && header.seq == seq;
+  const bool answered =
+      detail::send_all(fd, &msg, sizeof msg) && receive_header(fd, kNeighbourTimeoutMs, &header) && header.seq == seq;
   ::close(fd);
   const int mib = answered ? int(header.status) : -1;
   return mib > 0 ? uint64_t(mib) << 20 : 0;

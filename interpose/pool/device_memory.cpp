@@ -215,7 +215,8 @@ policy::PoolStats DeviceMemory::stats() {
 
 uint64_t DeviceMemory::PoolShare::held_bytes() {
   const policy::DevicePool* p = owner_->pool_at(slot_);
-  return p ? p->mapped_bytes() : 0;  // resident: asleep chunks went back
+  // Resident: asleep chunks went back; a retired pool's went with its context.
+  return p && !retired_device(owner_->device()) ? p->mapped_bytes() : 0;
 }
 
 uint64_t DeviceMemory::PoolShare::idle_bytes() {

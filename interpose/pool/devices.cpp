@@ -221,35 +221,15 @@ void adjust_mem_info(size_t* free_bytes, size_t* total_bytes) {
   const RealDriver* real = loaded_driver();
   CUdevice device = 0;
   if (driver::ctx_get_device(real, &device) != CUDA_SUCCESS) return;
-  policy::DevicePool* pool = pool_for_device(int(device));
-  // Before the first allocation there is no pool yet, but the limit holds.
-  const uint64_t limit = pool ? pool->limit_bytes() : g_process.config.limit_bytes;
-  // Memory the program released into the own-VMM cache is free too.
-  const uint64_t cached = own_vmm::cached_bytes(int(device));
-  if (!pool && !limit && !cached) return;
-  // Every pool of the device: its own and the regions'. What a pool has
-  // in use counts only as far as it is on the device: an asleep tag's
-  // blocks are live, but their memory went back to the driver.
-  uint64_t idle = cached, in_use = 0;
-  if (pool)
-    device_memory(int(device))->each_pool([&idle, &in_use](int, policy::DevicePool* p) {
-      const uint64_t resident = p->mapped_bytes(), used = p->in_use_bytes();
-      idle += p->idle_bytes();
-      in_use += used < resident ? used : resident;
-    });
-  if (limit) {
-    uint64_t left = limit > in_use ? limit - in_use : 0;
-    // Never more than the device could actually back.
-    if (free_bytes && *free_bytes + idle < left) left = *free_bytes + idle;
-    if (free_bytes) *free_bytes = left;
-    if (total_bytes) *total_bytes = limit;
-    return;
-  }
-  if (free_bytes) {
-    uint64_t free_now = *free_bytes + idle;
-    if (total_bytes && free_now > *total_bytes) free_now = *total_bytes;
-    *free_bytes = free_now;
-  }
+  // The device's budget answers (DeviceBudget::mem_info): its pools' and
+  // the own-VMM cache's idle memory, and its limit, which holds before the
+  // first allocation too.
+  DeviceMemory* memory = device_memory_made(int(device));
+  if (!memory || retired_device(int(device))) return;
+  uint64_t free_now = free_bytes ? *free_bytes : 0, total = total_bytes ? *total_bytes : 0;
+  memory->budget().mem_info(free_bytes ? &free_now : nullptr, total_bytes ? &total : nullptr);
+  if (free_bytes) *free_bytes = size_t(free_now);
+  if (total_bytes) *total_bytes = size_t(total);
 }
 
 namespace {

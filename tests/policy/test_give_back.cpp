@@ -50,7 +50,10 @@ struct OtherProcess final : Neighbours {
 // One pool of a fake device with its budget, as the glue wires it.
 struct Device {
   Device(uint64_t capacity, uint64_t chunk, uint64_t limit, uint64_t idle_limit)
-      : inner(capacity, FakeProvider::Backing::None), budgeted(inner, limit), budget(0, limit), page_map(new PageMap()) {
+      : inner(capacity, FakeProvider::Backing::None),
+        budgeted(inner, limit),
+        budget(0, limit),
+        page_map(new PageMap()) {
     PoolSettings s;
     s.config = config_with(chunk, limit);
     s.device_total_bytes = capacity;

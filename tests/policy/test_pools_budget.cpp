@@ -271,3 +271,37 @@ TEST_CASE("pools growing at once, each into the others' idle memory, never wait 
     CHECK(t.inner.violations() == 0);
   }
 }
+
+TEST_CASE("the budget answers cuMemGetInfo: idle memory is free, the limit is the total", "[budget][mem_info]") {
+  Pools t(2, 1 * kGiB, 32 * kMiB, 0);
+  ThreadCache* c0 = t.pools[0]->attach_thread();
+  uint64_t p = 0, q = 0;
+  REQUIRE(t.pools[0]->alloc(*c0, 64 * kMiB, &p) == AllocStatus::Ok);
+  REQUIRE(t.pools[0]->alloc(*c0, 64 * kMiB, &q) == AllocStatus::Ok);
+  REQUIRE(t.free(*t.pools[0], *c0, q) == FreeStatus::Ok);
+  const uint64_t idle = t.pools[0]->idle_bytes();
+  REQUIRE(idle >= 64 * kMiB);
+  // No limit: the driver's free memory and the idle memory, within the total.
+  uint64_t free_bytes = 512 * kMiB, total = 1 * kGiB;
+  t.budget.mem_info(&free_bytes, &total);
+  CHECK(free_bytes == 512 * kMiB + idle);
+  CHECK(total == 1 * kGiB);
+  free_bytes = 1 * kGiB - 16 * kMiB;
+  t.budget.mem_info(&free_bytes, &total);
+  CHECK(free_bytes == 1 * kGiB);
+  // Under a limit: the limit is the total; free is what the memory in use
+  // leaves of it, never more than the device could back.
+  DeviceBudget limited(0, 256 * kMiB);
+  REQUIRE(limited.add(&t.holders[0]));
+  REQUIRE(limited.add(&t.holders[1]));
+  free_bytes = 800 * kMiB;
+  total = 1 * kGiB;
+  limited.mem_info(&free_bytes, &total);
+  CHECK(total == 256 * kMiB);
+  CHECK(free_bytes == 256 * kMiB - t.pools[0]->in_use_bytes());
+  free_bytes = 16 * kMiB;
+  limited.mem_info(&free_bytes, nullptr);
+  CHECK(free_bytes == 16 * kMiB + idle);
+  REQUIRE(t.free(*t.pools[0], *c0, p) == FreeStatus::Ok);
+  t.pools[0]->detach_thread(c0);
+}
