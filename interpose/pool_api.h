@@ -14,6 +14,7 @@
 #include <string>
 
 #include "policy/config.h"
+#include "policy/page_map.h"
 #include "policy/pool_stats.h"
 
 namespace pagefast::policy {
@@ -94,6 +95,16 @@ bool try_free(CUdeviceptr dptr, CUresult* result);
 // after the stream's earlier work). false when dptr is not pool memory, or
 // when `stream` is being captured (the driver answers for a capture).
 bool try_free_async(CUdeviceptr dptr, CUstream stream, CUresult* result);
+// The forwarded calls' first question, inline: false when no pool ever
+// mapped the granule of `dptr` (the page map, policy/page_map.h), so that
+// try_free_async, try_address_range and patch_pointer_attribute would all
+// decline; true asks them.
+inline bool may_own(CUdeviceptr dptr) { return policy::global_page_map().lookup(dptr) != nullptr; }
+// The attributes patch_pointer_attribute answers for pool memory.
+inline bool patched_attribute(CUpointer_attribute attribute) {
+  return attribute == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR || attribute == CU_POINTER_ATTRIBUTE_RANGE_SIZE ||
+         attribute == CU_POINTER_ATTRIBUTE_BUFFER_ID || attribute == CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE;
+}
 // cuMemGetAddressRange_v2 for an address inside a pool range.
 bool try_address_range(CUdeviceptr* base, size_t* bytes, CUdeviceptr dptr, CUresult* result);
 // cuPointerGetAttribute(s): the pool answers RANGE_START_ADDR, RANGE_SIZE,
