@@ -92,37 +92,54 @@ void capture_maybe_ended(CUstream stream, CUresult result) {
 
 namespace {
 
-CUresult alloc_untraced(CUdeviceptr* dptr, size_t bytesize) {
-  if (active(Entry::cuMemAlloc_v2)) {
-    if (__builtin_expect(!g_first_alloc_done.load(std::memory_order_relaxed), 0) && runtime::on_first_alloc())
-      g_first_alloc_done.store(true, std::memory_order_relaxed);
-    // NULL and 0 are answered by the driver itself, byte for byte.
-    CUresult result;
-    if (dptr && bytesize && pool::try_alloc(dptr, bytesize, &result)) return result;
-    // Not the pool's (too large, unpoolable, no context): the driver's.
-    PF_FORWARD_RETRIED(true, cuMemAlloc_v2, (dptr, bytesize));
-  }
-  PF_FORWARD(cuMemAlloc_v2, (dptr, bytesize));
+// What the driver answers when the pool does not: pool_api.h alloc_or's
+// and free_or's forward.
+CUresult forward_alloc(CUdeviceptr* dptr, size_t bytesize) {
+  PF_FORWARD_RETRIED(true, cuMemAlloc_v2, (dptr, bytesize));
+}
+CUresult forward_free(CUdeviceptr dptr) { PF_FORWARD(cuMemFree_v2, (dptr)); }
+
+// An allocation past the count: the first ones note themselves (banner,
+// NUMA check); NULL and 0 are answered by the driver itself, byte for
+// byte; the pool answers the rest, or forwards what it does not take (too
+// large, unpoolable, no context).
+__attribute__((noinline)) CUresult alloc_counted(CUdeviceptr* dptr, size_t bytesize) {
+  if (__builtin_expect(!g_first_alloc_done.load(std::memory_order_relaxed), 0) && runtime::on_first_alloc())
+    g_first_alloc_done.store(true, std::memory_order_relaxed);
+  if (!dptr || !bytesize) return forward_alloc(dptr, bytesize);
+  return pool::alloc_or(dptr, bytesize, &forward_alloc);
 }
 
-CUresult free_untraced(CUdeviceptr dptr) {
-  if (active(Entry::cuMemFree_v2) && dptr) {
-    CUresult result;
-    if (pool::try_free(dptr, &result)) return result;
-  }
+__attribute__((noinline)) CUresult alloc_untraced(CUdeviceptr* dptr, size_t bytesize) {
+  if (!active(Entry::cuMemAlloc_v2)) PF_FORWARD(cuMemAlloc_v2, (dptr, bytesize));
+  return alloc_counted(dptr, bytesize);
+}
+
+__attribute__((noinline)) CUresult free_untraced(CUdeviceptr dptr) {
+  if (active(Entry::cuMemFree_v2) && dptr) return pool::free_or(dptr, &forward_free);
   PF_FORWARD(cuMemFree_v2, (dptr));
 }
 
 }  // namespace
 
-// PAGEFAST_TRACE (trace.h): unset, one relaxed load and a branch.
+// The pool hit's hooks: the steady state (not traced, the thread's
+// counters made, the first allocations noted, a real address or size) is
+// the count and a tail call of the pool's function, so that the hit is one
+// function frame, the pool's; everything else is a tail call of the full
+// path above. PAGEFAST_TRACE (trace.h) unset: one relaxed load and a
+// branch.
 CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   if (__builtin_expect(trace::on(), 0)) return trace::traced_alloc(&alloc_untraced, dptr, bytesize);
-  return alloc_untraced(dptr, bytesize);
+  if (__builtin_expect(!stats::count_call_fast(Entry::cuMemAlloc_v2), 0)) return alloc_untraced(dptr, bytesize);
+  if (__builtin_expect(!g_first_alloc_done.load(std::memory_order_relaxed) || !dptr || !bytesize, 0))
+    return alloc_counted(dptr, bytesize);
+  return pool::alloc_or(dptr, bytesize, &forward_alloc);
 }
 
 CUresult cuMemFree_v2(CUdeviceptr dptr) {
   if (__builtin_expect(trace::on(), 0)) return trace::traced_free(&free_untraced, dptr);
+  if (__builtin_expect(dptr != 0, 1) && __builtin_expect(stats::count_call_fast(Entry::cuMemFree_v2), 1))
+    return pool::free_or(dptr, &forward_free);
   return free_untraced(dptr);
 }
 

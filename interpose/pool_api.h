@@ -77,10 +77,12 @@ int tag_figures(TagFigures* out, int max);
 int untagged_pools_awake();
 
 // cuMemAlloc_v2. REQUIRES dptr != NULL and bytes > 0: the hook leaves
-// those calls to the driver, which answers them byte for byte. false: not
-// poolable here (pool off, failed to start, no current context: the driver
-// answers, ...).
-bool try_alloc(CUdeviceptr* dptr, size_t bytes, CUresult* result);
+// those calls to the driver, which answers them byte for byte. The pool's
+// answer, or forward's (the driver's) where it is not poolable here (pool
+// off, failed to start, no current context, ...). A tail call from the
+// hook, so that a pool hit is this one function's frame.
+using AllocForward = CUresult (*)(CUdeviceptr* dptr, size_t bytes);
+CUresult alloc_or(CUdeviceptr* dptr, size_t bytes, AllocForward forward);
 // cuMemAllocPitch_v2 inside a region (interpose/pool/region.h): the pitch
 // is the driver's (learnt from an allocation of its own, freed at once),
 // and the region's pool holds pitch * height bytes, so that the memory
@@ -88,8 +90,10 @@ bool try_alloc(CUdeviceptr* dptr, size_t bytes, CUresult* result);
 // not answer: the driver then allocates, untagged.
 bool try_alloc_pitched(CUdeviceptr* dptr, size_t* pitch, size_t width_bytes, size_t height, unsigned element_bytes,
                        CUresult* result);
-// cuMemFree_v2. false when dptr is not inside any pool range.
-bool try_free(CUdeviceptr dptr, CUresult* result);
+// cuMemFree_v2 of a non-NULL address: the pool's answer, or forward's
+// when dptr is not inside any pool range (as alloc_or).
+using FreeForward = CUresult (*)(CUdeviceptr dptr);
+CUresult free_or(CUdeviceptr dptr, FreeForward forward);
 // cuMemFreeAsync(_ptsz) of a pool block: freed as cuMemFree frees it (the
 // block is reused only after a synchronisation that follows this call, so
 // after the stream's earlier work). false when dptr is not pool memory, or
