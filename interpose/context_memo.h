@@ -35,6 +35,9 @@ struct ContextMemo {
     *out = value;
     return true;
   }
+  // recall() without the copy: whether `value` may still be trusted for
+  // `current`; counts the use.
+  bool holds(CUcontext current) { return current == context && ++uses < kRevalidateEvery; }
   void learn(CUcontext current, const Value& v) {
     context = current;
     value = v;

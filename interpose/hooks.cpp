@@ -8,6 +8,8 @@
 // is hooks_common.h.
 #include "interpose/hooks.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -24,13 +26,33 @@
 #include "interpose/trace.h"
 
 namespace pagefast::hook {
+
+bool active_slow(Entry entry) {
+  if (runtime::passthrough()) return false;
+  stats::count_call(entry);
+  return true;
+}
+
 namespace {
 
 std::atomic<bool> g_first_alloc_done{false};
 
-// Streams being captured into a graph. Capture begin/end are rare; a lock
-// is fine here and keeps the count exact per stream.
-std::mutex g_capture_mutex;
+// Streams being captured into a graph. A lock keeps the count exact per
+// stream; captures are begun and ended one at a time almost always, so it
+// is a spin lock (an exchange and a store uncontended; the holder only
+// edits the list), cheaper than a mutex by a hundred instructions a pair.
+class CaptureLock {
+ public:
+  void lock() {
+    while (held_.exchange(true, std::memory_order_acquire))
+      while (held_.load(std::memory_order_relaxed)) sched_yield();
+  }
+  void unlock() { held_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> held_{false};
+};
+CaptureLock g_capture_lock;  // constant-initialised
 std::vector<CUstream>& capturing() {
   static auto* streams = new std::vector<CUstream>();  // never destroyed: used at exit
   return *streams;
@@ -46,7 +68,7 @@ void capture_began(CUstream stream, CUresult result) {
     pool::on_capture_end();  // the capture never started
     return;
   }
-  std::lock_guard<std::mutex> lock(g_capture_mutex);
+  std::lock_guard<CaptureLock> lock(g_capture_lock);
   capturing().push_back(stream);
 }
 
@@ -58,7 +80,7 @@ void capture_maybe_ended(CUstream stream, CUresult result) {
   if (result != CUDA_SUCCESS && driver::stream_is_capturing(real, stream, &status) == CUDA_SUCCESS &&
       status == CU_STREAM_CAPTURE_STATUS_ACTIVE)
     return;
-  std::lock_guard<std::mutex> lock(g_capture_mutex);
+  std::lock_guard<CaptureLock> lock(g_capture_lock);
   std::vector<CUstream>& streams = capturing();
   auto it = std::find(streams.begin(), streams.end(), stream);
   if (it == streams.end()) return;
@@ -70,37 +92,54 @@ void capture_maybe_ended(CUstream stream, CUresult result) {
 
 namespace {
 
-CUresult alloc_untraced(CUdeviceptr* dptr, size_t bytesize) {
-  if (active(Entry::cuMemAlloc_v2)) {
-    if (__builtin_expect(!g_first_alloc_done.load(std::memory_order_relaxed), 0) && runtime::on_first_alloc())
-      g_first_alloc_done.store(true, std::memory_order_relaxed);
-    // NULL and 0 are answered by the driver itself, byte for byte.
-    CUresult result;
-    if (dptr && bytesize && pool::try_alloc(dptr, bytesize, &result)) return result;
-    // Not the pool's (too large, unpoolable, no context): the driver's.
-    PF_FORWARD_RETRIED(true, cuMemAlloc_v2, (dptr, bytesize));
-  }
-  PF_FORWARD(cuMemAlloc_v2, (dptr, bytesize));
+// What the driver answers when the pool does not: pool_api.h alloc_or's
+// and free_or's forward.
+CUresult forward_alloc(CUdeviceptr* dptr, size_t bytesize) {
+  PF_FORWARD_RETRIED(true, cuMemAlloc_v2, (dptr, bytesize));
+}
+CUresult forward_free(CUdeviceptr dptr) { PF_FORWARD(cuMemFree_v2, (dptr)); }
+
+// An allocation past the count: the first ones note themselves (banner,
+// NUMA check); NULL and 0 are answered by the driver itself, byte for
+// byte; the pool answers the rest, or forwards what it does not take (too
+// large, unpoolable, no context).
+__attribute__((noinline)) CUresult alloc_counted(CUdeviceptr* dptr, size_t bytesize) {
+  if (__builtin_expect(!g_first_alloc_done.load(std::memory_order_relaxed), 0) && runtime::on_first_alloc())
+    g_first_alloc_done.store(true, std::memory_order_relaxed);
+  if (!dptr || !bytesize) return forward_alloc(dptr, bytesize);
+  return pool::alloc_or(dptr, bytesize, &forward_alloc);
 }
 
-CUresult free_untraced(CUdeviceptr dptr) {
-  if (active(Entry::cuMemFree_v2) && dptr) {
-    CUresult result;
-    if (pool::try_free(dptr, &result)) return result;
-  }
+__attribute__((noinline)) CUresult alloc_untraced(CUdeviceptr* dptr, size_t bytesize) {
+  if (!active(Entry::cuMemAlloc_v2)) PF_FORWARD(cuMemAlloc_v2, (dptr, bytesize));
+  return alloc_counted(dptr, bytesize);
+}
+
+__attribute__((noinline)) CUresult free_untraced(CUdeviceptr dptr) {
+  if (active(Entry::cuMemFree_v2) && dptr) return pool::free_or(dptr, &forward_free);
   PF_FORWARD(cuMemFree_v2, (dptr));
 }
 
 }  // namespace
 
-// PAGEFAST_TRACE (trace.h): unset, one relaxed load and a branch.
+// The pool hit's hooks: the steady state (not traced, the thread's
+// counters made, the first allocations noted, a real address or size) is
+// the count and a tail call of the pool's function, so that the hit is one
+// function frame, the pool's; everything else is a tail call of the full
+// path above. PAGEFAST_TRACE (trace.h) unset: one relaxed load and a
+// branch.
 CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   if (__builtin_expect(trace::on(), 0)) return trace::traced_alloc(&alloc_untraced, dptr, bytesize);
-  return alloc_untraced(dptr, bytesize);
+  if (__builtin_expect(!stats::count_call_fast(Entry::cuMemAlloc_v2), 0)) return alloc_untraced(dptr, bytesize);
+  if (__builtin_expect(!g_first_alloc_done.load(std::memory_order_relaxed) || !dptr || !bytesize, 0))
+    return alloc_counted(dptr, bytesize);
+  return pool::alloc_or(dptr, bytesize, &forward_alloc);
 }
 
 CUresult cuMemFree_v2(CUdeviceptr dptr) {
   if (__builtin_expect(trace::on(), 0)) return trace::traced_free(&free_untraced, dptr);
+  if (__builtin_expect(dptr != 0, 1) && __builtin_expect(stats::count_call_fast(Entry::cuMemFree_v2), 1))
+    return pool::free_or(dptr, &forward_free);
   return free_untraced(dptr);
 }
 
@@ -115,10 +154,11 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width_bytes
 }
 
 // Stream-ordered frees of pool blocks (pool_api.h try_free_async); in the
-// per-thread-stream variant stream 0 is the calling thread's stream.
+// per-thread-stream variant stream 0 is the calling thread's stream. An
+// address the page map does not know goes straight to the driver.
 #define PF_FREE_ASYNC(symbol, default_stream)                                            \
   CUresult symbol(CUdeviceptr dptr, CUstream stream) {                                   \
-    if (active(Entry::symbol) && dptr) {                                                 \
+    if (active(Entry::symbol) && dptr && pool::may_own(dptr)) {                          \
       CUresult result;                                                                   \
       if (pool::try_free_async(dptr, stream ? stream : (default_stream), &result)) return result; \
     }                                                                                    \
@@ -132,8 +172,8 @@ PF_FREE_ASYNC(cuMemFreeAsync_ptsz, CU_STREAM_PER_THREAD)
 // once after an out-of-memory answer.
 #define PF_RETRY_ON_OOM(symbol, params, args)                          \
   CUresult symbol params {                                             \
-    const bool on = active(Entry::symbol);                             \
-    PF_FORWARD_RETRIED(on, symbol, args);                              \
+    if (__builtin_expect(!active(Entry::symbol), 0)) PF_FORWARD(symbol, args); \
+    PF_FORWARD_RETRIED(true, symbol, args);                            \
   }
 PF_RETRY_ON_OOM(cuMemAllocAsync, (CUdeviceptr* dptr, size_t bytesize, CUstream stream), (dptr, bytesize, stream))
 PF_RETRY_ON_OOM(cuMemAllocAsync_ptsz, (CUdeviceptr* dptr, size_t bytesize, CUstream stream),
@@ -207,30 +247,35 @@ CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   return result;
 }
 
+// The pointer queries: a deferred own-VMM mapping at the address is
+// unmapped first (own_vmm.h before_query); pool memory is answered (or
+// patched) by the pool, and only an address the page map knows is asked
+// about (pool_api.h may_own).
 CUresult cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr dptr) {
   if (active(Entry::cuMemGetAddressRange_v2)) {
-    pool::own_vmm::before_query(dptr);
+    if (pool::own_vmm::on()) pool::own_vmm::before_query(dptr);
     CUresult result;
-    if (pool::try_address_range(pbase, psize, dptr, &result)) return result;
+    if (pool::may_own(dptr) && pool::try_address_range(pbase, psize, dptr, &result)) return result;
   }
   PF_FORWARD(cuMemGetAddressRange_v2, (pbase, psize, dptr));
 }
 
 CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
   const bool on = active(Entry::cuPointerGetAttribute);
-  if (on) pool::own_vmm::before_query(ptr);
+  if (on && pool::own_vmm::on()) pool::own_vmm::before_query(ptr);
   const RealDriver* real = real_driver();
   const CUresult result = PF_CALL_REAL(cuPointerGetAttribute, (data, attribute, ptr));
-  if (on && result == CUDA_SUCCESS && data) pool::patch_pointer_attribute(data, attribute, ptr);
+  if (on && result == CUDA_SUCCESS && data && pool::patched_attribute(attribute) && pool::may_own(ptr))
+    pool::patch_pointer_attribute(data, attribute, ptr);
   return result;
 }
 
 CUresult cuPointerGetAttributes(unsigned count, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr) {
   const bool on = active(Entry::cuPointerGetAttributes);
-  if (on) pool::own_vmm::before_query(ptr);
+  if (on && pool::own_vmm::on()) pool::own_vmm::before_query(ptr);
   const RealDriver* real = real_driver();
   const CUresult result = PF_CALL_REAL(cuPointerGetAttributes, (count, attributes, data, ptr));
-  if (on && result == CUDA_SUCCESS && attributes && data)
+  if (on && result == CUDA_SUCCESS && attributes && data && pool::may_own(ptr))
     for (unsigned i = 0; i < count; ++i)
       if (data[i]) pool::patch_pointer_attribute(data[i], attributes[i], ptr);
   return result;

@@ -13,6 +13,10 @@
 #include "interpose/stats.h"
 
 namespace pagefast::hook {
+
+// active()'s slow half: pass-through, or the first counted call of a thread.
+bool active_slow(Entry entry);
+
 namespace {
 
 // The answer when the real driver lacks a function (an older driver).
@@ -30,39 +34,34 @@ using driver::kMissing;
 // or kMissing when the driver lacks it. Needs `real` (real_driver()).
 #define PF_CALL_REAL(symbol, args) (real && real->symbol ? real->symbol args : kMissing)
 
+// Whether pagefast is on for this call (not pass-through); counts it. The
+// steady state is count_call_fast alone: one thread-local load, a test and
+// the add (the block's existence implies an initialised runtime and no
+// pass-through); the first call of a thread, pass-through and stats:off
+// take active_slow (hooks.cpp).
 inline bool active(Entry entry) {
-  if (runtime::passthrough()) return false;
-  stats::count_call(entry);
-  return true;
+  if (__builtin_expect(stats::count_call_fast(entry), 1)) return true;
+  return active_slow(entry);
 }
 
 // A driver call that can answer CUDA_ERROR_OUT_OF_MEMORY for lack of the
 // memory pagefast holds idle: on that answer (and only when pagefast is
 // on), every idle byte of the device goes back to the driver and the call
 // is made once more (docs/POOL.md "Headroom"). A failed call changed
-// nothing, so making it again is safe; one compare on the way out.
+// nothing, so making it again is safe; one compare on the way out. Only
+// the program's arguments live across the first call (the driver is
+// looked up again for the second), so the forward keeps a small frame.
 // Refused again: the other pagefast processes on the device give theirs
 // back (docs/IPC.md "Neighbours"), and it is made once more.
-template <typename Call>
-__attribute__((noinline)) CUresult retried_after_oom(Call& call) {
-  CUresult result = pool::reclaim_for_driver() ? call() : CUDA_ERROR_OUT_OF_MEMORY;
-  if (result == CUDA_ERROR_OUT_OF_MEMORY && pool::reclaim_from_neighbours()) result = call();
-  return result;
-}
-
-template <typename Call>
-inline CUresult retried_on_oom(bool on, Call&& call) {
-  const CUresult result = call();
-  if (__builtin_expect(result != CUDA_ERROR_OUT_OF_MEMORY, 1) || !on) return result;
-  return retried_after_oom(call);
-}
-
-// The real function of a table entry with that retry.
-#define PF_FORWARD_RETRIED(on, symbol, args)                      \
-  do {                                                            \
-    const RealDriver* real = real_driver();                       \
-    if (!real || !real->symbol) return kMissing;                  \
-    return retried_on_oom(on, [&] { return real->symbol args; }); \
+#define PF_FORWARD_RETRIED(on, symbol, args)                                                                      \
+  do {                                                                                                            \
+    const RealDriver* real = real_driver();                                                                       \
+    if (!real || !real->symbol) return kMissing;                                                                  \
+    const CUresult first = real->symbol args;                                                                     \
+    if (__builtin_expect(first != CUDA_ERROR_OUT_OF_MEMORY, 1) || !(on)) return first;                            \
+    CUresult again = pool::reclaim_for_driver() ? real_driver()->symbol args : first;                             \
+    if (again == CUDA_ERROR_OUT_OF_MEMORY && pool::reclaim_from_neighbours()) again = real_driver()->symbol args; \
+    return again;                                                                                                 \
   } while (0)
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "policy/config.h"
+#include "policy/page_map.h"
 #include "policy/pool_stats.h"
 
 namespace pagefast::policy {
@@ -76,10 +77,12 @@ int tag_figures(TagFigures* out, int max);
 int untagged_pools_awake();
 
 // cuMemAlloc_v2. REQUIRES dptr != NULL and bytes > 0: the hook leaves
-// those calls to the driver, which answers them byte for byte. false: not
-// poolable here (pool off, failed to start, no current context: the driver
-// answers, ...).
-bool try_alloc(CUdeviceptr* dptr, size_t bytes, CUresult* result);
+// those calls to the driver, which answers them byte for byte. The pool's
+// answer, or forward's (the driver's) where it is not poolable here (pool
+// off, failed to start, no current context, ...). A tail call from the
+// hook, so that a pool hit is this one function's frame.
+using AllocForward = CUresult (*)(CUdeviceptr* dptr, size_t bytes);
+CUresult alloc_or(CUdeviceptr* dptr, size_t bytes, AllocForward forward);
 // cuMemAllocPitch_v2 inside a region (interpose/pool/region.h): the pitch
 // is the driver's (learnt from an allocation of its own, freed at once),
 // and the region's pool holds pitch * height bytes, so that the memory
@@ -87,13 +90,25 @@ bool try_alloc(CUdeviceptr* dptr, size_t bytes, CUresult* result);
 // not answer: the driver then allocates, untagged.
 bool try_alloc_pitched(CUdeviceptr* dptr, size_t* pitch, size_t width_bytes, size_t height, unsigned element_bytes,
                        CUresult* result);
-// cuMemFree_v2. false when dptr is not inside any pool range.
-bool try_free(CUdeviceptr dptr, CUresult* result);
+// cuMemFree_v2 of a non-NULL address: the pool's answer, or forward's
+// when dptr is not inside any pool range (as alloc_or).
+using FreeForward = CUresult (*)(CUdeviceptr dptr);
+CUresult free_or(CUdeviceptr dptr, FreeForward forward);
 // cuMemFreeAsync(_ptsz) of a pool block: freed as cuMemFree frees it (the
 // block is reused only after a synchronisation that follows this call, so
 // after the stream's earlier work). false when dptr is not pool memory, or
 // when `stream` is being captured (the driver answers for a capture).
 bool try_free_async(CUdeviceptr dptr, CUstream stream, CUresult* result);
+// The forwarded calls' first question, inline: false when no pool ever
+// mapped the granule of `dptr` (the page map, policy/page_map.h), so that
+// try_free_async, try_address_range and patch_pointer_attribute would all
+// decline; true asks them.
+inline bool may_own(CUdeviceptr dptr) { return policy::global_page_map().lookup(dptr) != nullptr; }
+// The attributes patch_pointer_attribute answers for pool memory.
+inline bool patched_attribute(CUpointer_attribute attribute) {
+  return attribute == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR || attribute == CU_POINTER_ATTRIBUTE_RANGE_SIZE ||
+         attribute == CU_POINTER_ATTRIBUTE_BUFFER_ID || attribute == CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE;
+}
 // cuMemGetAddressRange_v2 for an address inside a pool range.
 bool try_address_range(CUdeviceptr* base, size_t* bytes, CUdeviceptr dptr, CUresult* result);
 // cuPointerGetAttribute(s): the pool answers RANGE_START_ADDR, RANGE_SIZE,

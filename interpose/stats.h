@@ -26,15 +26,22 @@ extern __thread std::atomic<uint64_t>* t_calls __attribute__((tls_model("initial
 void count_call_slow(Entry entry);
 }  // namespace detail
 
-inline void count_call(Entry entry) {
+// The inline half of count_call: counts and returns true once this thread
+// has its block; false (nothing counted) before, and always with stats:off.
+// A thread's block is made only by a call the hooks counted, so true also
+// says that the runtime is initialised and not in pass-through
+// (hooks_common.h active()).
+inline bool count_call_fast(Entry entry) {
   std::atomic<uint64_t>* calls = detail::t_calls;
-  if (__builtin_expect(calls != nullptr, 1)) {
-    // Only this thread writes its block: a relaxed load and store.
-    std::atomic<uint64_t>& c = calls[int(entry)];
-    c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    return;
-  }
-  detail::count_call_slow(entry);
+  if (__builtin_expect(calls == nullptr, 0)) return false;
+  // Only this thread writes its block: a relaxed load and store.
+  std::atomic<uint64_t>& c = calls[int(entry)];
+  c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  return true;
+}
+
+inline void count_call(Entry entry) {
+  if (__builtin_expect(!count_call_fast(entry), 0)) detail::count_call_slow(entry);
 }
 // PAGEFAST_CONF stats:off: calls are not counted (doors still are).
 void set_call_counting(bool on);

@@ -1,6 +1,6 @@
-// policy/device_pool.cpp: the router's alloc and free paths, hot and
-// slow, and the range queries. device_pool.h lists the parts and the
-// other files of DevicePool.
+// policy/device_pool.cpp: the router's alloc and free paths past the hit
+// (the hit itself is inline, device_pool_hit.h), and the range queries.
+// device_pool.h lists the parts and the other files of DevicePool.
 #include "policy/device_pool.h"
 
 namespace pagefast::policy {
@@ -27,14 +27,6 @@ DevicePool::DevicePool(Provider& provider, Clock& clock, PageMap& page_map, cons
       oom_(settings.config.limit_bytes) {}
 
 // ---- small blocks --------------------------------------------------------
-
-AllocStatus DevicePool::alloc(ThreadCache& cache, uint64_t request_bytes, uint64_t* addr, ContextTag context) {
-  const Request request{request_bytes, context};
-  if (request_bytes >= kSmallLimitBytes) return alloc_large(cache, request, addr);
-  const int class_index = class_of(request_bytes);
-  if (__builtin_expect(pop_small(cache, class_index, request, addr), 1)) return AllocStatus::Ok;
-  return alloc_small_slow(cache, class_index, request, addr);
-}
 
 bool DevicePool::new_slab(ThreadCache& cache, int class_index, AllocStatus* status) {
   Granules granules = small_.next_slab_granules(class_index);
@@ -160,46 +152,19 @@ AllocStatus DevicePool::alloc_large_slow(ThreadCache& cache, Granules granules, 
 
 // ---- free and queries --------------------------------------------------------
 
-FreeStatus DevicePool::free(ThreadCache& cache, Span* span, uint64_t addr) {
-  uint64_t bytes;
-  if (span->kind == SpanKind::Slab) {
-    Slab* slab = static_cast<Slab*>(span);
-    if (!slab->active.load(std::memory_order_acquire)) return FreeStatus::Invalid;
-    const uint64_t base = slab->base_addr();
-    if (addr < base) return FreeStatus::Invalid;
-    const uint64_t offset = addr - base;
-    const uint64_t index = offset / slab->block_bytes;
-    if (index >= slab->block_count || index * slab->block_bytes != offset) return FreeStatus::Invalid;
-    // The exchange makes two racing frees of one block one success.
-    if (slab->info[index].live.exchange(0, std::memory_order_acq_rel) != 1) return FreeStatus::Invalid;
-    bytes = slab->block_bytes;
-  } else {
-    Block* block = static_cast<Block*>(span);
-    if (block->addr() != addr || !block->quarantine_if_used()) return FreeStatus::Invalid;
-    bytes = block->granules().bytes();
-  }
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    cache.lock.lock();
-    QuarantineBatch* q = cache.quarantine;
-    if (__builtin_expect(!q->full(), 1)) {
-      q->entries[q->count++] = QuarantineEntry{addr, span, quarantine_.stamp()};
-      q->bytes += bytes;
-      owner_add(cache.in_use_delta, uint64_t(0) - bytes);
-      owner_add(cache.quarantined_bytes, bytes);
-      owner_add(cache.freed_bytes, bytes);
-      // A batch over the byte mark is retired by this thread's next miss
-      // (quarantine_due), so that the seal and the sync land on one pair;
-      // only a full batch, or twice the mark, is sealed here.
-      // Or once it could take the device's idle memory over the budget's
-      // bound (DeviceBudget::give_back_mark): the rest goes back at once.
-      const bool seal = q->full() || q->bytes >= 2 * gate_.seal_bytes() || q->bytes >= give_back_mark();
-      cache.lock.unlock();
-      if (seal) seal_local_quarantine(cache);
-      return FreeStatus::Ok;
-    }
+// DevicePool::free (device_pool_hit.h) found the cache's batch full (a
+// seal that found no host memory for the next): seal, then one more try.
+FreeStatus DevicePool::free_into_new_batch(ThreadCache& cache, Span* span, uint64_t addr, uint64_t bytes) {
+  seal_local_quarantine(cache);
+  cache.lock.lock();
+  if (!cache.quarantine->full()) {
+    const bool seal = quarantine_locked(cache, span, addr, bytes);
     cache.lock.unlock();
-    seal_local_quarantine(cache);
+    if (seal) seal_local_quarantine(cache);
+    return FreeStatus::Ok;
   }
+  cache.lock.unlock();
+  seal_local_quarantine(cache);
   // No host memory for another batch and no sync allowed: the block can
   // never be proven idle, so it is never reused (counted, not lost track of).
   cache.lock.lock();

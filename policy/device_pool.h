@@ -37,9 +37,10 @@
 //  - ReleasePolicy (release_policy.h): decay and trimming decisions;
 //  - SleepGate (sleep_gate.h): the slow paths' gate while asleep;
 //  - OomRecorder (oom_record.h): out-of-memory counts and the record.
-// The hit path (thread_cache.h: pop_small, pop_large) is inline. What ties
-// the parts is here: the alloc and free paths (device_pool.cpp), what to
-// reclaim before growing and under pressure (device_pool_obtain.cpp),
+// The hit path (device_pool_hit.h over thread_cache.h's pop_small and
+// pop_large) is inline. What ties the parts is here: the alloc and free
+// paths past the hit (device_pool.cpp), what to reclaim before growing
+// and under pressure (device_pool_obtain.cpp),
 // returning and draining (device_pool_retire.cpp), decay, sleep and wake
 // (device_pool_footprint.cpp), contexts and CUDA IPC
 // (device_pool_contexts.cpp), stats and the report (pool_report.cpp).
@@ -135,7 +136,7 @@ class DevicePool final {
   void detach_thread(ThreadCache* cache);
 
   // REQUIRES: request_bytes > 0. `context`: the context the block is for
-  // (blocks_of_context).
+  // (blocks_of_context). alloc and free are inline (device_pool_hit.h).
   AllocStatus alloc(ThreadCache& cache, uint64_t request_bytes, uint64_t* addr, ContextTag context = kNoContextTag);
   // REQUIRES: span == page_map.lookup(addr), span->pool == this.
   FreeStatus free(ThreadCache& cache, Span* span, uint64_t addr);
@@ -285,6 +286,10 @@ class DevicePool final {
   // After a free filled the cache's batch: seal it (kept by the thread),
   // then the device's idle memory beyond the budget's bound goes back.
   void seal_local_quarantine(ThreadCache& cache);
+  // The free's push (device_pool_hit.h), and its path when the cache's
+  // batch is full: seal, then push onto the next (device_pool.cpp).
+  bool quarantine_locked(ThreadCache& cache, Span* span, uint64_t addr, uint64_t bytes);
+  FreeStatus free_into_new_batch(ThreadCache& cache, Span* span, uint64_t addr, uint64_t bytes);
   // Sealed and filling batches go to the device (drain, trim, threshold).
   void share_local_quarantine(ThreadCache& cache, bool may_trim);
 
@@ -333,3 +338,5 @@ class DevicePool final {
 };
 
 }  // namespace pagefast::policy
+
+#include "policy/device_pool_hit.h"  // IWYU pragma: export

@@ -33,12 +33,6 @@ void PageMap::destroy_leaves_for_tests() {
     if (Leaf* leaf = root.exchange(nullptr, std::memory_order_acq_rel)) munmap(leaf, sizeof(Leaf));
 }
 
-namespace {
-// constexpr constructor and trivial destructor: constant initialisation in
-// .bss, no guard variable, nothing run at exit.
-PageMap g_page_map;
-}  // namespace
-
-PageMap& global_page_map() { return g_page_map; }
+PageMap g_global_page_map;
 
 }  // namespace pagefast::policy

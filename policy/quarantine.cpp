@@ -8,6 +8,8 @@
 // thread's sync retires them.
 #include "policy/quarantine.h"
 
+#include <cstring>
+
 #include "policy/spin.h"
 #include "policy/thread_cache.h"
 
@@ -19,17 +21,28 @@ uint64_t entry_bytes(const QuarantineEntry& e) {
   return static_cast<const Block*>(e.span)->granules().bytes();
 }
 
-// Moves the retired prefix of `batch` to `out`; returns its bytes.
+// Moves the retired prefix of `batch` to `out`; returns its bytes. Stamps
+// never decrease within a batch: when its last entry is retired, all of it
+// is (the common case, a sync that covered the batch), taken with one
+// check and one copy, its bytes the batch's own count.
 uint64_t take_retired_prefix(const SyncTickets& tickets, QuarantineBatch* batch, QuarantineEntry* out, int* out_count) {
-  uint32_t n = 0;
-  while (n < batch->count && tickets.retired(batch->entries[n].stamp)) ++n;
-  uint64_t bytes = 0;
-  for (uint32_t i = 0; i < n; ++i) {
-    out[(*out_count)++] = batch->entries[i];
-    bytes += entry_bytes(batch->entries[i]);
+  const uint32_t count = batch->count;
+  if (count == 0) return 0;
+  uint32_t n = count;
+  if (!tickets.retired(batch->entries[count - 1].stamp)) {
+    n = 0;
+    while (n < count && tickets.retired(batch->entries[n].stamp)) ++n;
+    if (n == 0) return 0;
   }
-  for (uint32_t i = n; i < batch->count; ++i) batch->entries[i - n] = batch->entries[i];
-  batch->count -= n;
+  std::memcpy(out + *out_count, batch->entries, n * sizeof(QuarantineEntry));
+  *out_count += int(n);
+  uint64_t bytes = batch->bytes;
+  if (n < count) {
+    bytes = 0;
+    for (uint32_t i = 0; i < n; ++i) bytes += entry_bytes(batch->entries[i]);
+    std::memmove(batch->entries, batch->entries + n, (count - n) * sizeof(QuarantineEntry));
+  }
+  batch->count = count - n;
   batch->bytes -= bytes;
   return bytes;
 }

@@ -148,8 +148,7 @@ void SyncGate::retire_local(ThreadCache& cache, bool into_cache) {
   if (n) retire_entries(into_cache ? &cache : nullptr, retired, n);
 }
 
-void SyncGate::cache_large(ThreadCache& cache, Block* block, Block** evicted, int* evicted_count) {
-  const Granules g = block->granules();
+void SyncGate::evict_large(ThreadCache& cache, Granules g, Block** evicted, int* evicted_count) {
   while (cache.large_count &&
          (cache.large_count == kLargeCacheSlots || cache.large_granules + g > limits_.cache_total)) {
     const LargeSlot oldest = cache.large[0];
@@ -159,6 +158,12 @@ void SyncGate::cache_large(ThreadCache& cache, Block* block, Block** evicted, in
     owner_add(cache.cached_bytes, uint64_t(0) - oldest.granules.bytes());
     evicted[(*evicted_count)++] = oldest.block;
   }
+}
+
+inline void SyncGate::cache_large(ThreadCache& cache, Block* block, Block** evicted, int* evicted_count) {
+  const Granules g = block->granules();
+  if (cache.large_count && (cache.large_count == kLargeCacheSlots || cache.large_granules + g > limits_.cache_total))
+    evict_large(cache, g, evicted, evicted_count);
   block->store_state(BlockState::Cached);
   cache.large[cache.large_count++] = LargeSlot{block, g};
   cache.large_granules += g;
@@ -175,28 +180,49 @@ void SyncGate::retire_entries(ThreadCache* cache, const QuarantineEntry* entries
   int small_count = 0;
   Block* large[kMaxEntries + kLargeCacheSlots];
   int large_count = 0;
+  // Frees of one size come from few slabs: what an entry needs of its slab
+  // and of the cache's bin of its class is read once per run of entries of
+  // one slab, the bin's count and the bytes the bins gain written back once.
+  struct SlabRun {
+    const Span* slab = nullptr;
+    uint64_t base = 0;
+    uint32_t block_bytes = 1;
+    SmallBin* bin = nullptr;  // NULL: no cache, or the bin was full
+    uint32_t count = 0, capacity = 0;
+  } run;
+  uint64_t binned_bytes = 0;
   if (cache) cache->lock.lock();
   for (int i = 0; i < count; ++i) {
     const QuarantineEntry& e = entries[i];
-    if (e.span->kind == SpanKind::Slab) {
-      Slab* slab = static_cast<Slab*>(e.span);
-      const SmallSlot slot{slab, uint32_t((e.addr - slab->base_addr()) / slab->block_bytes)};
-      if (cache) {
-        SmallBin& bin = cache->bins[slab->class_index];
-        if (bin.count < kSizeClasses[slab->class_index].cache_blocks) {
-          bin.slots[bin.count++] = slot;
-          owner_add(cache->cached_bytes, slab->block_bytes);
-          continue;
-        }
+    if (e.span != run.slab) {
+      if (e.span->kind != SpanKind::Slab) {
+        Block* block = static_cast<Block*>(e.span);
+        if (cache && block->granules() <= limits_.cache_block) cache_large(*cache, block, large, &large_count);
+        else large[large_count++] = block;
+        continue;
       }
-      small[small_count++] = slot;
-      continue;
+      if (run.bin) run.bin->count = run.count;
+      const Slab* slab = static_cast<const Slab*>(e.span);
+      run = SlabRun{slab, slab->base_addr(), slab->block_bytes, nullptr, 0, 0};
+      if (cache) {
+        run.bin = &cache->bins[slab->class_index];
+        run.count = run.bin->count;
+        run.capacity = kSizeClasses[slab->class_index].cache_blocks;
+      }
     }
-    Block* block = static_cast<Block*>(e.span);
-    if (cache && block->granules() <= limits_.cache_block) cache_large(*cache, block, large, &large_count);
-    else large[large_count++] = block;
+    const SmallSlot slot{static_cast<Slab*>(e.span), uint32_t((e.addr - run.base) / run.block_bytes)};
+    if (run.bin && run.count < run.capacity) {
+      run.bin->slots[run.count++] = slot;
+      binned_bytes += run.block_bytes;
+    } else {
+      small[small_count++] = slot;
+    }
   }
-  if (cache) cache->lock.unlock();
+  if (run.bin) run.bin->count = run.count;
+  if (cache) {
+    owner_add(cache->cached_bytes, binned_bytes);
+    cache->lock.unlock();
+  }
   // Runs of one class go back under one lock acquisition.
   for (int i = 0; i < small_count;) {
     int j = i + 1;

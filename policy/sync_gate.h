@@ -102,6 +102,8 @@ class SyncGate {
   // REQUIRES: cache->lock. Caches a retired large block, evicting the
   // oldest into `evicted`.
   void cache_large(ThreadCache& cache, Block* block, Block** evicted, int* evicted_count);
+  // cache_large's eviction of the oldest blocks, until `g` more fit.
+  void evict_large(ThreadCache& cache, Granules g, Block** evicted, int* evicted_count);
 
   Quarantine& quarantine_;
   Clock& clock_;

@@ -3,10 +3,12 @@
 // the last (context -> pool, cache) binding and a ThreadCache per device.
 // The devices' memory is made and shared in devices.cpp.
 //
-// The hot path (try_alloc/try_free of a cached size) is: one relaxed load
-// of the on-switch, cuCtxGetCurrent (a thread-local read in the driver, no
-// system call), a compare with the thread's last context, and the policy's
-// thread-cache pop or quarantine push. The context's device is re-read
+// The hot path (alloc_or/free_or of a cached size, each one function with
+// the policy's hit inline, policy/device_pool_hit.h) is: one load of the
+// on-switch, for an allocation cuCtxGetCurrent (a thread-local read in
+// the driver, no system call) and a compare with the thread's last
+// context, for a free the page map, and the policy's thread-cache pop or
+// quarantine push. The context's device is re-read
 // with cuCtxGetDevice when the context changes and every
 // kRevalidateEvery allocations (interpose/context_memo.h).
 //
@@ -111,6 +113,16 @@ FreeStatus free_on_shared(DevicePool* pool, policy::Span* span, uint64_t addr) {
   return pool->free(*memory->shared_cache(slot), span, addr);
 }
 
+// A free of a region's block (its pool's shared cache), or the first free
+// on this thread for this device (a cross-thread free): the thread's cache
+// is made, or the device's fallback cache serves.
+__attribute__((noinline)) FreeStatus free_without_cache(DevicePool* pool, policy::Span* span, uint64_t addr) {
+  if (pool->settings().slot != 0) return free_on_shared(pool, span, addr);
+  ThreadState* ts = thread_state();
+  ThreadCache* cache = ts ? cache_of(ts, pool, pool->device()) : nullptr;
+  return cache ? pool->free(*cache, span, addr) : free_on_shared(pool, span, addr);
+}
+
 CUresult alloc_result(AllocStatus status, uint64_t addr, CUdeviceptr* dptr) {
   *dptr = status == AllocStatus::Ok ? addr : 0;  // 0 as the driver leaves it
   return status == AllocStatus::Ok ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
@@ -156,15 +168,21 @@ policy::Span* live_span(CUdeviceptr dptr) {
 
 }  // namespace
 
-bool try_alloc(CUdeviceptr* dptr, size_t bytes, CUresult* result) {
-  if (__builtin_expect(!active(), 0)) return false;
+namespace {
+
+// alloc_or's answer for an active pool (false: not the pool's), inline.
+__attribute__((always_inline)) inline bool alloc_active(CUdeviceptr* dptr, size_t bytes, CUresult* result) {
   const RealDriver* real = loaded_driver();
   CUcontext context = nullptr;
   // No current context: the driver answers CUDA_ERROR_INVALID_CONTEXT.
   if (driver::ctx_get_current(real, &context) != CUDA_SUCCESS || !context) return false;
   ThreadState* ts = t_state;
-  Binding known;
-  if (__builtin_expect(!ts || !ts->last.recall(context, &known), 0) && !bind(real, context, &known)) return false;
+  if (__builtin_expect(!ts || !ts->last.holds(context), 0)) {
+    Binding bound;
+    if (!bind(real, context, &bound)) return false;
+    ts = t_state;  // bind() made it, and learnt `bound` there
+  }
+  const Binding& known = ts->last.value;
   DevicePool* pool = known.pool;
   if (__builtin_expect(retired(pool), 0)) return false;
   if (const int slot = region::current(); __builtin_expect(slot != 0, 0))
@@ -184,6 +202,14 @@ bool try_alloc(CUdeviceptr* dptr, size_t bytes, CUresult* result) {
   return false;
 }
 
+}  // namespace
+
+CUresult alloc_or(CUdeviceptr* dptr, size_t bytes, AllocForward forward) {
+  CUresult result;
+  if (__builtin_expect(active(), 1) && alloc_active(dptr, bytes, &result)) return result;
+  return forward(dptr, bytes);
+}
+
 bool try_alloc_pitched(CUdeviceptr* dptr, size_t* pitch, size_t width_bytes, size_t height, unsigned element_bytes,
                        CUresult* result) {
   if (!active() || region::current() == 0 || !dptr || !pitch) return false;
@@ -197,7 +223,7 @@ bool try_alloc_pitched(CUdeviceptr* dptr, size_t* pitch, size_t width_bytes, siz
   driver::mem_free(real, probe);
   if (driver_pitch == 0 || height > SIZE_MAX / driver_pitch) return false;
   CUdeviceptr addr = 0;
-  if (!try_alloc(&addr, driver_pitch * height, result)) return false;
+  if (!alloc_active(&addr, driver_pitch * height, result)) return false;
   if (*result != CUDA_SUCCESS) return false;  // the driver may have memory the region's pool could not get
   *dptr = addr;
   *pitch = driver_pitch;
@@ -212,8 +238,10 @@ static bool has_context() {
   return driver::ctx_get_current(real, &context) == CUDA_SUCCESS && context;
 }
 
-bool try_free(CUdeviceptr dptr, CUresult* result) {
-  if (__builtin_expect(!active(), 0)) return false;
+namespace {
+
+// free_or's answer for an active pool (false: not the pool's), inline.
+__attribute__((always_inline)) inline bool free_active(CUdeviceptr dptr, CUresult* result) {
   policy::Span* span = live_span(dptr);
   // No current context needed: the driver frees a cuMemAlloc block on such
   // a thread too (docs/GPU-CHECK.md, run 3), and so does the pool.
@@ -222,26 +250,26 @@ bool try_free(CUdeviceptr dptr, CUresult* result) {
   if (__builtin_expect(ipc::g_exports.load(std::memory_order_relaxed) > 0, 0) && ipc::on_free(dptr, result))
     return true;
   DevicePool* pool = span->pool;
-  const int device = pool->device();
   ThreadState* ts = t_state;
-  ThreadCache* cache = ts ? ts->caches[device] : nullptr;
+  ThreadCache* cache = ts ? ts->caches[pool->device()] : nullptr;
   FreeStatus status;
-  if (__builtin_expect(pool->settings().slot != 0, 0)) {
-    status = free_on_shared(pool, span, dptr);  // a region's block
-  } else if (__builtin_expect(!cache, 0)) {
-    // First free on this thread for this device (a cross-thread free).
-    ts = thread_state();
-    cache = ts ? cache_of(ts, pool, device) : nullptr;
-    status = cache ? pool->free(*cache, span, dptr) : free_on_shared(pool, span, dptr);
-  } else {
-    status = pool->free(*cache, span, dptr);
-  }
+  if (__builtin_expect(pool->settings().slot != 0 || !cache, 0))
+    status = free_without_cache(pool, span, dptr);  // a region's block, or the thread's first free
+  else status = pool->free(*cache, span, dptr);
   // An address that is no live block (freed, interior, or gone with its
   // context) on a thread without a context: the driver's answer for an
   // address it did not allocate (it needs a context to give one).
   if (__builtin_expect(status != FreeStatus::Ok, 0) && !has_context()) return false;
   *result = free_result(status);
   return true;
+}
+
+}  // namespace
+
+CUresult free_or(CUdeviceptr dptr, FreeForward forward) {
+  CUresult result;
+  if (__builtin_expect(active(), 1) && free_active(dptr, &result)) return result;
+  return forward(dptr);
 }
 
 bool try_free_async(CUdeviceptr dptr, CUstream stream, CUresult* result) {
@@ -256,7 +284,7 @@ bool try_free_async(CUdeviceptr dptr, CUstream stream, CUresult* result) {
   }
   // The quarantine reuses a block only after a synchronisation that began
   // after its free, which waits for the stream's earlier work too.
-  return try_free(dptr, result);
+  return free_active(dptr, result);
 }
 
 bool try_address_range(CUdeviceptr* base, size_t* bytes, CUdeviceptr dptr, CUresult* result) {
