@@ -133,6 +133,16 @@ int pagefast_sleep_tag(const char* tag, unsigned flags);
 int pagefast_wake_tag(const char* tag);
 int pagefast_tag_asleep(const char* tag);
 
+/* pagefast_kept_read: the contents of [device_ptr, device_ptr + bytes) of
+ * pool memory while it sleeps with its contents kept, copied from the
+ * host copy the sleep made into `out` (the range may span several chunks
+ * and kept pieces). Calls no CUDA function; waits for a sleep or wake
+ * under way. 0 copied; 1 some of the range is awake (read it on the
+ * device; `out` may hold a part); -1 some of it sleeps without a kept copy
+ * (discarded), or lies outside pool memory; -2 not pool memory (or no
+ * pool). */
+int pagefast_kept_read(const void* device_ptr, size_t bytes, void* out);
+
 /* torch_memory_saver's C entry points, for programs written for it
  * (docs/SLEEP.md "Coming from torch_memory_saver"): tms_pause sleeps the
  * memory of a torch_memory_saver tag made by pagefast's Python drop-in

@@ -165,6 +165,14 @@ class Arena {
   void keep_sizes(std::vector<uint64_t>* out) const;
   // Host memory holding kept contents, for tests.
   uint64_t kept_bytes() const { return kept_bytes_; }
+  // The kept contents of [addr, addr + bytes) while it sleeps, copied to
+  // `out` (arena_kept.cpp), through the stitches the sleep undid and
+  // across chunks and their kept pieces. Copied; Resident: some of the
+  // range is resident (readable on the device; `out` may hold a part of
+  // what came before it); Missing:
+  // some of it sleeps without a kept copy (discarded), or is in no chunk.
+  enum class KeptRead { Copied, Resident, Missing };
+  KeptRead read_kept(uint64_t addr, uint64_t bytes, void* out) const;
 
   Granules mapped() const { return mapped_; }
   // Physical memory held now: mapped less what sleeps.

@@ -52,6 +52,10 @@ uint64_t DevicePool::kept_bytes() {
   return large_.locked([](const Arena& arena) { return arena.kept_bytes(); });
 }
 
+Arena::KeptRead DevicePool::read_kept(uint64_t addr, uint64_t bytes, void* out) {
+  return large_.locked([=](const Arena& arena) { return arena.read_kept(addr, bytes, out); });
+}
+
 void DevicePool::note_sleep_figures() {
   const SleepFigures f = large_.locked([](const Arena& arena) {
     return SleepFigures{(arena.mapped() - arena.resident()).bytes(), arena.kept_bytes()};

@@ -29,6 +29,7 @@
 #include "interpose/pool/sleep_state.h"
 #include "interpose/pool_api.h"
 #include "policy/device_pool.h"
+#include "policy/page_map.h"
 
 namespace pagefast::pool {
 namespace {
@@ -263,6 +264,21 @@ int wake_tag(const char* tag) {
   return wake_slots(tag);
 }
 
+int kept_read(const void* device_ptr, size_t bytes, void* out) {
+  if (!device_ptr || !out || !active()) return -2;
+  const uint64_t addr = reinterpret_cast<uintptr_t>(device_ptr);
+  policy::Span* span = policy::global_page_map().lookup(addr);
+  if (!span || retired_device(span->pool->device())) return -2;
+  if (bytes == 0) return 0;
+  // Under the sleep lock: no wake gives the kept pieces back meanwhile.
+  std::lock_guard<std::mutex> guard(g_sleep_mutex);
+  switch (span->pool->read_kept(addr, bytes, out)) {
+    case policy::Arena::KeptRead::Copied: return 0;
+    case policy::Arena::KeptRead::Resident: return 1;
+    default: return -1;
+  }
+}
+
 int control_op(uint16_t op, uint64_t arg) {
   switch (op) {
     case ipc::wire::kOpSleep: return sleep_all(unsigned(arg) & (policy::kSleepKeep | policy::kSleepFail));
@@ -322,6 +338,9 @@ PF_EXPORT int pagefast_asleep(void) { return pagefast::pool::asleep_count(); }
 
 PF_EXPORT int pagefast_sleep_tag(const char* tag, unsigned flags) { return pagefast::pool::sleep_tag(tag, flags); }
 PF_EXPORT int pagefast_wake_tag(const char* tag) { return pagefast::pool::wake_tag(tag); }
+PF_EXPORT int pagefast_kept_read(const void* device_ptr, size_t bytes, void* out) {
+  return pagefast::pool::kept_read(device_ptr, bytes, out);
+}
 
 static_assert(PAGEFAST_SLEEP_KEEP == pagefast::policy::kSleepKeep, "sleep flags out of step");
 static_assert(PAGEFAST_SLEEP_FAIL == pagefast::policy::kSleepFail, "sleep flags out of step");
