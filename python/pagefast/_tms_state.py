@@ -162,3 +162,9 @@ class Impl:
     def __init__(self, saver):
         self._binary_wrapper = type("BinaryWrapper", (), {"cdll": Config(saver)})()
         self._is_xpu = False
+        self._saver = saver
+        # (tag, cpu backup, disk backup, backend or "", device) -> the MemPool of the last region so.
+        self._mem_pools = {}
+
+    def _with_region_config(self, tag, enable_cpu_backup, cpu_backup_backend, enable_disk_backup=False):
+        return self._saver()._region_config(tag, enable_cpu_backup, cpu_backup_backend, enable_disk_backup)

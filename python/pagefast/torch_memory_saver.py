@@ -28,6 +28,7 @@ from . import _region
 from ._sleep import _SLEEP_FAIL, _UNKNOWN_TAG, Error, _require_tags, _tag_bytes, loaded
 from ._tms_state import BACKENDS as _BACKENDS, STATE as _STATE, TAG_DEFAULT as _TAG_DEFAULT, Impl, env_bool
 from ._tms_state import asleep as _asleep
+from ._tms_backup import BACKUPS as _BACKUPS
 
 __all__ = ["TorchMemorySaver", "torch_memory_saver", "configure_subprocess"]
 
@@ -76,16 +77,18 @@ def _pool_only():
 @contextlib.contextmanager
 def _tagged(name, keep, graph=None, **graph_args):
     """A pagefast region of `name` with PyTorch's allocations in the tag's
-    MemPool (pagefast.torch.mem_pool), or a capture of `graph` in it."""
+    MemPool (pagefast.torch.mem_pool), or a capture of `graph` in it;
+    yields the pool (None for a graph)."""
     import torch
     from . import torch as pf_torch
     with _region._opened(name, keep, _pool_only()):
         if graph is not None:
             with torch.cuda.graph(graph, **graph_args):
-                yield
+                yield None
         else:
-            with torch.cuda.use_mem_pool(pf_torch.mem_pool(name, keep)):
-                yield
+            pool = pf_torch.mem_pool(name, keep)
+            with torch.cuda.use_mem_pool(pool):
+                yield pool
 
 
 @contextlib.contextmanager
@@ -117,7 +120,24 @@ class TorchMemorySaver:
         with _STATE.lock:
             name = _STATE.tag(tag).current()
         keep = bool(enable_cpu_backup or enable_disk_backup)
-        with _tagged(name, keep), _settings(tag, bool(enable_cpu_backup), cpu_backup_backend, bool(enable_disk_backup)):
+        with _tagged(name, keep) as pool, \
+                _settings(tag, bool(enable_cpu_backup), cpu_backup_backend, bool(enable_disk_backup)):
+            # Where torch_memory_saver's tests find a region's pool.
+            import torch
+            backend = _STATE.stack()[-1][3] if enable_cpu_backup else ""
+            key = (tag, bool(enable_cpu_backup), bool(enable_disk_backup), backend, torch.cuda.current_device())
+            self._impl._mem_pools[key] = pool
+            yield
+
+    @contextlib.contextmanager
+    def _region_config(self, tag, enable_cpu_backup, cpu_backup_backend, enable_disk_backup=False):
+        """torch_memory_saver's _with_region_config: allocations of this
+        thread inside are in a region of `tag` (no MemPool of its own)."""
+        with _STATE.lock:
+            name = _STATE.tag(tag).current()
+        keep = bool(enable_cpu_backup or enable_disk_backup)
+        with _region._opened(name, keep, _pool_only()), \
+                _settings(tag, bool(enable_cpu_backup), cpu_backup_backend, bool(enable_disk_backup)):
             yield
 
     @contextlib.contextmanager
@@ -185,15 +205,20 @@ class TorchMemorySaver:
         the same addresses, with the contents of the kept regions. A tag
         with nothing paused: Error (torch_memory_saver exits the process)."""
         wake_tag = _require_tags()[1]
-        with _STATE.lock:
-            tags = self._each(tag)
-            if tag is not None and tags and 1 not in tags[0].states():
-                raise Error("cannot resume tag %r: it is not paused" % tag)
+
+        def wake(tags):
             for t in tags:
                 for name in t.epochs:
                     if _asleep(name) == 1 and wake_tag(_tag_bytes(name)) not in (0, _UNKNOWN_TAG):
                         raise Error("pagefast could not resume tag %r (the driver refused device memory or a "
                                     "mapping): still paused; call resume() again once memory is free" % t.name)
+
+        with _STATE.lock:
+            tags = self._each(tag)
+            if tag is not None and tags and 1 not in tags[0].states():
+                raise Error("cannot resume tag %r: it is not paused" % tag)
+            # The host copies get_cpu_backup showed: kept with retain_cpu_backup, else let go.
+            _BACKUPS.resume(lambda: wake(tags), _STATE.retain)
 
     @property
     def enabled(self):
@@ -232,16 +257,13 @@ class TorchMemorySaver:
         _STATE.retain = bool(value)
 
     def get_cpu_backup(self, x, zero_copy=False):
-        """None while no tag is paused (the tensor itself is readable, as
-        torch_memory_saver answers for an active allocation). While a tag
-        is paused, pagefast's host copy is its own page-locked memory, not
-        handed out: NotImplementedError (resume, then read the tensor)."""
-        with _STATE.lock:
-            paused = sorted(t.name for t in _STATE.tags.values() if 1 in t.states())
-        if not paused:
-            return None
-        raise NotImplementedError("pagefast cannot show the host copy of paused memory (tags paused: %s): "
-                                  "resume() first and read the tensor" % ", ".join(paused))
+        """The contents of `x` (a contiguous CUDA tensor) as a CPU tensor of
+        its dtype and shape while its memory is paused with a host copy, or
+        after a resume with retain_cpu_backup (the contents of that pause);
+        else None. zero_copy=True: a view of the drop-in's page-locked copy,
+        at the same address for the tensor across cycles (_tms_backup.py);
+        else a clone. Paused without a host copy: pagefast.Error."""
+        return _BACKUPS.get(x, zero_copy)
 
     def set_disk_backup_dir(self, path):
         """Accepted (the folder is made); pagefast keeps disk-backed regions'

@@ -35,6 +35,10 @@ if case == "unloaded":
     sys.exit(0)
 cuda = Cuda()
 
+def module_state():
+    import pagefast._tms_state
+    return pagefast._tms_state.STATE
+
 def calls_since(mark):
     import torch
     return torch.cuda.calls[mark:]
@@ -100,7 +104,6 @@ elif case == "tms":
     import pagefast.torch_memory_saver as module
     expect("torch" not in sys.modules, "importing the torch_memory_saver names imported torch")
     expect(isinstance(tms, TorchMemorySaver) and tms.enabled is True, "the singleton, enabled")
-    expect(tms.get_cpu_backup(None) is None, "nothing paused: no host copy to show")
 
     def epochs(tag):
         return module._STATE.tags[tag].epochs
@@ -134,8 +137,8 @@ elif case == "tms":
     expect(not cuda.mapped(kv) and cuda.holds(plain, 0x11, 4 * MB), "the tag's memory only")
     expect_raises(pagefast.Error, lambda: tms.pause("kv"), "already paused", "pause of a paused tag")
     expect_raises(pagefast.Error, lambda: tms.resume("weights"), "not paused", "resume of an awake tag")
-    expect_raises(NotImplementedError, lambda: tms.get_cpu_backup(None), "resume() first",
-                  "get_cpu_backup while paused")
+    expect_raises(pagefast.Error, lambda: tms.get_cpu_backup(torch.device_tensor(kv, 8 * MB)),
+                  "without a host copy", "get_cpu_backup of a tensor paused without a host copy")
     with tms.region(tag="kv"):
         expect(pagefast.current_region() == epochs("kv")[1], "a region of a paused tag opens a new epoch")
         fresh = cuda.alloc(MB, 0x33)
@@ -429,6 +432,76 @@ elif case == "init":
     expect(cuda.holds(weight, 0x5A, 4 * MB), "usable after tms_pause, a free while paused and tms_resume")
     print("ok init")
 
+elif case == "backup":
+    # get_cpu_backup as torch_memory_saver's cpu_backup example reads it:
+    # while paused, the contents; across cycles with retain_cpu_backup, one
+    # host buffer per tensor at the same address, refreshed at each pause.
+    import gc
+    import torch
+    from torch_memory_saver import torch_memory_saver as tms
+    with tms.region(tag="weights", enable_cpu_backup=True):
+        w = cuda.alloc(6 * MB, 0x5A)
+        cuda.fill(w + 2 * MB, 0x5B, 2 * MB)
+    with tms.region(tag="other", enable_cpu_backup=True, cpu_backup_backend="mmap"):
+        o = cuda.alloc(2 * MB, 0x6C)
+    expect(tms._impl._mem_pools[("weights", True, False, "pinned", 0)] is not None
+           and ("other", True, False, "mmap", 0) in tms._impl._mem_pools, "the pools by torch_memory_saver's keys")
+    wt = torch.device_tensor(w, 6 * MB, torch.float32)
+    part = torch.device_tensor(w + MB, 2 * MB)  # 1 MiB of 0x5A, 1 MiB of 0x5B
+    ot = torch.device_tensor(o, 2 * MB)
+    plain = torch.device_tensor(cuda.alloc(MB, 0x11), MB)
+    expect(tms.get_cpu_backup(wt) is None and tms.get_cpu_backup(plain) is None, "awake: None")
+    tms.pause("weights")
+    got = tms.get_cpu_backup(wt)
+    expect(got.device == "cpu" and got.dtype is torch.float32 and got.shape == wt.shape, "a CPU tensor like x")
+    expect(got.tobytes() == b"\x5a" * 2 * MB + b"\x5b" * 2 * MB + b"\x5a" * 2 * MB, "the kept contents")
+    expect(tms.get_cpu_backup(part).tobytes() == b"\x5a" * MB + b"\x5b" * MB, "a part of an allocation")
+    expect(tms.get_cpu_backup(ot) is None and tms.get_cpu_backup(plain) is None, "another tag's, untagged: None")
+    first = tms.get_cpu_backup(wt, zero_copy=True)
+    pointer = first.data_ptr()
+    expect(tms.get_cpu_backup(wt).data_ptr() != pointer, "without zero_copy: a clone")
+    del first, got
+    tms.resume("weights")
+    expect(tms.get_cpu_backup(wt) is None, "after a resume without retain: None")
+
+    cuda.fill(w, 0x61, 6 * MB)
+    tms.pause()
+    expect(tms.get_cpu_backup(ot).tobytes() == b"\x6c" * 2 * MB, "the mmap backend's contents too")
+    retained = tms.get_cpu_backup(wt, zero_copy=True)
+    pointer = retained.data_ptr()
+    tms.retain_cpu_backup = True
+    tms.resume()
+    expect(cuda.holds(w, 0x61, 6 * MB), "resumed with the contents")
+    after = tms.get_cpu_backup(wt, zero_copy=True)
+    expect(after.data_ptr() == pointer and after.tobytes() == b"\x61" * 6 * MB,
+           "retained: the same host buffer, the contents of the pause")
+    cuda.fill(w, 0x62, 6 * MB)
+    expect(tms.get_cpu_backup(wt, zero_copy=True).tobytes() == b"\x61" * 6 * MB, "not refreshed while awake")
+    tms.pause("weights")
+    again = tms.get_cpu_backup(wt, zero_copy=True)
+    expect(again.data_ptr() == pointer and again.tobytes() == b"\x62" * 6 * MB,
+           "the next pause refreshes it in place")
+    tms.retain_cpu_backup = False
+    tms.resume("weights")
+    expect(tms.get_cpu_backup(wt) is None and cuda.holds(w, 0x62, 6 * MB), "a resume without retain lets go")
+
+    with tms._impl._with_region_config(tag="weights", enable_cpu_backup=True, cpu_backup_backend="pinned"):
+        expect(pagefast.current_region() == module_state().tag("weights").current(), "_with_region_config's region")
+        small = cuda.alloc(MB, 0x7E)
+    tms.pause("weights")
+    st = torch.device_tensor(small, MB)
+    expect(tms.get_cpu_backup(st).tobytes() == b"\x7e" * MB, "allocated under _with_region_config: kept")
+    frees = cuda.lib.fakecuda_call_count(b"cuMemFreeHost")
+    del retained, after, again
+    gc.collect()
+    expect(cuda.lib.fakecuda_call_count(b"cuMemFreeHost") == frees, "held while the tensor lives")
+    del wt, part
+    gc.collect()
+    expect(cuda.lib.fakecuda_call_count(b"cuMemFreeHost") > frees,
+           "the host buffer freed once the tensor that asked and its views are gone")
+    tms.resume("weights")
+    print("ok backup")
+
 elif case == "backend_env":
     os.environ["TMS_INIT_CPU_BACKUP_BACKEND"] = "mmap"
     from torch_memory_saver import torch_memory_saver as tms
@@ -443,7 +516,8 @@ elif case == "backend_env":
     print("ok backend_env")
 """
 
-CASES = [("helper", True), ("tms", True), ("alias", True), ("init", True), ("backend_env", True), ("unloaded", False)]
+CASES = [("helper", True), ("tms", True), ("alias", True), ("init", True), ("backup", True), ("backend_env", True),
+         ("unloaded", False)]
 
 LAUNCHED = """
 import os, subprocess, sys, pagefast.torch_memory_saver as m, torch_memory_saver
