@@ -31,6 +31,7 @@ Arena::KeptRead Arena::read_kept(uint64_t addr, uint64_t bytes, void* out) const
     for (const KeptPiece& p : chunk.kept)
       if (p.host && offset >= p.offset.bytes() && offset < (p.offset + p.granules).bytes()) piece = &p;
     if (!piece) return KeptRead::Missing;
+    if (piece->on_disk) return KeptRead::OnDisk;
     uint64_t n = (piece->offset + piece->granules).bytes() - offset;
     if (n > limit - at) n = limit - at;
     std::memcpy(to + (at - addr), static_cast<const char*>(piece->host) + (offset - piece->offset.bytes()), n);
