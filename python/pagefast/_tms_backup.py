@@ -8,8 +8,8 @@ paused and kept at the same address across cycles, as torch_memory_saver
 keeps its per-allocation copy. At a resume the copies of the ranges woken
 are dropped, or, with retain_cpu_backup, refreshed first and kept, so that
 they read as the contents of the last pause. A buffer is freed once its
-range is dropped (or the tensor that asked for it is collected) and no
-view of it is left."""
+range is dropped (at a resume without retain, or once the tensor that
+asked for it is collected) and no view of it is left."""
 import ctypes
 import threading
 import weakref
@@ -20,6 +20,7 @@ _KEPT = 0  # pagefast_kept_read: copied
 _AWAKE = 1
 _DISCARDED = -1
 _NOT_POOL = -2
+_ON_DISK = -3  # kept in a file (a disk-backed region): no host copy to show
 
 
 def _process():
@@ -82,7 +83,7 @@ class Backups:
                 raise Error("get_cpu_backup: the tensor at 0x%x is paused without a host copy (its region had "
                             "neither enable_cpu_backup nor enable_disk_backup)" % key[0])
             if answer != _KEPT and fresh:
-                return None  # awake (or not pagefast's pool memory), nothing retained
+                return None  # awake, in a file, or not pagefast's pool memory: nothing retained
             self.entries[key] = entry
             entry.users += 1
             weakref.finalize(x, self._let_go, key, entry)
@@ -106,7 +107,10 @@ class Backups:
                     continue
                 probe = ctypes.c_uint8()
                 if key[1] == 0 or _kept_read()(key[0], 1, ctypes.addressof(probe)) != _KEPT:
-                    self.entries.pop(key, None)
+                    # Let go now: its memory goes once no view of it is left, not with the tensor.
+                    dropped = self.entries.pop(key, None)
+                    if dropped is not None:
+                        dropped.buffer = None
 
     @staticmethod
     def _refresh(key, entry, retain):

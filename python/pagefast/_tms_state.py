@@ -81,6 +81,7 @@ class State:
         self.codes = {}  # code -> tag
         self.retain = env_bool("TMS_RETAIN_CPU_BACKUP")
         self.disk_dir = os.environ.get("TMS_DISK_BACKUP_DIR")
+        self.disk_used = False  # a disk-backed region was opened: pause hands the folder to the library
         self.hook_mode = "preload"
         self.local = threading.local()  # .config: this thread's region settings, innermost last
 

@@ -8,9 +8,11 @@ torch_memory_saver's preload library. Or with one import:
     from pagefast.torch_memory_saver import torch_memory_saver
 
 region, cuda_graph, pause, resume, disable, configure_subprocess and the
-TMS_* variables do what they do there, with enable_cpu_backup (either
-backend, "pinned" or "mmap") and enable_disk_backup as pagefast's keep:
-the contents go to page-locked host memory. Every TorchMemorySaver()
+TMS_* variables do what they do there, with enable_cpu_backup and
+enable_disk_backup as pagefast's keep (_keep_flags): backend "pinned",
+page-locked host memory kept between cycles; "mmap", host memory made at
+pause and given back at resume; disk, a file per allocation in the
+folder of set_disk_backup_dir, deleted at resume. Every TorchMemorySaver()
 shares one state. A tag of torch_memory_saver is any string; each maps
 onto a series of pagefast tags ("epochs", tms.<code>.<epoch>: _tms_state),
 a new one opened when a region of a paused tag begins, so that
@@ -20,10 +22,12 @@ torch is imported at the first region, graph or disable, not with this
 module.
 """
 import contextlib
+import ctypes
 import os
 import threading
 
 from . import _region
+from ._region import _REGION_HOST_RELEASE, _REGION_KEEP, _REGION_KEEP_DISK
 # _SLEEP_FAIL (PAGEFAST_SLEEP_FAIL): allocations of a paused tag fail instead of waiting.
 from ._sleep import _SLEEP_FAIL, _UNKNOWN_TAG, Error, _require_tags, _tag_bytes, loaded
 from ._tms_state import BACKENDS as _BACKENDS, STATE as _STATE, TAG_DEFAULT as _TAG_DEFAULT, Impl, env_bool
@@ -62,6 +66,42 @@ def _check_backup(enable_cpu_backup, enable_disk_backup=False, cpu_backup_backen
             raise ValueError("cpu_backup_backend is one of %s, not %r" % (", ".join(_BACKENDS), cpu_backup_backend))
     if enable_cpu_backup and enable_disk_backup:
         raise AssertionError("enable_cpu_backup and enable_disk_backup are mutually exclusive")
+
+
+def _keep_flags(cpu_backup, backend, disk):
+    """A region's keep as pagefast's region flags: a disk backup in files
+    (PAGEFAST_REGION_KEEP_DISK), the "mmap" backend in host memory given
+    back at resume (PAGEFAST_REGION_HOST_RELEASE: the process's resident
+    memory grows at pause and shrinks at resume, as torch_memory_saver's
+    pageable copy), "pinned" in page-locked host memory kept between
+    cycles (PAGEFAST_REGION_KEEP); neither: discarded."""
+    if disk:
+        _STATE.disk_used = True
+        return _REGION_KEEP | _REGION_KEEP_DISK
+    if not cpu_backup:
+        return False
+    if (backend or _STATE.stack()[-1][3]) == "mmap":
+        return _REGION_KEEP | _REGION_HOST_RELEASE
+    return True
+
+
+def _disk_settings():
+    """The folder (set_disk_backup_dir, else TMS_DISK_BACKUP_DIR, else /tmp)
+    and chunk (TMS_DISK_BACKUP_CHUNK_MB, else 256) of the files a pause of
+    a disk-backed region writes, handed to the library."""
+    if not _STATE.disk_used:
+        return
+    folder = _STATE.disk_dir or "/tmp"
+    chunk_mb = os.environ.get("TMS_DISK_BACKUP_CHUNK_MB", "").strip()
+    try:
+        setter = ctypes.CDLL(None).pagefast_keep_disk_dir
+    except AttributeError:
+        raise Error("the libpagefast.so in this process has no pagefast_keep_disk_dir: start the program with "
+                    "the library of this package") from None
+    setter.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    setter.restype = ctypes.c_int
+    if setter(os.fsencode(folder), int(chunk_mb or 256) << 20) != 0:
+        raise Error("the disk backup folder %r is not a folder this process can write; nothing paused" % folder)
 
 
 def _pool_only():
@@ -119,7 +159,7 @@ class TorchMemorySaver:
         _check_backup(enable_cpu_backup, enable_disk_backup, cpu_backup_backend)
         with _STATE.lock:
             name = _STATE.tag(tag).current()
-        keep = bool(enable_cpu_backup or enable_disk_backup)
+        keep = _keep_flags(enable_cpu_backup, cpu_backup_backend, enable_disk_backup)
         with _tagged(name, keep) as pool, \
                 _settings(tag, bool(enable_cpu_backup), cpu_backup_backend, bool(enable_disk_backup)):
             # Where torch_memory_saver's tests find a region's pool.
@@ -135,7 +175,7 @@ class TorchMemorySaver:
         thread inside are in a region of `tag` (no MemPool of its own)."""
         with _STATE.lock:
             name = _STATE.tag(tag).current()
-        keep = bool(enable_cpu_backup or enable_disk_backup)
+        keep = _keep_flags(enable_cpu_backup, cpu_backup_backend, enable_disk_backup)
         with _region._opened(name, keep, _pool_only()), \
                 _settings(tag, bool(enable_cpu_backup), cpu_backup_backend, bool(enable_disk_backup)):
             yield
@@ -148,7 +188,8 @@ class TorchMemorySaver:
         _check_backup(enable_cpu_backup, cpu_backup_backend=cpu_backup_backend)
         with _STATE.lock:
             name = _STATE.tag(tag).current()
-        with _tagged(name, bool(enable_cpu_backup), cuda_graph, pool=pool, stream=stream,
+        with _tagged(name, _keep_flags(enable_cpu_backup, cpu_backup_backend, False), cuda_graph, pool=pool,
+                     stream=stream,
                      capture_error_mode=capture_error_mode), \
                 _settings(tag, bool(enable_cpu_backup), cpu_backup_backend, False):
             yield
@@ -186,6 +227,7 @@ class TorchMemorySaver:
         again: Error (torch_memory_saver exits the process), nothing
         changed."""
         sleep_tag = _require_tags()[0]
+        _disk_settings()
         with _STATE.lock:
             tags = self._each(tag)
             paused = [t.name for t in tags if t.paused()]
@@ -266,8 +308,9 @@ class TorchMemorySaver:
         return _BACKUPS.get(x, zero_copy)
 
     def set_disk_backup_dir(self, path):
-        """Accepted (the folder is made); pagefast keeps disk-backed regions'
-        contents in host memory, not in files there."""
+        """The folder (made if missing) of the files a pause of a
+        disk-backed region writes from now on, one per allocation, deleted
+        at resume (and at exit)."""
         os.makedirs(path, exist_ok=True)
         _STATE.disk_dir = path
 
@@ -285,7 +328,7 @@ def _initial_region():
     library starts each thread."""
     if not env_bool("TMS_INIT_ENABLE") or not loaded():
         return
-    keep = env_bool("TMS_INIT_ENABLE_CPU_BACKUP") or env_bool("TMS_INIT_ENABLE_DISK_BACKUP")
+    keep = _keep_flags(env_bool("TMS_INIT_ENABLE_CPU_BACKUP"), None, env_bool("TMS_INIT_ENABLE_DISK_BACKUP"))
     with _STATE.lock:
         name = _STATE.tag(_TAG_DEFAULT).current()
     _region._begin(name, keep, _pool_only())

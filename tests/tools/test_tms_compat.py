@@ -494,8 +494,14 @@ elif case == "backup":
     frees = cuda.lib.fakecuda_call_count(b"cuMemFreeHost")
     del retained, after, again
     gc.collect()
-    expect(cuda.lib.fakecuda_call_count(b"cuMemFreeHost") == frees, "held while the tensor lives")
-    del wt, part
+    expect(cuda.lib.fakecuda_call_count(b"cuMemFreeHost") > frees,
+           "let go at the resume without retain: freed once its views are gone, the tensor alive")
+    view = tms.get_cpu_backup(st, zero_copy=True)
+    frees = cuda.lib.fakecuda_call_count(b"cuMemFreeHost")
+    del view, wt, part
+    gc.collect()
+    expect(cuda.lib.fakecuda_call_count(b"cuMemFreeHost") == frees, "held while paused and the tensor lives")
+    del st
     gc.collect()
     expect(cuda.lib.fakecuda_call_count(b"cuMemFreeHost") > frees,
            "the host buffer freed once the tensor that asked and its views are gone")
@@ -514,10 +520,87 @@ elif case == "backend_env":
     tms.resume()
     expect(cuda.holds(kept, 0x4D, 2 * MB), "the mmap backend from the environment keeps the contents")
     print("ok backend_env")
+
+elif case == "disk":
+    # torch_memory_saver's disk_backup example: a disk-backed region's
+    # allocations in files of the folder while paused (at least one per
+    # allocation, as large as they are, the same over cycles), no host
+    # memory held for them, the contents exact at resume, the files gone.
+    import shutil, tempfile
+    import torch
+    from torch_memory_saver import torch_memory_saver as tms
+    os.environ["TMS_DISK_BACKUP_CHUNK_MB"] = "1"
+    folder = tempfile.mkdtemp(prefix="tms-disk-")
+    tms.set_disk_backup_dir(folder)
+    odd = 5 * MB + 12345  # a run that ends inside a chunk of the copy
+    with tms.region(enable_disk_backup=True):
+        big = cuda.alloc(14 * MB, 0x3B)
+        cuda.fill(big + odd, 0x3C, 3 * MB)
+        small = cuda.alloc(7, 0x0A)
+    with tms.region(enable_disk_backup=False):
+        dropped = cuda.alloc(20 * MB, 0x14)
+    registered = cuda.lib.fakecuda_host_registered_bytes()
+    totals = set()
+    for cycle in range(3):
+        tms.pause()
+        files = os.listdir(folder)
+        total = sum(os.path.getsize(os.path.join(folder, f)) for f in files)
+        expect(len(files) >= 2 and total >= 14 * MB, "cycle %d: %d files, %d bytes" % (cycle, len(files), total))
+        totals.add(total)
+        expect(cuda.lib.fakecuda_host_registered_bytes() == registered, "no page-locked host memory for the files")
+        expect(tms.get_cpu_backup(torch.device_tensor(big, 14 * MB)) is None, "a disk-backed tensor: None")
+        occupy = cuda.alloc(20 * MB, 0x1E)
+        cuda.free(occupy)
+        tms.resume()
+        expect(cuda.holds(big, 0x3B, odd) and cuda.holds(big + odd, 0x3C, 3 * MB)
+               and cuda.holds(big + odd + 3 * MB, 0x3B, 14 * MB - odd - 3 * MB) and cuda.holds(small, 0x0A, 7),
+               "cycle %d: the contents back bit for bit" % cycle)
+        expect(not cuda.holds(dropped, 0x14, 3), "the region without backup discarded")
+        expect(os.listdir(folder) == [], "cycle %d: the files deleted at resume" % cycle)
+    expect(len(totals) == 1, "the files' size the same each cycle: %r" % (totals,))
+    tms.set_disk_backup_dir(os.path.join(folder, "made"))
+    expect(os.path.isdir(os.path.join(folder, "made")), "set_disk_backup_dir makes the folder")
+    os.chmod(os.path.join(folder, "made"), 0o500)
+    if not os.access(os.path.join(folder, "made"), os.W_OK):  # not as root
+        expect_raises(pagefast.Error, tms.pause, "not a folder this process can write", "a folder not writable")
+    shutil.rmtree(folder)
+    print("ok disk")
+
+elif case == "release":
+    # torch_memory_saver's mmap backend from the environment, as its
+    # preload RSS test reads it: the initial region's pause keeps the
+    # contents in host memory that the resume (no retain) gives back,
+    # with the host copy get_cpu_backup showed.
+    os.environ.update(TMS_INIT_ENABLE="1", TMS_INIT_ENABLE_CPU_BACKUP="1", TMS_INIT_CPU_BACKUP_BACKEND="mmap")
+    import torch
+    from torch_memory_saver import torch_memory_saver as tms
+    tensor = cuda.alloc(16 * MB, 0x0A)
+    tt = torch.device_tensor(tensor, 16 * MB)
+    before = cuda.lib.fakecuda_host_registered_bytes()
+    tms.pause()
+    expect(cuda.lib.fakecuda_host_registered_bytes() >= before + 16 * MB, "the pause holds the contents")
+    shown = tms.get_cpu_backup(tt)
+    expect(shown is not None and shown.tobytes()[:3] == b"\x0a" * 3, "get_cpu_backup while paused")
+    frees = cuda.lib.fakecuda_call_count(b"cuMemFreeHost")
+    tms.resume()
+    expect(cuda.lib.fakecuda_host_registered_bytes() == before, "the resume gives the host memory back")
+    expect(cuda.lib.fakecuda_call_count(b"cuMemFreeHost") > frees,
+           "and the copy get_cpu_backup showed, the tensor alive")
+    expect(cuda.holds(tensor, 0x0A, 16 * MB), "the contents back")
+    expect(tms.get_cpu_backup(tt) is None, "after the resume: None")
+    with tms.region(tag="rss", enable_cpu_backup=True, cpu_backup_backend="mmap"):
+        other = cuda.alloc(8 * MB, 0x4E)
+    for cycle in range(2):
+        tms.pause("rss")
+        expect(cuda.lib.fakecuda_host_registered_bytes() >= before + 8 * MB, "cycle %d: held while paused" % cycle)
+        tms.resume("rss")
+        expect(cuda.lib.fakecuda_host_registered_bytes() == before and cuda.holds(other, 0x4E, 8 * MB),
+               "cycle %d: given back, contents intact" % cycle)
+    print("ok release")
 """
 
 CASES = [("helper", True), ("tms", True), ("alias", True), ("init", True), ("backup", True), ("backend_env", True),
-         ("unloaded", False)]
+         ("disk", True), ("release", True), ("unloaded", False)]
 
 LAUNCHED = """
 import os, subprocess, sys, pagefast.torch_memory_saver as m, torch_memory_saver
