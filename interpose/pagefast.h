@@ -125,6 +125,24 @@ int pagefast_asleep(void);
  * made while the region is innermost stays untagged (a library's own
  * buffers, as NCCL makes them, are not taken by the tag's sleep). */
 #define PAGEFAST_REGION_POOL_ONLY 2u
+/* pagefast_region_begin: where a sleep of the region keeps the contents of
+ * its pool memory (either implies PAGEFAST_REGION_KEEP; each makes a policy
+ * of its own, a slot of the tag beside keep and discard). KEEP_DISK: in
+ * files, one per live block, in the folder of pagefast_keep_disk_dir,
+ * read back at wake and then deleted (and deleted at exit); no host
+ * memory is held across the sleep. HOST_RELEASE: in host memory made at
+ * sleep and given back at wake, none of it page-locked ahead or kept for
+ * the next sleep (the process's resident memory grows by the kept bytes
+ * while asleep, and only then). The program's own cuMemCreate memory of
+ * such a region is kept in host memory as with KEEP. */
+#define PAGEFAST_REGION_KEEP_DISK 8u
+#define PAGEFAST_REGION_HOST_RELEASE 16u
+/* pagefast_keep_disk_dir: the folder (NULL: /tmp) of the files that sleeps
+ * of PAGEFAST_REGION_KEEP_DISK regions make from now on, and the bytes
+ * each file is written and read in (0: 256 MiB; through a bounce buffer of
+ * that size, page-locked for the copy only). 0, or -1 when the folder is
+ * not one this process can write (nothing changed). */
+int pagefast_keep_disk_dir(const char* dir, size_t chunk_bytes);
 #define PAGEFAST_SLEEP_DISCARD 4u
 int pagefast_region_begin(const char* tag, unsigned flags);
 int pagefast_region_end(void);
@@ -132,6 +150,17 @@ const char* pagefast_region_current(void);
 int pagefast_sleep_tag(const char* tag, unsigned flags);
 int pagefast_wake_tag(const char* tag);
 int pagefast_tag_asleep(const char* tag);
+
+/* pagefast_kept_read: the contents of [device_ptr, device_ptr + bytes) of
+ * pool memory while it sleeps with its contents kept, copied from the
+ * host copy the sleep made into `out` (the range may span several chunks
+ * and kept pieces). Calls no CUDA function; waits for a sleep or wake
+ * under way. 0 copied; 1 some of the range is awake (read it on the
+ * device; `out` may hold a part); -1 some of it sleeps without a kept copy
+ * (discarded), or lies outside pool memory; -2 not pool memory (or no
+ * pool); -3 some of it is kept in a file (PAGEFAST_REGION_KEEP_DISK), not
+ * read. */
+int pagefast_kept_read(const void* device_ptr, size_t bytes, void* out);
 
 /* torch_memory_saver's C entry points, for programs written for it
  * (docs/SLEEP.md "Coming from torch_memory_saver"): tms_pause sleeps the

@@ -33,6 +33,7 @@
 #include "policy/free_bins.h"
 #include "policy/page_map.h"
 #include "policy/provider.h"
+#include "policy/sleep_gate.h"
 
 namespace pagefast::policy {
 
@@ -126,7 +127,8 @@ class Arena {
   // Sleep (docs/POOL.md "Sleep and wake"). REQUIRES: no device work on
   // pool memory in flight. Unmaps every stitch, copies the live contents
   // of every chunk (its blocks that are not free) to host memory in one
-  // batch (keep), then per chunk unmaps
+  // batch (keep: kSleepKeep, with kSleepToDisk one copy per live block,
+  // and the mode of each copy in HostCopy::mode), then per chunk unmaps
   // and releases it. A chunk the driver refuses to unmap (or whose copy
   // fails) stays resident; one it refuses to release keeps its handle,
   // mapped again at wake with its contents. Blocks, the page map and the
@@ -145,7 +147,7 @@ class Arena {
     uint64_t copy_ns = 0;     // the batch copy to host memory
     uint64_t unmap_ns = 0;    // unmap and release of every chunk
   };
-  SleepResult sleep(bool keep, Clock& clock, const std::vector<ChunkHandle>& shared = {});
+  SleepResult sleep(unsigned keep, Clock& clock, const std::vector<ChunkHandle>& shared = {});
   // Maps fresh memory (or the kept handle) at every slept home address and
   // opens it, restores kept contents in one batch, maps the stitches again
   // and opens every range to the current peers. On a failure what was
@@ -165,6 +167,15 @@ class Arena {
   void keep_sizes(std::vector<uint64_t>* out) const;
   // Host memory holding kept contents, for tests.
   uint64_t kept_bytes() const { return kept_bytes_; }
+  // The kept contents of [addr, addr + bytes) while it sleeps, copied to
+  // `out` (arena_kept.cpp), through the stitches the sleep undid and
+  // across chunks and their kept pieces. Copied; Resident: some of the
+  // range is resident (readable on the device; `out` may hold a part of
+  // what came before it); Missing:
+  // some of it sleeps without a kept copy (discarded), or is in no chunk;
+  // OnDisk: some of it is kept in a file (kSleepToDisk), not read here.
+  enum class KeptRead { Copied, Resident, Missing, OnDisk };
+  KeptRead read_kept(uint64_t addr, uint64_t bytes, void* out) const;
 
   Granules mapped() const { return mapped_; }
   // Physical memory held now: mapped less what sleeps.
@@ -215,6 +226,7 @@ class Arena {
     Granules offset;  // into the chunk
     Granules granules;
     void* host;
+    bool on_disk = false;  // host is the provider's token of a file (kSleepToDisk)
   };
   struct Chunk {
     ChunkHandle handle;
@@ -252,8 +264,14 @@ class Arena {
   }
   // Appends the live ranges of the chunk at `home` (every granule not in a
   // free block; with idle_is_free, not in a quarantined or cached one
-  // either, as a sleep will find them), merged, without host memory yet.
-  void live_pieces(uint64_t home, const Chunk& chunk, std::vector<KeptPiece>* out, bool idle_is_free = false) const;
+  // either, as a sleep will find them), merged (by_block: one piece per
+  // block, as a file per allocation), without host memory yet.
+  void live_pieces(uint64_t home, const Chunk& chunk, std::vector<KeptPiece>* out, bool idle_is_free = false,
+                   bool by_block = false) const;
+  // Sleep with keep: the chunk's kept pieces (live_pieces; by block with
+  // kSleepToDisk) and their copies, appended to *copies with the mode of
+  // keep_modes. May throw (out of host memory).
+  void plan_copies(uint64_t home, Chunk& chunk, unsigned keep_modes, std::vector<HostCopy>* copies);
   // Host memory of a chunk's kept pieces back to the provider.
   void free_kept(Chunk& chunk);
   void finish_wake(Chunk& chunk);

@@ -15,6 +15,16 @@
 
 namespace pagefast::policy {
 
+namespace {
+
+bool shares(const std::vector<ChunkHandle>& shared, ChunkHandle handle) {
+  for (const ChunkHandle& h : shared)
+    if (h.value == handle.value) return true;
+  return false;
+}
+
+}  // namespace
+
 bool Arena::unmap_stitches_for_sleep(std::vector<uint64_t>* pinned) {
   // A stitch map the driver refuses to unmap pins its chunk (resident).
   bool all_listed = true;
@@ -46,7 +56,7 @@ bool Arena::unmap_stitches_for_sleep(std::vector<uint64_t>* pinned) {
   return all_listed;
 }
 
-Arena::SleepResult Arena::sleep(bool keep, Clock& clock, const std::vector<ChunkHandle>& shared) {
+Arena::SleepResult Arena::sleep(unsigned keep_modes, Clock& clock, const std::vector<ChunkHandle>& shared) {
   SleepResult result;
   // Asleep already (a sleep again): what stayed resident is looked at
   // again, so that a chunk kept for an importer that let go goes now.
@@ -54,9 +64,8 @@ Arena::SleepResult Arena::sleep(bool keep, Clock& clock, const std::vector<Chunk
   // Stitches first: a chunk is released only once no mapping of it is left.
   std::vector<uint64_t> pinned;
   const bool keep_all_resident = !unmap_stitches_for_sleep(&pinned);
-  // The chunks that go, and (keep) their copies: the live pieces of each,
-  // copies[first[i] .. first[i + 1]) those of going[i]. Out of host memory
-  // for these lists: every chunk stays resident, which is a legal sleep.
+  // The chunks that go and (keep) copies[first[i] .. first[i + 1]), those of going[i].
+  // Out of host memory for these lists: every chunk stays resident, a legal sleep.
   std::vector<Chunk*> going;
   std::vector<uint64_t> homes;
   std::vector<HostCopy> copies;
@@ -70,8 +79,7 @@ Arena::SleepResult Arena::sleep(bool keep, Clock& clock, const std::vector<Chunk
       if (chunk.asleep) continue;
       bool is_pinned = chunk.unreleasable || keep_all_resident;
       for (uint64_t p : pinned) is_pinned |= p == entry.first;
-      bool is_shared = false;
-      for (const ChunkHandle& h : shared) is_shared |= h.value == chunk.handle.value;
+      const bool is_shared = shares(shared, chunk.handle);
       if (is_pinned || is_shared) {
         ++result.resident_chunks;
         if (is_shared) {
@@ -83,15 +91,7 @@ Arena::SleepResult Arena::sleep(bool keep, Clock& clock, const std::vector<Chunk
       going.push_back(&chunk);
       homes.push_back(entry.first);
       first.push_back(copies.size());
-      if (!keep) continue;
-      chunk.kept.clear();
-      live_pieces(entry.first, chunk, &chunk.kept);
-      for (const KeptPiece& piece : chunk.kept) {
-        HostCopy copy;
-        copy.addr = entry.first + piece.offset.bytes();
-        copy.bytes = piece.granules.bytes();
-        copies.push_back(copy);
-      }
+      if (keep_modes & kSleepKeep) plan_copies(entry.first, chunk, keep_modes, &copies);
     }
     first.push_back(copies.size());
   } catch (...) {
@@ -137,6 +137,20 @@ Arena::SleepResult Arena::sleep(bool keep, Clock& clock, const std::vector<Chunk
   return result;
 }
 
+void Arena::plan_copies(uint64_t home, Chunk& chunk, unsigned keep_modes, std::vector<HostCopy>* copies) {
+  const bool to_disk = (keep_modes & kSleepToDisk) != 0;
+  chunk.kept.clear();
+  live_pieces(home, chunk, &chunk.kept, false, to_disk);
+  for (KeptPiece& piece : chunk.kept) {
+    piece.on_disk = to_disk;
+    HostCopy copy;
+    copy.addr = home + piece.offset.bytes();
+    copy.bytes = piece.granules.bytes();
+    copy.mode = keep_modes & (kSleepToDisk | kSleepHostRelease);
+    copies->push_back(copy);
+  }
+}
+
 void Arena::keep_sizes(std::vector<uint64_t>* out) const {
   if (asleep_) return;
   std::vector<KeptPiece> pieces;
@@ -148,13 +162,15 @@ void Arena::keep_sizes(std::vector<uint64_t>* out) const {
   }
 }
 
-void Arena::live_pieces(uint64_t home, const Chunk& chunk, std::vector<KeptPiece>* out, bool idle_is_free) const {
+void Arena::live_pieces(uint64_t home, const Chunk& chunk, std::vector<KeptPiece>* out, bool idle_is_free,
+                        bool by_block) const {
   const uint64_t end = home + chunk.granules.bytes();
   for (uint64_t addr = home; addr < end;) {
     const Block* b = arena_block_of(page_map_.lookup(addr));
     uint64_t next = addr + kGranuleBytes;
-    bool live = true;
+    bool live = true, starts_block = false;
     if (b && b->addr() <= addr && b->addr() + b->granules().bytes() > addr) {
+      starts_block = by_block && b->addr() == addr;
       next = b->addr() + b->granules().bytes();
       if (next > end) next = end;
       const BlockState state = b->load_state();
@@ -163,7 +179,8 @@ void Arena::live_pieces(uint64_t home, const Chunk& chunk, std::vector<KeptPiece
     }
     if (live) {
       const Granules offset = granules_floor(addr - home), granules = granules_floor(next - addr);
-      if (!out->empty() && out->back().offset + out->back().granules == offset) out->back().granules += granules;
+      if (!out->empty() && !starts_block && out->back().offset + out->back().granules == offset)
+        out->back().granules += granules;
       else out->push_back(KeptPiece{offset, granules, nullptr});
     }
     addr = next;
@@ -270,6 +287,7 @@ ProviderStatus Arena::wake(Clock& clock, WakeResult* out) {
       fill.addr = entry.first + piece.offset.bytes();
       fill.bytes = piece.granules.bytes();
       fill.host = piece.host;
+      fill.mode = piece.on_disk ? kSleepToDisk : 0;
       fills.push_back(fill);
     }
     filling.emplace_back(entry.first, &chunk);

@@ -211,6 +211,9 @@ class DevicePool final {
   bool wait_for_wake() { return sleep_.wait_for_wake(); }
   // Bytes copied to host memory by the last sleep with kSleepKeep.
   uint64_t kept_bytes();
+  // The kept contents of an asleep range (Arena::read_kept), under the
+  // device lock; no provider call. The caller keeps wake away meanwhile.
+  Arena::KeptRead read_kept(uint64_t addr, uint64_t bytes, void* out);
   // Lock-free, for stats read while a sleep or wake runs: the memory the
   // last sleep released and of it the bytes kept in host memory, as the
   // last sleep or wake left them (0 and 0 when awake).

@@ -52,6 +52,10 @@ uint64_t DevicePool::kept_bytes() {
   return large_.locked([](const Arena& arena) { return arena.kept_bytes(); });
 }
 
+Arena::KeptRead DevicePool::read_kept(uint64_t addr, uint64_t bytes, void* out) {
+  return large_.locked([=](const Arena& arena) { return arena.read_kept(addr, bytes, out); });
+}
+
 void DevicePool::note_sleep_figures() {
   const SleepFigures f = large_.locked([](const Arena& arena) {
     return SleepFigures{(arena.mapped() - arena.resident()).bytes(), arena.kept_bytes()};
@@ -118,7 +122,7 @@ SleepStatus DevicePool::sleep(unsigned flags, const std::vector<ChunkHandle>& sh
   reclaim.unlock();
   const uint64_t synced_ns = clock_.now_ns() - start;
   uint64_t idle_released = 0, idle_ns = 0;
-  const Arena::SleepResult result = large_.sleep(flags & kSleepKeep, shared, &idle_released, &idle_ns);
+  const Arena::SleepResult result = large_.sleep(flags & kSleepKeepModes, shared, &idle_released, &idle_ns);
   note_sleep_figures();
   if (log_)
     log_asleep(log_, settings_.device, (clock_.now_ns() - start) / 1000000, result, synced_ns, idle_released, idle_ns);
@@ -136,7 +140,7 @@ SleepStatus DevicePool::sleep_again(unsigned flags, const std::vector<ChunkHandl
     if (!gate_.sync_and_retire(nullptr, false)) return SleepStatus::Busy;
   }
   uint64_t idle_released = 0, idle_ns = 0;
-  const Arena::SleepResult result = large_.sleep(flags & kSleepKeep, shared, &idle_released, &idle_ns);
+  const Arena::SleepResult result = large_.sleep(flags & kSleepKeepModes, shared, &idle_released, &idle_ns);
   note_sleep_figures();
   if (log_) log_asleep(log_, settings_.device, (clock_.now_ns() - start) / 1000000, result, 0, idle_released, idle_ns);
   return result.resident_chunks ? SleepStatus::Partial : SleepStatus::Ok;

@@ -110,9 +110,10 @@ class LargeBlocks {
   int remove_peer(int peer);
   uint64_t peers();
 
-  // Sleep: dissolves and releases what is idle, then Arena::sleep (a line
+  // Sleep: dissolves and releases what is idle, then Arena::sleep (keep:
+  // its kSleepKeepModes; a line
   // before copying at least kSleepProgressBytes).
-  Arena::SleepResult sleep(bool keep, const std::vector<ChunkHandle>& shared, uint64_t* idle_released,
+  Arena::SleepResult sleep(unsigned keep, const std::vector<ChunkHandle>& shared, uint64_t* idle_released,
                            uint64_t* idle_ns);
   ProviderStatus wake(Arena::WakeResult* result);
   // A growth right after wake is no sign of a working set to keep.

@@ -33,7 +33,7 @@ uint64_t LargeBlocks::peers() {
 
 // ---- sleep and wake ------------------------------------------------------------
 
-Arena::SleepResult LargeBlocks::sleep(bool keep, const std::vector<ChunkHandle>& shared, uint64_t* idle_released,
+Arena::SleepResult LargeBlocks::sleep(unsigned keep, const std::vector<ChunkHandle>& shared, uint64_t* idle_released,
                                       uint64_t* idle_ns) {
   DeviceLock guard(*this);
   // Idle memory is released rather than kept: nothing to copy for it.
@@ -43,7 +43,7 @@ Arena::SleepResult LargeBlocks::sleep(bool keep, const std::vector<ChunkHandle>&
   arena_.release_free_chunks(INT_MAX);
   *idle_released = before - arena_.resident().bytes();
   *idle_ns = clock_.now_ns() - idle_start;
-  if (log_ && keep && arena_.resident().bytes() >= kSleepProgressBytes) {
+  if (log_ && (keep & kSleepKeep) && arena_.resident().bytes() >= kSleepProgressBytes) {
     char line[192];
     std::snprintf(line, sizeof line, "device %d: going to sleep: copying %" PRIu64 " MiB to host memory",
                   settings_.device, arena_.resident().bytes() / kMiB);

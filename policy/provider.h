@@ -45,7 +45,11 @@ enum class SyncStatus {
 struct HostCopy {
   uint64_t addr = 0;  // a mapped, open device range (a chunk's home)
   uint64_t bytes = 0;
-  void* host = nullptr;                            // copy_to_host: set by it; copy_from_host: given
+  void* host = nullptr;  // copy_to_host: set by it; copy_from_host: given
+  // copy_to_host: where the contents go, kSleepToDisk or kSleepHostRelease
+  // (sleep_gate.h; 0: host memory the provider may keep for the next sleep);
+  // copy_from_host: kSleepToDisk where `host` is a file's token.
+  unsigned mode = 0;
   ProviderStatus status = ProviderStatus::Failed;  // set by either call
 };
 

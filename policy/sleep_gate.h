@@ -23,6 +23,14 @@ namespace pagefast::policy {
 // Sleep: the bits of pagefast_sleep's flags.
 constexpr unsigned kSleepKeep = 1;  // contents go to pinned host memory first
 constexpr unsigned kSleepFail = 2;  // allocations fail while asleep (default: wait)
+// Where kept contents go, with kSleepKeep (a region's policy, docs/SLEEP.md;
+// never a flag of pagefast_sleep): kSleepToDisk, to a file per live block
+// (HostCopy::mode: the provider writes it, reads it back at wake and
+// deletes it); kSleepHostRelease, to host memory the provider gives back
+// at wake instead of keeping it for the next sleep.
+constexpr unsigned kSleepToDisk = 8;
+constexpr unsigned kSleepHostRelease = 16;
+constexpr unsigned kSleepKeepModes = kSleepKeep | kSleepToDisk | kSleepHostRelease;
 
 class SleepGate {
  public:

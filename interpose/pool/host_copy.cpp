@@ -36,10 +36,12 @@
 #include <vector>
 
 #include "interpose/driver.h"
+#include "interpose/pool/disk_copy.h"
 #include "interpose/pool/process.h"
 #include "interpose/pool/vmm_provider.h"
 #include "interpose/service_thread.h"
 #include "policy/clock.h"
+#include "policy/sleep_gate.h"
 
 namespace pagefast::pool {
 namespace {
@@ -260,7 +262,10 @@ bool plan_batch(Batch& b, uint64_t count, uint64_t bytes, uint64_t* take_ns) {
       b.left[i].store(1, std::memory_order_relaxed);
       continue;
     }
-    if (b.to_host) copy.host = buffer->base;
+    if (b.to_host) {
+      copy.host = buffer->base;
+      buffer->transient = (copy.mode & policy::kSleepHostRelease) != 0;
+    }
     b.failed[i].store(false, std::memory_order_relaxed);
     for (uint64_t n = 0; n < buffer->pieces; ++n)
       b.pieces.push_back(Piece{i, n, n * HostMemory::kPieceBytes, HostMemory::piece_bytes(*buffer, n)});
@@ -373,18 +378,9 @@ void VmmProvider::copy_batch(HostCopy* copies, uint64_t count, bool to_host) {
   log_(LogLevel::Debug, line);
 }
 
-void VmmProvider::copy_to_host(HostCopy* copies, uint64_t count) {
-  for (uint64_t i = 0; i < count; ++i) {
-    copies[i].host = nullptr;
-    copies[i].status = ProviderStatus::Failed;
-  }
-  copy_batch(copies, count, true);
-}
-
-void VmmProvider::copy_from_host(HostCopy* copies, uint64_t count) { copy_batch(copies, count, false); }
-
 void VmmProvider::host_free(void* host, uint64_t bytes) {
   (void)bytes;
+  if (host && disk::owns(host)) return disk::drop(host);
   if (HostMemory::Buffer* buffer = host ? host_memory_.find(host) : nullptr)
     host_memory_.give(*buffer, keep_host_memory());
 }

@@ -131,7 +131,7 @@ void HostMemory::unregister_pieces(Buffer& buffer) {
 }
 
 void HostMemory::done_copying(Buffer& buffer, bool keep) {
-  if (keep) return;
+  if (keep && !buffer.transient) return;
   unregister_pieces(buffer);
   madvise(buffer.base, buffer.bytes, MADV_DONTNEED);
 }
@@ -145,7 +145,7 @@ void HostMemory::release(Buffer* buffer) {
 void HostMemory::give(Buffer& buffer, bool keep) {
   std::lock_guard<std::mutex> guard(mutex_);
   buffer.in_use = false;
-  if (keep) {
+  if (keep && !buffer.transient) {
     try {
       idle_.emplace(buffer.bytes, &buffer);
       idle_bytes_ += buffer.bytes;

@@ -28,6 +28,9 @@
 //    sleep_host_keep:on, the default) the buffer turns idle; without, it
 //    is unregistered and unmapped (done_copying() lets the copy threads
 //    unregister and drop its pages in parallel beforehand).
+//  - A buffer taken for a copy of a region that gives its host memory
+//    back (kSleepHostRelease: PAGEFAST_REGION_HOST_RELEASE) is transient:
+//    released after wake whatever sleep_host_keep says.
 //  - release_idle() (pagefast_pool_trim): every idle buffer given back.
 //  - prelock() (the trim thread, for regions that keep their contents):
 //    buffers of the sizes their next sleep will copy, mapped and
@@ -64,6 +67,7 @@ class HostMemory {
     std::unique_ptr<std::atomic<bool>[]> pinned;  // per piece: registered
     bool in_use = false;                          // under the mutex
     bool ahead = false;                           // made by prelock and not yet taken by a sleep (under the mutex)
+    bool transient = false;  // for a copy of mode kSleepHostRelease: given back after wake, never idle
   };
 
   struct Figures {

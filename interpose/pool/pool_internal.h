@@ -73,11 +73,13 @@ int asleep_count();
 int sleep_tag(const char* tag, unsigned flags);
 int wake_tag(const char* tag);
 int tag_asleep(const char* tag);  // tags.cpp
+// pagefast_kept_read: the kept host copy of an asleep range of pool memory.
+int kept_read(const void* device_ptr, size_t bytes, void* out);
 // tags.cpp: every slot is made and a region of a new (name, keep) begins:
 // the slot of an empty tag goes to it (region.h), with a region of it
 // opened for the caller. Returns the slot, or 0 when none is empty. Takes
 // the sleep's lock (waits for a sleep or wake under way).
-int reuse_tag_slot(const char* name, bool keep);
+int reuse_tag_slot(const char* name, unsigned policy);
 // pagefast-ctl's requests (ipc::set_control): 3 sleep(flags), 4 wake, 5 status.
 int control_op(uint16_t op, uint64_t arg);
 // pagefast-ctl's requests of one tag (ipc::set_tag_control; ipc_wire.h):

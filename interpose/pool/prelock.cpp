@@ -31,12 +31,12 @@ uint64_t host_memory_bytes() {
 }
 
 // The sizes of the next keep sleep's copies of each region of `memory`
-// that keeps its contents (awake ones).
+// that keeps its contents in host memory kept between sleeps (awake ones;
+// not those that keep them in files or give the host memory back at wake).
 bool keep_sizes(const DeviceMemory& memory, std::vector<uint64_t>* sizes) {
   for (int slot = 1; slot < region::kMaxSlots; ++slot) {
-    bool keep = false;
     policy::DevicePool* pool = memory.pool_at(slot);
-    if (!pool || pool->asleep() || !region::slot_info(slot, nullptr, &keep) || !keep) continue;
+    if (!pool || pool->asleep() || region::slot_policy(slot) != region::kKeep) continue;
     if (!pool->keep_sizes(sizes)) return false;
   }
   return true;

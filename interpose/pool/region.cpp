@@ -58,7 +58,7 @@ struct Slot {
   // The last byte stays 0 (names are at most 63 bytes): a lock-free reader
   // racing with the slot's reuse reads a name that ends.
   char name[kMaxNameBytes];
-  bool keep;
+  unsigned policy;
   std::atomic<int> open;        // threads' regions of this slot open now
   std::atomic<int64_t> begins;  // regions of this slot begun so far (under g_mutex)
 };
@@ -88,10 +88,10 @@ void open_locked(int slot) {
   g_slots[slot].begins.fetch_add(1, std::memory_order_relaxed);
 }
 
-int find_locked(const char* name, bool keep) {
+int find_locked(const char* name, unsigned policy) {
   const int count = g_count.load(std::memory_order_relaxed);
   for (int s = 1; s < count; ++s)
-    if (g_slots[s].keep == keep && std::strcmp(g_slots[s].name, name) == 0) return s;
+    if (g_slots[s].policy == policy && std::strcmp(g_slots[s].name, name) == 0) return s;
   return 0;
 }
 
@@ -110,7 +110,7 @@ void key_thread() {
 
 }  // namespace
 
-int begin(const char* name, bool keep, bool pool_only, const char** why) {
+int begin(const char* name, unsigned policy, bool pool_only, const char** why) {
   const char* unused = nullptr;
   if (!why) why = &unused;
   if (!good_name(name)) {
@@ -126,11 +126,11 @@ int begin(const char* name, bool keep, bool pool_only, const char** why) {
   int slot = 0;
   {
     std::lock_guard<std::mutex> guard(g_mutex);
-    slot = find_locked(name, keep);
+    slot = find_locked(name, policy);
     const int count = g_count.load(std::memory_order_relaxed);
     if (!slot && count < kMaxSlots) {
       std::memcpy(g_slots[count].name, name, std::strlen(name) + 1);
-      g_slots[count].keep = keep;
+      g_slots[count].policy = policy;
       slot = count;
       g_count.store(count + 1, std::memory_order_release);
     }
@@ -138,7 +138,7 @@ int begin(const char* name, bool keep, bool pool_only, const char** why) {
   }
   // Every slot made: the slot of an empty tag, if any (tags.cpp; opened
   // there under g_mutex).
-  if (!slot) slot = reuse_tag_slot(name, keep);
+  if (!slot) slot = reuse_tag_slot(name, policy);
   if (!slot) {
     *why = "too many tags (31 pairs of name and policy, none of them empty)";
     push_refused();
@@ -166,11 +166,11 @@ int end() {
   return 0;
 }
 
-int slots_of(const char* name, int out[2]) {
+int slots_of(const char* name, int out[kMaxPolicies]) {
   if (!name) return 0;
   int n = 0;
   const int count = g_count.load(std::memory_order_acquire);
-  for (int s = 1; s < count && n < 2; ++s)
+  for (int s = 1; s < count && n < kMaxPolicies; ++s)
     if (std::strcmp(g_slots[s].name, name) == 0) out[n++] = s;
   return n;
 }
@@ -180,9 +180,11 @@ int slot_count() { return g_count.load(std::memory_order_acquire); }
 bool slot_info(int slot, const char** name, bool* keep) {
   if (slot <= 0 || slot >= slot_count()) return false;
   if (name) *name = g_slots[slot].name;
-  if (keep) *keep = g_slots[slot].keep;
+  if (keep) *keep = (g_slots[slot].policy & kKeep) != 0;
   return true;
 }
+
+unsigned slot_policy(int slot) { return slot > 0 && slot < slot_count() ? g_slots[slot].policy : 0; }
 
 int open_count(int slot) {
   if (slot <= 0 || slot >= slot_count()) return 0;
@@ -196,18 +198,18 @@ int64_t idle_since(int slot) {
   return g_slots[slot].begins.load(std::memory_order_relaxed);
 }
 
-int take_over(int slot, int64_t begins, const char* name, bool keep) {
+int take_over(int slot, int64_t begins, const char* name, unsigned policy) {
   if (slot <= 0 || slot >= slot_count() || !good_name(name)) return 0;
   std::lock_guard<std::mutex> guard(g_mutex);
   // Another thread made the pair meanwhile: its slot.
-  if (const int made = find_locked(name, keep)) {
+  if (const int made = find_locked(name, policy)) {
     open_locked(made);
     return made;
   }
   Slot& s = g_slots[slot];
   if (s.open.load(std::memory_order_acquire) != 0 || s.begins.load(std::memory_order_relaxed) != begins) return 0;
   std::memcpy(s.name, name, std::strlen(name) + 1);
-  s.keep = keep;
+  s.policy = policy;
   open_locked(slot);
   return slot;
 }

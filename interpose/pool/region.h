@@ -27,6 +27,22 @@ constexpr int kMaxSlots = 32;      // slot 0 (no region) and 31 (name, policy) p
 constexpr int kMaxNameBytes = 64;  // with the NUL
 constexpr int kMaxDepth = 8;
 
+// A slot's policy: what a sleep of it does with the contents, as the
+// region flags of pagefast.h say (the same bits as policy/sleep_gate.h's
+// sleep flags). 0: discarded; kKeep: kept in host memory, which stays
+// page-locked for the next sleep (and is page-locked ahead, prelock.cpp);
+// kKeep | kToDisk: kept in files (disk_copy.h); kKeep | kHostRelease: kept
+// in host memory made at sleep and given back at wake, none ahead.
+constexpr unsigned kKeep = 1, kToDisk = 8, kHostRelease = 16;
+constexpr int kMaxPolicies = 4;  // slots of one name at most
+// The policy of a region's flags (PAGEFAST_REGION_KEEP_DISK or
+// PAGEFAST_REGION_HOST_RELEASE imply keep; disk wins over release).
+inline unsigned policy_of(unsigned flags) {
+  if (flags & kToDisk) return kKeep | kToDisk;
+  if (flags & kHostRelease) return kKeep | kHostRelease;
+  return flags & kKeep;
+}
+
 // The calling thread's innermost open region's slot; 0 outside any region.
 extern __thread int t_current __attribute__((tls_model("initial-exec")));
 inline int current() { return t_current; }
@@ -42,30 +58,32 @@ inline int current_own_vmm() { return t_own_vmm; }
 // kMaxDepth regions open on this thread already), with *why set. A
 // refused begin still takes its end: it pushes a marker that the matching
 // end() pops, and meanwhile the region open around it (if any) tags.
-int begin(const char* name, bool keep, bool pool_only, const char** why);
+int begin(const char* name, unsigned policy, bool pool_only, const char** why);
 // Ends the calling thread's innermost region, or pops the marker of the
 // innermost refused begin; -1 when neither is open.
 int end();
 
-// The slots of a name (at most 2: keep and discard); returns how many,
-// 0 when the name was never opened.
-int slots_of(const char* name, int out[2]);
+// The slots of a name (at most kMaxPolicies: one per policy); returns how
+// many, 0 when the name was never opened.
+int slots_of(const char* name, int out[kMaxPolicies]);
 // How many slots were made (the highest slot number + 1; 1 when none).
 int slot_count();
 // A slot's name and policy; false for slot 0 or a slot not made.
 bool slot_info(int slot, const char** name, bool* keep);
+// A slot's policy (0 for slot 0 or a slot not made).
+unsigned slot_policy(int slot);
 // Threads with a region of `slot` open now (sleep's bad-input answer).
 int open_count(int slot);
 
 // The reuse of an empty tag's slot (tags.cpp), in two steps around the
 // glue's check that the slot holds nothing: idle_since answers how many
 // regions of `slot` began so far, or -1 while one is open; take_over
-// renames the slot to (name, keep) and opens a region of it for the
+// renames the slot to (name, policy) and opens a region of it for the
 // caller's begin, if no region of it began since `begins`. Returns the
-// slot of (name, keep): `slot`, or the one another thread made meanwhile;
+// slot of (name, policy): `slot`, or the one another thread made meanwhile;
 // 0 when a region of `slot` began since (the slot is not empty any more).
 int64_t idle_since(int slot);
-int take_over(int slot, int64_t begins, const char* name, bool keep);
+int take_over(int slot, int64_t begins, const char* name, unsigned policy);
 // The fork handler's part, in the child: the lock of the slots is made
 // anew (a thread of the parent may have held it at the fork).
 void after_fork_child();

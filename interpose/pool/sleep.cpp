@@ -29,6 +29,7 @@
 #include "interpose/pool/sleep_state.h"
 #include "interpose/pool_api.h"
 #include "policy/device_pool.h"
+#include "policy/page_map.h"
 
 namespace pagefast::pool {
 namespace {
@@ -58,13 +59,16 @@ bool any_asleep(const DeviceMemory& memory) {
   return asleep;
 }
 
-// Whether the slot keeps its contents: as the call says, else as its
-// regions said (outside any region: discarded unless the call keeps).
-bool keeps(int slot, unsigned flags) {
-  if (flags & policy::kSleepKeep) return true;
-  if (flags & PAGEFAST_SLEEP_DISCARD) return false;
-  bool keep = false;
-  return slot != 0 && region::slot_info(slot, nullptr, &keep) && keep;
+// The slot's keep flags: kSleepKeep as the call says, else as its
+// regions said (outside any region: discarded unless the call keeps), and
+// with it where its regions keep the contents (region.h: files, or host
+// memory given back at wake).
+unsigned keep_flags(int slot, unsigned flags) {
+  const unsigned policy = region::slot_policy(slot);
+  const unsigned place = policy & (policy::kSleepToDisk | policy::kSleepHostRelease);
+  if (flags & policy::kSleepKeep) return policy::kSleepKeep | place;
+  if (flags & PAGEFAST_SLEEP_DISCARD) return 0;
+  return (policy & region::kKeep) ? policy::kSleepKeep | place : 0;
 }
 
 // REQUIRES: g_sleep_mutex. Sleeps one slot: its pool on each device, then
@@ -75,8 +79,9 @@ bool keeps(int slot, unsigned flags) {
 // memory of the slot then stays resident too (a device could not be
 // synchronised). *any: set when the slot had a pool or own-VMM memory.
 int sleep_slot_locked(int slot, unsigned flags, bool* any) {
-  const bool keep = keeps(slot, flags);
-  const unsigned pool_flags = (keep ? policy::kSleepKeep : 0) | (flags & policy::kSleepFail);
+  const unsigned keep_modes = keep_flags(slot, flags);
+  const bool keep = (keep_modes & policy::kSleepKeep) != 0;
+  const unsigned pool_flags = keep_modes | (flags & policy::kSleepFail);
   int answer = 0;
   int refused = 0, slept = 0;
   for (int d = 0; d < kMaxDevices; ++d) {
@@ -165,7 +170,7 @@ bool name_driver_pools() {
 }
 
 // The slots of a tag (REQUIRES: g_sleep_mutex); 0, with a warning, when none.
-int tag_slots(const char* tag, int slots[2]) {
+int tag_slots(const char* tag, int slots[region::kMaxPolicies]) {
   const int n = region::slots_of(tag, slots);
   if (n == 0) log_line(LogLevel::Warn, "sleep or wake of the tag \"%s\": no region ever had that tag", tag);
   return n;
@@ -183,7 +188,7 @@ int sleep_slots(const char* tag, unsigned flags) {
   std::lock_guard<std::mutex> guard(g_sleep_mutex);
   if (!active()) return -1;
   // The tag's slots, under the lock: they do not go to another tag now.
-  int tagged[2];
+  int tagged[region::kMaxPolicies];
   const int* slots = tag ? tagged : nullptr;
   const int count = tag ? tag_slots(tag, tagged) : 0;
   if (tag && !count) return -2;
@@ -221,7 +226,7 @@ int wake_slots(const char* tag) {
   if (!active()) return -1;  // a forked child: as sleep_slots
   std::lock_guard<std::mutex> guard(g_sleep_mutex);
   if (!active()) return -1;
-  int tagged[2];
+  int tagged[region::kMaxPolicies];
   const int* slots = tag ? tagged : nullptr;
   const int count = tag ? tag_slots(tag, tagged) : 0;
   if (tag && !count) return -2;
@@ -252,15 +257,31 @@ int wake_all() { return wake_slots(nullptr); }
 
 int sleep_tag(const char* tag, unsigned flags) {
   // A tag no region has: -2, also in a forked child.
-  int slots[2];
+  int slots[region::kMaxPolicies];
   if (tag && !active() && !region::slots_of(tag, slots)) return -2;
   return sleep_slots(tag, flags);
 }
 
 int wake_tag(const char* tag) {
-  int slots[2];
+  int slots[region::kMaxPolicies];
   if (tag && !active() && !region::slots_of(tag, slots)) return -2;
   return wake_slots(tag);
+}
+
+int kept_read(const void* device_ptr, size_t bytes, void* out) {
+  if (!device_ptr || !out || !active()) return -2;
+  const uint64_t addr = reinterpret_cast<uintptr_t>(device_ptr);
+  policy::Span* span = policy::global_page_map().lookup(addr);
+  if (!span || retired_device(span->pool->device())) return -2;
+  if (bytes == 0) return 0;
+  // Under the sleep lock: no wake gives the kept pieces back meanwhile.
+  std::lock_guard<std::mutex> guard(g_sleep_mutex);
+  switch (span->pool->read_kept(addr, bytes, out)) {
+    case policy::Arena::KeptRead::Copied: return 0;
+    case policy::Arena::KeptRead::Resident: return 1;
+    case policy::Arena::KeptRead::OnDisk: return -3;
+    default: return -1;
+  }
 }
 
 int control_op(uint16_t op, uint64_t arg) {
@@ -323,6 +344,9 @@ PF_EXPORT int pagefast_asleep(void) { return pagefast::pool::asleep_count(); }
 
 PF_EXPORT int pagefast_sleep_tag(const char* tag, unsigned flags) { return pagefast::pool::sleep_tag(tag, flags); }
 PF_EXPORT int pagefast_wake_tag(const char* tag) { return pagefast::pool::wake_tag(tag); }
+PF_EXPORT int pagefast_kept_read(const void* device_ptr, size_t bytes, void* out) {
+  return pagefast::pool::kept_read(device_ptr, bytes, out);
+}
 
 static_assert(PAGEFAST_SLEEP_KEEP == pagefast::policy::kSleepKeep, "sleep flags out of step");
 static_assert(PAGEFAST_SLEEP_FAIL == pagefast::policy::kSleepFail, "sleep flags out of step");

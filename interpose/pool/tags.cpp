@@ -48,7 +48,8 @@ bool slot_empty(int slot) {
 
 }  // namespace
 
-int reuse_tag_slot(const char* name, bool keep) {
+int reuse_tag_slot(const char* name, unsigned policy) {
+  const bool keep = (policy & region::kKeep) != 0;
   std::lock_guard<std::mutex> guard(sleep_mutex());
   for (int slot = 1; slot < region::kMaxSlots; ++slot) {
     const int64_t begins = region::idle_since(slot);
@@ -57,7 +58,7 @@ int reuse_tag_slot(const char* name, bool keep) {
     const char* was = "";
     bool was_keep = false;
     if (region::slot_info(slot, &was, &was_keep)) std::snprintf(old, sizeof old, "%s", was);
-    const int got = region::take_over(slot, begins, name, keep);
+    const int got = region::take_over(slot, begins, name, policy);
     if (got == slot) {
       SlotState& state = slot_state(slot);
       state.asleep.store(false, std::memory_order_release);
@@ -72,7 +73,7 @@ int reuse_tag_slot(const char* name, bool keep) {
 }
 
 int tag_asleep(const char* tag) {
-  int slots[2];
+  int slots[region::kMaxPolicies];
   const int n = region::slots_of(tag, slots);
   if (!n) return -2;
   bool asleep = false;
@@ -119,8 +120,8 @@ PF_EXPORT int pagefast_tag_asleep(const char* tag) { return pagefast::pool::tag_
 
 PF_EXPORT int pagefast_region_begin(const char* tag, unsigned flags) {
   const char* why = "";
-  if (pagefast::pool::region::begin(tag, (flags & PAGEFAST_REGION_KEEP) != 0, (flags & PAGEFAST_REGION_POOL_ONLY) != 0,
-                                    &why) > 0)
+  if (pagefast::pool::region::begin(tag, pagefast::pool::region::policy_of(flags),
+                                    (flags & PAGEFAST_REGION_POOL_ONLY) != 0, &why) > 0)
     return 0;
   log_line(LogLevel::Warn, "pagefast_region_begin(\"%.64s\"): refused: %s", tag ? tag : "(null)", why);
   return -1;
@@ -132,3 +133,8 @@ PF_EXPORT const char* pagefast_region_current(void) {
 }
 
 static_assert(PAGEFAST_REGION_KEEP == pagefast::policy::kSleepKeep, "region flags out of step");
+static_assert(PAGEFAST_REGION_KEEP_DISK == pagefast::policy::kSleepToDisk, "region flags out of step");
+static_assert(PAGEFAST_REGION_HOST_RELEASE == pagefast::policy::kSleepHostRelease, "region flags out of step");
+static_assert(PAGEFAST_REGION_KEEP == pagefast::pool::region::kKeep, "region flags out of step");
+static_assert(PAGEFAST_REGION_KEEP_DISK == pagefast::pool::region::kToDisk, "region flags out of step");
+static_assert(PAGEFAST_REGION_HOST_RELEASE == pagefast::pool::region::kHostRelease, "region flags out of step");

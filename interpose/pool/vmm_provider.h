@@ -82,7 +82,8 @@ class VmmProvider final : public policy::Provider {
   // kCopyPieceBytes by a few copy threads (living for one batch, each with
   // a stream of its own, in a context of this device) while other pieces
   // copy; kept page-locked after wake for the next sleep unless
-  // sleep_host_keep is off.
+  // sleep_host_keep is off, or the copy's mode is kSleepHostRelease; those
+  // of mode kSleepToDisk go to files instead (disk_copy.h).
   void copy_to_host(policy::HostCopy* copies, uint64_t count) override;
   void copy_from_host(policy::HostCopy* copies, uint64_t count) override;
   void host_free(void* host, uint64_t bytes) override;
@@ -100,7 +101,10 @@ class VmmProvider final : public policy::Provider {
   static constexpr int kMaxCopyThreads = 16;
 
  private:
+  // Host memory's copies (host_copy.cpp); split_copies (disk_copy.cpp)
+  // sends those of mode kSleepToDisk to files and the others here.
   void copy_batch(policy::HostCopy* copies, uint64_t count, bool to_host);
+  void split_copies(policy::HostCopy* copies, uint64_t count, bool to_host);
   VmmProvider(const RealDriver* real, CUdevice device, CaptureGate* gate, LogSink log, const Events* events);
   void tell_shareable(bool shareable) const;
 

@@ -27,6 +27,8 @@ __all__ = ["region", "current_region"]
 
 _REGION_KEEP = 1  # PAGEFAST_REGION_KEEP (interpose/pagefast.h)
 _REGION_POOL_ONLY = 2  # PAGEFAST_REGION_POOL_ONLY: the program's own cuMemCreate memory stays untagged
+_REGION_KEEP_DISK = 8  # PAGEFAST_REGION_KEEP_DISK: kept in files
+_REGION_HOST_RELEASE = 16  # PAGEFAST_REGION_HOST_RELEASE: kept in host memory given back at wake
 _TAG = re.compile(r"[A-Za-z0-9_.:-]{1,63}\Z")
 
 # The regions this thread opened through this module, innermost last, so
@@ -65,12 +67,13 @@ def _api():
 
 
 def _begin(tag, keep, pool_only=False):
-    flags = (_REGION_KEEP if keep else 0) | (_REGION_POOL_ONLY if pool_only else 0)
+    # keep: a bool, or region flags (_REGION_KEEP with _REGION_KEEP_DISK or _REGION_HOST_RELEASE).
+    flags = (int(keep) & ~_REGION_POOL_ONLY) | (_REGION_POOL_ONLY if pool_only else 0)
     if _api()[0](tag.encode("ascii"), flags) != 0:
         _api()[1]()  # a refused begin takes its end all the same (docs/SLEEP.md)
         raise Error("pagefast could not open the region %r: 31 (tag, keep) pairs in this process "
                     "already, none of them empty, or 8 regions open on this thread (the log says which)" % tag)
-    _stack().append((tag, bool(keep), bool(pool_only)))
+    _stack().append((tag, keep if type(keep) is int else bool(keep), bool(pool_only)))
 
 
 def _end():

@@ -81,6 +81,7 @@ class State:
         self.codes = {}  # code -> tag
         self.retain = env_bool("TMS_RETAIN_CPU_BACKUP")
         self.disk_dir = os.environ.get("TMS_DISK_BACKUP_DIR")
+        self.disk_used = False  # a disk-backed region was opened: pause hands the folder to the library
         self.hook_mode = "preload"
         self.local = threading.local()  # .config: this thread's region settings, innermost last
 
@@ -162,3 +163,9 @@ class Impl:
     def __init__(self, saver):
         self._binary_wrapper = type("BinaryWrapper", (), {"cdll": Config(saver)})()
         self._is_xpu = False
+        self._saver = saver
+        # (tag, cpu backup, disk backup, backend or "", device) -> the MemPool of the last region so.
+        self._mem_pools = {}
+
+    def _with_region_config(self, tag, enable_cpu_backup, cpu_backup_backend, enable_disk_backup=False):
+        return self._saver()._region_config(tag, enable_cpu_backup, cpu_backup_backend, enable_disk_backup)

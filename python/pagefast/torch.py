@@ -39,10 +39,12 @@ _pools_lock = threading.Lock()
 
 def mem_pool(tag, keep=True, device=None):
     """The torch.cuda.MemPool of a tag (one per tag, keep and device, made
-    at first use and kept for reuse). device: an index, or None for the
-    current device."""
+    at first use and kept for reuse). keep: a bool, or the region flags of
+    pagefast.h (PAGEFAST_REGION_KEEP_DISK, PAGEFAST_REGION_HOST_RELEASE:
+    a pool of their own). device: an index, or None for the current
+    device."""
     index = torch.cuda.current_device() if device is None else int(device)
-    key = (tag, bool(keep), index)
+    key = (tag, int(keep), index)
     with _pools_lock:
         pool = _pools.get(key)
         if pool is None:

@@ -8,9 +8,11 @@ torch_memory_saver's preload library. Or with one import:
     from pagefast.torch_memory_saver import torch_memory_saver
 
 region, cuda_graph, pause, resume, disable, configure_subprocess and the
-TMS_* variables do what they do there, with enable_cpu_backup (either
-backend, "pinned" or "mmap") and enable_disk_backup as pagefast's keep:
-the contents go to page-locked host memory. Every TorchMemorySaver()
+TMS_* variables do what they do there, with enable_cpu_backup and
+enable_disk_backup as pagefast's keep (_keep_flags): backend "pinned",
+page-locked host memory kept between cycles; "mmap", host memory made at
+pause and given back at resume; disk, a file per allocation in the
+folder of set_disk_backup_dir, deleted at resume. Every TorchMemorySaver()
 shares one state. A tag of torch_memory_saver is any string; each maps
 onto a series of pagefast tags ("epochs", tms.<code>.<epoch>: _tms_state),
 a new one opened when a region of a paused tag begins, so that
@@ -20,14 +22,17 @@ torch is imported at the first region, graph or disable, not with this
 module.
 """
 import contextlib
+import ctypes
 import os
 import threading
 
 from . import _region
+from ._region import _REGION_HOST_RELEASE, _REGION_KEEP, _REGION_KEEP_DISK
 # _SLEEP_FAIL (PAGEFAST_SLEEP_FAIL): allocations of a paused tag fail instead of waiting.
 from ._sleep import _SLEEP_FAIL, _UNKNOWN_TAG, Error, _require_tags, _tag_bytes, loaded
 from ._tms_state import BACKENDS as _BACKENDS, STATE as _STATE, TAG_DEFAULT as _TAG_DEFAULT, Impl, env_bool
 from ._tms_state import asleep as _asleep
+from ._tms_backup import BACKUPS as _BACKUPS
 
 __all__ = ["TorchMemorySaver", "torch_memory_saver", "configure_subprocess"]
 
@@ -63,6 +68,42 @@ def _check_backup(enable_cpu_backup, enable_disk_backup=False, cpu_backup_backen
         raise AssertionError("enable_cpu_backup and enable_disk_backup are mutually exclusive")
 
 
+def _keep_flags(cpu_backup, backend, disk):
+    """A region's keep as pagefast's region flags: a disk backup in files
+    (PAGEFAST_REGION_KEEP_DISK), the "mmap" backend in host memory given
+    back at resume (PAGEFAST_REGION_HOST_RELEASE: the process's resident
+    memory grows at pause and shrinks at resume, as torch_memory_saver's
+    pageable copy), "pinned" in page-locked host memory kept between
+    cycles (PAGEFAST_REGION_KEEP); neither: discarded."""
+    if disk:
+        _STATE.disk_used = True
+        return _REGION_KEEP | _REGION_KEEP_DISK
+    if not cpu_backup:
+        return False
+    if (backend or _STATE.stack()[-1][3]) == "mmap":
+        return _REGION_KEEP | _REGION_HOST_RELEASE
+    return True
+
+
+def _disk_settings():
+    """The folder (set_disk_backup_dir, else TMS_DISK_BACKUP_DIR, else /tmp)
+    and chunk (TMS_DISK_BACKUP_CHUNK_MB, else 256) of the files a pause of
+    a disk-backed region writes, handed to the library."""
+    if not _STATE.disk_used:
+        return
+    folder = _STATE.disk_dir or "/tmp"
+    chunk_mb = os.environ.get("TMS_DISK_BACKUP_CHUNK_MB", "").strip()
+    try:
+        setter = ctypes.CDLL(None).pagefast_keep_disk_dir
+    except AttributeError:
+        raise Error("the libpagefast.so in this process has no pagefast_keep_disk_dir: start the program with "
+                    "the library of this package") from None
+    setter.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    setter.restype = ctypes.c_int
+    if setter(os.fsencode(folder), int(chunk_mb or 256) << 20) != 0:
+        raise Error("the disk backup folder %r is not a folder this process can write; nothing paused" % folder)
+
+
 def _pool_only():
     """Whether the regions leave the program's own cuMemCreate memory
     untagged: yes, unless PyTorch maps its own memory that way (expandable
@@ -76,16 +117,18 @@ def _pool_only():
 @contextlib.contextmanager
 def _tagged(name, keep, graph=None, **graph_args):
     """A pagefast region of `name` with PyTorch's allocations in the tag's
-    MemPool (pagefast.torch.mem_pool), or a capture of `graph` in it."""
+    MemPool (pagefast.torch.mem_pool), or a capture of `graph` in it;
+    yields the pool (None for a graph)."""
     import torch
     from . import torch as pf_torch
     with _region._opened(name, keep, _pool_only()):
         if graph is not None:
             with torch.cuda.graph(graph, **graph_args):
-                yield
+                yield None
         else:
-            with torch.cuda.use_mem_pool(pf_torch.mem_pool(name, keep)):
-                yield
+            pool = pf_torch.mem_pool(name, keep)
+            with torch.cuda.use_mem_pool(pool):
+                yield pool
 
 
 @contextlib.contextmanager
@@ -116,8 +159,25 @@ class TorchMemorySaver:
         _check_backup(enable_cpu_backup, enable_disk_backup, cpu_backup_backend)
         with _STATE.lock:
             name = _STATE.tag(tag).current()
-        keep = bool(enable_cpu_backup or enable_disk_backup)
-        with _tagged(name, keep), _settings(tag, bool(enable_cpu_backup), cpu_backup_backend, bool(enable_disk_backup)):
+        keep = _keep_flags(enable_cpu_backup, cpu_backup_backend, enable_disk_backup)
+        with _tagged(name, keep) as pool, \
+                _settings(tag, bool(enable_cpu_backup), cpu_backup_backend, bool(enable_disk_backup)):
+            # Where torch_memory_saver's tests find a region's pool.
+            import torch
+            backend = _STATE.stack()[-1][3] if enable_cpu_backup else ""
+            key = (tag, bool(enable_cpu_backup), bool(enable_disk_backup), backend, torch.cuda.current_device())
+            self._impl._mem_pools[key] = pool
+            yield
+
+    @contextlib.contextmanager
+    def _region_config(self, tag, enable_cpu_backup, cpu_backup_backend, enable_disk_backup=False):
+        """torch_memory_saver's _with_region_config: allocations of this
+        thread inside are in a region of `tag` (no MemPool of its own)."""
+        with _STATE.lock:
+            name = _STATE.tag(tag).current()
+        keep = _keep_flags(enable_cpu_backup, cpu_backup_backend, enable_disk_backup)
+        with _region._opened(name, keep, _pool_only()), \
+                _settings(tag, bool(enable_cpu_backup), cpu_backup_backend, bool(enable_disk_backup)):
             yield
 
     @contextlib.contextmanager
@@ -128,7 +188,8 @@ class TorchMemorySaver:
         _check_backup(enable_cpu_backup, cpu_backup_backend=cpu_backup_backend)
         with _STATE.lock:
             name = _STATE.tag(tag).current()
-        with _tagged(name, bool(enable_cpu_backup), cuda_graph, pool=pool, stream=stream,
+        with _tagged(name, _keep_flags(enable_cpu_backup, cpu_backup_backend, False), cuda_graph, pool=pool,
+                     stream=stream,
                      capture_error_mode=capture_error_mode), \
                 _settings(tag, bool(enable_cpu_backup), cpu_backup_backend, False):
             yield
@@ -166,6 +227,7 @@ class TorchMemorySaver:
         again: Error (torch_memory_saver exits the process), nothing
         changed."""
         sleep_tag = _require_tags()[0]
+        _disk_settings()
         with _STATE.lock:
             tags = self._each(tag)
             paused = [t.name for t in tags if t.paused()]
@@ -185,15 +247,20 @@ class TorchMemorySaver:
         the same addresses, with the contents of the kept regions. A tag
         with nothing paused: Error (torch_memory_saver exits the process)."""
         wake_tag = _require_tags()[1]
-        with _STATE.lock:
-            tags = self._each(tag)
-            if tag is not None and tags and 1 not in tags[0].states():
-                raise Error("cannot resume tag %r: it is not paused" % tag)
+
+        def wake(tags):
             for t in tags:
                 for name in t.epochs:
                     if _asleep(name) == 1 and wake_tag(_tag_bytes(name)) not in (0, _UNKNOWN_TAG):
                         raise Error("pagefast could not resume tag %r (the driver refused device memory or a "
                                     "mapping): still paused; call resume() again once memory is free" % t.name)
+
+        with _STATE.lock:
+            tags = self._each(tag)
+            if tag is not None and tags and 1 not in tags[0].states():
+                raise Error("cannot resume tag %r: it is not paused" % tag)
+            # The host copies get_cpu_backup showed: kept with retain_cpu_backup, else let go.
+            _BACKUPS.resume(lambda: wake(tags), _STATE.retain)
 
     @property
     def enabled(self):
@@ -232,20 +299,18 @@ class TorchMemorySaver:
         _STATE.retain = bool(value)
 
     def get_cpu_backup(self, x, zero_copy=False):
-        """None while no tag is paused (the tensor itself is readable, as
-        torch_memory_saver answers for an active allocation). While a tag
-        is paused, pagefast's host copy is its own page-locked memory, not
-        handed out: NotImplementedError (resume, then read the tensor)."""
-        with _STATE.lock:
-            paused = sorted(t.name for t in _STATE.tags.values() if 1 in t.states())
-        if not paused:
-            return None
-        raise NotImplementedError("pagefast cannot show the host copy of paused memory (tags paused: %s): "
-                                  "resume() first and read the tensor" % ", ".join(paused))
+        """The contents of `x` (a contiguous CUDA tensor) as a CPU tensor of
+        its dtype and shape while its memory is paused with a host copy, or
+        after a resume with retain_cpu_backup (the contents of that pause);
+        else None. zero_copy=True: a view of the drop-in's page-locked copy,
+        at the same address for the tensor across cycles (_tms_backup.py);
+        else a clone. Paused without a host copy: pagefast.Error."""
+        return _BACKUPS.get(x, zero_copy)
 
     def set_disk_backup_dir(self, path):
-        """Accepted (the folder is made); pagefast keeps disk-backed regions'
-        contents in host memory, not in files there."""
+        """The folder (made if missing) of the files a pause of a
+        disk-backed region writes from now on, one per allocation, deleted
+        at resume (and at exit)."""
         os.makedirs(path, exist_ok=True)
         _STATE.disk_dir = path
 
@@ -263,7 +328,7 @@ def _initial_region():
     library starts each thread."""
     if not env_bool("TMS_INIT_ENABLE") or not loaded():
         return
-    keep = env_bool("TMS_INIT_ENABLE_CPU_BACKUP") or env_bool("TMS_INIT_ENABLE_DISK_BACKUP")
+    keep = _keep_flags(env_bool("TMS_INIT_ENABLE_CPU_BACKUP"), None, env_bool("TMS_INIT_ENABLE_DISK_BACKUP"))
     with _STATE.lock:
         name = _STATE.tag(_TAG_DEFAULT).current()
     _region._begin(name, keep, _pool_only())

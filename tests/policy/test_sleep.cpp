@@ -4,9 +4,10 @@
 // do not divide the chunks; allocation while asleep (fail and wait), and
 // sleep from another thread while allocations run; 50 and 1000 cycles
 // without leaks; faults in every provider call of sleep and wake, and at
-// every piece of a copy.
+// every piece of a copy; the kept contents read while asleep (read_kept).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -535,6 +536,37 @@ TEST_CASE("sleep with keep copies the live blocks of a chunk, not its free runs"
   REQUIRE(t.free(*cache, b) == FreeStatus::Ok);
   REQUIRE(t.pool.sleep(kSleepKeep) == SleepStatus::Ok);
   CHECK(t.pool.kept_bytes() == 0);
+  REQUIRE(t.pool.wake() == SleepStatus::Ok);
+  CHECK(t.pool.check().empty());
+  CHECK(t.provider.violations() == 0);
+}
+
+TEST_CASE("sleep with keep: the kept contents read while asleep, across pieces, chunks and a stitch", "[sleep]") {
+  PoolUnderTest t(2 * kGiB, FakeProvider::Backing::Host, small_chunks());
+  Attached cache(t.pool);
+  const std::vector<Live> live = populate(t, *cache);
+  std::vector<std::vector<char>> before;
+  for (const Live& l : live) {
+    const char* from = reinterpret_cast<const char*>(l.addr);
+    before.emplace_back(from, from + l.bytes);
+  }
+  REQUIRE(t.pool.sleep(kSleepKeep) == SleepStatus::Ok);
+  for (size_t i = 0; i < live.size(); ++i) {
+    std::vector<char> read(live[i].bytes);
+    REQUIRE(t.pool.read_kept(live[i].addr, live[i].bytes, read.data()) == Arena::KeptRead::Copied);
+    CHECK(read == before[i]);
+  }
+  // The stitch (the 60 MiB block over freed 20 MiB holes) read in part:
+  // the bytes on both sides of where one of its maps ends.
+  const Live& stitched = live.back();
+  std::vector<char> part(2 * kMiB);
+  REQUIRE(t.pool.read_kept(stitched.addr + 19 * kMiB, part.size(), part.data()) == Arena::KeptRead::Copied);
+  CHECK(std::equal(part.begin(), part.end(), before.back().begin() + long(19 * kMiB)));
+  CHECK(t.provider.calls(Op::Copy) > 0);
+  REQUIRE(t.pool.wake() == SleepStatus::Ok);
+  CHECK(t.pool.read_kept(live[0].addr, live[0].bytes, part.data()) == Arena::KeptRead::Resident);
+  REQUIRE(t.pool.sleep(0) == SleepStatus::Ok);
+  CHECK(t.pool.read_kept(live[0].addr, 64, part.data()) == Arena::KeptRead::Missing);
   REQUIRE(t.pool.wake() == SleepStatus::Ok);
   CHECK(t.pool.check().empty());
   CHECK(t.provider.violations() == 0);

@@ -16,7 +16,9 @@
 //           next sleep page-locked ahead by the trim thread (waited for,
 //           with a guard that fails only a hang): the sleep page-locks
 //           nothing more, and the contents come back; a discarding region
-//           gets none (run with sleep_prelock:0 it expects none at all).
+//           gets none, nor one that keeps them in files or gives its host
+//           memory back at wake (run with sleep_prelock:0 it expects none
+//           at all).
 #include <cuda.h>
 #include <dlfcn.h>
 
@@ -194,6 +196,10 @@ int prelock(Api& api, bool expect) {
   CHECK_CU(try_alloc_in(api, "weights", PAGEFAST_REGION_KEEP, 24 * kMiB, &kept));
   CHECK_CU(try_alloc_in(api, "weights", PAGEFAST_REGION_KEEP, 6 * kMiB, &kept2));
   CHECK_CU(try_alloc_in(api, "kv", 0, 16 * kMiB, &dropped));
+  // Kept elsewhere than host memory kept between sleeps: none ahead.
+  CUdeviceptr released = 0, on_disk = 0;
+  CHECK_CU(try_alloc_in(api, "released", PAGEFAST_REGION_HOST_RELEASE, 10 * kMiB, &released));
+  CHECK_CU(try_alloc_in(api, "on_disk", PAGEFAST_REGION_KEEP_DISK, 12 * kMiB, &on_disk));
   fill_words(kept, 24 * kMiB, 11);
   fill_words(kept2, 6 * kMiB, 12);
   const size_t live = 30 * kMiB;  // whole granules already
@@ -202,7 +208,7 @@ int prelock(Api& api, bool expect) {
   if (!expect) std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const size_t ahead = fakecuda_host_registered_bytes();
   if (expect && ahead != live) {
-    std::printf("FAIL %zu MiB page-locked ahead for 30 MiB kept (the discarding region's too?)\n", ahead / kMiB);
+    std::printf("FAIL %zu MiB page-locked ahead for 30 MiB kept (another region's too?)\n", ahead / kMiB);
     return 1;
   }
   if (!expect && ahead != 0) return fail("page-locked ahead with sleep_prelock:0");
@@ -218,6 +224,8 @@ int prelock(Api& api, bool expect) {
   CHECK_CU(cuMemFree_v2(kept));
   CHECK_CU(cuMemFree_v2(kept2));
   CHECK_CU(cuMemFree_v2(dropped));
+  CHECK_CU(cuMemFree_v2(released));
+  CHECK_CU(cuMemFree_v2(on_disk));
   std::printf("ok prelock: %zu MiB page-locked ahead\n", ahead / kMiB);
   return 0;
 }

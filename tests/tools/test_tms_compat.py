@@ -35,6 +35,10 @@ if case == "unloaded":
     sys.exit(0)
 cuda = Cuda()
 
+def module_state():
+    import pagefast._tms_state
+    return pagefast._tms_state.STATE
+
 def calls_since(mark):
     import torch
     return torch.cuda.calls[mark:]
@@ -100,7 +104,6 @@ elif case == "tms":
     import pagefast.torch_memory_saver as module
     expect("torch" not in sys.modules, "importing the torch_memory_saver names imported torch")
     expect(isinstance(tms, TorchMemorySaver) and tms.enabled is True, "the singleton, enabled")
-    expect(tms.get_cpu_backup(None) is None, "nothing paused: no host copy to show")
 
     def epochs(tag):
         return module._STATE.tags[tag].epochs
@@ -134,8 +137,8 @@ elif case == "tms":
     expect(not cuda.mapped(kv) and cuda.holds(plain, 0x11, 4 * MB), "the tag's memory only")
     expect_raises(pagefast.Error, lambda: tms.pause("kv"), "already paused", "pause of a paused tag")
     expect_raises(pagefast.Error, lambda: tms.resume("weights"), "not paused", "resume of an awake tag")
-    expect_raises(NotImplementedError, lambda: tms.get_cpu_backup(None), "resume() first",
-                  "get_cpu_backup while paused")
+    expect_raises(pagefast.Error, lambda: tms.get_cpu_backup(torch.device_tensor(kv, 8 * MB)),
+                  "without a host copy", "get_cpu_backup of a tensor paused without a host copy")
     with tms.region(tag="kv"):
         expect(pagefast.current_region() == epochs("kv")[1], "a region of a paused tag opens a new epoch")
         fresh = cuda.alloc(MB, 0x33)
@@ -429,6 +432,82 @@ elif case == "init":
     expect(cuda.holds(weight, 0x5A, 4 * MB), "usable after tms_pause, a free while paused and tms_resume")
     print("ok init")
 
+elif case == "backup":
+    # get_cpu_backup as torch_memory_saver's cpu_backup example reads it:
+    # while paused, the contents; across cycles with retain_cpu_backup, one
+    # host buffer per tensor at the same address, refreshed at each pause.
+    import gc
+    import torch
+    from torch_memory_saver import torch_memory_saver as tms
+    with tms.region(tag="weights", enable_cpu_backup=True):
+        w = cuda.alloc(6 * MB, 0x5A)
+        cuda.fill(w + 2 * MB, 0x5B, 2 * MB)
+    with tms.region(tag="other", enable_cpu_backup=True, cpu_backup_backend="mmap"):
+        o = cuda.alloc(2 * MB, 0x6C)
+    expect(tms._impl._mem_pools[("weights", True, False, "pinned", 0)] is not None
+           and ("other", True, False, "mmap", 0) in tms._impl._mem_pools, "the pools by torch_memory_saver's keys")
+    wt = torch.device_tensor(w, 6 * MB, torch.float32)
+    part = torch.device_tensor(w + MB, 2 * MB)  # 1 MiB of 0x5A, 1 MiB of 0x5B
+    ot = torch.device_tensor(o, 2 * MB)
+    plain = torch.device_tensor(cuda.alloc(MB, 0x11), MB)
+    expect(tms.get_cpu_backup(wt) is None and tms.get_cpu_backup(plain) is None, "awake: None")
+    tms.pause("weights")
+    got = tms.get_cpu_backup(wt)
+    expect(got.device == "cpu" and got.dtype is torch.float32 and got.shape == wt.shape, "a CPU tensor like x")
+    expect(got.tobytes() == b"\x5a" * 2 * MB + b"\x5b" * 2 * MB + b"\x5a" * 2 * MB, "the kept contents")
+    expect(tms.get_cpu_backup(part).tobytes() == b"\x5a" * MB + b"\x5b" * MB, "a part of an allocation")
+    expect(tms.get_cpu_backup(ot) is None and tms.get_cpu_backup(plain) is None, "another tag's, untagged: None")
+    first = tms.get_cpu_backup(wt, zero_copy=True)
+    pointer = first.data_ptr()
+    expect(tms.get_cpu_backup(wt).data_ptr() != pointer, "without zero_copy: a clone")
+    del first, got
+    tms.resume("weights")
+    expect(tms.get_cpu_backup(wt) is None, "after a resume without retain: None")
+
+    cuda.fill(w, 0x61, 6 * MB)
+    tms.pause()
+    expect(tms.get_cpu_backup(ot).tobytes() == b"\x6c" * 2 * MB, "the mmap backend's contents too")
+    retained = tms.get_cpu_backup(wt, zero_copy=True)
+    pointer = retained.data_ptr()
+    tms.retain_cpu_backup = True
+    tms.resume()
+    expect(cuda.holds(w, 0x61, 6 * MB), "resumed with the contents")
+    after = tms.get_cpu_backup(wt, zero_copy=True)
+    expect(after.data_ptr() == pointer and after.tobytes() == b"\x61" * 6 * MB,
+           "retained: the same host buffer, the contents of the pause")
+    cuda.fill(w, 0x62, 6 * MB)
+    expect(tms.get_cpu_backup(wt, zero_copy=True).tobytes() == b"\x61" * 6 * MB, "not refreshed while awake")
+    tms.pause("weights")
+    again = tms.get_cpu_backup(wt, zero_copy=True)
+    expect(again.data_ptr() == pointer and again.tobytes() == b"\x62" * 6 * MB,
+           "the next pause refreshes it in place")
+    tms.retain_cpu_backup = False
+    tms.resume("weights")
+    expect(tms.get_cpu_backup(wt) is None and cuda.holds(w, 0x62, 6 * MB), "a resume without retain lets go")
+
+    with tms._impl._with_region_config(tag="weights", enable_cpu_backup=True, cpu_backup_backend="pinned"):
+        expect(pagefast.current_region() == module_state().tag("weights").current(), "_with_region_config's region")
+        small = cuda.alloc(MB, 0x7E)
+    tms.pause("weights")
+    st = torch.device_tensor(small, MB)
+    expect(tms.get_cpu_backup(st).tobytes() == b"\x7e" * MB, "allocated under _with_region_config: kept")
+    frees = cuda.lib.fakecuda_call_count(b"cuMemFreeHost")
+    del retained, after, again
+    gc.collect()
+    expect(cuda.lib.fakecuda_call_count(b"cuMemFreeHost") > frees,
+           "let go at the resume without retain: freed once its views are gone, the tensor alive")
+    view = tms.get_cpu_backup(st, zero_copy=True)
+    frees = cuda.lib.fakecuda_call_count(b"cuMemFreeHost")
+    del view, wt, part
+    gc.collect()
+    expect(cuda.lib.fakecuda_call_count(b"cuMemFreeHost") == frees, "held while paused and the tensor lives")
+    del st
+    gc.collect()
+    expect(cuda.lib.fakecuda_call_count(b"cuMemFreeHost") > frees,
+           "the host buffer freed once the tensor that asked and its views are gone")
+    tms.resume("weights")
+    print("ok backup")
+
 elif case == "backend_env":
     os.environ["TMS_INIT_CPU_BACKUP_BACKEND"] = "mmap"
     from torch_memory_saver import torch_memory_saver as tms
@@ -441,9 +520,87 @@ elif case == "backend_env":
     tms.resume()
     expect(cuda.holds(kept, 0x4D, 2 * MB), "the mmap backend from the environment keeps the contents")
     print("ok backend_env")
+
+elif case == "disk":
+    # torch_memory_saver's disk_backup example: a disk-backed region's
+    # allocations in files of the folder while paused (at least one per
+    # allocation, as large as they are, the same over cycles), no host
+    # memory held for them, the contents exact at resume, the files gone.
+    import shutil, tempfile
+    import torch
+    from torch_memory_saver import torch_memory_saver as tms
+    os.environ["TMS_DISK_BACKUP_CHUNK_MB"] = "1"
+    folder = tempfile.mkdtemp(prefix="tms-disk-")
+    tms.set_disk_backup_dir(folder)
+    odd = 5 * MB + 12345  # a run that ends inside a chunk of the copy
+    with tms.region(enable_disk_backup=True):
+        big = cuda.alloc(14 * MB, 0x3B)
+        cuda.fill(big + odd, 0x3C, 3 * MB)
+        small = cuda.alloc(7, 0x0A)
+    with tms.region(enable_disk_backup=False):
+        dropped = cuda.alloc(20 * MB, 0x14)
+    registered = cuda.lib.fakecuda_host_registered_bytes()
+    totals = set()
+    for cycle in range(3):
+        tms.pause()
+        files = os.listdir(folder)
+        total = sum(os.path.getsize(os.path.join(folder, f)) for f in files)
+        expect(len(files) >= 2 and total >= 14 * MB, "cycle %d: %d files, %d bytes" % (cycle, len(files), total))
+        totals.add(total)
+        expect(cuda.lib.fakecuda_host_registered_bytes() == registered, "no page-locked host memory for the files")
+        expect(tms.get_cpu_backup(torch.device_tensor(big, 14 * MB)) is None, "a disk-backed tensor: None")
+        occupy = cuda.alloc(20 * MB, 0x1E)
+        cuda.free(occupy)
+        tms.resume()
+        expect(cuda.holds(big, 0x3B, odd) and cuda.holds(big + odd, 0x3C, 3 * MB)
+               and cuda.holds(big + odd + 3 * MB, 0x3B, 14 * MB - odd - 3 * MB) and cuda.holds(small, 0x0A, 7),
+               "cycle %d: the contents back bit for bit" % cycle)
+        expect(not cuda.holds(dropped, 0x14, 3), "the region without backup discarded")
+        expect(os.listdir(folder) == [], "cycle %d: the files deleted at resume" % cycle)
+    expect(len(totals) == 1, "the files' size the same each cycle: %r" % (totals,))
+    tms.set_disk_backup_dir(os.path.join(folder, "made"))
+    expect(os.path.isdir(os.path.join(folder, "made")), "set_disk_backup_dir makes the folder")
+    os.chmod(os.path.join(folder, "made"), 0o500)
+    if not os.access(os.path.join(folder, "made"), os.W_OK):  # not as root
+        expect_raises(pagefast.Error, tms.pause, "not a folder this process can write", "a folder not writable")
+    shutil.rmtree(folder)
+    print("ok disk")
+
+elif case == "release":
+    # torch_memory_saver's mmap backend from the environment, as its
+    # preload RSS test reads it: the initial region's pause keeps the
+    # contents in host memory that the resume (no retain) gives back,
+    # with the host copy get_cpu_backup showed.
+    os.environ.update(TMS_INIT_ENABLE="1", TMS_INIT_ENABLE_CPU_BACKUP="1", TMS_INIT_CPU_BACKUP_BACKEND="mmap")
+    import torch
+    from torch_memory_saver import torch_memory_saver as tms
+    tensor = cuda.alloc(16 * MB, 0x0A)
+    tt = torch.device_tensor(tensor, 16 * MB)
+    before = cuda.lib.fakecuda_host_registered_bytes()
+    tms.pause()
+    expect(cuda.lib.fakecuda_host_registered_bytes() >= before + 16 * MB, "the pause holds the contents")
+    shown = tms.get_cpu_backup(tt)
+    expect(shown is not None and shown.tobytes()[:3] == b"\x0a" * 3, "get_cpu_backup while paused")
+    frees = cuda.lib.fakecuda_call_count(b"cuMemFreeHost")
+    tms.resume()
+    expect(cuda.lib.fakecuda_host_registered_bytes() == before, "the resume gives the host memory back")
+    expect(cuda.lib.fakecuda_call_count(b"cuMemFreeHost") > frees,
+           "and the copy get_cpu_backup showed, the tensor alive")
+    expect(cuda.holds(tensor, 0x0A, 16 * MB), "the contents back")
+    expect(tms.get_cpu_backup(tt) is None, "after the resume: None")
+    with tms.region(tag="rss", enable_cpu_backup=True, cpu_backup_backend="mmap"):
+        other = cuda.alloc(8 * MB, 0x4E)
+    for cycle in range(2):
+        tms.pause("rss")
+        expect(cuda.lib.fakecuda_host_registered_bytes() >= before + 8 * MB, "cycle %d: held while paused" % cycle)
+        tms.resume("rss")
+        expect(cuda.lib.fakecuda_host_registered_bytes() == before and cuda.holds(other, 0x4E, 8 * MB),
+               "cycle %d: given back, contents intact" % cycle)
+    print("ok release")
 """
 
-CASES = [("helper", True), ("tms", True), ("alias", True), ("init", True), ("backend_env", True), ("unloaded", False)]
+CASES = [("helper", True), ("tms", True), ("alias", True), ("init", True), ("backup", True), ("backend_env", True),
+         ("disk", True), ("release", True), ("unloaded", False)]
 
 LAUNCHED = """
 import os, subprocess, sys, pagefast.torch_memory_saver as m, torch_memory_saver

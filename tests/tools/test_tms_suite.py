@@ -105,8 +105,8 @@ def main():
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
             if line.startswith("| test/") and len(cells) == 5:
                 rows[cells[0]] = cells[1:]
-        check(rows.get("test/test_examples.py::test_disk_backup[torch]") == ["passed", "failed (differs)", "yes", "-"],
-              "a differing test's row: %r" % rows)
+        check(rows.get("test/test_examples.py::test_disk_backup[torch]") == ["passed", "failed (differs)", "yes", "disk"],
+              "a differing test's row, with its CPU twin: %r" % rows)
         check(rows.get("test/test_examples.py::test_simple[preload]") == ["passed", "passed", "yes", "tms"],
               "an equal test's row, with its CPU twin")
         unit = "test/test_utils.py::test_change_env_restores_previous_value"
