@@ -59,12 +59,7 @@ struct TagFigures {
   bool keep = false;           // the regions' policy: contents kept at sleep
   int slot = 0;
   bool asleep = false;
-  uint64_t resident_bytes = 0;  // device memory of the tag mapped now
-  uint64_t asleep_bytes = 0;    // device memory of the tag released by sleep
-  uint64_t kept_bytes = 0;      // of asleep_bytes, contents in host memory
-  uint64_t in_use_bytes = 0;    // the pool's blocks of the tag handed out
-  uint64_t sleeps = 0;          // sleeps of the tag (counter)
-  uint64_t wakes = 0;           // wakes of the tag (counter)
+  PAGEFAST_TAG_FIELDS(PAGEFAST_TAG_MEMBER)  // policy/tags.h
 };
 // Fills out[0..max) in slot order; returns how many tags there are (which
 // may be more than max). Never waits for a lock held long (safe while a

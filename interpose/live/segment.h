@@ -30,8 +30,9 @@ namespace pagefast::live {
 constexpr uint64_t kMagic = 0x31564c4654534650ull;  // "PFSTFLV1", little-endian
 constexpr uint32_t kVersion = 4;                    // 3: mode, reason, asleep; a longer command. 4: tags
 constexpr int kMaxDevices = 16;
-constexpr int kMaxTags = 31;       // every slot of interpose/pool/region.h but 0
-constexpr int kTagNameWords = 8;   // 64: a tag's name with its NUL
+constexpr int kMaxTags = policy::kMaxTags;  // every tag (policy/tags.h)
+constexpr int kTagNameWords = 8;            // 64: a tag's name with its NUL
+static_assert(kTagNameWords * sizeof(uint64_t) == policy::kTagNameBytes, "a tag's name fills its words");
 constexpr int kCommandWords = 64;  // 512 characters: the interpreter, its script and arguments
 constexpr int kConfigWords = 40;   // 320
 constexpr int kNumaWords = 64;     // 512

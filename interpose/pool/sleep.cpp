@@ -186,7 +186,7 @@ int sleep_slots(const char* tag, unsigned flags) {
   int tagged[2];
   const int* slots = tag ? tagged : nullptr;
   const int count = tag ? tag_slots(tag, tagged) : 0;
-  if (tag && !count) return -2;
+  if (tag && !count) return policy::kUnknownTag;
   // What the own-VMM cache keeps idle goes back with the pools' idle memory.
   if (own_vmm::on())
     for (int d = 0; d < kMaxDevices; ++d) own_vmm::trim(d, UINT64_MAX);
@@ -224,7 +224,7 @@ int wake_slots(const char* tag) {
   int tagged[2];
   const int* slots = tag ? tagged : nullptr;
   const int count = tag ? tag_slots(tag, tagged) : 0;
-  if (tag && !count) return -2;
+  if (tag && !count) return policy::kUnknownTag;
   int answer = 0;
   bool any = false;
   const int all = region::slot_count();
@@ -253,13 +253,13 @@ int wake_all() { return wake_slots(nullptr); }
 int sleep_tag(const char* tag, unsigned flags) {
   // A tag no region has: -2, also in a forked child.
   int slots[2];
-  if (tag && !active() && !region::slots_of(tag, slots)) return -2;
+  if (tag && !active() && !region::slots_of(tag, slots)) return policy::kUnknownTag;
   return sleep_slots(tag, flags);
 }
 
 int wake_tag(const char* tag) {
   int slots[2];
-  if (tag && !active() && !region::slots_of(tag, slots)) return -2;
+  if (tag && !active() && !region::slots_of(tag, slots)) return policy::kUnknownTag;
   return wake_slots(tag);
 }
 
@@ -282,7 +282,7 @@ int tag_control_op(uint16_t op, uint64_t flags, const char* tag) {
     default: return -1;
   }
   // -2 is "busy" on the wire: an unknown tag has an answer of its own.
-  return answer == -2 ? ipc::wire::kControlNoTag : answer;
+  return answer == policy::kUnknownTag ? ipc::wire::kControlNoTag : answer;
 }
 
 int device_sleep_state(int device) {

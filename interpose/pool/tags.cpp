@@ -74,7 +74,7 @@ int reuse_tag_slot(const char* name, bool keep) {
 int tag_asleep(const char* tag) {
   int slots[2];
   const int n = region::slots_of(tag, slots);
-  if (!n) return -2;
+  if (!n) return policy::kUnknownTag;
   bool asleep = false;
   for (int i = 0; i < n; ++i) asleep = asleep || slot_state(slots[i]).asleep.load(std::memory_order_acquire);
   return asleep ? 1 : 0;

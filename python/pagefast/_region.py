@@ -18,16 +18,14 @@ loaded in the process, as pagefast.sleep does; they make no CUDA call.
 """
 import contextlib
 import ctypes
-import re
 import threading
 
+from ._constants import MAX_DEPTH, MAX_TAGS, REGION_KEEP, REGION_POOL_ONLY, TAG, TAG_RULE
 from ._sleep import Error, _require
 
 __all__ = ["region", "current_region"]
 
-_REGION_KEEP = 1  # PAGEFAST_REGION_KEEP (interpose/pagefast.h)
-_REGION_POOL_ONLY = 2  # PAGEFAST_REGION_POOL_ONLY: the program's own cuMemCreate memory stays untagged
-_TAG = re.compile(r"[A-Za-z0-9_.:-]{1,63}\Z")
+_BAD_TAG = "a tag is " + TAG_RULE + " , not %r"
 
 # The regions this thread opened through this module, innermost last, so
 # that a block can step outside them (_outside) and back in.
@@ -65,11 +63,12 @@ def _api():
 
 
 def _begin(tag, keep, pool_only=False):
-    flags = (_REGION_KEEP if keep else 0) | (_REGION_POOL_ONLY if pool_only else 0)
+    flags = (REGION_KEEP if keep else 0) | (REGION_POOL_ONLY if pool_only else 0)
     if _api()[0](tag.encode("ascii"), flags) != 0:
         _api()[1]()  # a refused begin takes its end all the same (docs/SLEEP.md)
-        raise Error("pagefast could not open the region %r: 31 (tag, keep) pairs in this process "
-                    "already, none of them empty, or 8 regions open on this thread (the log says which)" % tag)
+        raise Error("pagefast could not open the region %r: %d (tag, keep) pairs in this process "
+                    "already, none of them empty, or %d regions open on this thread (the log says which)"
+                    % (tag, MAX_TAGS, MAX_DEPTH))
     _stack().append((tag, bool(keep), bool(pool_only)))
 
 
@@ -91,8 +90,8 @@ class region(contextlib.ContextDecorator):
     Raises Error when the library refuses (too many tags, too deep)."""
 
     def __init__(self, tag, keep=True):
-        if not isinstance(tag, str) or not _TAG.match(tag):
-            raise ValueError("a tag is 1 to 63 characters of A-Z a-z 0-9 _ . : - , not %r" % (tag,))
+        if not isinstance(tag, str) or not TAG.match(tag):
+            raise ValueError(_BAD_TAG % (tag,))
         self.tag = tag
         self.keep = bool(keep)
 
@@ -118,8 +117,8 @@ def current_region():
 def _opened(tag, keep, pool_only):
     """A region of `tag` for the block; pool_only: the program's own
     cuMemCreate memory made inside stays untagged."""
-    if not isinstance(tag, str) or not _TAG.match(tag):
-        raise ValueError("a tag is 1 to 63 characters of A-Z a-z 0-9 _ . : - , not %r" % (tag,))
+    if not isinstance(tag, str) or not TAG.match(tag):
+        raise ValueError(_BAD_TAG % (tag,))
     _begin(tag, keep, pool_only)
     try:
         yield
