@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 
+#include "interpose/pagefast.h"
 #include "policy/config.h"
 #include "policy/pool_stats.h"
 
@@ -191,5 +192,26 @@ std::string stats_json();
 // pool made so far; empty when there is none. Try-locks only; no CUDA:
 // safe at exit.
 std::string report_text();
+
+// What the C API's exports (interpose/capi.cpp; interpose/pagefast.h)
+// call, one each.
+// sleep.cpp: sleep and wake of every pool (pagefast_sleep's answers),
+// and of one tag's slots (region.h; NULL: everything; policy::kUnknownTag
+// for a tag no region ever had); tags.cpp: whether a tag sleeps.
+int sleep_all(unsigned flags);
+int wake_all();
+int asleep_count();
+int sleep_tag(const char* tag, unsigned flags);
+int wake_tag(const char* tag);
+int tag_asleep(const char* tag);
+// pool_capi.cpp: the figures of a device into the C API's struct (-1: no
+// pool); its idle memory given back now, the program's released VMM
+// memory and the host memory sleep keeps page-locked too (-1: no pool);
+// the regions of the calling thread (begin: 0, or -1 refused, logged).
+int pool_stats_get(int device, pagefast_pool_stats* out);
+int pool_trim(int device);
+int region_begin(const char* tag, unsigned flags);
+int region_end();
+const char* region_current();
 
 }  // namespace pagefast::pool

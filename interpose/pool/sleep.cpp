@@ -16,7 +16,6 @@
 #include <mutex>
 #include <new>
 
-#include "interpose/capi_export.h"
 #include "interpose/driver.h"
 #include "interpose/ipc/ipc.h"
 #include "interpose/ipc/ipc_wire.h"
@@ -315,14 +314,3 @@ int untagged_pools_awake() {
 }
 
 }  // namespace pagefast::pool
-
-PF_EXPORT int pagefast_sleep(unsigned flags) { return pagefast::pool::sleep_all(flags); }
-PF_EXPORT int pagefast_wake(void) { return pagefast::pool::wake_all(); }
-PF_EXPORT int pagefast_asleep(void) { return pagefast::pool::asleep_count(); }
-
-PF_EXPORT int pagefast_sleep_tag(const char* tag, unsigned flags) { return pagefast::pool::sleep_tag(tag, flags); }
-PF_EXPORT int pagefast_wake_tag(const char* tag) { return pagefast::pool::wake_tag(tag); }
-
-static_assert(PAGEFAST_SLEEP_KEEP == pagefast::policy::kSleepKeep, "sleep flags out of step");
-static_assert(PAGEFAST_SLEEP_FAIL == pagefast::policy::kSleepFail, "sleep flags out of step");
-static_assert((PAGEFAST_SLEEP_DISCARD & (PAGEFAST_SLEEP_KEEP | PAGEFAST_SLEEP_FAIL)) == 0, "sleep flags overlap");
