@@ -1,6 +1,7 @@
-// interpose/capi.cpp: every pagefast_* function of the C API
-// (interpose/pagefast.h) that the library exports besides the driver's
-// entry points (doors.cpp), in one place: each forwards to the part that
+// interpose/capi.cpp: every function of the C API (interpose/pagefast.h:
+// pagefast_*, and torch_memory_saver's tms_pause and tms_resume) that the
+// library exports besides the driver's entry points (doors.cpp), in one
+// place: each forwards to the part that
 // answers it, the pool's through interpose/pool_api.h.
 #include <cstring>
 #include <string>
@@ -71,3 +72,8 @@ PF_EXPORT const char* pagefast_region_current(void) { return pagefast::pool::reg
 PF_EXPORT int pagefast_sleep_tag(const char* tag, unsigned flags) { return pagefast::pool::sleep_tag(tag, flags); }
 PF_EXPORT int pagefast_wake_tag(const char* tag) { return pagefast::pool::wake_tag(tag); }
 PF_EXPORT int pagefast_tag_asleep(const char* tag) { return pagefast::pool::tag_asleep(tag); }
+
+// ---- torch_memory_saver's names (interpose/pool/tms_capi.cpp) ----
+
+PF_EXPORT int tms_pause(const char* tag) { return pagefast::pool::tms_pause(tag); }
+PF_EXPORT int tms_resume(const char* tag) { return pagefast::pool::tms_resume(tag); }

@@ -213,5 +213,8 @@ int pool_trim(int device);
 int region_begin(const char* tag, unsigned flags);
 int region_end();
 const char* region_current();
+// tms_capi.cpp: torch_memory_saver's tms_pause and tms_resume.
+int tms_pause(const char* tag);
+int tms_resume(const char* tag);
 
 }  // namespace pagefast::pool
