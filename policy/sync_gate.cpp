@@ -151,8 +151,8 @@ void SyncGate::retire_local(ThreadCache& cache, bool into_cache) {
 void SyncGate::cache_large(ThreadCache& cache, Block* block, Block** evicted, int* evicted_count) {
   const Granules g = block->granules();
   while (cache.large_count &&
-         (cache.large_count == kLargeCacheSlots || cache.large_granules + g > limits_.cache_total)) {
-    const LargeSlot oldest = cache.large[0];
+         (cache.large_count == kLargeCacheEntries || cache.large_granules + g > limits_.cache_total)) {
+    const LargeEntry oldest = cache.large[0];
     for (int k = 1; k < cache.large_count; ++k) cache.large[k - 1] = cache.large[k];
     --cache.large_count;
     cache.large_granules -= oldest.granules;
@@ -160,7 +160,7 @@ void SyncGate::cache_large(ThreadCache& cache, Block* block, Block** evicted, in
     evicted[(*evicted_count)++] = oldest.block;
   }
   block->store_state(BlockState::Cached);
-  cache.large[cache.large_count++] = LargeSlot{block, g};
+  cache.large[cache.large_count++] = LargeEntry{block, g};
   cache.large_granules += g;
   owner_add(cache.cached_bytes, g.bytes());
 }
@@ -171,25 +171,25 @@ void SyncGate::retire_entries(ThreadCache* cache, const QuarantineEntry* entries
   // overflow, goes central. The oldest cached large blocks make way for
   // newly retired ones: the cache follows what the thread uses now.
   constexpr int kMaxEntries = Quarantine::kMaxRetired;
-  SmallSlot small[kMaxEntries];
+  SmallEntry small[kMaxEntries];
   int small_count = 0;
-  Block* large[kMaxEntries + kLargeCacheSlots];
+  Block* large[kMaxEntries + kLargeCacheEntries];
   int large_count = 0;
   if (cache) cache->lock.lock();
   for (int i = 0; i < count; ++i) {
     const QuarantineEntry& e = entries[i];
     if (e.span->kind == SpanKind::Slab) {
       Slab* slab = static_cast<Slab*>(e.span);
-      const SmallSlot slot{slab, uint32_t((e.addr - slab->base_addr()) / slab->block_bytes)};
+      const SmallEntry entry{slab, uint32_t((e.addr - slab->base_addr()) / slab->block_bytes)};
       if (cache) {
         SmallBin& bin = cache->bins[slab->class_index];
         if (bin.count < kSizeClasses[slab->class_index].cache_blocks) {
-          bin.slots[bin.count++] = slot;
+          bin.entries[bin.count++] = entry;
           owner_add(cache->cached_bytes, slab->block_bytes);
           continue;
         }
       }
-      small[small_count++] = slot;
+      small[small_count++] = entry;
       continue;
     }
     Block* block = static_cast<Block*>(e.span);
