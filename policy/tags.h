@@ -9,7 +9,7 @@
 // The figures' table feeds every record of a tag's figures: the glue's
 // (interpose/pool_api.h TagFigures), the outputs' (policy/pool_stats.h
 // TagStats, and from it the JSON and Prometheus), the wire's
-// (wire::TagState) and the live segment's (live::TagSlot); they copy
+// (wire::TagState) and the live segment's (live::TagRecord); they copy
 // each other with copy_tag_fields.
 #pragma once
 

@@ -35,13 +35,13 @@ std::vector<policy::TagStats> read_tags(const Segment& s) {
   std::vector<policy::TagStats> out;
   const uint64_t count = std::min<uint64_t>(s.tag_count.load(std::memory_order_relaxed), kMaxTags);
   for (uint64_t i = 0; i < count; ++i) {
-    const TagSlot& slot = s.tags[i];
+    const TagRecord& record = s.tags[i];
     policy::TagStats t;
-    t.name = utf8_valid(get_text(slot.name));
-    t.slot = int(slot.slot.load(std::memory_order_relaxed));
-    t.keep = slot.keep.load(std::memory_order_relaxed) != 0;
-    t.asleep = slot.asleep.load(std::memory_order_relaxed) != 0;
-#define PF_LIVE_TAG_LOAD(name, meaning) t.name = slot.name.load(std::memory_order_relaxed);
+    t.name = utf8_valid(get_text(record.name));
+    t.slot = int(record.slot.load(std::memory_order_relaxed));
+    t.keep = record.keep.load(std::memory_order_relaxed) != 0;
+    t.asleep = record.asleep.load(std::memory_order_relaxed) != 0;
+#define PF_LIVE_TAG_LOAD(name, meaning) t.name = record.name.load(std::memory_order_relaxed);
     PAGEFAST_TAG_FIELDS(PF_LIVE_TAG_LOAD)
 #undef PF_LIVE_TAG_LOAD
     out.push_back(t);
@@ -72,13 +72,13 @@ std::vector<DeviceFigures> read_devices(const Segment& s) {
   std::vector<DeviceFigures> out;
   const uint64_t n = std::min<uint64_t>(s.device_count.load(std::memory_order_relaxed), kMaxDevices);
   for (uint64_t i = 0; i < n; ++i) {
-    const DeviceSlot& slot = s.devices[i];
+    const DeviceRecord& record = s.devices[i];
     DeviceFigures d;
-    d.device = int(slot.device.load(std::memory_order_relaxed));
-    const uint64_t sleep = slot.asleep.load(std::memory_order_relaxed);
+    d.device = int(record.device.load(std::memory_order_relaxed));
+    const uint64_t sleep = record.asleep.load(std::memory_order_relaxed);
     d.asleep = sleep != 0;
     d.partly = sleep == 2;
-#define PF_LIVE_LOAD(name, meaning) d.stats.name = slot.name.load(std::memory_order_relaxed);
+#define PF_LIVE_LOAD(name, meaning) d.stats.name = record.name.load(std::memory_order_relaxed);
     PAGEFAST_POOL_STATS_FIELDS(PF_LIVE_LOAD)
 #undef PF_LIVE_LOAD
     out.push_back(d);
