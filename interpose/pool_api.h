@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 
+#include "interpose/pagefast.h"
 #include "policy/config.h"
 #include "policy/page_map.h"
 #include "policy/pool_stats.h"
@@ -60,12 +61,7 @@ struct TagFigures {
   bool keep = false;           // the regions' policy: contents kept at sleep
   int slot = 0;
   bool asleep = false;
-  uint64_t resident_bytes = 0;  // device memory of the tag mapped now
-  uint64_t asleep_bytes = 0;    // device memory of the tag released by sleep
-  uint64_t kept_bytes = 0;      // of asleep_bytes, contents in host memory
-  uint64_t in_use_bytes = 0;    // the pool's blocks of the tag handed out
-  uint64_t sleeps = 0;          // sleeps of the tag (counter)
-  uint64_t wakes = 0;           // wakes of the tag (counter)
+  PAGEFAST_TAG_FIELDS(PAGEFAST_TAG_MEMBER)  // policy/tags.h
 };
 // Fills out[0..max) in slot order; returns how many tags there are (which
 // may be more than max). Never waits for a lock held long (safe while a
@@ -216,5 +212,34 @@ std::string stats_json();
 // pool made so far; empty when there is none. Try-locks only; no CUDA:
 // safe at exit.
 std::string report_text();
+
+// What the C API's exports (interpose/capi.cpp; interpose/pagefast.h)
+// call, one each.
+// sleep.cpp: sleep and wake of every pool (pagefast_sleep's answers),
+// and of one tag's slots (region.h; NULL: everything; policy::kUnknownTag
+// for a tag no region ever had); tags.cpp: whether a tag sleeps.
+int sleep_all(unsigned flags);
+int wake_all();
+int asleep_count();
+int sleep_tag(const char* tag, unsigned flags);
+int wake_tag(const char* tag);
+int tag_asleep(const char* tag);
+// sleep.cpp: the kept host copy of an asleep range of pool memory
+// (pagefast_kept_read's answers); disk_copy.cpp: the folder and the copy
+// step of regions kept in files (pagefast_keep_disk_dir's).
+int kept_read(const void* device_ptr, size_t bytes, void* out);
+int keep_disk_dir(const char* dir, size_t chunk_bytes);
+// pool_capi.cpp: the figures of a device into the C API's struct (-1: no
+// pool); its idle memory given back now, the program's released VMM
+// memory and the host memory sleep keeps page-locked too (-1: no pool);
+// the regions of the calling thread (begin: 0, or -1 refused, logged).
+int pool_stats_get(int device, pagefast_pool_stats* out);
+int pool_trim(int device);
+int region_begin(const char* tag, unsigned flags);
+int region_end();
+const char* region_current();
+// tms_capi.cpp: torch_memory_saver's tms_pause and tms_resume.
+int tms_pause(const char* tag);
+int tms_resume(const char* tag);
 
 }  // namespace pagefast::pool

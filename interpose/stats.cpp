@@ -121,9 +121,7 @@ std::vector<policy::TagStats> tags() {
     t.slot = f.slot;
     t.keep = f.keep;
     t.asleep = f.asleep;
-#define PF_TAG_COPY(name, meaning) t.name = f.name;
-    PAGEFAST_TAG_FIELDS(PF_TAG_COPY)
-#undef PF_TAG_COPY
+    policy::copy_tag_fields(t, f);
     out.push_back(t);
   }
   return out;

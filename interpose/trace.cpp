@@ -66,7 +66,7 @@ struct Ring {
   // Ownership and the list of all rings.
   std::atomic<bool> owned;
   Ring* next;
-  alignas(64) Record slots[kRingRecords];
+  alignas(64) Record records[kRingRecords];
 };
 
 enum WriterState : int { kNotStarted = 0, kRunning = 1, kFailed = 2, kStopped = 3 };
@@ -151,12 +151,12 @@ uint64_t drain_all() {
     uint64_t tail = ring->tail.load(std::memory_order_relaxed);
     while (tail != head) {
       if (g_batch_used == kBatchRecords) batch_flush();
-      // Copy in contiguous runs, then let the producer reuse the slots.
+      // Copy in contiguous runs, then let the producer reuse them.
       const uint32_t at = uint32_t(tail % kRingRecords);
       uint64_t run = head - tail;
       if (run > kRingRecords - at) run = kRingRecords - at;
       if (run > kBatchRecords - g_batch_used) run = kBatchRecords - g_batch_used;
-      std::memcpy(g_batch + g_batch_used, ring->slots + at, size_t(run) * sizeof(Record));
+      std::memcpy(g_batch + g_batch_used, ring->records + at, size_t(run) * sizeof(Record));
       g_batch_used += uint32_t(run);
       tail += run;
       taken += run;
@@ -271,7 +271,7 @@ inline void push(Ring* ring, const Record& record) {
     }
   }
   ring->dropping = false;
-  ring->slots[head % kRingRecords] = record;
+  ring->records[head % kRingRecords] = record;
   ring->head.store(head + 1, std::memory_order_release);
 }
 

@@ -19,23 +19,17 @@ bool reference_cpus(const Topology& topo, CpuSet* cpus) {
 
 }  // namespace
 
+// The words of the options (docs/NUMA.md), in the enums' order.
 const char* mode_name(NumaMode mode) {
-  switch (mode) {
-    case NumaMode::Auto: return "auto";
-    case NumaMode::Bind: return "bind";
-    case NumaMode::Force: return "force";
-    case NumaMode::Off: return "off";
-  }
-  return "auto";
+  static const char* const kNames[] = {"auto", "bind", "force", "off"};
+  static_assert(int(NumaMode::Off) + 1 == sizeof kNames / sizeof *kNames, "a word for every NumaMode");
+  return unsigned(mode) <= unsigned(NumaMode::Off) ? kNames[int(mode)] : "auto";
 }
 
 const char* memory_name(MemoryPolicy memory) {
-  switch (memory) {
-    case MemoryPolicy::Preferred: return "preferred";
-    case MemoryPolicy::Strict: return "bind";
-    case MemoryPolicy::None: return "none";
-  }
-  return "none";
+  static const char* const kNames[] = {"none", "preferred", "bind"};
+  static_assert(int(MemoryPolicy::Strict) + 1 == sizeof kNames / sizeof *kNames, "a word for every MemoryPolicy");
+  return unsigned(memory) <= unsigned(MemoryPolicy::Strict) ? kNames[int(memory)] : "none";
 }
 
 BindPlan plan_binding(const PlanInputs& in, const Topology& topo) {

@@ -276,6 +276,25 @@ class Arena {
   void free_kept(Chunk& chunk);
   void finish_wake(Chunk& chunk);
   void undo_fill(uint64_t home, Chunk& chunk);
+  // The chunks of one sleep or wake and their copies: pieces[first[i] ..
+  // first[i + 1]) are those of chunks[i], whose home is homes[i].
+  struct CopyBatch {
+    std::vector<Chunk*> chunks;
+    std::vector<uint64_t> homes;
+    std::vector<HostCopy> pieces;
+    std::vector<size_t> first;
+  };
+  // Sleep's steps around the copies: the chunks that go (with keep, their
+  // live pieces to copy; the others counted in *result; throws when out of
+  // host memory), then each whose copies all went unmapped and released.
+  void choose_going(unsigned keep_modes, bool all_resident, const std::vector<uint64_t>& pinned,
+                    const std::vector<ChunkHandle>& shared, CopyBatch* batch, SleepResult* result);
+  void release_going(const CopyBatch& batch, SleepResult* result);
+  // Wake's steps after the copies: each chunk filled made resident (a
+  // failed copy keeps what is left to fill; `status` becomes Failed), then,
+  // with every chunk back, the stitch maps mapped and opened again.
+  ProviderStatus settle_fills(const CopyBatch& batch, ProviderStatus status, WakeResult* result);
+  ProviderStatus remap_stitches();
 
   Block* new_block(uint64_t addr, Granules granules, BlockState state);
   void recycle(Block* block);

@@ -64,50 +64,60 @@ Arena::SleepResult Arena::sleep(unsigned keep_modes, Clock& clock, const std::ve
   // Stitches first: a chunk is released only once no mapping of it is left.
   std::vector<uint64_t> pinned;
   const bool keep_all_resident = !unmap_stitches_for_sleep(&pinned);
-  // The chunks that go and (keep) copies[first[i] .. first[i + 1]), those of going[i].
-  // Out of host memory for these lists: every chunk stays resident, a legal sleep.
-  std::vector<Chunk*> going;
-  std::vector<uint64_t> homes;
-  std::vector<HostCopy> copies;
-  std::vector<size_t> first;
+  CopyBatch batch;
   try {
-    going.reserve(chunks_.size());
-    homes.reserve(chunks_.size());
-    first.reserve(chunks_.size() + 1);
-    for (auto& entry : chunks_) {
-      Chunk& chunk = entry.second;
-      if (chunk.asleep) continue;
-      bool is_pinned = chunk.unreleasable || keep_all_resident;
-      for (uint64_t p : pinned) is_pinned |= p == entry.first;
-      const bool is_shared = shares(shared, chunk.handle);
-      if (is_pinned || is_shared) {
-        ++result.resident_chunks;
-        if (is_shared) {
-          ++result.shared_chunks;
-          result.shared_bytes += chunk.granules.bytes();
-        }
-        continue;
-      }
-      going.push_back(&chunk);
-      homes.push_back(entry.first);
-      first.push_back(copies.size());
-      if (keep_modes & kSleepKeep) plan_copies(entry.first, chunk, keep_modes, &copies);
-    }
-    first.push_back(copies.size());
+    choose_going(keep_modes, keep_all_resident, pinned, shared, &batch, &result);
   } catch (...) {
-    for (Chunk* chunk : going) chunk->kept.clear();
+    // Out of host memory for these lists: every chunk stays resident,
+    // which is a legal sleep.
+    for (Chunk* chunk : batch.chunks) chunk->kept.clear();
     result = SleepResult();
     for (const auto& entry : chunks_) result.resident_chunks += entry.second.asleep ? 0 : 1;
     asleep_ = true;
     return result;
   }
   const uint64_t copy_start = clock.now_ns();
-  if (!copies.empty()) provider_.copy_to_host(copies.data(), copies.size());
+  if (!batch.pieces.empty()) provider_.copy_to_host(batch.pieces.data(), batch.pieces.size());
   const uint64_t unmap_start = clock.now_ns();
   result.copy_ns = unmap_start - copy_start;
-  for (size_t i = 0; i < going.size(); ++i) {
-    Chunk& chunk = *going[i];
-    const uint64_t home = homes[i];
+  release_going(batch, &result);
+  result.unmap_ns = clock.now_ns() - unmap_start;
+  asleep_ = true;
+  return result;
+}
+
+void Arena::choose_going(unsigned keep_modes, bool all_resident, const std::vector<uint64_t>& pinned,
+                         const std::vector<ChunkHandle>& shared, CopyBatch* batch, SleepResult* result) {
+  batch->chunks.reserve(chunks_.size());
+  batch->homes.reserve(chunks_.size());
+  batch->first.reserve(chunks_.size() + 1);
+  for (auto& entry : chunks_) {
+    Chunk& chunk = entry.second;
+    if (chunk.asleep) continue;
+    bool is_pinned = chunk.unreleasable || all_resident;
+    for (uint64_t p : pinned) is_pinned |= p == entry.first;
+    const bool is_shared = shares(shared, chunk.handle);
+    if (is_pinned || is_shared) {
+      ++result->resident_chunks;
+      if (is_shared) {
+        ++result->shared_chunks;
+        result->shared_bytes += chunk.granules.bytes();
+      }
+      continue;
+    }
+    batch->chunks.push_back(&chunk);
+    batch->homes.push_back(entry.first);
+    batch->first.push_back(batch->pieces.size());
+    if (keep_modes & kSleepKeep) plan_copies(entry.first, chunk, keep_modes, &batch->pieces);
+  }
+  batch->first.push_back(batch->pieces.size());
+}
+
+void Arena::release_going(const CopyBatch& batch, SleepResult* result) {
+  const std::vector<HostCopy>& copies = batch.pieces;
+  const std::vector<size_t>& first = batch.first;
+  for (size_t i = 0; i < batch.chunks.size(); ++i) {
+    Chunk& chunk = *batch.chunks[i];
     uint64_t kept = 0;
     bool copied = true;
     for (size_t c = first[i]; c < first[i + 1]; ++c) copied &= copies[c].status == ProviderStatus::Ok;
@@ -117,24 +127,21 @@ Arena::SleepResult Arena::sleep(unsigned keep_modes, Clock& clock, const std::ve
       if (copied) chunk.kept[c - first[i]].host = copies[c].host;
       kept += copies[c].bytes;
     }
-    if (!copied || !provider_.unmap(home, chunk.granules)) {
+    if (!copied || !provider_.unmap(batch.homes[i], chunk.granules)) {
       if (copied) free_kept(chunk);
       chunk.kept.clear();
-      ++result.resident_chunks;
+      ++result->resident_chunks;
       continue;
     }
     chunk.asleep = true;
     kept_bytes_ += kept;
-    result.kept_bytes += kept;
+    result->kept_bytes += kept;
     // A refused release keeps the memory, and with it the contents: wake
     // maps this handle again.
     chunk.handle_kept = !provider_.release_chunk(chunk.handle);
     slept_ += chunk.granules;
-    ++result.slept_chunks;
+    ++result->slept_chunks;
   }
-  result.unmap_ns = clock.now_ns() - unmap_start;
-  asleep_ = true;
-  return result;
 }
 
 void Arena::plan_copies(uint64_t home, Chunk& chunk, unsigned keep_modes, std::vector<HostCopy>* copies) {
@@ -252,16 +259,14 @@ void Arena::undo_fill(uint64_t home, Chunk& chunk) {
 ProviderStatus Arena::wake(Clock& clock, WakeResult* out) {
   WakeResult result;
   if (!asleep_) return ProviderStatus::Ok;
-  // fills[first[i] .. first[i + 1]) are the pieces of filling[i].
-  std::vector<HostCopy> fills;
-  std::vector<std::pair<uint64_t, Chunk*>> filling;
-  std::vector<size_t> first;
+  CopyBatch batch;
   try {
     uint64_t pieces = 0;
     for (auto& entry : chunks_) pieces += entry.second.asleep ? entry.second.kept.size() : 0;
-    fills.reserve(pieces);
-    filling.reserve(chunks_.size());
-    first.reserve(chunks_.size() + 1);
+    batch.pieces.reserve(pieces);
+    batch.chunks.reserve(chunks_.size());
+    batch.homes.reserve(chunks_.size());
+    batch.first.reserve(chunks_.size() + 1);
   } catch (...) {
     return ProviderStatus::OutOfMemory;
   }
@@ -281,37 +286,48 @@ ProviderStatus Arena::wake(Clock& clock, WakeResult* out) {
       ++result.woken_chunks;
       continue;
     }
-    first.push_back(fills.size());
+    batch.first.push_back(batch.pieces.size());
     for (const KeptPiece& piece : chunk.kept) {
       HostCopy fill;
       fill.addr = entry.first + piece.offset.bytes();
       fill.bytes = piece.granules.bytes();
       fill.host = piece.host;
       fill.mode = piece.on_disk ? kSleepToDisk : 0;
-      fills.push_back(fill);
+      batch.pieces.push_back(fill);
     }
-    filling.emplace_back(entry.first, &chunk);
+    batch.chunks.push_back(&chunk);
+    batch.homes.push_back(entry.first);
   }
-  first.push_back(fills.size());
+  batch.first.push_back(batch.pieces.size());
   const uint64_t copy_start = clock.now_ns();
   result.map_ns = copy_start - map_start;
-  if (!fills.empty()) provider_.copy_from_host(fills.data(), fills.size());
+  if (!batch.pieces.empty()) provider_.copy_from_host(batch.pieces.data(), batch.pieces.size());
   const uint64_t free_start = clock.now_ns();
   result.copy_ns = free_start - copy_start;
-  for (size_t i = 0; i < filling.size(); ++i) {
-    Chunk& chunk = *filling[i].second;
+  status = settle_fills(batch, status, &result);
+  result.free_ns = clock.now_ns() - free_start;
+  if (out) *out = result;
+  if (status != ProviderStatus::Ok) return status;
+  return remap_stitches();
+}
+
+ProviderStatus Arena::settle_fills(const CopyBatch& batch, ProviderStatus status, WakeResult* result) {
+  const std::vector<HostCopy>& fills = batch.pieces;
+  const std::vector<size_t>& first = batch.first;
+  for (size_t i = 0; i < batch.chunks.size(); ++i) {
+    Chunk& chunk = *batch.chunks[i];
     uint64_t copied = 0, failed = 0;
     for (size_t f = first[i]; f < first[i + 1]; ++f)
       (fills[f].status == ProviderStatus::Ok ? copied : failed) += fills[f].bytes;
-    result.copied_bytes += copied;
+    result->copied_bytes += copied;
     if (!failed) {
       finish_wake(chunk);
-      ++result.woken_chunks;
+      ++result->woken_chunks;
       continue;
     }
     if (status == ProviderStatus::Ok) status = ProviderStatus::Failed;
     if (!copied) {
-      undo_fill(filling[i].first, chunk);
+      undo_fill(batch.homes[i], chunk);
       continue;
     }
     // Some pieces are in place (their host memory may be gone already):
@@ -328,9 +344,10 @@ ProviderStatus Arena::wake(Clock& clock, WakeResult* out) {
     }
     chunk.kept.resize(left);
   }
-  result.free_ns = clock.now_ns() - free_start;
-  if (out) *out = result;
-  if (status != ProviderStatus::Ok) return status;
+  return status;
+}
+
+ProviderStatus Arena::remap_stitches() {
   // Every chunk is back: the stitches map them again where they were.
   while (!sleeping_maps_.empty()) {
     const SleepingMap& m = sleeping_maps_.back();

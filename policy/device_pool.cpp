@@ -63,7 +63,7 @@ AllocStatus DevicePool::alloc_small_slow(ThreadCache& cache, int class_index, Re
     if (small_.refill(cache, class_index) && pop_small(cache, class_index, request, addr)) return AllocStatus::Ok;
     if (!new_slab(cache, class_index, &status)) {
       // No slab could be had after everything idle came back: a larger
-      // class's free slot serves the request (policy/small_blocks_borrow.cpp),
+      // class's free block serves the request (policy/small_blocks_borrow.cpp),
       // and the shortfall counted and recorded an answer it did not get.
       if (small_.borrow(cache, class_index, request, addr)) {
         oom_.withdraw(status == AllocStatus::Forward);

@@ -8,7 +8,7 @@
 // under fakes in tests/policy.
 //
 // Allocation, fastest first:
-//  1. the thread cache's bin of the size class, or its large slots (hit);
+//  1. the thread cache's bin of the size class, or its large entries (hit);
 //  2. the thread's quarantine entries that some sync already retired;
 //  3. a sync-and-retire into the cache when the thread's own batch is due
 //     (sealed, or holding LargeLimits::batch_bytes) or the shared quarantine

@@ -47,7 +47,7 @@ void DevicePool::drain(ThreadCache& cache) {
 }
 
 bool DevicePool::flush_large_cache(ThreadCache& cache) {
-  Block* large[kLargeCacheSlots];
+  Block* large[kLargeCacheEntries];
   cache.lock.lock();
   const int n = cache.large_count;
   for (int i = 0; i < n; ++i) large[i] = cache.large[i].block;

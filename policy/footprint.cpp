@@ -29,8 +29,8 @@ uint64_t Footprint::step(uint64_t now_ns, uint64_t idle_bytes, bool growth) {
   for (uint64_t b = current_bucket_ + 1; b <= bucket && b <= current_bucket_ + kFootprintBuckets; ++b)
     min_idle_[b % kFootprintBuckets] = ~uint64_t(0);
   if (bucket > current_bucket_) current_bucket_ = bucket;
-  uint64_t& slot = min_idle_[bucket % kFootprintBuckets];
-  if (seen < slot) slot = seen;
+  uint64_t& least = min_idle_[bucket % kFootprintBuckets];
+  if (seen < least) least = seen;
   // Nothing goes before a whole window has been watched.
   if (now_ns - first_ns_ < delay_ns_) return 0;
   uint64_t lowest = ~uint64_t(0);

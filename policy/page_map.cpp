@@ -25,7 +25,7 @@ bool PageMap::ensure(uint64_t addr, Granules granules) {
 
 void PageMap::set(uint64_t addr, Granules granules, Span* span) {
   const uint64_t first = granule_index(addr);
-  for (uint64_t i = 0; i < granules.count(); ++i) slot(first + i).store(span, std::memory_order_release);
+  for (uint64_t i = 0; i < granules.count(); ++i) entry(first + i).store(span, std::memory_order_release);
 }
 
 void PageMap::destroy_leaves_for_tests() {

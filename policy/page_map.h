@@ -59,7 +59,7 @@ class PageMap {
   bool ensure(uint64_t addr, Granules granules);
   // REQUIRES: ensure() covered the range.
   void set(uint64_t addr, Granules granules, Span* span);
-  void set_one(uint64_t addr, Span* span) { slot(granule_index(addr)).store(span, std::memory_order_release); }
+  void set_one(uint64_t addr, Span* span) { entry(granule_index(addr)).store(span, std::memory_order_release); }
 
   // Tests only: unmaps every leaf (no reader may be running). The global
   // map never does this; leaves live as long as the process.
@@ -70,7 +70,7 @@ class PageMap {
   struct Leaf {
     std::atomic<Span*> entry[kLeafEntries];
   };
-  std::atomic<Span*>& slot(uint64_t index) {
+  std::atomic<Span*>& entry(uint64_t index) {
     return root_[index >> kLeafBits].load(std::memory_order_relaxed)->entry[index & (kLeafEntries - 1)];
   }
   std::atomic<Leaf*> root_[uint64_t(1) << kRootBits];

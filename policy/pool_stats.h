@@ -2,13 +2,15 @@
 // in a field table from which the struct, the JSON object and the C API's
 // copy (interpose/pool/pool_capi.cpp, checked field by field) are derived.
 // One code path, two outputs (jemalloc's emitter). The figures of one tag
-// (docs/SLEEP.md) are named so too, for the stats document, the live
-// segment and Prometheus.
+// are named so too (policy/tags.h); TagStats is their record for the
+// stats document, the live segment and Prometheus.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "policy/tags.h"
 
 namespace pagefast::policy {
 
@@ -58,28 +60,14 @@ constexpr int kPoolStatsPublicFields = 0 PAGEFAST_POOL_STATS_FIELDS(PF_STATS_COU
 // which does not carry them).
 std::string stats_json_object(const PoolStats& stats, bool json_fields = true);
 
-// X(name, meaning): one tag's figures over every device (the pool's and
-// the program's own VMM memory; interpose/pool_api.h TagFigures). Bytes
-// are the memory's: a sleep moves them from resident to asleep. Counters
-// never go back.
-#define PAGEFAST_TAG_FIELDS(X)                                                   \
-  X(resident_bytes, "device memory of the tag mapped now")                       \
-  X(asleep_bytes, "device memory of the tag released by sleep")                  \
-  X(kept_bytes, "of the asleep bytes, those whose contents wait in host memory") \
-  X(in_use_bytes, "the pool's blocks of the tag handed out to the program")      \
-  X(sleeps, "sleeps of the tag")                                                 \
-  X(wakes, "wakes of the tag")
-
 // A tag's figures as the outputs show them (the name copied: a reader of
 // the live segment has no process to point into).
 struct TagStats {
   std::string name;
-  int slot = 0;         // 1..31 (interpose/pool/region.h)
+  int slot = 0;         // 1..kMaxTags (policy/tags.h)
   bool keep = false;    // the regions' policy: "keep" or "discard"
   bool asleep = false;  // "asleep" or "awake"
-#define PF_TAG_FIELD(name, meaning) uint64_t name = 0;
-  PAGEFAST_TAG_FIELDS(PF_TAG_FIELD)
-#undef PF_TAG_FIELD
+  PAGEFAST_TAG_FIELDS(PAGEFAST_TAG_MEMBER)
 };
 
 // {"name": "kv", "slot": 1, "policy": "keep", "state": "asleep",

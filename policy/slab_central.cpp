@@ -40,7 +40,7 @@ void SlabCentral::unlink(Slab* slab) {
   slab->on_list = false;
 }
 
-int SlabCentral::pop(SmallSlot* out, int max) {
+int SlabCentral::pop(SmallEntry* out, int max) {
   std::lock_guard<std::mutex> guard(mutex_);
   int n = 0;
   while (n < max && partial_) {
@@ -54,7 +54,7 @@ int SlabCentral::pop(SmallSlot* out, int max) {
         bits &= bits - 1;
         slab->free_bits[w] &= ~(uint64_t(1) << bit);
         const uint32_t index = w * kBitsPerWord + bit;
-        out[n++] = SmallSlot{slab, index};
+        out[n++] = SmallEntry{slab, index};
         --slab->free_count;
       }
     }
@@ -64,7 +64,7 @@ int SlabCentral::pop(SmallSlot* out, int max) {
   return n;
 }
 
-int SlabCentral::push(const SmallSlot* blocks, int count, Slab** released) {
+int SlabCentral::push(const SmallEntry* blocks, int count, Slab** released) {
   std::lock_guard<std::mutex> guard(mutex_);
   int released_count = 0;
   for (int i = 0; i < count; ++i) {

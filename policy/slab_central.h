@@ -36,11 +36,11 @@ class SlabCentral {
   void init(int class_index) { class_index_ = class_index; }
 
   // Moves up to `max` blocks into `out`; returns how many.
-  int pop(SmallSlot* out, int max);
+  int pop(SmallEntry* out, int max);
   // Puts retired blocks back. Slabs that became empty beyond the kept one
   // are unlisted and returned in `released` (up to `count` of them): the
   // caller hands their backing to the arena without this lock held.
-  int push(const SmallSlot* blocks, int count, Slab** released);
+  int push(const SmallEntry* blocks, int count, Slab** released);
   // A new slab, all blocks free, from a freshly taken arena block.
   void add(Slab* slab);
   // Empty slabs, all of them (pool pressure). Returns how many.

@@ -11,16 +11,16 @@ SmallBlocks::SmallBlocks(LargeBlocks& large, PageMap& page_map, DevicePool* owne
 
 bool SmallBlocks::refill(ThreadCache& cache, int class_index) {
   const SizeClass& sc = kSizeClasses[class_index];
-  SmallSlot slots[kMaxCacheBlocks];
-  const int n = centrals_[class_index].pop(slots, int(sc.batch_blocks));
+  SmallEntry entries[kMaxCacheBlocks];
+  const int n = centrals_[class_index].pop(entries, int(sc.batch_blocks));
   if (n == 0) return false;
   cache.lock.lock();
   SmallBin& bin = cache.bins[class_index];
   int kept = 0;
-  while (kept < n && bin.count < sc.cache_blocks) bin.slots[bin.count++] = slots[kept++];
+  while (kept < n && bin.count < sc.cache_blocks) bin.entries[bin.count++] = entries[kept++];
   owner_add(cache.cached_bytes, uint64_t(kept) * sc.block_bytes);
   cache.lock.unlock();
-  if (kept < n) put_back(slots + kept, n - kept, class_index);
+  if (kept < n) put_back(entries + kept, n - kept, class_index);
   return true;
 }
 
@@ -28,7 +28,7 @@ Granules SmallBlocks::next_slab_granules(int class_index) {
   const SizeClass& sc = kSizeClasses[class_index];
   // A class's slabs start at one granule and double with each slab it
   // holds, up to its geometry (up to kMaxSlabGranules): a class asked for
-  // a few times pins no more than a granule of free slots, which larger
+  // a few times pins no more than a granule of free blocks, which larger
   // requests could not use, while a class in steady use gets the geometry
   // that wastes least.
   const uint64_t held = centrals_[class_index].slab_count();
@@ -56,11 +56,11 @@ bool SmallBlocks::add_slab(int class_index, Block* backing, Granules granules) {
   return true;
 }
 
-void SmallBlocks::put_back(const SmallSlot* slots, int count, int class_index) {
+void SmallBlocks::put_back(const SmallEntry* entries, int count, int class_index) {
   constexpr int kStep = kQuarantineBatchEntries;
   Slab* released[kStep];
   for (int done = 0; done < count; done += kStep) {
-    const int n = centrals_[class_index].push(slots + done, count - done < kStep ? count - done : kStep, released);
+    const int n = centrals_[class_index].push(entries + done, count - done < kStep ? count - done : kStep, released);
     if (n) release_slabs(released, n);
   }
 }
@@ -78,15 +78,15 @@ void SmallBlocks::release_slabs(Slab** slabs, int count) {
 
 void SmallBlocks::drain_bins(ThreadCache& cache) {
   for (int c = 0; c < kClassCount; ++c) {
-    SmallSlot slots[kMaxCacheBlocks];
+    SmallEntry entries[kMaxCacheBlocks];
     cache.lock.lock();
     SmallBin& bin = cache.bins[c];
     const int n = int(bin.count);
-    for (int i = 0; i < n; ++i) slots[i] = bin.slots[i];
+    for (int i = 0; i < n; ++i) entries[i] = bin.entries[i];
     bin.count = 0;
     owner_add(cache.cached_bytes, uint64_t(0) - uint64_t(n) * kSizeClasses[c].block_bytes);
     cache.lock.unlock();
-    if (n) put_back(slots, n, c);
+    if (n) put_back(entries, n, c);
   }
 }
 

@@ -49,7 +49,7 @@ class SmallBlocks {
   bool add_slab(int class_index, Block* backing, Granules granules);
   // Free blocks of one class back to its centre; slabs left empty go back
   // to the arena.
-  void put_back(const SmallSlot* slots, int count, int class_index);
+  void put_back(const SmallEntry* entries, int count, int class_index);
   // Every cached block of the cache's bins back to the centres.
   void drain_bins(ThreadCache& cache);
   // Every empty slab's memory back to the arena.

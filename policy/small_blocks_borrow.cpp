@@ -17,7 +17,7 @@
 namespace pagefast::policy {
 
 bool SmallBlocks::borrow(ThreadCache& cache, int class_index, AllocRequest request, uint64_t* addr) {
-  SmallSlot slot{};
+  SmallEntry entry{};
   bool found = false;
   // The shortfall drained every thread cache into the centres; the calling
   // thread may have refilled its own since, so it is read too.
@@ -25,18 +25,18 @@ bool SmallBlocks::borrow(ThreadCache& cache, int class_index, AllocRequest reque
     cache.lock.lock();
     SmallBin& bin = cache.bins[c];
     if (bin.count) {
-      slot = bin.slots[--bin.count];
-      owner_add(cache.cached_bytes, uint64_t(0) - slot.slab->block_bytes);
+      entry = bin.entries[--bin.count];
+      owner_add(cache.cached_bytes, uint64_t(0) - entry.slab->block_bytes);
       found = true;
     }
     cache.lock.unlock();
-    if (!found) found = centrals_[c].pop(&slot, 1) == 1;
+    if (!found) found = centrals_[c].pop(&entry, 1) == 1;
   }
   if (!found) return false;
   cache.lock.lock();
-  hand_out_small(cache, slot, request);
+  hand_out_small(cache, entry, request);
   cache.lock.unlock();
-  *addr = slot.addr();
+  *addr = entry.addr();
   return true;
 }
 

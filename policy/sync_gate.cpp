@@ -150,8 +150,8 @@ void SyncGate::retire_local(ThreadCache& cache, bool into_cache) {
 
 void SyncGate::evict_large(ThreadCache& cache, Granules g, Block** evicted, int* evicted_count) {
   while (cache.large_count &&
-         (cache.large_count == kLargeCacheSlots || cache.large_granules + g > limits_.cache_total)) {
-    const LargeSlot oldest = cache.large[0];
+         (cache.large_count == kLargeCacheEntries || cache.large_granules + g > limits_.cache_total)) {
+    const LargeEntry oldest = cache.large[0];
     for (int k = 1; k < cache.large_count; ++k) cache.large[k - 1] = cache.large[k];
     --cache.large_count;
     cache.large_granules -= oldest.granules;
@@ -162,10 +162,10 @@ void SyncGate::evict_large(ThreadCache& cache, Granules g, Block** evicted, int*
 
 inline void SyncGate::cache_large(ThreadCache& cache, Block* block, Block** evicted, int* evicted_count) {
   const Granules g = block->granules();
-  if (cache.large_count && (cache.large_count == kLargeCacheSlots || cache.large_granules + g > limits_.cache_total))
+  if (cache.large_count && (cache.large_count == kLargeCacheEntries || cache.large_granules + g > limits_.cache_total))
     evict_large(cache, g, evicted, evicted_count);
   block->store_state(BlockState::Cached);
-  cache.large[cache.large_count++] = LargeSlot{block, g};
+  cache.large[cache.large_count++] = LargeEntry{block, g};
   cache.large_granules += g;
   owner_add(cache.cached_bytes, g.bytes());
 }
@@ -176,9 +176,9 @@ void SyncGate::retire_entries(ThreadCache* cache, const QuarantineEntry* entries
   // overflow, goes central. The oldest cached large blocks make way for
   // newly retired ones: the cache follows what the thread uses now.
   constexpr int kMaxEntries = Quarantine::kMaxRetired;
-  SmallSlot small[kMaxEntries];
+  SmallEntry small[kMaxEntries];
   int small_count = 0;
-  Block* large[kMaxEntries + kLargeCacheSlots];
+  Block* large[kMaxEntries + kLargeCacheEntries];
   int large_count = 0;
   // Frees of one size come from few slabs: what an entry needs of its slab
   // and of the cache's bin of its class is read once per run of entries of
@@ -210,12 +210,12 @@ void SyncGate::retire_entries(ThreadCache* cache, const QuarantineEntry* entries
         run.capacity = kSizeClasses[slab->class_index].cache_blocks;
       }
     }
-    const SmallSlot slot{static_cast<Slab*>(e.span), uint32_t((e.addr - run.base) / run.block_bytes)};
+    const SmallEntry entry{static_cast<Slab*>(e.span), uint32_t((e.addr - run.base) / run.block_bytes)};
     if (run.bin && run.count < run.capacity) {
-      run.bin->slots[run.count++] = slot;
+      run.bin->entries[run.count++] = entry;
       binned_bytes += run.block_bytes;
     } else {
-      small[small_count++] = slot;
+      small[small_count++] = entry;
     }
   }
   if (run.bin) run.bin->count = run.count;

@@ -52,12 +52,12 @@ class OwnerLock {
 };
 
 // Large blocks a thread keeps for itself: how much is set per pool
-// (LargeLimits in device_pool.h, scaled with the device). As many slots as a
+// (LargeLimits in device_pool.h, scaled with the device). As many entries as a
 // quarantine batch has entries, so a retired batch fits whole and a steady
 // loop never leaves the cache.
-constexpr int kLargeCacheSlots = kQuarantineBatchEntries;
+constexpr int kLargeCacheEntries = kQuarantineBatchEntries;
 
-struct LargeSlot {
+struct LargeEntry {
   Block* block;
   Granules granules;  // a copy, so a lookup reads only this array
 };
@@ -68,7 +68,7 @@ constexpr uint64_t kBufferIdBatch = 4096;
 // id never names both a pool block and a driver allocation.
 constexpr uint64_t kBufferIdBase = uint64_t(0x5046) << 48;  // "PF"
 
-struct SmallSlot {
+struct SmallEntry {
   Slab* slab;
   uint32_t index;  // block index in the slab
   uint64_t addr() const { return slab->base_addr() + uint64_t(index) * slab->block_bytes; }
@@ -76,7 +76,7 @@ struct SmallSlot {
 
 struct SmallBin {
   uint32_t count = 0;
-  SmallSlot slots[kMaxCacheBlocks];
+  SmallEntry entries[kMaxCacheBlocks];
 };
 
 // Adds to a counter that only its owner writes: a plain load and store,
@@ -90,7 +90,7 @@ struct ThreadCache {
   DevicePool* pool = nullptr;
 
   SmallBin bins[kClassCount];
-  LargeSlot large[kLargeCacheSlots] = {};  // oldest first
+  LargeEntry large[kLargeCacheEntries] = {};  // oldest first
   int large_count = 0;
   Granules large_granules;
 
@@ -133,16 +133,16 @@ inline uint64_t next_buffer_id(ThreadCache& cache) {
 
 // REQUIRES: cache.lock held (the counters are written under it). Marks a
 // small block live for `request`.
-inline void hand_out_small(ThreadCache& cache, const SmallSlot& slot, AllocRequest request) {
-  SlabBlockInfo& info = slot.slab->info[slot.index];
+inline void hand_out_small(ThreadCache& cache, const SmallEntry& entry, AllocRequest request) {
+  SlabBlockInfo& info = entry.slab->info[entry.index];
   info.requested_bytes.store(uint32_t(request.bytes), std::memory_order_relaxed);
   info.buffer_id.store(next_buffer_id(cache), std::memory_order_relaxed);
   info.context_tag.store(request.context, std::memory_order_relaxed);
   info.live.store(1, std::memory_order_release);
-  owner_add(cache.in_use_delta, slot.slab->block_bytes);
+  owner_add(cache.in_use_delta, entry.slab->block_bytes);
 }
 
-// A hit of size class `class_index`: the newest slot of its bin; false
+// A hit of size class `class_index`: the newest entry of its bin; false
 // when the bin is empty.
 inline bool pop_small(ThreadCache& cache, int class_index, AllocRequest request, uint64_t* addr) {
   cache.lock.lock();
@@ -151,12 +151,12 @@ inline bool pop_small(ThreadCache& cache, int class_index, AllocRequest request,
     cache.lock.unlock();
     return false;
   }
-  const SmallSlot slot = bin.slots[--bin.count];
-  hand_out_small(cache, slot, request);
+  const SmallEntry entry = bin.entries[--bin.count];
+  hand_out_small(cache, entry, request);
   owner_add(cache.hits, 1);
-  owner_add(cache.cached_bytes, uint64_t(0) - slot.slab->block_bytes);
+  owner_add(cache.cached_bytes, uint64_t(0) - entry.slab->block_bytes);
   cache.lock.unlock();
-  *addr = slot.addr();
+  *addr = entry.addr();
   return true;
 }
 
@@ -178,7 +178,7 @@ inline bool pop_large(ThreadCache& cache, Granules granules, AllocRequest reques
   for (int i = cache.large_count - 1; i >= 0; --i) {
     if (cache.large[i].granules != granules) continue;
     Block* block = cache.large[i].block;
-    // Keep the slots in age order (SyncGate evicts the oldest).
+    // Keep the entries in age order (SyncGate evicts the oldest).
     for (int k = i + 1; k < cache.large_count; ++k) cache.large[k - 1] = cache.large[k];
     --cache.large_count;
     cache.large_granules -= granules;

@@ -105,12 +105,7 @@ void reply_tag_states(int fd, uint32_t seq) {
     if (f.name) std::snprintf(t.name, sizeof t.name, "%s", f.name);
     t.slot = uint32_t(f.slot);
     t.flags = (f.keep ? wire::kTagKeep : 0) | (f.asleep ? wire::kTagAsleep : 0);
-    t.resident_bytes = f.resident_bytes;
-    t.asleep_bytes = f.asleep_bytes;
-    t.kept_bytes = f.kept_bytes;
-    t.in_use_bytes = f.in_use_bytes;
-    t.sleeps = f.sleeps;
-    t.wakes = f.wakes;
+    policy::copy_tag_fields(t, f);
   }
   const size_t bytes = sizeof reply.header + size_t(count) * sizeof(wire::TagState);
   ::send(fd, &reply, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);

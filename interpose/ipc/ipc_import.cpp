@@ -6,7 +6,9 @@
 
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "interpose/driver.h"
@@ -100,6 +102,141 @@ void log_refusal(const ExporterKey& key, const Reply& reply) {
   }
 }
 
+// The descriptors received with a reply; closed at the latest when it
+// goes (map_import imports what it maps first).
+struct ReceivedFds {
+  std::vector<int> fds;
+  ~ReceivedFds() { close_all(); }
+  void close_all() {
+    for (int fd : fds) ::close(fd);
+    fds.clear();
+  }
+};
+
+// When an open reached each step, for the debug line (docs/IPC.md).
+struct OpenClock {
+  uint64_t start = 0, connected = 0, replied = 0;
+};
+
+// The caller's device, before anything is asked of anyone: CUDA_SUCCESS,
+// or CUDA_ERROR_INVALID_CONTEXT without a current context, and for a
+// handle this process made itself (the driver does not open those).
+CUresult caller_device(const RealDriver* real, const Wire& w, CUdevice* device) {
+  CUcontext context = nullptr;
+  if (driver::ctx_get_current(real, &context) != CUDA_SUCCESS || !context ||
+      driver::ctx_get_device(real, device) != CUDA_SUCCESS)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  const Identity& me = self();
+  if (w.pid == uint32_t(me.pid) && w.start_time == me.start_time && w.pidns == me.pidns)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  return CUDA_SUCCESS;
+}
+
+// REQUIRES g_import_mutex. A block this process opened already: the same
+// pointer, one more reference.
+bool open_again(const Wire& w, const ExporterKey& key, CUdeviceptr* pdptr) {
+  for (auto& entry : *g_imports) {
+    Import& im = entry.second;
+    if (im.export_id == w.export_id && !(im.key < key) && !(key < im.key)) {
+      ++im.refs;
+      *pdptr = entry.first;
+      return true;
+    }
+  }
+  return false;
+}
+
+// REQUIRES g_import_mutex. The exporter's answer to an open over `link`;
+// a link the exporter closed meanwhile (idle) is made again once.
+Exchange ask_open(Link& link, const ExporterKey& key, const Wire& w, Reply* reply, ReceivedFds* received,
+                  bool* truncated, OpenClock* clock) {
+  Exchange ex = Exchange::Broken;
+  for (int attempt = 0; attempt < 2 && ex == Exchange::Broken; ++attempt) {
+    const bool fresh = link.fd < 0;
+    if (fresh) link.fd = connect_to(key);
+    if (link.fd < 0) break;  // the exporter is gone, not reachable, or not who answers
+    clock->connected = now_ns();
+    received->close_all();
+    ex = exchange_open(link, w, reply, &received->fds, truncated);
+    if (ex == Exchange::Broken) {
+      ::close(link.fd);
+      link.fd = -1;
+      link.abandoned.clear();  // their answers went with the connection; holds they took end as it does, or
+                               // with this process (docs/IPC.md)
+      if (fresh) break;
+    }
+  }
+  return ex;
+}
+
+// REQUIRES g_import_mutex. Maps the chunks an exporter sent and hands the
+// block out: CUDA_SUCCESS with *pdptr, or why not (the exporter is told to
+// close it, the link retired if nothing else is open through it).
+CUresult map_opened(const RealDriver* real, std::map<ExporterKey, Link>::iterator link_it, const Wire& w,
+                    std::unique_ptr<Reply> reply, ReceivedFds* received, bool truncated, int device,
+                    const OpenClock& clock, CUdeviceptr* pdptr) {
+  Link& link = link_it->second;
+  CUdeviceptr va = 0;
+  size_t map_bytes = 0;
+  uint64_t lead = 0;
+  OpenTimes times;
+  const CUresult r =
+      truncated ? CUDA_ERROR_INVALID_VALUE : map_import(*reply, received->fds, device, &va, &map_bytes, &lead, &times);
+  if (log::enabled(LogLevel::Debug))
+    log::write(LogLevel::Debug,
+               "CUDA IPC open: connect {} us, request {} us, import {} us, map {} us, access {} us "
+               "({} MiB)",
+               (clock.connected - clock.start) / 1000, (clock.replied - clock.connected) / 1000, times.import_ns / 1000,
+               times.map_ns / 1000, times.access_ns / 1000, map_bytes >> 20);
+  received->close_all();
+  reply.reset();
+  // The block must lie inside what was mapped, however the handle's
+  // fields were forged.
+  uint64_t end = 0;
+  const bool inside = r == CUDA_SUCCESS && !__builtin_add_overflow(lead, w.offset, &end) &&
+                      !__builtin_add_overflow(end, w.bytes, &end) && end <= map_bytes;
+  if (!inside) {
+    send_request(link.fd, wire::kOpClose, w.export_id);
+    if (r == CUDA_SUCCESS) {
+      driver::unmap(real, va, map_bytes);
+      driver::address_free(real, va, map_bytes);
+    }
+    if (link.imports == 0) retire_link(link_it);
+    return r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_VALUE;
+  }
+  ++link.imports;
+  const CUdeviceptr ptr = va + lead + w.offset;
+  (*g_imports)[ptr] = Import{link_it->first, w.export_id, va, map_bytes, 1};
+  *pdptr = ptr;
+  return CUDA_SUCCESS;
+}
+
+// REQUIRES g_import_mutex. Opens a block no open of this process holds:
+// asks its exporter, then maps what it sent.
+CUresult open_from(const RealDriver* real, const ExporterKey& key, const Wire& w, int device, CUdeviceptr* pdptr) {
+  OpenClock clock;
+  clock.start = clock.connected = now_ns();
+  auto link_it = g_links->emplace(key, Link()).first;
+  Link& link = link_it->second;
+  std::unique_ptr<Reply> reply(new Reply());
+  ReceivedFds received;
+  bool truncated = false;
+  const Exchange ex = ask_open(link, key, w, reply.get(), &received, &truncated, &clock);
+  clock.replied = now_ns();
+  if (ex != Exchange::Ok || reply->header.status != CUDA_SUCCESS) {
+    if (ex == Exchange::Ok) log_refusal(key, *reply);
+    received.close_all();
+    if (ex == Exchange::Timeout)
+      log::write(LogLevel::Warn,
+                 "CUDA IPC: process {} did not answer an open within {} ms (stopped, or busy); the "
+                 "open fails, and what is open from it stays as it is",
+                 key.pid, kTimeoutMs);
+    if (link.imports == 0) retire_link(link_it);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return map_opened(real, link_it, w, std::move(reply), &received, truncated, device, clock, pdptr);
+}
+
 }  // namespace
 
 bool try_open(CUdeviceptr* pdptr, const CUipcMemHandle& handle, unsigned flags, CUresult* result) {
@@ -110,115 +247,18 @@ bool try_open(CUdeviceptr* pdptr, const CUipcMemHandle& handle, unsigned flags, 
   *result = CUDA_ERROR_INVALID_VALUE;
   if (!pdptr || !handle_valid(w)) return true;
   const RealDriver* real = real_driver();
-  CUcontext context = nullptr;
   CUdevice device = 0;
-  if (driver::ctx_get_current(real, &context) != CUDA_SUCCESS || !context ||
-      driver::ctx_get_device(real, &device) != CUDA_SUCCESS) {
-    *result = CUDA_ERROR_INVALID_CONTEXT;
-    return true;
-  }
-  const Identity& me = self();
-  if (w.pid == uint32_t(me.pid) && w.start_time == me.start_time && w.pidns == me.pidns) {
-    // The driver does not open a handle in the process that made it.
-    *result = CUDA_ERROR_INVALID_CONTEXT;
+  const CUresult context = caller_device(real, w, &device);
+  if (context != CUDA_SUCCESS) {
+    *result = context;
     return true;
   }
   const ExporterKey key{w.pidns, w.start_time, w.pid};
   std::lock_guard<std::mutex> guard(g_import_mutex);
-  Reply* reply = nullptr;
   try {
     own_links();
-    // Opened already by this process: the same pointer, one more reference.
-    for (auto& entry : *g_imports) {
-      Import& im = entry.second;
-      if (im.export_id == w.export_id && !(im.key < key) && !(key < im.key)) {
-        ++im.refs;
-        *pdptr = entry.first;
-        *result = CUDA_SUCCESS;
-        return true;
-      }
-    }
-    const uint64_t t_start = now_ns();
-    auto link_it = g_links->emplace(key, Link()).first;
-    Link& link = link_it->second;
-    reply = new Reply();
-    std::vector<int> fds;
-    bool truncated = false;
-    Exchange ex = Exchange::Broken;
-    uint64_t t_connected = t_start;
-    // A link the exporter closed meanwhile (idle) is made again once.
-    for (int attempt = 0; attempt < 2 && ex == Exchange::Broken; ++attempt) {
-      const bool fresh = link.fd < 0;
-      if (fresh) link.fd = connect_to(key);
-      if (link.fd < 0) break;  // the exporter is gone, not reachable, or not who answers
-      t_connected = now_ns();
-      for (int fd : fds) ::close(fd);
-      fds.clear();
-      ex = exchange_open(link, w, reply, &fds, &truncated);
-      if (ex == Exchange::Broken) {
-        ::close(link.fd);
-        link.fd = -1;
-        link.abandoned.clear();  // their answers went with the connection; holds they took end as it does, or
-                                 // with this process (docs/IPC.md)
-        if (fresh) break;
-      }
-    }
-    const uint64_t t_replied = now_ns();
-    if (ex != Exchange::Ok) {
-      for (int fd : fds) ::close(fd);
-      if (ex == Exchange::Timeout)
-        log::write(LogLevel::Warn,
-                   "CUDA IPC: process {} did not answer an open within {} ms (stopped, or busy); the "
-                   "open fails, and what is open from it stays as it is",
-                   key.pid, kTimeoutMs);
-      delete reply;
-      if (link.imports == 0) retire_link(link_it);
-      return true;
-    }
-    if (reply->header.status != CUDA_SUCCESS) {
-      log_refusal(key, *reply);
-      for (int fd : fds) ::close(fd);
-      delete reply;
-      if (link.imports == 0) retire_link(link_it);
-      return true;
-    }
-    CUdeviceptr va = 0;
-    size_t map_bytes = 0;
-    uint64_t lead = 0;
-    OpenTimes times;
-    CUresult r =
-        truncated ? CUDA_ERROR_INVALID_VALUE : map_import(*reply, fds, int(device), &va, &map_bytes, &lead, &times);
-    if (log::enabled(LogLevel::Debug))
-      log::write(LogLevel::Debug,
-                 "CUDA IPC open: connect {} us, request {} us, import {} us, map {} us, access {} us "
-                 "({} MiB)",
-                 (t_connected - t_start) / 1000, (t_replied - t_connected) / 1000, times.import_ns / 1000,
-                 times.map_ns / 1000, times.access_ns / 1000, map_bytes >> 20);
-    for (int fd : fds) ::close(fd);
-    delete reply;
-    reply = nullptr;
-    // The block must lie inside what was mapped, however the handle's
-    // fields were forged.
-    uint64_t end = 0;
-    const bool inside = r == CUDA_SUCCESS && !__builtin_add_overflow(lead, w.offset, &end) &&
-                        !__builtin_add_overflow(end, w.bytes, &end) && end <= map_bytes;
-    if (!inside) {
-      send_request(link.fd, wire::kOpClose, w.export_id);
-      if (r == CUDA_SUCCESS) {
-        driver::unmap(real, va, map_bytes);
-        driver::address_free(real, va, map_bytes);
-      }
-      if (link.imports == 0) retire_link(link_it);
-      *result = r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_VALUE;
-      return true;
-    }
-    ++link.imports;
-    const CUdeviceptr ptr = va + lead + w.offset;
-    (*g_imports)[ptr] = Import{key, w.export_id, va, map_bytes, 1};
-    *pdptr = ptr;
-    *result = CUDA_SUCCESS;
+    *result = open_again(w, key, pdptr) ? CUDA_SUCCESS : open_from(real, key, w, int(device), pdptr);
   } catch (...) {
-    delete reply;
     *result = CUDA_ERROR_OUT_OF_MEMORY;
   }
   return true;

@@ -17,6 +17,8 @@
 #include <cstring>
 #include <string>
 
+#include "policy/tags.h"
+
 namespace pagefast::ipc::wire {
 
 constexpr uint32_t kRequestMagic = 0x71524650;  // "PFRq"
@@ -67,13 +69,13 @@ constexpr int kControlBusy = -2;
 // process (pagefast_sleep_tag's -2, which on the wire is kControlBusy's).
 constexpr int kControlNoTag = -3;
 
-constexpr size_t kTagNameBytes = 64;  // interpose/pool/region.h kMaxNameBytes, with the NUL
+constexpr size_t kTagNameBytes = policy::kTagNameBytes;  // with the NUL (policy/tags.h)
 // A tag's name: NUL-terminated and NUL-padded (the reader terminates it
 // at its last byte whatever came).
 struct TagName {
   char name[kTagNameBytes];
 };
-static_assert(sizeof(TagName) == 64, "a tag's name is 64 bytes");
+static_assert(sizeof(TagName) == 64, "a tag's name is 64 bytes on the wire");
 
 inline bool carries_tag(uint16_t op) { return op == kOpSleepTag || op == kOpWakeTag || op == kOpGiveBack; }
 
@@ -83,17 +85,13 @@ constexpr uint32_t kTagAsleep = 2;  // asleep now
 struct TagState {
   char name[kTagNameBytes];
   uint32_t slot;
-  uint32_t flags;  // kTagKeep, kTagAsleep
-  uint64_t resident_bytes;
-  uint64_t asleep_bytes;
-  uint64_t kept_bytes;
-  uint64_t in_use_bytes;
-  uint64_t sleeps;
-  uint64_t wakes;
+  uint32_t flags;                           // kTagKeep, kTagAsleep
+  PAGEFAST_TAG_FIELDS(PAGEFAST_TAG_MEMBER)  // the figures, in the table's order (policy/tags.h)
 };
-static_assert(sizeof(TagState) == 120, "a tag's state is 120 bytes");
-// At most this many follow a reply (interpose/pool/region.h: 31 slots).
-constexpr int kMaxTagStates = 31;
+static_assert(sizeof(TagState) == kTagNameBytes + 8 + policy::kTagFields * sizeof(uint64_t), "no padding");
+static_assert(sizeof(TagState) == 120, "a tag's state is 120 bytes: a new figure is a new op");
+// At most this many follow a reply: every tag (policy/tags.h).
+constexpr int kMaxTagStates = policy::kMaxTags;
 
 struct Request {
   uint32_t magic;

@@ -30,8 +30,9 @@ namespace pagefast::live {
 constexpr uint64_t kMagic = 0x31564c4654534650ull;  // "PFSTFLV1", little-endian
 constexpr uint32_t kVersion = 4;                    // 3: mode, reason, asleep; a longer command. 4: tags
 constexpr int kMaxDevices = 16;
-constexpr int kMaxTags = 31;       // every slot of interpose/pool/region.h but 0
-constexpr int kTagNameWords = 8;   // 64: a tag's name with its NUL
+constexpr int kMaxTags = policy::kMaxTags;  // every tag (policy/tags.h)
+constexpr int kTagNameWords = 8;            // 64: a tag's name with its NUL
+static_assert(kTagNameWords * sizeof(uint64_t) == policy::kTagNameBytes, "a tag's name fills its words");
 constexpr int kCommandWords = 64;  // 512 characters: the interpreter, its script and arguments
 constexpr int kConfigWords = 40;   // 320
 constexpr int kNumaWords = 64;     // 512
@@ -41,7 +42,7 @@ constexpr uint64_t kNoRank = UINT64_MAX;
 constexpr const char* kDefaultDir = "/dev/shm";
 constexpr const char* kPrefix = "pagefast.";
 
-struct DeviceSlot {
+struct DeviceRecord {
   std::atomic<uint64_t> device;  // ordinal
   // 0 awake; 1 asleep (from the start of a sleep of every pool of the
   // device to the end of its wake); 2 partly asleep (some pools, a tag's).
@@ -53,7 +54,7 @@ struct DeviceSlot {
 };
 
 // One tag (docs/SLEEP.md): its figures over every device.
-struct TagSlot {
+struct TagRecord {
   std::atomic<uint64_t> name[kTagNameWords];
   std::atomic<uint64_t> slot;
   std::atomic<uint64_t> keep;    // 1: the regions keep the contents at sleep
@@ -85,9 +86,9 @@ struct Segment {
   std::atomic<uint64_t> numa[kNumaWords];
   std::atomic<uint64_t> host[kHostWords];
   std::atomic<uint64_t> reason[kReasonWords];  // why not active (config.h mode_reason); "" when active
-  DeviceSlot devices[kMaxDevices];
+  DeviceRecord devices[kMaxDevices];
   std::atomic<uint64_t> tag_count;  // valid entries of tags[]
-  TagSlot tags[kMaxTags];
+  TagRecord tags[kMaxTags];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "the segment needs lock-free 64-bit atomics");
 

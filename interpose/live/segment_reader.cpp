@@ -35,13 +35,13 @@ std::vector<policy::TagStats> read_tags(const Segment& s) {
   std::vector<policy::TagStats> out;
   const uint64_t count = std::min<uint64_t>(s.tag_count.load(std::memory_order_relaxed), kMaxTags);
   for (uint64_t i = 0; i < count; ++i) {
-    const TagSlot& slot = s.tags[i];
+    const TagRecord& record = s.tags[i];
     policy::TagStats t;
-    t.name = utf8_valid(get_text(slot.name));
-    t.slot = int(slot.slot.load(std::memory_order_relaxed));
-    t.keep = slot.keep.load(std::memory_order_relaxed) != 0;
-    t.asleep = slot.asleep.load(std::memory_order_relaxed) != 0;
-#define PF_LIVE_TAG_LOAD(name, meaning) t.name = slot.name.load(std::memory_order_relaxed);
+    t.name = utf8_valid(get_text(record.name));
+    t.slot = int(record.slot.load(std::memory_order_relaxed));
+    t.keep = record.keep.load(std::memory_order_relaxed) != 0;
+    t.asleep = record.asleep.load(std::memory_order_relaxed) != 0;
+#define PF_LIVE_TAG_LOAD(name, meaning) t.name = record.name.load(std::memory_order_relaxed);
     PAGEFAST_TAG_FIELDS(PF_LIVE_TAG_LOAD)
 #undef PF_LIVE_TAG_LOAD
     out.push_back(t);
@@ -65,93 +65,126 @@ const char* status_name(ReadStatus status) {
   return "?";
 }
 
-ReadStatus read_segment(const std::string& path, Snapshot* out, std::string* detail) {
+namespace {
+
+// The pooled devices of a segment (under the caller's sequence check).
+std::vector<DeviceFigures> read_devices(const Segment& s) {
+  std::vector<DeviceFigures> out;
+  const uint64_t n = std::min<uint64_t>(s.device_count.load(std::memory_order_relaxed), kMaxDevices);
+  for (uint64_t i = 0; i < n; ++i) {
+    const DeviceRecord& record = s.devices[i];
+    DeviceFigures d;
+    d.device = int(record.device.load(std::memory_order_relaxed));
+    const uint64_t sleep = record.asleep.load(std::memory_order_relaxed);
+    d.asleep = sleep != 0;
+    d.partly = sleep == 2;
+#define PF_LIVE_LOAD(name, meaning) d.stats.name = record.name.load(std::memory_order_relaxed);
+    PAGEFAST_POOL_STATS_FIELDS(PF_LIVE_LOAD)
+#undef PF_LIVE_LOAD
+    out.push_back(d);
+  }
+  return out;
+}
+
+// Everything of a segment, as it is now (under the caller's sequence check).
+Snapshot read_now(const Segment& s) {
+  Snapshot snap;
+#define PF_LIVE_NUMBER(field) snap.field = s.field.load(std::memory_order_relaxed);
+  PF_LIVE_NUMBER(pid)
+  PF_LIVE_NUMBER(uid)
+  PF_LIVE_NUMBER(pidns)
+  PF_LIVE_NUMBER(local_rank)
+  PF_LIVE_NUMBER(mode)
+  PF_LIVE_NUMBER(start_ticks)
+  PF_LIVE_NUMBER(created_unix_ns)
+  PF_LIVE_NUMBER(updated_unix_ns)
+  PF_LIVE_NUMBER(publishes)
+  PF_LIVE_NUMBER(alloc_calls)
+  PF_LIVE_NUMBER(free_calls)
+#undef PF_LIVE_NUMBER
+#define PF_LIVE_TEXT(field) snap.field = utf8_valid(get_text(s.field));
+  PF_LIVE_TEXT(reason)
+  PF_LIVE_TEXT(command)
+  PF_LIVE_TEXT(config)
+  PF_LIVE_TEXT(numa)
+  PF_LIVE_TEXT(host)
+#undef PF_LIVE_TEXT
+  snap.devices = read_devices(s);
+  snap.tags = read_tags(s);
+  return snap;
+}
+
+// A segment's file mapped for reading (sizeof(Segment) bytes), or NULL
+// with the status and *detail saying why not.
+const Segment* map_segment(const std::string& path, ReadStatus* status, std::string* detail) {
+  *status = ReadStatus::Refused;
   // O_NONBLOCK: opening a FIFO for reading would wait for a writer.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
-    if (errno == ELOOP) {
-      *detail = "a symbolic link";
-      return ReadStatus::Refused;
-    }
-    *detail = std::strerror(errno);
-    return errno == ENOENT ? ReadStatus::NotFound : ReadStatus::Refused;
+    *detail = errno == ELOOP ? "a symbolic link" : std::strerror(errno);
+    if (errno == ENOENT) *status = ReadStatus::NotFound;
+    return nullptr;
   }
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid()) {
     close(fd);
     *detail = "not a regular file of this user";
-    return ReadStatus::Refused;
+    return nullptr;
   }
   if (uint64_t(st.st_size) < sizeof(Segment)) {
     close(fd);
     *detail = "holds " + std::to_string(st.st_size) + " of " + std::to_string(sizeof(Segment)) + " bytes";
-    return ReadStatus::Incomplete;
+    *status = ReadStatus::Incomplete;
+    return nullptr;
   }
   void* memory = mmap(nullptr, sizeof(Segment), PROT_READ, MAP_SHARED, fd, 0);
   close(fd);
   if (memory == MAP_FAILED) {
     *detail = std::string("mmap: ") + std::strerror(errno);
-    return ReadStatus::Refused;
+    return nullptr;
   }
-  const Segment* s = static_cast<const Segment*>(memory);
-  ReadStatus status = ReadStatus::Busy;
+  return static_cast<const Segment*>(memory);
+}
+
+// A mapped segment's header checked, then its figures copied between two
+// equal even sequence numbers.
+ReadStatus read_mapped(const Segment* s, Snapshot* out, std::string* detail) {
   if (s->magic.load(std::memory_order_acquire) != kMagic) {
     *detail = "no pagefast header (yet)";
-    status = ReadStatus::Incomplete;
-  } else if (s->version.load(std::memory_order_relaxed) != kVersion ||
-             s->bytes.load(std::memory_order_relaxed) != sizeof(Segment)) {
+    return ReadStatus::Incomplete;
+  }
+  if (s->version.load(std::memory_order_relaxed) != kVersion ||
+      s->bytes.load(std::memory_order_relaxed) != sizeof(Segment)) {
     *detail = "version " + std::to_string(s->version.load(std::memory_order_relaxed)) + ", " +
               std::to_string(s->bytes.load(std::memory_order_relaxed)) + " bytes; this reader knows version " +
               std::to_string(kVersion) + ", " + std::to_string(sizeof(Segment)) + " bytes";
-    status = ReadStatus::Incompatible;
-  } else {
-    for (int attempt = 0; attempt < 1000; ++attempt) {
-      const uint64_t before = s->seq.load(std::memory_order_acquire);
-      if (before & 1) {
-        sched_yield();
-        continue;
-      }
-      Snapshot snap;
-      snap.pid = s->pid.load(std::memory_order_relaxed);
-      snap.uid = s->uid.load(std::memory_order_relaxed);
-      snap.pidns = s->pidns.load(std::memory_order_relaxed);
-      snap.local_rank = s->local_rank.load(std::memory_order_relaxed);
-      snap.mode = s->mode.load(std::memory_order_relaxed);
-      snap.reason = utf8_valid(get_text(s->reason));
-      snap.start_ticks = s->start_ticks.load(std::memory_order_relaxed);
-      snap.created_unix_ns = s->created_unix_ns.load(std::memory_order_relaxed);
-      snap.updated_unix_ns = s->updated_unix_ns.load(std::memory_order_relaxed);
-      snap.publishes = s->publishes.load(std::memory_order_relaxed);
-      snap.alloc_calls = s->alloc_calls.load(std::memory_order_relaxed);
-      snap.free_calls = s->free_calls.load(std::memory_order_relaxed);
-      snap.command = utf8_valid(get_text(s->command));
-      snap.config = utf8_valid(get_text(s->config));
-      snap.numa = utf8_valid(get_text(s->numa));
-      snap.host = utf8_valid(get_text(s->host));
-      const uint64_t n = std::min<uint64_t>(s->device_count.load(std::memory_order_relaxed), kMaxDevices);
-      for (uint64_t i = 0; i < n; ++i) {
-        const DeviceSlot& slot = s->devices[i];
-        DeviceFigures d;
-        d.device = int(slot.device.load(std::memory_order_relaxed));
-        const uint64_t sleep = slot.asleep.load(std::memory_order_relaxed);
-        d.asleep = sleep != 0;
-        d.partly = sleep == 2;
-#define PF_LIVE_LOAD(name, meaning) d.stats.name = slot.name.load(std::memory_order_relaxed);
-        PAGEFAST_POOL_STATS_FIELDS(PF_LIVE_LOAD)
-#undef PF_LIVE_LOAD
-        snap.devices.push_back(d);
-      }
-      snap.tags = read_tags(*s);
-      std::atomic_thread_fence(std::memory_order_acquire);
-      if (s->seq.load(std::memory_order_relaxed) == before) {
-        *out = std::move(snap);
-        status = ReadStatus::Ok;
-        break;
-      }
-    }
-    if (status == ReadStatus::Busy) *detail = "an update was in progress at every try";
+    return ReadStatus::Incompatible;
   }
-  munmap(memory, sizeof(Segment));
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const uint64_t before = s->seq.load(std::memory_order_acquire);
+    if (before & 1) {
+      sched_yield();
+      continue;
+    }
+    Snapshot snap = read_now(*s);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (s->seq.load(std::memory_order_relaxed) == before) {
+      *out = std::move(snap);
+      return ReadStatus::Ok;
+    }
+  }
+  *detail = "an update was in progress at every try";
+  return ReadStatus::Busy;
+}
+
+}  // namespace
+
+ReadStatus read_segment(const std::string& path, Snapshot* out, std::string* detail) {
+  ReadStatus status = ReadStatus::Refused;
+  const Segment* s = map_segment(path, &status, detail);
+  if (!s) return status;
+  status = read_mapped(s, out, detail);
+  munmap(const_cast<Segment*>(s), sizeof(Segment));
   return status;
 }
 

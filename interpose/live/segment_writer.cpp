@@ -118,24 +118,24 @@ void Writer::publish(const Update& u) {
   put_text(s->numa, numa.size() <= text_room(s->numa) ? numa : std::string());
   const size_t n = std::min(u.devices.size(), size_t(kMaxDevices));
   for (size_t i = 0; i < n; ++i) {
-    DeviceSlot& slot = s->devices[i];
+    DeviceRecord& record = s->devices[i];
     const DeviceFigures& d = u.devices[i];
-    slot.device.store(uint64_t(d.device), std::memory_order_relaxed);
-    slot.asleep.store(d.asleep ? (d.partly ? 2 : 1) : 0, std::memory_order_relaxed);
-#define PF_LIVE_STORE(name, meaning) slot.name.store(d.stats.name, std::memory_order_relaxed);
+    record.device.store(uint64_t(d.device), std::memory_order_relaxed);
+    record.asleep.store(d.asleep ? (d.partly ? 2 : 1) : 0, std::memory_order_relaxed);
+#define PF_LIVE_STORE(name, meaning) record.name.store(d.stats.name, std::memory_order_relaxed);
     PAGEFAST_POOL_STATS_FIELDS(PF_LIVE_STORE)
 #undef PF_LIVE_STORE
   }
   s->device_count.store(n, std::memory_order_relaxed);
   const size_t tags = std::min(u.tags.size(), size_t(kMaxTags));
   for (size_t i = 0; i < tags; ++i) {
-    TagSlot& slot = s->tags[i];
+    TagRecord& record = s->tags[i];
     const policy::TagStats& t = u.tags[i];
-    put_text(slot.name, utf8_cut(utf8_valid(t.name), text_room(slot.name)));
-    slot.slot.store(uint64_t(t.slot), std::memory_order_relaxed);
-    slot.keep.store(t.keep ? 1 : 0, std::memory_order_relaxed);
-    slot.asleep.store(t.asleep ? 1 : 0, std::memory_order_relaxed);
-#define PF_LIVE_TAG_STORE(name, meaning) slot.name.store(t.name, std::memory_order_relaxed);
+    put_text(record.name, utf8_cut(utf8_valid(t.name), text_room(record.name)));
+    record.slot.store(uint64_t(t.slot), std::memory_order_relaxed);
+    record.keep.store(t.keep ? 1 : 0, std::memory_order_relaxed);
+    record.asleep.store(t.asleep ? 1 : 0, std::memory_order_relaxed);
+#define PF_LIVE_TAG_STORE(name, meaning) record.name.store(t.name, std::memory_order_relaxed);
     PAGEFAST_TAG_FIELDS(PF_LIVE_TAG_STORE)
 #undef PF_LIVE_TAG_STORE
   }

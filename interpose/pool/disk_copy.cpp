@@ -3,6 +3,8 @@
 // here, host memory in host_copy.cpp.
 #include "interpose/pool/disk_copy.h"
 
+#include "interpose/pool_api.h"
+
 #include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -260,8 +262,7 @@ void VmmProvider::copy_to_host(policy::HostCopy* copies, uint64_t count) {
 
 void VmmProvider::copy_from_host(policy::HostCopy* copies, uint64_t count) { split_copies(copies, count, false); }
 
+int keep_disk_dir(const char* dir, size_t chunk_bytes) { return disk::set_dir(dir, chunk_bytes); }
+
 }  // namespace pagefast::pool
 
-PF_EXPORT int pagefast_keep_disk_dir(const char* dir, size_t chunk_bytes) {
-  return pagefast::pool::disk::set_dir(dir, chunk_bytes);
-}

@@ -291,28 +291,29 @@ CUresult retain(CUmemGenericAllocationHandle* handle, void* addr) {
   return driver::retain_handle(real_driver(), handle, addr);
 }
 
-CUresult export_handle(void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
-                       unsigned long long flags) {
+// The cache's answer to an export or a properties query of `handle` (*out;
+// out of host memory: CUDA_ERROR_OUT_OF_MEMORY); false: the driver's.
+static bool cache_answers(CUmemGenericAllocationHandle handle, bool exporting, CUresult* out) {
   int result = 0;
   bool answered = false;
-  if (guarded([&] {
-        answered = g_cache->check_handle(handle, true, &result);
-        return CUDA_SUCCESS;
-      }) != CUDA_SUCCESS)
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  if (answered) return CUresult(result);
+  const CUresult r = guarded([&] {
+    answered = g_cache->check_handle(handle, exporting, &result);
+    return CUDA_SUCCESS;
+  });
+  *out = r != CUDA_SUCCESS ? CUDA_ERROR_OUT_OF_MEMORY : CUresult(result);
+  return r != CUDA_SUCCESS || answered;
+}
+
+CUresult export_handle(void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
+                       unsigned long long flags) {
+  CUresult answer = CUDA_SUCCESS;
+  if (cache_answers(handle, true, &answer)) return answer;
   return driver::export_handle(real_driver(), shareable, handle, type, flags);
 }
 
 CUresult properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) {
-  int result = 0;
-  bool answered = false;
-  if (guarded([&] {
-        answered = g_cache->check_handle(handle, false, &result);
-        return CUDA_SUCCESS;
-      }) != CUDA_SUCCESS)
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  if (answered) return CUresult(result);
+  CUresult answer = CUDA_SUCCESS;
+  if (cache_answers(handle, false, &answer)) return answer;
   return driver::handle_properties(real_driver(), prop, handle);
 }
 

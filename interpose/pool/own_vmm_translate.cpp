@@ -48,6 +48,18 @@ bool driver_value(CUmemGenericAllocationHandle handle, CUmemGenericAllocationHan
   return awake;
 }
 
+// Under book_mutex(): awake(the driver's value) for a handle awake,
+// asleep() for one the book holds asleep.
+template <typename Awake, typename Asleep>
+CUresult by_handle(CUmemGenericAllocationHandle handle, Awake awake, Asleep asleep) {
+  return guarded([&]() -> CUresult {
+    std::lock_guard<std::mutex> guard(book_mutex());
+    CUmemGenericAllocationHandle driver = 0;
+    return driver_value(handle, &driver) ? awake(driver) : asleep();
+  });
+}
+CUresult illegal_state() { return CUDA_ERROR_ILLEGAL_STATE; }
+
 // The descriptors `desc` set over the record `access` (one descriptor per
 // location, as the driver keeps one access per device): a location's flags
 // replaced, PROT_NONE removing it.
@@ -101,37 +113,31 @@ CUresult translated_retain(CUmemGenericAllocationHandle* handle, void* addr, Han
 }
 
 CUresult translated_release(CUmemGenericAllocationHandle handle, HandleCall call) {
-  return guarded([&]() -> CUresult {
-    std::lock_guard<std::mutex> guard(book_mutex());
-    CUmemGenericAllocationHandle driver = 0;
-    const bool awake = driver_value(handle, &driver);
-    if (!awake) {
-      bool gone = false;
-      void* host = nullptr;
-      const int r = book().release(handle, &gone, &host);
-      if (gone) {
-        free_host_copy(host);
-        mirror_figures();
-      }
-      return CUresult(r);
-    }
+  const auto awake = [&](CUmemGenericAllocationHandle driver) {
     const CUresult r = call(&driver);
     const uint64_t released = driver;
     if (r == CUDA_SUCCESS) prune_aliases(&released, 1);
     return r;
+  };
+  return by_handle(handle, awake, [&] {
+    bool gone = false;
+    void* host = nullptr;
+    const int r = book().release(handle, &gone, &host);
+    if (gone) {
+      free_host_copy(host);
+      mirror_figures();
+    }
+    return CUresult(r);
   });
 }
 
 CUresult translated_map(CUdeviceptr ptr, size_t bytes, CUmemGenericAllocationHandle handle, HandleCall call) {
-  return guarded([&]() -> CUresult {
-    std::lock_guard<std::mutex> guard(book_mutex());
-    CUmemGenericAllocationHandle driver = 0;
-    const bool awake = driver_value(handle, &driver);
-    if (!awake) return CUDA_ERROR_ILLEGAL_STATE;
+  const auto awake = [&](CUmemGenericAllocationHandle driver) {
     // The range a mapping asleep keeps: mapped, as the driver would say.
     if (book().overlaps(ptr, bytes)) return CUDA_ERROR_INVALID_VALUE;
     return call(&driver);
-  });
+  };
+  return by_handle(handle, awake, illegal_state);
 }
 
 CUresult translated_unmap(CUdeviceptr ptr, size_t bytes, HandleCall call) {
@@ -181,13 +187,8 @@ CUresult translated_set_access(CUdeviceptr ptr, size_t bytes, const CUmemAccessD
 }
 
 CUresult translated_export(CUmemGenericAllocationHandle handle, HandleCall call) {
-  return guarded([&]() -> CUresult {
-    std::lock_guard<std::mutex> guard(book_mutex());
-    CUmemGenericAllocationHandle driver = 0;
-    const bool awake = driver_value(handle, &driver);
-    if (!awake) return CUDA_ERROR_ILLEGAL_STATE;
-    return call(&driver);
-  });
+  return by_handle(
+      handle, [&](CUmemGenericAllocationHandle driver) { return call(&driver); }, illegal_state);
 }
 
 CUresult translated_bind(CUmemGenericAllocationHandle handle, HandleCall call) {
@@ -195,18 +196,14 @@ CUresult translated_bind(CUmemGenericAllocationHandle handle, HandleCall call) {
 }
 
 CUresult translated_properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle, HandleCall call) {
-  return guarded([&]() -> CUresult {
-    std::lock_guard<std::mutex> guard(book_mutex());
-    CUmemGenericAllocationHandle driver = 0;
-    const bool awake = driver_value(handle, &driver);
-    if (!awake) {
-      const policy::own_vmm::AsleepHandle* asleep = book().find(handle);
-      if (!prop || asleep->prop.size() != sizeof *prop) return CUDA_ERROR_INVALID_VALUE;
-      std::memcpy(prop, asleep->prop.data(), sizeof *prop);
-      return CUDA_SUCCESS;
-    }
-    return call(&driver);
-  });
+  return by_handle(
+      handle, [&](CUmemGenericAllocationHandle driver) { return call(&driver); },
+      [&] {
+        const policy::own_vmm::AsleepHandle* asleep = book().find(handle);
+        if (!prop || asleep->prop.size() != sizeof *prop) return CUDA_ERROR_INVALID_VALUE;
+        std::memcpy(prop, asleep->prop.data(), sizeof *prop);
+        return CUDA_SUCCESS;
+      });
 }
 
 }  // namespace pagefast::pool::own_vmm

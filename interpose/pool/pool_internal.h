@@ -1,5 +1,5 @@
 // interpose/pool/pool_internal.h: what the pool glue's files (pool.cpp,
-// devices.cpp, the C API pool_capi.cpp, the service threads, sleep,
+// devices.cpp, the C API's side pool_capi.cpp, the service threads, sleep,
 // contexts.cpp, the own-VMM glue) need from each other, beyond
 // interpose/pool_api.h. Nothing outside interpose/pool/ includes it.
 #pragma once
@@ -65,16 +65,6 @@ void prelock_step();
 // The fork handler's part for the service threads (after_fork_child).
 void service_threads_after_fork_child();
 
-// sleep.cpp: sleep/wake of every pool (pagefast_sleep's answers).
-int sleep_all(unsigned flags);
-int wake_all();
-int asleep_count();
-// The same for one tag's slots (region.h); NULL: everything; -2 unknown.
-int sleep_tag(const char* tag, unsigned flags);
-int wake_tag(const char* tag);
-int tag_asleep(const char* tag);  // tags.cpp
-// pagefast_kept_read: the kept host copy of an asleep range of pool memory.
-int kept_read(const void* device_ptr, size_t bytes, void* out);
 // tags.cpp: every slot is made and a region of a new (name, keep) begins:
 // the slot of an empty tag goes to it (region.h), with a region of it
 // opened for the caller. Returns the slot, or 0 when none is empty. Takes

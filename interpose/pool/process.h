@@ -1,6 +1,6 @@
 // interpose/pool/process.h: the pool glue's process-wide state in one
 // object (docs/DESIGN.md "Who owns what"): the configuration, the on-switch,
-// the capture gate, the clock, and one slot per device ordinal holding that
+// the capture gate, the clock, and one entry per device ordinal holding that
 // device's DeviceMemory (interpose/pool/device_memory.h), made at the first
 // need and never destroyed.
 //
@@ -41,7 +41,7 @@ struct Process {
   std::atomic<DeviceMemory*> devices[kMaxDevices] = {};
   // Devices whose primary context was reset or destroyed: their pool is
   // retired for good (on_device_reset) and never touched again. Apart from
-  // the slots, so that the hot path reads one flag.
+  // the entries, so that the hot path reads one flag.
   std::atomic<bool> retired[kMaxDevices] = {};
   policy::MonotonicClock* clock = nullptr;
   // Peer access granted: peer_grants[owner][accessor] counts the context

@@ -55,7 +55,7 @@ void push_refused() {
 }
 
 struct Slot {
-  // The last byte stays 0 (names are at most 63 bytes): a lock-free reader
+  // The last byte stays 0 (names are at most kTagMaxChars): a lock-free reader
   // racing with the slot's reuse reads a name that ends.
   char name[kMaxNameBytes];
   unsigned policy;
@@ -69,18 +69,6 @@ struct Slot {
 Slot g_slots[kMaxSlots];
 std::atomic<int> g_count{1};
 std::mutex g_mutex;
-
-bool good_name(const char* name) {
-  if (!name || !*name) return false;
-  size_t n = 0;
-  for (const char* c = name; *c; ++c, ++n) {
-    if (n + 1 >= size_t(kMaxNameBytes)) return false;
-    const bool ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_' ||
-                    *c == '.' || *c == ':' || *c == '-';
-    if (!ok) return false;
-  }
-  return true;
-}
 
 // REQUIRES: g_mutex. A region of `slot` opens.
 void open_locked(int slot) {
@@ -113,13 +101,13 @@ void key_thread() {
 int begin(const char* name, unsigned policy, bool pool_only, const char** why) {
   const char* unused = nullptr;
   if (!why) why = &unused;
-  if (!good_name(name)) {
-    *why = "a tag is 1 to 63 characters of A-Z a-z 0-9 _ . : -";
+  if (!pagefast::policy::good_tag(name)) {
+    *why = "a tag is " PAGEFAST_TAG_RULE;
     push_refused();
     return -1;
   }
   if (t_regions >= kMaxDepth || t_depth >= kStack || t_excess) {
-    *why = "too many regions open on this thread (8)";
+    *why = "too many regions open on this thread (" PAGEFAST_TAG_TEXT(PAGEFAST_MAX_DEPTH) ")";
     push_refused();
     return -1;
   }
@@ -140,7 +128,7 @@ int begin(const char* name, unsigned policy, bool pool_only, const char** why) {
   // there under g_mutex).
   if (!slot) slot = reuse_tag_slot(name, policy);
   if (!slot) {
-    *why = "too many tags (31 pairs of name and policy, none of them empty)";
+    *why = "too many tags (" PAGEFAST_TAG_TEXT(PAGEFAST_MAX_TAGS) " pairs of name and policy, none of them empty)";
     push_refused();
     return -1;
   }
@@ -199,7 +187,7 @@ int64_t idle_since(int slot) {
 }
 
 int take_over(int slot, int64_t begins, const char* name, unsigned policy) {
-  if (slot <= 0 || slot >= slot_count() || !good_name(name)) return 0;
+  if (slot <= 0 || slot >= slot_count() || !pagefast::policy::good_tag(name)) return 0;
   std::lock_guard<std::mutex> guard(g_mutex);
   // Another thread made the pair meanwhile: its slot.
   if (const int made = find_locked(name, policy)) {

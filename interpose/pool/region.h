@@ -21,11 +21,15 @@
 
 #include <cstdint>
 
+#include "policy/tags.h"
+
 namespace pagefast::pool::region {
 
-constexpr int kMaxSlots = 32;      // slot 0 (no region) and 31 (name, policy) pairs
-constexpr int kMaxNameBytes = 64;  // with the NUL
-constexpr int kMaxDepth = 8;
+// The limits (policy/tags.h): slot 0 (no region) and kMaxTags (name,
+// policy) pairs; a name's bytes with its NUL; regions open on a thread.
+constexpr int kMaxSlots = policy::kTagSlots;
+constexpr int kMaxNameBytes = int(policy::kTagNameBytes);
+constexpr int kMaxDepth = policy::kMaxRegionDepth;
 
 // A slot's policy: what a sleep of it does with the contents, as the
 // region flags of pagefast.h say (the same bits as policy/sleep_gate.h's
@@ -54,8 +58,9 @@ extern __thread int t_own_vmm __attribute__((tls_model("initial-exec")));
 inline int current_own_vmm() { return t_own_vmm; }
 
 // Opens a region on the calling thread (pool_only: see current_own_vmm).
-// The name: 1 to 63 bytes of [A-Za-z0-9_.:-]. Returns the slot, or -1 (a bad name, too many tags, or
-// kMaxDepth regions open on this thread already), with *why set. A
+// The name: policy::good_tag. Returns the slot, or -1 (a bad name, too
+// many tags, or kMaxDepth regions open on this thread already), with *why
+// set. A
 // refused begin still takes its end: it pushes a marker that the matching
 // end() pops, and meanwhile the region open around it (if any) tags.
 int begin(const char* name, unsigned policy, bool pool_only, const char** why);

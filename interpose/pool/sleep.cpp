@@ -16,7 +16,6 @@
 #include <mutex>
 #include <new>
 
-#include "interpose/capi_export.h"
 #include "interpose/driver.h"
 #include "interpose/ipc/ipc.h"
 #include "interpose/ipc/ipc_wire.h"
@@ -176,22 +175,8 @@ int tag_slots(const char* tag, int slots[region::kMaxPolicies]) {
   return n;
 }
 
-// Sleeps the slots of `tag` (all of them when NULL): 0 asleep, 1 asleep with some
-// memory resident (the log names it; also where a slot, or a device of a
-// slot, refused while another slept), -1 nothing to sleep, or nothing
-// changed (every slot with memory refused: a capture, a failed sync); -2
-// for a tag no region has.
-int sleep_slots(const char* tag, unsigned flags) {
-  // A forked child answers at once, before the lock: a thread of the
-  // parent may have held it at the fork, and the child has no such thread.
-  if (!active()) return -1;
-  std::lock_guard<std::mutex> guard(g_sleep_mutex);
-  if (!active()) return -1;
-  // The tag's slots, under the lock: they do not go to another tag now.
-  int tagged[region::kMaxPolicies];
-  const int* slots = tag ? tagged : nullptr;
-  const int count = tag ? tag_slots(tag, tagged) : 0;
-  if (tag && !count) return -2;
+// REQUIRES: g_sleep_mutex. sleep_slots of `slots` (NULL: every slot, count unused).
+int sleep_slots_locked(const int* slots, int count, unsigned flags) {
   // What the own-VMM cache keeps idle goes back with the pools' idle memory.
   if (own_vmm::on())
     for (int d = 0; d < kMaxDevices; ++d) own_vmm::trim(d, UINT64_MAX);
@@ -222,24 +207,44 @@ int sleep_slots(const char* tag, unsigned flags) {
   return answer;
 }
 
-int wake_slots(const char* tag) {
-  if (!active()) return -1;  // a forked child: as sleep_slots
+// Runs act(slots, count) under g_sleep_mutex on the slots of `tag`
+// (slots NULL: every slot; the tag's do not go to another tag while the
+// lock is held): -1 at once in a forked child, before the lock (a thread
+// of the parent may have held it at the fork, and the child has no such
+// thread); policy::kUnknownTag for a tag no region has.
+template <typename Act>
+int with_slots(const char* tag, Act act) {
+  if (!active()) return -1;
   std::lock_guard<std::mutex> guard(g_sleep_mutex);
   if (!active()) return -1;
   int tagged[region::kMaxPolicies];
-  const int* slots = tag ? tagged : nullptr;
   const int count = tag ? tag_slots(tag, tagged) : 0;
-  if (tag && !count) return -2;
-  int answer = 0;
-  bool any = false;
-  const int all = region::slot_count();
-  for (int i = 0; i < (slots ? count : all); ++i) {
-    const int slot = slots ? slots[i] : i;
-    for (int d = 0; d < kMaxDevices && !any; ++d) any = device_memory(d) && device_memory(d)->pool_at(slot);
-    any = any || g_slots[slot].asleep.load(std::memory_order_acquire);
-    answer = fold(answer, wake_slot_locked(slot));
-  }
-  return any || slots ? answer : -1;
+  if (tag && !count) return policy::kUnknownTag;
+  return act(tag ? tagged : nullptr, count);
+}
+
+// Sleeps the slots of `tag` (all of them when NULL): 0 asleep, 1 asleep with some
+// memory resident (the log names it; also where a slot, or a device of a
+// slot, refused while another slept), -1 nothing to sleep, or nothing
+// changed (every slot with memory refused: a capture, a failed sync); -2
+// for a tag no region has.
+int sleep_slots(const char* tag, unsigned flags) {
+  return with_slots(tag, [flags](const int* slots, int count) { return sleep_slots_locked(slots, count, flags); });
+}
+
+int wake_slots(const char* tag) {
+  return with_slots(tag, [](const int* slots, int count) {
+    int answer = 0;
+    bool any = false;
+    const int all = region::slot_count();
+    for (int i = 0; i < (slots ? count : all); ++i) {
+      const int slot = slots ? slots[i] : i;
+      for (int d = 0; d < kMaxDevices && !any; ++d) any = device_memory(d) && device_memory(d)->pool_at(slot);
+      any = any || g_slots[slot].asleep.load(std::memory_order_acquire);
+      answer = fold(answer, wake_slot_locked(slot));
+    }
+    return any || slots ? answer : -1;
+  });
 }
 
 }  // namespace
@@ -258,13 +263,13 @@ int wake_all() { return wake_slots(nullptr); }
 int sleep_tag(const char* tag, unsigned flags) {
   // A tag no region has: -2, also in a forked child.
   int slots[region::kMaxPolicies];
-  if (tag && !active() && !region::slots_of(tag, slots)) return -2;
+  if (tag && !active() && !region::slots_of(tag, slots)) return policy::kUnknownTag;
   return sleep_slots(tag, flags);
 }
 
 int wake_tag(const char* tag) {
   int slots[region::kMaxPolicies];
-  if (tag && !active() && !region::slots_of(tag, slots)) return -2;
+  if (tag && !active() && !region::slots_of(tag, slots)) return policy::kUnknownTag;
   return wake_slots(tag);
 }
 
@@ -304,7 +309,7 @@ int tag_control_op(uint16_t op, uint64_t flags, const char* tag) {
     default: return -1;
   }
   // -2 is "busy" on the wire: an unknown tag has an answer of its own.
-  return answer == -2 ? ipc::wire::kControlNoTag : answer;
+  return answer == policy::kUnknownTag ? ipc::wire::kControlNoTag : answer;
 }
 
 int device_sleep_state(int device) {
@@ -337,17 +342,3 @@ int untagged_pools_awake() {
 }
 
 }  // namespace pagefast::pool
-
-PF_EXPORT int pagefast_sleep(unsigned flags) { return pagefast::pool::sleep_all(flags); }
-PF_EXPORT int pagefast_wake(void) { return pagefast::pool::wake_all(); }
-PF_EXPORT int pagefast_asleep(void) { return pagefast::pool::asleep_count(); }
-
-PF_EXPORT int pagefast_sleep_tag(const char* tag, unsigned flags) { return pagefast::pool::sleep_tag(tag, flags); }
-PF_EXPORT int pagefast_wake_tag(const char* tag) { return pagefast::pool::wake_tag(tag); }
-PF_EXPORT int pagefast_kept_read(const void* device_ptr, size_t bytes, void* out) {
-  return pagefast::pool::kept_read(device_ptr, bytes, out);
-}
-
-static_assert(PAGEFAST_SLEEP_KEEP == pagefast::policy::kSleepKeep, "sleep flags out of step");
-static_assert(PAGEFAST_SLEEP_FAIL == pagefast::policy::kSleepFail, "sleep flags out of step");
-static_assert((PAGEFAST_SLEEP_DISCARD & (PAGEFAST_SLEEP_KEEP | PAGEFAST_SLEEP_FAIL)) == 0, "sleep flags overlap");

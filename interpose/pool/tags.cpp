@@ -1,9 +1,9 @@
-// interpose/pool/tags.cpp: the tags' glue (docs/SLEEP.md): the regions'
-// C API, a tag's state and per-tag figures, and the reuse of an empty
+// interpose/pool/tags.cpp: the tags' glue (docs/SLEEP.md): what the
+// regions' C API calls, a tag's state and per-tag figures, and the reuse of an empty
 // tag's slot. Regions and slots are region.cpp's; sleep and wake of a tag
 // are sleep.cpp's.
 //
-// A process has 31 slots of (name, policy). Once every slot is made, a
+// A process has kMaxTags slots of (name, policy) (policy/tags.h). Once every slot is made, a
 // region of a new (name, policy) takes over the slot of an empty tag: no
 // region of it open, nothing of it allocated (no live block in its pool on
 // any device, no own-VMM memory of it) and not asleep. The pool of that
@@ -17,7 +17,6 @@
 #include <cstdio>
 #include <mutex>
 
-#include "interpose/capi_export.h"
 #include "interpose/pagefast.h"
 #include "interpose/pool/device_memory.h"
 #include "interpose/pool/own_vmm.h"
@@ -75,7 +74,7 @@ int reuse_tag_slot(const char* name, unsigned policy) {
 int tag_asleep(const char* tag) {
   int slots[region::kMaxPolicies];
   const int n = region::slots_of(tag, slots);
-  if (!n) return -2;
+  if (!n) return policy::kUnknownTag;
   bool asleep = false;
   for (int i = 0; i < n; ++i) asleep = asleep || slot_state(slots[i]).asleep.load(std::memory_order_acquire);
   return asleep ? 1 : 0;
@@ -111,30 +110,25 @@ int tag_figures(TagFigures* out, int max) {
   return count - 1;
 }
 
-}  // namespace pagefast::pool
-
-using pagefast::LogLevel;
-using pagefast::pool::log_line;
-
-PF_EXPORT int pagefast_tag_asleep(const char* tag) { return pagefast::pool::tag_asleep(tag); }
-
-PF_EXPORT int pagefast_region_begin(const char* tag, unsigned flags) {
+int region_begin(const char* tag, unsigned flags) {
   const char* why = "";
-  if (pagefast::pool::region::begin(tag, pagefast::pool::region::policy_of(flags),
-                                    (flags & PAGEFAST_REGION_POOL_ONLY) != 0, &why) > 0)
+  if (region::begin(tag, region::policy_of(flags), (flags & PAGEFAST_REGION_POOL_ONLY) != 0, &why) > 0)
     return 0;
   log_line(LogLevel::Warn, "pagefast_region_begin(\"%.64s\"): refused: %s", tag ? tag : "(null)", why);
   return -1;
 }
-PF_EXPORT int pagefast_region_end(void) { return pagefast::pool::region::end(); }
-PF_EXPORT const char* pagefast_region_current(void) {
+
+int region_end() { return region::end(); }
+
+const char* region_current() {
   const char* name = nullptr;
-  return pagefast::pool::region::slot_info(pagefast::pool::region::current(), &name, nullptr) ? name : nullptr;
+  return region::slot_info(region::current(), &name, nullptr) ? name : nullptr;
 }
 
-static_assert(PAGEFAST_REGION_KEEP == pagefast::policy::kSleepKeep, "region flags out of step");
-static_assert(PAGEFAST_REGION_KEEP_DISK == pagefast::policy::kSleepToDisk, "region flags out of step");
-static_assert(PAGEFAST_REGION_HOST_RELEASE == pagefast::policy::kSleepHostRelease, "region flags out of step");
-static_assert(PAGEFAST_REGION_KEEP == pagefast::pool::region::kKeep, "region flags out of step");
-static_assert(PAGEFAST_REGION_KEEP_DISK == pagefast::pool::region::kToDisk, "region flags out of step");
-static_assert(PAGEFAST_REGION_HOST_RELEASE == pagefast::pool::region::kHostRelease, "region flags out of step");
+static_assert(PAGEFAST_REGION_KEEP_DISK == policy::kSleepToDisk, "region flags out of step");
+static_assert(PAGEFAST_REGION_HOST_RELEASE == policy::kSleepHostRelease, "region flags out of step");
+static_assert(PAGEFAST_REGION_KEEP == region::kKeep, "region flags out of step");
+static_assert(PAGEFAST_REGION_KEEP_DISK == region::kToDisk, "region flags out of step");
+static_assert(PAGEFAST_REGION_HOST_RELEASE == region::kHostRelease, "region flags out of step");
+
+}  // namespace pagefast::pool

@@ -11,9 +11,9 @@
 #include <cstdio>
 #include <cstring>
 
-#include "interpose/capi_export.h"
 #include "interpose/pagefast.h"
 #include "interpose/pool/region.h"
+#include "interpose/pool_api.h"
 
 namespace {
 
@@ -96,5 +96,7 @@ int each_epoch(const char* tag, bool sleep) {
 
 }  // namespace
 
-PF_EXPORT int tms_pause(const char* tag) { return each_epoch(tag, true); }
-PF_EXPORT int tms_resume(const char* tag) { return each_epoch(tag, false); }
+namespace pagefast::pool {  // exported by interpose/capi.cpp
+int tms_pause(const char* tag) { return each_epoch(tag, true); }
+int tms_resume(const char* tag) { return each_epoch(tag, false); }
+}  // namespace pagefast::pool

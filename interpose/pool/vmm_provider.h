@@ -1,6 +1,9 @@
 // interpose/pool/vmm_provider.h: the policy's Provider over the CUDA
-// driver's virtual memory management. The only code in pagefast that calls
-// cuMem* VMM functions (mimalloc's narrow OS layer: the rest never does).
+// driver's virtual memory management: the pool's only way to the cuMem*
+// VMM functions (mimalloc's narrow OS layer: the policy never calls the
+// driver). The program's own VMM memory (own_vmm*.cpp, hooks_own_vmm.cpp)
+// and CUDA IPC (ipc_chunk_fds.cpp, ipc_import*.cpp) make VMM calls of
+// their own; every one goes through the driver seam (interpose/driver.h).
 //
 // One per device. Physical chunks are pinned device memory of that device
 // (cuMemCreate), marked GPUDirect-RDMA capable where the device supports

@@ -5,31 +5,31 @@
 
 #include <algorithm>
 
-#include "policy/own_vmm/slot.h"
+#include "policy/own_vmm/key.h"
 
 namespace pagefast::policy::own_vmm {
 
 bool Cache::take(uint64_t bytes, const std::string& prop, uint64_t* handle) {
   std::unique_lock<std::mutex> lock(mutex_);
-  const std::string key = slot_of(bytes, prop);
+  const std::string key = key_of(bytes, prop);
   // The worker is making the next page of these properties: it comes
   // sooner than one the driver would create here (and it is the page the
   // program will map next). Its first page not yet published must come
   // before the first cached page of these properties in the order of
   // growth: the program maps in order.
-  ahead_.wait_for_slot(lock, key, [&] {
+  ahead_.wait_for_key(lock, key, [&] {
     auto queue = free_.find(key);
     return queue == free_.end() || queue->second.empty() ? UINT64_MAX : queue->second.begin()->first.first;
   });
-  auto slot = free_.find(key);
-  if (slot == free_.end() || slot->second.empty()) {
+  auto queue = free_.find(key);
+  if (queue == free_.end() || queue->second.empty()) {
     ++stats_.create_misses;
     return false;
   }
   // Lowest deferred address first: a segment grows from its start again,
   // so each handle meets its own deferred mapping.
-  const uint64_t h = slot->second.begin()->second;
-  slot->second.erase(slot->second.begin());
+  const uint64_t h = queue->second.begin()->second;
+  queue->second.erase(queue->second.begin());
   Handle& rec = handles_[h];
   rec.cached = false;
   rec.cached_at_ns = 0;
@@ -45,7 +45,7 @@ void Cache::note_created(uint64_t handle, uint64_t bytes, const std::string& pro
   std::lock_guard<std::mutex> guard(mutex_);
   Handle& rec = handles_[handle];
   rec = Handle{};
-  rec.slot = slot_of(bytes, prop);
+  rec.key = key_of(bytes, prop);
   ledger_.created(handle, bytes, device);
   ledger_.keep(handle);
 }
@@ -91,7 +91,7 @@ int Cache::retire(uint64_t handle) {
         for (auto& [addr, m] : maps_)
           if (m.handle == handle && m.deferred && m.seq < order) order = m.seq;
       }
-      free_[rec.slot].emplace(std::make_pair(order, arrivals_++), handle);
+      free_[rec.key].emplace(std::make_pair(order, arrivals_++), handle);
       return kOk;
     }
   }

@@ -8,7 +8,7 @@
 // (policy/own_vmm/driver.h). A handle's bytes, device, the program's
 // references and mappings are the ledger's (policy/own_vmm/ledger.h): the
 // cache decides with them and notes there every call it answers, under
-// its lock; what it keeps itself is what is its own (the slot, cached
+// its lock; what it keeps itself is what is its own (the key, cached
 // handles, deferred mappings, access, reservations and kept ranges). The
 // cache drives growth ahead (policy/own_vmm/growth_ahead.h), which hands
 // its pages back through one callback.
@@ -19,7 +19,7 @@
 //   cacheable properties (the glue decides: pinned device memory, flags
 //   0), once no mapping of it is live, keeps the handle (the driver still
 //   holds it) in a FIFO keyed by the exact property bytes and size (its
-//   slot, policy/own_vmm/slot.h). A later cuMemCreate with the same
+//   key, policy/own_vmm/key.h). A later cuMemCreate with the same
 //   bytes and size gets it back without a driver call. A reference that
 //   an import of the handle's own export added (ledger `imports`) is the
 //   driver's: its release is forwarded.
@@ -37,7 +37,7 @@
 //   too.
 // - Growth ahead (prefetch_pages > 0): a cuMemSetAccess the driver
 //   performed that ends with a fresh whole-handle mapping inside a
-//   reservation the program made grows the next pages of its slot ahead;
+//   reservation the program made grows the next pages of its key ahead;
 //   they arrive as cached handles with deferred mappings.
 // - Kept ranges: cuMemAddressFree of a whole reservation holding only
 //   deferred mappings of tracked handles keeps it with them; the next
@@ -176,7 +176,7 @@ class Cache {
   // call; the program's later calls on them reach the driver. The ledger's
   // records of the device are its owner's to forget, after this.
   void forget_device(int device);
-  // Sleep by slot takes a handle the program holds (docs/OWN-VMM.md "Sleep
+  // Sleep by region slot takes a handle the program holds (docs/OWN-VMM.md "Sleep
   // and wake"): its deferred mappings are unmapped for real, and every
   // record of it and of its mappings is dropped (the caller unmaps its
   // live mappings and releases it). Returns whether the cache tracked it:
@@ -207,7 +207,7 @@ class Cache {
   // properties, or made ahead); its bytes, device, the program's
   // references and mappings are the ledger's.
   struct Handle {
-    std::string slot;  // property bytes + size: the cache's key
+    std::string key;  // property bytes + size: the cache's key (key.h)
     bool shared = false;
     bool cached = false;
     uint64_t cached_at_ns = 0;  // decay_step's clock when first seen cached; 0: not yet seen
@@ -296,7 +296,7 @@ class Cache {
   std::map<uint64_t, uint64_t> kept_ranges_;
   std::unordered_map<uint64_t, Handle> handles_;
   std::map<uint64_t, Mapping> maps_;  // by address; tracked handles only
-  // Per slot, the cached handles by (order of a deferred mapping of theirs
+  // Per key, the cached handles by (order of a deferred mapping of theirs
   // (Mapping::seq), or UINT64_MAX; arrival): lowest first, because a
   // program grows its segments again in the order it first grew them (from
   // each one's start), so each handle meets its own mapping again.
@@ -311,7 +311,7 @@ class Cache {
   // it (cached_bytes: cuMemGetInfo and the budget ask it on every call).
   class PerDevice {
    public:
-    static constexpr int kDevices = 64;  // ordinals past it share the last slot
+    static constexpr int kDevices = 64;  // ordinals past it share the last entry
     std::atomic<uint64_t>& operator[](int device) {
       return bytes_[device >= 0 && device < kDevices ? device : kDevices];
     }

@@ -34,14 +34,14 @@ void Cache::note_misdirected(uint64_t handle, uint64_t addr) {
   if (made == maps_.end() || made->first == addr || !made->second.ahead) return;
   made->second.ahead = false;  // counted once
   ++stats_.ahead_misdirected;
-  const std::string& slot = h->second.slot;
-  // Pages made ahead for this slot miss more than they hit: growth ahead
+  const std::string& key = h->second.key;
+  // Pages made ahead for this key miss more than they hit: growth ahead
   // stops for it. The pages already made and not taken stay cached (and
   // decay), but go last: in the order the program's pages first grew they
   // would stand between the two segments' own pages and hand each segment
   // the other's from then on.
-  if (!ahead_.note_misdirected(slot)) return;
-  auto queue = free_.find(slot);
+  if (!ahead_.note_misdirected(key)) return;
+  auto queue = free_.find(key);
   if (queue == free_.end()) return;
   std::vector<uint64_t> untaken;
   for (auto it = queue->second.begin(); it != queue->second.end();) {
@@ -69,21 +69,21 @@ void Cache::maybe_prefetch(uint64_t addr, uint64_t end, const std::string& descs
   const HandleFacts facts = ledger_.facts(m.handle);
   if (facts.bytes != m.bytes) return;
   const uint64_t page = m.bytes;
-  const std::string slot = h->second.slot;
-  if (ahead_.off(slot)) return;
-  const int next = ahead_.batch(slot);
+  const std::string key = h->second.key;
+  if (ahead_.off(key)) return;
+  const int next = ahead_.batch(key);
   const uint64_t pages = pages_ahead(end, page, facts.device, uint64_t(next));
   if (pages == 0) return;
-  ahead_.grow(end, page, pages, slot, facts.device, descs);
+  ahead_.grow(end, page, pages, key, facts.device, descs);
 }
 
 void Cache::publish_ahead(const AheadPage& made) {
   const uint64_t at = made.at, page = made.bytes, handle = made.handle;
-  const std::string& slot = made.slot;
+  const std::string& key = made.key;
   const int device = made.device;
   Handle& rec = handles_[handle];
   rec = Handle{};
-  rec.slot = slot;
+  rec.key = key;
   rec.cached = true;
   rec.deferred_at = at;
   rec.deferred_maps = 1;
@@ -98,9 +98,9 @@ void Cache::publish_ahead(const AheadPage& made) {
   deferred_count_.fetch_add(1, std::memory_order_relaxed);
   ledger_.made(handle, page, device);
   cached_bytes_[device] += page;
-  // A page finished after its slot stopped growing ahead goes last, as the
+  // A page finished after its key stopped growing ahead goes last, as the
   // untaken ones did then (note_misdirected).
-  free_[slot].emplace(std::make_pair(ahead_.off(slot) ? UINT64_MAX : made.seq, arrivals_++), handle);
+  free_[key].emplace(std::make_pair(ahead_.off(key) ? UINT64_MAX : made.seq, arrivals_++), handle);
   ++stats_.prefetched;
 }
 
@@ -108,10 +108,10 @@ void Cache::maybe_continue(uint64_t addr, const Mapping& m) {
   if (!ahead_.continues()) return;
   auto h = handles_.find(m.handle);
   if (h == handles_.end()) return;
-  const std::string slot = h->second.slot;
-  if (ahead_.off(slot)) return;
+  const std::string key = h->second.key;
+  if (ahead_.off(key)) return;
   // The pages ahead of this one not yet taken: made (published) or still
-  // to be made by a live job of this slot. The next batch goes after
+  // to be made by a live job of this key. The next batch goes after
   // them, queued behind that job, so that the worker never idles while
   // the program catches up with it.
   uint64_t at = addr + m.bytes, left = 0;
@@ -122,18 +122,18 @@ void Cache::maybe_continue(uint64_t addr, const Mapping& m) {
       at += it->second.bytes;
       more = true;
     }
-    if (ahead_.skip_queued(slot, &at, &left)) more = true;
+    if (ahead_.skip_queued(key, &at, &left)) more = true;
   }
-  const int next = ahead_.batch(slot);
+  const int next = ahead_.batch(key);
   const uint64_t most = uint64_t(ahead_.prefetch_pages());
   if (left * 2 > uint64_t(next) || left >= most) return;
-  if (!ahead_.has_descs(slot)) return;
+  if (!ahead_.has_descs(key)) return;
   // Never more than prefetch_pages ahead of the program.
   const uint64_t want = std::min<uint64_t>(uint64_t(next), most - left);
   const int device = ledger_.facts(m.handle).device;
   const uint64_t pages = pages_ahead(at, m.bytes, device, want);
   if (pages == 0) return;
-  ahead_.queue_next(at, m.bytes, pages, slot, device);
+  ahead_.queue_next(at, m.bytes, pages, key, device);
 }
 
 }  // namespace pagefast::policy::own_vmm

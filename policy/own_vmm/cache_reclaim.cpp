@@ -101,11 +101,11 @@ uint64_t Cache::drop_cached(FreeQueue& queue, FreeQueue::iterator it) {
 uint64_t Cache::trim(int device, uint64_t bytes) {
   std::lock_guard<std::mutex> guard(mutex_);
   uint64_t freed = 0;
-  for (auto& [slot, queue] : free_) {
+  for (auto& [cache_key, queue] : free_) {
     // Highest addresses first: the end of a segment is the last to grow back.
     while (!queue.empty() && freed < bytes) {
       const auto last = std::prev(queue.end());
-      if (ledger_.facts(last->second).device != device) break;  // one slot is one device (the location is in the key)
+      if (ledger_.facts(last->second).device != device) break;  // one key is one device (the location is in it)
       freed += drop_cached(queue, last);
     }
     if (freed >= bytes) break;
@@ -119,7 +119,7 @@ uint64_t Cache::decay_step(uint64_t now_ns, uint64_t delay_ns, uint64_t floor_by
   uint64_t total = 0;
   total = cached_bytes_.total();
   if (total <= floor_bytes) return 0;
-  // The oldest cached handles first, across slots; stamp the ones first
+  // The oldest cached handles first, across keys; stamp the ones first
   // seen now. (Queues are not added to below: the pointers stay valid.)
   struct Aged {
     uint64_t at;
@@ -128,7 +128,7 @@ uint64_t Cache::decay_step(uint64_t now_ns, uint64_t delay_ns, uint64_t floor_by
     bool operator<(const Aged& o) const { return at < o.at || (at == o.at && key < o.key); }
   };
   std::vector<Aged> old;
-  for (auto& [slot, queue] : free_)
+  for (auto& [cache_key, queue] : free_)
     for (auto& [key, h] : queue) {
       Handle& rec = handles_[h];
       if (rec.cached_at_ns == 0) rec.cached_at_ns = now_ns ? now_ns : 1;
@@ -168,7 +168,7 @@ void Cache::forget_device(int device) {
       ++it;
     }
   }
-  for (auto& [slot, queue] : free_)
+  for (auto& [cache_key, queue] : free_)
     for (auto it = queue.begin(); it != queue.end();)
       it = on_device(it->second, device) ? queue.erase(it) : std::next(it);
   for (auto it = handles_.begin(); it != handles_.end();)
@@ -209,7 +209,7 @@ void Cache::abandon() {
   ahead_.settle_all(lock);
   for (auto& [addr, m] : maps_)
     if (m.deferred) driver_.unmap(addr, m.bytes);
-  for (auto& [slot, queue] : free_)
+  for (auto& [cache_key, queue] : free_)
     for (auto& [order, handle] : queue) driver_.release(handle);
   for (auto& [base, bytes] : kept_ranges_) driver_.address_free(base, bytes);
   kept_ranges_.clear();

@@ -5,41 +5,41 @@
 #include <chrono>
 #include <vector>
 
-#include "policy/own_vmm/slot.h"
+#include "policy/own_vmm/key.h"
 
 namespace pagefast::policy::own_vmm {
 
-int GrowthAhead::batch(const std::string& slot) {
-  int& next = next_batch_[slot];
+int GrowthAhead::batch(const std::string& key) {
+  int& next = next_batch_[key];
   if (next == 0) next = 2;
   return next;
 }
 
-void GrowthAhead::double_batch(const std::string& slot) {
-  int& next = next_batch_[slot];
+void GrowthAhead::double_batch(const std::string& key) {
+  int& next = next_batch_[key];
   if (next < prefetch_pages_) next = next * 2 > prefetch_pages_ ? prefetch_pages_ : next * 2;
 }
 
-bool GrowthAhead::note_misdirected(const std::string& slot) {
-  if (++misdirected_[slot] < kMisdirectedLimit) return false;
-  stop_jobs_of(slot);
+bool GrowthAhead::note_misdirected(const std::string& key) {
+  if (++misdirected_[key] < kMisdirectedLimit) return false;
+  stop_jobs_of(key);
   jobs_cv_.notify_all();
   return true;
 }
 
-void GrowthAhead::stop_jobs_of(const std::string& slot) {
+void GrowthAhead::stop_jobs_of(const std::string& key) {
   for (AheadJob& j : jobs_)
-    if (j.slot == slot) j.stop = true;
+    if (j.key == key) j.stop = true;
   erase_finished_jobs();
 }
 
-void GrowthAhead::grow(uint64_t from, uint64_t page, uint64_t pages, const std::string& slot, int device,
+void GrowthAhead::grow(uint64_t from, uint64_t page, uint64_t pages, const std::string& key, int device,
                        const std::string& descs) {
-  if (on_worker_ && queue(from, page, pages, slot, device, descs)) {
-    double_batch(slot);
+  if (on_worker_ && queue(from, page, pages, key, device, descs)) {
+    double_batch(key);
     return;
   }
-  const std::string prop = prop_of(slot);
+  const std::string prop = prop_of(key);
   std::vector<uint64_t> made;
   for (uint64_t i = 0; i < pages; ++i) {
     uint64_t handle = 0;
@@ -58,34 +58,34 @@ void GrowthAhead::grow(uint64_t from, uint64_t page, uint64_t pages, const std::
     made.clear();
   }
   if (made.empty()) return;
-  double_batch(slot);
+  double_batch(key);
   const uint64_t seq = kAheadOrder + seq_;
   seq_ += made.size();
   for (size_t i = 0; i < made.size(); ++i)
-    publish_(AheadPage{from + i * page, seq + i, page, made[i], slot, device, descs});
+    publish_(AheadPage{from + i * page, seq + i, page, made[i], key, device, descs});
 }
 
-bool GrowthAhead::queue_next(uint64_t from, uint64_t page, uint64_t pages, const std::string& slot, int device) {
-  auto descs = descs_.find(slot);
-  if (descs == descs_.end() || !queue(from, page, pages, slot, device, descs->second)) return false;
-  double_batch(slot);
+bool GrowthAhead::queue_next(uint64_t from, uint64_t page, uint64_t pages, const std::string& key, int device) {
+  auto descs = descs_.find(key);
+  if (descs == descs_.end() || !queue(from, page, pages, key, device, descs->second)) return false;
+  double_batch(key);
   return true;
 }
 
-bool GrowthAhead::queue(uint64_t from, uint64_t page, uint64_t pages, const std::string& slot, int device,
+bool GrowthAhead::queue(uint64_t from, uint64_t page, uint64_t pages, const std::string& key, int device,
                         const std::string& descs) {
   AheadJob job;
   job.start = from;
   job.page = page;
   job.pages = pages;
-  job.slot = slot;
+  job.key = key;
   job.descs = descs;
   job.device = device;
   job.context = driver_.current_context();
   job.seq_base = kAheadOrder + seq_;
   jobs_.push_back(std::move(job));
   jobs_count_.store(jobs_.size(), std::memory_order_relaxed);
-  descs_[slot] = descs;
+  descs_[key] = descs;
   if (!driver_.wake_worker()) {
     jobs_.pop_back();
     jobs_count_.store(jobs_.size(), std::memory_order_relaxed);
@@ -104,11 +104,11 @@ uint64_t GrowthAhead::clamp_to_jobs(uint64_t from, uint64_t page, uint64_t pages
   return pages;
 }
 
-bool GrowthAhead::skip_queued(const std::string& slot, uint64_t* at, uint64_t* left) const {
+bool GrowthAhead::skip_queued(const std::string& key, uint64_t* at, uint64_t* left) const {
   bool moved = false;
   for (const AheadJob& j : jobs_) {
     const uint64_t end = j.start + j.pages * j.page;
-    if (j.slot == slot && !j.stop && j.start <= *at && *at < end) {
+    if (j.key == key && !j.stop && j.start <= *at && *at < end) {
       *left += (end - *at) / j.page;
       *at = end;
       moved = true;
@@ -167,7 +167,7 @@ bool GrowthAhead::work_one() {
   const uint64_t index = job->begun;
   const uint64_t at = job->start + index * job->page;
   const uint64_t page = job->page;
-  const std::string prop = prop_of(job->slot);
+  const std::string prop = prop_of(job->key);
   const std::string descs = job->descs;
   const uint64_t context = job->context;
   ++job->begun;
@@ -187,7 +187,7 @@ bool GrowthAhead::work_one() {
   lock.lock();
   job->inflight = false;
   if (ok) {
-    publish_(AheadPage{at, job->seq_base + index, page, handle, job->slot, job->device, job->descs});
+    publish_(AheadPage{at, job->seq_base + index, page, handle, job->key, job->device, job->descs});
     job->published = index + 1;
   } else {
     job->stop = true;  // the driver refused: the rest of the job is not tried

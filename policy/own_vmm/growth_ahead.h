@@ -17,14 +17,14 @@
 // not yet published are *pending*. A program's call over a pending page
 // cancels the rest of that job and waits for the pages in flight
 // (settle); cuMemCreate of the job's properties waits for its next page,
-// in address order, rather than creating one (wait_for_slot). When the
+// in address order, rather than creating one (wait_for_key). When the
 // pages ahead of the one the program takes (made, or queued in a live
 // job) are at most half a batch, the cache queues the next batch behind
 // them (queue_next), at most prefetch_pages ahead in all.
 //
 // What the cache decides (where pages may go: its reservations, its room,
 // the program's mappings) stays in the cache; what lives here is the
-// jobs, the worker's step, the per-slot batch and the slots that stopped
+// jobs, the worker's step, the per-key batch and the keys that stopped
 // growing ahead (two segments of the same properties growing in turns).
 //
 // Locking: one lock, the cache's. The cache passes its mutex; every call
@@ -54,7 +54,7 @@ struct AheadPage {
   uint64_t seq = 0;
   uint64_t bytes = 0;
   uint64_t handle = 0;
-  const std::string& slot;
+  const std::string& key;
   int device = 0;
   const std::string& descs;
 };
@@ -88,46 +88,45 @@ class GrowthAhead {
   // A job lives (one relaxed load; any lock).
   bool busy() const { return jobs_count_.load(std::memory_order_relaxed) != 0; }
 
-  // The pages the next batch of `slot` makes (2 at first).
-  int batch(const std::string& slot);
-  // `slot` grows nothing ahead any more (misdirected pages).
-  bool off(const std::string& slot) const {
-    auto it = misdirected_.find(slot);
+  // The pages the next batch of `key` makes (2 at first).
+  int batch(const std::string& key);
+  // `key` grows nothing ahead any more (misdirected pages).
+  bool off(const std::string& key) const {
+    auto it = misdirected_.find(key);
     return it != misdirected_.end() && it->second >= kMisdirectedLimit;
   }
-  // A page made ahead for `slot` was mapped somewhere else than where it
-  // was made. True once the slot reached the limit: its jobs stopped, and
+  // A page made ahead for `key` was mapped somewhere else than where it
+  // was made. True once the key reached the limit: its jobs stopped, and
   // the cache puts its untaken pages last.
-  bool note_misdirected(const std::string& slot);
+  bool note_misdirected(const std::string& key);
 
-  // Grows `pages` pages of `page` bytes from `from`, of the slot's
+  // Grows `pages` pages of `page` bytes from `from`, of the key's
   // properties, opened with `descs`: queued for the worker, or (no worker)
-  // made now on the caller and published. The slot's batch doubles when
+  // made now on the caller and published. The key's batch doubles when
   // anything was queued or made.
-  void grow(uint64_t from, uint64_t page, uint64_t pages, const std::string& slot, int device,
-            const std::string& descs);
-  // A job of `slot` was queued once: queue_next knows its descriptors.
-  bool has_descs(const std::string& slot) const { return descs_.count(slot) != 0; }
-  // Queues the next batch for the worker, opened as the slot's last job
+  void grow(uint64_t from, uint64_t page, uint64_t pages, const std::string& key, int device, const std::string& descs);
+  // A job of `key` was queued once: queue_next knows its descriptors.
+  bool has_descs(const std::string& key) const { return descs_.count(key) != 0; }
+  // Queues the next batch for the worker, opened as the key's last job
   // was (false: none was, or no worker can run); the batch doubles.
-  bool queue_next(uint64_t from, uint64_t page, uint64_t pages, const std::string& slot, int device);
+  bool queue_next(uint64_t from, uint64_t page, uint64_t pages, const std::string& key, int device);
   // `pages` clamped so that [from, from + pages * page) meets no queued job.
   uint64_t clamp_to_jobs(uint64_t from, uint64_t page, uint64_t pages) const;
-  // A live job of `slot` holding `*at`: moves `*at` to its end and adds
+  // A live job of `key` holding `*at`: moves `*at` to its end and adds
   // the pages from `*at` on to `*left`. False if none did.
-  bool skip_queued(const std::string& slot, uint64_t* at, uint64_t* left) const;
+  bool skip_queued(const std::string& key, uint64_t* at, uint64_t* left) const;
 
   // Over [addr, addr + bytes): every job there stops, and the caller waits
   // for a page in flight. REQUIRES: `lock` holds the shared mutex.
   void settle(std::unique_lock<std::mutex>& lock, uint64_t addr, uint64_t bytes);
   void settle_all(std::unique_lock<std::mutex>& lock) { settle(lock, 0, UINT64_MAX); }
-  // cuMemCreate of `slot`: while a job of it will publish a page that
+  // cuMemCreate of `key`: while a job of it will publish a page that
   // comes before `lowest()` (the order of the first cached page of the
-  // slot) in the order of growth, wait for it (the program maps in
+  // key) in the order of growth, wait for it (the program maps in
   // order). A worker that does not deliver within a second (it never
-  // should) is not waited for again: the slot's jobs stop.
+  // should) is not waited for again: the key's jobs stop.
   template <class Lowest>
-  void wait_for_slot(std::unique_lock<std::mutex>& lock, const std::string& slot, Lowest lowest);
+  void wait_for_key(std::unique_lock<std::mutex>& lock, const std::string& key, Lowest lowest);
 
   // The worker thread's step: makes one pending page (create, map, open)
   // without the lock, then publishes it. False when no page waits.
@@ -152,7 +151,7 @@ class GrowthAhead {
     uint64_t published = 0;
     bool inflight = false;
     bool stop = false;
-    std::string slot, descs;
+    std::string key, descs;
     int device = 0;
     uint64_t context = 0;
     uint64_t seq_base = 0;  // the order of its first page (kAheadOrder + seq_, when queued)
@@ -182,10 +181,10 @@ class GrowthAhead {
   };
 
   // Queues a job for the worker; false if no worker can run.
-  bool queue(uint64_t from, uint64_t page, uint64_t pages, const std::string& slot, int device,
+  bool queue(uint64_t from, uint64_t page, uint64_t pages, const std::string& key, int device,
              const std::string& descs);
-  void double_batch(const std::string& slot);
-  void stop_jobs_of(const std::string& slot);
+  void double_batch(const std::string& key);
+  void stop_jobs_of(const std::string& key);
   void erase_finished_jobs();
   // Waits at most a second for a job's news; false on the timeout.
   bool wait_a_second(std::unique_lock<std::mutex>& lock);
@@ -199,30 +198,30 @@ class GrowthAhead {
   std::atomic<uint64_t> jobs_count_{0};
   std::condition_variable jobs_cv_;                     // a job queued, a page published, a job ended
   uint64_t seq_ = 0;                                    // pages ordered so far (kAheadOrder + seq_ is the next)
-  std::unordered_map<std::string, int> next_batch_;     // slot -> pages the next batch makes
-  std::unordered_map<std::string, std::string> descs_;  // slot -> descriptors its pages are opened with
-  // Slot -> pages made ahead that the program took and mapped somewhere
+  std::unordered_map<std::string, int> next_batch_;     // key -> pages the next batch makes
+  std::unordered_map<std::string, std::string> descs_;  // key -> descriptors its pages are opened with
+  // Key -> pages made ahead that the program took and mapped somewhere
   // else than where they were made (two segments of the same properties
   // growing in turns: cuMemCreate cannot tell which one a page is for).
-  // From kMisdirectedLimit on, that slot grows nothing ahead any more.
+  // From kMisdirectedLimit on, that key grows nothing ahead any more.
   std::unordered_map<std::string, int> misdirected_;
   static constexpr int kMisdirectedLimit = 2;
   AheadStats stats_;
 };
 
 template <class Lowest>
-void GrowthAhead::wait_for_slot(std::unique_lock<std::mutex>& lock, const std::string& slot, Lowest lowest) {
+void GrowthAhead::wait_for_key(std::unique_lock<std::mutex>& lock, const std::string& key, Lowest lowest) {
   Wait timer{*this};
   while (busy()) {
     const uint64_t before = lowest();
     bool wait = false;
     for (const AheadJob& j : jobs_)
-      if (j.slot == slot && !j.stop && (j.inflight || j.begun < j.pages) && j.first_unpublished_seq() < before)
+      if (j.key == key && !j.stop && (j.inflight || j.begun < j.pages) && j.first_unpublished_seq() < before)
         wait = true;
     if (!wait) break;
     timer.begin();
     if (!wait_a_second(lock)) {
-      stop_jobs_of(slot);
+      stop_jobs_of(key);
       break;
     }
   }

@@ -18,18 +18,14 @@ loaded in the process, as pagefast.sleep does; they make no CUDA call.
 """
 import contextlib
 import ctypes
-import re
 import threading
 
+from ._constants import MAX_DEPTH, MAX_TAGS, REGION_POOL_ONLY, TAG, TAG_RULE
 from ._sleep import Error, _require
 
 __all__ = ["region", "current_region"]
 
-_REGION_KEEP = 1  # PAGEFAST_REGION_KEEP (interpose/pagefast.h)
-_REGION_POOL_ONLY = 2  # PAGEFAST_REGION_POOL_ONLY: the program's own cuMemCreate memory stays untagged
-_REGION_KEEP_DISK = 8  # PAGEFAST_REGION_KEEP_DISK: kept in files
-_REGION_HOST_RELEASE = 16  # PAGEFAST_REGION_HOST_RELEASE: kept in host memory given back at wake
-_TAG = re.compile(r"[A-Za-z0-9_.:-]{1,63}\Z")
+_BAD_TAG = "a tag is " + TAG_RULE + " , not %r"
 
 # The regions this thread opened through this module, innermost last, so
 # that a block can step outside them (_outside) and back in.
@@ -67,12 +63,13 @@ def _api():
 
 
 def _begin(tag, keep, pool_only=False):
-    # keep: a bool, or region flags (_REGION_KEEP with _REGION_KEEP_DISK or _REGION_HOST_RELEASE).
-    flags = (int(keep) & ~_REGION_POOL_ONLY) | (_REGION_POOL_ONLY if pool_only else 0)
+    # keep: a bool, or region flags (REGION_KEEP with REGION_KEEP_DISK or REGION_HOST_RELEASE).
+    flags = (int(keep) & ~REGION_POOL_ONLY) | (REGION_POOL_ONLY if pool_only else 0)
     if _api()[0](tag.encode("ascii"), flags) != 0:
         _api()[1]()  # a refused begin takes its end all the same (docs/SLEEP.md)
-        raise Error("pagefast could not open the region %r: 31 (tag, keep) pairs in this process "
-                    "already, none of them empty, or 8 regions open on this thread (the log says which)" % tag)
+        raise Error("pagefast could not open the region %r: %d (tag, keep) pairs in this process "
+                    "already, none of them empty, or %d regions open on this thread (the log says which)"
+                    % (tag, MAX_TAGS, MAX_DEPTH))
     _stack().append((tag, keep if type(keep) is int else bool(keep), bool(pool_only)))
 
 
@@ -94,8 +91,8 @@ class region(contextlib.ContextDecorator):
     Raises Error when the library refuses (too many tags, too deep)."""
 
     def __init__(self, tag, keep=True):
-        if not isinstance(tag, str) or not _TAG.match(tag):
-            raise ValueError("a tag is 1 to 63 characters of A-Z a-z 0-9 _ . : - , not %r" % (tag,))
+        if not isinstance(tag, str) or not TAG.match(tag):
+            raise ValueError(_BAD_TAG % (tag,))
         self.tag = tag
         self.keep = bool(keep)
 
@@ -121,8 +118,8 @@ def current_region():
 def _opened(tag, keep, pool_only):
     """A region of `tag` for the block; pool_only: the program's own
     cuMemCreate memory made inside stays untagged."""
-    if not isinstance(tag, str) or not _TAG.match(tag):
-        raise ValueError("a tag is 1 to 63 characters of A-Z a-z 0-9 _ . : - , not %r" % (tag,))
+    if not isinstance(tag, str) or not TAG.match(tag):
+        raise ValueError(_BAD_TAG % (tag,))
     _begin(tag, keep, pool_only)
     try:
         yield

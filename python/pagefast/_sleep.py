@@ -35,14 +35,12 @@ finaliser, nor while a CUDA graph is being captured.
 import contextlib
 import ctypes
 
-__all__ = ["Error", "loaded", "sleep", "wake", "is_asleep", "asleep"]
+from ._constants import SLEEP_DISCARD as _SLEEP_DISCARD
+from ._constants import SLEEP_FAIL as _SLEEP_FAIL
+from ._constants import SLEEP_KEEP as _SLEEP_KEEP
+from ._constants import UNKNOWN_TAG as _UNKNOWN_TAG
 
-# Flags of pagefast_sleep and pagefast_sleep_tag (interpose/pagefast.h).
-_SLEEP_KEEP = 1
-_SLEEP_FAIL = 2
-_SLEEP_DISCARD = 4
-# Answer of the tagged calls for a tag no region ever had.
-_UNKNOWN_TAG = -2
+__all__ = ["Error", "loaded", "sleep", "wake", "is_asleep", "asleep"]
 
 
 class Error(RuntimeError):

@@ -27,7 +27,8 @@ import os
 import threading
 
 from . import _region
-from ._region import _REGION_HOST_RELEASE, _REGION_KEEP, _REGION_KEEP_DISK
+from ._constants import REGION_HOST_RELEASE as _REGION_HOST_RELEASE, REGION_KEEP as _REGION_KEEP
+from ._constants import REGION_KEEP_DISK as _REGION_KEEP_DISK
 # _SLEEP_FAIL (PAGEFAST_SLEEP_FAIL): allocations of a paused tag fail instead of waiting.
 from ._sleep import _SLEEP_FAIL, _UNKNOWN_TAG, Error, _require_tags, _tag_bytes, loaded
 from ._tms_state import BACKENDS as _BACKENDS, STATE as _STATE, TAG_DEFAULT as _TAG_DEFAULT, Impl, env_bool

@@ -40,8 +40,8 @@ TEST_CASE("small blocks: a slab fills a bin, the bin serves hits, the slab goes 
   CHECK(t.small.describe().find("slabs") != std::string::npos);
   // The block comes back as a retire would bring it, the rest with the bins.
   slab->info[(addr - slab->base_addr()) / slab->block_bytes].live.store(0);
-  const SmallSlot slot{slab, uint32_t((addr - slab->base_addr()) / slab->block_bytes)};
-  t.small.put_back(&slot, 1, c);
+  const SmallEntry entry{slab, uint32_t((addr - slab->base_addr()) / slab->block_bytes)};
+  t.small.put_back(&entry, 1, c);
   t.small.drain_bins(cache);
   CHECK(cache.bins[c].count == 0);
   CHECK(cache.cached_bytes.load() == 0);

@@ -17,7 +17,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -102,14 +101,6 @@ struct Command {
   long pid = 0;
 };
 
-// A tag as regions take it (interpose/pagefast.h): 1 to 63 of A-Z a-z 0-9 _ . : -.
-bool valid_tag(const std::string& tag) {
-  if (tag.empty() || tag.size() >= kTagNameBytes) return false;
-  for (const char c : tag)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && !std::strchr("_.:-", c)) return false;
-  return true;
-}
-
 // Reads the command line into *c; returns kExitDone or the exit status of
 // a usage error (said on stderr).
 int parse(int argc, char** argv, Command* c) {
@@ -137,8 +128,8 @@ int parse(int argc, char** argv, Command* c) {
   char* end = nullptr;
   c->pid = std::strtol(pid_text, &end, 10);
   if (!end || *end || c->pid <= 0 || c->pid > long(INT32_MAX)) return usage("PID must be a process id");
-  if (c->tagged && !valid_tag(c->tag))
-    return usage(("--tag: '" + c->tag + "' is no tag (1 to 63 of A-Z a-z 0-9 _ . : -)").c_str());
+  if (c->tagged && !pagefast::policy::good_tag(c->tag.c_str()))
+    return usage(("--tag: '" + c->tag + "' is no tag (" PAGEFAST_TAG_RULE ")").c_str());
   if (c->op == kOpSleep && (c->keep == c->discard) && !(c->tagged && !c->keep)) {
     std::fprintf(stderr,
                  "pagefast-ctl: sleep needs exactly one of --keep or --discard%s:\n"
