@@ -13,6 +13,8 @@ int main() {
   std::printf("SLEEP_DISCARD %u\n", PAGEFAST_SLEEP_DISCARD);
   std::printf("REGION_KEEP %u\n", PAGEFAST_REGION_KEEP);
   std::printf("REGION_POOL_ONLY %u\n", PAGEFAST_REGION_POOL_ONLY);
+  std::printf("REGION_KEEP_DISK %u\n", PAGEFAST_REGION_KEEP_DISK);
+  std::printf("REGION_HOST_RELEASE %u\n", PAGEFAST_REGION_HOST_RELEASE);
   std::printf("UNKNOWN_TAG %d\n", pagefast::policy::kUnknownTag);
   std::printf("TAG_MAX_CHARS %d\n", pagefast::policy::kTagMaxChars);
   std::printf("MAX_TAGS %d\n", pagefast::policy::kMaxTags);
