@@ -102,6 +102,9 @@ class DeviceBudget {
   uint64_t relieve(uint64_t free_bytes);
   // The driver refused memory: every holder releases all it holds idle.
   uint64_t reclaim();
+  // The program asked (pagefast_pool_trim): the same, not counted as a
+  // reclaim.
+  uint64_t trim() { return ask(kAllIdle); }
   // The driver refused `grower` a growth of `bytes`: the other holders
   // release at least that much if they hold it. Not counted as a reclaim
   // (the pool's own out-of-memory path counts its answer).

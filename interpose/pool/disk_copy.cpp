@@ -265,4 +265,3 @@ void VmmProvider::copy_from_host(policy::HostCopy* copies, uint64_t count) { spl
 int keep_disk_dir(const char* dir, size_t chunk_bytes) { return disk::set_dir(dir, chunk_bytes); }
 
 }  // namespace pagefast::pool
-

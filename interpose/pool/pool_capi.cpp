@@ -38,10 +38,11 @@ int pool_stats_get(int device, pagefast_pool_stats* out) {
 }
 
 int pool_trim(int device) {
-  own_vmm::trim(device, UINT64_MAX);  // the program's released VMM memory too
-  if (!pool_for_device(device)) return -1;
-  DeviceMemory* memory = device_memory(device);
-  memory->each_pool([](int, policy::DevicePool* pool) { pool->trim(); });
+  // Through the device's budget: every pool's idle memory and the program's
+  // released VMM memory (the own-VMM cache's share).
+  DeviceMemory* memory = device_memory_made(device);
+  if (memory) memory->budget().trim();
+  if (!memory || !pool_for_device(device)) return -1;
   // The host memory sleep keeps page-locked between cycles too.
   if (memory->provider()) memory->provider()->release_host_memory();
   return 0;

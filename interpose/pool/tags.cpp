@@ -112,8 +112,7 @@ int tag_figures(TagFigures* out, int max) {
 
 int region_begin(const char* tag, unsigned flags) {
   const char* why = "";
-  if (region::begin(tag, region::policy_of(flags), (flags & PAGEFAST_REGION_POOL_ONLY) != 0, &why) > 0)
-    return 0;
+  if (region::begin(tag, region::policy_of(flags), (flags & PAGEFAST_REGION_POOL_ONLY) != 0, &why) > 0) return 0;
   log_line(LogLevel::Warn, "pagefast_region_begin(\"%.64s\"): refused: %s", tag ? tag : "(null)", why);
   return -1;
 }
