@@ -64,36 +64,29 @@ CUresult cuCtxDisablePeerAccess(CUcontext peerContext) {
 }
 
 // Primary context reset and release: forwarded; when the device's primary
-// context is gone afterwards, so is its memory, and the pool steps aside.
-#define PF_PRIMARY_RESET(symbol)                                          \
-  CUresult symbol(CUdevice device) {                                      \
-    const bool on = active(Entry::symbol);                                \
-    const RealDriver* real = real_driver();                               \
-    if (!real || !real->symbol) return kMissing;                          \
-    const CUresult result = real->symbol(device);                         \
-    if (on && result == CUDA_SUCCESS) pool::on_device_reset(int(device)); \
-    return result;                                                        \
-  }
-PF_PRIMARY_RESET(cuDevicePrimaryCtxReset)
-PF_PRIMARY_RESET(cuDevicePrimaryCtxReset_v2)
-#undef PF_PRIMARY_RESET
+// context is gone afterwards (a reset always, a release once no retain is
+// left), so is its memory, and the pool steps aside.
+static bool primary_gone(const RealDriver* real, CUdevice device, bool reset) {
+  if (reset) return true;
+  unsigned flags = 0;
+  int still_active = 1;
+  return driver::primary_ctx_state(real, device, &flags, &still_active) == CUDA_SUCCESS && !still_active;
+}
 
-#define PF_PRIMARY_RELEASE(symbol)                                                                       \
-  CUresult symbol(CUdevice device) {                                                                     \
-    const bool on = active(Entry::symbol);                                                               \
-    const RealDriver* real = real_driver();                                                              \
-    if (!real || !real->symbol) return kMissing;                                                         \
-    const CUresult result = real->symbol(device);                                                        \
-    unsigned flags = 0;                                                                                  \
-    int still_active = 1;                                                                                \
-    if (on && result == CUDA_SUCCESS &&                                                                  \
-        driver::primary_ctx_state(real, device, &flags, &still_active) == CUDA_SUCCESS && !still_active) \
-      pool::on_device_reset(int(device));                                                                \
-    return result;                                                                                       \
+#define PF_PRIMARY_END(symbol, reset)                                                                          \
+  CUresult symbol(CUdevice device) {                                                                           \
+    const bool on = active(Entry::symbol);                                                                     \
+    const RealDriver* real = real_driver();                                                                    \
+    if (!real || !real->symbol) return kMissing;                                                               \
+    const CUresult result = real->symbol(device);                                                              \
+    if (on && result == CUDA_SUCCESS && primary_gone(real, device, reset)) pool::on_device_reset(int(device)); \
+    return result;                                                                                             \
   }
-PF_PRIMARY_RELEASE(cuDevicePrimaryCtxRelease)
-PF_PRIMARY_RELEASE(cuDevicePrimaryCtxRelease_v2)
-#undef PF_PRIMARY_RELEASE
+PF_PRIMARY_END(cuDevicePrimaryCtxReset, true)
+PF_PRIMARY_END(cuDevicePrimaryCtxReset_v2, true)
+PF_PRIMARY_END(cuDevicePrimaryCtxRelease, false)
+PF_PRIMARY_END(cuDevicePrimaryCtxRelease_v2, false)
+#undef PF_PRIMARY_END
 
 // Context destruction: the driver frees the context's memory; the pool's
 // blocks allocated in it go back to the pool once it did.
