@@ -52,6 +52,18 @@ def is_xpu():
         return False
 
 
+def _give_back(device):
+    """pagefast_pool_trim: the device's idle memory back to the driver."""
+    import ctypes
+    try:
+        trim = ctypes.CDLL(None).pagefast_pool_trim
+    except (OSError, AttributeError):
+        return
+    trim.argtypes = [ctypes.c_int]
+    trim.restype = ctypes.c_int
+    trim(int(device))
+
+
 def _check_backup(enable_cpu_backup, enable_disk_backup=False, cpu_backup_backend=None):
     """torch_memory_saver's checks of a region's backup, in its order."""
     if cpu_backup_backend is not None:
@@ -211,6 +223,10 @@ class TorchMemorySaver:
                 with torch.cuda.use_mem_pool(pool):
                     yield
                 del pool
+                # What the block freed (its pool dropped) goes back to the
+                # driver, as it does under torch_memory_saver, not idle in
+                # pagefast's pool (training_engine's check after disable).
+                _give_back(torch.cuda.current_device())
             finally:
                 stack.pop()
 

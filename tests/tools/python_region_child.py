@@ -75,6 +75,13 @@ class Cuda:
         self.ok(self.lib.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)), "cuMemGetInfo_v2")
         return free.value
 
+    def driver_free_bytes(self, device=0):
+        """The memory really free on the fake device (pagefast's idle memory
+        not counted as free, as cuMemGetInfo counts it)."""
+        f = self.lib.fakecuda_free_bytes
+        f.restype = ctypes.c_ulonglong
+        return f(device)
+
     def reset_counts(self):
         self.lib.fakecuda_reset_counts()
 

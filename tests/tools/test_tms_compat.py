@@ -227,10 +227,21 @@ elif case == "tms":
 
     with tms.region(tag="kv"):
         mark = len(torch.cuda.calls)
+        import ctypes
+        ctypes.CDLL(None).pagefast_pool_trim(0)  # nothing idle before the block: what it takes is grown
+        before_disable = cuda.driver_free_bytes()
         with tms.disable():
             expect(pagefast.current_region() is None, "disable() closes the region for the block")
             free_of_tag = cuda.alloc(2 * MB, 0x44)
+            answer, scratch = cuda.try_alloc(128 * MB)  # under what pagefast keeps idle (keep_idle)
+            expect(answer == 0, "128 MiB under disable()")
+            cuda.free(scratch)
         expect(pagefast.current_region() == epochs("kv")[-1], "and opens it again after")
+        # torch_memory_saver's training_engine: what the block freed is back
+        # with the driver once it ends (its pool dropped), not idle in pagefast.
+        expect(cuda.driver_free_bytes() >= before_disable - 4 * MB,
+               "disable() gives what its block freed back to the driver (%d MiB less free)"
+               % ((before_disable - cuda.driver_free_bytes()) >> 20))
         seen = calls_since(mark)
         expect([c[0] for c in seen] == ["MemPool", "use_mem_pool", "end_mem_pool"] and seen[1][2] is None,
                "disable() uses a fresh pool outside the region: %r" % (seen,))
