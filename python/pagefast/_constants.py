@@ -18,7 +18,7 @@ UNKNOWN_TAG = -2
 
 # A tag's limits (policy/tags.h).
 TAG_MAX_CHARS = 63  # PAGEFAST_TAG_MAX_CHARS
-MAX_TAGS = 31  # PAGEFAST_MAX_TAGS: (tag, keep) pairs in a process at once
+MAX_TAGS = 31  # PAGEFAST_MAX_TAGS: (tag, policy) pairs in a process at once
 MAX_DEPTH = 8  # PAGEFAST_MAX_DEPTH: regions open on one thread
 TAG_RULE = "1 to 63 characters of A-Z a-z 0-9 _ . : -"  # PAGEFAST_TAG_RULE
 

@@ -67,7 +67,7 @@ def _begin(tag, keep, pool_only=False):
     flags = (int(keep) & ~REGION_POOL_ONLY) | (REGION_POOL_ONLY if pool_only else 0)
     if _api()[0](tag.encode("ascii"), flags) != 0:
         _api()[1]()  # a refused begin takes its end all the same (docs/SLEEP.md)
-        raise Error("pagefast could not open the region %r: %d (tag, keep) pairs in this process "
+        raise Error("pagefast could not open the region %r: %d (tag, policy) pairs in this process "
                     "already, none of them empty, or %d regions open on this thread (the log says which)"
                     % (tag, MAX_TAGS, MAX_DEPTH))
     _stack().append((tag, keep if type(keep) is int else bool(keep), bool(pool_only)))
