@@ -227,14 +227,12 @@ CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemA
       *handle = cached;
       return CUDA_SUCCESS;
     }
+    // Out of memory: the device's idle memory goes back (its budget), then
+    // the neighbours', each time once more (interpose/pool_api.h).
     CUresult r = driver::create(real, handle, bytes, prop, flags);
-    // The device's idle memory goes back (its budget: the cache's and the
-    // pool's), then once more (interpose/pool_api.h, as every call out of
-    // memory).
-    if (r == CUDA_ERROR_OUT_OF_MEMORY && reclaim_for_driver(device))
-      r = driver::create(real, handle, bytes, prop, flags);
-    if (r == CUDA_ERROR_OUT_OF_MEMORY && reclaim_from_neighbours(device))
-      r = driver::create(real, handle, bytes, prop, flags);
+    for (int step = 0; step < 2 && r == CUDA_ERROR_OUT_OF_MEMORY; ++step)
+      if (step == 0 ? reclaim_for_driver(device) : reclaim_from_neighbours(device) != 0)
+        r = driver::create(real, handle, bytes, prop, flags);
     if (r == CUDA_SUCCESS) g_cache->note_created(*handle, bytes, key, device);
     return r;
   }));
@@ -242,9 +240,8 @@ CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemA
 
 CUresult release(CUmemGenericAllocationHandle handle) {
   const CUresult r = noted(guarded([&] { return CUresult(g_cache->release(handle)); }));
-  // What the program releases is cached: the trim thread lets it decay
-  // (a program that never calls cuMemAlloc has no pool to start it), and
-  // what takes the device's idle memory over keep_idle goes back now.
+  // Cached: the trim thread lets it decay (a program that never calls
+  // cuMemAlloc has no pool to start it); over keep_idle, it goes back now.
   start_trim_thread(g_config);
   if (r == CUDA_SUCCESS) give_back_idle();
   return r;
