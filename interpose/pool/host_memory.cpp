@@ -74,6 +74,13 @@ HostMemory::Buffer* HostMemory::map_buffer(uint64_t bytes) {
 }
 
 void HostMemory::take(const uint64_t* bytes, uint64_t count, Buffer** out) {
+  std::vector<Buffer*> gone;
+  take_locked(bytes, count, out, &gone);
+  // Unregistered (driver calls) and unmapped with the lock let go.
+  for (Buffer* buffer : gone) unmap_unlisted(buffer);
+}
+
+void HostMemory::take_locked(const uint64_t* bytes, uint64_t count, Buffer** out, std::vector<Buffer*>* gone) {
   std::lock_guard<std::mutex> guard(mutex_);
   // Idle buffers to the copies of their size first...
   for (uint64_t i = 0; i < count; ++i) {
@@ -91,7 +98,7 @@ void HostMemory::take(const uint64_t* bytes, uint64_t count, Buffer** out) {
   // and page-locked for the rest.
   uint64_t fresh = 0;
   for (uint64_t i = 0; i < count; ++i) fresh += out[i] ? 0 : bytes[i];
-  release_idle_past_locked(fresh);
+  release_idle_past_locked(fresh, gone);
   for (uint64_t i = 0; i < count; ++i)
     if (!out[i]) out[i] = map_buffer(bytes[i]);
 }
@@ -137,40 +144,45 @@ void HostMemory::done_copying(Buffer& buffer, bool keep) {
 }
 
 // REQUIRES: mutex_ held; `buffer` in neither by_base_ nor idle_ any more.
-void HostMemory::release(Buffer* buffer) {
+void HostMemory::drop_locked(Buffer* buffer, std::vector<Buffer*>* gone) {
+  by_base_.erase(buffer->base);
   mapped_bytes_ -= buffer->bytes;
-  unmap_unlisted(buffer);
+  try {
+    gone->push_back(buffer);
+  } catch (...) {  // no room for the list (host out of memory): now, under the lock
+    unmap_unlisted(buffer);
+  }
 }
 
 void HostMemory::give(Buffer& buffer, bool keep) {
-  std::lock_guard<std::mutex> guard(mutex_);
-  buffer.in_use = false;
-  if (keep && !buffer.transient) {
-    try {
-      idle_.emplace(buffer.bytes, &buffer);
-      idle_bytes_ += buffer.bytes;
-      return;
-    } catch (...) {  // no room to remember it idle: give it back
+  std::vector<Buffer*> gone;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    buffer.in_use = false;
+    if (keep && !buffer.transient) {
+      try {
+        idle_.emplace(buffer.bytes, &buffer);
+        idle_bytes_ += buffer.bytes;
+        return;
+      } catch (...) {  // no room to remember it idle: give it back
+      }
     }
+    drop_locked(&buffer, &gone);
   }
-  by_base_.erase(buffer.base);
-  release(&buffer);
+  for (Buffer* old : gone) unmap_unlisted(old);
 }
 
-uint64_t HostMemory::release_idle_locked() {
+uint64_t HostMemory::release_idle_locked(std::vector<Buffer*>* gone) {
   const uint64_t bytes = idle_bytes_;
-  for (auto& entry : idle_) {
-    by_base_.erase(entry.second->base);
-    release(entry.second);
-  }
+  for (auto& entry : idle_) drop_locked(entry.second, gone);
   idle_.clear();
   idle_bytes_ = 0;
   return bytes;
 }
 
-void HostMemory::release_idle_past_locked(uint64_t fresh) {
+void HostMemory::release_idle_past_locked(uint64_t fresh, std::vector<Buffer*>* gone) {
   if (!keep_bound_) {
-    release_idle_locked();
+    release_idle_locked(gone);
     return;
   }
   while (!idle_.empty() && mapped_bytes_ + fresh > keep_bound_) {
@@ -178,8 +190,7 @@ void HostMemory::release_idle_past_locked(uint64_t fresh) {
     Buffer* buffer = it->second;
     idle_bytes_ -= buffer->bytes;
     idle_.erase(it);
-    by_base_.erase(buffer->base);
-    release(buffer);
+    drop_locked(buffer, gone);
   }
 }
 
@@ -266,8 +277,14 @@ uint64_t HostMemory::prelock(const uint64_t* bytes, uint64_t count, uint64_t bud
 }
 
 uint64_t HostMemory::release_idle() {
-  std::lock_guard<std::mutex> guard(mutex_);
-  return release_idle_locked();
+  std::vector<Buffer*> gone;
+  uint64_t bytes = 0;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    bytes = release_idle_locked(&gone);
+  }
+  for (Buffer* old : gone) unmap_unlisted(old);
+  return bytes;
 }
 
 HostMemory::Figures HostMemory::figures() {

@@ -51,6 +51,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "interpose/real_driver.h"
 
@@ -128,12 +129,18 @@ class HostMemory {
  private:
   Buffer* map_buffer(uint64_t bytes);         // REQUIRES: mutex_ held
   static Buffer* new_buffer(uint64_t bytes);  // mapped, no page touched, not listed
-  // REQUIRES: mutex_ held. Releases idle buffers until, with `fresh` bytes
+  // take() under the lock; the buffers it lets go are added to *gone.
+  void take_locked(const uint64_t* bytes, uint64_t count, Buffer** out, std::vector<Buffer*>* gone);
+  // REQUIRES: mutex_ held. Lets idle buffers go until, with `fresh` bytes
   // more, the buffers hold at most keep_bound_ (all of them without one).
-  void release_idle_past_locked(uint64_t fresh);
-  uint64_t release_idle_locked();  // REQUIRES: mutex_ held
-  void release(Buffer* buffer);    // unregisters, unmaps, deletes
-  // The same for a buffer on no list that mapped_bytes_ no longer counts.
+  // Buffers let go (here and below) are off every list and figure and
+  // added to *gone; the caller unregisters and unmaps them with
+  // unmap_unlisted once the lock is let go (the driver's calls are slow).
+  void release_idle_past_locked(uint64_t fresh, std::vector<Buffer*>* gone);
+  uint64_t release_idle_locked(std::vector<Buffer*>* gone);
+  void drop_locked(Buffer* buffer, std::vector<Buffer*>* gone);  // a listed, not idle buffer
+  // Unregisters, unmaps and deletes a buffer on no list that mapped_bytes_
+  // no longer counts.
   void unmap_unlisted(Buffer* buffer);
   void unregister_pieces(Buffer& buffer);
 
