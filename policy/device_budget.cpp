@@ -100,15 +100,19 @@ void DeviceBudget::mem_info(uint64_t* free_bytes, uint64_t* total_bytes) {
 }
 
 void DeviceBudget::set_idle_limit(uint64_t bytes, uint64_t relearn_ns) {
-  std::lock_guard<std::mutex> guard(give_back_mutex_);
   relearn_ns_ = relearn_ns;
-  idle_limit_.store(bytes, std::memory_order_relaxed);
   give_back_mark_.store(bytes, std::memory_order_relaxed);
+  // Published last: give_back_idle reads relearn_ns_ only once it sees a bound.
+  idle_limit_.store(bytes, std::memory_order_release);
+}
+
+uint64_t DeviceBudget::keep_bytes(uint64_t bound) const {
+  return bound + learned_bytes_ < bound ? kNoLimit : bound + learned_bytes_;
 }
 
 void DeviceBudget::set_mark(uint64_t idle, uint64_t left) {
   const uint64_t bound = idle_limit_.load(std::memory_order_relaxed);
-  const uint64_t keep = bound + learned_bytes_ < bound ? kNoLimit : bound + learned_bytes_;
+  const uint64_t keep = keep_bytes(bound);
   // Due again once another eighth of the bound came on top of what is idle
   // now or of the bound, whichever is more: memory that could not go back
   // (chunks partly in use) is not asked for again at every free.
@@ -119,12 +123,12 @@ void DeviceBudget::set_mark(uint64_t idle, uint64_t left) {
 }
 
 uint64_t DeviceBudget::give_back_idle(uint64_t now_ns) {
-  const uint64_t bound = idle_limit_.load(std::memory_order_relaxed);
+  const uint64_t bound = idle_limit_.load(std::memory_order_acquire);
   if (bound == kNoLimit) return 0;
   std::unique_lock<std::mutex> lock(give_back_mutex_, std::try_to_lock);
   if (!lock.owns_lock()) return 0;
   const uint64_t idle = idle_bytes();
-  uint64_t keep = bound + learned_bytes_ < bound ? kNoLimit : bound + learned_bytes_;
+  uint64_t keep = keep_bytes(bound);
   if (idle <= keep) {
     set_mark(idle, idle);
     return 0;
@@ -138,7 +142,7 @@ uint64_t DeviceBudget::give_back_idle(uint64_t now_ns) {
     learned_bytes_ += recent_given_bytes_;
     recent_given_bytes_ = 0;
     last_give_back_ns_ = 0;
-    keep = bound + learned_bytes_ < bound ? kNoLimit : bound + learned_bytes_;
+    keep = keep_bytes(bound);
     if (idle <= keep) {
       set_mark(idle, idle);
       return 0;

@@ -31,8 +31,10 @@
 // argument, so tests drive it with fakes. Thread-safe: the holders answer
 // from any thread; add() may run while others call.
 //
-// Lock rule (docs/DESIGN.md "Lock order"): the budget holds no lock while
-// it asks a holder, so a holder takes its own locks in release(); and no
+// Lock rule (docs/DESIGN.md "Lock order"): the budget holds no lock that
+// anyone waits for while it asks a holder, so a holder takes its own locks
+// in release(): give_back_idle asks holders inside give_back_mutex_, which
+// is only ever try-locked (a second caller returns at once); and no
 // caller holds a lock of any holder while it calls make_room, reclaim,
 // reclaim_for or relieve. A pool that finds it must grow therefore leaves
 // its locks, asks the budget, and tries again (DevicePool::obtain):
@@ -117,7 +119,8 @@ class DeviceBudget {
   uint64_t room_for(const Holder* holder);
 
   // Idle memory the holders keep beyond what they hold in use (kNoLimit:
-  // no bound, only the decay and the headroom give it back). A program
+  // no bound, only the decay and the headroom give it back). Set once,
+  // before any holder frees (the device's pool is made). A program
   // that takes back from the driver, within relearn_ns, at least half of
   // what a give-back released frees and allocates that much again: the
   // bound then rises to the idle memory of the next give-back, which is
@@ -170,8 +173,11 @@ class DeviceBudget {
   std::mutex add_mutex_;  // add() alone: the readers go by holder_count_
   Holder* holders_[kMaxHolders] = {};
   std::atomic<int> holder_count_{0};
-  // The mark after a give-back that found `idle` idle memory and left
-  // `left` of it.
+  // REQUIRES: give_back_mutex_. The idle memory kept: `bound` and what
+  // the program showed it takes back (learned_bytes_), kNoLimit on overflow.
+  uint64_t keep_bytes(uint64_t bound) const;
+  // REQUIRES: give_back_mutex_. The mark after a give-back that found
+  // `idle` idle memory and left `left` of it.
   void set_mark(uint64_t idle, uint64_t left);
 
   std::atomic<uint64_t> relieved_bytes_{0}, relieves_{0}, released_bytes_{0}, releases_{0};
