@@ -48,6 +48,10 @@ enum class Exchange { Ok, Timeout, Broken };
 // in time, or someone else answers (one warning naming them).
 int connect_to(const ExporterKey& key);
 bool send_request(int fd, uint16_t op, uint64_t arg, uint32_t seq = 0);
+// Reads exactly `bytes` into dst before `deadline` (now_ns()), with any
+// descriptors that come along (added to *fds). Timeout only when nothing
+// was read; anything else that stops it short is Broken.
+Exchange read_exact(int fd, void* dst, size_t bytes, uint64_t deadline, std::vector<int>* fds, bool* truncated);
 // Reads the late answers already there; false if the link broke.
 bool drain_late(Link& link, Reply* reply);
 // Sends an open and waits for its answer; answers to opens given up on

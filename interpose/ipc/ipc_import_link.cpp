@@ -36,6 +36,29 @@ bool is_exporter(int fd, const ExporterKey& key, uint32_t* uid, int32_t* pid) {
   return ns == 0 || ns == key.pidns;
 }
 
+// One reply: its header, its pieces and their descriptors.
+Exchange receive_reply(int fd, uint64_t deadline, Reply* reply, std::vector<int>* fds, bool* truncated) {
+  std::memset(&reply->header, 0, sizeof reply->header);
+  Exchange r = read_exact(fd, &reply->header, sizeof reply->header, deadline, fds, truncated);
+  if (r != Exchange::Ok) return r;
+  if (reply->header.magic != wire::kReplyMagic || reply->header.piece_count > uint32_t(kMaxPieces))
+    return Exchange::Broken;  // not a reply of ours: nothing after it can be trusted
+  r = read_exact(fd, reply->pieces, size_t(reply->header.piece_count) * sizeof(ReplyPiece), deadline, fds, truncated);
+  return r == Exchange::Timeout ? Exchange::Broken : r;
+}
+
+// A late answer to an open given up on: what it opened is closed again.
+void settle_late(Link& link, const Reply& reply, std::vector<int>* fds) {
+  for (int fd : *fds) ::close(fd);
+  fds->clear();
+  auto it = link.abandoned.find(reply.header.seq);
+  if (it == link.abandoned.end()) return;
+  if (reply.header.status == CUDA_SUCCESS) send_request(link.fd, wire::kOpClose, it->second);
+  link.abandoned.erase(it);
+}
+
+}  // namespace
+
 // Reads exactly `bytes` into dst before `deadline`, with any descriptors
 // that come along. Timeout only when nothing was read (the stream is still
 // whole); anything else that stops it short is Broken.
@@ -74,29 +97,6 @@ Exchange read_exact(int fd, void* dst, size_t bytes, uint64_t deadline, std::vec
   }
   return Exchange::Ok;
 }
-
-// One reply: its header, its pieces and their descriptors.
-Exchange receive_reply(int fd, uint64_t deadline, Reply* reply, std::vector<int>* fds, bool* truncated) {
-  std::memset(&reply->header, 0, sizeof reply->header);
-  Exchange r = read_exact(fd, &reply->header, sizeof reply->header, deadline, fds, truncated);
-  if (r != Exchange::Ok) return r;
-  if (reply->header.magic != wire::kReplyMagic || reply->header.piece_count > uint32_t(kMaxPieces))
-    return Exchange::Broken;  // not a reply of ours: nothing after it can be trusted
-  r = read_exact(fd, reply->pieces, size_t(reply->header.piece_count) * sizeof(ReplyPiece), deadline, fds, truncated);
-  return r == Exchange::Timeout ? Exchange::Broken : r;
-}
-
-// A late answer to an open given up on: what it opened is closed again.
-void settle_late(Link& link, const Reply& reply, std::vector<int>* fds) {
-  for (int fd : *fds) ::close(fd);
-  fds->clear();
-  auto it = link.abandoned.find(reply.header.seq);
-  if (it == link.abandoned.end()) return;
-  if (reply.header.status == CUDA_SUCCESS) send_request(link.fd, wire::kOpClose, it->second);
-  link.abandoned.erase(it);
-}
-
-}  // namespace
 
 // A connection to the exporter, checked; -1 if it is gone, not reachable
 // in time, or someone else answers (one warning naming them).

@@ -8,11 +8,8 @@
 // MiB it released. Nothing here is on a fast path: it runs only before an
 // out-of-memory answer.
 #include <dirent.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -72,23 +69,6 @@ std::vector<detail::ExporterKey> sockets_of_user(uint32_t uid) {
   return out;
 }
 
-// The reply's header before `deadline_ms` from now; false on anything else.
-bool receive_header(int fd, int timeout_ms, wire::ReplyHeader* header) {
-  char* p = reinterpret_cast<char*>(header);
-  size_t have = 0;
-  while (have < sizeof *header) {
-    pollfd pfd{fd, POLLIN, 0};
-    const int ready = ::poll(&pfd, 1, timeout_ms);
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) return false;
-    const ssize_t got = ::recv(fd, p + have, sizeof *header - have, 0);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return false;
-    have += size_t(got);
-  }
-  return header->magic == wire::kReplyMagic;
-}
-
 // What one neighbour released, in bytes (0: nothing, or no answer).
 uint64_t ask_one(const detail::ExporterKey& key, const char* bus_id, uint64_t bytes, uint32_t seq) {
   const int fd = detail::connect_to(key);
@@ -100,10 +80,16 @@ uint64_t ask_one(const detail::ExporterKey& key, const char* bus_id, uint64_t by
   msg.req = wire::Request{wire::kRequestMagic, wire::kVersion, wire::kOpGiveBack, bytes, seq, 0, 0, 0};
   std::snprintf(msg.device.name, sizeof msg.device.name, "%s", bus_id);
   wire::ReplyHeader header{};
+  std::vector<int> fds;  // a control reply carries none
+  bool truncated = false;
   // The neighbour synchronises its device and releases: that may wait for
   // its queued work, so longer than an open may take.
+  const uint64_t deadline = detail::now_ns() + uint64_t(kNeighbourTimeoutMs) * 1000 * 1000;
   const bool answered =
-      detail::send_all(fd, &msg, sizeof msg) && receive_header(fd, kNeighbourTimeoutMs, &header) && header.seq == seq;
+      detail::send_all(fd, &msg, sizeof msg) &&
+      detail::read_exact(fd, &header, sizeof header, deadline, &fds, &truncated) == detail::Exchange::Ok &&
+      header.magic == wire::kReplyMagic && header.seq == seq;
+  for (int received : fds) ::close(received);
   ::close(fd);
   const int mib = answered ? int(header.status) : -1;
   return mib > 0 ? uint64_t(mib) << 20 : 0;
