@@ -53,15 +53,13 @@ inline bool active(Entry entry) {
 // looked up again for the second), so the forward keeps a small frame.
 // Refused again: the other pagefast processes on the device give theirs
 // back (docs/IPC.md "Neighbours"), and it is made once more.
-#define PF_FORWARD_RETRIED(on, symbol, args)                                                                      \
-  do {                                                                                                            \
-    const RealDriver* real = real_driver();                                                                       \
-    if (!real || !real->symbol) return kMissing;                                                                  \
-    const CUresult first = real->symbol args;                                                                     \
-    if (__builtin_expect(first != CUDA_ERROR_OUT_OF_MEMORY, 1) || !(on)) return first;                            \
-    CUresult again = pool::reclaim_for_driver() ? real_driver()->symbol args : first;                             \
-    if (again == CUDA_ERROR_OUT_OF_MEMORY && pool::reclaim_from_neighbours()) again = real_driver()->symbol args; \
-    return again;                                                                                                 \
+#define PF_FORWARD_RETRIED(on, symbol, args)                                                                     \
+  do {                                                                                                           \
+    const RealDriver* real = real_driver();                                                                      \
+    if (!real || !real->symbol) return kMissing;                                                                 \
+    const CUresult first = real->symbol args;                                                                    \
+    if (__builtin_expect(first != CUDA_ERROR_OUT_OF_MEMORY, 1) || !(on)) return first;                           \
+    return pool::retried_out_of_memory(pool::kCurrentDevice, first, [&] { return real_driver()->symbol args; }); \
   } while (0)
 
 }  // namespace

@@ -147,6 +147,15 @@ bool reclaim_for_driver(int device = kCurrentDevice);
 // docs/IPC.md "Neighbours"). Returns the bytes they released (the caller
 // retries once more when any). May wait seconds for a neighbour.
 uint64_t reclaim_from_neighbours(int device = kCurrentDevice);
+// The sequence every driver call refused for lack of memory follows:
+// `first` was the answer; the call is made again after the device's idle
+// memory went back, and once more after the neighbours' did.
+template <typename Call>
+__attribute__((noinline)) CUresult retried_out_of_memory(int device, CUresult first, Call call) {
+  CUresult answer = reclaim_for_driver(device) ? call() : first;
+  if (answer == CUDA_ERROR_OUT_OF_MEMORY && reclaim_from_neighbours(device)) answer = call();
+  return answer;
+}
 // A managed allocation of `bytes` is about to be made (cuMemAllocManaged):
 // its pages take device memory when the device first touches them, where
 // an out-of-memory answer comes too late (a fault). Idle memory goes back

@@ -230,9 +230,8 @@ CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemA
     // Out of memory: the device's idle memory goes back (its budget), then
     // the neighbours', each time once more (interpose/pool_api.h).
     CUresult r = driver::create(real, handle, bytes, prop, flags);
-    for (int step = 0; step < 2 && r == CUDA_ERROR_OUT_OF_MEMORY; ++step)
-      if (step == 0 ? reclaim_for_driver(device) : reclaim_from_neighbours(device) != 0)
-        r = driver::create(real, handle, bytes, prop, flags);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY)
+      r = retried_out_of_memory(device, r, [&] { return driver::create(real, handle, bytes, prop, flags); });
     if (r == CUDA_SUCCESS) g_cache->note_created(*handle, bytes, key, device);
     return r;
   }));
