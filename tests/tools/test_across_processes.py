@@ -7,34 +7,16 @@ fake driver is the test 'across processes' (tests/pool/across_cases.py).
 
 Usage: test_across_processes.py tools/gpu/across-processes
 """
-import py_compile
-import subprocess
 import sys
 import tempfile
 
-failures = []
-
-
-def check(ok, what):
-    print(("PASS " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
-
-
-def run(tool, args):
-    return subprocess.run([sys.executable, tool] + args, capture_output=True, text=True, timeout=60)
+from gpu_script_kit import check, compiles, run, status
 
 
 def main():
     tool = sys.argv[1]
     with tempfile.TemporaryDirectory() as tmp:
-        try:
-            py_compile.compile(tool, cfile=tmp + "/c.pyc", doraise=True)
-            compiled = True
-        except py_compile.PyCompileError as e:
-            compiled = False
-            print(e)
-        check(compiled, "the script compiles")
+        compiles(tool, tmp)
         r = run(tool, ["--dry-run", "--build", tmp])
         lines = r.stdout.splitlines()
         check(r.returncode == 0 and len(lines) == 5 and all(l.startswith("plan: pair ") for l in lines),
@@ -47,8 +29,7 @@ def main():
         check(r.returncode != 0 and "unknown pair" in r.stderr, "an unknown pair is refused")
         r = run(tool, ["--dry-run", "--runs", "0"])
         check(r.returncode != 0, "--runs 0 is refused")
-    print(f"{len(failures)} failure(s)")
-    sys.exit(1 if failures else 0)
+    sys.exit(status())
 
 
 if __name__ == "__main__":

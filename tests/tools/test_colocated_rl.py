@@ -7,34 +7,16 @@ library are refused.
 
 Usage: test_colocated_rl.py tools/gpu/colocated-rl
 """
-import py_compile
-import subprocess
 import sys
 import tempfile
 
-failures = []
-
-
-def check(ok, what):
-    print(("PASS " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
-
-
-def run(tool, args):
-    return subprocess.run([sys.executable, tool] + args, capture_output=True, text=True, timeout=60)
+from gpu_script_kit import check, compiles, run, status
 
 
 def main():
     tool = sys.argv[1]
     with tempfile.TemporaryDirectory() as tmp:
-        try:
-            py_compile.compile(tool, cfile=tmp + "/c.pyc", doraise=True)
-            compiled = True
-        except py_compile.PyCompileError as e:
-            compiled = False
-            print(e)
-        check(compiled, "the script compiles")
+        compiles(tool, tmp)
         r = run(tool, ["--dry-run", "--build", tmp])
         lines = r.stdout.splitlines()
         check(r.returncode == 0 and len(lines) == 2 and all(l.startswith("colocated-rl: plan: ") for l in lines),
@@ -56,8 +38,7 @@ def main():
         r = run(tool, ["--build", tmp])
         check(r.returncode == 2 and "libpagefast.so is missing" in r.stderr and "RESULT" not in r.stdout,
               "a build without the library: exit 2, nothing run")
-    print("%d failure(s)" % len(failures))
-    return 1 if failures else 0
+    return status()
 
 
 if __name__ == "__main__":
