@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 
-from preload_kit import check, exit_with_failures
+from preload_kit import check, exit_with_failures, program_env
 
 GIB = 1 << 30
 BYTES = 3 * GIB
@@ -33,19 +33,11 @@ BLOCK = 256 << 20
 
 
 def env_for(build, shared, preload, conf, extra=None):
-    e = {k: v for k, v in os.environ.items()
-         if not (k.startswith("PAGEFAST") or k.startswith("FAKECUDA") or k == "LD_PRELOAD")}
-    e["LD_LIBRARY_PATH"] = os.path.join(build, "tests", "fakecuda")
-    e["FAKECUDA_TOTAL_MEM"] = "4G"
-    e["FAKECUDA_SHARED_MEM"] = shared
     # Only the neighbour's answer may give A's memory back here: no decay,
     # and no headroom kept by A's trim thread while B fills the device.
-    e["PAGEFAST_CONF"] = ",".join(c for c in ["release_delay:off", "headroom:0", conf] if c)
-    e["PAGEFAST_LOG"] = "debug"
-    if preload:
-        e["LD_PRELOAD"] = os.path.join(build, "interpose", "libpagefast.so")
-    e.update(extra or {})
-    return e
+    return program_env(build, preload, dict({
+        "FAKECUDA_TOTAL_MEM": "4G", "FAKECUDA_SHARED_MEM": shared, "PAGEFAST_LOG": "debug",
+        "PAGEFAST_CONF": ",".join(c for c in ["release_delay:off", "headroom:0", conf] if c)}, **(extra or {})))
 
 
 def run_pair(build, a_conf, b_preload, b_conf=""):

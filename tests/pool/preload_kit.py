@@ -22,17 +22,25 @@ def expect_ok(r, name, label):
           f"{label}: {name} (rc {r.returncode}) {r.stdout[-400:]} {r.stderr[-400:]}")
 
 
-def run_program(build, program, args, preload=True, env=None, timeout=600):
-    """Runs build/tests/pool/PROGRAM ARGS; `env` is added last. `timeout`
-    is a guard against a hang, not a measure."""
+def program_env(build, preload=True, env=None):
+    """This environment without pagefast's and the fake driver's variables,
+    with the fake driver on the library path, the build's libpagefast.so
+    preloaded when `preload`, and `env` added last."""
     e = {k: v for k, v in os.environ.items()
          if not (k.startswith("PAGEFAST") or k.startswith("FAKECUDA") or k == "LD_PRELOAD")}
     e["LD_LIBRARY_PATH"] = os.path.join(build, "tests", "fakecuda")
     if preload:
         e["LD_PRELOAD"] = os.path.join(build, "interpose", "libpagefast.so")
     e.update(env or {})
+    return e
+
+
+def run_program(build, program, args, preload=True, env=None, timeout=600):
+    """Runs build/tests/pool/PROGRAM ARGS in program_env. `timeout` is a
+    guard against a hang, not a measure."""
     exe = os.path.join(build, "tests", "pool", program)
-    return subprocess.run([exe] + list(args), env=e, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([exe] + list(args), env=program_env(build, preload, env), capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def exit_with_failures():
