@@ -119,7 +119,8 @@ class Provider {
   }
   // copy_from_host: copy.host (from copy_to_host) into the open range. Ok:
   // the host memory's contents may already be gone (the provider may give
-  // its pages back as soon as they are copied); host_free it all the same.
+  // its pages back as soon as they are copied, unless the copy's mode has
+  // kSleepHoldHost); host_free it all the same.
   // Otherwise it is unchanged: the copy can be tried again.
   virtual void copy_from_host(HostCopy* copies, uint64_t count) {
     for (uint64_t i = 0; i < count; ++i) copies[i].status = ProviderStatus::Failed;

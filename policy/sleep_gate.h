@@ -31,6 +31,11 @@ constexpr unsigned kSleepFail = 2;  // allocations fail while asleep (default: w
 constexpr unsigned kSleepToDisk = 8;
 constexpr unsigned kSleepHostRelease = 16;
 constexpr unsigned kSleepKeepModes = kSleepKeep | kSleepToDisk | kSleepHostRelease;
+// HostCopy::mode of copy_from_host only: the host memory stays whole until
+// host_free even where the provider would give its pages back as each copy
+// ends (sleep_host_keep:off), so that a wake which makes several copies all
+// or none can undo them (the program's own VMM memory, own_vmm_copy.cpp).
+constexpr unsigned kSleepHoldHost = 32;
 
 class SleepGate {
  public:

@@ -164,14 +164,15 @@ bool finish_piece(CopyThread& w, const InFlight& flight) {
 
 // A piece's answer. The last piece of a chunk copied back: its host
 // memory is not needed any more (copy_from_host's contract); without
-// keep it is given back now, in parallel, rather than in host_free.
+// keep it is given back now, in parallel, rather than in host_free
+// (unless the copy holds it: kSleepHoldHost).
 void settle_piece(Batch& b, const Piece& p, bool ok) {
   if (!ok) {
     b.failed[p.copy].store(true, std::memory_order_relaxed);
     return;
   }
   if (b.left[p.copy].fetch_sub(1, std::memory_order_acq_rel) == 1 && !b.to_host)
-    b.host->done_copying(*b.buffers[p.copy], b.keep);
+    b.host->done_copying(*b.buffers[p.copy], b.keep || (b.copies[p.copy].mode & policy::kSleepHoldHost));
 }
 
 // Page-locks the piece's host memory (to host only: at wake a piece is

@@ -109,6 +109,8 @@ uint64_t resident_bytes(int device);
 // the same properties, maps it where the mappings were with the same
 // access, and restores the contents; from then on the program's handle
 // values are translated to the driver's on every call that takes one.
+// The copies run on the device's copy threads into its host memory, kept
+// for the next sleep as the pool's are (own_vmm_copy.cpp).
 // Called under sleep's lock (sleep.cpp), one at a time.
 struct SleepAnswer {
   int status = 0;               // 0 done, 1 some memory stayed resident (logged), -1 failed (nothing changed)
@@ -116,9 +118,12 @@ struct SleepAnswer {
   uint64_t kept_bytes = 0;      // of those, contents in host memory
   uint64_t resident_bytes = 0;  // of the slot's memory, what stayed (and why: the log)
 };
-SleepAnswer sleep_slot(int slot, bool keep);
-// 0 awake (also when not asleep); -1 the driver refused: still asleep,
-// call it again.
+// `keep_modes`: policy::kSleepKeep (the contents kept), with where
+// (policy::kSleepToDisk, kSleepHostRelease; sleep_gate.h); 0 discards.
+SleepAnswer sleep_slot(int slot, unsigned keep_modes);
+// 0 awake (also when not asleep); -1 the driver refused: still asleep
+// (the handles it could make again, with their contents, woke), call it
+// again.
 int wake_slot(int slot);
 // The slot's own-VMM memory now, over every device.
 struct SlotBytes {

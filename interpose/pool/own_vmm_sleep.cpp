@@ -45,33 +45,6 @@ using policy::own_vmm::AsleepHandle;
 using policy::own_vmm::AsleepMapping;
 using policy::own_vmm::SlotHandle;
 
-// The context of `device` current on this thread for a scope: sleep and
-// wake may run on a thread with none (pagefast-ctl's, on pagefast-ipc-bg),
-// and the copies and the sync need one. Pushed when another (or none) is
-// current, popped at the end.
-class DeviceContext {
- public:
-  DeviceContext(const RealDriver* real, int device) : real_(real) {
-    DeviceMemory* memory = device_memory(device);
-    const CUcontext want = memory && memory->provider() ? memory->provider()->copy_context() : nullptr;
-    CUcontext current = nullptr;
-    driver::ctx_get_current(real, &current);
-    if (want && want != current && driver::has_context_push(real))
-      pushed_ = driver::ctx_push(real, want) == CUDA_SUCCESS;
-  }
-  DeviceContext(const DeviceContext&) = delete;
-  DeviceContext& operator=(const DeviceContext&) = delete;
-  bool pushed() const { return pushed_; }
-  ~DeviceContext() {
-    CUcontext popped = nullptr;
-    if (pushed_) driver::ctx_pop(real_, &popped);
-  }
-
- private:
-  const RealDriver* real_;
-  bool pushed_ = false;
-};
-
 // The access of the mapping at `addr`, as descriptors to set again: one
 // per device that has any (the driver answers CUDA_ERROR_INVALID_DEVICE
 // past the last device).
@@ -96,21 +69,6 @@ CUresult set_access(const RealDriver* real, const AsleepMapping& m) {
                             m.access.size() / sizeof(CUmemAccessDesc));
 }
 
-// The handle's contents through its open mappings into page-locked host
-// memory; null when there is none to take them or a copy failed.
-void* copy_out(const RealDriver* real, const AsleepHandle& h) {
-  void* host = nullptr;
-  if (driver::host_alloc(real, &host, h.bytes, 0) != CUDA_SUCCESS || !host) return nullptr;
-  for (const AsleepMapping& m : h.maps) {
-    if (m.access.empty()) continue;  // no device reads it: the program wrote nothing there through it
-    if (driver::copy_dtoh(real, static_cast<char*>(host) + m.offset, m.addr, m.bytes) != CUDA_SUCCESS) {
-      driver::free_host(real, host);
-      return nullptr;
-    }
-  }
-  return host;
-}
-
 // Unmaps every mapping of `h`; on a refusal maps back those done, and
 // answers false (the handle stays as it was).
 bool unmap_all(const RealDriver* real, const AsleepHandle& h, uint64_t driver_handle) {
@@ -125,28 +83,40 @@ bool unmap_all(const RealDriver* real, const AsleepHandle& h, uint64_t driver_ha
   return true;
 }
 
-// Sleeps one handle of the ledger's; false: it stays resident (`why`).
-bool sleep_one(const RealDriver* real, const SlotHandle& s, int slot, bool keep, AsleepHandle* out, const char** why) {
+// A handle of the ledger's on its way to sleep: its record, and the
+// reference retained to read it (a handle the program released while it
+// still maps it).
+struct Going {
+  SlotHandle s;
+  AsleepHandle h;
+  CUmemGenericAllocationHandle retained = 0;
+};
+
+void drop_retained(const RealDriver* real, const Going& g) {
+  if (g.retained) driver::release(real, g.retained);
+}
+
+// The record of a handle about to sleep: its properties and each
+// mapping's access. false: it stays resident (`why`).
+bool prepare(const RealDriver* real, const SlotHandle& s, int slot, Going* out, const char** why) {
   if (s.shared) return (*why = "exported or imported: another process may hold it"), false;
   if (s.multicast) return (*why = "bound to a multicast object: its memory cannot leave the device"), false;
   if (s.maps.empty()) return (*why = "mapped nowhere"), false;
+  Going& g = *out;
+  g.s = s;
   CUmemAllocationProp prop = {};
   // A handle the program released while it still maps it (its references
   // none: the driver's value names nothing any more, the mappings hold the
   // memory): a reference retained at a mapping gives the properties, and
-  // goes with the program's below.
-  CUmemGenericAllocationHandle retained = 0;
+  // goes with the program's in finish().
   if (s.refs == 0 &&
-      driver::retain_handle(real, &retained, reinterpret_cast<void*>(s.maps.front().addr)) != CUDA_SUCCESS)
+      driver::retain_handle(real, &g.retained, reinterpret_cast<void*>(s.maps.front().addr)) != CUDA_SUCCESS)
     return (*why = "the driver did not retain it at its mapping"), false;
-  const auto drop_retained = [&] {
-    if (retained) driver::release(real, retained);
-  };
-  if (driver::handle_properties(real, &prop, retained ? retained : s.handle) != CUDA_SUCCESS) {
-    drop_retained();
+  if (driver::handle_properties(real, &prop, g.retained ? g.retained : s.handle) != CUDA_SUCCESS) {
+    drop_retained(real, g);
     return (*why = "the driver did not give its properties"), false;
   }
-  AsleepHandle& h = *out;
+  AsleepHandle& h = g.h;
   h.program = book().to_program(s.handle);
   h.slot = slot;
   h.device = s.device;
@@ -155,60 +125,31 @@ bool sleep_one(const RealDriver* real, const SlotHandle& s, int slot, bool keep,
   h.prop.assign(reinterpret_cast<const char*>(&prop), sizeof prop);
   for (const policy::own_vmm::LedgerMapping& m : s.maps)
     h.maps.push_back(AsleepMapping{m.addr, m.bytes, m.offset, read_access(real, m.addr)});
-  if (keep) {
-    const DeviceContext context(real, s.device);
-    if (!(h.host = copy_out(real, h))) {
-      drop_retained();
-      return (*why = "its contents could not be copied to host memory"), false;
-    }
-  }
-  if (!unmap_all(real, h, retained ? retained : s.handle)) {
-    free_host_copy(h.host);
-    drop_retained();
-    return (*why = "the driver refused to unmap it"), false;
-  }
-  // The driver's references: the cache's one, or each of the program's
-  // (and the one retained above).
-  const int references = disown(s.handle) ? 1 : s.refs;
-  for (int i = 0; i < references; ++i)
-    if (driver::release(real, s.handle) != CUDA_SUCCESS) break;
-  drop_retained();
-  ledger().forget(s.handle);
   return true;
 }
 
-bool writable(const std::string& access) {
-  for (size_t at = 0; at + sizeof(CUmemAccessDesc) <= access.size(); at += sizeof(CUmemAccessDesc)) {
-    CUmemAccessDesc desc;
-    std::memcpy(&desc, access.data() + at, sizeof desc);
-    if (desc.flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE) return true;
+// After its contents went (keep), the handle leaves the device: unmapped,
+// the driver's references released. false: it stays resident (`why`).
+bool finish(const RealDriver* real, Going& g, bool keep, const char** why) {
+  AsleepHandle& h = g.h;
+  if (keep && !h.host) {
+    drop_retained(real, g);
+    return (*why = "its contents could not be copied to host memory"), false;
   }
-  return false;
-}
-
-// The contents of mapping `m` back from the host copy. A mapping no device
-// may write is opened to the handle's device for the copy, then set to its
-// access again (the handle's device closed when the record does not name it).
-bool copy_in(const RealDriver* real, const AsleepHandle& h, const AsleepMapping& m) {
-  const bool open = writable(m.access);
-  CUmemAccessDesc own = {};
-  own.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  own.location.id = h.device;
-  own.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  if (!open && driver::set_access(real, m.addr, m.bytes, &own, 1) != CUDA_SUCCESS) return false;
-  const void* from = static_cast<const char*>(h.host) + m.offset;
-  if (driver::copy_htod(real, m.addr, from, m.bytes) != CUDA_SUCCESS) return false;
-  if (open) return true;
-  AsleepMapping again = m;
-  bool named = false;
-  for (size_t at = 0; at + sizeof own <= m.access.size(); at += sizeof own) {
-    CUmemAccessDesc desc;
-    std::memcpy(&desc, m.access.data() + at, sizeof desc);
-    named = named || desc.location.id == h.device;
+  if (!unmap_all(real, h, g.retained ? g.retained : g.s.handle)) {
+    free_host_copy(h.host);
+    h.host = nullptr;
+    drop_retained(real, g);
+    return (*why = "the driver refused to unmap it"), false;
   }
-  own.flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
-  if (!named) again.access.append(reinterpret_cast<const char*>(&own), sizeof own);
-  return set_access(real, again) == CUDA_SUCCESS;
+  // The driver's references: the cache's one, or each of the program's
+  // (and the one retained in prepare()).
+  const int references = disown(g.s.handle) ? 1 : g.s.refs;
+  for (int i = 0; i < references; ++i)
+    if (driver::release(real, g.s.handle) != CUDA_SUCCESS) break;
+  drop_retained(real, g);
+  ledger().forget(g.s.handle);
+  return true;
 }
 
 struct Made {
@@ -222,7 +163,8 @@ void unmake(const RealDriver* real, const Made& m) {
   driver::release(real, m.handle);
 }
 
-// Makes `h` again where it was, with its access; false: nothing stays.
+// Makes `h` again where it was, with its access (its contents come back
+// after, with every handle's: copy_in); false: nothing stays.
 bool make_again(const RealDriver* real, const AsleepHandle& h, Made* made) {
   CUmemAllocationProp prop;
   std::memcpy(&prop, h.prop.data(), sizeof prop);
@@ -233,9 +175,7 @@ bool make_again(const RealDriver* real, const AsleepHandle& h, Made* made) {
     ++made->mapped;
     if (set_access(real, m) != CUDA_SUCCESS) break;
   }
-  bool ok = made->mapped == h.maps.size();
-  for (size_t i = 0; ok && h.host && i < h.maps.size(); ++i)
-    if (!h.maps[i].access.empty()) ok = copy_in(real, h, h.maps[i]);
+  const bool ok = made->mapped == h.maps.size();
   if (!ok) unmake(real, *made);
   return ok;
 }
@@ -256,7 +196,7 @@ void settle_refs(const RealDriver* real, const AsleepHandle& h, CUmemGenericAllo
   }
 }
 
-void sleep_handles(int slot, bool keep, SleepAnswer* out);
+void sleep_handles(int slot, unsigned keep_modes, SleepAnswer* out);
 
 // Per slot, what the book holds asleep and of it kept in host memory, as
 // the last change of the book left it: read without the book's lock.
@@ -268,10 +208,6 @@ SlotFigures g_figures[region::kMaxSlots];
 
 }  // namespace
 
-void free_host_copy(void* host) {
-  if (host) driver::free_host(real_driver(), host);
-}
-
 void mirror_figures() {
   for (int slot = 0; slot < region::kMaxSlots; ++slot) {
     uint64_t asleep = 0, kept = 0;
@@ -281,7 +217,7 @@ void mirror_figures() {
   }
 }
 
-SleepAnswer sleep_slot(int slot, bool keep) {
+SleepAnswer sleep_slot(int slot, unsigned keep_modes) {
   SleepAnswer answer;
   if (!active()) return answer;
   // The cache's idle handles (the program's no more) go first, with their
@@ -290,7 +226,7 @@ SleepAnswer sleep_slot(int slot, bool keep) {
     if (on()) trim(d, UINT64_MAX);
   std::lock_guard<std::mutex> guard(book_mutex());
   try {
-    sleep_handles(slot, keep, &answer);
+    sleep_handles(slot, keep_modes, &answer);
   } catch (...) {
     // Out of host memory in a record: what slept so far stays asleep.
     log_line(LogLevel::Warn, "%s: out of host memory; the rest of the program's own VMM memory stays resident",
@@ -304,8 +240,9 @@ SleepAnswer sleep_slot(int slot, bool keep) {
 namespace {
 
 // REQUIRES: book_mutex() held.
-void sleep_handles(int slot, bool keep, SleepAnswer* out) {
+void sleep_handles(int slot, unsigned keep_modes, SleepAnswer* out) {
   SleepAnswer& answer = *out;
+  const bool keep = (keep_modes & policy::kSleepKeep) != 0;
   const RealDriver* real = real_driver();
   std::vector<SlotHandle> handles = ledger().program_handles(slot);
   if (handles.empty()) return;
@@ -320,18 +257,36 @@ void sleep_handles(int slot, bool keep, SleepAnswer* out) {
     const DeviceContext context(real, s.device);
     if (context.pushed()) driver::ctx_synchronize(real);
   }
+  std::vector<Going> going;
+  going.reserve(handles.size());
+  const auto resident = [&](uint64_t bytes, const char* why) {
+    answer.resident_bytes += bytes;
+    log_line(LogLevel::Warn, "%s: %.1f MiB of the program's own VMM memory stay resident (%s)",
+             slot_words(slot).c_str(), double(bytes) / double(1 << 20), why);
+  };
   for (const SlotHandle& s : handles) {
-    AsleepHandle h;
+    going.emplace_back();
     const char* why = "";
-    if (!sleep_one(real, s, slot, keep, &h, &why)) {
-      answer.resident_bytes += s.bytes;
-      log_line(LogLevel::Warn, "%s: %.1f MiB of the program's own VMM memory stay resident (%s)",
-               slot_words(slot).c_str(), double(s.bytes) / double(1 << 20), why);
+    if (prepare(real, s, slot, &going.back(), &why)) continue;
+    going.pop_back();
+    resident(s.bytes, why);
+  }
+  // The contents of them all in one batch per device, on the copy threads.
+  if (keep) {
+    std::vector<AsleepHandle*> records;
+    records.reserve(going.size());
+    for (Going& g : going) records.push_back(&g.h);
+    copy_out(real, records, keep_modes & ~policy::kSleepKeep);
+  }
+  for (Going& g : going) {
+    const char* why = "";
+    if (!finish(real, g, keep, &why)) {
+      resident(g.s.bytes, why);
       continue;
     }
-    answer.slept_bytes += h.bytes;
-    if (h.host) answer.kept_bytes += h.bytes;
-    book().put(std::move(h));
+    answer.slept_bytes += g.h.bytes;
+    if (g.h.host) answer.kept_bytes += g.h.bytes;
+    book().put(std::move(g.h));
   }
   answer.status = answer.resident_bytes ? 1 : 0;
 }
@@ -355,6 +310,22 @@ int wake_slot(int slot) {
     if (make_again(real, *asleep[i], &made[i])) continue;
     for (size_t j = 0; j < i; ++j) unmake(real, made[j]);
     log_line(LogLevel::Warn, "%s: the driver refused to make the program's own VMM memory again; still asleep",
+             slot_words(slot).c_str());
+    return -1;
+  }
+  // The contents of them all, in one batch per device on the copy threads;
+  // all or none: when one failed, nothing stays made and every handle
+  // stays asleep with its host copy whole (kSleepHoldHost): call again.
+  std::vector<char> copied;
+  try {
+    copy_in(real, asleep, &copied);
+  } catch (...) {
+    copied.assign(asleep.size(), 0);
+  }
+  for (size_t i = 0; i < asleep.size(); ++i) {
+    if (copied[i]) continue;
+    for (const Made& m : made) unmake(real, m);
+    log_line(LogLevel::Warn, "%s: the contents of the program's own VMM memory could not be copied back; still asleep",
              slot_words(slot).c_str());
     return -1;
   }

@@ -9,6 +9,9 @@
 #include <cstdint>
 #include <mutex>
 
+#include <vector>
+
+#include "interpose/real_driver.h"
 #include "policy/own_vmm/sleep_book.h"
 
 namespace pagefast::pool::own_vmm {
@@ -16,8 +19,35 @@ namespace pagefast::pool::own_vmm {
 std::mutex& book_mutex();
 // REQUIRES: book_mutex() held.
 policy::own_vmm::SleepBook& book();
-// A host copy sleep made (page-locked; null: nothing).
+// The contents of each handle (its mappings a device reads) into host
+// memory, one batch per device on its provider's copy threads
+// (own_vmm_copy.cpp); `mode`: where (0, policy::kSleepToDisk,
+// policy::kSleepHostRelease). Sets each handle's `host` (null: its copy
+// failed, nothing of it kept).
+void copy_out(const RealDriver* real, const std::vector<policy::own_vmm::AsleepHandle*>& handles, unsigned mode);
+// Back through the mappings made again; (*ok)[i]: handle i's contents are
+// all back. Its host copy is unchanged either way (free_host_copy after).
+void copy_in(const RealDriver* real, const std::vector<const policy::own_vmm::AsleepHandle*>& handles,
+             std::vector<char>* ok);
+// A handle's host copy (copy_out's; null: nothing), given back.
 void free_host_copy(void* host);
+
+// The context of `device` current on this thread for a scope: sleep and
+// wake may run on a thread with none (pagefast-ctl's, on pagefast-ipc-bg),
+// and the copies and the sync need one. Pushed when another (or none) is
+// current, popped at the end.
+class DeviceContext {
+ public:
+  DeviceContext(const RealDriver* real, int device);
+  DeviceContext(const DeviceContext&) = delete;
+  DeviceContext& operator=(const DeviceContext&) = delete;
+  bool pushed() const { return pushed_; }
+  ~DeviceContext();
+
+ private:
+  const RealDriver* real_;
+  bool pushed_ = false;
+};
 // REQUIRES: book_mutex() held. The aliases of those of `driver` (the
 // driver's values) the program holds nothing of any more (the ledger
 // says) go.

@@ -79,7 +79,6 @@ unsigned keep_flags(int slot, unsigned flags) {
 // synchronised). *any: set when the slot had a pool or own-VMM memory.
 int sleep_slot_locked(int slot, unsigned flags, bool* any) {
   const unsigned keep_modes = keep_flags(slot, flags);
-  const bool keep = (keep_modes & policy::kSleepKeep) != 0;
   const unsigned pool_flags = keep_modes | (flags & policy::kSleepFail);
   int answer = 0;
   int refused = 0, slept = 0;
@@ -108,7 +107,7 @@ int sleep_slot_locked(int slot, unsigned flags, bool* any) {
              name, refused, slept);
     answer = 1;
   } else {
-    const own_vmm::SleepAnswer vmm = own_vmm::sleep_slot(slot, keep);
+    const own_vmm::SleepAnswer vmm = own_vmm::sleep_slot(slot, keep_modes);
     if (vmm.slept_bytes || vmm.resident_bytes) *any = true;
     answer = fold(answer, vmm.status);
   }

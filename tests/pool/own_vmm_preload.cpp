@@ -14,7 +14,8 @@
 // Sleep and wake by tag of the program's own memory (docs/OWN-VMM.md
 // "Sleep and wake"; own_vmm_sleep.cpp in this file, cases in
 // own_vmm_sleep_cases.py): tagged, collide, asleep_calls, wake_fail,
-// cycles, fork, resident, map_gap, released_mapped, multicast.
+// cycles, fork, resident, map_gap, released_mapped, multicast, pool_only,
+// copy_threads.
 #include <cuda.h>
 #include <dlfcn.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #include <sys/wait.h>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 
 #include <cstring>
 #include <string>
@@ -381,6 +383,55 @@ int cycles(Api& api) {
   return 0;
 }
 
+// With a pool on the device, the program's own memory sleeps through the
+// pool's copy threads and host memory: no host copy of the driver's
+// (cuMemHostAlloc), the host memory page-locked on the first round only
+// (sleep_host_keep, the default; with it off, every round), and a copy
+// back the driver refuses leaves every handle asleep with its contents
+// whole, so that the next wake brings every byte back.
+int copy_threads(Api& api) {
+  CUdeviceptr block = 0;
+  CHECK_CU(cuMemAlloc_v2(&block, kBytes));  // the device's pool: its provider copies
+  Own a, b;
+  if (make(api, "t", PAGEFAST_REGION_KEEP, CU_MEM_HANDLE_TYPE_NONE, 7, &a) ||
+      make(api, "t", PAGEFAST_REGION_KEEP, CU_MEM_HANDLE_TYPE_NONE, 8, &b))
+    return 1;
+  const char* conf = std::getenv("PAGEFAST_CONF");
+  const bool host_keep = !conf || !std::strstr(conf, "sleep_host_keep:off");
+  const size_t before = free_now();
+  fakecuda_reset_counts();
+  constexpr int kRounds = 3;
+  for (int i = 0; i < kRounds; ++i) {
+    if (api.sleep_tag("t", 0) != 0) return fail("sleep");
+    if (free_now() != before + 2 * kBytes) return fail("asleep: not released");
+    if (api.wake_tag("t") != 0) return fail("wake");
+    if (free_now() != before) return fail("awake: not made again");
+    reinterpret_cast<unsigned char*>(b.va)[i] = 0x81;  // the program writes between rounds
+  }
+  if (fakecuda_call_count("cuMemHostAlloc") != 0)
+    return fail("host copies of the driver's (cuMemHostAlloc), not the pool's host memory");
+  const long registered = fakecuda_call_count("cuMemHostRegister_v2");
+  if (host_keep ? registered != 2 : registered != 2 * kRounds)
+    return fail("host memory not page-locked once per handle (kept), or once per round (sleep_host_keep:off)");
+  if (fakecuda_call_count("cuMemcpyDtoHAsync_v2") != 2 * kRounds)
+    return fail("the contents did not go through the copy threads' streams");
+  // A copy back refused: nothing wakes, the contents stay whole.
+  if (api.sleep_tag("t", 0) != 0) return fail("sleep before the refused copy");
+  fakecuda_set_fail("cuMemcpyHtoDAsync_v2:2");
+  if (api.wake_tag("t") != -1) return fail("a wake whose copy back was refused did not answer -1");
+  fakecuda_set_fail("");
+  if (free_now() != before + 2 * kBytes) return fail("a failed wake left memory taken");
+  if (api.wake_tag("t") != 0) return fail("wake again");
+  for (int i = 0; i < kRounds; ++i)
+    if (reinterpret_cast<unsigned char*>(b.va)[i] != 0x81) return fail("a write between rounds was lost");
+  if (!all_bytes(a.va, kBytes, 7) || !all_bytes(b.va + kRounds, kBytes - kRounds, 8)) return fail("bytes");
+  if (drop(a) || drop(b)) return 1;
+  CHECK_CU(cuMemFree_v2(block));
+  if (all_free()) return 1;
+  std::printf("ok copy_threads\n");
+  return 0;
+}
+
 // A forked child while asleep forwards everything and does not crash.
 int fork_asleep(Api& api) {
   Own a;
@@ -577,6 +628,7 @@ int own_vmm_sleep_case(const std::string& name) {
   if (name == "released_mapped") return released_mapped(api);
   if (name == "multicast") return multicast(api);
   if (name == "pool_only") return pool_only(api);
+  if (name == "copy_threads") return copy_threads(api);
   return fail("unknown case");
 }
 
