@@ -42,7 +42,8 @@ policy::DevicePool* DeviceMemory::make_pool_locked(const RealDriver* real, CUdev
   if (unpoolable()) return nullptr;
   const PoolConfig& config = g_process.config;
   std::string why;
-  VmmProvider* provider = VmmProvider::create(real, device, &g_process.gate, g_process.log, &kIpcEvents, &why);
+  VmmProvider* provider = copier_.load(std::memory_order_acquire);
+  if (!provider) provider = VmmProvider::create(real, device, &g_process.gate, g_process.log, &kIpcEvents, &why);
   auto* budgeted = provider ? new (std::nothrow) policy::BudgetedProvider(*provider, config.limit_bytes) : nullptr;
   if (!budgeted) {
     unpoolable_.store(true, std::memory_order_release);
@@ -63,6 +64,7 @@ policy::DevicePool* DeviceMemory::make_pool_locked(const RealDriver* real, CUdev
     return nullptr;  // leaked: a few bytes, once
   }
   provider_ = provider;
+  copier_.store(provider, std::memory_order_release);
   budgeted_ = budgeted;
   fallback_ = fallback;
   made->set_budget(&budget_, &pool_shares_[0]);
@@ -78,6 +80,18 @@ policy::DevicePool* DeviceMemory::make_pool_locked(const RealDriver* real, CUdev
            config.limit_bytes ? human_bytes(config.limit_bytes).c_str() : "none",
            human_bytes(config.prewarm_bytes).c_str(),
            config.reserve_bytes ? human_bytes(config.reserve_bytes).c_str() : "auto");
+  return made;
+}
+
+VmmProvider* DeviceMemory::copy_provider(const RealDriver* real) {
+  if (VmmProvider* made = copier_.load(std::memory_order_acquire)) return made;
+  std::lock_guard<std::mutex> guard(g_process.create_mutex);
+  if (VmmProvider* made = copier_.load(std::memory_order_acquire)) return made;
+  std::string why;
+  VmmProvider* made =
+      provider_ ? provider_
+                : VmmProvider::create(real, CUdevice(device_), &g_process.gate, g_process.log, &kIpcEvents, &why);
+  copier_.store(made, std::memory_order_release);
   return made;
 }
 

@@ -56,6 +56,14 @@ class DeviceMemory {
   policy::DevicePool* retire_locked();
 
   VmmProvider* provider() const { return provider_; }
+  // The provider the program's own VMM memory copies through at sleep and
+  // wake (own_vmm_copy.cpp): the pool's, else one made for those copies
+  // alone, which the pool takes when it is made. NULL when none can be
+  // made. Takes the process's create_mutex the first time (lock order: the
+  // own-VMM book's mutex, then create_mutex).
+  VmmProvider* copy_provider(const RealDriver* real);
+  // copy_provider's if it was made (or the pool's), else NULL; no lock.
+  VmmProvider* copy_provider_made() const { return copier_.load(std::memory_order_acquire); }
   // For a thread that cannot get a cache of its own (host out of memory),
   // under fallback_mutex().
   policy::ThreadCache* fallback_cache() const { return fallback_; }
@@ -172,6 +180,7 @@ class DeviceMemory {
   Tagged tagged_[region::kMaxSlots];  // [0] unused: the device's pool is pool_
   std::atomic<bool> tagged_failed_{false};
   VmmProvider* provider_ = nullptr;
+  std::atomic<VmmProvider*> copier_{nullptr};     // copy_provider's; provider_ once the pool is made
   policy::BudgetedProvider* budgeted_ = nullptr;  // every pool of the device grows through it
   policy::ThreadCache* fallback_ = nullptr;
   std::mutex fallback_mutex_;

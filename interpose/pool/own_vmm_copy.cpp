@@ -7,8 +7,10 @@
 // region's own place (kSleepToDisk, kSleepHostRelease).
 //
 // A handle's copy (KeptCopy, the book's opaque `host`) is one piece per
-// mapping copied. A device without a provider (no pool was ever made
-// there) copies the old way: page-locked host memory of the driver's,
+// mapping copied. The provider is the device's pool's, or one made for
+// these copies where no pool was made (DeviceMemory::copy_provider). A
+// device with none (its memory record not made, or the provider refused:
+// no VMM) copies the old way: page-locked host memory of the driver's,
 // one synchronous copy per mapping, freed after wake.
 #include <cstring>
 #include <new>
@@ -46,7 +48,7 @@ struct KeptCopy {
 
 VmmProvider* provider_of(int device) {
   DeviceMemory* memory = device_memory(device);
-  return memory ? memory->provider() : nullptr;
+  return memory ? memory->copy_provider(real_driver()) : nullptr;
 }
 
 const KeptPiece* piece_at(const KeptCopy& kept, uint64_t addr) {
@@ -215,8 +217,8 @@ void copy_in(const RealDriver* real, const std::vector<const AsleepHandle*>& han
           continue;
         }
         if (kept->provider) {
-          copies.push_back(HostCopy{m.addr, m.bytes, piece->host, piece->mode | policy::kSleepHoldHost,
-                                    ProviderStatus::Failed});
+          copies.push_back(
+              HostCopy{m.addr, m.bytes, piece->host, piece->mode | policy::kSleepHoldHost, ProviderStatus::Failed});
           planned.push_back(Planned{i, &m, opened});
           continue;
         }

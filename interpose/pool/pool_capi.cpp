@@ -42,9 +42,10 @@ int pool_trim(int device) {
   // released VMM memory (the own-VMM cache's share).
   DeviceMemory* memory = device_memory_made(device);
   if (memory) memory->budget().trim();
+  // The host memory sleep keeps page-locked between cycles too: the pool's
+  // copies' and the program's own VMM memory's (one provider).
+  if (VmmProvider* copier = memory ? memory->copy_provider_made() : nullptr) copier->release_host_memory();
   if (!memory || !pool_for_device(device)) return -1;
-  // The host memory sleep keeps page-locked between cycles too.
-  if (memory->provider()) memory->provider()->release_host_memory();
   return 0;
 }
 

@@ -67,7 +67,7 @@ void prelock_step() {
   uint64_t held = 0;
   for (int d = 0; d < kMaxDevices; ++d)
     if (const DeviceMemory* memory = pool_for_device(d) ? device_memory(d) : nullptr)
-      if (memory->provider()) held += memory->provider()->host_memory_figures().mapped_bytes;
+      if (VmmProvider* copier = memory->copy_provider_made()) held += copier->host_memory_figures().mapped_bytes;
   std::vector<uint64_t> sizes;
   for (int d = 0; d < kMaxDevices; ++d) {
     DeviceMemory* memory = pool_for_device(d) ? device_memory(d) : nullptr;
