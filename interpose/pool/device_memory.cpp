@@ -1,3 +1,4 @@
+#include <cstdio>
 // interpose/pool/device_memory.cpp: see device_memory.h.
 #include "interpose/pool/device_memory.h"
 
@@ -91,6 +92,12 @@ VmmProvider* DeviceMemory::copy_provider(const RealDriver* real) {
   VmmProvider* made =
       provider_ ? provider_
                 : VmmProvider::create(real, CUdevice(device_), &g_process.gate, g_process.log, &kIpcEvents, &why);
+  // The calling thread's context (the program's) is where its copies run
+  // when no pool noted one: also from a thread with none (the trim
+  // thread's page-locking ahead, pagefast-ctl's sleep).
+  CUcontext current = nullptr;
+  if (made && !provider_ && driver::ctx_get_current(real, &current) == CUDA_SUCCESS && current)
+    made->note_context(current);
   copier_.store(made, std::memory_order_release);
   return made;
 }

@@ -27,6 +27,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <vector>
 
 #include "policy/config.h"
 #include "policy/own_vmm/ledger.h"
@@ -125,6 +126,11 @@ SleepAnswer sleep_slot(int slot, unsigned keep_modes);
 // (the handles it could make again, with their contents, woke), call it
 // again.
 int wake_slot(int slot);
+// The sizes of the next keep sleep's copies of the program's own VMM
+// memory on `device` (one per mapping of each handle it can sleep, in the
+// slots whose regions keep their contents in host memory kept between
+// sleeps), appended to *sizes: what prelock.cpp page-locks ahead.
+void keep_sizes(int device, std::vector<uint64_t>* sizes);
 // The slot's own-VMM memory now, over every device.
 struct SlotBytes {
   uint64_t resident = 0;  // mapped or held, on the device

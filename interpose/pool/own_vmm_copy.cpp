@@ -18,8 +18,10 @@
 
 #include "interpose/driver.h"
 #include "interpose/pool/device_memory.h"
+#include "interpose/pool/own_vmm.h"
 #include "interpose/pool/own_vmm_sleep.h"
 #include "interpose/pool/process.h"
+#include "interpose/pool/region.h"
 #include "interpose/pool/vmm_provider.h"
 #include "interpose/real_driver.h"
 #include "policy/provider.h"
@@ -47,7 +49,7 @@ struct KeptCopy {
 };
 
 VmmProvider* provider_of(int device) {
-  DeviceMemory* memory = device_memory(device);
+  DeviceMemory* memory = device_memory_made(device);
   return memory ? memory->copy_provider(real_driver()) : nullptr;
 }
 
@@ -136,6 +138,17 @@ DeviceContext::DeviceContext(const RealDriver* real, int device) : real_(real) {
 DeviceContext::~DeviceContext() {
   CUcontext popped = nullptr;
   if (pushed_) driver::ctx_pop(real_, &popped);
+}
+
+void keep_sizes(int device, std::vector<uint64_t>* sizes) {
+  if (!active()) return;
+  for (int slot = 1; slot < region::slot_count(); ++slot) {
+    if (region::slot_policy(slot) != region::kKeep) continue;
+    for (const policy::own_vmm::SlotHandle& h : ledger().program_handles(slot)) {
+      if (h.device != device || h.shared || h.multicast) continue;
+      for (const policy::own_vmm::LedgerMapping& m : h.maps) sizes->push_back(m.bytes);
+    }
+  }
 }
 
 void free_host_copy(void* host) {

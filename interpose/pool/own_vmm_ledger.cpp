@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "interpose/driver.h"
+#include "interpose/pool/device_memory.h"
 #include "interpose/pool/own_vmm.h"
 #include "interpose/pool/pool_internal.h"
 #include "interpose/pool/process.h"
@@ -55,8 +56,18 @@ void created(CUmemGenericAllocationHandle handle, size_t bytes, const CUmemAlloc
   // (a cached handle taken again belongs to the region that takes it).
   const bool note = noting();
   if (!active() || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return;
-  if (note) ledger().created(handle, bytes, prop->location.id, region::current_own_vmm());
-  else ledger().tag(handle, region::current_own_vmm());
+  const int slot = region::current_own_vmm();
+  if (note) ledger().created(handle, bytes, prop->location.id, slot);
+  else ledger().tag(handle, slot);
+  // Memory of a region that keeps its contents: the device's memory record
+  // and the provider its copies go through are made now, on the program's
+  // thread (its context: where the copies run), so that the trim thread
+  // page-locks ahead for it (prelock.cpp walks the records made).
+  if (slot > 0 && region::slot_policy(slot) == region::kKeep) {
+    DeviceMemory* memory = device_memory(prop->location.id);
+    if (!memory) memory = device_memory_made(prop->location.id);
+    if (memory && !memory->copy_provider_made()) memory->copy_provider(real_driver());
+  }
 }
 
 void exported(CUmemGenericAllocationHandle handle, const void* shareable, CUmemAllocationHandleType type) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "interpose/pool/device_memory.h"
+#include "interpose/pool/own_vmm.h"
 #include "interpose/pool/pool_internal.h"
 #include "interpose/pool/process.h"
 #include "interpose/pool/region.h"
@@ -32,13 +33,15 @@ uint64_t host_memory_bytes() {
 
 // The sizes of the next keep sleep's copies of each region of `memory`
 // that keeps its contents in host memory kept between sleeps (awake ones;
-// not those that keep them in files or give the host memory back at wake).
+// not those that keep them in files or give the host memory back at wake):
+// its pool's live blocks, then the program's own VMM memory of it.
 bool keep_sizes(const DeviceMemory& memory, std::vector<uint64_t>* sizes) {
   for (int slot = 1; slot < region::kMaxSlots; ++slot) {
     policy::DevicePool* pool = memory.pool_at(slot);
     if (!pool || pool->asleep() || region::slot_policy(slot) != region::kKeep) continue;
     if (!pool->keep_sizes(sizes)) return false;
   }
+  own_vmm::keep_sizes(memory.device(), sizes);
   return true;
 }
 
@@ -66,19 +69,23 @@ void prelock_step() {
   // What every device's sleeps hold now: the bound is the process's.
   uint64_t held = 0;
   for (int d = 0; d < kMaxDevices; ++d)
-    if (const DeviceMemory* memory = pool_for_device(d) ? device_memory(d) : nullptr)
+    if (const DeviceMemory* memory = device_memory(d))
       if (VmmProvider* copier = memory->copy_provider_made()) held += copier->host_memory_figures().mapped_bytes;
   std::vector<uint64_t> sizes;
   for (int d = 0; d < kMaxDevices; ++d) {
-    DeviceMemory* memory = pool_for_device(d) ? device_memory(d) : nullptr;
-    VmmProvider* provider = memory ? memory->provider() : nullptr;
-    if (!provider) continue;
+    DeviceMemory* memory = retired_device(d) ? nullptr : device_memory(d);
+    if (!memory) continue;
     sizes.clear();
     try {
       if (!keep_sizes(*memory, &sizes)) continue;
     } catch (const std::bad_alloc&) {
       continue;  // host out of memory: nothing ahead this round
     }
+    // The pool's provider, or the one the program's own VMM memory copies
+    // through (made here for a device with no pool, as its sleep would).
+    VmmProvider* provider = memory->copy_provider_made();
+    if (!provider && !sizes.empty()) provider = memory->copy_provider(real_driver());
+    if (!provider) continue;
     const uint64_t now = digest(sizes);
     const bool settled = now == g_last_digest[d];
     g_last_digest[d] = now;

@@ -9,6 +9,7 @@
 #include <new>
 
 #include "interpose/pool/pool_internal.h"
+#include "interpose/pool/process.h"
 
 namespace pagefast::pool::region {
 
@@ -132,6 +133,10 @@ int begin(const char* name, unsigned policy, bool pool_only, const char** why) {
     push_refused();
     return -1;
   }
+  // A region that keeps its contents in host memory kept between sleeps:
+  // the trim thread page-locks ahead for it (prelock.cpp), whether its
+  // memory comes from a pool or the program's own cuMemCreate.
+  if (policy == kKeep) start_trim_thread(g_process.config, true);
   key_thread();
   t_stack[t_depth++] = slot | (pool_only ? kPoolOnly : 0);
   ++t_regions;

@@ -15,7 +15,7 @@
 // "Sleep and wake"; own_vmm_sleep.cpp in this file, cases in
 // own_vmm_sleep_cases.py): tagged, collide, asleep_calls, wake_fail,
 // cycles, fork, resident, map_gap, released_mapped, multicast, pool_only,
-// copy_threads.
+// copy_threads, prelock.
 #include <cuda.h>
 #include <dlfcn.h>
 #include <unistd.h>
@@ -438,6 +438,34 @@ int copy_threads(Api& api) {
   return 0;
 }
 
+// A keep region's own VMM memory on a device with no pool: the trim thread
+// page-locks its host copies ahead, as it does a pool's live blocks, so
+// that the first sleep page-locks nothing (with sleep_prelock:0 the sleep
+// page-locks them itself).
+int prelock(Api& api) {
+  fakecuda_reset_counts();
+  Own a, b;
+  if (make(api, "t", PAGEFAST_REGION_KEEP, CU_MEM_HANDLE_TYPE_NONE, 9, &a) ||
+      make(api, "t", PAGEFAST_REGION_KEEP, CU_MEM_HANDLE_TYPE_NONE, 10, &b))
+    return 1;
+  const char* conf = std::getenv("PAGEFAST_CONF");
+  const bool ahead = !conf || !std::strstr(conf, "sleep_prelock:0");
+  // The trim thread's rounds (100 ms apart; the layout must stand still
+  // for one): waited for by its effect, 60 s at most.
+  for (int i = 0; ahead && i < 600 && fakecuda_call_count("cuMemHostRegister_v2") < 2; ++i) usleep(100 * 1000);
+  const long before = fakecuda_call_count("cuMemHostRegister_v2");
+  if (ahead && before != 2) return fail("the host copies were not page-locked ahead");
+  if (api.sleep_tag("t", 0) != 0) return fail("sleep");
+  const long during = fakecuda_call_count("cuMemHostRegister_v2") - before;
+  if (ahead ? during != 0 : during != 2)
+    return fail("the sleep page-locked host memory (ahead), or did not (none ahead)");
+  if (api.wake_tag("t") != 0) return fail("wake");
+  if (!all_bytes(a.va, kBytes, 9) || !all_bytes(b.va, kBytes, 10)) return fail("bytes");
+  if (drop(a) || drop(b) || all_free()) return 1;
+  std::printf("ok prelock\n");
+  return 0;
+}
+
 // A forked child while asleep forwards everything and does not crash.
 int fork_asleep(Api& api) {
   Own a;
@@ -635,6 +663,7 @@ int own_vmm_sleep_case(const std::string& name) {
   if (name == "multicast") return multicast(api);
   if (name == "pool_only") return pool_only(api);
   if (name == "copy_threads") return copy_threads(api);
+  if (name == "prelock") return prelock(api);
   return fail("unknown case");
 }
 

@@ -15,7 +15,7 @@ import sys
 from preload_kit import check, expect_ok, failures, run_program
 
 CASES = {"tagged", "collide", "asleep_calls", "wake_fail", "cycles", "fork", "resident", "map_gap", "released_mapped", "multicast",
-         "pool_only", "copy_threads"}
+         "pool_only", "copy_threads", "prelock"}
 
 
 def main():
@@ -23,8 +23,10 @@ def main():
         print(__doc__)
         return 2
     name, build = sys.argv[1], sys.argv[3]
-    # copy_threads: also with the host memory given back after each wake.
-    for conf in ["", "vmm_cache:off"] + (["sleep_host_keep:off"] if name == "copy_threads" else []):
+    # copy_threads: also with the host memory given back after each wake;
+    # prelock: also with nothing page-locked ahead.
+    extra = {"copy_threads": ["sleep_host_keep:off"], "prelock": ["sleep_prelock:0"]}.get(name, [])
+    for conf in ["", "vmm_cache:off"] + extra:
         env = {"PAGEFAST_CONF": conf} if conf else {}
         r = run_program(build, "own_vmm_preload", [name], env=env)
         expect_ok(r, name, f"pagefast [{conf or 'default'}]")
