@@ -48,8 +48,9 @@ void ensure() {
 }
 
 void warn_refused(const char* call, CUresult r, size_t bytes) {
-  log::write(LogLevel::Warn, "CUDA IPC: cannot open a pool block of another process: {} answered {} ({} MiB, one chunk)",
-             call, error_name(r), bytes >> 20);
+  log::write(LogLevel::Warn,
+             "CUDA IPC: cannot open a pool block of another process: {} answered {} ({} MiB, one chunk)", call,
+             error_name(r), bytes >> 20);
 }
 
 // Imports the chunk's descriptor, maps it whole at offset 0 of its handle
@@ -58,8 +59,8 @@ void warn_refused(const char* call, CUresult r, size_t bytes) {
 CUresult map_chunk(const RealDriver* real, int fd, size_t bytes, int device, CUdeviceptr va, OpenTimes* times) {
   CUmemGenericAllocationHandle h = 0;
   uint64_t t0 = now_ns();
-  CUresult r = driver::import_handle(real, &h, reinterpret_cast<void*>(uintptr_t(fd)),
-                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  CUresult r =
+      driver::import_handle(real, &h, reinterpret_cast<void*>(uintptr_t(fd)), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
   times->import_ns += now_ns() - t0;
   if (r != CUDA_SUCCESS) {
     warn_refused("cuMemImportFromShareableHandle", r, bytes);

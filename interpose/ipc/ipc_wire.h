@@ -29,6 +29,13 @@ constexpr uint32_t kReplyMagic = 0x72524650;    // "PFRr"
 // its chunk (an id the exporter never reuses), so that an importer maps a
 // chunk once however many of its blocks it opens.
 constexpr uint16_t kVersion = 3;
+// Control requests (pagefast-ctl's, a neighbour's give-back) go with
+// version 2, which every op but an open is still taken with: they reach
+// processes of either version, and an older pagefast-ctl a newer process.
+constexpr uint16_t kControlVersion = 2;
+inline bool version_taken(uint16_t version, uint16_t op) {
+  return version == kVersion || (version == kControlVersion && op != 1 /* kOpOpen */);
+}
 constexpr uint16_t kOpOpen = 1;
 constexpr uint16_t kOpClose = 2;
 // Control (pagefast-ctl, docs/POOL.md "Sleep and wake"): `arg` carries
