@@ -171,7 +171,8 @@ void open_export(const wire::Request& request, const HolderKey& holder, Reply* r
   const uint64_t t0 = now_ns();
   for (const policy::PhysicalPiece& piece : e.pieces) {
     int fd = -1;
-    const CUresult r = chunk_fd(real, piece.chunk.value, &fd);
+    uint64_t chunk_id = 0;
+    const CUresult r = chunk_fd(real, piece.chunk.value, &fd, &chunk_id);
     if (r != CUDA_SUCCESS || fd < 0) {
       h.status = r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_VALUE;
       if (!g_warned_export.exchange(true))
@@ -185,7 +186,8 @@ void open_export(const wire::Request& request, const HolderKey& holder, Reply* r
       return;
     }
     fds->push_back(fd);
-    reply->pieces[h.piece_count++] = {piece.offset.bytes(), piece.granules.bytes(), piece.chunk_granules.bytes()};
+    reply->pieces[h.piece_count++] = {piece.offset.bytes(), piece.granules.bytes(), piece.chunk_granules.bytes(),
+                                      chunk_id};
   }
   if (log::enabled(LogLevel::Debug))
     log::write(LogLevel::Debug, "CUDA IPC export: {} piece(s) in {} us", fds->size(), (now_ns() - t0) / 1000);

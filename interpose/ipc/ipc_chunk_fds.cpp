@@ -21,22 +21,33 @@ namespace {
 // export costs about 0.6 ms a call on the H200 (docs/IPC.md). Closed when
 // the pool releases the chunk (forget_chunk), so that no descriptor keeps
 // released memory alive.
+// Each descriptor comes with an id that names the chunk to importers
+// (ReplyPiece::chunk_id): made with the descriptor, gone with it, never
+// given again, so that an importer's chunk cache (ipc_import_chunks.cpp)
+// never takes a new chunk that reuses a released handle's value for the
+// old one.
+struct ChunkFd {
+  int fd;
+  uint64_t id;
+};
 std::mutex g_fd_mutex;
-std::map<uint64_t, int>* g_chunk_fds = nullptr;  // chunk handle -> descriptor
+std::map<uint64_t, ChunkFd>* g_chunk_fds = nullptr;  // chunk handle -> descriptor
+uint64_t g_next_chunk_id = 1;
 
 }  // namespace
 
 namespace detail {
 
-CUresult chunk_fd(const RealDriver* real, uint64_t chunk, int* fd_out) {
+CUresult chunk_fd(const RealDriver* real, uint64_t chunk, int* fd_out, uint64_t* id_out) {
   std::lock_guard<std::mutex> guard(g_fd_mutex);
-  if (!g_chunk_fds) g_chunk_fds = new std::map<uint64_t, int>();
+  if (!g_chunk_fds) g_chunk_fds = new std::map<uint64_t, ChunkFd>();
   auto it = g_chunk_fds->find(chunk);
   // The caller gets its own copy to send and close: a release of the
   // chunk meanwhile cannot close (and a reuse of the number cannot
   // replace) what is being sent.
   if (it != g_chunk_fds->end()) {
-    *fd_out = ::fcntl(it->second, F_DUPFD_CLOEXEC, 0);
+    *id_out = it->second.id;
+    *fd_out = ::fcntl(it->second.fd, F_DUPFD_CLOEXEC, 0);
     return *fd_out >= 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
   }
   int fd = -1;
@@ -45,7 +56,9 @@ CUresult chunk_fd(const RealDriver* real, uint64_t chunk, int* fd_out) {
   if (r != CUDA_SUCCESS) return r;
   if (fd < 0) return CUDA_ERROR_INVALID_VALUE;
   ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-  (*g_chunk_fds)[chunk] = fd;
+  const uint64_t id = g_next_chunk_id++;
+  (*g_chunk_fds)[chunk] = ChunkFd{fd, id};
+  *id_out = id;
   *fd_out = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
   return *fd_out >= 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
@@ -57,7 +70,7 @@ void forget_chunk(uint64_t chunk) {
   if (!g_chunk_fds) return;
   auto it = g_chunk_fds->find(chunk);
   if (it == g_chunk_fds->end()) return;
-  ::close(it->second);
+  ::close(it->second.fd);
   g_chunk_fds->erase(it);
 }
 

@@ -1,10 +1,12 @@
 // interpose/ipc/ipc_common.cpp: the small helpers the parts of CUDA IPC
 // share (ipc_internal.h): the handle's checksum, this process's identity,
 // the socket's address, sending, error names and the clock.
+#include <pthread.h>
 #include <sys/auxv.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -46,8 +48,23 @@ Wire make_handle(int device, uint64_t bytes, uint64_t offset) {
   return w;
 }
 
+namespace {
+
+// Counts the forks this process came out of (pthread_atfork), so that
+// self() knows the pid it cached is still its own without a getpid
+// system call on every get, open and close.
+std::atomic<uint64_t> g_forks{0};
+void after_fork_child() { g_forks.fetch_add(1, std::memory_order_relaxed); }
+
+}  // namespace
+
 const Identity& self() {
+  static const bool watching = ::pthread_atfork(nullptr, nullptr, &after_fork_child) == 0;
   static thread_local Identity cached;
+  static thread_local uint64_t cached_forks = ~uint64_t(0);
+  const uint64_t forks = g_forks.load(std::memory_order_relaxed);
+  if (watching && cached.pid != 0 && cached_forks == forks) return cached;
+  cached_forks = forks;
   const int32_t pid = int32_t(::getpid());
   if (cached.pid != pid) {
     cached.pid = pid;

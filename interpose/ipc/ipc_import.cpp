@@ -32,12 +32,25 @@ struct Import {
   CUdeviceptr va;
   size_t map_bytes;
   uint64_t refs;
+  // A one-piece block is a pointer into its chunk's mapping
+  // (ipc_import_chunks.cpp), kept while any block of the chunk is open;
+  // a block of several pieces has a mapping of its own (ipc_import_map.cpp).
+  bool in_chunk;
+  ChunkKey chunk;
 };
+
+// Links kept after their last import closed (the exporter told that this
+// process holds nothing of it): the next open of that exporter's blocks
+// needs no new connection, which costs a connect and the check of who
+// answers on both sides. The exporter closes a link idle for 30 s; the
+// next request then makes a new one.
+constexpr size_t kIdleLinks = 8;
 
 std::mutex g_import_mutex;
 std::map<ExporterKey, Link>* g_links = nullptr;
 std::map<CUdeviceptr, Import>* g_imports = nullptr;  // handed-out pointer -> import
 pid_t g_import_owner = 0;
+uint64_t g_link_clock = 0;
 
 // REQUIRES g_import_mutex. A forked child inherits its parent's links,
 // whose connections say the parent (SO_PEERCRED is fixed at connect), and
@@ -47,26 +60,53 @@ void own_links() {
     g_links = new std::map<ExporterKey, Link>();
     g_imports = new std::map<CUdeviceptr, Import>();
   }
-  const pid_t pid = ::getpid();
+  const pid_t pid = self().pid;
   if (g_import_owner == pid) return;
   for (auto& link : *g_links)
     if (link.second.fd >= 0) ::close(link.second.fd);
   g_links->clear();
   g_imports->clear();
+  chunks_forget();
   g_import_owner = pid;
 }
 
-// REQUIRES g_import_mutex. Ends a link nothing is imported through: the
-// exporter is told that this process holds nothing of it (which also ends
-// any hold an open given up on took).
-void retire_link(std::map<ExporterKey, Link>::iterator it) {
+// REQUIRES g_import_mutex. Closes the idle link used least recently while
+// more than kIdleLinks are idle.
+void trim_idle_links() {
+  size_t idle = 0;
+  auto oldest = g_links->end();
+  for (auto it = g_links->begin(); it != g_links->end(); ++it) {
+    if (it->second.imports > 0) continue;
+    ++idle;
+    if (oldest == g_links->end() || it->second.last_use < oldest->second.last_use) oldest = it;
+  }
+  if (idle <= kIdleLinks) return;
+  if (oldest->second.fd >= 0) ::close(oldest->second.fd);
+  g_links->erase(oldest);
+}
+
+// REQUIRES g_import_mutex. A link nothing is imported through any more,
+// whose exporter was told so (release-all, sent = true: that also ended
+// any hold an open given up on took, so their late answers are only read
+// and dropped): kept idle for the next open. Unsent, it ends.
+void rest_link(std::map<ExporterKey, Link>::iterator it, bool sent) {
   Link& link = it->second;
   if (link.imports > 0) return;
-  if (link.fd >= 0) {
-    send_request(link.fd, wire::kOpReleaseAll, 0);
-    ::close(link.fd);
+  if (link.fd >= 0 && sent) {
+    link.abandoned.clear();
+    link.last_use = ++g_link_clock;
+    trim_idle_links();
+    return;
   }
+  if (link.fd >= 0) ::close(link.fd);
   g_links->erase(it);
+}
+
+// REQUIRES g_import_mutex. Ends what a link holds: the exporter is told
+// that this process holds nothing of it any more; the link stays idle.
+void retire_link(std::map<ExporterKey, Link>::iterator it) {
+  if (it->second.imports > 0) return;
+  rest_link(it, it->second.fd >= 0 && send_request(it->second.fd, wire::kOpReleaseAll, 0));
 }
 
 // Every field of a received handle, before anything is asked of anyone:
@@ -169,6 +209,17 @@ Exchange ask_open(Link& link, const ExporterKey& key, const Wire& w, Reply* repl
   return ex;
 }
 
+// REQUIRES g_import_mutex. What an open mapped goes (a block of one chunk:
+// with the chunk's last block).
+void unmap_block(const RealDriver* real, bool in_chunk, const ChunkKey& chunk, CUdeviceptr va, size_t bytes) {
+  if (in_chunk) {
+    chunk_release(chunk);
+  } else {
+    driver::unmap(real, va, bytes);
+    unreserve_range(va, bytes);
+  }
+}
+
 // REQUIRES g_import_mutex. Maps the chunks an exporter sent and hands the
 // block out: CUDA_SUCCESS with *pdptr, or why not (the exporter is told to
 // close it, the link retired if nothing else is open through it).
@@ -180,8 +231,19 @@ CUresult map_opened(const RealDriver* real, std::map<ExporterKey, Link>::iterato
   size_t map_bytes = 0;
   uint64_t lead = 0;
   OpenTimes times;
-  const CUresult r =
-      truncated ? CUDA_ERROR_INVALID_VALUE : map_import(*reply, received->fds, device, &va, &map_bytes, &lead, &times);
+  // One piece (every block within one chunk): a pointer into the chunk's
+  // mapping, made now or already there for another block of it.
+  const ReplyPiece& first = reply->pieces[0];
+  const bool in_chunk = reply->header.piece_count == 1 && received->fds.size() == 1;
+  const ChunkKey chunk{link_it->first, first.chunk_id, device};
+  CUresult r = CUDA_ERROR_INVALID_VALUE;
+  if (!truncated && in_chunk) {
+    r = chunk_acquire(chunk, first, received->fds[0], device, &va, &times);
+    map_bytes = size_t(first.chunk_bytes);
+    lead = first.chunk_offset;
+  } else if (!truncated) {
+    r = map_import(*reply, received->fds, device, &va, &map_bytes, &lead, &times);
+  }
   if (log::enabled(LogLevel::Debug))
     log::write(LogLevel::Debug,
                "CUDA IPC open: connect {} us, request {} us, import {} us, map {} us, access {} us "
@@ -195,18 +257,22 @@ CUresult map_opened(const RealDriver* real, std::map<ExporterKey, Link>::iterato
   uint64_t end = 0;
   const bool inside = r == CUDA_SUCCESS && !__builtin_add_overflow(lead, w.offset, &end) &&
                       !__builtin_add_overflow(end, w.bytes, &end) && end <= map_bytes;
-  if (!inside) {
-    send_request(link.fd, wire::kOpClose, w.export_id);
-    if (r == CUDA_SUCCESS) {
-      driver::unmap(real, va, map_bytes);
-      driver::address_free(real, va, map_bytes);
+  const CUdeviceptr ptr = va + lead + w.offset;
+  CUresult answer = r != CUDA_SUCCESS ? r : inside ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  if (answer == CUDA_SUCCESS) {
+    try {
+      (*g_imports)[ptr] = Import{link_it->first, w.export_id, va, map_bytes, 1, in_chunk, chunk};
+    } catch (...) {
+      answer = CUDA_ERROR_OUT_OF_MEMORY;
     }
+  }
+  if (answer != CUDA_SUCCESS) {
+    send_request(link.fd, wire::kOpClose, w.export_id);
+    if (r == CUDA_SUCCESS) unmap_block(real, in_chunk, chunk, va, map_bytes);
     if (link.imports == 0) retire_link(link_it);
-    return r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_VALUE;
+    return answer;
   }
   ++link.imports;
-  const CUdeviceptr ptr = va + lead + w.offset;
-  (*g_imports)[ptr] = Import{link_it->first, w.export_id, va, map_bytes, 1};
   *pdptr = ptr;
   return CUDA_SUCCESS;
 }
@@ -218,6 +284,7 @@ CUresult open_from(const RealDriver* real, const ExporterKey& key, const Wire& w
   clock.start = clock.connected = now_ns();
   auto link_it = g_links->emplace(key, Link()).first;
   Link& link = link_it->second;
+  link.last_use = ++g_link_clock;
   std::unique_ptr<Reply> reply(new Reply());
   ReceivedFds received;
   bool truncated = false;
@@ -280,8 +347,7 @@ bool try_close(CUdeviceptr dptr, CUresult* result) {
     CUcontext context = nullptr;
     if (!pool::capture_active() && driver::ctx_get_current(real, &context) == CUDA_SUCCESS && context)
       driver::ctx_synchronize(real);
-    driver::unmap(real, im.va, im.map_bytes);
-    driver::address_free(real, im.va, im.map_bytes);
+    unmap_block(real, im.in_chunk, im.chunk, im.va, im.map_bytes);
   }
   auto link_it = g_links->find(im.key);
   if (link_it != g_links->end()) {
@@ -294,21 +360,19 @@ bool try_close(CUdeviceptr dptr, CUresult* result) {
       reply = new Reply();
     } catch (...) {
     }
-    for (int attempt = 0; attempt < 2; ++attempt) {
+    bool sent = false;
+    for (int attempt = 0; attempt < 2 && !sent; ++attempt) {
       if (link.fd < 0) link.fd = connect_to(im.key);
       if (link.fd < 0) break;  // gone: its holds went with it
-      const bool sent = reply && drain_late(link, reply) &&
-                        send_request(link.fd, link.imports ? wire::kOpClose : wire::kOpReleaseAll, im.export_id);
+      sent = reply && drain_late(link, reply) &&
+             send_request(link.fd, link.imports ? wire::kOpClose : wire::kOpReleaseAll, im.export_id);
       if (sent) break;
       ::close(link.fd);
       link.fd = -1;
       link.abandoned.clear();
     }
     delete reply;
-    if (link.imports == 0) {
-      if (link.fd >= 0) ::close(link.fd);
-      g_links->erase(link_it);
-    }
+    if (link.imports == 0) rest_link(link_it, sent);
   }
   g_imports->erase(it);
   return true;

@@ -30,9 +30,23 @@ struct ExporterKey {
   }
 };
 
+// A chunk as the importer maps it: whose, the exporter's id for it, and
+// the device its mapping is opened for.
+struct ChunkKey {
+  ExporterKey exporter;
+  uint64_t chunk_id;
+  int device;
+  bool operator<(const ChunkKey& o) const {
+    if (chunk_id != o.chunk_id) return chunk_id < o.chunk_id;
+    if (device != o.device) return device < o.device;
+    return exporter < o.exporter;
+  }
+};
+
 struct Link {
   int fd = -1;
-  uint64_t imports = 0;  // live imports through it
+  uint64_t imports = 0;   // live imports through it
+  uint64_t last_use = 0;  // when it was last used (a counter): the least recent idle link goes first
   uint32_t next_seq = 1;
   // Opens given up on (no answer in time), by sequence number: their late
   // answers are read before the next request, and what they opened is
@@ -66,5 +80,22 @@ Exchange exchange_open(Link& link, const Wire& w, Reply* reply, std::vector<int>
 // the first piece starts in the mapping.
 CUresult map_import(const Reply& reply, const std::vector<int>& fds, int device, CUdeviceptr* va_out, size_t* bytes_out,
                     uint64_t* lead_out, OpenTimes* times);
+
+// ---- the chunk mappings (ipc_import_chunks.cpp), under the importer's mutex -----------
+
+// The mapping of a one-piece reply's chunk for `device`: the one already
+// made for an open block of it (`fd` unused: no driver call), or the chunk
+// imported from `fd`, mapped whole and opened now. *chunk_va is where the
+// chunk starts; the chunk counts one block more.
+CUresult chunk_acquire(const ChunkKey& key, const ReplyPiece& piece, int fd, int device, CUdeviceptr* chunk_va,
+                       OpenTimes* times);
+// One block less on the chunk; the last unmaps it (the caller synchronised).
+void chunk_release(const ChunkKey& key);
+// A forked child: forgets the parent's mappings (not its own to unmap).
+void chunks_forget();
+// Address space for a mapping, from the ranges kept or the driver; and
+// back (kept for the next mapping of its size, a few of them).
+CUresult reserve_range(size_t bytes, CUdeviceptr* va);
+void unreserve_range(CUdeviceptr va, size_t bytes);
 
 }  // namespace pagefast::ipc::detail

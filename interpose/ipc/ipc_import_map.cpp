@@ -61,7 +61,7 @@ CUresult map_import(const Reply& reply, const std::vector<int>& fds, int device,
   size_t total = 0;
   if (!pieces_valid(reply, whole, &total)) return CUDA_ERROR_INVALID_VALUE;
   CUdeviceptr va = 0;
-  CUresult r = driver::address_reserve(real, &va, total, kGranuleBytes, 0, 0);
+  CUresult r = reserve_range(total, &va);
   const char* failed = "cuMemAddressReserve";
   if (r != CUDA_SUCCESS) {
     log::write(LogLevel::Warn, "CUDA IPC: cannot open a pool block of another process: {} answered {}", failed,
@@ -110,7 +110,7 @@ CUresult map_import(const Reply& reply, const std::vector<int>& fds, int device,
                "{} MiB{})",
                failed, error_name(r), count, total >> 20, whole ? ", whole chunks" : "");
     for (const auto& m : maps) driver::unmap(real, m.first, m.second);
-    driver::address_free(real, va, total);
+    unreserve_range(va, total);
     return r == CUDA_ERROR_OUT_OF_MEMORY ? r : CUDA_ERROR_MAP_FAILED;
   }
   *va_out = va;

@@ -61,6 +61,9 @@ struct ReplyPiece {
   uint64_t chunk_offset;  // bytes into the chunk whose descriptor comes in this position
   uint64_t bytes;
   uint64_t chunk_bytes;  // the whole chunk
+  // The exporter's name for the chunk, never reused in that process: the
+  // same id is the same physical memory (ipc_chunk_fds.cpp).
+  uint64_t chunk_id;
 };
 
 struct Reply {
@@ -159,8 +162,10 @@ TagControl tag_control_handler();
 // ---- the chunks' descriptors (ipc_chunk_fds.cpp) ------------------------------------
 
 // A descriptor of the exported chunk, the caller's own copy to send and
-// close; made by the driver's export at the chunk's first open.
-CUresult chunk_fd(const RealDriver* real, uint64_t chunk, int* fd_out);
+// close, and the chunk's id (*id_out, never reused: a chunk released and a
+// new one with the same handle value get different ids); made by the
+// driver's export at the chunk's first open.
+CUresult chunk_fd(const RealDriver* real, uint64_t chunk, int* fd_out, uint64_t* id_out);
 
 // ---- who connects (ipc_peers.cpp) --------------------------------------------------
 

@@ -77,7 +77,7 @@ uint64_t ask_one(const detail::ExporterKey& key, const char* bus_id, uint64_t by
     wire::Request req;
     wire::TagName device;
   } msg{};
-  msg.req = wire::Request{wire::kRequestMagic, wire::kVersion, wire::kOpGiveBack, bytes, seq, 0, 0, 0};
+  msg.req = wire::Request{wire::kRequestMagic, wire::kControlVersion, wire::kOpGiveBack, bytes, seq, 0, 0, 0};
   std::snprintf(msg.device.name, sizeof msg.device.name, "%s", bus_id);
   wire::ReplyHeader header{};
   std::vector<int> fds;  // a control reply carries none

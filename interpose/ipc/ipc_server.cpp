@@ -82,7 +82,7 @@ bool serve_open(Server& s, Connection& c, const Request& req, uint64_t now) {
 enum class Served { Keep, End, HandedOver };
 
 Served serve(Server& s, Connection& c, const Request& req, const wire::TagName* tag, uint64_t now) {
-  if (req.magic != wire::kRequestMagic || req.version != wire::kVersion) return Served::End;
+  if (req.magic != wire::kRequestMagic || !wire::version_taken(req.version, req.op)) return Served::End;
   switch (req.op) {
     case wire::kOpOpen: return serve_open(s, c, req, now) ? Served::Keep : Served::End;
     case wire::kOpClose: release(req.arg, c.holder); return Served::Keep;

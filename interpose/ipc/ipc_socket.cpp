@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -26,7 +27,9 @@ namespace {
 // ---- the socket ----------------------------------------------------------------------
 
 std::mutex g_start_mutex;
-pid_t g_server_pid = 0;  // the process whose pagefast-ipc thread serves
+// The process whose pagefast-ipc thread serves: read without the mutex by
+// every get once it runs.
+std::atomic<pid_t> g_server_pid{0};
 pid_t g_failed_pid = 0;  // the process that could not listen (and said so once)
 
 // The socket file to remove at exit (empty for an abstract socket), and
@@ -79,9 +82,10 @@ size_t connection_limit() {
 }  // namespace
 
 bool start_server() {
+  const pid_t pid = self().pid;
+  if (g_server_pid.load(std::memory_order_acquire) == pid) return true;
   std::lock_guard<std::mutex> guard(g_start_mutex);
-  const pid_t pid = ::getpid();
-  if (g_server_pid == pid) return true;
+  if (g_server_pid.load(std::memory_order_relaxed) == pid) return true;
   if (g_failed_pid == pid) return false;  // said so once already
   g_failed_pid = pid;
   const Identity& me = self();
@@ -136,7 +140,7 @@ bool start_server() {
     }
   }
   g_failed_pid = 0;
-  g_server_pid = pid;
+  g_server_pid.store(pid, std::memory_order_release);
   return true;
 }
 

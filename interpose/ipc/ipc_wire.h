@@ -25,8 +25,17 @@ constexpr uint32_t kRequestMagic = 0x71524650;  // "PFRq"
 constexpr uint32_t kReplyMagic = 0x72524650;    // "PFRr"
 // 2: requests carry a sequence number the reply echoes, and an open names
 // the block's size, offset and device; holds belong to the importing
-// process, not to its connection.
-constexpr uint16_t kVersion = 2;
+// process, not to its connection. 3: each piece of an open's reply names
+// its chunk (an id the exporter never reuses), so that an importer maps a
+// chunk once however many of its blocks it opens.
+constexpr uint16_t kVersion = 3;
+// Control requests (pagefast-ctl's, a neighbour's give-back) go with
+// version 2, which every op but an open is still taken with: they reach
+// processes of either version, and an older pagefast-ctl a newer process.
+constexpr uint16_t kControlVersion = 2;
+inline bool version_taken(uint16_t version, uint16_t op) {
+  return version == kVersion || (version == kControlVersion && op != 1 /* kOpOpen */);
+}
 constexpr uint16_t kOpOpen = 1;
 constexpr uint16_t kOpClose = 2;
 // Control (pagefast-ctl, docs/POOL.md "Sleep and wake"): `arg` carries

@@ -24,6 +24,13 @@
  *   'S' pagefast_sleep(value) (after one allocation, so that a pool exists):
  *       value = its answer (as int64); INVALID_VALUE without pagefast
  *   'K' pagefast_wake(): value = its answer
+ *   'N' value = the fake driver's count of calls to the function named in
+ *       `handle` (a NUL-terminated name; fakecuda_call_count)
+ *   'H' keep `handle` in the slot for 'T', with its size (`bytes`) and the
+ *       byte every one of them holds (`expect`)
+ *   'T' `value` threads, each `bytes` rounds over every kept handle: open,
+ *       read it whole, check its bytes, close; check = 1 if every open,
+ *       read and close succeeded with the right bytes
  *   'Q' exit
  * The struct formats: "<BBBB4xQQ64s" and "<iiQQ" on x86-64. */
 struct ipc_request {

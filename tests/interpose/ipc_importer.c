@@ -7,11 +7,76 @@
  * Up to 8 pointers are open at once, one per request slot.
  * --as-nobody: switch to uid/gid 65534 before cuInit (needs root). */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "../fakecuda/fakecuda.h"
 #include "ipc_common.h"
+
+/* The handles kept for 'T', per slot. */
+struct kept {
+  int used;
+  CUipcMemHandle handle;
+  uint64_t bytes;
+  uint8_t expect;
+};
+static struct kept g_kept[8];
+static CUcontext g_ctx;
+
+struct stress {
+  pthread_t thread;
+  uint64_t rounds;
+  unsigned first; /* where its rounds start among the kept handles */
+  int ok;
+};
+
+/* One thread of 'T': opens, reads and closes every kept handle, rounds
+ * times, in an order of its own. */
+static void* stress_main(void* arg) {
+  struct stress* me = (struct stress*)arg;
+  me->ok = cuCtxSetCurrent(g_ctx) == CUDA_SUCCESS;
+  for (uint64_t r = 0; r < me->rounds && me->ok; ++r)
+    for (int k = 0; k < 8 && me->ok; ++k) {
+      const struct kept* h = &g_kept[(k + r + me->first) & 7];
+      if (!h->used) continue;
+      CUdeviceptr p = 0;
+      if (cuIpcOpenMemHandle(&p, h->handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != CUDA_SUCCESS) {
+        me->ok = 0;
+        break;
+      }
+      unsigned char* bytes = (unsigned char*)malloc(h->bytes);
+      me->ok = bytes && cuMemcpyDtoH(bytes, p, h->bytes) == CUDA_SUCCESS;
+      for (uint64_t i = 0; me->ok && i < h->bytes; ++i)
+        if (bytes[i] != h->expect) me->ok = 0;
+      free(bytes);
+      if (cuIpcCloseMemHandle(p) != CUDA_SUCCESS) me->ok = 0;
+    }
+  return NULL;
+}
+
+static int stress_run(unsigned threads, uint64_t rounds) {
+  struct stress all[16];
+  if (threads == 0 || threads > 16) return 0;
+  int ok = 1;
+  unsigned started = 0;
+  for (; started < threads; ++started) {
+    all[started].rounds = rounds;
+    all[started].first = started;
+    all[started].ok = 0;
+    if (pthread_create(&all[started].thread, NULL, stress_main, &all[started]) != 0) {
+      ok = 0;
+      break;
+    }
+  }
+  for (unsigned i = 0; i < started; ++i) {
+    pthread_join(all[i].thread, NULL);
+    ok = ok && all[i].ok;
+  }
+  return ok;
+}
 
 static uint64_t now_ms(void) {
   struct timespec ts;
@@ -30,6 +95,7 @@ int main(int argc, char** argv) {
   CUcontext ctx = NULL;
   if (ready == CUDA_SUCCESS) ready = cuDevicePrimaryCtxRetain(&ctx, 0);
   if (ready == CUDA_SUCCESS) ready = cuCtxSetCurrent(ctx);
+  g_ctx = ctx;
   CUdeviceptr ptrs[8] = {0};
   for (;;) {
     struct ipc_request request;
@@ -92,6 +158,27 @@ int main(int argc, char** argv) {
           reply.value = (uint64_t)(int64_t)answer;
           break;
         }
+        case 'N': {
+          char name[sizeof request.handle + 1];
+          memcpy(name, &request.handle, sizeof request.handle);
+          name[sizeof request.handle] = 0;
+          reply.rc = CUDA_SUCCESS;
+          reply.value = (uint64_t)fakecuda_call_count(name);
+          break;
+        }
+        case 'H': {
+          struct kept* k = &g_kept[request.slot & 7];
+          k->used = 1;
+          k->handle = request.handle;
+          k->bytes = request.bytes;
+          k->expect = request.expect;
+          reply.rc = CUDA_SUCCESS;
+          break;
+        }
+        case 'T':
+          reply.rc = CUDA_SUCCESS;
+          reply.check = stress_run(request.value, request.bytes);
+          break;
         case 'Q': return 0;
         default: reply.rc = CUDA_ERROR_INVALID_VALUE;
       }

@@ -38,7 +38,7 @@ REPLY = struct.Struct("<iiQQ")  # struct ipc_reply
 HANDLE = struct.Struct("<8sHHIIIQQQQQ")  # the pagefast handle (docs/IPC.md)
 WIRE_REQUEST = struct.Struct("<IHHQQQII")  # wire::Request (interpose/ipc/ipc_wire.h)
 WIRE_REPLY = struct.Struct("<IIIIII")  # wire::ReplyHeader
-REQUEST_MAGIC, REPLY_MAGIC, WIRE_VERSION = 0x71524650, 0x72524650, 2
+REQUEST_MAGIC, REPLY_MAGIC, WIRE_VERSION = 0x71524650, 0x72524650, 2  # control requests (ipc_wire.h kControlVersion)
 CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE = 0, 1
 
 

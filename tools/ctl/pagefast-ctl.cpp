@@ -250,7 +250,7 @@ bool ask(int fd, uint16_t op, uint64_t arg, uint64_t seq, const std::string& tag
     Request req;
     TagName tag;
   } out{};
-  out.req = Request{kRequestMagic, kVersion, op, arg, seq, 0, 0, 0};
+  out.req = Request{kRequestMagic, kControlVersion, op, arg, seq, 0, 0, 0};
   std::memcpy(out.tag.name, tag.data(), tag.size() < kTagNameBytes ? tag.size() : kTagNameBytes - 1);
   const size_t bytes = sizeof out.req + (carries_tag(op) ? sizeof out.tag : 0);
   if (::send(fd, &out, bytes, MSG_NOSIGNAL) != ssize_t(bytes) || !read_answer(fd, reply, sizeof *reply)) return false;

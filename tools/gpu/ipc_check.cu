@@ -15,7 +15,11 @@
 //   ipc_check timing N        cost of cudaIpcGetMemHandle (first call per
 //                             buffer) and of the child's first
 //                             cudaIpcOpenMemHandle + cudaIpcCloseMemHandle,
-//                             medians over N buffers per size.
+//                             medians over N buffers per size; and the
+//                             first open of the other buffers of a size
+//                             while the child holds the first one open
+//                             (held_open_us: with pagefast, buffers of a
+//                             chunk already mapped).
 //   ipc_check answers         what the driver (or pagefast) answers to an
 //                             own handle opened in the same process and to
 //                             a garbage handle.
@@ -339,10 +343,25 @@ int timing_child(int n) {
       CK(cudaIpcCloseMemHandle(p));
       close_us[b].push_back(us_since(t));
     }
-  double out[2 * kBuffers];
+  std::vector<double> held_us[kBuffers];
   for (int b = 0; b < kBuffers; ++b) {
-    out[2 * b] = median(open_us[b]);
-    out[2 * b + 1] = median(close_us[b]);
+    void* first = nullptr;
+    CK(cudaIpcOpenMemHandle(&first, hs[size_t(b) * n], cudaIpcMemLazyEnablePeerAccess));
+    for (int i = 1; i < n; ++i) {
+      void* p = nullptr;
+      auto t = Clock::now();
+      CK(cudaIpcOpenMemHandle(&p, hs[size_t(b) * n + i], cudaIpcMemLazyEnablePeerAccess));
+      held_us[b].push_back(us_since(t));
+      CK(cudaIpcCloseMemHandle(p));
+    }
+    CK(cudaIpcCloseMemHandle(first));
+    if (held_us[b].empty()) held_us[b].push_back(0);
+  }
+  double out[3 * kBuffers];
+  for (int b = 0; b < kBuffers; ++b) {
+    out[3 * b] = median(open_us[b]);
+    out[3 * b + 1] = median(close_us[b]);
+    out[3 * b + 2] = median(held_us[b]);
   }
   return write_all(3, out, sizeof out) ? 0 : 3;
 }
@@ -363,13 +382,13 @@ int timing(const char* self, int n) {
     }
   ChildIo io = spawn(self, "timing-child", n);
   write_all(io.to, hs.data(), hs.size() * sizeof hs[0]);
-  double out[2 * kBuffers] = {};
+  double out[3 * kBuffers] = {};
   const bool got = read_all(io.from, out, sizeof out);
   const int rc = wait_child(io.pid);
   if (!got) std::printf("timing: the child failed (rc %d)\n", rc);
   for (int b = 0; b < kBuffers; ++b)
-    std::printf("timing size %zu get_us %.2f open_us %.2f close_us %.2f\n", kSizes[b], median(get_us[b]), out[2 * b],
-                out[2 * b + 1]);
+    std::printf("timing size %zu get_us %.2f open_us %.2f close_us %.2f held_open_us %.2f\n", kSizes[b],
+                median(get_us[b]), out[3 * b], out[3 * b + 1], out[3 * b + 2]);
   for (void* p : bufs) CK(cudaFree(p));
   return got && rc == 0 ? 0 : 1;
 }

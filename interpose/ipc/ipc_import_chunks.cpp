@@ -1,0 +1,177 @@
+// interpose/ipc/ipc_import_chunks.cpp: the importer's chunk mappings
+// (ipc_import.h, docs/IPC.md "The importer's chunk mappings"): a chunk an
+// exporter sent is imported, mapped whole and opened for the caller's
+// device once, and every block of it opened meanwhile is a pointer into
+// that mapping: the second block of a chunk costs the exporter's answer
+// and no driver call. The mapping goes when its last block closes, as
+// before (no memory is kept past the closes). Address space of mappings
+// that went is kept for the next one of its size. Everything here runs
+// under the importer's mutex (ipc_import.cpp).
+#include <unistd.h>
+
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "interpose/driver.h"
+#include "interpose/ipc/ipc_import.h"
+#include "interpose/ipc/ipc_internal.h"
+#include "interpose/log.h"
+#include "interpose/real_driver.h"
+#include "policy/units.h"
+
+namespace pagefast::ipc::detail {
+namespace {
+
+using policy::kGranuleBytes;
+
+struct ChunkMap {
+  CUdeviceptr va = 0;
+  size_t bytes = 0;
+  uint64_t blocks = 0;  // blocks open through it
+};
+
+// Reserved ranges no mapping uses, kept for the next of their size: a
+// cuMemAddressReserve and a cuMemAddressFree less per chunk (address
+// space only, no memory).
+constexpr size_t kSpareRanges = 8;
+
+std::map<ChunkKey, ChunkMap>* g_chunks = nullptr;
+std::vector<std::pair<CUdeviceptr, size_t>>* g_spare = nullptr;
+
+void ensure() {
+  if (g_chunks) return;
+  auto* spare = new std::vector<std::pair<CUdeviceptr, size_t>>();
+  g_chunks = new std::map<ChunkKey, ChunkMap>();
+  g_spare = spare;
+}
+
+void warn_refused(const char* call, CUresult r, size_t bytes) {
+  log::write(LogLevel::Warn,
+             "CUDA IPC: cannot open a pool block of another process: {} answered {} ({} MiB, one chunk)", call,
+             error_name(r), bytes >> 20);
+}
+
+// Imports the chunk's descriptor, maps it whole at offset 0 of its handle
+// (what every driver takes: docs/DRIVER-FACTS.md) at `va` and opens it for
+// `device`; on failure nothing stays mapped.
+CUresult map_chunk(const RealDriver* real, int fd, size_t bytes, int device, CUdeviceptr va, OpenTimes* times) {
+  CUmemGenericAllocationHandle h = 0;
+  uint64_t t0 = now_ns();
+  CUresult r =
+      driver::import_handle(real, &h, reinterpret_cast<void*>(uintptr_t(fd)), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  times->import_ns += now_ns() - t0;
+  if (r != CUDA_SUCCESS) {
+    warn_refused("cuMemImportFromShareableHandle", r, bytes);
+    return r;
+  }
+  t0 = now_ns();
+  r = driver::map(real, va, bytes, 0, h, 0);
+  // The mapping holds the memory from now on; the handle is not needed.
+  driver::release(real, h);
+  times->map_ns += now_ns() - t0;
+  if (r != CUDA_SUCCESS) {
+    warn_refused("cuMemMap", r, bytes);
+    return r;
+  }
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  t0 = now_ns();
+  r = driver::set_access(real, va, bytes, &access, 1);
+  times->access_ns += now_ns() - t0;
+  if (r != CUDA_SUCCESS) {
+    warn_refused("cuMemSetAccess", r, bytes);
+    driver::unmap(real, va, bytes);
+  }
+  return r;
+}
+
+}  // namespace
+
+CUresult reserve_range(size_t bytes, CUdeviceptr* va) {
+  ensure();
+  for (size_t i = 0; i < g_spare->size(); ++i)
+    if ((*g_spare)[i].second == bytes) {
+      *va = (*g_spare)[i].first;
+      (*g_spare)[i] = g_spare->back();
+      g_spare->pop_back();
+      return CUDA_SUCCESS;
+    }
+  return driver::address_reserve(real_driver(), va, bytes, kGranuleBytes, 0, 0);
+}
+
+void unreserve_range(CUdeviceptr va, size_t bytes) {
+  try {
+    ensure();
+    if (g_spare->size() < kSpareRanges) {
+      g_spare->push_back({va, bytes});
+      return;
+    }
+  } catch (...) {
+  }
+  driver::address_free(real_driver(), va, bytes);
+}
+
+CUresult chunk_acquire(const ChunkKey& key, const ReplyPiece& piece, int fd, int device, CUdeviceptr* chunk_va,
+                       OpenTimes* times) {
+  const uint64_t end = piece.chunk_offset + piece.bytes;
+  if (piece.bytes == 0 || piece.chunk_bytes == 0 || piece.chunk_bytes % kGranuleBytes ||
+      piece.chunk_offset % kGranuleBytes || piece.bytes % kGranuleBytes || piece.chunk_offset > piece.chunk_bytes ||
+      piece.bytes > piece.chunk_bytes - piece.chunk_offset || end > piece.chunk_bytes ||
+      piece.chunk_bytes > uint64_t(SIZE_MAX))
+    return CUDA_ERROR_INVALID_VALUE;
+  ensure();
+  auto it = g_chunks->find(key);
+  if (it != g_chunks->end()) {
+    // The same id is the same memory: its size cannot differ.
+    if (it->second.bytes != piece.chunk_bytes) return CUDA_ERROR_INVALID_VALUE;
+    ++it->second.blocks;
+    *chunk_va = it->second.va;
+    return CUDA_SUCCESS;
+  }
+  const RealDriver* real = real_driver();
+  if (!driver::has_vmm_import(real)) return CUDA_ERROR_NOT_SUPPORTED;
+  const size_t bytes = size_t(piece.chunk_bytes);
+  CUdeviceptr va = 0;
+  CUresult r = reserve_range(bytes, &va);
+  if (r != CUDA_SUCCESS) {
+    warn_refused("cuMemAddressReserve", r, bytes);
+    return r;
+  }
+  r = map_chunk(real, fd, bytes, device, va, times);
+  if (r == CUDA_SUCCESS) {
+    try {
+      (*g_chunks)[key] = ChunkMap{va, bytes, 1};
+    } catch (...) {
+      driver::unmap(real, va, bytes);
+      r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+  }
+  if (r != CUDA_SUCCESS) {
+    unreserve_range(va, bytes);
+    return r == CUDA_ERROR_OUT_OF_MEMORY ? r : CUDA_ERROR_MAP_FAILED;
+  }
+  *chunk_va = va;
+  return CUDA_SUCCESS;
+}
+
+void chunk_release(const ChunkKey& key) {
+  if (!g_chunks) return;
+  auto it = g_chunks->find(key);
+  if (it == g_chunks->end() || --it->second.blocks > 0) return;
+  const ChunkMap m = it->second;
+  g_chunks->erase(it);
+  driver::unmap(real_driver(), m.va, m.bytes);
+  unreserve_range(m.va, m.bytes);
+}
+
+void chunks_forget() {
+  // A forked child: the parent's mappings are not its own to unmap.
+  if (g_chunks) g_chunks->clear();
+  if (g_spare) g_spare->clear();
+}
+
+}  // namespace pagefast::ipc::detail
