@@ -58,6 +58,12 @@ class Holder {
   // limit.
   virtual uint64_t held_bytes() = 0;
   virtual uint64_t idle_bytes() = 0;
+  // Both at once, for cuMemGetInfo's answer (mem_info): a holder whose
+  // two figures come from one reading overrides it to read once.
+  virtual void figures(uint64_t* held, uint64_t* idle) {
+    *held = held_bytes();
+    *idle = idle_bytes();
+  }
   // Releases idle memory to the driver, at least `bytes` if it holds that
   // much (kAllIdle: all of it). May call the driver (and wait for the
   // device); never from a destructor. Returns the bytes released.
