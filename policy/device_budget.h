@@ -140,6 +140,8 @@ class DeviceBudget {
   // Bytes a holder may add to its idle memory before give_back_idle() is
   // due again (kNoLimit: never): read lock-free on a free path.
   uint64_t give_back_mark() const { return give_back_mark_.load(std::memory_order_relaxed); }
+  // The mark itself, for a pool's free path to read without a call.
+  const std::atomic<uint64_t>* give_back_mark_word() const { return &give_back_mark_; }
 
   void set_neighbours(Neighbours* neighbours) { neighbours_ = neighbours; }
   // The driver refused `bytes` that no holder here had idle: the other

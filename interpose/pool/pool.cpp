@@ -156,7 +156,10 @@ __attribute__((noinline)) bool alloc_in_region(int slot, int device, uint64_t by
 
 CUresult free_result(FreeStatus status) { return status == FreeStatus::Ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
 
-inline bool retired(const DevicePool* pool) { return retired_device(pool->device()); }
+// A pool's device is always in range: the flag alone, no bounds check.
+inline bool retired(const DevicePool* pool) {
+  return g_process.retired[pool->device()].load(std::memory_order_relaxed);
+}
 
 // The pool's record of an address, or NULL when the address is not pool
 // memory any more: never made by the pool, or made by a retired pool,
@@ -173,8 +176,9 @@ namespace {
 // alloc_or's answer for an active pool (false: not the pool's), inline.
 __attribute__((always_inline)) inline bool alloc_active(CUdeviceptr* dptr, size_t bytes, CUresult* result) {
   const RealDriver* real = loaded_driver();
+  // No driver, or no current context: the driver answers (CUDA_ERROR_INVALID_CONTEXT).
+  if (__builtin_expect(!real || !real->cuCtxGetCurrent, 0)) return false;
   CUcontext context = nullptr;
-  // No current context: the driver answers CUDA_ERROR_INVALID_CONTEXT.
   if (driver::ctx_get_current(real, &context) != CUDA_SUCCESS || !context) return false;
   ThreadState* ts = t_state;
   if (__builtin_expect(!ts || !ts->last.holds(context), 0)) {

@@ -95,6 +95,59 @@ int reuse() {
   return 0;
 }
 
+// Captures on many threads at once, more than the hooks' capture slots
+// (64) so that the list beyond them is used too: every capture ends well,
+// and once all ended the pool synchronises again (the count of captures is
+// back to zero, none was lost or ended twice).
+int capture_threads() {
+  constexpr int kThreads = 80, kRounds = 20;
+  CUcontext context = nullptr;
+  CHECK_CU(cuCtxGetCurrent(&context));
+  std::atomic<int> failures{0};
+  std::atomic<int> began{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      if (cuCtxSetCurrent(context) != CUDA_SUCCESS) return void(failures.fetch_add(1));
+      CUstream stream;
+      if (cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return void(failures.fetch_add(1));
+      for (int round = 0; round < kRounds; ++round) {
+        if (cuStreamBeginCapture_v2(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS) {
+          failures.fetch_add(1);
+          continue;
+        }
+        // The first round waits until every thread captures: all at once.
+        if (round == 0) {
+          began.fetch_add(1);
+          while (began.load() < kThreads) std::this_thread::yield();
+        }
+        // As PyTorch does: relaxed mode around allocator calls.
+        CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        CUdeviceptr p = 0;
+        if (cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS ||
+            cuMemAlloc_v2(&p, 4096 + 512 * size_t(t)) != CUDA_SUCCESS || cuMemFree_v2(p) != CUDA_SUCCESS ||
+            cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS)
+          failures.fetch_add(1);
+        CUgraph graph = nullptr;
+        if (cuStreamEndCapture(stream, &graph) != CUDA_SUCCESS) failures.fetch_add(1);
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  if (failures.load()) return fail("capture: a capture on one of many threads failed");
+  const bool pooled = dlsym(RTLD_DEFAULT, "pagefast_is_active") != nullptr;
+  const int syncs_before = fakecuda_call_count("cuCtxSynchronize");
+  for (int i = 0; i < 400; ++i) {
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc_v2(&p, 4096));
+    CHECK_CU(cuMemFree_v2(p));
+  }
+  const int syncs = fakecuda_call_count("cuCtxSynchronize") - syncs_before;
+  if (pooled && syncs == 0)
+    return fail("capture: no synchronisation after every capture ended (a capture left counted)");
+  std::printf("ok capture threads %d x %d, syncs after %d\n", kThreads, kRounds, syncs);
+  return 0;
+}
+
 int capture() {
   CUstream stream;
   CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
@@ -132,7 +185,7 @@ int capture() {
     CHECK_CU(cuMemFree_v2(p));
   }
   std::printf("ok capture syncs after %d\n", fakecuda_call_count("cuCtxSynchronize") - syncs_before);
-  return 0;
+  return capture_threads();
 }
 
 // Open descriptors of this process whose link names `target`.
