@@ -16,6 +16,7 @@
 //   fork       a forked child may touch the parent's pointers without crash
 //   threads    blocks freed on other threads; threads exit; nothing leaks
 //   meminfo    cuMemGetInfo counts idle pool memory as free (and the limit)
+//   meminfo_devices  two devices: cuMemGetInfo answers for the current one
 //   capacity   N-byte blocks until out of memory, per size (prints counts)
 //   faults     driver calls failing (fakecuda_set_fail) never break data
 //   capi       pagefast_pool_stats_get / pagefast_pool_trim
@@ -425,6 +426,26 @@ int meminfo() {
   std::printf("ok meminfo total %zu free0 %zu free1 %zu free2 %zu\n", total0, free0, free1, free2);
   if (free1 > free0 - (100u << 20) + (2u << 20)) return fail("meminfo: allocation not counted");
   if (free2 + (2u << 20) < free0) return fail("meminfo: idle pool memory not counted as free");
+  return 0;
+}
+
+// Two devices: cuMemGetInfo answers for the current context's device
+// (the pool's memory in use on device 0 is not device 1's).
+int meminfo_devices() {
+  CUcontext first = nullptr, second = nullptr;
+  CHECK_CU(cuCtxGetCurrent(&first));
+  CUdevice one;
+  CHECK_CU(cuDeviceGet(&one, 1));
+  CHECK_CU(cuDevicePrimaryCtxRetain(&second, one));
+  CUdeviceptr p;
+  CHECK_CU(cuMemAlloc_v2(&p, 100u << 20));
+  size_t free0 = 0, total0 = 0, free1 = 0, total1 = 0;
+  CHECK_CU(cuMemGetInfo_v2(&free0, &total0));
+  CHECK_CU(cuCtxSetCurrent(second));
+  CHECK_CU(cuMemGetInfo_v2(&free1, &total1));
+  CHECK_CU(cuCtxSetCurrent(first));
+  CHECK_CU(cuMemFree_v2(p));
+  std::printf("ok meminfo_devices total0 %zu free0 %zu total1 %zu free1 %zu\n", total0, free0, total1, free1);
   return 0;
 }
 
@@ -976,6 +997,7 @@ int main(int argc, char** argv) {
   if (c == "fork") return fork_case();
   if (c == "threads") return threads();
   if (c == "meminfo") return meminfo();
+  if (c == "meminfo_devices") return meminfo_devices();
   if (c == "capacity") return capacity(argc > 2 ? argv[2] : "20971520");
   if (c == "faults") return faults();
   if (c == "capi") return capi();
