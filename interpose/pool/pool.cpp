@@ -169,16 +169,11 @@ policy::Span* live_span(CUdeviceptr dptr) {
   return span && !retired(span->pool) ? span : nullptr;
 }
 
-}  // namespace
-
-namespace {
-
 // alloc_or's answer for an active pool (false: not the pool's), inline.
 __attribute__((always_inline)) inline bool alloc_active(CUdeviceptr* dptr, size_t bytes, CUresult* result) {
   const RealDriver* real = loaded_driver();
-  // No driver, or no current context: the driver answers (CUDA_ERROR_INVALID_CONTEXT).
-  if (__builtin_expect(!real || !real->cuCtxGetCurrent, 0)) return false;
   CUcontext context = nullptr;
+  // No current context: the driver answers CUDA_ERROR_INVALID_CONTEXT.
   if (driver::ctx_get_current(real, &context) != CUDA_SUCCESS || !context) return false;
   ThreadState* ts = t_state;
   if (__builtin_expect(!ts || !ts->last.holds(context), 0)) {
