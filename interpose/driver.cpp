@@ -57,6 +57,10 @@ CUresult device_pci_bus_id(const RealDriver* real, char* bus_id, int length, CUd
   return real && real->cuDeviceGetPCIBusId ? real->cuDeviceGetPCIBusId(bus_id, length, device) : kMissing;
 }
 
+CUresult device_count(const RealDriver* real, int* count) {
+  return real && real->cuDeviceGetCount ? real->cuDeviceGetCount(count) : kMissing;
+}
+
 CUresult mem_get_info(const RealDriver* real, size_t* free_bytes, size_t* total_bytes) {
   return real && real->cuMemGetInfo_v2 ? real->cuMemGetInfo_v2(free_bytes, total_bytes) : kMissing;
 }

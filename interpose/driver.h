@@ -75,6 +75,7 @@ CUresult primary_ctx_state(const RealDriver* real, CUdevice device, unsigned int
 // Devices and errors.
 CUresult device_attribute(const RealDriver* real, int* value, CUdevice_attribute attribute, CUdevice device);
 CUresult device_total_mem(const RealDriver* real, size_t* bytes, CUdevice device);
+CUresult device_count(const RealDriver* real, int* count);
 CUresult device_pci_bus_id(const RealDriver* real, char* bus_id, int length, CUdevice device);
 CUresult mem_get_info(const RealDriver* real, size_t* free_bytes, size_t* total_bytes);
 CUresult error_name(const RealDriver* real, CUresult error, const char** name);

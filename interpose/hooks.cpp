@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -37,10 +38,18 @@ namespace {
 
 std::atomic<bool> g_first_alloc_done{false};
 
-// Streams being captured into a graph. A lock keeps the count exact per
-// stream; captures are begun and ended one at a time almost always, so it
-// is a spin lock (an exchange and a store uncontended; the holder only
-// edits the list), cheaper than a mutex by a hundred instructions a pair.
+// Streams being captured into a graph: kCaptureSlots slots, each taken
+// and given back with one compare-exchange (a capture begun and ended is
+// two of them, no lock); beyond them, rarely, a list under a spin lock. A
+// slot holds a stream's handle plus one (0: free), and a stream is in at
+// most one place.
+constexpr int kCaptureSlots = 64;
+std::atomic<uintptr_t> g_capture_slot[kCaptureSlots];  // zero-initialised: free
+std::atomic<int> g_capture_slots_used{0};              // slots ever taken: the ones searched
+std::atomic<int> g_capture_overflow{0};                // streams in the list
+
+// The list's lock: captures past the slots are rare, and the holder only
+// edits the list.
 class CaptureLock {
  public:
   void lock() {
@@ -58,6 +67,46 @@ std::vector<CUstream>& capturing() {
   return *streams;
 }
 
+uintptr_t slot_value(CUstream stream) { return reinterpret_cast<uintptr_t>(stream) + 1; }
+
+void capture_listed(CUstream stream) {
+  for (int i = 0; i < kCaptureSlots; ++i) {
+    uintptr_t free_slot = 0;
+    if (g_capture_slot[i].load(std::memory_order_relaxed) == 0 &&
+        g_capture_slot[i].compare_exchange_strong(free_slot, slot_value(stream), std::memory_order_acq_rel)) {
+      int used = g_capture_slots_used.load(std::memory_order_relaxed);
+      while (used < i + 1 &&
+             !g_capture_slots_used.compare_exchange_weak(used, i + 1, std::memory_order_release,
+                                                         std::memory_order_relaxed)) {
+      }
+      return;
+    }
+  }
+  std::lock_guard<CaptureLock> lock(g_capture_lock);
+  capturing().push_back(stream);
+  g_capture_overflow.fetch_add(1, std::memory_order_release);
+}
+
+// Whether `stream` was listed (it is not any more).
+bool capture_unlisted(CUstream stream) {
+  const uintptr_t value = slot_value(stream);
+  const int used = g_capture_slots_used.load(std::memory_order_acquire);
+  for (int i = 0; i < used; ++i) {
+    uintptr_t expected = value;
+    if (g_capture_slot[i].load(std::memory_order_relaxed) == value &&
+        g_capture_slot[i].compare_exchange_strong(expected, 0, std::memory_order_acq_rel))
+      return true;
+  }
+  if (g_capture_overflow.load(std::memory_order_acquire) == 0) return false;
+  std::lock_guard<CaptureLock> lock(g_capture_lock);
+  std::vector<CUstream>& streams = capturing();
+  auto it = std::find(streams.begin(), streams.end(), stream);
+  if (it == streams.end()) return false;
+  streams.erase(it);
+  g_capture_overflow.fetch_sub(1, std::memory_order_relaxed);
+  return true;
+}
+
 // Called before the real begin: from this point the pool starts no new
 // synchronisation, and one already running has finished (on_capture_begin
 // waits for it), so no sync can overlap the capture's first call.
@@ -68,8 +117,7 @@ void capture_began(CUstream stream, CUresult result) {
     pool::on_capture_end();  // the capture never started
     return;
   }
-  std::lock_guard<CaptureLock> lock(g_capture_lock);
-  capturing().push_back(stream);
+  capture_listed(stream);
 }
 
 void capture_maybe_ended(CUstream stream, CUresult result) {
@@ -80,12 +128,7 @@ void capture_maybe_ended(CUstream stream, CUresult result) {
   if (result != CUDA_SUCCESS && driver::stream_is_capturing(real, stream, &status) == CUDA_SUCCESS &&
       status == CU_STREAM_CAPTURE_STATUS_ACTIVE)
     return;
-  std::lock_guard<CaptureLock> lock(g_capture_lock);
-  std::vector<CUstream>& streams = capturing();
-  auto it = std::find(streams.begin(), streams.end(), stream);
-  if (it == streams.end()) return;
-  streams.erase(it);
-  pool::on_capture_end();
+  if (capture_unlisted(stream)) pool::on_capture_end();
 }
 
 }  // namespace

@@ -81,7 +81,8 @@ void DeviceBudget::mem_info(uint64_t* free_bytes, uint64_t* total_bytes) {
   uint64_t idle = 0, in_use = 0;
   const int n = holder_count_.load(std::memory_order_acquire);
   for (int i = 0; i < n; ++i) {
-    const uint64_t held = holders_[i]->held_bytes(), holder_idle = holders_[i]->idle_bytes();
+    uint64_t held = 0, holder_idle = 0;
+    holders_[i]->figures(&held, &holder_idle);
     idle += holder_idle;
     in_use += held > holder_idle ? held - holder_idle : 0;
   }

@@ -58,6 +58,12 @@ class Holder {
   // limit.
   virtual uint64_t held_bytes() = 0;
   virtual uint64_t idle_bytes() = 0;
+  // Both at once, for cuMemGetInfo's answer (mem_info): a holder whose
+  // two figures come from one reading overrides it to read once.
+  virtual void figures(uint64_t* held, uint64_t* idle) {
+    *held = held_bytes();
+    *idle = idle_bytes();
+  }
   // Releases idle memory to the driver, at least `bytes` if it holds that
   // much (kAllIdle: all of it). May call the driver (and wait for the
   // device); never from a destructor. Returns the bytes released.
@@ -134,6 +140,8 @@ class DeviceBudget {
   // Bytes a holder may add to its idle memory before give_back_idle() is
   // due again (kNoLimit: never): read lock-free on a free path.
   uint64_t give_back_mark() const { return give_back_mark_.load(std::memory_order_relaxed); }
+  // The mark itself, for a pool's free path to read without a call.
+  const std::atomic<uint64_t>* give_back_mark_word() const { return &give_back_mark_; }
 
   void set_neighbours(Neighbours* neighbours) { neighbours_ = neighbours; }
   // The driver refused `bytes` that no holder here had idle: the other

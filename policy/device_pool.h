@@ -237,6 +237,7 @@ class DevicePool final {
   void set_budget(DeviceBudget* budget, const Holder* self) {
     budget_ = budget;
     budget_self_ = self;
+    give_back_mark_ = budget ? budget->give_back_mark_word() : &kNoGiveBackMark;
   }
   // Idle bytes for cuMemGetInfo and in-use bytes for the limit.
   uint64_t idle_bytes();
@@ -285,7 +286,8 @@ class DevicePool final {
   // The bytes a thread's batch of freed blocks may reach before its free
   // seals it and asks the budget to give idle memory back (kNoLimit: no
   // bound). One load on the free path.
-  uint64_t give_back_mark() const { return budget_ ? budget_->give_back_mark() : kNoLimit; }
+  // The budget's give-back mark (kNoLimit without a budget): one load.
+  uint64_t give_back_mark() const { return give_back_mark_->load(std::memory_order_relaxed); }
   // After a free filled the cache's batch: seal it (kept by the thread),
   // then the device's idle memory beyond the budget's bound goes back.
   void seal_local_quarantine(ThreadCache& cache);
@@ -331,6 +333,8 @@ class DevicePool final {
   OomRecorder oom_;
   DeviceBudget* budget_ = nullptr;
   const Holder* budget_self_ = nullptr;
+  static constexpr std::atomic<uint64_t> kNoGiveBackMark{kNoLimit};
+  const std::atomic<uint64_t>* give_back_mark_ = &kNoGiveBackMark;
   std::atomic<uint64_t> lost_blocks_{0};        // could not be quarantined (host OOM)
   std::atomic<uint64_t> asleep_bytes_{0};       // sleep_figures()
   std::atomic<uint64_t> asleep_kept_bytes_{0};  // sleep_figures()

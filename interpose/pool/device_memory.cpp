@@ -245,6 +245,13 @@ uint64_t DeviceMemory::PoolShare::idle_bytes() {
   return p && !retired_device(owner_->device()) ? p->idle_bytes() : 0;
 }
 
+void DeviceMemory::PoolShare::figures(uint64_t* held, uint64_t* idle) {
+  policy::DevicePool* p = owner_->pool_at(slot_);
+  const bool resident = p && !retired_device(owner_->device());
+  *held = resident ? p->mapped_bytes() : 0;
+  *idle = resident ? p->idle_bytes() : 0;
+}
+
 uint64_t DeviceMemory::PoolShare::release(uint64_t bytes) {
   policy::DevicePool* p = owner_->pool_at(slot_);
   return p && !retired_device(owner_->device()) ? p->release(bytes) : 0;
@@ -252,6 +259,9 @@ uint64_t DeviceMemory::PoolShare::release(uint64_t bytes) {
 
 uint64_t DeviceMemory::CacheShare::held_bytes() { return own_vmm::cached_bytes(device_); }
 uint64_t DeviceMemory::CacheShare::idle_bytes() { return own_vmm::cached_bytes(device_); }
+void DeviceMemory::CacheShare::figures(uint64_t* held, uint64_t* idle) {
+  *held = *idle = own_vmm::cached_bytes(device_);
+}
 uint64_t DeviceMemory::CacheShare::release(uint64_t bytes) { return own_vmm::trim(device_, bytes); }
 
 }  // namespace pagefast::pool

@@ -134,6 +134,7 @@ class DeviceMemory {
     }
     uint64_t held_bytes() override;
     uint64_t idle_bytes() override;
+    void figures(uint64_t* held, uint64_t* idle) override;
     uint64_t release(uint64_t bytes) override;
 
    private:
@@ -146,6 +147,8 @@ class DeviceMemory {
     explicit CacheShare(int device) : device_(device) {}
     uint64_t held_bytes() override;
     uint64_t idle_bytes() override;
+    // The cache's memory is all idle: one reading for both.
+    void figures(uint64_t* held, uint64_t* idle) override;
     uint64_t release(uint64_t bytes) override;
 
    private:

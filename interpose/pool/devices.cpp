@@ -216,15 +216,34 @@ void relieve_headroom() {
   }
 }
 
+namespace {
+
+// The device whose memory cuMemGetInfo just answered for (it succeeded: a
+// context is current). With one device shown by the driver, that device,
+// without a call; else the driver's cuCtxGetDevice (which may lock).
+bool info_device(const RealDriver* real, CUdevice* device) {
+  int count = g_process.device_count.load(std::memory_order_relaxed);
+  if (__builtin_expect(count == 0, 0) && driver::device_count(real, &count) == CUDA_SUCCESS && count > 0)
+    g_process.device_count.store(count, std::memory_order_relaxed);
+  if (count == 1) {
+    *device = 0;
+    return true;
+  }
+  return driver::ctx_get_device(real, device) == CUDA_SUCCESS;
+}
+
+}  // namespace
+
 void adjust_mem_info(size_t* free_bytes, size_t* total_bytes) {
   if (!active()) return;
   const RealDriver* real = loaded_driver();
   CUdevice device = 0;
-  if (driver::ctx_get_device(real, &device) != CUDA_SUCCESS) return;
+  if (!info_device(real, &device)) return;
   // The device's budget answers (DeviceBudget::mem_info): its pools' and
   // the own-VMM cache's idle memory, and its limit, which holds before the
   // first allocation too.
-  DeviceMemory* memory = device_memory_made(int(device));
+  DeviceMemory* memory = device_memory(int(device));
+  if (__builtin_expect(!memory, 0)) memory = device_memory_made(int(device));
   if (!memory || retired_device(int(device))) return;
   uint64_t free_now = free_bytes ? *free_bytes : 0, total = total_bytes ? *total_bytes : 0;
   memory->budget().mem_info(free_bytes ? &free_now : nullptr, total_bytes ? &total : nullptr);

@@ -156,7 +156,10 @@ __attribute__((noinline)) bool alloc_in_region(int slot, int device, uint64_t by
 
 CUresult free_result(FreeStatus status) { return status == FreeStatus::Ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
 
-inline bool retired(const DevicePool* pool) { return retired_device(pool->device()); }
+// A pool's device is always in range: the flag alone, no bounds check.
+inline bool retired(const DevicePool* pool) {
+  return g_process.retired[pool->device()].load(std::memory_order_relaxed);
+}
 
 // The pool's record of an address, or NULL when the address is not pool
 // memory any more: never made by the pool, or made by a retired pool,
@@ -165,10 +168,6 @@ policy::Span* live_span(CUdeviceptr dptr) {
   policy::Span* span = policy::global_page_map().lookup(dptr);
   return span && !retired(span->pool) ? span : nullptr;
 }
-
-}  // namespace
-
-namespace {
 
 // alloc_or's answer for an active pool (false: not the pool's), inline.
 __attribute__((always_inline)) inline bool alloc_active(CUdeviceptr* dptr, size_t bytes, CUresult* result) {

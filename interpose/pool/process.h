@@ -43,6 +43,8 @@ struct Process {
   // retired for good (on_device_reset) and never touched again. Apart from
   // the entries, so that the hot path reads one flag.
   std::atomic<bool> retired[kMaxDevices] = {};
+  // The devices the driver shows (cuDeviceGetCount), once asked; 0 before.
+  std::atomic<int> device_count{0};
   policy::MonotonicClock* clock = nullptr;
   // Peer access granted: peer_grants[owner][accessor] counts the context
   // pairs (accessor's context -> owner's context) with peer access

@@ -16,6 +16,7 @@
 //   fork       a forked child may touch the parent's pointers without crash
 //   threads    blocks freed on other threads; threads exit; nothing leaks
 //   meminfo    cuMemGetInfo counts idle pool memory as free (and the limit)
+//   meminfo_devices  two devices: cuMemGetInfo answers for the current one
 //   capacity   N-byte blocks until out of memory, per size (prints counts)
 //   faults     driver calls failing (fakecuda_set_fail) never break data
 //   capi       pagefast_pool_stats_get / pagefast_pool_trim
@@ -95,6 +96,59 @@ int reuse() {
   return 0;
 }
 
+// Captures on many threads at once, more than the hooks' capture slots
+// (64) so that the list beyond them is used too: every capture ends well,
+// and once all ended the pool synchronises again (the count of captures is
+// back to zero, none was lost or ended twice).
+int capture_threads() {
+  constexpr int kThreads = 80, kRounds = 20;
+  CUcontext context = nullptr;
+  CHECK_CU(cuCtxGetCurrent(&context));
+  std::atomic<int> failures{0};
+  std::atomic<int> began{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      if (cuCtxSetCurrent(context) != CUDA_SUCCESS) return void(failures.fetch_add(1));
+      CUstream stream;
+      if (cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return void(failures.fetch_add(1));
+      for (int round = 0; round < kRounds; ++round) {
+        if (cuStreamBeginCapture_v2(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS) {
+          failures.fetch_add(1);
+          continue;
+        }
+        // The first round waits until every thread captures: all at once.
+        if (round == 0) {
+          began.fetch_add(1);
+          while (began.load() < kThreads) std::this_thread::yield();
+        }
+        // As PyTorch does: relaxed mode around allocator calls.
+        CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        CUdeviceptr p = 0;
+        if (cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS ||
+            cuMemAlloc_v2(&p, 4096 + 512 * size_t(t)) != CUDA_SUCCESS || cuMemFree_v2(p) != CUDA_SUCCESS ||
+            cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS)
+          failures.fetch_add(1);
+        CUgraph graph = nullptr;
+        if (cuStreamEndCapture(stream, &graph) != CUDA_SUCCESS) failures.fetch_add(1);
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  if (failures.load()) return fail("capture: a capture on one of many threads failed");
+  const bool pooled = dlsym(RTLD_DEFAULT, "pagefast_is_active") != nullptr;
+  const int syncs_before = fakecuda_call_count("cuCtxSynchronize");
+  for (int i = 0; i < 400; ++i) {
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc_v2(&p, 4096));
+    CHECK_CU(cuMemFree_v2(p));
+  }
+  const int syncs = fakecuda_call_count("cuCtxSynchronize") - syncs_before;
+  if (pooled && syncs == 0)
+    return fail("capture: no synchronisation after every capture ended (a capture left counted)");
+  std::printf("ok capture threads %d x %d, syncs after %d\n", kThreads, kRounds, syncs);
+  return 0;
+}
+
 int capture() {
   CUstream stream;
   CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
@@ -132,7 +186,7 @@ int capture() {
     CHECK_CU(cuMemFree_v2(p));
   }
   std::printf("ok capture syncs after %d\n", fakecuda_call_count("cuCtxSynchronize") - syncs_before);
-  return 0;
+  return capture_threads();
 }
 
 // Open descriptors of this process whose link names `target`.
@@ -372,6 +426,26 @@ int meminfo() {
   std::printf("ok meminfo total %zu free0 %zu free1 %zu free2 %zu\n", total0, free0, free1, free2);
   if (free1 > free0 - (100u << 20) + (2u << 20)) return fail("meminfo: allocation not counted");
   if (free2 + (2u << 20) < free0) return fail("meminfo: idle pool memory not counted as free");
+  return 0;
+}
+
+// Two devices: cuMemGetInfo answers for the current context's device
+// (the pool's memory in use on device 0 is not device 1's).
+int meminfo_devices() {
+  CUcontext first = nullptr, second = nullptr;
+  CHECK_CU(cuCtxGetCurrent(&first));
+  CUdevice one;
+  CHECK_CU(cuDeviceGet(&one, 1));
+  CHECK_CU(cuDevicePrimaryCtxRetain(&second, one));
+  CUdeviceptr p;
+  CHECK_CU(cuMemAlloc_v2(&p, 100u << 20));
+  size_t free0 = 0, total0 = 0, free1 = 0, total1 = 0;
+  CHECK_CU(cuMemGetInfo_v2(&free0, &total0));
+  CHECK_CU(cuCtxSetCurrent(second));
+  CHECK_CU(cuMemGetInfo_v2(&free1, &total1));
+  CHECK_CU(cuCtxSetCurrent(first));
+  CHECK_CU(cuMemFree_v2(p));
+  std::printf("ok meminfo_devices total0 %zu free0 %zu total1 %zu free1 %zu\n", total0, free0, total1, free1);
   return 0;
 }
 
@@ -923,6 +997,7 @@ int main(int argc, char** argv) {
   if (c == "fork") return fork_case();
   if (c == "threads") return threads();
   if (c == "meminfo") return meminfo();
+  if (c == "meminfo_devices") return meminfo_devices();
   if (c == "capacity") return capacity(argc > 2 ? argv[2] : "20971520");
   if (c == "faults") return faults();
   if (c == "capi") return capi();

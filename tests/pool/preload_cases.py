@@ -97,6 +97,15 @@ def case_meminfo(build):
         check(total == GiB, f"with limit:1G, cuMemGetInfo total is the limit ({total})")
         check(free0 == GiB and free2 == GiB, f"with limit:1G, free is limit - in use ({free0}, {free2})")
         check(free1 == GiB - 100 * MiB, f"with limit:1G, free after 100 MiB is limit - 100 MiB ({free1})")
+    # Two devices: each answer is the current device's (its budget: the
+    # pool's 100 MiB in use on device 0 is not device 1's).
+    r = run(build, ["meminfo_devices"], env={"PAGEFAST_CONF": "limit:1G", "FAKECUDA_DEVICES": "2"})
+    m = re.search(r"total0 (\d+) free0 (\d+) total1 (\d+) free1 (\d+)", r.stdout)
+    check(m is not None, f"meminfo on two devices ran ({r.stdout} {r.stderr})")
+    if m:
+        total0, free0, total1, free1 = map(int, m.groups())
+        check(total0 == GiB and free0 == GiB - 100 * MiB, f"device 0: limit - 100 MiB in use ({total0}, {free0})")
+        check(total1 == GiB and free1 == GiB, f"device 1: the whole limit, nothing in use there ({total1}, {free1})")
 
 
 def counts(text):
