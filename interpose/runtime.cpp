@@ -25,6 +25,7 @@
 #include "interpose/driver.h"
 #include "interpose/entries.h"
 #include "interpose/files.h"
+#include "interpose/ipc/ipc.h"
 #include "interpose/live/publisher.h"
 #include "interpose/log.h"
 #include "interpose/pool_api.h"
@@ -134,6 +135,7 @@ void say_summary_at_exit(const Config& config) {
 // Registered once, before any part starts; each part's handler does
 // nothing where that part never started.
 void after_fork_child() {
+  ipc::after_fork_child();
   trace::after_fork_child();
   live::after_fork_child();
   pool::after_fork_child();

@@ -57,6 +57,9 @@ bool try_close(CUdeviceptr dptr, CUresult* result);
 
 // Whether a pool block's memory can be shared (its device's chunks are
 // created with POSIX file descriptor handles); set by the VMM provider.
+// The fork handler's part (interpose/runtime.cpp), in the child: the
+// process's own ids are read again at the next IPC call.
+void after_fork_child();
 void set_device_shareable(int device, bool shareable);
 bool device_shareable(int device);
 

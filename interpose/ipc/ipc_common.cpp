@@ -48,22 +48,17 @@ Wire make_handle(int device, uint64_t bytes, uint64_t offset) {
   return w;
 }
 
-namespace {
-
-// Counts the forks this process came out of (pthread_atfork), so that
-// self() knows the pid it cached is still its own without a getpid
-// system call on every get, open and close.
+// Counts the forks this process came out of (the process's one fork
+// handler calls after_fork_child, interpose/runtime.cpp; it is registered
+// at load, before any IPC call), so that self() knows the pid it cached is
+// still its own without a getpid system call on every get, open and close.
 std::atomic<uint64_t> g_forks{0};
-void after_fork_child() { g_forks.fetch_add(1, std::memory_order_relaxed); }
-
-}  // namespace
 
 const Identity& self() {
-  static const bool watching = ::pthread_atfork(nullptr, nullptr, &after_fork_child) == 0;
   static thread_local Identity cached;
   static thread_local uint64_t cached_forks = ~uint64_t(0);
   const uint64_t forks = g_forks.load(std::memory_order_relaxed);
-  if (watching && cached.pid != 0 && cached_forks == forks) return cached;
+  if (cached.pid != 0 && cached_forks == forks) return cached;
   cached_forks = forks;
   const int32_t pid = int32_t(::getpid());
   if (cached.pid != pid) {
@@ -119,5 +114,7 @@ const char* error_name(CUresult r) {
 uint64_t now_ns() { return policy::monotonic_now_ns(); }
 
 }  // namespace detail
+
+void after_fork_child() { detail::g_forks.fetch_add(1, std::memory_order_relaxed); }
 
 }  // namespace pagefast::ipc

@@ -175,7 +175,7 @@ CUresult impl::cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t bytes) {
 }
 namespace {
 
-std::atomic<int> g_copy_gate_fd{-1};  // fakecuda_copy_gate: the next synchronous copy to host waits
+std::atomic<int> g_copy_gate_fd{-1};      // fakecuda_copy_gate: the next copy to host waits
 std::atomic<int> g_copy_gate_waiting{0};  // one waits now
 
 // The copy gate, taken once (without the fake's lock): waits until a byte
@@ -215,6 +215,7 @@ CUresult impl::cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t byt
   return copy(dst, Side::kDevice, host(src), Side::kAny, bytes, stream, true);
 }
 CUresult impl::cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t bytes, CUstream stream) {
+  pass_copy_gate();
   return copy(host(dst), Side::kAny, src, Side::kDevice, bytes, stream, true);
 }
 CUresult impl::cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes,

@@ -85,8 +85,8 @@ FAKECUDA_API_EXPORT unsigned long long fakecuda_free_bytes(int ordinal);
  * to the other end of a pipe. Returns CUDA_ERROR_INVALID_VALUE for fd < 0. */
 FAKECUDA_API_EXPORT CUresult fakecuda_launch_gate(CUstream stream, int fd);
 
-/* The next synchronous copy from device to host memory (cuMemcpyDtoH,
- * the call own-VMM sleep copies with), before it copies, waits until a
+/* The next copy from device to host memory (cuMemcpyDtoH or
+ * cuMemcpyDtoHAsync: a sleep's copy threads), before it copies, waits until a
  * byte can be read from `fd` (it reads it): a test holds a sleep inside its
  * copy until it writes to the other end of a pipe. Once: the gate is gone
  * after that copy. fakecuda_copy_gate_waiting answers 1 while a copy waits
