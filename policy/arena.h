@@ -283,6 +283,7 @@ class Arena {
     std::vector<uint64_t> homes;
     std::vector<HostCopy> pieces;
     std::vector<size_t> first;
+    std::vector<char> up;  // wake: whether chunks[i] was brought up
   };
   // Sleep's steps around the copies: the chunks that go (with keep, their
   // live pieces to copy; the others counted in *result; throws when out of
@@ -294,6 +295,7 @@ class Arena {
   // failed copy keeps what is left to fill; `status` becomes Failed), then,
   // with every chunk back, the stitch maps mapped and opened again.
   ProviderStatus settle_fills(const CopyBatch& batch, ProviderStatus status, WakeResult* result);
+  class WakeMaker;  // wake's CopyPreparer (arena_sleep.cpp)
   ProviderStatus remap_stitches();
 
   Block* new_block(uint64_t addr, Granules granules, BlockState state);

@@ -50,6 +50,9 @@ class BudgetedProvider final : public Provider {
   SyncStatus synchronize() override { return inner_.synchronize(); }
   void copy_to_host(HostCopy* copies, uint64_t count) override { inner_.copy_to_host(copies, count); }
   void copy_from_host(HostCopy* copies, uint64_t count) override { inner_.copy_from_host(copies, count); }
+  void copy_from_host_made(HostCopy* copies, uint64_t count, CopyPreparer& preparer) override {
+    inner_.copy_from_host_made(copies, count, preparer);
+  }
   void host_free(void* host, uint64_t bytes) override { inner_.host_free(host, bytes); }
 
  private:

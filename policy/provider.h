@@ -53,6 +53,19 @@ struct HostCopy {
   ProviderStatus status = ProviderStatus::Failed;  // set by either call
 };
 
+// What a wake makes ready as its copies go (copy_from_host_made): the
+// range of copy i, made and mapped. Called on the calling thread only, in
+// the order of i, each i once.
+class CopyPreparer {
+ public:
+  virtual ~CopyPreparer() = default;
+  // false: copy i fails (Failed), its host memory unchanged.
+  virtual bool prepare(uint64_t i) = 0;
+  // After the last prepare, on the calling thread, while copies may run:
+  // the rest of the wake's work that needs no copy.
+  virtual void prepared() {}
+};
+
 class Provider {
  public:
   virtual ~Provider() = default;
@@ -124,6 +137,22 @@ class Provider {
   // Otherwise it is unchanged: the copy can be tried again.
   virtual void copy_from_host(HostCopy* copies, uint64_t count) {
     for (uint64_t i = 0; i < count; ++i) copies[i].status = ProviderStatus::Failed;
+  }
+  // copy_from_host of ranges made as the copies go: each copy's range is
+  // made by `preparer` (prepare(i)) before any of it is copied, so that a
+  // provider may copy the first ranges while the next are made. Here: all
+  // made first, then copy_from_host of each run of those made.
+  virtual void copy_from_host_made(HostCopy* copies, uint64_t count, CopyPreparer& preparer) {
+    // The status marks what was made (Ok) until the copies set it.
+    for (uint64_t i = 0; i < count; ++i)
+      copies[i].status = preparer.prepare(i) ? ProviderStatus::Ok : ProviderStatus::Failed;
+    preparer.prepared();
+    for (uint64_t i = 0; i < count;) {
+      uint64_t end = i;
+      while (end < count && copies[end].status == ProviderStatus::Ok) ++end;
+      if (end > i) copy_from_host(copies + i, end - i);
+      i = end > i ? end : i + 1;
+    }
   }
   // REQUIRES: host and bytes of a copy_to_host that answered Ok.
   virtual void host_free(void* host, uint64_t bytes) { (void)host, (void)bytes; }

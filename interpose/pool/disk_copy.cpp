@@ -262,6 +262,12 @@ void VmmProvider::copy_to_host(policy::HostCopy* copies, uint64_t count) {
 
 void VmmProvider::copy_from_host(policy::HostCopy* copies, uint64_t count) { split_copies(copies, count, false); }
 
+void VmmProvider::copy_from_host_made(policy::HostCopy* copies, uint64_t count, policy::CopyPreparer& preparer) {
+  for (uint64_t i = 0; i < count; ++i)
+    if (copies[i].mode & policy::kSleepToDisk) return Provider::copy_from_host_made(copies, count, preparer);
+  copy_batch(copies, count, false, &preparer);
+}
+
 int keep_disk_dir(const char* dir, size_t chunk_bytes) { return disk::set_dir(dir, chunk_bytes); }
 
 }  // namespace pagefast::pool

@@ -37,6 +37,7 @@
 
 #include "interpose/driver.h"
 #include "interpose/pool/disk_copy.h"
+#include "interpose/pool/host_copy_batch.h"
 #include "interpose/pool/process.h"
 #include "interpose/pool/vmm_provider.h"
 #include "interpose/service_thread.h"
@@ -46,6 +47,10 @@
 namespace pagefast::pool {
 namespace {
 
+using host_copy::Batch;
+using host_copy::CopyThread;
+using host_copy::InFlight;
+using host_copy::Piece;
 using policy::HostCopy;
 using policy::ProviderStatus;
 using Buffer = HostMemory::Buffer;
@@ -67,47 +72,6 @@ int copy_thread_count(uint64_t pieces, bool pinning) {
   if (uint64_t(n) > pieces) n = int(pieces);
   return n < 1 ? 1 : n;
 }
-
-struct Piece {
-  uint64_t copy;   // index into the batch
-  uint64_t index;  // of the piece in its buffer
-  uint64_t offset;
-  uint64_t bytes;
-};
-
-// One batch, shared by its threads.
-struct Batch {
-  const RealDriver* real = nullptr;
-  HostMemory* host = nullptr;
-  CUcontext context = nullptr;
-  bool to_host = false;
-  bool keep = true;
-  HostCopy* copies = nullptr;
-  std::unique_ptr<Buffer*[]> buffers;  // each copy's host buffer
-  std::vector<Piece> pieces;
-  std::unique_ptr<std::atomic<uint64_t>[]> left;  // pieces of each copy not yet done
-  std::unique_ptr<std::atomic<bool>[]> failed;    // a piece of it failed
-  std::atomic<uint64_t> next{0};                  // next piece to take
-  std::atomic<bool> pin_refused{false};           // the driver refused to page-lock: ask no more
-  // For the debug line: summed over threads.
-  std::atomic<uint64_t> wait_ns{0}, pin_ns{0}, host_ns{0}, setup_ns{0};
-  std::atomic<uint64_t> pinned_now{0}, staged_pieces{0};
-  std::atomic<int> staged{0}, streamed{0}, threads{0};
-};
-
-// A copy thread's own: its stream (NULL: synchronous copies) and its
-// staging buffer, made on the first piece that needs it.
-struct CopyThread {
-  Batch& b;
-  CUstream stream = nullptr;
-  void* staging = nullptr;
-  bool staging_tried = false;
-};
-
-struct InFlight {
-  const Piece* piece = nullptr;
-  bool staged = false;
-};
 
 void* staging_buffer(CopyThread& w) {
   if (w.staging_tried) return w.staging;
@@ -189,6 +153,14 @@ bool pin_piece(Batch& b, const Piece& p) {
   return pinned;
 }
 
+// Waits until the range of the piece's copy is made (the calling thread
+// makes them in order, run_batch); false: it was refused.
+bool wait_made(Batch& b, const Piece& p) {
+  uint8_t state;
+  while ((state = b.made[p.copy].load(std::memory_order_acquire)) == 0) sched_yield();
+  return state == 1;
+}
+
 // A copy thread's life: its stream, pieces until none is left (one in
 // flight while the next is page-locked), then stream and staging buffer
 // freed. REQUIRES: b.context current.
@@ -209,6 +181,10 @@ void run_pieces(Batch& b) {
     const uint64_t i = b.next.fetch_add(1, std::memory_order_relaxed);
     if (i >= b.pieces.size()) break;
     const Piece& p = b.pieces[i];
+    if (b.made && !wait_made(b, p)) {
+      settle_piece(b, p, false);
+      continue;
+    }
     if (b.failed[p.copy].load(std::memory_order_relaxed)) continue;  // that chunk's answer is known
     const bool pinned = pin_piece(b, p);
     if (prev.piece) settle_piece(b, *prev.piece, finish_piece(w, prev));
@@ -292,6 +268,11 @@ uint64_t run_batch(Batch& b) {
   for (int t = 1; t < threads; ++t)
     if (start_service_thread(&started[started_count], &copy_thread_main, &b, "pagefast-copy") == 0) ++started_count;
   const uint64_t t0 = now_ns();
+  // A wake's ranges: made here, in order, while the threads copy those made.
+  if (b.made) {
+    for (uint64_t i = 0; i < b.count; ++i) b.made[i].store(b.preparer->prepare(i) ? 1 : 2, std::memory_order_release);
+    b.preparer->prepared();
+  }
   // This thread copies too, in the pool's context (pushed if another is
   // current, and popped again).
   CUcontext current = nullptr;
@@ -339,7 +320,7 @@ double gib_per_s(uint64_t bytes, uint64_t ns) {
 
 }  // namespace
 
-void VmmProvider::copy_batch(HostCopy* copies, uint64_t count, bool to_host) {
+void VmmProvider::copy_batch(HostCopy* copies, uint64_t count, bool to_host, policy::CopyPreparer* preparer) {
   const uint64_t start = now_ns();
   Batch b;
   b.real = real_;
@@ -355,7 +336,22 @@ void VmmProvider::copy_batch(HostCopy* copies, uint64_t count, bool to_host) {
       (to_host ? driver::has(real_, &RealDriver::cuMemcpyDtoH_v2) : driver::has(real_, &RealDriver::cuMemcpyHtoD_v2));
   uint64_t take_ns = 0;
   const bool ready = can && plan_batch(b, count, bytes, &take_ns);
-  const uint64_t run_ns = ready && !b.pieces.empty() ? run_batch(b) : 0;
+  b.count = count;
+  if (preparer) {
+    b.preparer = preparer;
+    b.made.reset(new (std::nothrow) std::atomic<uint8_t>[count]);
+    for (uint64_t i = 0; b.made && i < count; ++i) b.made[i].store(0, std::memory_order_relaxed);
+  }
+  // A wake whose ranges the copy threads will not make: made here first
+  // (each copy then fails, or copies as planned).
+  const bool runs = ready && !b.pieces.empty();
+  if (preparer && (!runs || !b.made)) {
+    b.made.reset();
+    for (uint64_t i = 0; i < count; ++i)
+      if (!preparer->prepare(i) && ready) b.failed[i].store(true, std::memory_order_relaxed);
+    preparer->prepared();
+  }
+  const uint64_t run_ns = runs ? run_batch(b) : 0;
   uint64_t failed_copies = 0;
   const uint64_t done_bytes = settle_batch(b, count, ready, &failed_copies);
   if (!log_) return;

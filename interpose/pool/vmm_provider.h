@@ -89,6 +89,10 @@ class VmmProvider final : public policy::Provider {
   // of mode kSleepToDisk go to files instead (disk_copy.h).
   void copy_to_host(policy::HostCopy* copies, uint64_t count) override;
   void copy_from_host(policy::HostCopy* copies, uint64_t count) override;
+  // The copy threads start on the first ranges while the calling thread
+  // makes the next (preparer.prepare(i) in order; a piece waits for its
+  // copy's range); copies to files: all made first.
+  void copy_from_host_made(policy::HostCopy* copies, uint64_t count, policy::CopyPreparer& preparer) override;
   void host_free(void* host, uint64_t bytes) override;
   // Gives back the host memory kept page-locked between sleeps
   // (pagefast_pool_trim); returns the bytes. No driver call while none is kept.
@@ -106,7 +110,7 @@ class VmmProvider final : public policy::Provider {
  private:
   // Host memory's copies (host_copy.cpp); split_copies (disk_copy.cpp)
   // sends those of mode kSleepToDisk to files and the others here.
-  void copy_batch(policy::HostCopy* copies, uint64_t count, bool to_host);
+  void copy_batch(policy::HostCopy* copies, uint64_t count, bool to_host, policy::CopyPreparer* preparer = nullptr);
   void split_copies(policy::HostCopy* copies, uint64_t count, bool to_host);
   VmmProvider(const RealDriver* real, CUdevice device, CaptureGate* gate, LogSink log, const Events* events);
   void tell_shareable(bool shareable) const;

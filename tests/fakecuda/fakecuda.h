@@ -92,6 +92,10 @@ FAKECUDA_API_EXPORT CUresult fakecuda_launch_gate(CUstream stream, int fd);
  * after that copy. fakecuda_copy_gate_waiting answers 1 while a copy waits
  * there. From any thread, no context needed; -1 for fd < 0. */
 FAKECUDA_API_EXPORT int fakecuda_copy_gate(int fd);
+/* The nth cuMemCreate from now (1: the next), before it creates, waits
+ * until a byte can be read from `fd` (it reads it): a test holds a wake
+ * while it makes its second chunk. Once. -1 for fd < 0 or nth < 1. */
+FAKECUDA_API_EXPORT int fakecuda_create_gate(int fd, int nth);
 FAKECUDA_API_EXPORT int fakecuda_copy_gate_waiting(void);
 
 /* Device `ordinal`'s access flags on the VMM mapping that holds `ptr`, as

@@ -16,6 +16,9 @@
 //   cuMemRelease         drops a handle reference; the memory goes once it is
 //                        also unmapped everywhere
 // VMM calls need cuInit but no current context, as in the driver.
+#include <unistd.h>
+#include <atomic>
+#include <cerrno>
 #include <cstring>
 
 #include "api_list.h"
@@ -122,9 +125,35 @@ CUresult impl::cuMemAddressFree(CUdeviceptr ptr, size_t bytes) {
   return CUDA_SUCCESS;
 }
 
+namespace {
+
+std::atomic<int> g_create_gate_fd{-1};   // fakecuda_create_gate: a cuMemCreate to come waits
+std::atomic<int> g_create_gate_skip{0};  // the calls before it that pass
+
+// The create gate, taken once (without the fake's lock).
+void pass_create_gate() {
+  if (g_create_gate_fd.load() < 0) return;
+  if (g_create_gate_skip.fetch_sub(1) > 0) return;
+  const int fd = g_create_gate_fd.exchange(-1);
+  if (fd < 0) return;
+  char byte = 0;
+  while (read(fd, &byte, 1) < 0 && errno == EINTR) {
+  }
+}
+
+}  // namespace
+
+int fakecuda_create_gate(int fd, int nth) {
+  if (fd < 0 || nth < 1) return -1;
+  g_create_gate_skip.store(nth - 1);
+  g_create_gate_fd.store(fd);
+  return 0;
+}
+
 CUresult impl::cuMemCreate(CUmemGenericAllocationHandle* handle, size_t bytes,
                            const CUmemAllocationProp* prop, unsigned long long flags) {
   FAKE_REQUIRE_INIT();
+  pass_create_gate();
   if (!handle || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   Lock lock(state().mu);
   FAKE_TRY(check_prop(prop));

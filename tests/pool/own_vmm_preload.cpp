@@ -15,7 +15,7 @@
 // "Sleep and wake"; own_vmm_sleep.cpp in this file, cases in
 // own_vmm_sleep_cases.py): tagged, collide, asleep_calls, wake_fail,
 // cycles, fork, resident, map_gap, released_mapped, multicast, pool_only,
-// copy_threads, prelock.
+// copy_threads, prelock, wake_overlap.
 #include <cuda.h>
 #include <dlfcn.h>
 #include <unistd.h>
@@ -27,6 +27,7 @@
 
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fakecuda.h"
@@ -466,6 +467,40 @@ int prelock(Api& api) {
   return 0;
 }
 
+// A pool region's wake (chunk_size:2M: three blocks, three chunks) copies
+// its first chunk while it makes the next: with the second chunk's
+// cuMemCreate held, the first chunk's copy back goes (before, every chunk
+// was made before any copy began, so none went while it was held).
+int wake_overlap(Api& api) {
+  constexpr int kChunks = 3;
+  CUdeviceptr blocks[kChunks];
+  if (api.begin("w", PAGEFAST_REGION_KEEP) != 0) return fail("region begin");
+  for (int i = 0; i < kChunks; ++i) CHECK_CU(cuMemAlloc_v2(&blocks[i], 2u << 20));
+  if (api.end() != 0) return fail("region end");
+  for (int i = 0; i < kChunks; ++i) std::memset(reinterpret_cast<void*>(blocks[i]), 0x20 + i, 2u << 20);
+  if (api.sleep_tag("w", 0) != 0) return fail("sleep");
+  int fds[2];
+  if (pipe(fds) != 0) return fail("pipe");
+  fakecuda_reset_counts();
+  fakecuda_create_gate(fds[0], 2);
+  int woke = -9;
+  std::thread waker([&] { woke = api.wake_tag("w"); });
+  // Waited for by its effect: 60 s at most (it never comes without the overlap).
+  for (int i = 0; i < 600 && fakecuda_call_count("cuMemcpyHtoDAsync_v2") < 1; ++i) usleep(100 * 1000);
+  const bool overlapped = fakecuda_call_count("cuMemcpyHtoDAsync_v2") >= 1;
+  if (write(fds[1], "x", 1) != 1) return fail("write");
+  waker.join();
+  close(fds[0]);
+  close(fds[1]);
+  if (!overlapped) return fail("no chunk was copied back while the next was made");
+  if (woke != 0) return fail("wake");
+  for (int i = 0; i < kChunks; ++i)
+    if (!all_bytes(blocks[i], 2u << 20, 0x20 + i)) return fail("bytes");
+  for (int i = 0; i < kChunks; ++i) CHECK_CU(cuMemFree_v2(blocks[i]));
+  std::printf("ok wake_overlap\n");
+  return 0;
+}
+
 // A forked child while asleep forwards everything and does not crash.
 int fork_asleep(Api& api) {
   Own a;
@@ -664,6 +699,7 @@ int own_vmm_sleep_case(const std::string& name) {
   if (name == "pool_only") return pool_only(api);
   if (name == "copy_threads") return copy_threads(api);
   if (name == "prelock") return prelock(api);
+  if (name == "wake_overlap") return wake_overlap(api);
   return fail("unknown case");
 }
 

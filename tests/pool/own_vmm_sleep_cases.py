@@ -15,7 +15,7 @@ import sys
 from preload_kit import check, expect_ok, failures, run_program
 
 CASES = {"tagged", "collide", "asleep_calls", "wake_fail", "cycles", "fork", "resident", "map_gap", "released_mapped", "multicast",
-         "pool_only", "copy_threads", "prelock"}
+         "pool_only", "copy_threads", "prelock", "wake_overlap"}
 
 
 def main():
@@ -27,6 +27,8 @@ def main():
     # prelock: also with nothing page-locked ahead.
     extra = {"copy_threads": ["sleep_host_keep:off"], "prelock": ["sleep_prelock:0"]}.get(name, [])
     for conf in ["", "vmm_cache:off"] + extra:
+        if name == "wake_overlap":  # a chunk per block
+            conf = ",".join(c for c in [conf, "chunk_size:2M"] if c)
         env = {"PAGEFAST_CONF": conf} if conf else {}
         r = run_program(build, "own_vmm_preload", [name], env=env)
         expect_ok(r, name, f"pagefast [{conf or 'default'}]")
