@@ -223,7 +223,7 @@ def measure(args, t, only):
         seed = [py, os.path.join(HERE, "seed.py")]
         for _ in range(args.repeats):
             for name, env in shuffled(TORCH_CONFIGS):
-                labels = [("without", {}), ("with", pf)]
+                labels = [("without", {}), ("with", dict(pf, **({"PAGEFAST_CONF": args.conf} if args.conf else {})))]
                 if args.before:
                     labels.append(("before", {"LD_PRELOAD": args.before}))
                 for label, extra in shuffled(labels):
@@ -590,8 +590,8 @@ def main():
     ap.add_argument("--before", default=None, metavar="LIB",
                     help="an earlier libpagefast.so to run beside this build's in the alloc, big and seed sections")
     ap.add_argument("--conf", default=None, metavar="CONF",
-                    help="PAGEFAST_CONF for this build's pagefast configuration in the alloc, threads, cold and big "
-                         "sections; with --before set to the same library, a setting against the defaults")
+                    help="PAGEFAST_CONF for this build's pagefast configuration in the alloc, threads, cold, big and "
+                         "seed sections; with --before set to the same library, a setting against the defaults")
     ap.add_argument("--only", default="alloc,threads,cold,gather,seed,train,overhead")
     ap.add_argument("--warm-ms", type=int, default=100, metavar="MS",
                     help="alloc and big sections: warm each size this long besides its 20 pairs, so that the "
