@@ -103,6 +103,27 @@ class Arena {
   // LargeBlocks::grow_locked).
   ProviderStatus grow(Granules min_granules, Granules max_step = Granules(UINT64_MAX >> kGranuleShift));
 
+  // Growth ahead (policy/grow_ahead.h) in three steps, so that the driver's
+  // calls run without the device lock (arena_ahead.cpp): begin_growth,
+  // under the lock, takes the lowest free addresses for `step` (at most a
+  // chunk; never while asleep, nor under a limit) and notes the peers; the
+  // caller then creates, maps and opens the chunk (create_ahead, no lock);
+  // finish_growth, under the lock again, makes it the arena's (a free run
+  // that coalesces with its neighbours; access set again if the peers
+  // changed meanwhile), or abandon_growth gives the addresses back (and
+  // unmaps and releases what the caller made: `mapped`, `handle`).
+  struct PendingGrowth {
+    uint64_t addr = 0;
+    Granules step;
+    uint64_t peers = 0;
+  };
+  bool begin_growth(Granules step, PendingGrowth* out);
+  // No lock: the driver's calls of a growth (create, map, access); on a
+  // failure *created and *mapped say what was made.
+  ProviderStatus create_ahead(const PendingGrowth& growth, ChunkHandle* handle, bool* created, bool* mapped);
+  ProviderStatus finish_growth(const PendingGrowth& growth, ChunkHandle handle);
+  void abandon_growth(const PendingGrowth& growth, const ChunkHandle* handle, bool mapped);
+
   // A block in `state` at fresh addresses, backed by the physical memory
   // of free home pieces, largest first. NULL if free memory is short, if
   // more than max_pieces pieces would be needed (0: no bound), or if a

@@ -33,6 +33,7 @@ void store(Config& c, Opt key, const Value& v) {
     case Opt::KeySlack: c.pool.slack_ns = v.number; break;
     case Opt::KeyBigChunks: c.pool.big_chunks = v.choice != 0; break;
     case Opt::KeyIdleShare: c.pool.idle_share = int(v.number); break;
+    case Opt::KeyGrowAhead: c.pool.grow_ahead = int(v.number); break;
     case Opt::KeyKeepIdle: c.pool.keep_idle_percent = int(v.number); break;
     case Opt::KeyControl: c.pool.control = v.choice != 0; break;
     case Opt::KeySleepHostKeep: c.pool.sleep_host_keep = v.choice != 0; break;
@@ -273,6 +274,7 @@ std::string describe(const Config& c) {
     else if (c.pool.slack_ns != 10ull * 1000 * 1000) s += ", slack " + std::to_string(c.pool.slack_ns / 1000) + "us";
     if (!c.pool.big_chunks) s += ", big_chunks off";
     if (c.pool.idle_share) s += ", idle_share " + std::to_string(c.pool.idle_share) + "%";
+    if (c.pool.grow_ahead != 10) s += ", grow_ahead " + std::to_string(c.pool.grow_ahead) + "%";
     if (c.pool.keep_idle_percent != 10) s += ", keep_idle " + std::to_string(c.pool.keep_idle_percent) + "%";
     if (!c.pool.sleep_host_keep) s += ", sleep_host_keep off";
     if (c.pool.release_delay_ns == ~uint64_t(0)) s += ", release_delay off";

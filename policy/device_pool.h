@@ -239,6 +239,16 @@ class DevicePool final {
     budget_self_ = self;
     give_back_mark_ = budget ? budget->give_back_mark_word() : &kNoGiveBackMark;
   }
+  // Growth ahead (policy/grow_ahead.h, docs/POOL.md "Growth ahead"): a
+  // slow path that took arena memory asks `wake` (a service thread's,
+  // set once before the first allocation; none: no growth ahead) when the
+  // rule gives a step; that thread then calls grow_ahead(), which maps the
+  // step (true) without holding the device lock across the driver's calls.
+  void set_grow_ahead(void (*wake)()) { ahead_wake_ = wake; }
+  bool grow_ahead();
+  // Whether a step was asked for and not yet made.
+  bool ahead_asked() const { return ahead_asked_.load(std::memory_order_acquire); }
+
   // Idle bytes for cuMemGetInfo and in-use bytes for the limit.
   uint64_t idle_bytes();
   uint64_t in_use_bytes();
@@ -335,6 +345,11 @@ class DevicePool final {
   const Holder* budget_self_ = nullptr;
   static constexpr std::atomic<uint64_t> kNoGiveBackMark{kNoLimit};
   const std::atomic<uint64_t>* give_back_mark_ = &kNoGiveBackMark;
+  // Growth ahead: the step computed now (0: none) and the ask.
+  Granules ahead_step();
+  void maybe_ask_ahead();
+  void (*ahead_wake_)() = nullptr;
+  std::atomic<bool> ahead_asked_{false};
   std::atomic<uint64_t> lost_blocks_{0};        // could not be quarantined (host OOM)
   std::atomic<uint64_t> asleep_bytes_{0};       // sleep_figures()
   std::atomic<uint64_t> asleep_kept_bytes_{0};  // sleep_figures()

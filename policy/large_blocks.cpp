@@ -117,6 +117,11 @@ ProviderStatus LargeBlocks::grow_locked(Granules granules) {
 ProviderStatus LargeBlocks::grow_by_locked(Granules granules, Granules max_step) {
   const uint64_t start = clock_.now_ns();
   const ProviderStatus status = arena_.grow(granules, max_step);
+  note_growth(start, status);
+  return status;
+}
+
+void LargeBlocks::note_growth(uint64_t start, ProviderStatus status) {
   const uint64_t end = clock_.now_ns();
   growth_ns_.fetch_add(end - start, std::memory_order_relaxed);
   const uint64_t mapped = arena_.resident().bytes();
@@ -124,7 +129,6 @@ ProviderStatus LargeBlocks::grow_by_locked(Granules granules, Granules max_step)
   if (mapped > peak_mapped_bytes_.load(std::memory_order_relaxed))
     peak_mapped_bytes_.store(mapped, std::memory_order_relaxed);
   if (status == ProviderStatus::Ok) last_growth_ns_.store(end, std::memory_order_relaxed);
-  return status;
 }
 
 void LargeBlocks::log_growth(const GrowthNote& note, uint64_t reclaimable, uint64_t synchronizations) {

@@ -127,8 +127,18 @@ class LargeBlocks {
     return visit(static_cast<const Arena&>(arena_));
   }
 
+  // Growth ahead (policy/grow_ahead.h, large_blocks_ahead.cpp): maps
+  // `step` granules, the driver's calls made without the device lock; true
+  // when the arena grew. Never takes what is mapped over `ceiling_bytes`:
+  // a chunk grown on demand meanwhile makes the step give its chunk back.
+  // REQUIRES: a pass of the pool's sleep gate.
+  bool grow_ahead(Granules step, uint64_t ceiling_bytes);
+  uint64_t ahead_growths() const { return ahead_growths_.load(std::memory_order_relaxed); }
+
   // Lock-free.
   uint64_t mapped_bytes() const { return mapped_bytes_.load(std::memory_order_relaxed); }
+  // Free in home runs, as the last hold of the device lock left it.
+  uint64_t free_bytes() const { return free_bytes_.load(std::memory_order_relaxed); }
   uint64_t last_growth_ns() const { return last_growth_ns_.load(std::memory_order_relaxed); }
   uint64_t growths() const { return shown_.growths.load(std::memory_order_relaxed); }
   // The stats' arena figures, lock-free: what the last hold of the device
@@ -147,6 +157,8 @@ class LargeBlocks {
   Granules growth_step_within_headroom(Granules granules);
   uint64_t prewarm_target_bytes();
   void mirror_mapped() { mapped_bytes_.store(arena_.resident().bytes(), std::memory_order_relaxed); }
+  // After a growth: the mirrors, the peak, the time and its cost.
+  void note_growth(uint64_t start_ns, ProviderStatus status);
   // Copies the arena's figures to shown_ (REQUIRES the device lock).
   void mirror_figures();
 
@@ -179,6 +191,8 @@ class LargeBlocks {
   std::atomic<uint64_t> growth_ns_{0};
   std::atomic<uint64_t> release_ns_{0};
   std::atomic<uint64_t> headroom_releases_{0};  // growths that released chunks first
+  std::atomic<uint64_t> free_bytes_{0};         // mirror of arena_.free_home()
+  std::atomic<uint64_t> ahead_growths_{0};      // growths made ahead (grow_ahead)
   // The figures as the last hold of the device lock left them (written
   // under it by DeviceLock, read without it).
   struct ShownFigures {

@@ -66,6 +66,7 @@ ProviderStatus LargeBlocks::wake(Arena::WakeResult* result) {
 void LargeBlocks::mirror_figures() {
   constexpr auto kRelaxed = std::memory_order_relaxed;
   mirror_mapped();
+  free_bytes_.store(arena_.free_home().bytes(), kRelaxed);
   shown_.reserved_bytes.store(arena_.reserved_bytes(), kRelaxed);
   shown_.growths.store(arena_.counters().growths, kRelaxed);
   shown_.stitches.store(arena_.counters().stitches, kRelaxed);
@@ -81,6 +82,7 @@ void LargeBlocks::read_figures(PoolStats* s) {
   s->releases = shown_.releases.load(kRelaxed);
   s->peak_mapped_bytes = peak_mapped_bytes_.load(kRelaxed);
   s->headroom_releases = headroom_releases_.load(kRelaxed);
+  s->ahead_growths = ahead_growths_.load(kRelaxed);
   s->growth_ns = growth_ns_.load(kRelaxed);
   s->release_ns = release_ns_.load(kRelaxed);
 }

@@ -63,6 +63,7 @@ enum class Opt : int {
   KeySlack,
   KeyBigChunks,
   KeyIdleShare,
+  KeyGrowAhead,
   KeyKeepIdle,
   KeyControl,
   KeySleepHostKeep,

@@ -39,6 +39,7 @@ namespace pagefast::policy {
 #define PAGEFAST_POOL_STATS_JSON_FIELDS(X)                                                         \
   X(peak_mapped_bytes, "highest mapped_bytes: the most physical memory the pool held at once")     \
   X(headroom_releases, "growths that first released free chunks to keep the headroom")             \
+  X(ahead_growths, "growths made ahead of need on the pagefast-grow thread (of growths)")          \
   X(headroom_relieved_bytes, "idle memory given back because free memory fell under the headroom") \
   X(oom_released_bytes, "idle memory given back after the driver answered a call out of memory")   \
   X(oom_retries, "driver calls retried after that")                                                \

@@ -12,8 +12,18 @@ LargeLimits large_limits(uint64_t device_total_bytes, uint64_t limit_bytes) {
   if (bytes > kLargeLimitMaxBytes) bytes = kLargeLimitMaxBytes;
   bytes = granules_floor(bytes).bytes();
   // Blocks up to a quarter of the batch: a batch of them is at least four
-  // frees, so the sync is shared.
-  return LargeLimits{bytes, granules_floor(bytes / 4), granules_floor(bytes)};
+  // frees, so the sync is shared. Blocks up to the adaptive allowance's
+  // ceiling (1/32 of the device: 2.5 GiB on an 80 GB card) are cached too,
+  // and the cache holds two of its ceiling: a loop of blocks of a GiB or
+  // two then cycles in the thread's cache as smaller ones do (no device
+  // lock, no page-map writes, no growth or release once it holds its
+  // rotation), its batch retired into the cache by one sync every few
+  // pairs (docs/POOL.md "Big blocks and the sync per pair").
+  uint64_t big = granules_floor(basis / kAllowanceDeviceFraction).bytes();
+  if (big < bytes / 4) big = bytes / 4;
+  uint64_t total = 2 * big;
+  if (total < bytes) total = bytes;
+  return LargeLimits{bytes, granules_floor(big), granules_floor(total)};
 }
 
 Allowance make_allowance(uint64_t slack_ns, uint64_t device_total_bytes, uint64_t limit_bytes) {

@@ -69,6 +69,7 @@ policy::DevicePool* DeviceMemory::make_pool_locked(const RealDriver* real, CUdev
   budgeted_ = budgeted;
   fallback_ = fallback;
   made->set_budget(&budget_, &pool_shares_[0]);
+  made->set_grow_ahead(&wake_grow_ahead);
   budget_.add(&pool_shares_[0]);
   budget_.set_idle_limit(idle_limit(config, settings.device_total_bytes), config.release_delay_ns);
   budget_.set_neighbours(&neighbours_);

@@ -53,6 +53,11 @@ bool enter_step();
 void leave_step();
 bool exit_stopping();
 
+// service_threads.cpp: wakes the pagefast-grow thread (started at the
+// first call), which makes every asked pool's step of growth ahead
+// (DevicePool::set_grow_ahead). No lock of a pool may be held.
+void wake_grow_ahead();
+
 // service_threads.cpp: the pagefast-trim thread (once; not with
 // release_delay off and no headroom).
 // for_prelock: a region that keeps its contents was made, whose host

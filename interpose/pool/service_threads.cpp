@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "interpose/driver.h"
 #include "interpose/pool/device_memory.h"
 #include "interpose/pool/own_vmm.h"
 #include "interpose/pool/pool_internal.h"
@@ -139,6 +140,65 @@ void start_trim_thread(const PoolConfig& config, bool for_prelock) {
   if (g_trim_started.exchange(true)) return;
   register_exit_stop();
   start_service_thread(nullptr, &service_main, const_cast<ServiceLoop*>(&kTrimLoop), "pagefast-trim");
+}
+
+// ---- growth ahead: the pagefast-grow thread (policy/grow_ahead.h) ----------
+
+namespace {
+
+// Started by the first ask (a pool's slow path, no pool lock held), never
+// in a constructor; all signals blocked. It sleeps until asked, then makes
+// each asked pool's step under the exit stop (enter_step): the driver's
+// create, map and access of a chunk, which the program's thread then does
+// not wait for (DevicePool::grow_ahead holds no pool lock across them).
+// pthread's objects, not std::condition_variable: nothing of ours has a
+// destructor at exit (one would wait there for the thread that waits on it).
+std::atomic<int> g_grow_state{0};                          // 0 not started, 1 running, -1 could not start
+pthread_mutex_t g_grow_mutex = PTHREAD_MUTEX_INITIALIZER;  // guards g_grow_wanted and the start
+pthread_cond_t g_grow_cv = PTHREAD_COND_INITIALIZER;
+bool g_grow_wanted = false;
+
+void* grow_main(void*) {
+  while (true) {
+    pthread_mutex_lock(&g_grow_mutex);
+    while (!g_grow_wanted) pthread_cond_wait(&g_grow_cv, &g_grow_mutex);
+    g_grow_wanted = false;
+    pthread_mutex_unlock(&g_grow_mutex);
+    const bool on = enter_step();
+    if (on)
+      for (int d = 0; d < kMaxDevices; ++d) {
+        DeviceMemory* memory = pool_for_device(d) ? device_memory(d) : nullptr;
+        if (!memory) continue;
+        // The device's context current on this thread for the driver's
+        // calls, as the program's thread would have it.
+        const RealDriver* real = real_driver();
+        const CUcontext want = memory->provider() ? memory->provider()->copy_context() : nullptr;
+        CUcontext current = nullptr;
+        driver::ctx_get_current(real, &current);
+        if (want && want != current) driver::ctx_set_current(real, want);
+        memory->each_pool([](int, policy::DevicePool* pool) {
+          if (pool->ahead_asked()) pool->grow_ahead();
+        });
+      }
+    leave_step();
+    if (!on) return nullptr;
+  }
+}
+
+}  // namespace
+
+void wake_grow_ahead() {
+  pthread_mutex_lock(&g_grow_mutex);
+  if (g_grow_state.load(std::memory_order_relaxed) == 0) {
+    register_exit_stop();
+    const bool started = start_service_thread(nullptr, &grow_main, nullptr, "pagefast-grow") == 0;
+    g_grow_state.store(started ? 1 : -1, std::memory_order_relaxed);
+  }
+  // Not started: the pool grows on demand only.
+  const bool running = g_grow_state.load(std::memory_order_relaxed) > 0;
+  if (running) g_grow_wanted = true;
+  pthread_mutex_unlock(&g_grow_mutex);
+  if (running) pthread_cond_signal(&g_grow_cv);
 }
 
 }  // namespace pagefast::pool

@@ -226,7 +226,8 @@ TEST_CASE("the variables' messages, word for word") {
   CHECK(env.parse().error ==
         "PAGEFAST_CONF: unknown key 'bogus' (accepted keys: pool, chunk_size, release_threshold, limit, headroom, "
         "prewarm, "
-        "reserve, vmm_cache, vmm_grow_ahead, release_delay, slack, big_chunks, idle_share, keep_idle, control, "
+        "reserve, vmm_cache, vmm_grow_ahead, release_delay, slack, big_chunks, idle_share, grow_ahead, keep_idle, "
+        "control, "
         "sleep_host_keep, "
         "sleep_prelock, numa, "
         "report, "

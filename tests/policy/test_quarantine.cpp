@@ -161,9 +161,18 @@ TEST_CASE("a thread's large-block allowance scales with the device, within bound
   CHECK(large_limits(64 * kGiB, 0).batch_bytes == 512 * kMiB);
   CHECK(large_limits(140 * kGiB, 0).batch_bytes == 1 * kGiB);           // an H200: the ceiling
   CHECK(large_limits(140 * kGiB, 8 * kGiB).batch_bytes == 256 * kMiB);  // a limit counts as the device
+  // Blocks up to the adaptive allowance's ceiling (1/32 of the device) are
+  // cached, and two of them together: a loop of 2 GiB blocks cycles in the
+  // thread's cache on an H200 and on an 80 GB card.
   const LargeLimits h200 = large_limits(140 * kGiB, 0);
-  CHECK(h200.cache_block.bytes() == 256 * kMiB);
-  CHECK(h200.cache_total.bytes() == 1 * kGiB);
+  CHECK(h200.cache_block.bytes() == 4480 * kMiB);
+  CHECK(h200.cache_total.bytes() == 8960 * kMiB);
+  const LargeLimits h100 = large_limits(80 * kGiB, 0);
+  CHECK(h100.cache_block.bytes() == 2560 * kMiB);
+  CHECK(h100.cache_total.bytes() == 5120 * kMiB);
+  // An unknown device keeps a quarter of the floor, and the floor together.
+  CHECK(large_limits(0, 0).cache_block.bytes() == 64 * kMiB);
+  CHECK(large_limits(0, 0).cache_total.bytes() == 256 * kMiB);
 }
 
 namespace {

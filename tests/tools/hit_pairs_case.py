@@ -36,6 +36,35 @@ def optimised(build):
             and not options.get("b_coverage", False))
 
 
+# A steady loop of one big block on an 80 GB card (docs/POOL.md "Big
+# blocks and the sync per pair"): after a warm-up long enough for the
+# allowance's rate to settle, no pair grows, maps, opens, unmaps or releases
+# anything; the only driver call left is the batch's shared sync, at most
+# one every other pair (a 2 GiB rotation) and every fourth at 256 MiB.
+BIG_SIZES = {256 << 20: 4, 1 << 30: 2, 2 << 30: 2}  # bytes: at least this many pairs a sync
+
+
+def big_blocks(build, env):
+    measured = 5000
+    for size, pairs_per_sync in BIG_SIZES.items():
+        e = dict(env, FAKECUDA_TOTAL_MEM="80G")
+        e.pop("PAGEFAST_STATS", None)
+        run = subprocess.run([os.path.join(build, "tools", "bench", "hit-pairs"), str(size), "200000", str(measured)],
+                             env=e, capture_output=True, text=True, timeout=300)
+        line = [l for l in run.stdout.splitlines() if l.startswith("driver_calls")]
+        if run.returncode != 0 or "failures=0" not in run.stdout or not line:
+            sys.exit("FAIL hit-pairs %d: %s%s" % (size, run.stdout, run.stderr))
+        calls = dict((k, int(v)) for k, v in (kv.split("=") for kv in line[0].split()[1:]))
+        # cuMemGetInfo_v2 is left out: the trim thread reads it for the
+        # headroom, on its own thread, whenever its 100 ms come.
+        made = {k: v for k, v in calls.items() if k in ("cuMemCreate", "cuMemMap", "cuMemSetAccess", "cuMemUnmap",
+                                                        "cuMemRelease") and v}
+        syncs = calls["cuCtxSynchronize"]
+        if made or syncs * pairs_per_sync > measured or syncs == 0:
+            sys.exit("FAIL hit-pairs %d: a steady loop of %d pairs made %s" % (size, measured, line[0]))
+        print("ok hit-pairs %d MiB, %d steady pairs: %s" % (size >> 20, measured, line[0]))
+
+
 def main():
     build = sys.argv[sys.argv.index("--build") + 1]
     source = sys.argv[sys.argv.index("--source") + 1]
@@ -64,6 +93,7 @@ def main():
                 if run.returncode != 0 or "failures=0" not in run.stdout:
                     sys.exit("FAIL hit-pairs %s (preload %s): %s%s" % (calls, preload, run.stdout, run.stderr))
         print("ok hit-pairs: the forwarded calls' loops, with and without pagefast")
+        big_blocks(build, env)
     if shutil.which("valgrind") is None:
         print("ok (valgrind not installed: the instruction count is not checked)")
         return

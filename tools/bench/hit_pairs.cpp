@@ -16,6 +16,11 @@
 // Only measured_pairs() is meant to be counted
 // (--toggle-collect=measured_pairs); the warm-up fills the pool and the
 // thread's cache first, so every measured pair is a hit.
+// On the fake driver (its fakecuda_call_count extension found), a second
+// line gives the driver's memory calls made during the measured pairs
+// (cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemRelease,
+// cuMemGetInfo_v2, cuCtxSynchronize): a steady loop's driver calls per
+// pair (tests/tools/hit_pairs_case.py, docs/POOL.md "Big blocks").
 #include <cuda.h>
 #include <dlfcn.h>
 
@@ -172,7 +177,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   long failures = warm_pairs(bytes, warm);
+  auto reset_counts = reinterpret_cast<void (*)()>(dlsym(lib, "fakecuda_reset_counts"));
+  auto call_count = reinterpret_cast<int (*)(const char*)>(dlsym(lib, "fakecuda_call_count"));
+  if (reset_counts && call_count) reset_counts();
   failures += measured_pairs(bytes, measured);
   std::printf("hit_pairs bytes=%zu warm=%ld measured=%ld failures=%ld\n", bytes, warm, measured, failures);
+  if (reset_counts && call_count) {
+    std::printf("driver_calls");
+    for (const char* name : {"cuMemCreate", "cuMemMap", "cuMemSetAccess", "cuMemUnmap", "cuMemRelease",
+                             "cuMemGetInfo_v2", "cuCtxSynchronize"})
+      std::printf(" %s=%d", name, call_count(name));
+    std::printf("\n");
+  }
   return failures == 0 ? 0 : 1;
 }

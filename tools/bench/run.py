@@ -40,7 +40,13 @@ def clean_env(env_extra):
     return env
 
 
+DRY_RUN = False  # --dry-run: print each command with its environment instead of running it
+
+
 def run(argv, env_extra, timeout=300):
+    if DRY_RUN:
+        print("would run: " + " ".join(f"{k}={v}" for k, v in sorted(env_extra.items())) + " " + " ".join(argv))
+        return subprocess.CompletedProcess(argv, 0, "", "")
     env = clean_env(env_extra)
     r = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
     if r.returncode != 0:
@@ -168,10 +174,13 @@ def measure(args, t, only):
         rng.shuffle(items)
         return items
 
+    # Each size warmed for --warm-ms besides its 20 pairs: the measured
+    # pairs are the steady state (alloc_bench's BENCH_WARM_MS).
+    warm = {"BENCH_WARM_MS": str(args.warm_ms)} if args.warm_ms else {}
     if "alloc" in only:
         for _ in range(args.repeats):
             for name, argv, env in shuffled(alloc_configs + before):
-                for res in results(run(argv + ["pairs"], env).stdout):
+                for res in results(run(argv + ["pairs"], dict(env, **warm)).stdout):
                     t.add("pairs", name, res["bytes"], "p50_ns", res["p50_ns"])
                     t.add("pairs", name, res["bytes"], "p99_ns", res["p99_ns"])
 
@@ -214,7 +223,7 @@ def measure(args, t, only):
         seed = [py, os.path.join(HERE, "seed.py")]
         for _ in range(args.repeats):
             for name, env in shuffled(TORCH_CONFIGS):
-                labels = [("without", {}), ("with", pf)]
+                labels = [("without", {}), ("with", dict(pf, **({"PAGEFAST_CONF": args.conf} if args.conf else {})))]
                 if args.before:
                     labels.append(("before", {"LD_PRELOAD": args.before}))
                 for label, extra in shuffled(labels):
@@ -234,10 +243,12 @@ def measure(args, t, only):
     if "big" in only:
         for _ in range(args.repeats):
             for name, argv, env in shuffled([alloc_configs[1], alloc_configs[2]] + before):
-                e = dict(env, BENCH_SIZES=BIG_SIZES, BENCH_REPEATS="2000")
+                e = dict(env, BENCH_SIZES=BIG_SIZES, BENCH_REPEATS="2000", **warm)
                 for res in results(run(argv + ["pairs"], e).stdout):
                     t.add("big", name, res["bytes"], "p50_ns", res["p50_ns"])
                     t.add("big", name, res["bytes"], "p99_ns", res["p99_ns"])
+                    if "mean_ns" in res:
+                        t.add("big", name, res["bytes"], "mean_ns", res["mean_ns"])
 
     if "vmm" in only:
         moded = []  # (config, first_s, the process's 10th-percentile call in us)
@@ -410,12 +421,15 @@ def tables(t, sections):
         md.append("")
 
     if "big" in sections:
-        md += ["### big blocks: alloc+free pairs (ns, median of per-process p50 / p99)", "",
-               "| bytes | cudaMallocAsync | pagefast | pagefast / cudaMallocAsync |", "| ---: | ---: | ---: | ---: |"]
+        md += ["### big blocks: alloc+free pairs (ns, median of per-process p50 / p99 / the loop's mean per pair)",
+               "",
+               "| bytes | cudaMallocAsync | pagefast | pagefast / cudaMallocAsync, p50 | mean |",
+               "| ---: | ---: | ---: | ---: | ---: |"]
         for k in sorted({int(k) for b, c, k, m, v in t.rows if b == "big"}):
-            a50, a99 = t.median("big", "cudaMallocAsync", str(k), "p50_ns"), t.median("big", "cudaMallocAsync", str(k), "p99_ns")
-            p50, p99 = t.median("big", "pagefast", str(k), "p50_ns"), t.median("big", "pagefast", str(k), "p99_ns")
-            md.append(f"| {k} | {a50:.0f} / {a99:.0f} | {p50:.0f} / {p99:.0f} | {p50 / a50:.2f} |")
+            a50, a99, am = (t.median("big", "cudaMallocAsync", str(k), m) for m in ("p50_ns", "p99_ns", "mean_ns"))
+            p50, p99, pm = (t.median("big", "pagefast", str(k), m) for m in ("p50_ns", "p99_ns", "mean_ns"))
+            md.append(f"| {k} | {a50:.0f} / {a99:.0f} / {am:.0f} | {p50:.0f} / {p99:.0f} / {pm:.0f} | "
+                      f"{p50 / a50:.2f} | {pm / am:.2f} |")
         md.append("")
 
     if "vmm" in sections:
@@ -576,9 +590,14 @@ def main():
     ap.add_argument("--before", default=None, metavar="LIB",
                     help="an earlier libpagefast.so to run beside this build's in the alloc, big and seed sections")
     ap.add_argument("--conf", default=None, metavar="CONF",
-                    help="PAGEFAST_CONF for this build's pagefast configuration in the alloc, threads, cold and big "
-                         "sections; with --before set to the same library, a setting against the defaults")
+                    help="PAGEFAST_CONF for this build's pagefast configuration in the alloc, threads, cold, big and "
+                         "seed sections; with --before set to the same library, a setting against the defaults")
     ap.add_argument("--only", default="alloc,threads,cold,gather,seed,train,overhead")
+    ap.add_argument("--warm-ms", type=int, default=100, metavar="MS",
+                    help="alloc and big sections: warm each size this long besides its 20 pairs, so that the "
+                         "measured pairs are the steady state (0: 20 pairs only, the method before 2026-12-06)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print every command with its environment instead of running it (no GPU needed)")
     ap.add_argument("--csv", default=None)
     ap.add_argument("--md", default=None)
     ap.add_argument("--svg-dir", default=None, help="write SVG charts of what ran into this folder")
@@ -591,6 +610,8 @@ def main():
     ap.add_argument("--from-csv", default=None, metavar="FILE",
                     help="run nothing; read the rows from a CSV that --csv wrote and write --md / --svg-dir from it")
     args = ap.parse_args()
+    global DRY_RUN
+    DRY_RUN = args.dry_run
     only = set(args.only.split(","))
     t = Table()
 
@@ -611,6 +632,8 @@ def main():
             args.csv = None
     else:
         measure(args, t, only)
+        if args.dry_run:
+            return 0
         sections = [s for s in SECTIONS if s in only]
         commit = os.environ.get("PAGEFAST_COMMIT") or subprocess.run(
             ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,

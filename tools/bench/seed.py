@@ -52,13 +52,14 @@ def last_cpu(path):
 
 
 def workers():
-    """/proc paths of this process's pagefast-vmm threads."""
+    """/proc paths of this process's pagefast-vmm and pagefast-grow threads
+    (growth ahead of the own-VMM cache and of the pool)."""
     out = []
     try:
         for tid in os.listdir(f"/proc/{os.getpid()}/task"):
             try:
                 with open(f"/proc/{os.getpid()}/task/{tid}/comm") as f:
-                    if f.read().strip() == "pagefast-vmm":
+                    if f.read().strip() in ("pagefast-vmm", "pagefast-grow"):
                         out.append(f"/proc/{os.getpid()}/task/{tid}")
             except OSError:
                 pass

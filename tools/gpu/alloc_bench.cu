@@ -13,6 +13,12 @@
 // BENCH_REPEATS=N: the number of pairs per size in every configuration
 // (without it, plain cudaMalloc runs 300 and the rest 3000: compare like
 // with like, e.g. pool:off against cudaMalloc, with the same N).
+// BENCH_WARM_MS=T (pairs): each size is warmed for at least T ms besides
+// its 20 pairs, so that the measured pairs are the steady state (pagefast's
+// allowance follows the free rate, smoothed over 50 ms: a loop's rotation
+// of big blocks is grown in its first milliseconds). The RESULT line also
+// gives mean_ns, the measured loop's time per pair (the loop's cost, where
+// p50 hides a sync every few pairs).
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -97,20 +103,27 @@ static void pairs(const char* label, int repeats) {
       c = *end ? end + 1 : end;
     }
   }
+  const char* warm_text = std::getenv("BENCH_WARM_MS");
+  const int warm_ms = warm_text ? std::atoi(warm_text) : 0;
   for (size_t bytes : sizes) {
     const int n = bytes >= (256u << 20) ? std::max(20, repeats / 10) : repeats;
     for (int i = 0; i < 20; ++i) release(alloc(bytes));  // warm
+    const auto warm_end = Clock::now() + std::chrono::milliseconds(warm_ms);
+    while (warm_ms && Clock::now() < warm_end) release(alloc(bytes));
     std::vector<double> ns(n);
+    const auto loop0 = Clock::now();
     for (int i = 0; i < n; ++i) {
       auto t0 = Clock::now();
       void* p = alloc(bytes);
       release(p);
       ns[i] = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
     }
+    const double mean = std::chrono::duration<double, std::nano>(Clock::now() - loop0).count() / n;
     std::printf(
         "RESULT alloc=%s mode=pairs bytes=%zu p50_ns=%.1f p99_ns=%.1f p10_ns=%.1f p25_ns=%.1f p75_ns=%.1f "
-        "p90_ns=%.1f\n",
-        label, bytes, pct(ns, 0.5), pct(ns, 0.99), pct(ns, 0.10), pct(ns, 0.25), pct(ns, 0.75), pct(ns, 0.90));
+        "p90_ns=%.1f mean_ns=%.1f warm_ms=%d\n",
+        label, bytes, pct(ns, 0.5), pct(ns, 0.99), pct(ns, 0.10), pct(ns, 0.25), pct(ns, 0.75), pct(ns, 0.90), mean,
+        warm_ms);
   }
 }
 
