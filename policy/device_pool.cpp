@@ -46,7 +46,7 @@ bool DevicePool::new_slab(ThreadCache& cache, int class_index, AllocStatus* stat
     oom_.count_passthrough();
     return false;
   }
-  maybe_ask_ahead();
+  maybe_ask_ahead(granules);
   return true;
 }
 
@@ -148,7 +148,7 @@ AllocStatus DevicePool::alloc_large_slow(ThreadCache& cache, Granules granules, 
   hand_out_large(cache, block, request, !fresh);
   cache.lock.unlock();
   *addr = block->addr();
-  maybe_ask_ahead();  // the arena's memory was taken: the next chunk may be wanted
+  maybe_ask_ahead(granules);  // the arena's memory was taken: the next chunk may be wanted
   return AllocStatus::Ok;
 }
 

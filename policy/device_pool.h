@@ -347,9 +347,13 @@ class DevicePool final {
   const std::atomic<uint64_t>* give_back_mark_ = &kNoGiveBackMark;
   // Growth ahead: the step computed now (0: none) and the ask.
   Granules ahead_step();
-  void maybe_ask_ahead();
+  uint64_t ahead_ceiling();
+  // `request`: the granules the slow path took (the step must be able to
+  // serve the next such request).
+  void maybe_ask_ahead(Granules request);
   void (*ahead_wake_)() = nullptr;
   std::atomic<bool> ahead_asked_{false};
+  std::atomic<uint64_t> ahead_request_{0};      // granules of the last request that asked
   std::atomic<uint64_t> lost_blocks_{0};        // could not be quarantined (host OOM)
   std::atomic<uint64_t> asleep_bytes_{0};       // sleep_figures()
   std::atomic<uint64_t> asleep_kept_bytes_{0};  // sleep_figures()

@@ -16,11 +16,19 @@ Granules DevicePool::ahead_step() {
   const uint64_t free_bytes = large_.free_bytes();
   if (free_bytes >= chunk.bytes()) return Granules(0);  // no step could be wanted: no registry walk
   registry_.in_use_bytes();                             // notes the peak
-  return grow_ahead_step(registry_.peak_in_use_bytes(), large_.mapped_bytes(), free_bytes, chunk, config.grow_ahead);
+  const Granules request = Granules(ahead_request_.load(std::memory_order_relaxed));
+  return grow_ahead_step(ahead_ceiling(), large_.mapped_bytes(), free_bytes, chunk, request);
 }
 
-void DevicePool::maybe_ask_ahead() {
-  if (!ahead_wake_ || ahead_asked_.load(std::memory_order_relaxed)) return;
+uint64_t DevicePool::ahead_ceiling() {
+  return grow_ahead_ceiling(registry_.peak_in_use_bytes(), settings_.config.grow_ahead,
+                            budget_ ? budget_->idle_limit() : kNoLimit);
+}
+
+void DevicePool::maybe_ask_ahead(Granules request) {
+  if (!ahead_wake_) return;
+  ahead_request_.store(request.count(), std::memory_order_relaxed);
+  if (ahead_asked_.load(std::memory_order_relaxed)) return;
   if (ahead_step().count() == 0) return;
   if (ahead_asked_.exchange(true, std::memory_order_acq_rel)) return;
   ahead_wake_();
@@ -36,8 +44,7 @@ bool DevicePool::grow_ahead() {
     if (sleep_.enter()) {
       SleepGate::Pass pass{&sleep_};
       const Granules step = ahead_step();
-      const uint64_t ceiling = grow_ahead_ceiling(registry_.peak_in_use_bytes(), settings_.config.grow_ahead);
-      if (step.count() && !large_.growth_cuts_headroom(step)) grew = large_.grow_ahead(step, ceiling);
+      if (step.count() && !large_.growth_cuts_headroom(step)) grew = large_.grow_ahead(step, ahead_ceiling());
     }
   }
   ahead_asked_.store(false, std::memory_order_release);

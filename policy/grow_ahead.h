@@ -21,15 +21,20 @@ namespace pagefast::policy {
 // whose access call costs more per byte than they save).
 constexpr Granules kMinAheadGranules = Granules(8);
 
-// The granules to map ahead now, or 0: what the ceiling (the peak in use
-// plus `percent`) leaves over what is mapped, at most a chunk, when what
-// is free is less than that step (the program would soon need it), and
-// no step at all when the ceiling leaves less than kMinAheadGranules.
-Granules grow_ahead_step(uint64_t peak_in_use_bytes, uint64_t mapped_bytes, uint64_t free_bytes, Granules chunk,
-                         int percent);
-// The ceiling itself: the peak in use plus `percent` of it.
-inline uint64_t grow_ahead_ceiling(uint64_t peak_in_use_bytes, int percent) {
-  return peak_in_use_bytes + peak_in_use_bytes / 100 * uint64_t(percent > 0 ? percent : 0);
-}
+// What growth ahead may take the pool's mapped memory to: the peak in use
+// plus `percent` of it (0 with percent 0), but for a program whose peak
+// fits in the device's idle bound (keep_idle, policy/device_budget.h;
+// kNoLimit: none) no more than that bound, so that such a program, freed
+// whole, is not taken over it by memory it never used (which would then
+// go back at once, and be grown again by its next round).
+uint64_t grow_ahead_ceiling(uint64_t peak_in_use_bytes, int percent, uint64_t idle_bound_bytes);
+// The granules to map ahead now, or 0: what the ceiling leaves over what
+// is mapped, at most a chunk, when what is free is less than that step
+// (the program would soon need it); no step at all when the ceiling leaves
+// less than kMinAheadGranules, or when the step and what is free together
+// could not hold `request` (the size the program asked for last: a step it
+// cannot use would only be grown past by a growth on demand).
+Granules grow_ahead_step(uint64_t ceiling_bytes, uint64_t mapped_bytes, uint64_t free_bytes, Granules chunk,
+                         Granules request);
 
 }  // namespace pagefast::policy

@@ -63,21 +63,30 @@ uint64_t seed_pass(PoolUnderTest& t, int segments, bool service, std::vector<uin
 
 TEST_CASE("grow ahead: the rule", "[grow_ahead]") {
   const Granules chunk = granules_floor(256 * kMiB);
-  // Nothing in use, off, or the ceiling reached: no step.
-  CHECK(grow_ahead_step(0, 0, 0, chunk, 10).count() == 0);
-  CHECK(grow_ahead_step(1 * kGiB, 1 * kGiB, 0, chunk, 0).count() == 0);
-  CHECK(grow_ahead_step(1000 * kMiB, 1100 * kMiB, 0, chunk, 10).count() == 0);
-  // What the ceiling leaves: 10% of 1000 MiB over 900 MiB held is 200 MiB.
-  CHECK(grow_ahead_step(1000 * kMiB, 900 * kMiB, 0, chunk, 10).bytes() == 200 * kMiB);
+  // The ceiling: 10% over the peak; none with nothing in use or when off.
+  CHECK(grow_ahead_ceiling(1000 * kMiB, 10, kNoLimit) == 1100 * kMiB);
+  CHECK(grow_ahead_ceiling(0, 10, kNoLimit) == 0);
+  CHECK(grow_ahead_ceiling(1000 * kMiB, 0, kNoLimit) == 0);
+  // A peak within the idle bound is not taken over it; one beyond it is
+  // given its 10%.
+  CHECK(grow_ahead_ceiling(3000 * kMiB, 10, 3200 * kMiB) == 3200 * kMiB);
+  CHECK(grow_ahead_ceiling(4000 * kMiB, 10, 3200 * kMiB) == 4400 * kMiB);
+  // No step at or over the ceiling.
+  CHECK(grow_ahead_step(1100 * kMiB, 1100 * kMiB, 0, chunk, Granules(1)).count() == 0);
+  CHECK(grow_ahead_step(0, 0, 0, chunk, Granules(1)).count() == 0);
+  // What the ceiling leaves: 1100 MiB over 900 MiB held is 200 MiB ...
+  CHECK(grow_ahead_step(1100 * kMiB, 900 * kMiB, 0, chunk, Granules(1)).bytes() == 200 * kMiB);
   // ... at most a chunk ...
-  CHECK(grow_ahead_step(4000 * kMiB, 4000 * kMiB, 0, chunk, 10) == chunk);
+  CHECK(grow_ahead_step(4400 * kMiB, 4000 * kMiB, 0, chunk, Granules(1)) == chunk);
   // ... none while at least that much is free ...
-  CHECK(grow_ahead_step(1000 * kMiB, 900 * kMiB, 200 * kMiB, chunk, 10).count() == 0);
-  CHECK(grow_ahead_step(1000 * kMiB, 900 * kMiB, 198 * kMiB, chunk, 10).bytes() == 200 * kMiB);
-  // ... and none smaller than kMinAheadGranules.
-  CHECK(grow_ahead_step(100 * kMiB, 100 * kMiB, 0, chunk, 10).count() == 0);
-  CHECK(grow_ahead_step(140 * kMiB, 140 * kMiB, 0, chunk, 10).count() == 0);  // 14 MiB
-  CHECK(grow_ahead_step(200 * kMiB, 200 * kMiB, 0, chunk, 10).bytes() == 20 * kMiB);
+  CHECK(grow_ahead_step(1100 * kMiB, 900 * kMiB, 200 * kMiB, chunk, Granules(1)).count() == 0);
+  CHECK(grow_ahead_step(1100 * kMiB, 900 * kMiB, 198 * kMiB, chunk, Granules(1)).bytes() == 200 * kMiB);
+  // ... and none smaller than kMinAheadGranules (16 MiB).
+  CHECK(grow_ahead_step(154 * kMiB, 140 * kMiB, 0, chunk, Granules(1)).count() == 0);
+  CHECK(grow_ahead_step(156 * kMiB, 140 * kMiB, 0, chunk, Granules(1)) == kMinAheadGranules);
+  // A step that could not hold the last request with what is free: none.
+  CHECK(grow_ahead_step(1100 * kMiB, 900 * kMiB, 50 * kMiB, chunk, granules_floor(256 * kMiB)).count() == 0);
+  CHECK(grow_ahead_step(1100 * kMiB, 900 * kMiB, 56 * kMiB, chunk, granules_floor(256 * kMiB)).bytes() == 200 * kMiB);
 }
 
 TEST_CASE("grow ahead: a growing program's allocations stop waiting for the driver's map", "[grow_ahead][pool]") {
