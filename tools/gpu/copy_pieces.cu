@@ -1,0 +1,84 @@
+// tools/gpu/copy_pieces.cu: host-link copy rate by piece size and thread
+// count, each way, between page-locked host memory and device memory: the
+// shape that sleep's and wake's copy threads use (interpose/pool/
+// host_copy.cpp: a thread per stream, one piece in flight per thread).
+//
+// usage: copy_pieces [GIB]   (default 8)
+// Prints one line per (direction, threads, piece MiB): GiB/s, the median
+// of 3 rounds, and the one-stream 1 GiB cudaMemcpy of the same buffers.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#define CHECK(x)                                                            \
+  do {                                                                      \
+    cudaError_t e_ = (x);                                                   \
+    if (e_ != cudaSuccess) {                                                \
+      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));         \
+      std::exit(1);                                                         \
+    }                                                                       \
+  } while (0)
+
+static double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+static double run(char* host, char* dev, size_t bytes, bool to_host, int threads, size_t piece) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    bool inflight = false;
+    while (true) {
+      const size_t i = next.fetch_add(1);
+      if (i * piece >= bytes) break;
+      const size_t n = std::min(piece, bytes - i * piece);
+      if (inflight) CHECK(cudaStreamSynchronize(s));
+      if (to_host) CHECK(cudaMemcpyAsync(host + i * piece, dev + i * piece, n, cudaMemcpyDeviceToHost, s));
+      else CHECK(cudaMemcpyAsync(dev + i * piece, host + i * piece, n, cudaMemcpyHostToDevice, s));
+      inflight = true;
+    }
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaStreamDestroy(s));
+  };
+  const double t0 = now_s();
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  return double(bytes) / double(1ull << 30) / (now_s() - t0);
+}
+
+int main(int argc, char** argv) {
+  const size_t gib = argc > 1 ? size_t(std::atoi(argv[1])) : 8;
+  const size_t bytes = gib << 30;
+  char *host = nullptr, *dev = nullptr;
+  CHECK(cudaMallocHost(&host, bytes));
+  CHECK(cudaMalloc(&dev, bytes));
+  CHECK(cudaMemset(dev, 1, bytes));
+  std::memset(host, 2, bytes);
+  for (int dir = 0; dir < 2; ++dir) {
+    const bool to_host = dir == 0;
+    const char* name = to_host ? "D2H" : "H2D";
+    std::vector<double> base;
+    for (int r = 0; r < 3; ++r) base.push_back(run(host, dev, bytes, to_host, 1, 1ull << 30));
+    std::sort(base.begin(), base.end());
+    std::printf("copy_pieces %s threads 1 piece_mib 1024 gibs %.1f (the one-stream reference)\n", name, base[1]);
+    for (int threads : {2, 4, 8, 16})
+      for (size_t mib : {32, 64, 128, 256}) {
+        std::vector<double> r;
+        for (int k = 0; k < 3; ++k) r.push_back(run(host, dev, bytes, to_host, threads, mib << 20));
+        std::sort(r.begin(), r.end());
+        std::printf("copy_pieces %s threads %d piece_mib %zu gibs %.1f (%.0f%% of one stream)\n", name, threads, mib,
+                    r[1], 100.0 * r[1] / base[1]);
+      }
+  }
+  return 0;
+}
