@@ -108,7 +108,7 @@ class Arena::WakeMaker : public CopyPreparer {
 
   bool stopped = false;
   std::vector<char>& up;  // per chunk of the batch
-  uint64_t woken = 0;    // chunks with nothing to fill, made resident
+  uint64_t woken = 0;     // chunks with nothing to fill, made resident
   uint64_t map_ns = 0;
 
  private:

@@ -649,8 +649,7 @@ int sleep_case(int cycles) {
   }
   // Create, map, access or a copy piece refused at wake: still asleep,
   // wake again.
-  // (The copy back is a few long copies: pieces merged up to 256 MiB.)
-  const char* wake_faults[] = {"cuMemCreate:1", "cuMemMap:2", "cuMemSetAccess:1", "cuMemcpyHtoDAsync_v2:2",
+  const char* wake_faults[] = {"cuMemCreate:1", "cuMemMap:2", "cuMemSetAccess:1", "cuMemcpyHtoDAsync_v2:5",
                                "cuStreamSynchronize:3"};
   for (const char* f : wake_faults) {
     // 1: a chunk whose unmap was refused above stays resident for good.
