@@ -17,13 +17,13 @@
 #include <thread>
 #include <vector>
 
-#define CHECK(x)                                                            \
-  do {                                                                      \
-    cudaError_t e_ = (x);                                                   \
-    if (e_ != cudaSuccess) {                                                \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));         \
-      std::exit(1);                                                         \
-    }                                                                       \
+#define CHECK(x)                                                    \
+  do {                                                              \
+    cudaError_t e_ = (x);                                           \
+    if (e_ != cudaSuccess) {                                        \
+      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                 \
+    }                                                               \
   } while (0)
 
 static double now_s() {
