@@ -22,13 +22,33 @@ def expect_ok(r, name, label):
           f"{label}: {name} (rc {r.returncode}) {r.stdout[-400:]} {r.stderr[-400:]}")
 
 
+_IPC_DIR = []
+
+
+def ipc_dir():
+    """A socket folder of this test's own (made once, mode 0700, removed at
+    exit): the programs of one test find each other there, and never a
+    pagefast process of another test running at the same time, which the
+    fake driver shows on the same PCI bus id (a neighbour's give-back,
+    docs/IPC.md "Neighbours", would take its idle memory)."""
+    if not _IPC_DIR:
+        import atexit
+        import shutil
+        import tempfile
+        _IPC_DIR.append(tempfile.mkdtemp(prefix="pf-ipc-"))
+        atexit.register(shutil.rmtree, _IPC_DIR[0], True)
+    return _IPC_DIR[0]
+
+
 def program_env(build, preload=True, env=None):
     """This environment without pagefast's and the fake driver's variables,
     with the fake driver on the library path, the build's libpagefast.so
-    preloaded when `preload`, and `env` added last."""
+    preloaded when `preload`, the test's own socket folder (ipc_dir), and
+    `env` added last."""
     e = {k: v for k, v in os.environ.items()
          if not (k.startswith("PAGEFAST") or k.startswith("FAKECUDA") or k == "LD_PRELOAD")}
     e["LD_LIBRARY_PATH"] = os.path.join(build, "tests", "fakecuda")
+    e["PAGEFAST_IPC_DIR"] = ipc_dir()
     if preload:
         e["LD_PRELOAD"] = os.path.join(build, "interpose", "libpagefast.so")
     e.update(env or {})
