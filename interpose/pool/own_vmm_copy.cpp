@@ -127,6 +127,12 @@ void copy_out_device(VmmProvider* provider, int device, const std::vector<Asleep
 
 }  // namespace
 
+CUresult set_mapping_access(const RealDriver* real, const AsleepMapping& m) {
+  if (m.access.empty()) return CUDA_SUCCESS;
+  return driver::set_access(real, m.addr, m.bytes, reinterpret_cast<const CUmemAccessDesc*>(m.access.data()),
+                            m.access.size() / sizeof(CUmemAccessDesc));
+}
+
 DeviceContext::DeviceContext(const RealDriver* real, int device) : real_(real) {
   VmmProvider* provider = provider_of(device);
   const CUcontext want = provider ? provider->copy_context() : nullptr;
@@ -176,7 +182,7 @@ void copy_out(const RealDriver* real, const std::vector<AsleepHandle*>& handles,
 }
 
 // The access set for the copy back of a mapping no device may write: the
-// handle's device may, for the copy (then set_access sets the record's).
+// handle's device may, for the copy (then set_mapping_access sets the record's).
 bool open_for_copy(const RealDriver* real, const AsleepHandle& h, const AsleepMapping& m) {
   CUmemAccessDesc own = {};
   own.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -202,9 +208,7 @@ bool close_after_copy(const RealDriver* real, const AsleepHandle& h, const Aslee
     none.flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
     again.access.append(reinterpret_cast<const char*>(&none), sizeof none);
   }
-  return driver::set_access(real, again.addr, again.bytes,
-                            reinterpret_cast<const CUmemAccessDesc*>(again.access.data()),
-                            again.access.size() / sizeof(CUmemAccessDesc)) == CUDA_SUCCESS;
+  return set_mapping_access(real, again) == CUDA_SUCCESS;
 }
 
 void copy_in(const RealDriver* real, const std::vector<const AsleepHandle*>& handles, std::vector<char>* ok) {

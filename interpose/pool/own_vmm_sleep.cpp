@@ -63,12 +63,6 @@ std::string read_access(const RealDriver* real, CUdeviceptr addr) {
   return descs;
 }
 
-CUresult set_access(const RealDriver* real, const AsleepMapping& m) {
-  if (m.access.empty()) return CUDA_SUCCESS;
-  return driver::set_access(real, m.addr, m.bytes, reinterpret_cast<const CUmemAccessDesc*>(m.access.data()),
-                            m.access.size() / sizeof(CUmemAccessDesc));
-}
-
 // Unmaps every mapping of `h`; on a refusal maps back those done, and
 // answers false (the handle stays as it was).
 bool unmap_all(const RealDriver* real, const AsleepHandle& h, uint64_t driver_handle) {
@@ -76,7 +70,7 @@ bool unmap_all(const RealDriver* real, const AsleepHandle& h, uint64_t driver_ha
     if (driver::unmap(real, h.maps[i].addr, h.maps[i].bytes) == CUDA_SUCCESS) continue;
     for (size_t j = 0; j < i; ++j) {
       driver::map(real, h.maps[j].addr, h.maps[j].bytes, h.maps[j].offset, driver_handle, 0);
-      set_access(real, h.maps[j]);
+      set_mapping_access(real, h.maps[j]);
     }
     return false;
   }
@@ -173,7 +167,7 @@ bool make_again(const RealDriver* real, const AsleepHandle& h, Made* made) {
   for (const AsleepMapping& m : h.maps) {
     if (driver::map(real, m.addr, m.bytes, m.offset, made->handle, 0) != CUDA_SUCCESS) break;
     ++made->mapped;
-    if (set_access(real, m) != CUDA_SUCCESS) break;
+    if (set_mapping_access(real, m) != CUDA_SUCCESS) break;
   }
   const bool ok = made->mapped == h.maps.size();
   if (!ok) unmake(real, *made);

@@ -29,6 +29,8 @@ void copy_out(const RealDriver* real, const std::vector<policy::own_vmm::AsleepH
 // all back. Its host copy is unchanged either way (free_host_copy after).
 void copy_in(const RealDriver* real, const std::vector<const policy::own_vmm::AsleepHandle*>& handles,
              std::vector<char>* ok);
+// The mapping's recorded access set again (none recorded: nothing done).
+CUresult set_mapping_access(const RealDriver* real, const policy::own_vmm::AsleepMapping& m);
 // A handle's host copy (copy_out's; null: nothing), given back.
 void free_host_copy(void* host);
 
