@@ -232,7 +232,9 @@ uint64_t HostMemory::prelock(const uint64_t* bytes, uint64_t count, uint64_t bud
       auto w = wanted.find(bytes[i]);
       if (w == wanted.end() || w->second == 0) continue;  // an idle buffer is there
       --w->second;
-      if (made + bytes[i] > budget || planned + bytes[i] > bound) continue;
+      // A buffer larger than a round's budget goes alone in its round
+      // (else a run over the budget would never be ready).
+      if ((made && made + bytes[i] > budget) || planned + bytes[i] > bound) continue;
       want.push_back(bytes[i]);
       made += bytes[i];
       planned += bytes[i];

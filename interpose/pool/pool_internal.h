@@ -65,8 +65,9 @@ void wake_grow_ahead();
 // needs it.
 void start_trim_thread(const PoolConfig& config, bool for_prelock = false);
 // The trim thread's round: host memory page-locked ahead of the sleep of
-// the regions that keep their contents (prelock.cpp).
-void prelock_step();
+// the regions that keep their contents (prelock.cpp). true: a whole
+// step was page-locked and more may wait (the next round comes at once).
+bool prelock_step();
 // The fork handler's part for the service threads (after_fork_child).
 void service_threads_after_fork_child();
 

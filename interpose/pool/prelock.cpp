@@ -4,7 +4,8 @@
 // as it copies is bound by it. So, on the trim thread, the regions that
 // keep their contents at sleep have the buffers of their next sleep's
 // copies (their live blocks, HostMemory::prelock) mapped and page-locked
-// ahead, a few GiB a round, as they grow; the sleep then copies into them
+// ahead, a few GiB a round (rounds back to back while there is more), as
+// they grow; the sleep then copies into them
 // at once, once the region's layout stood still for a round. All of it
 // together stays under sleep_prelock percent of the host's memory, a bound
 // that a sleep of another region also keeps them under instead of giving
@@ -61,9 +62,9 @@ uint64_t g_last_digest[kMaxDevices];
 
 }  // namespace
 
-void prelock_step() {
+bool prelock_step() {
   const PoolConfig& config = g_process.config;
-  if (config.sleep_prelock_percent <= 0 || !config.sleep_host_keep) return;
+  if (config.sleep_prelock_percent <= 0 || !config.sleep_host_keep) return false;
   static const uint64_t host_bytes = host_memory_bytes();
   const uint64_t bound = host_bytes / 100 * uint64_t(config.sleep_prelock_percent);
   // What every device's sleeps hold now: the bound is the process's.
@@ -72,6 +73,7 @@ void prelock_step() {
     if (const DeviceMemory* memory = device_memory(d))
       if (VmmProvider* copier = memory->copy_provider_made()) held += copier->host_memory_figures().mapped_bytes;
   std::vector<uint64_t> sizes;
+  bool more = false;
   for (int d = 0; d < kMaxDevices; ++d) {
     DeviceMemory* memory = retired_device(d) ? nullptr : device_memory(d);
     if (!memory) continue;
@@ -98,11 +100,13 @@ void prelock_step() {
     const uint64_t ready =
         provider->prelock(sizes.data(), sizes.size(), kPrelockStepBytes, sizes.empty() ? 0 : mine + room);
     held += ready;
+    more |= ready >= kPrelockStepBytes;  // a whole step: maybe more to do
     if (ready)
       log_line(LogLevel::Debug,
                "device %d: %s page-locked ahead of the next sleep of the regions that keep their contents (%s in all)",
                d, human_bytes(ready).c_str(), human_bytes(mine + ready).c_str());
   }
+  return more;
 }
 
 }  // namespace pagefast::pool

@@ -112,14 +112,16 @@ void* service_main(void* arg) {
 
 // Once a round the trim thread also keeps the headroom (relieve_headroom,
 // docs/POOL.md "Headroom"), at least every kHeadroomStepNs, page-locks host
-// memory ahead of the keep regions' sleep (prelock_step), and lets the
+// memory ahead of the keep regions' sleep (prelock_step: the next round
+// at once while it page-locks whole steps), and lets the
 // program's released VMM memory decay (own_vmm::decay_step,
 // docs/OWN-VMM.md).
 constexpr uint64_t kHeadroomStepNs = 100ull * 1000 * 1000;
 uint64_t trim_round_once() {
   relieve_headroom();
-  prelock_step();
-  const uint64_t wait = own_vmm::decay_step();
+  const bool more = prelock_step();
+  const uint64_t decay = own_vmm::decay_step();
+  const uint64_t wait = more ? 0 : decay;
   return wait < kHeadroomStepNs ? wait : kHeadroomStepNs;
 }
 constexpr ServiceLoop kTrimLoop{policy::kFootprintMaxStepNs,

@@ -18,7 +18,8 @@
 //           nothing more, and the contents come back; a discarding region
 //           gets none, nor one that keeps them in files or gives its host
 //           memory back at wake (run with sleep_prelock:0 it expects none
-//           at all).
+//           at all); `prelock big`: one run larger than a round's step
+//           (2 GiB) is page-locked ahead too.
 #include <cuda.h>
 #include <dlfcn.h>
 
@@ -230,6 +231,30 @@ int prelock(Api& api, bool expect) {
   return 0;
 }
 
+// A keep region whose one run is larger than a round of the trim thread
+// page-locks (2 GiB): its buffer is still made ahead, alone in its round,
+// and the sleep page-locks nothing more. Only the words written are
+// touched on the fake card; the host buffer is populated whole.
+int prelock_big(Api& api) {
+  const size_t bytes = 2048 * kMiB + 64 * kMiB;
+  CUdeviceptr kept = 0;
+  CHECK_CU(try_alloc_in(api, "weights", PAGEFAST_REGION_KEEP, bytes, &kept));
+  fill_words(kept, 1 * kMiB, 21);
+  fill_words(kept + bytes - kMiB, 1 * kMiB, 22);
+  if (!wait_for([&] { return fakecuda_host_registered_bytes() >= bytes; }))
+    return fail("a run over a round's step was never page-locked ahead");
+  const int registers = fakecuda_call_count("cuMemHostRegister_v2");
+  if (api.sleep_tag("weights", 0) != 0) return fail("sleep weights");
+  if (fakecuda_call_count("cuMemHostRegister_v2") != registers)
+    return fail("the sleep page-locked memory although it was ready");
+  if (api.wake_tag("weights") != 0) return fail("wake weights");
+  if (!words_intact(kept, 1 * kMiB, 21) || !words_intact(kept + bytes - kMiB, 1 * kMiB, 22))
+    return fail("contents after wake");
+  CHECK_CU(cuMemFree_v2(kept));
+  std::printf("ok prelock: %zu MiB in one run page-locked ahead\n", size_t(bytes / kMiB));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -241,6 +266,7 @@ int main(int argc, char** argv) {
   if (what == "grow" && argc >= 4) return grow(api, std::atoi(argv[2]), std::atoi(argv[3]));
   if (what == "share") return share(api);
   if (what == "small") return small(api);
+  if (what == "prelock" && argc >= 3 && std::string_view(argv[2]) == "big") return prelock_big(api);
   if (what == "prelock") return prelock(api, argc < 3 || std::string_view(argv[2]) != "none");
   return fail("unknown subcommand");
 }

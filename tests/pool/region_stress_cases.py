@@ -53,11 +53,12 @@ def main():
             expect_ok(r, "small", "default settings")
     elif what == "prelock":
         # The trim thread page-locks ahead by default; sleep_prelock:0 none.
-        for args, env in [(["prelock"], {}), (["prelock", "none"], {"PAGEFAST_CONF": "sleep_prelock:0"})]:
+        for args, env in [(["prelock"], {}), (["prelock", "none"], {"PAGEFAST_CONF": "sleep_prelock:0"}),
+                          (["prelock", "big"], {})]:
             r = run(build, args, env)
-            check(r is not None, f"prelock {env}: a hang")
+            check(r is not None, f"{args} {env}: a hang")
             if r is not None:
-                expect_ok(r, "prelock", f"prelock {env}")
+                expect_ok(r, "prelock", f"{args} {env}")
     else:
         check(False, f"unknown case {what}")
     exit_with_failures()
