@@ -13,7 +13,8 @@
 //    threads several copies are in flight, so the copy engines stay busy;
 //  - min(16, cores) threads while pieces are to be page-locked (the
 //    kernel's share of the work is CPU time: zeroing and locking pages),
-//    else min(8, cores/2), at least 2; the calling thread is one of them,
+//    else min(8, cores/2), at least 2 (back to the device: 2, each with
+//    copies of up to 1 GiB); the calling thread is one of them,
 //    the others are service threads (signals blocked) joined before the
 //    call returns.
 // Whatever fails degrades, piece by piece, and no content is lost: a
@@ -48,8 +49,10 @@ namespace pagefast::pool {
 namespace {
 
 using host_copy::Batch;
+using host_copy::copy_thread_count;
 using host_copy::CopyThread;
 using host_copy::InFlight;
+using host_copy::kWakeMerge;
 using host_copy::Piece;
 using policy::HostCopy;
 using policy::ProviderStatus;
@@ -59,19 +62,6 @@ uint64_t now_ns() { return policy::monotonic_now_ns(); }
 
 // Whether sleep's page-locked host memory stays after wake (the option).
 bool keep_host_memory() { return g_process.config.sleep_host_keep; }
-
-int copy_thread_count(uint64_t pieces, bool pinning) {
-  int cpus = 0;
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
-  if (cpus <= 0) cpus = int(sysconf(_SC_NPROCESSORS_ONLN));
-  int n = pinning ? cpus : cpus / 2;
-  if (!pinning && n > 8) n = 8;
-  if (n < 2) n = 2;
-  if (n > VmmProvider::kMaxCopyThreads) n = VmmProvider::kMaxCopyThreads;
-  if (uint64_t(n) > pieces) n = int(pieces);
-  return n < 1 ? 1 : n;
-}
 
 void* staging_buffer(CopyThread& w) {
   if (w.staging_tried) return w.staging;
@@ -244,9 +234,20 @@ bool plan_batch(Batch& b, uint64_t count, uint64_t bytes, uint64_t* take_ns) {
       buffer->transient = (copy.mode & policy::kSleepHostRelease) != 0;
     }
     b.failed[i].store(false, std::memory_order_relaxed);
-    for (uint64_t n = 0; n < buffer->pieces; ++n)
-      b.pieces.push_back(Piece{i, n, n * HostMemory::kPieceBytes, HostMemory::piece_bytes(*buffer, n)});
-    b.left[i].store(buffer->pieces, std::memory_order_relaxed);
+    // Back to the device, a run of page-locked pieces goes as one copy of
+    // up to kWakeMerge pieces (a piece still pageable goes alone, through
+    // the staging buffer of a piece's size): the link runs at its rate
+    // with few long copies, as with one stream's 1 GiB cudaMemcpy.
+    const uint64_t before = b.pieces.size();
+    for (uint64_t n = 0; n < buffer->pieces;) {
+      uint64_t end = n + 1, bytes = HostMemory::piece_bytes(*buffer, n);
+      while (!b.to_host && end < buffer->pieces && end - n < kWakeMerge && HostMemory::pinned(*buffer, n) &&
+             HostMemory::pinned(*buffer, end))
+        bytes += HostMemory::piece_bytes(*buffer, end++);
+      b.pieces.push_back(Piece{i, n, n * HostMemory::kPieceBytes, bytes});
+      n = end;
+    }
+    b.left[i].store(b.pieces.size() - before, std::memory_order_relaxed);
   }
   return true;
 }
@@ -262,7 +263,7 @@ bool needs_pinning(const Batch& b) {
 // Runs the batch's pieces on a few copy threads and this one. Returns the
 // time it took.
 uint64_t run_batch(Batch& b) {
-  const int threads = copy_thread_count(b.pieces.size(), needs_pinning(b));
+  const int threads = copy_thread_count(b.pieces.size(), needs_pinning(b), b.to_host);
   pthread_t started[VmmProvider::kMaxCopyThreads];
   int started_count = 0;
   for (int t = 1; t < threads; ++t)

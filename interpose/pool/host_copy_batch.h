@@ -8,11 +8,38 @@
 #include <memory>
 #include <vector>
 
+#include <sched.h>
+#include <unistd.h>
+
 #include "interpose/pool/host_memory.h"
+#include "interpose/pool/vmm_provider.h"
 #include "interpose/real_driver.h"
 #include "policy/provider.h"
 
 namespace pagefast::pool::host_copy {
+
+// Back to the device: pieces merged into copies of up to this many
+// (1 GiB), on at most kWakeThreads threads (one copy in flight on each:
+// the other's covers the gap between one copy's end and the next's start).
+constexpr uint64_t kWakeMerge = 32;
+constexpr int kWakeThreads = 2;
+
+// How many threads copy a batch of `pieces`: min(16, cores) while pieces
+// are to be page-locked, else min(8, cores/2), at least 2; back to the
+// device at most kWakeThreads.
+inline int copy_thread_count(uint64_t pieces, bool pinning, bool to_host) {
+  int cpus = 0;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
+  if (cpus <= 0) cpus = int(sysconf(_SC_NPROCESSORS_ONLN));
+  int n = pinning ? cpus : cpus / 2;
+  if (!pinning && n > 8) n = 8;
+  if (n < 2) n = 2;
+  if (!to_host && n > kWakeThreads) n = kWakeThreads;
+  if (n > VmmProvider::kMaxCopyThreads) n = VmmProvider::kMaxCopyThreads;
+  if (uint64_t(n) > pieces) n = int(pieces);
+  return n < 1 ? 1 : n;
+}
 
 using Buffer = HostMemory::Buffer;
 using policy::HostCopy;

@@ -647,10 +647,10 @@ int sleep_case(int cycles) {
     if (wake_fn() != 0) return fail("sleep: wake after a fault in sleep");
     if (!intact()) return fail((std::string("sleep: contents lost to a fault in sleep: ") + f).c_str());
   }
-  // Create, map, access or a copy piece refused at wake: still asleep,
+  // Create, map, access or a copy refused at wake: still asleep,
   // wake again.
-  const char* wake_faults[] = {"cuMemCreate:1", "cuMemMap:2", "cuMemSetAccess:1", "cuMemcpyHtoDAsync_v2:5",
-                               "cuStreamSynchronize:3"};
+  const char* wake_faults[] = {"cuMemCreate:1", "cuMemMap:2", "cuMemSetAccess:1", "cuMemcpyHtoDAsync_v2:2",
+                               "cuStreamSynchronize:2"};
   for (const char* f : wake_faults) {
     // 1: a chunk whose unmap was refused above stays resident for good.
     if (sleep_fn(PAGEFAST_SLEEP_KEEP) < 0) return fail("sleep: before a wake fault");

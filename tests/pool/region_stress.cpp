@@ -19,7 +19,8 @@
 //           gets none, nor one that keeps them in files or gives its host
 //           memory back at wake (run with sleep_prelock:0 it expects none
 //           at all); `prelock big`: one run larger than a round's step
-//           (2 GiB) is page-locked ahead too.
+//           (2 GiB) is page-locked ahead too, and copied back in copies
+//           of up to 1 GiB.
 #include <cuda.h>
 #include <dlfcn.h>
 
@@ -247,7 +248,14 @@ int prelock_big(Api& api) {
   if (api.sleep_tag("weights", 0) != 0) return fail("sleep weights");
   if (fakecuda_call_count("cuMemHostRegister_v2") != registers)
     return fail("the sleep page-locked memory although it was ready");
+  const int copies = fakecuda_call_count("cuMemcpyHtoDAsync_v2");
   if (api.wake_tag("weights") != 0) return fail("wake weights");
+  // Page-locked, the copy back goes in copies of up to 1 GiB: 3, not 66
+  // of 32 MiB.
+  if (const int back = fakecuda_call_count("cuMemcpyHtoDAsync_v2") - copies; back != 3) {
+    std::printf("FAIL the copy back made %d copies for 2112 MiB page-locked (3 of up to 1 GiB expected)\n", back);
+    return 1;
+  }
   if (!words_intact(kept, 1 * kMiB, 21) || !words_intact(kept + bytes - kMiB, 1 * kMiB, 22))
     return fail("contents after wake");
   CHECK_CU(cuMemFree_v2(kept));
