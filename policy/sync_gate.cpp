@@ -195,7 +195,6 @@ void SyncGate::retire_entries(ThreadCache* cache, const QuarantineEntry* entries
   // one slab, the bin's count and the bytes the bins gain written back once.
   struct SlabRun {
     const Span* slab = nullptr;
-    uint64_t base = 0;
     uint32_t block_bytes = 1;
     SmallBin* bin = nullptr;  // NULL: no cache, or the bin was full
     uint32_t count = 0, capacity = 0;
@@ -213,14 +212,14 @@ void SyncGate::retire_entries(ThreadCache* cache, const QuarantineEntry* entries
       }
       if (run.bin) run.bin->count = run.count;
       const Slab* slab = static_cast<const Slab*>(e.span);
-      run = SlabRun{slab, slab->base_addr(), slab->block_bytes, nullptr, 0, 0};
+      run = SlabRun{slab, slab->block_bytes, nullptr, 0, 0};
       if (cache) {
         run.bin = &cache->bins[slab->class_index];
         run.count = run.bin->count;
         run.capacity = kSizeClasses[slab->class_index].cache_blocks;
       }
     }
-    const SmallEntry entry{static_cast<Slab*>(e.span), uint32_t((e.addr - run.base) / run.block_bytes)};
+    const SmallEntry entry{static_cast<Slab*>(e.span), e.index};
     if (run.bin && run.count < run.capacity) {
       run.bin->entries[run.count++] = entry;
       binned_bytes += run.block_bytes;
