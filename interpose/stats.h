@@ -12,6 +12,7 @@
 
 #include "interpose/entries.h"
 #include "policy/config.h"
+#include "policy/owner_add.h"
 #include "policy/pool_stats.h"
 
 namespace pagefast::stats {
@@ -34,9 +35,8 @@ void count_call_slow(Entry entry);
 inline bool count_call_fast(Entry entry) {
   std::atomic<uint64_t>* calls = detail::t_calls;
   if (__builtin_expect(calls == nullptr, 0)) return false;
-  // Only this thread writes its block: a relaxed load and store.
-  std::atomic<uint64_t>& c = calls[int(entry)];
-  c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  // Only this thread writes its block: one add to memory (owner_add).
+  policy::owner_add(calls[int(entry)], 1);
   return true;
 }
 

@@ -123,7 +123,7 @@ void DeviceBudget::set_mark(uint64_t idle, uint64_t left) {
   give_back_mark_.store(due > idle ? due - idle : step, std::memory_order_relaxed);
 }
 
-uint64_t DeviceBudget::give_back_idle(uint64_t now_ns) {
+uint64_t DeviceBudget::give_back_idle(Clock& clock) {
   const uint64_t bound = idle_limit_.load(std::memory_order_acquire);
   if (bound == kNoLimit) return 0;
   std::unique_lock<std::mutex> lock(give_back_mutex_, std::try_to_lock);
@@ -134,6 +134,7 @@ uint64_t DeviceBudget::give_back_idle(uint64_t now_ns) {
     set_mark(idle, idle);
     return 0;
   }
+  const uint64_t now_ns = clock.now_ns();
   const uint64_t held = held_bytes();
   const bool recent = last_give_back_ns_ && now_ns - last_give_back_ns_ < relearn_ns_;
   if (!recent) recent_given_bytes_ = 0;

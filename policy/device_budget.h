@@ -48,6 +48,8 @@
 #include <cstdint>
 #include <mutex>
 
+#include "policy/provider.h"
+
 namespace pagefast::policy {
 
 // Something that keeps device memory and can release its idle part.
@@ -135,8 +137,9 @@ class DeviceBudget {
   uint64_t idle_limit() const { return idle_limit_.load(std::memory_order_relaxed); }
   // A holder's free may have taken idle memory over the bound: what is
   // beyond it goes back now (one caller at a time; the others return).
-  // REQUIRES: no lock of any holder held. Returns the bytes released.
-  uint64_t give_back_idle(uint64_t now_ns);
+  // The clock is read only then. REQUIRES: no lock of any holder held.
+  // Returns the bytes released.
+  uint64_t give_back_idle(Clock& clock);
   // Bytes a holder may add to its idle memory before give_back_idle() is
   // due again (kNoLimit: never): read lock-free on a free path.
   uint64_t give_back_mark() const { return give_back_mark_.load(std::memory_order_relaxed); }

@@ -50,6 +50,18 @@ bool DevicePool::new_slab(ThreadCache& cache, int class_index, AllocStatus* stat
   return true;
 }
 
+AllocStatus DevicePool::alloc_miss(ThreadCache& cache, uint64_t request_bytes, uint64_t* addr, ContextTag context) {
+  const Request request{request_bytes, context};
+  if (request_bytes < kSmallLimitBytes) return alloc_small_slow(cache, class_of(request_bytes), request, addr);
+  // A request beyond any device's memory: the driver answers it (out of
+  // memory), before any rounding could wrap.
+  if (request_bytes > kMaxRoundableBytes) {
+    oom_.count_passthrough();
+    return AllocStatus::Forward;
+  }
+  return alloc_large_slow(cache, granules_ceil(request_bytes), request, addr);
+}
+
 AllocStatus DevicePool::alloc_small_slow(ThreadCache& cache, int class_index, Request request, uint64_t* addr) {
   if (!sleep_.enter()) return AllocStatus::OutOfMemory;
   SleepGate::Pass pass{&sleep_};
@@ -79,18 +91,6 @@ AllocStatus DevicePool::alloc_small_slow(ThreadCache& cache, int class_index, Re
 }
 
 // ---- large blocks --------------------------------------------------------
-
-AllocStatus DevicePool::alloc_large(ThreadCache& cache, Request request, uint64_t* addr) {
-  // A request beyond any device's memory: the driver answers it (out of
-  // memory), before any rounding could wrap.
-  if (__builtin_expect(request.bytes > kMaxRoundableBytes, 0)) {
-    oom_.count_passthrough();
-    return AllocStatus::Forward;
-  }
-  const Granules granules = granules_ceil(request.bytes);
-  if (granules <= gate_.limits().cache_block && pop_large(cache, granules, request, addr)) return AllocStatus::Ok;
-  return alloc_large_slow(cache, granules, request, addr);
-}
 
 AllocStatus DevicePool::refuse_beyond_device(Granules granules, Request request) {
   // Requests no pool on this device could ever hold: the driver answers,
@@ -154,18 +154,36 @@ AllocStatus DevicePool::alloc_large_slow(ThreadCache& cache, Granules granules, 
 
 // ---- free and queries --------------------------------------------------------
 
-// DevicePool::free (device_pool_hit.h) found the cache's batch full (a
-// seal that found no host memory for the next): seal, then one more try.
-FreeStatus DevicePool::free_into_new_batch(ThreadCache& cache, Span* span, uint64_t addr, uint64_t bytes) {
-  seal_local_quarantine(cache);
-  cache.lock.lock();
-  if (!cache.quarantine->full()) {
-    const bool seal = quarantine_locked(cache, span, addr, bytes);
-    cache.lock.unlock();
-    if (seal) seal_local_quarantine(cache);
-    return FreeStatus::Ok;
+void DevicePool::free_finish(FreeStep step, ThreadCache& cache, Span* span, uint64_t addr) {
+  if (step == FreeStep::Seal) seal_local_quarantine(cache);
+  else if (step == FreeStep::Push) push_waiting(cache, span, addr);
+}
+
+// DevicePool::free_step (device_pool_hit.h) found the cache's lock busy or
+// its batch full (a seal that found no host memory for the next): the
+// push waits for the lock; a full batch is sealed first, then tried once
+// more.
+void DevicePool::push_waiting(ThreadCache& cache, Span* span, uint64_t addr) {
+  uint32_t index = 0;
+  uint64_t bytes;
+  if (span->kind == SpanKind::Slab) {
+    const Slab* slab = static_cast<const Slab*>(span);
+    index = uint32_t((addr - slab->base_addr()) / slab->block_bytes);
+    bytes = slab->block_bytes;
+  } else {
+    bytes = static_cast<const Block*>(span)->granules().bytes();
   }
-  cache.lock.unlock();
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (attempt) seal_local_quarantine(cache);
+    cache.lock.lock();
+    if (!cache.quarantine->full()) {
+      const bool seal = quarantine_locked(cache, span, index, bytes);
+      cache.lock.unlock();
+      if (seal) seal_local_quarantine(cache);
+      return;
+    }
+    cache.lock.unlock();
+  }
   seal_local_quarantine(cache);
   // No host memory for another batch and no sync allowed: the block can
   // never be proven idle, so it is never reused (counted, not lost track of).
@@ -173,7 +191,6 @@ FreeStatus DevicePool::free_into_new_batch(ThreadCache& cache, Span* span, uint6
   owner_add(cache.in_use_delta, uint64_t(0) - bytes);
   cache.lock.unlock();
   lost_blocks_.fetch_add(1, std::memory_order_relaxed);
-  return FreeStatus::Ok;
 }
 
 bool DevicePool::range_of(const Span* span, uint64_t addr, RangeInfo* info) {

@@ -136,10 +136,20 @@ class DevicePool final {
   void detach_thread(ThreadCache* cache);
 
   // REQUIRES: request_bytes > 0. `context`: the context the block is for
-  // (blocks_of_context). alloc and free are inline (device_pool_hit.h).
+  // (blocks_of_context). alloc and free are inline (device_pool_hit.h):
+  // alloc is alloc_hit (the thread cache's pop, no call) or alloc_miss.
   AllocStatus alloc(ThreadCache& cache, uint64_t request_bytes, uint64_t* addr, ContextTag context = kNoContextTag);
+  bool alloc_hit(ThreadCache& cache, uint64_t request_bytes, uint64_t* addr, ContextTag context);
+  AllocStatus alloc_miss(ThreadCache& cache, uint64_t request_bytes, uint64_t* addr, ContextTag context);
   // REQUIRES: span == page_map.lookup(addr), span->pool == this.
   FreeStatus free(ThreadCache& cache, Span* span, uint64_t addr);
+  // free() in two steps: free_step, the hit (checks, the live flag, the
+  // push; no call, no wait); then, for Seal and Push only, free_finish (the
+  // batch sealed, or the block pushed, waiting for the cache's lock, onto
+  // a new batch if need be). Invalid changed nothing.
+  enum class FreeStep { Done, Seal, Push, Invalid };
+  FreeStep free_step(ThreadCache& cache, Span* span, uint64_t addr);
+  void free_finish(FreeStep step, ThreadCache& cache, Span* span, uint64_t addr);
   // Lock-free; false when addr is pool memory but in no live allocation.
   static bool range_of(const Span* span, uint64_t addr, RangeInfo* info);
   // For CUDA IPC: the live allocation holding addr (its range) and the
@@ -270,7 +280,6 @@ class DevicePool final {
  private:
   using Request = AllocRequest;
   AllocStatus alloc_small_slow(ThreadCache& cache, int class_index, Request request, uint64_t* addr);
-  AllocStatus alloc_large(ThreadCache& cache, Request request, uint64_t* addr);
   AllocStatus alloc_large_slow(ThreadCache& cache, Granules granules, Request request, uint64_t* addr);
   // A request no pool on this device could hold: the answer, or Ok to go on.
   AllocStatus refuse_beyond_device(Granules granules, Request request);
@@ -301,10 +310,10 @@ class DevicePool final {
   // After a free filled the cache's batch: seal it (kept by the thread),
   // then the device's idle memory beyond the budget's bound goes back.
   void seal_local_quarantine(ThreadCache& cache);
-  // The free's push (device_pool_hit.h), and its path when the cache's
-  // batch is full: seal, then push onto the next (device_pool.cpp).
-  bool quarantine_locked(ThreadCache& cache, Span* span, uint64_t addr, uint64_t bytes);
-  FreeStatus free_into_new_batch(ThreadCache& cache, Span* span, uint64_t addr, uint64_t bytes);
+  // The free's push (device_pool_hit.h; `index`: the block's in its slab,
+  // 0 for a large block), and free_finish's (device_pool.cpp).
+  bool quarantine_locked(ThreadCache& cache, Span* span, uint32_t index, uint64_t bytes);
+  void push_waiting(ThreadCache& cache, Span* span, uint64_t addr);
   // Sealed and filling batches go to the device (drain, trim, threshold).
   void share_local_quarantine(ThreadCache& cache, bool may_trim);
 

@@ -1,40 +1,43 @@
-// policy/device_pool_hit.h: DevicePool::alloc and DevicePool::free, inline
-// (included at the end of device_pool.h), so that the pool glue's hit path
-// (interpose/pool/pool.cpp) compiles into one function: the size class or
-// the granules, the thread cache's pop (thread_cache.h pop_small,
-// pop_large), or the free's checks and the push onto the thread's
-// quarantine batch. Everything else (a miss, a seal, a batch that could
-// not be made) is a call to device_pool.cpp. Always inlined: the compiler
-// would otherwise keep them as calls for their size, which is mostly the
-// checks of the free.
+// policy/device_pool_hit.h: DevicePool's hit, inline (included at the end
+// of device_pool.h), so that the pool glue's hit path
+// (interpose/pool/pool.cpp) compiles into its own function: the size
+// class or the granules and the thread cache's pop (thread_cache.h
+// pop_small, pop_large) in alloc_hit, the free's checks and the push onto
+// the thread's quarantine batch in free_step. What is not the hit (a miss,
+// a seal, a full batch) is a call to device_pool.cpp, which the glue makes
+// as a tail call of its own, so that the hit keeps no frame. Always
+// inlined: the compiler would otherwise keep them as calls for their size,
+// which is mostly the checks of the free.
 #pragma once
 
 #include "policy/device_pool.h"
 
 namespace pagefast::policy {
 
+__attribute__((always_inline)) inline bool DevicePool::alloc_hit(ThreadCache& cache, uint64_t request_bytes,
+                                                                 uint64_t* addr, ContextTag context) {
+  const Request request{request_bytes, context};
+  if (__builtin_expect(request_bytes < kSmallLimitBytes, 1))
+    return pop_small<true>(cache, class_of(request_bytes), request, addr);
+  // A request beyond any device's memory: alloc_miss forwards it, before
+  // any rounding could wrap.
+  if (__builtin_expect(request_bytes > kMaxRoundableBytes, 0)) return false;
+  const Granules granules = granules_ceil(request_bytes);
+  return granules <= gate_.limits().cache_block && pop_large<true>(cache, granules, request, addr);
+}
+
 __attribute__((always_inline)) inline AllocStatus DevicePool::alloc(ThreadCache& cache, uint64_t request_bytes,
                                                                     uint64_t* addr, ContextTag context) {
-  const Request request{request_bytes, context};
-  if (__builtin_expect(request_bytes < kSmallLimitBytes, 1)) {
-    const int class_index = class_of(request_bytes);
-    if (__builtin_expect(pop_small(cache, class_index, request, addr), 1)) return AllocStatus::Ok;
-    return alloc_small_slow(cache, class_index, request, addr);
-  }
-  // A request beyond any device's memory: alloc_large forwards it, before
-  // any rounding could wrap.
-  if (__builtin_expect(request_bytes > kMaxRoundableBytes, 0)) return alloc_large(cache, request, addr);
-  const Granules granules = granules_ceil(request_bytes);
-  if (granules <= gate_.limits().cache_block && pop_large(cache, granules, request, addr)) return AllocStatus::Ok;
-  return alloc_large_slow(cache, granules, request, addr);
+  if (__builtin_expect(alloc_hit(cache, request_bytes, addr, context), 1)) return AllocStatus::Ok;
+  return alloc_miss(cache, request_bytes, addr, context);
 }
 
 // REQUIRES: cache.lock held, the cache's batch not full. Pushes the freed
 // block and counts it; true when the batch is to be sealed now.
-__attribute__((always_inline)) inline bool DevicePool::quarantine_locked(ThreadCache& cache, Span* span, uint64_t addr,
+__attribute__((always_inline)) inline bool DevicePool::quarantine_locked(ThreadCache& cache, Span* span, uint32_t index,
                                                                          uint64_t bytes) {
   QuarantineBatch* q = cache.quarantine;
-  q->entries[q->count++] = QuarantineEntry{addr, span, quarantine_.stamp()};
+  q->entries[q->count++] = QuarantineEntry{span, index, quarantine_.stamp()};
   q->bytes += bytes;
   owner_add(cache.in_use_delta, uint64_t(0) - bytes);
   owner_add(cache.quarantined_bytes, bytes);
@@ -47,32 +50,45 @@ __attribute__((always_inline)) inline bool DevicePool::quarantine_locked(ThreadC
   return q->full() || q->bytes >= 2 * gate_.seal_bytes() || q->bytes >= give_back_mark();
 }
 
-__attribute__((always_inline)) inline FreeStatus DevicePool::free(ThreadCache& cache, Span* span, uint64_t addr) {
+__attribute__((always_inline)) inline DevicePool::FreeStep DevicePool::free_step(ThreadCache& cache, Span* span,
+                                                                                 uint64_t addr) {
   uint64_t bytes;
+  uint32_t index = 0;
   if (span->kind == SpanKind::Slab) {
     Slab* slab = static_cast<Slab*>(span);
-    if (!slab->active.load(std::memory_order_acquire)) return FreeStatus::Invalid;
+    if (!slab->active.load(std::memory_order_acquire)) return FreeStep::Invalid;
     const uint64_t base = slab->base_addr();
-    if (addr < base) return FreeStatus::Invalid;
+    if (addr < base) return FreeStep::Invalid;
     const uint64_t offset = addr - base;
-    const uint64_t index = offset / slab->block_bytes;
-    if (index >= slab->block_count || index * slab->block_bytes != offset) return FreeStatus::Invalid;
+    const uint64_t at = offset / slab->block_bytes;
+    if (at >= slab->block_count || at * slab->block_bytes != offset) return FreeStep::Invalid;
     // The exchange makes two racing frees of one block one success.
-    if (slab->info[index].live.exchange(0, std::memory_order_acq_rel) != 1) return FreeStatus::Invalid;
+    if (slab->info[at].live.exchange(0, std::memory_order_acq_rel) != 1) return FreeStep::Invalid;
     bytes = slab->block_bytes;
+    index = uint32_t(at);
   } else {
     Block* block = static_cast<Block*>(span);
-    if (block->addr() != addr || !block->quarantine_if_used()) return FreeStatus::Invalid;
+    if (block->addr() != addr || !block->quarantine_if_used()) return FreeStep::Invalid;
     bytes = block->granules().bytes();
   }
-  cache.lock.lock();
+  // The block is this free's now. A busy lock (a drainer holds it) or a
+  // full batch (a seal found no host memory for the next): free_finish
+  // pushes it, waiting for the lock.
+  if (__builtin_expect(!cache.lock.try_lock(), 0)) return FreeStep::Push;
   if (__builtin_expect(cache.quarantine->full(), 0)) {
     cache.lock.unlock();
-    return free_into_new_batch(cache, span, addr, bytes);
+    return FreeStep::Push;
   }
-  const bool seal = quarantine_locked(cache, span, addr, bytes);
+  const bool seal = quarantine_locked(cache, span, index, bytes);
   cache.lock.unlock();
-  if (__builtin_expect(seal, 0)) seal_local_quarantine(cache);
+  return __builtin_expect(seal, 0) ? FreeStep::Seal : FreeStep::Done;
+}
+
+__attribute__((always_inline)) inline FreeStatus DevicePool::free(ThreadCache& cache, Span* span, uint64_t addr) {
+  const FreeStep step = free_step(cache, span, addr);
+  if (__builtin_expect(step == FreeStep::Done, 1)) return FreeStatus::Ok;
+  if (step == FreeStep::Invalid) return FreeStatus::Invalid;
+  free_finish(step, cache, span, addr);
   return FreeStatus::Ok;
 }
 

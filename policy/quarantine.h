@@ -62,8 +62,8 @@ class SyncTickets {
 };
 
 struct QuarantineEntry {
-  uint64_t addr;
-  Span* span;  // the Slab or the Block
+  Span* span;      // the Slab or the Block
+  uint32_t index;  // a small block's index in its Slab (0 for a Block)
   uint64_t stamp;
 };
 

@@ -158,26 +158,73 @@ void SyncGate::retire_local(ThreadCache& cache, bool into_cache) {
   if (n) retire_entries(into_cache ? &cache : nullptr, retired, n);
 }
 
-void SyncGate::evict_large(ThreadCache& cache, Granules g, Block** evicted, int* evicted_count) {
+uint64_t SyncGate::evict_large(ThreadCache& cache, Granules g, Block** evicted, int* evicted_count) {
+  uint64_t bytes = 0;
   while (cache.large_count &&
          (cache.large_count == kLargeCacheEntries || cache.large_granules + g > limits_.cache_total)) {
     const LargeEntry oldest = cache.large[0];
     for (int k = 1; k < cache.large_count; ++k) cache.large[k - 1] = cache.large[k];
     --cache.large_count;
     cache.large_granules -= oldest.granules;
-    owner_add(cache.cached_bytes, uint64_t(0) - oldest.granules.bytes());
+    bytes += oldest.granules.bytes();
     evicted[(*evicted_count)++] = oldest.block;
   }
+  return bytes;
 }
 
-inline void SyncGate::cache_large(ThreadCache& cache, Block* block, Block** evicted, int* evicted_count) {
-  const Granules g = block->granules();
-  if (cache.large_count && (cache.large_count == kLargeCacheEntries || cache.large_granules + g > limits_.cache_total))
-    evict_large(cache, g, evicted, evicted_count);
-  block->store_state(BlockState::Cached);
-  cache.large[cache.large_count++] = LargeEntry{block, g};
-  cache.large_granules += g;
-  owner_add(cache.cached_bytes, g.bytes());
+// REQUIRES: cache.lock. The run of large blocks from entries[*at]: each
+// cached (the oldest evicted to make room) or, too big, left in `out`.
+// The cache's count and granules kept in locals meanwhile (its lock is
+// held), written back before an eviction and at the end.
+void SyncGate::cache_large_run(ThreadCache& cache, const QuarantineEntry* entries, int count, int* at, Block** out,
+                               int* out_count, uint64_t* cached) {
+  int n = cache.large_count;
+  Granules held = cache.large_granules;
+  int i = *at;
+  for (; i < count && entries[i].span->kind != SpanKind::Slab; ++i) {
+    Block* block = static_cast<Block*>(entries[i].span);
+    const Granules g = block->granules();
+    if (g > limits_.cache_block) {
+      out[(*out_count)++] = block;
+      continue;
+    }
+    if (n && (n == kLargeCacheEntries || held + g > limits_.cache_total)) {
+      cache.large_count = n;
+      cache.large_granules = held;
+      *cached -= evict_large(cache, g, out, out_count);
+      n = cache.large_count;
+      held = cache.large_granules;
+    }
+    block->store_state(BlockState::Cached);
+    cache.large[n++] = LargeEntry{block, g};
+    held += g;
+    *cached += g.bytes();
+  }
+  cache.large_count = n;
+  cache.large_granules = held;
+  *at = i;
+}
+
+// REQUIRES: cache->lock when cache. The run of small blocks of one slab
+// from entries[*at]: the slab and the cache's bin of its class are read
+// once; the bin takes what it has room for, `out` the rest.
+inline void SyncGate::bin_small_run(ThreadCache* cache, const QuarantineEntry* entries, int count, int* at,
+                                    SmallEntry* out, int* out_count, uint64_t* cached) {
+  const QuarantineEntry* e = entries + *at;
+  const QuarantineEntry* const last = entries + count;
+  const Span* const span = e->span;
+  Slab* const slab = static_cast<Slab*>(e->span);
+  if (cache) {
+    SmallBin& bin = cache->bins[slab->class_index];
+    SmallEntry* to = bin.entries + bin.count;
+    SmallEntry* const full = bin.entries + kSizeClasses[slab->class_index].cache_blocks;
+    SmallEntry* const from = to;
+    for (; to < full && e != last && e->span == span; ++e, ++to) *to = SmallEntry{slab, e->index};
+    bin.count += uint32_t(to - from);
+    *cached += uint64_t(to - from) * slab->block_bytes;
+  }
+  for (; e != last && e->span == span; ++e) out[(*out_count)++] = SmallEntry{slab, e->index};
+  *at = int(e - entries);
 }
 
 void SyncGate::retire_entries(ThreadCache* cache, const QuarantineEntry* entries, int count) {
@@ -190,47 +237,15 @@ void SyncGate::retire_entries(ThreadCache* cache, const QuarantineEntry* entries
   int small_count = 0;
   Block* large[kMaxEntries + kLargeCacheEntries];
   int large_count = 0;
-  // Frees of one size come from few slabs: what an entry needs of its slab
-  // and of the cache's bin of its class is read once per run of entries of
-  // one slab, the bin's count and the bytes the bins gain written back once.
-  struct SlabRun {
-    const Span* slab = nullptr;
-    uint64_t base = 0;
-    uint32_t block_bytes = 1;
-    SmallBin* bin = nullptr;  // NULL: no cache, or the bin was full
-    uint32_t count = 0, capacity = 0;
-  } run;
-  uint64_t binned_bytes = 0;
+  uint64_t cached = 0;  // what the cache gains, less what it evicts (wraps): counted once
   if (cache) cache->lock.lock();
-  for (int i = 0; i < count; ++i) {
-    const QuarantineEntry& e = entries[i];
-    if (e.span != run.slab) {
-      if (e.span->kind != SpanKind::Slab) {
-        Block* block = static_cast<Block*>(e.span);
-        if (cache && block->granules() <= limits_.cache_block) cache_large(*cache, block, large, &large_count);
-        else large[large_count++] = block;
-        continue;
-      }
-      if (run.bin) run.bin->count = run.count;
-      const Slab* slab = static_cast<const Slab*>(e.span);
-      run = SlabRun{slab, slab->base_addr(), slab->block_bytes, nullptr, 0, 0};
-      if (cache) {
-        run.bin = &cache->bins[slab->class_index];
-        run.count = run.bin->count;
-        run.capacity = kSizeClasses[slab->class_index].cache_blocks;
-      }
-    }
-    const SmallEntry entry{static_cast<Slab*>(e.span), uint32_t((e.addr - run.base) / run.block_bytes)};
-    if (run.bin && run.count < run.capacity) {
-      run.bin->entries[run.count++] = entry;
-      binned_bytes += run.block_bytes;
-    } else {
-      small[small_count++] = entry;
-    }
+  for (int i = 0; i < count;) {
+    if (entries[i].span->kind == SpanKind::Slab) bin_small_run(cache, entries, count, &i, small, &small_count, &cached);
+    else if (cache) cache_large_run(*cache, entries, count, &i, large, &large_count, &cached);
+    else large[large_count++] = static_cast<Block*>(entries[i++].span);
   }
-  if (run.bin) run.bin->count = run.count;
   if (cache) {
-    owner_add(cache->cached_bytes, binned_bytes);
+    owner_add(cache->cached_bytes, cached);
     cache->lock.unlock();
   }
   // Runs of one class go back under one lock acquisition.

@@ -99,11 +99,18 @@ class SyncGate {
   void retire_covered(ThreadCache* cache, bool into_cache);
   // At most Quarantine::kMaxRetired entries.
   void retire_entries(ThreadCache* route, const QuarantineEntry* entries, int count);
-  // REQUIRES: cache->lock. Caches a retired large block, evicting the
-  // oldest into `evicted`.
-  void cache_large(ThreadCache& cache, Block* block, Block** evicted, int* evicted_count);
-  // cache_large's eviction of the oldest blocks, until `g` more fit.
-  void evict_large(ThreadCache& cache, Granules g, Block** evicted, int* evicted_count);
+  // retire_entries' runs of entries from entries[*at] (*at moved past the
+  // run): large blocks into the cache's large entries, evicting the
+  // oldest; a slab's small blocks into the cache's bin. What the cache
+  // does not keep goes to `out`; *cached gains what it keeps, less what it
+  // evicts.
+  void cache_large_run(ThreadCache& cache, const QuarantineEntry* entries, int count, int* at, Block** out,
+                       int* out_count, uint64_t* cached);
+  void bin_small_run(ThreadCache* cache, const QuarantineEntry* entries, int count, int* at, SmallEntry* out,
+                     int* out_count, uint64_t* cached);
+  // cache_large_run's eviction of the oldest blocks, until `g` more fit;
+  // returns their bytes.
+  uint64_t evict_large(ThreadCache& cache, Granules g, Block** evicted, int* evicted_count);
 
   Quarantine& quarantine_;
   Clock& clock_;

@@ -23,21 +23,10 @@
 #include <cstdint>
 
 #include "policy/blocks.h"
+#include "policy/owner_add.h"
 #include "policy/quarantine.h"
 #include "policy/size_classes.h"
 #include "policy/spin.h"
-
-#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
-#define PF_OWNER_ADD_ASM 1
-#else
-#define PF_OWNER_ADD_ASM 0
-#endif
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-#undef PF_OWNER_ADD_ASM
-#define PF_OWNER_ADD_ASM 0
-#endif
-#endif
 
 namespace pagefast::policy {
 
@@ -91,20 +80,6 @@ struct SmallBin {
   SmallEntry entries[kMaxCacheBlocks];
 };
 
-// Adds to a counter that only its owner writes: no locked read-modify-
-// write; readers on other threads see a recent value. On x86-64 one
-// unlocked add to memory (an aligned 8-byte store is never torn), which
-// the compiler does not make of an atomic load and store; elsewhere, and
-// under ThreadSanitizer (which must see the store), the load and store.
-inline void owner_add(std::atomic<uint64_t>& counter, uint64_t delta) {
-#if PF_OWNER_ADD_ASM
-  static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t), "a counter is one word");
-  __asm__("addq %1, %0" : "+m"(counter) : "er"(delta) : "cc");
-#else
-  counter.store(counter.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
-#endif
-}
-
 struct ThreadCache {
   OwnerLock lock;
   DevicePool* pool = nullptr;
@@ -146,19 +121,22 @@ struct AllocRequest {
 // (thread_registry.cpp); once every kBufferIdBatch allocations.
 void take_buffer_ids(ThreadCache& cache);
 
+// kHit: lock_for_pop found the range not used up.
+template <bool kHit = false>
 inline uint64_t next_buffer_id(ThreadCache& cache) {
-  if (__builtin_expect(cache.next_buffer_id == cache.buffer_id_end, 0)) take_buffer_ids(cache);
+  if (!kHit && __builtin_expect(cache.next_buffer_id == cache.buffer_id_end, 0)) take_buffer_ids(cache);
   return cache.next_buffer_id++;
 }
 
 // REQUIRES: cache.lock held (the counters are written under it). Marks a
 // small block live for `request`.
+template <bool kHit = false>
 inline void hand_out_small(ThreadCache& cache, const SmallEntry& entry, AllocRequest request) {
   // The slab's figures read before the stores (which the compiler does
   // not move loads across).
   const uint64_t block_bytes = entry.slab->block_bytes;
   SlabBlockInfo& info = entry.slab->info[entry.index];
-  const uint64_t buffer_id = next_buffer_id(cache);
+  const uint64_t buffer_id = next_buffer_id<kHit>(cache);
   info.requested_bytes.store(uint32_t(request.bytes), std::memory_order_relaxed);
   info.buffer_id.store(buffer_id, std::memory_order_relaxed);
   info.context_tag.store(request.context, std::memory_order_relaxed);
@@ -166,10 +144,27 @@ inline void hand_out_small(ThreadCache& cache, const SmallEntry& entry, AllocReq
   owner_add(cache.in_use_delta, block_bytes);
 }
 
+// Whether a pop may go on: its cache's lock taken. A pop of the hit
+// (kHit, DevicePool::alloc_hit) neither waits nor calls: false when a
+// drainer holds the lock, or when the cache's range of buffer ids ran out;
+// the allocation's slow path then pops as the others do.
+template <bool kHit>
+inline bool lock_for_pop(ThreadCache& cache) {
+  if (!kHit) {
+    cache.lock.lock();
+    return true;
+  }
+  if (__builtin_expect(!cache.lock.try_lock(), 0)) return false;
+  if (__builtin_expect(cache.next_buffer_id != cache.buffer_id_end, 1)) return true;
+  cache.lock.unlock();
+  return false;
+}
+
 // A hit of size class `class_index`: the newest entry of its bin; false
-// when the bin is empty.
+// when the bin is empty (or, kHit, as lock_for_pop).
+template <bool kHit = false>
 inline bool pop_small(ThreadCache& cache, int class_index, AllocRequest request, uint64_t* addr) {
-  cache.lock.lock();
+  if (!lock_for_pop<kHit>(cache)) return false;
   SmallBin& bin = cache.bins[class_index];
   if (__builtin_expect(bin.count == 0, 0)) {
     cache.lock.unlock();
@@ -178,7 +173,7 @@ inline bool pop_small(ThreadCache& cache, int class_index, AllocRequest request,
   const SmallEntry entry = bin.entries[--bin.count];
   const uint64_t block_bytes = entry.slab->block_bytes;
   const uint64_t block_addr = entry.addr();
-  hand_out_small(cache, entry, request);
+  hand_out_small<kHit>(cache, entry, request);
   owner_add(cache.hits, 1);
   owner_add(cache.cached_bytes, uint64_t(0) - block_bytes);
   cache.lock.unlock();
@@ -188,28 +183,36 @@ inline bool pop_small(ThreadCache& cache, int class_index, AllocRequest request,
 
 // REQUIRES: cache.lock held. Marks a large block Used for `request`; a hit
 // when it came from the cache or the pool's idle memory (not a growth).
+template <bool kHit = false>
 inline void hand_out_large(ThreadCache& cache, Block* block, AllocRequest request, bool hit) {
   block->requested_bytes.store(request.bytes, std::memory_order_relaxed);
-  block->buffer_id.store(next_buffer_id(cache), std::memory_order_relaxed);
+  block->buffer_id.store(next_buffer_id<kHit>(cache), std::memory_order_relaxed);
   block->context_tag.store(request.context, std::memory_order_relaxed);
   block->store_state(BlockState::Used);
   if (hit) owner_add(cache.hits, 1);
   owner_add(cache.in_use_delta, block->granules().bytes());
 }
 
-// A hit of a cached large block of exactly `granules`; false when none.
+// A hit of a cached large block of exactly `granules`; false when none
+// (or, kHit, as lock_for_pop).
+template <bool kHit = false>
 inline bool pop_large(ThreadCache& cache, Granules granules, AllocRequest request, uint64_t* addr) {
-  cache.lock.lock();
+  if (!lock_for_pop<kHit>(cache)) return false;
   // Newest first: a loop takes back what it retired last.
   for (int i = cache.large_count - 1; i >= 0; --i) {
     if (cache.large[i].granules != granules) continue;
     Block* block = cache.large[i].block;
-    // Keep the entries in age order (SyncGate evicts the oldest).
-    for (int k = i + 1; k < cache.large_count; ++k) cache.large[k - 1] = cache.large[k];
+    // Keep the entries in age order (SyncGate evicts the oldest). The
+    // empty asm keeps the loop a loop, not a call of memmove: the hit
+    // makes no call.
+    for (int k = i + 1; k < cache.large_count; ++k) {
+      cache.large[k - 1] = cache.large[k];
+      __asm__ volatile("" ::: "memory");
+    }
     --cache.large_count;
     cache.large_granules -= granules;
     owner_add(cache.cached_bytes, uint64_t(0) - granules.bytes());
-    hand_out_large(cache, block, request, true);
+    hand_out_large<kHit>(cache, block, request, true);
     cache.lock.unlock();
     *addr = block->addr();
     return true;

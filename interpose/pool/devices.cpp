@@ -184,9 +184,9 @@ int give_back_for_neighbour(const char* bus_id) {
 
 void give_back_idle() {
   if (!active()) return;
+  policy::MonotonicClock clock;
   for (int d = 0; d < kMaxDevices; ++d)
-    if (DeviceMemory* memory = device_memory(d); memory && !retired_device(d))
-      memory->budget().give_back_idle(policy::monotonic_now_ns());
+    if (DeviceMemory* memory = device_memory(d); memory && !retired_device(d)) memory->budget().give_back_idle(clock);
 }
 
 uint64_t reclaim_from_neighbours(int device) {

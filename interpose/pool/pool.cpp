@@ -1,14 +1,17 @@
 // interpose/pool/pool.cpp: interpose/pool_api.h's hot half over the
-// policy: allocation, free, and the pointer queries, per thread through
-// the last (context -> pool, cache) binding and a ThreadCache per device.
-// The devices' memory is made and shared in devices.cpp.
+// policy: allocation and free, per thread through the last (context ->
+// pool, cache) binding and a ThreadCache per device. The devices' memory
+// is made and shared in devices.cpp, the pointer queries are queries.cpp.
 //
 // The hot path (alloc_or/free_or of a cached size, each one function with
 // the policy's hit inline, policy/device_pool_hit.h) is: one load of the
 // on-switch, for an allocation cuCtxGetCurrent (a thread-local read in
 // the driver, no system call) and a compare with the thread's last
 // context, for a free the page map, and the policy's thread-cache pop or
-// quarantine push. The context's device is re-read
+// quarantine push. The hit calls nothing but cuCtxGetCurrent: a miss, a
+// seal, a region, a refused free are each a tail call of a function of
+// their own, so that the free keeps no frame and the allocation only the
+// one its call of the driver needs. The context's device is re-read
 // with cuCtxGetDevice when the context changes and every
 // kRevalidateEvery allocations (interpose/context_memo.h).
 //
@@ -154,59 +157,91 @@ __attribute__((noinline)) bool alloc_in_region(int slot, int device, uint64_t by
   return true;
 }
 
-CUresult free_result(FreeStatus status) { return status == FreeStatus::Ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
-
-// A pool's device is always in range: the flag alone, no bounds check.
-inline bool retired(const DevicePool* pool) {
-  return g_process.retired[pool->device()].load(std::memory_order_relaxed);
-}
-
-// The pool's record of an address, or NULL when the address is not pool
-// memory any more: never made by the pool, or made by a retired pool,
-// whose memory the driver freed with the context.
-policy::Span* live_span(CUdeviceptr dptr) {
-  policy::Span* span = policy::global_page_map().lookup(dptr);
-  return span && !retired(span->pool) ? span : nullptr;
-}
-
-// alloc_or's answer for an active pool (false: not the pool's), inline.
-__attribute__((always_inline)) inline bool alloc_active(CUdeviceptr* dptr, size_t bytes, CUresult* result) {
-  const RealDriver* real = loaded_driver();
-  CUcontext context = nullptr;
-  // No current context: the driver answers CUDA_ERROR_INVALID_CONTEXT.
-  if (driver::ctx_get_current(real, &context) != CUDA_SUCCESS || !context) return false;
-  ThreadState* ts = t_state;
-  if (__builtin_expect(!ts || !ts->last.holds(context), 0)) {
-    Binding bound;
-    if (!bind(real, context, &bound)) return false;
-    ts = t_state;  // bind() made it, and learnt `bound` there
-  }
-  const Binding& known = ts->last.value;
+// An allocation of a thread bound to a context (`known`), past the memo:
+// the device's pool, or a region's (false: not the pool's), inline.
+__attribute__((always_inline)) inline bool alloc_bound(const Binding& known, CUdeviceptr* dptr, size_t bytes,
+                                                       CUresult* result) {
   DevicePool* pool = known.pool;
   if (__builtin_expect(retired(pool), 0)) return false;
   if (const int slot = region::current(); __builtin_expect(slot != 0, 0))
     return alloc_in_region(slot, pool->device(), bytes, known.context, dptr, result);
   uint64_t addr = 0;
-  switch (pool->alloc(*known.cache, bytes, &addr, known.context)) {
-    case AllocStatus::Ok:
-      *dptr = addr;
-      *result = CUDA_SUCCESS;
-      return true;
-    case AllocStatus::OutOfMemory:
-      *dptr = 0;  // as the driver leaves it
-      *result = CUDA_ERROR_OUT_OF_MEMORY;
-      return true;
-    case AllocStatus::Forward: break;
+  const AllocStatus status = pool->alloc(*known.cache, bytes, &addr, known.context);
+  if (status == AllocStatus::Forward) return false;
+  *result = alloc_result(status, addr, dptr);
+  return true;
+}
+
+// The allocation of a thread whose memo does not hold `context` (its first,
+// a context changed, the memo's revalidation): bind, then as bound.
+__attribute__((noinline)) CUresult alloc_unbound(CUcontext context, CUdeviceptr* dptr, size_t bytes,
+                                                 AllocForward forward) {
+  Binding bound;
+  CUresult result;
+  // bind() made the thread's state and learnt `bound` there.
+  if (bind(loaded_driver(), context, &bound) && alloc_bound(t_state->last.value, dptr, bytes, &result)) return result;
+  return forward(dptr, bytes);
+}
+
+// A bound allocation that missed the thread's cache, or a region's.
+__attribute__((noinline)) CUresult alloc_missed(DevicePool* pool, ThreadCache* cache, policy::ContextTag tag,
+                                                CUdeviceptr* dptr, size_t bytes, AllocForward forward) {
+  uint64_t addr = 0;
+  const AllocStatus status = pool->alloc_miss(*cache, bytes, &addr, tag);
+  if (status == AllocStatus::Forward) return forward(dptr, bytes);
+  return alloc_result(status, addr, dptr);
+}
+__attribute__((noinline)) CUresult alloc_in_region_or(int slot, int device, policy::ContextTag tag, CUdeviceptr* dptr,
+                                                      size_t bytes, AllocForward forward) {
+  CUresult result;
+  if (alloc_in_region(slot, device, bytes, tag, dptr, &result)) return result;
+  return forward(dptr, bytes);
+}
+
+// The pool hit of a thread with a current context: the memo, the pool's
+// flags, the thread cache's pop. Every other way out is a tail call, so
+// that the hit keeps no frame.
+__attribute__((always_inline)) inline CUresult alloc_in_context(CUcontext context, CUdeviceptr* dptr, size_t bytes,
+                                                                AllocForward forward) {
+  ThreadState* ts = t_state;
+  if (__builtin_expect(!ts || !ts->last.holds(context), 0)) return alloc_unbound(context, dptr, bytes, forward);
+  const Binding& known = ts->last.value;
+  DevicePool* pool = known.pool;
+  if (__builtin_expect(retired(pool), 0)) return forward(dptr, bytes);
+  if (const int slot = region::current(); __builtin_expect(slot != 0, 0))
+    return alloc_in_region_or(slot, pool->device(), known.context, dptr, bytes, forward);
+  uint64_t addr;
+  if (__builtin_expect(pool->alloc_hit(*known.cache, bytes, &addr, known.context), 1)) {
+    *dptr = addr;
+    return CUDA_SUCCESS;
   }
-  return false;
+  return alloc_missed(pool, known.cache, known.context, dptr, bytes, forward);
+}
+
+// alloc_or's answer for an active pool (false: not the pool's).
+bool alloc_active(CUdeviceptr* dptr, size_t bytes, CUresult* result) {
+  CUcontext context = nullptr;
+  // No current context: the driver answers CUDA_ERROR_INVALID_CONTEXT.
+  if (driver::ctx_get_current(loaded_driver(), &context) != CUDA_SUCCESS || !context) return false;
+  ThreadState* ts = t_state;
+  if (ts && ts->last.holds(context)) return alloc_bound(ts->last.value, dptr, bytes, result);
+  Binding bound;
+  return bind(loaded_driver(), context, &bound) && alloc_bound(t_state->last.value, dptr, bytes, result);
 }
 
 }  // namespace
 
 CUresult alloc_or(CUdeviceptr* dptr, size_t bytes, AllocForward forward) {
-  CUresult result;
-  if (__builtin_expect(active(), 1) && alloc_active(dptr, bytes, &result)) return result;
-  return forward(dptr, bytes);
+  if (__builtin_expect(!active(), 0)) return forward(dptr, bytes);
+  CUcontext context;
+  {
+    // Its own scope, dead before the calls below, which are then tail calls.
+    CUcontext current = nullptr;
+    // No current context: the driver answers CUDA_ERROR_INVALID_CONTEXT.
+    if (driver::ctx_get_current(loaded_driver(), &current) != CUDA_SUCCESS || !current) return forward(dptr, bytes);
+    context = current;
+  }
+  return alloc_in_context(context, dptr, bytes, forward);
 }
 
 bool try_alloc_pitched(CUdeviceptr* dptr, size_t* pitch, size_t width_bytes, size_t height, unsigned element_bytes,
@@ -229,9 +264,7 @@ bool try_alloc_pitched(CUdeviceptr* dptr, size_t* pitch, size_t width_bytes, siz
   return true;
 }
 
-// The driver answers CUDA_ERROR_INVALID_CONTEXT to these calls on a thread
-// without a current context; so does the pool, by leaving them to it.
-static bool has_context() {
+bool has_context() {
   const RealDriver* real = loaded_driver();
   CUcontext context = nullptr;
   return driver::ctx_get_current(real, &context) == CUDA_SUCCESS && context;
@@ -239,12 +272,12 @@ static bool has_context() {
 
 namespace {
 
-// free_or's answer for an active pool (false: not the pool's), inline.
-__attribute__((always_inline)) inline bool free_active(CUdeviceptr dptr, CUresult* result) {
-  policy::Span* span = live_span(dptr);
-  // No current context needed: the driver frees a cuMemAlloc block on such
-  // a thread too (docs/GPU-CHECK.md, run 3), and so does the pool.
-  if (!span) return false;
+CUresult free_result(FreeStatus status) { return status == FreeStatus::Ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+
+// The free of pool memory (`span`, live) past the hit's conditions: an
+// exported block, a region's block, the thread's first free of the device
+// (false: not the pool's).
+bool free_span(policy::Span* span, CUdeviceptr dptr, CUresult* result) {
   // An exported block an importer still maps is kept (ipc.h).
   if (__builtin_expect(ipc::g_exports.load(std::memory_order_relaxed) > 0, 0) && ipc::on_free(dptr, result))
     return true;
@@ -252,27 +285,60 @@ __attribute__((always_inline)) inline bool free_active(CUdeviceptr dptr, CUresul
   ThreadState* ts = t_state;
   ThreadCache* cache = ts ? ts->caches[pool->device()] : nullptr;
   FreeStatus status;
-  if (__builtin_expect(pool->settings().slot != 0 || !cache, 0))
-    status = free_without_cache(pool, span, dptr);  // a region's block, or the thread's first free
+  if (pool->settings().slot != 0 || !cache) status = free_without_cache(pool, span, dptr);
   else status = pool->free(*cache, span, dptr);
   // An address that is no live block (freed, interior, or gone with its
   // context) on a thread without a context: the driver's answer for an
   // address it did not allocate (it needs a context to give one).
-  if (__builtin_expect(status != FreeStatus::Ok, 0) && !has_context()) return false;
+  if (status != FreeStatus::Ok && !has_context()) return false;
   *result = free_result(status);
   return true;
 }
 
-}  // namespace
-
-CUresult free_or(CUdeviceptr dptr, FreeForward forward) {
+__attribute__((noinline)) CUresult free_other(policy::Span* span, CUdeviceptr dptr, FreeForward forward) {
   CUresult result;
-  if (__builtin_expect(active(), 1) && free_active(dptr, &result)) return result;
+  if (free_span(span, dptr, &result)) return result;
   return forward(dptr);
 }
 
+// The hit's checks refused the address (nothing changed): as free_span.
+__attribute__((noinline)) CUresult free_refused(CUdeviceptr dptr, FreeForward forward) {
+  if (!has_context()) return forward(dptr);
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+// The free is the pool's: its batch to seal, or to be pushed on a new one.
+__attribute__((noinline)) CUresult free_finished(DevicePool* pool, ThreadCache* cache, DevicePool::FreeStep step,
+                                                 policy::Span* span, CUdeviceptr dptr) {
+  pool->free_finish(step, *cache, span, dptr);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+// No current context needed: the driver frees a cuMemAlloc block on such a
+// thread too (docs/GPU-CHECK.md, run 3), and so does the pool. The hit
+// (a block of the device's pool, the thread's cache, no export) keeps no
+// frame: every other way out is a tail call.
+CUresult free_or(CUdeviceptr dptr, FreeForward forward) {
+  if (__builtin_expect(!active(), 0)) return forward(dptr);
+  policy::Span* span = live_span(dptr);
+  if (!span) return forward(dptr);
+  DevicePool* pool = span->pool;
+  ThreadState* ts = t_state;
+  ThreadCache* cache = ts ? ts->caches[pool->device()] : nullptr;
+  if (__builtin_expect(ipc::g_exports.load(std::memory_order_relaxed) > 0 || !cache || pool->settings().slot != 0, 0))
+    return free_other(span, dptr, forward);
+  const DevicePool::FreeStep step = pool->free_step(*cache, span, dptr);
+  if (__builtin_expect(step == DevicePool::FreeStep::Done, 1)) return CUDA_SUCCESS;
+  if (step == DevicePool::FreeStep::Invalid) return free_refused(dptr, forward);
+  return free_finished(pool, cache, step, span, dptr);
+}
+
 bool try_free_async(CUdeviceptr dptr, CUstream stream, CUresult* result) {
-  if (!active() || !live_span(dptr)) return false;
+  if (!active()) return false;
+  policy::Span* span = live_span(dptr);
+  if (!span) return false;
   if (capture_active()) {
     // In a capture the driver makes a free node, which only a graph
     // allocation may be: it answers for pool memory as for cuMemAlloc's.
@@ -283,75 +349,8 @@ bool try_free_async(CUdeviceptr dptr, CUstream stream, CUresult* result) {
   }
   // The quarantine reuses a block only after a synchronisation that began
   // after its free, which waits for the stream's earlier work too.
-  return free_active(dptr, result);
+  return free_span(span, dptr, result);
 }
-
-bool try_address_range(CUdeviceptr* base, size_t* bytes, CUdeviceptr dptr, CUresult* result) {
-  if (!active()) return false;
-  policy::Span* span = live_span(dptr);
-  if (!span || !has_context()) return false;
-  policy::RangeInfo info{};
-  if (!DevicePool::range_of(span, dptr, &info)) {
-    // Pool memory that is in no live allocation: freed, as far as the
-    // program is concerned.
-    *result = CUDA_ERROR_NOT_FOUND;
-    return true;
-  }
-  if (base) *base = info.base_addr;
-  if (bytes) *bytes = info.bytes;
-  *result = CUDA_SUCCESS;
-  return true;
-}
-
-void patch_pointer_attribute(void* data, CUpointer_attribute attribute, CUdeviceptr dptr) {
-  if (!active()) return;
-  policy::Span* span = live_span(dptr);
-  if (!span) return;
-  policy::RangeInfo info{};
-  if (!DevicePool::range_of(span, dptr, &info)) return;
-  switch (attribute) {
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = info.base_addr; break;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data) = info.bytes; break;
-    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = info.buffer_id; break;
-    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-      // Truthful: cuIpcGetMemHandle works on pool memory where the
-      // device's chunks can be shared (ipc.h).
-      *static_cast<int*>(data) = ipc::device_shareable(span->pool->device()) ? 1 : 0;
-      break;
-    default: break;
-  }
-}
-
-bool owns_address(CUdeviceptr dptr) { return active() && live_span(dptr); }
-
-bool owns_handle(CUmemGenericAllocationHandle handle) {
-  if (!active()) return false;
-  bool held = false;
-  for (int d = 0; d < kMaxDevices && !held; ++d) {
-    DeviceMemory* memory = device_memory(d);
-    if (!memory || retired_device(d)) continue;
-    memory->each_pool([&held, handle](int, DevicePool* pool) {
-      held = held || pool->holds_chunk(policy::ChunkHandle{uint64_t(handle)});
-    });
-  }
-  return held;
-}
-
-bool try_ipc_get_mem_handle(CUipcMemHandle* handle, CUdeviceptr dptr, CUresult* result) {
-  if (!active()) return false;
-  policy::Span* span = live_span(dptr);
-  if (!span) return false;
-  // The driver needs a current context for this call; so does the pool.
-  if (!has_context()) return false;
-  *result = ipc::get_handle(span->pool, span, dptr, handle);
-  return true;
-}
-
-bool try_ipc_open(CUdeviceptr* pdptr, const CUipcMemHandle& handle, unsigned flags, CUresult* result) {
-  return ipc::try_open(pdptr, handle, flags, result);
-}
-
-bool try_ipc_close(CUdeviceptr dptr, CUresult* result) { return ipc::try_close(dptr, result); }
 
 bool capture_active() { return g_process.gate.captures.load(std::memory_order_acquire) > 0; }
 

@@ -8,13 +8,33 @@
 
 #include <cstddef>
 
+#include "interpose/pool/process.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
 #include "policy/device_pool.h"
+#include "policy/page_map.h"
 
 namespace pagefast::pool {
 
 class DeviceMemory;
+
+// A pool's device is always in range: the flag alone, no bounds check.
+inline bool retired(const policy::DevicePool* pool) {
+  return g_process.retired[pool->device()].load(std::memory_order_relaxed);
+}
+
+// The pool's record of an address, or NULL when the address is not pool
+// memory any more: never made by the pool, or made by a retired pool,
+// whose memory the driver freed with the context.
+inline policy::Span* live_span(CUdeviceptr dptr) {
+  policy::Span* span = policy::global_page_map().lookup(dptr);
+  return span && !retired(span->pool) ? span : nullptr;
+}
+
+// pool.cpp: whether the calling thread has a current context. The driver
+// answers CUDA_ERROR_INVALID_CONTEXT to the pointer queries and a bad free
+// on a thread without one; so does the pool, by leaving them to it.
+bool has_context();
 
 // devices.cpp: the pool of `device`, made (with its provider, prewarmed)
 // at the first call; *memory: the device's memory. NULL when the device

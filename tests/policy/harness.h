@@ -82,7 +82,7 @@ struct PartsUnderTest {
   bool quarantine_block(ThreadCache& cache, Block* block) {
     if (!block->quarantine_if_used()) return false;
     QuarantineBatch* q = cache.quarantine;
-    q->entries[q->count++] = QuarantineEntry{block->addr(), block, quarantine.stamp()};
+    q->entries[q->count++] = QuarantineEntry{block, 0, quarantine.stamp()};
     q->bytes += block->granules().bytes();
     owner_add(cache.quarantined_bytes, block->granules().bytes());
     owner_add(cache.freed_bytes, block->granules().bytes());

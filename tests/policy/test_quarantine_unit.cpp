@@ -111,7 +111,7 @@ bool push(Quarantine& q, ThreadCache& cache, Blocks& blocks, int i) {
   cache.lock.lock();
   QuarantineBatch* b = cache.quarantine;
   REQUIRE_FALSE(b->full());
-  b->entries[b->count++] = QuarantineEntry{blocks.addr(i), &blocks.slab, q.stamp()};
+  b->entries[b->count++] = QuarantineEntry{&blocks.slab, uint32_t(i), q.stamp()};
   b->bytes += Blocks::kBytes;
   owner_add(cache.quarantined_bytes, Blocks::kBytes);
   const bool full = b->full();
@@ -123,7 +123,7 @@ std::vector<uint64_t> take_retired(Quarantine& q, ThreadCache& cache) {
   QuarantineEntry out[Quarantine::kMaxRetired];
   const int n = q.take_retired(cache, out);
   std::vector<uint64_t> addrs;
-  for (int i = 0; i < n; ++i) addrs.push_back(out[i].addr);
+  for (int i = 0; i < n; ++i) addrs.push_back(Blocks::kBase + uint64_t(out[i].index) * Blocks::kBytes);
   return addrs;
 }
 
@@ -211,7 +211,7 @@ TEST_CASE("quarantine: a second sealed batch is shared and retires through the r
   auto route = [&](const ThreadCache* owner, const QuarantineEntry* entries, int count) {
     CHECK(owner == &*mine);
     CHECK(count == kQuarantineBatchEntries);
-    for (int i = 0; i < count; ++i) CHECK(entries[i].addr == blocks.addr(routed++));
+    for (int i = 0; i < count; ++i) CHECK(blocks.addr(int(entries[i].index)) == blocks.addr(routed++));
   };
   q.retire_shared(route);  // no sync yet: nothing
   CHECK(routed == 0);

@@ -203,3 +203,74 @@ TEST_CASE("a give-back on another thread never leaves an allocation short of idl
   CHECK(t.provider.violations() == 0);
   CHECK(t.pool.check() == "");
 }
+
+TEST_CASE("hits and frees go on while other threads hold and drain their caches", "[threads]") {
+  // The hit neither waits for a thread cache's lock nor calls anything: a
+  // pop that finds the lock held (a drainer copying entries out) takes the
+  // allocation's slow path, and a free that finds it held, with the block
+  // already taken, pushes it through free_finish, waiting. Here one thread
+  // holds the workers' cache locks, and now and then drains every cache
+  // (release), while the workers allocate, check and free small blocks and
+  // cached large ones: no block may be handed out twice, lost, or reused
+  // before its sync.
+  PoolUnderTest t(1 * kGiB, FakeProvider::Backing::Host, config_with(32 * kMiB));
+  constexpr int kWorkers = 2, kRounds = 10000, kLive = 8;
+  std::atomic<ThreadCache*> caches[kWorkers] = {};
+  std::atomic<int> running{kWorkers}, bad{0};
+  std::vector<std::thread> workers;
+  for (int w = 0; w < kWorkers; ++w)
+    workers.emplace_back([&, w] {
+      Attached cache(t.pool);
+      caches[w].store(cache.cache);
+      std::mt19937_64 rng(uint64_t(w) + 11);
+      struct Live {
+        uint64_t addr, bytes, seed;
+      };
+      std::deque<Live> live;
+      auto release_oldest = [&] {
+        const Live b = live.front();
+        live.pop_front();
+        if (!check(b.addr, b.bytes, b.seed)) ++bad;
+        if (t.free(*cache, b.addr) != FreeStatus::Ok) ++bad;
+      };
+      for (int i = 0; i < kRounds; ++i) {
+        const uint64_t bytes = i % 8 == 0 ? kGranuleBytes * (1 + rng() % 3) : 1 + rng() % 4096;
+        const uint64_t seed = uint64_t(w) << 32 | uint64_t(i);
+        uint64_t p = 0;
+        if (t.alloc(*cache, bytes, &p) != AllocStatus::Ok) {
+          ++bad;
+          continue;
+        }
+        t.provider.assert_idle(p, bytes);
+        fill(p, bytes, seed);
+        t.provider.launch(p, bytes);
+        live.push_back({p, bytes, seed});
+        if (live.size() > size_t(kLive)) release_oldest();
+      }
+      while (!live.empty()) release_oldest();
+      running.fetch_sub(1);
+    });
+  std::thread holder([&] {
+    for (int n = 0; running.load() > 0; ++n) {
+      for (std::atomic<ThreadCache*>& c : caches) {
+        ThreadCache* cache = c.load();
+        if (!cache) continue;
+        cache->lock.lock();
+        for (int spin = 0; spin < 200; ++spin) cpu_relax();
+        cache->lock.unlock();
+      }
+      if (n % 64 == 0) t.pool.release(kAllIdle);
+      std::this_thread::yield();
+    }
+  });
+  for (std::thread& w : workers) w.join();
+  holder.join();
+  CHECK(bad == 0);
+  CHECK(t.provider.violations() == 0);
+  const PoolStats s = t.pool.stats();
+  CHECK(s.in_use_bytes == 0);
+  CHECK(s.hits > 0);
+  CHECK(t.pool.check() == "");
+  t.pool.trim();
+  CHECK(t.provider.used_bytes() == 0);
+}

@@ -18,12 +18,12 @@ import sys
 import tempfile
 
 
-# Instructions of one 512-byte pool-hit pair (479 on gcc 12, -O3, of which
-# about 140 are the fake driver's cuCtxGetCurrent and the loop), and what
-# the hooks add to forwarded calls (docs/BENCHMARKS.md): a
-# cuPointerGetAttribute (64), a cuMemGetInfo (190), a capture begun and
-# ended (147). Ceilings about 1.25 and 1.5 times that, so that a lost
-# inline path or a lock on the way fails.
+# Instructions of one 512-byte pool-hit pair (426 on gcc 12, -O3, of which
+# about 147 are the fake driver's calls and the loop), and what the hooks
+# add to forwarded calls (docs/BENCHMARKS.md): a cuPointerGetAttribute
+# (62), a cuMemGetInfo (188), a capture begun and ended (143). Ceilings
+# about 1.25 and 1.5 times that, so that a lost inline path or a lock on
+# the way fails.
 HIT_PAIR_CEILING = 600
 FORWARD_ADDED_CEILING = {"attribute": 100, "info": 280, "capture": 220}
 
