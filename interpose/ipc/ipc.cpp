@@ -64,6 +64,56 @@ void drop_if_done(std::map<uint64_t, Export>::iterator it, std::vector<uint64_t>
   g_exports.fetch_sub(1, std::memory_order_relaxed);
 }
 
+// The export of the live block `found` names (the same one for the same
+// live allocation, every time): its id. Throws std::bad_alloc.
+uint64_t record_export(int device, policy::DevicePool* pool, policy::DevicePool::Export* found) {
+  std::lock_guard<std::mutex> guard(g_export_mutex);
+  ensure_registry();
+  const bool sleeping = pool_asleep(g_sleep[device], pool);
+  const uint64_t addr = found->range.base_addr;
+  auto known = g_by_addr->lower_bound(addr);
+  if (known != g_by_addr->end() && known->first == addr) {
+    auto it = g_by_id->find(known->second);
+    if (it != g_by_id->end() && !it->second.freed && it->second.buffer_id == found->range.buffer_id) {
+      // Pieces just read from the pool are current: a stale export is
+      // fresh again (unless a sleep is under way, which may still
+      // release them).
+      if (!sleeping && it->second.holders == 0) {
+        it->second.pieces = found->pieces;
+        it->second.stale = false;
+      }
+      return it->first;
+    }
+    if (it != g_by_id->end() && !it->second.freed) {
+      // A stale export of an earlier block at this address (freed without
+      // passing on_free: cannot happen while exports exist).
+      g_by_id->erase(it);
+      known = g_by_addr->erase(known);
+      g_exports.fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
+  Export e{device,
+           pool,
+           addr,
+           found->range.bytes,
+           found->range.buffer_id,
+           found->first_granule_addr,
+           std::move(found->pieces)};
+  e.stale = sleeping;
+  const uint64_t id = g_next_export_id;
+  // Ids only grow, and `known` is where the address goes: no search.
+  g_by_id->emplace_hint(g_by_id->end(), id, std::move(e));
+  try {
+    g_by_addr->emplace_hint(known, addr, id);
+  } catch (...) {
+    g_by_id->erase(id);
+    throw;
+  }
+  ++g_next_export_id;
+  g_exports.fetch_add(1, std::memory_order_relaxed);
+  return id;
+}
+
 }  // namespace
 
 // ---- the registry, as the server thread uses it (ipc_internal.h) ---------------------
@@ -145,50 +195,13 @@ CUresult get_handle(policy::DevicePool* pool, policy::Span* span, CUdeviceptr dp
   }
   if (found.pieces.empty() || found.pieces.size() > size_t(kMaxPieces)) return CUDA_ERROR_INVALID_VALUE;
   if (!start_server()) return CUDA_ERROR_INVALID_VALUE;
-  Wire w = make_handle(device, found.range.bytes, found.range.base_addr - found.first_granule_addr);
+  uint64_t export_id = 0;
   try {
-    std::lock_guard<std::mutex> guard(g_export_mutex);
-    ensure_registry();
-    const bool sleeping = pool_asleep(g_sleep[device], pool);
-    // The same live allocation exports as the same handle.
-    auto known = g_by_addr->find(found.range.base_addr);
-    if (known != g_by_addr->end()) {
-      auto it = g_by_id->find(known->second);
-      if (it != g_by_id->end() && !it->second.freed && it->second.buffer_id == found.range.buffer_id) {
-        w.export_id = it->first;
-        // Pieces just read from the pool are current: a stale export is
-        // fresh again (unless a sleep is under way, which may still
-        // release them).
-        if (!sleeping && it->second.holders == 0) {
-          it->second.pieces = found.pieces;
-          it->second.stale = false;
-        }
-      } else if (it != g_by_id->end() && !it->second.freed) {
-        // A stale export of an earlier block at this address (freed without
-        // passing on_free: cannot happen while exports exist).
-        g_by_id->erase(it);
-        g_by_addr->erase(known);
-        g_exports.fetch_sub(1, std::memory_order_relaxed);
-      }
-    }
-    if (!w.export_id) {
-      Export e{device,
-               pool,
-               found.range.base_addr,
-               found.range.bytes,
-               found.range.buffer_id,
-               found.first_granule_addr,
-               std::move(found.pieces)};
-      e.stale = sleeping;
-      w.export_id = g_next_export_id++;
-      (*g_by_id)[w.export_id] = std::move(e);
-      (*g_by_addr)[found.range.base_addr] = w.export_id;
-      g_exports.fetch_add(1, std::memory_order_relaxed);
-    }
+    export_id = record_export(device, pool, &found);
   } catch (...) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  w.check = checksum(w);
+  const Wire w = make_handle(device, export_id, found.range.bytes, found.range.base_addr - found.first_granule_addr);
   std::memcpy(handle, &w, sizeof w);
   return CUDA_SUCCESS;
 }

@@ -45,9 +45,9 @@ struct Wire {
 static_assert(sizeof(Wire) == sizeof(CUipcMemHandle), "a pagefast handle fills a CUipcMemHandle exactly");
 
 uint32_t checksum(const Wire& w);
-// A handle of this process for a block of `bytes` at `offset` in its first
-// granule on `device`: export_id and check still to set.
-Wire make_handle(int device, uint64_t bytes, uint64_t offset);
+// The handle of this process's export `export_id`, a block of `bytes` at
+// `offset` in its first granule on `device`, its checksum set.
+Wire make_handle(int device, uint64_t export_id, uint64_t bytes, uint64_t offset);
 
 // ---- the reply to an open --------------------------------------------------------
 

@@ -23,7 +23,7 @@ struct Export {
   uint64_t bytes;
   uint64_t buffer_id;
   uint64_t first_granule_addr;
-  std::vector<policy::PhysicalPiece> pieces;
+  policy::PieceList pieces;
   uint64_t holders = 0;  // holds over all holders
   bool freed = false;    // the program freed it while held
   // A sleep may have released the chunks `pieces` names (and the driver
