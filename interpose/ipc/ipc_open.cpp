@@ -40,66 +40,86 @@ bool refresh(Export& e) {
   return true;
 }
 
-}  // namespace
-
-void open_export(const wire::Request& request, const HolderKey& holder, Reply* reply, std::vector<int>* fds) {
-  wire::ReplyHeader& h = reply->header;
-  h = wire::ReplyHeader{wire::kReplyMagic,     CUDA_ERROR_INVALID_VALUE, 0,
-                        uint32_t(request.seq), wire::kReasonNoExport,    0};
-  const RealDriver* real = real_driver();
+// An open request's export, checked against the handle the importer was
+// given: one more hold of `holder` on it, and its pieces; false with the
+// reason in *h when it cannot be opened (the hold not taken).
+bool hold_export(const wire::Request& request, const HolderKey& holder, wire::ReplyHeader* h,
+                 policy::PieceList* pieces) {
   std::lock_guard<std::mutex> guard(g_export_mutex);
-  if (!g_by_id) return;
+  if (!g_by_id) return false;
   auto it = g_by_id->find(request.arg);
-  if (it == g_by_id->end() || it->second.freed) return;
+  if (it == g_by_id->end() || it->second.freed) return false;
   Export& e = it->second;
   // A device reset freed the block with its pool (retired, never touched
   // again): the handle names nothing any more, as one of the driver's own
   // would not (docs/IPC.md "Limits").
-  if (!pool::pool_live(e.pool)) return;
+  if (!pool::pool_live(e.pool)) return false;
   // Every field of the handle the importer was given must be this
   // export's: a forged size or offset opens nothing.
   if (request.bytes != e.bytes || uint64_t(request.offset) != e.base_addr - e.first_granule_addr ||
       request.device != uint32_t(e.device))
-    return;
+    return false;
   const SleepState& sleep = g_sleep[e.device];
   if (pool_asleep(sleep, e.pool)) {
     // Asleep: only memory that stayed resident can be opened.
     if (e.stale || !all_shared(sleep, e)) {
-      h.reason = wire::kReasonAsleep;
-      return;
+      h->reason = wire::kReasonAsleep;
+      return false;
     }
   } else if (e.stale && !refresh(e)) {
+    return false;
+  }
+  h->reason = wire::kReasonExportFailed;
+  if (!driver::has(real_driver(), &RealDriver::cuMemExportToShareableHandle) || e.pieces.empty() ||
+      e.pieces.size() > size_t(kMaxPieces))
+    return false;
+  try {
+    *pieces = e.pieces;
+    ++(*g_holds)[holder][request.arg];
+  } catch (...) {
+    h->status = CUDA_ERROR_OUT_OF_MEMORY;
+    return false;
+  }
+  ++e.holders;
+  return true;
+}
+
+}  // namespace
+
+void open_export(const wire::Request& request, const HolderKey& holder, Reply* reply, ChunkLease* leases) {
+  wire::ReplyHeader& h = reply->header;
+  h = wire::ReplyHeader{wire::kReplyMagic,     CUDA_ERROR_INVALID_VALUE, 0,
+                        uint32_t(request.seq), wire::kReasonNoExport,    0};
+  const RealDriver* real = real_driver();
+  policy::PieceList pieces;
+  if (!hold_export(request, holder, &h, &pieces)) return;
+  // The hold keeps the block, and so its chunks: their descriptors are
+  // leased with no lock held (the first of a chunk is the driver's export).
+  const uint64_t t0 = now_ns();
+  CUresult r = CUDA_SUCCESS;
+  uint32_t n = 0;
+  for (; n < pieces.size(); ++n) {
+    const policy::PhysicalPiece& piece = pieces[n];
+    r = lease_chunk_fd(real, piece.chunk.value, &leases[n]);
+    if (r != CUDA_SUCCESS) break;
+    reply->pieces[n] = {piece.offset.bytes(), piece.granules.bytes(), piece.chunk_granules.bytes(), leases[n].id};
+  }
+  if (r != CUDA_SUCCESS) {
+    return_chunk_fds(leases, n);
+    h.status = r;
+    if (!g_warned_export.exchange(true))
+      log::write(LogLevel::Warn,
+                 "CUDA IPC: cuMemExportToShareableHandle answered {} for a pool chunk; another "
+                 "process cannot open this process's pool blocks",
+                 error_name(r));
+    release(request.arg, holder);
     return;
   }
-  h.reason = wire::kReasonExportFailed;
-  if (!driver::has(real, &RealDriver::cuMemExportToShareableHandle) || e.pieces.size() > size_t(kMaxPieces)) return;
-  const uint64_t t0 = now_ns();
-  for (const policy::PhysicalPiece& piece : e.pieces) {
-    int fd = -1;
-    uint64_t chunk_id = 0;
-    const CUresult r = chunk_fd(real, piece.chunk.value, &fd, &chunk_id);
-    if (r != CUDA_SUCCESS || fd < 0) {
-      h.status = r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_VALUE;
-      if (!g_warned_export.exchange(true))
-        log::write(LogLevel::Warn,
-                   "CUDA IPC: cuMemExportToShareableHandle answered {} for a pool chunk; another "
-                   "process cannot open this process's pool blocks",
-                   error_name(r));
-      for (int sent : *fds) ::close(sent);
-      fds->clear();
-      h.piece_count = 0;
-      return;
-    }
-    fds->push_back(fd);
-    reply->pieces[h.piece_count++] = {piece.offset.bytes(), piece.granules.bytes(), piece.chunk_granules.bytes(),
-                                      chunk_id};
-  }
   if (log::enabled(LogLevel::Debug))
-    log::write(LogLevel::Debug, "CUDA IPC export: {} piece(s) in {} us", fds->size(), (now_ns() - t0) / 1000);
+    log::write(LogLevel::Debug, "CUDA IPC export: {} piece(s) in {} us", n, (now_ns() - t0) / 1000);
+  h.piece_count = n;
   h.status = CUDA_SUCCESS;
   h.reason = wire::kReasonNone;
-  ++e.holders;
-  ++(*g_holds)[holder][request.arg];
 }
 
 }  // namespace pagefast::ipc::detail

@@ -45,29 +45,31 @@ void end_connection(Server& s, Connection& c, uint64_t now) {
 // false: the reply did not go out whole (the connection ends).
 bool serve_open(Server& s, Connection& c, const Request& req, uint64_t now) {
   Reply& reply = *s.reply;
-  std::vector<int> fds;
-  open_export(req, c.holder, &reply, &fds);
+  ChunkLease* leases = s.leases;
+  open_export(req, c.holder, &reply, leases);
+  const uint32_t count = reply.header.status == CUDA_SUCCESS ? reply.header.piece_count : 0;
   const size_t bytes = sizeof(wire::ReplyHeader) + size_t(reply.header.piece_count) * sizeof(ReplyPiece);
   iovec iov{&reply, bytes};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPieces)];
-  if (!fds.empty()) {
+  if (count) {
     std::memset(control, 0, sizeof control);
     msg.msg_control = control;
-    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * count);
     cmsghdr* cm = CMSG_FIRSTHDR(&msg);
     cm->cmsg_level = SOL_SOCKET;
     cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-    std::memcpy(CMSG_DATA(cm), fds.data(), sizeof(int) * fds.size());
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * count);
+    for (uint32_t i = 0; i < count; ++i) std::memcpy(CMSG_DATA(cm) + i * sizeof(int), &leases[i].fd, sizeof(int));
   }
   ssize_t sent;
   do {
     sent = ::sendmsg(c.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
   } while (sent < 0 && errno == EINTR);
-  for (int fd : fds) ::close(fd);
+  // The importer has its own copies now (or none: the reply did not go).
+  return_chunk_fds(leases, count);
   const bool ok = reply.header.status == CUDA_SUCCESS;
   if (sent != ssize_t(bytes)) {
     // The importer did not get it (gone, or not reading): the hold this

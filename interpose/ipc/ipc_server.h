@@ -65,6 +65,7 @@ struct Server {
   uint64_t listen_again_ns = 0;      // while resting after an accept error
   std::map<HolderKey, Watch> watch;  // identified holders: when to look for their death
   Reply* reply = nullptr;
+  ChunkLease* leases = nullptr;  // kMaxPieces: the descriptors of the open being answered
   bool warned_peer = false, warned_total = false, warned_accept = false;
 };
 
