@@ -7,11 +7,11 @@
 // descriptor never lent again, nothing left open once every chunk went;
 // threads leasing, sending and releasing at once.
 #define CATCH_CONFIG_MAIN
-#include <catch2/catch.hpp>
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <catch2/catch.hpp>
 
 #include <atomic>
 #include <cstdio>
@@ -206,8 +206,7 @@ TEST_CASE("threads lease chunks while others are released: every lease is the ch
   CHECK(open_fds() == fds_before);
 }
 
-TEST_CASE("leases and releases of the same chunks in any order: no descriptor closed while lent, none left",
-          "[ipc]") {
+TEST_CASE("leases and releases of the same chunks in any order: no descriptor closed while lent, none left", "[ipc]") {
   // Beyond what the library does (a held block keeps its chunk): the
   // release of a chunk whose export is under way waits for it, and one
   // whose descriptor is lent leaves the closing to the last lease.
