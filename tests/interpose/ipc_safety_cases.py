@@ -135,6 +135,10 @@ class Importer:
     def call(self, op, handle=b"", slot=0, offset=0, nbytes=0, expect=0, value=0):
         self.p.stdin.write(REQUEST.pack(ord(op), expect, value, slot, offset, nbytes, handle))
         self.p.stdin.flush()
+        return self.call_reply()
+
+    def call_reply(self):
+        """The answer to the request written last."""
         data = b""
         while len(data) < REPLY.size:
             wait_readable(self.p.stdout.fileno(), "the importer")
