@@ -116,14 +116,12 @@ Exchange ask_open(Link& link, const ExporterKey& key, const Wire& w, Reply* repl
 }
 
 // What an open mapped goes (a block of one chunk: with the chunk's last
-// block). No lock held.
-void unmap_block(const RealDriver* real, bool in_chunk, const ChunkKey& chunk, CUdeviceptr va, size_t bytes) {
-  if (in_chunk) {
-    chunk_release(chunk);
-  } else {
-    driver::unmap(real, va, bytes);
-    unreserve_range(va, bytes);
-  }
+// block): true when a mapping went. No lock held.
+bool unmap_block(const RealDriver* real, bool in_chunk, const ChunkKey& chunk, CUdeviceptr va, size_t bytes) {
+  if (in_chunk) return chunk_release(chunk);
+  driver::unmap(real, va, bytes);
+  unreserve_range(va, bytes);
+  return true;
 }
 
 // Maps the chunks an exporter sent, with no lock held: the import as it
@@ -282,6 +280,7 @@ bool try_close(CUdeviceptr dptr, CUresult* result) {
   const RealDriver* real = real_driver();
   const uint64_t t0 = now_ns();
   uint64_t t1 = t0;
+  bool unmapped = false;
   if (real) {
     // Work queued on the mapping finishes before it goes, as with the
     // driver's own close.
@@ -289,7 +288,7 @@ bool try_close(CUdeviceptr dptr, CUresult* result) {
     if (!pool::capture_active() && driver::ctx_get_current(real, &context) == CUDA_SUCCESS && context)
       driver::ctx_synchronize(real);
     t1 = now_ns();
-    unmap_block(real, im.in_chunk, im.chunk, im.va, im.map_bytes);
+    unmapped = unmap_block(real, im.in_chunk, im.chunk, im.va, im.map_bytes);
   }
   const uint64_t t2 = now_ns();
   // The exporter must hear of it (else its hold lasts as long as this
@@ -298,8 +297,8 @@ bool try_close(CUdeviceptr dptr, CUresult* result) {
   leave_link(lock, im.key, link, im.export_id, false);
   lock.unlock();
   if (log::enabled(LogLevel::Debug))
-    log::write(LogLevel::Debug, "CUDA IPC close: sync {} us, unmap {} us, exporter told {} us", (t1 - t0) / 1000,
-               (t2 - t1) / 1000, (now_ns() - t2) / 1000);
+    log::write(LogLevel::Debug, "CUDA IPC close: sync {} us, unmap {} us, exporter told {} us ({})", (t1 - t0) / 1000,
+               (t2 - t1) / 1000, (now_ns() - t2) / 1000, unmapped ? "unmapped" : "mapping kept for other blocks");
   return true;
 }
 

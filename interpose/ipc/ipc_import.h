@@ -164,8 +164,9 @@ CUresult map_import(const Reply& reply, const std::vector<int>& fds, int device,
 // the chunk starts; the chunk counts one block more.
 CUresult chunk_acquire(const ChunkKey& key, const ReplyPiece& piece, int fd, int device, CUdeviceptr* chunk_va,
                        OpenTimes* times);
-// One block less on the chunk; the last unmaps it (the caller synchronised).
-void chunk_release(const ChunkKey& key);
+// One block less on the chunk; the last unmaps it (the caller
+// synchronised): true when this one did.
+bool chunk_release(const ChunkKey& key);
 // A forked child: forgets the parent's mappings (not its own to unmap).
 void chunks_forget();
 // Address space for a mapping, from the ranges kept or the driver; and

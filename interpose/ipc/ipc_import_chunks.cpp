@@ -196,16 +196,17 @@ CUresult chunk_acquire(const ChunkKey& key, const ReplyPiece& piece, int fd, int
   return r == CUDA_ERROR_OUT_OF_MEMORY ? r : CUDA_ERROR_MAP_FAILED;
 }
 
-void chunk_release(const ChunkKey& key) {
+bool chunk_release(const ChunkKey& key) {
   std::unique_lock<std::mutex> lock(g_chunk_mutex);
-  if (!g_chunks) return;
+  if (!g_chunks) return false;
   auto it = g_chunks->find(key);
-  if (it == g_chunks->end() || !it->second.ready || --it->second.blocks > 0) return;
+  if (it == g_chunks->end() || !it->second.ready || --it->second.blocks > 0) return false;
   const ChunkMap m = it->second;
   g_chunks->erase(it);
   lock.unlock();
   driver::unmap(real_driver(), m.va, m.bytes);
   unreserve_range(m.va, m.bytes);
+  return true;
 }
 
 void chunks_forget() {

@@ -123,7 +123,8 @@ void free_link(Link* link) {
   g_import_cv->notify_all();
 }
 
-void leave_link(std::unique_lock<std::mutex>& lock, const ExporterKey& key, Link* link, uint64_t export_id, bool owned) {
+void leave_link(std::unique_lock<std::mutex>& lock, const ExporterKey& key, Link* link, uint64_t export_id,
+                bool owned) {
   if (!owned) own_link(lock, link);
   // Decided while this thread owns the link: an open that counts itself
   // after this goes out after this request, on the same connection, so a
