@@ -15,7 +15,9 @@
 //   close_same: a reference more and less), and closes block 0.
 //   Prints one line per kind and side: "calls KIND SIDE ops=N name=count
 //   ..." with the driver calls counted by the fake driver
-//   (fakecuda_call_count; none on another driver) over the N calls.
+//   (fakecuda_call_count; none on another driver) over the N calls, and
+//   "time KIND SIDE median_us=T", the median time of one, as this machine
+//   gave it (informative only: on the fake driver, and nothing checks it).
 //   Every call is bracketed by markers for strace, write(-1,
 //   "pf:begin:KIND") and write(-1, "pf:end"), 30 ms after the call so that
 //   the exporter's thread has served what the call sent; at the end each
@@ -31,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -85,12 +88,20 @@ Counts snapshot() {
 struct Tally {
   long ops = 0;
   Counts calls;
+  std::vector<double> us;  // each call's time (informative: never checked)
 };
 std::map<std::string, Tally> g_tally;
 
-void add(const std::string& kind, const Counts& before, const Counts& after, long ops) {
+double now_us() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return double(t.tv_sec) * 1e6 + double(t.tv_nsec) / 1e3;
+}
+
+void add(const std::string& kind, const Counts& before, const Counts& after, long ops, double us) {
   Tally& t = g_tally[kind];
   t.ops += ops;
+  t.us.push_back(us);
   for (int i = 0; i < kCallCount; ++i) t.calls.n[i] += after.n[i] - before.n[i];
 }
 
@@ -100,6 +111,9 @@ void print_tally(const char* side) {
     for (int i = 0; g.count && i < kCallCount; ++i)
       if (t.calls.n[i]) std::printf(" %s=%ld", kCalls[i], t.calls.n[i]);
     std::printf("\n");
+    std::vector<double> us = t.us;
+    std::sort(us.begin(), us.end());
+    if (!us.empty() && us[0] >= 0) std::printf("time %s %s median_us=%.1f\n", kind.c_str(), side, us[us.size() / 2]);
   }
   std::fflush(stdout);
 }
@@ -218,10 +232,12 @@ struct Importer {
     exporter_mark('s', kind);
     const Counts before = snapshot();
     mark("pf:begin:" + kind);
+    const double t0 = now_us();
     failures += !call();
+    const double us = now_us() - t0;
     settle();
     mark("pf:end");
-    add(kind, before, snapshot(), 1);
+    add(kind, before, snapshot(), 1, us);
     exporter_mark('e', kind);
   }
 
@@ -284,7 +300,7 @@ void serve_marks(int from_importer, int to_importer) {
     if (!read_full(from_importer, msg, sizeof msg) || msg[0] == 'q') return;
     msg[sizeof msg - 1] = 0;
     if (msg[0] == 's') before = snapshot();
-    else add(msg + 1, before, snapshot(), 1);
+    else add(msg + 1, before, snapshot(), 1, -1);  // timed by the importer
     const char ok = 'k';
     if (!write_full(to_importer, &ok, 1)) return;
   }
@@ -299,9 +315,11 @@ int exporter_main(const char* self, uint32_t n, size_t bytes) {
     for (uint32_t i = 0; i < n; ++i) {
       const Counts before = snapshot();
       mark(std::string("pf:begin:") + kind);
+      const double t0 = now_us();
       failures += g.get(&handles[i], blocks[i]) != CUDA_SUCCESS;
+      const double us = now_us() - t0;
       mark("pf:end");
-      add(kind, before, snapshot(), 1);
+      add(kind, before, snapshot(), 1, us);
     }
   int down[2], up[2];
   if (failures || pipe(down) != 0 || pipe(up) != 0) return 2;
