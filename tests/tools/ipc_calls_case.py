@@ -84,7 +84,9 @@ def syscalls(report):
         ops = report["driver_calls"][kind + " importer"]["ops"]
         check(sum(imp.values()) == ops and imp.get("sendto", 0) == ops,
               "%s: the importer's one system call is the close it sends (%s)" % (kind, imp))
-        check(exp.get("recvfrom", 0) == ops, "%s: the exporter reads it once (%s)" % (kind, exp))
+        # A close has no answer: the exporter may read it after the call's
+        # window (a slow machine under strace), never twice.
+        check(0 < exp.get("recvfrom", 0) <= ops, "%s: the exporter reads it once (%s)" % (kind, exp))
     for kind in ["get_first", "get_again", "open_same", "close_same"]:
         side = "exporter" if kind.startswith("get") else "importer"
         check(sum(mine(kind + " " + side).values()) == 0,
