@@ -58,7 +58,10 @@ Exchange read_some(int fd, void* dst, size_t min, size_t max, size_t* have, uint
     msg.msg_control = control;
     msg.msg_controllen = sizeof control;
     const ssize_t got = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | (block ? 0 : MSG_DONTWAIT));
-    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 && errno == EINTR) {
+      block = false;  // what is left of the deadline is waited for in poll
+      continue;
+    }
     if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       if (block) return *have ? Exchange::Broken : Exchange::Timeout;  // the receive timeout passed
       pollfd pfd{fd, POLLIN, 0};
