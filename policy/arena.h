@@ -32,20 +32,13 @@
 #include "policy/blocks.h"
 #include "policy/free_bins.h"
 #include "policy/page_map.h"
+#include "policy/piece_list.h"
 #include "policy/provider.h"
 #include "policy/sleep_gate.h"
 
 namespace pagefast::policy {
 
 constexpr Granules kNoLimitGranules = Granules(~uint64_t(0) >> kGranuleShift);
-
-// A run of one chunk's physical memory (for CUDA IPC of a block).
-struct PhysicalPiece {
-  ChunkHandle chunk;
-  Granules offset;  // into the chunk
-  Granules granules;
-  Granules chunk_granules;  // the whole chunk's size
-};
 
 struct ArenaSettings {
   Granules chunk_granules;  // growth step
@@ -231,7 +224,7 @@ class Arena {
   // Used or SlabBacking block (home or stitched), in address order: one
   // piece per chunk segment. false if the range leaves the block or a
   // chunk cannot be found. Device lock held by the caller.
-  bool physical_pieces(const Block* block, Granules offset, Granules granules, std::vector<PhysicalPiece>* out) const;
+  bool physical_pieces(const Block* block, Granules offset, Granules granules, PieceList* out) const;
 
   // Consistency check for tests: links, page map, counts. Empty = fine.
   std::string check() const;
@@ -327,7 +320,7 @@ class Arena {
   void mark_ends(Block* block);
   void insert_free(Block* block);  // coalesce, then put on the bins
   // Appends the chunk segments of home range [addr, addr + granules).
-  bool home_pieces(uint64_t addr, Granules granules, std::vector<PhysicalPiece>* out) const;
+  bool home_pieces(uint64_t addr, Granules granules, PieceList* out) const;
   bool map_pieces(uint64_t stitch_addr, Block* const* pieces, int piece_count, Granules total, StitchInfo* info);
   // false if an unmap failed (its chunk is then never released).
   bool unmap_all(const StitchInfo& info);

@@ -33,7 +33,7 @@ bool Arena::map_pieces(uint64_t stitch_addr, Block* const* pieces, int piece_cou
   return true;
 }
 
-bool Arena::home_pieces(uint64_t addr, Granules granules, std::vector<PhysicalPiece>* out) const {
+bool Arena::home_pieces(uint64_t addr, Granules granules, PieceList* out) const {
   uint64_t cursor = addr;
   const uint64_t stop = addr + granules.bytes();
   while (cursor < stop) {
@@ -50,8 +50,7 @@ bool Arena::home_pieces(uint64_t addr, Granules granules, std::vector<PhysicalPi
   return true;
 }
 
-bool Arena::physical_pieces(const Block* block, Granules offset, Granules granules,
-                            std::vector<PhysicalPiece>* out) const {
+bool Arena::physical_pieces(const Block* block, Granules offset, Granules granules, PieceList* out) const {
   if (offset + granules > block->granules() || asleep_) return false;
   if (!block->stitch) return home_pieces(block->addr() + offset.bytes(), granules, out);
   // A stitch maps its pieces' home memory in order.

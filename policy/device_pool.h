@@ -158,7 +158,7 @@ class DevicePool final {
   struct Export {
     RangeInfo range;
     uint64_t first_granule_addr;  // range.base_addr rounded down to a granule
-    std::vector<PhysicalPiece> pieces;
+    PieceList pieces;             // a block within one or two chunks: no heap allocation
   };
   bool export_of(const Span* span, uint64_t addr, Export* out);
   // The live allocations made with `context` (their start addresses), for

@@ -1,9 +1,10 @@
 // interpose/ipc/ipc_chunk_fds.cpp: the exporter's descriptor of each pool
-// chunk, made at its first open (chunk_fd, ipc_internal.h) and closed
+// chunk, made at its first open (lease_chunk_fd, ipc_internal.h) and closed
 // when the pool releases the chunk (forget_chunk, ipc.h).
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -20,58 +21,133 @@ namespace {
 // often as asked (SCM_RIGHTS gives the receiver its own copy): the driver's
 // export costs about 0.6 ms a call on the H200 (docs/IPC.md). Closed when
 // the pool releases the chunk (forget_chunk), so that no descriptor keeps
-// released memory alive.
+// released memory alive; a send under way holds a lease on it, and the
+// last lease closes a descriptor whose chunk went meanwhile. So an open
+// sends the descriptor itself: no copy made and closed per open.
 // Each descriptor comes with an id that names the chunk to importers
 // (ReplyPiece::chunk_id): made with the descriptor, gone with it, never
 // given again, so that an importer's chunk cache (ipc_import_chunks.cpp)
 // never takes a new chunk that reuses a released handle's value for the
 // old one.
+// The driver's export runs with no lock held: fd -1 marks one under way,
+// which a lease of the same chunk waits for, and so does its release
+// (the driver must not release a handle while exporting it). Other chunks
+// are served and released meanwhile.
 struct ChunkFd {
-  int fd;
-  uint64_t id;
+  int fd = -1;  // -1: the driver's export is under way
+  uint64_t id = 0;
+  uint64_t leases = 0;     // sends under way (the exporting thread's own included)
+  bool forgotten = false;  // the chunk was released: the last lease closes fd
 };
 std::mutex g_fd_mutex;
-std::map<uint64_t, ChunkFd>* g_chunk_fds = nullptr;  // chunk handle -> descriptor
+std::condition_variable* g_fd_done = nullptr;         // an export ended
+std::map<uint64_t, ChunkFd*>* g_chunk_fds = nullptr;  // chunk handle -> its descriptor
 uint64_t g_next_chunk_id = 1;
+
+// REQUIRES g_fd_mutex. All of it or (out of memory: throws) none.
+void ensure() {
+  if (g_chunk_fds) return;
+  auto* done = new std::condition_variable();
+  g_chunk_fds = new std::map<uint64_t, ChunkFd*>();
+  g_fd_done = done;
+}
+
+// REQUIRES g_fd_mutex.
+void end_lease(ChunkFd* entry) {
+  if (--entry->leases > 0 || !entry->forgotten) return;
+  ::close(entry->fd);
+  delete entry;
+}
+
+// The driver's export of `chunk` for the entry just listed (fd -1, one
+// lease: the caller's), made with g_fd_mutex released (`lock` held on
+// return either way). false: refused (*r), the entry gone.
+bool export_listed(const RealDriver* real, uint64_t chunk, ChunkFd* entry, std::unique_lock<std::mutex>& lock,
+                   CUresult* r) {
+  lock.unlock();
+  int fd = -1;
+  *r = driver::export_handle(real, &fd, CUmemGenericAllocationHandle(chunk), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                             0);
+  if (*r == CUDA_SUCCESS && fd >= 0) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  lock.lock();
+  g_fd_done->notify_all();
+  if (*r == CUDA_SUCCESS && fd >= 0) {
+    entry->fd = fd;
+    entry->id = g_next_chunk_id++;
+    return true;
+  }
+  if (*r == CUDA_SUCCESS) *r = CUDA_ERROR_INVALID_VALUE;
+  if (fd >= 0) ::close(fd);
+  g_chunk_fds->erase(chunk);  // nothing else removes an entry under way
+  delete entry;
+  return false;
+}
 
 }  // namespace
 
 namespace detail {
 
-CUresult chunk_fd(const RealDriver* real, uint64_t chunk, int* fd_out, uint64_t* id_out) {
-  std::lock_guard<std::mutex> guard(g_fd_mutex);
-  if (!g_chunk_fds) g_chunk_fds = new std::map<uint64_t, ChunkFd>();
-  auto it = g_chunk_fds->find(chunk);
-  // The caller gets its own copy to send and close: a release of the
-  // chunk meanwhile cannot close (and a reuse of the number cannot
-  // replace) what is being sent.
-  if (it != g_chunk_fds->end()) {
-    *id_out = it->second.id;
-    *fd_out = ::fcntl(it->second.fd, F_DUPFD_CLOEXEC, 0);
-    return *fd_out >= 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+CUresult lease_chunk_fd(const RealDriver* real, uint64_t chunk, ChunkLease* out) {
+  std::unique_lock<std::mutex> lock(g_fd_mutex);
+  try {
+    ensure();
+  } catch (...) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  int fd = -1;
-  const CUresult r = driver::export_handle(real, &fd, CUmemGenericAllocationHandle(chunk),
-                                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-  if (r != CUDA_SUCCESS) return r;
-  if (fd < 0) return CUDA_ERROR_INVALID_VALUE;
-  ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-  const uint64_t id = g_next_chunk_id++;
-  (*g_chunk_fds)[chunk] = ChunkFd{fd, id};
-  *id_out = id;
-  *fd_out = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  return *fd_out >= 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+  for (;;) {
+    auto it = g_chunk_fds->find(chunk);
+    if (it == g_chunk_fds->end()) break;
+    ChunkFd* entry = it->second;
+    if (entry->fd >= 0) {
+      ++entry->leases;
+      *out = ChunkLease{entry->fd, entry->id, entry};
+      return CUDA_SUCCESS;
+    }
+    g_fd_done->wait(lock);  // another thread exports it now
+  }
+  ChunkFd* entry = nullptr;
+  try {
+    entry = new ChunkFd();
+    (*g_chunk_fds)[chunk] = entry;
+  } catch (...) {
+    delete entry;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  entry->leases = 1;
+  CUresult r = CUDA_SUCCESS;
+  if (!export_listed(real, chunk, entry, lock, &r)) return r;
+  *out = ChunkLease{entry->fd, entry->id, entry};
+  return CUDA_SUCCESS;
+}
+
+void return_chunk_fds(ChunkLease* leases, size_t count) {
+  if (count == 0) return;
+  std::lock_guard<std::mutex> guard(g_fd_mutex);
+  for (size_t i = 0; i < count; ++i) {
+    if (leases[i].entry) end_lease(static_cast<ChunkFd*>(leases[i].entry));
+    leases[i] = ChunkLease{};
+  }
 }
 
 }  // namespace detail
 
 void forget_chunk(uint64_t chunk) {
-  std::lock_guard<std::mutex> guard(g_fd_mutex);
+  std::unique_lock<std::mutex> lock(g_fd_mutex);
   if (!g_chunk_fds) return;
-  auto it = g_chunk_fds->find(chunk);
-  if (it == g_chunk_fds->end()) return;
-  ::close(it->second.fd);
-  g_chunk_fds->erase(it);
+  for (;;) {
+    auto it = g_chunk_fds->find(chunk);
+    if (it == g_chunk_fds->end()) return;
+    ChunkFd* entry = it->second;
+    if (entry->fd < 0) {
+      g_fd_done->wait(lock);  // its export ends first
+      continue;
+    }
+    g_chunk_fds->erase(it);
+    entry->forgotten = true;
+    ++entry->leases;
+    end_lease(entry);  // closed now, or by the last send under way
+    return;
+  }
 }
 
 }  // namespace pagefast::ipc

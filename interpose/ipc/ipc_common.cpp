@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -25,28 +26,18 @@ namespace pagefast::ipc {
 
 namespace detail {
 
-uint32_t checksum(const Wire& w) {
-  Wire copy = w;
-  copy.check = 0;
-  const unsigned char* p = reinterpret_cast<const unsigned char*>(&copy);
-  uint32_t h = 2166136261u;
-  for (size_t i = 0; i < sizeof copy; ++i) h = (h ^ p[i]) * 16777619u;
+namespace {
+
+uint32_t fnv1a(uint32_t h, const unsigned char* p, size_t bytes) {
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 16777619u;
   return h;
 }
-
-Wire make_handle(int device, uint64_t bytes, uint64_t offset) {
-  const Identity& me = self();
-  Wire w{};
-  std::memcpy(w.magic, kMagic, sizeof kMagic);
-  w.version = kHandleVersion;
-  w.device = uint32_t(device);
-  w.pid = uint32_t(me.pid);
-  w.start_time = me.start_time;
-  w.pidns = me.pidns;
-  w.bytes = bytes;
-  w.offset = offset;
-  return w;
-}
+constexpr uint32_t kFnvBasis = 2166136261u;
+// The bytes of a handle before export_id (magic, version, flags, device,
+// pid, the checksum's own zeros, start time, pid namespace) are the same
+// for every handle one process makes for one device.
+constexpr size_t kFixedBytes = offsetof(Wire, export_id);
+static_assert(offsetof(Wire, check) < kFixedBytes, "the checksum field lies in the fixed part");
 
 // Counts the forks this process came out of (the process's one fork
 // handler calls after_fork_child, interpose/runtime.cpp; it is registered
@@ -54,22 +45,65 @@ Wire make_handle(int device, uint64_t bytes, uint64_t offset) {
 // still its own without a getpid system call on every get, open and close.
 std::atomic<uint64_t> g_forks{0};
 
-const Identity& self() {
-  static thread_local Identity cached;
-  static thread_local uint64_t cached_forks = ~uint64_t(0);
+// Per thread, read without a lock: this process's ids, and the checksum's
+// state after the fixed bytes of the last device's handles.
+struct ThreadIds {
+  Identity me;
+  uint64_t forks = ~uint64_t(0);
+  uint64_t fixed_forks = ~uint64_t(0);
+  uint32_t fixed_device = ~0u;
+  uint32_t fixed_state = 0;
+};
+__attribute__((tls_model("initial-exec"))) thread_local ThreadIds t_ids;
+
+const Identity& refresh_ids(ThreadIds& ids) {
   const uint64_t forks = g_forks.load(std::memory_order_relaxed);
-  if (cached.pid != 0 && cached_forks == forks) return cached;
-  cached_forks = forks;
+  if (ids.me.pid != 0 && ids.forks == forks) return ids.me;
+  ids.forks = forks;
   const int32_t pid = int32_t(::getpid());
-  if (cached.pid != pid) {
-    cached.pid = pid;
+  if (ids.me.pid != pid) {
+    ids.me.pid = pid;
     // The ids the live-stats segment is named by, too (live/segment.h).
     const live::Identity who = live::own_identity();
-    cached.start_time = who.start_ticks;
-    cached.pidns = who.pidns;
+    ids.me.start_time = who.start_ticks;
+    ids.me.pidns = who.pidns;
   }
-  return cached;
+  return ids.me;
 }
+
+}  // namespace
+
+uint32_t checksum(const Wire& w) {
+  Wire copy = w;
+  copy.check = 0;
+  return fnv1a(kFnvBasis, reinterpret_cast<const unsigned char*>(&copy), sizeof copy);
+}
+
+Wire make_handle(int device, uint64_t export_id, uint64_t bytes, uint64_t offset) {
+  ThreadIds& ids = t_ids;
+  const Identity& me = refresh_ids(ids);
+  Wire w{};
+  std::memcpy(w.magic, kMagic, sizeof kMagic);
+  w.version = kHandleVersion;
+  w.device = uint32_t(device);
+  w.pid = uint32_t(me.pid);
+  w.start_time = me.start_time;
+  w.pidns = me.pidns;
+  w.export_id = export_id;
+  w.bytes = bytes;
+  w.offset = offset;
+  // checksum(w), with the fixed bytes' state kept from the last handle.
+  const unsigned char* p = reinterpret_cast<const unsigned char*>(&w);
+  if (ids.fixed_forks != ids.forks || ids.fixed_device != w.device) {
+    ids.fixed_state = fnv1a(kFnvBasis, p, kFixedBytes);
+    ids.fixed_forks = ids.forks;
+    ids.fixed_device = w.device;
+  }
+  w.check = fnv1a(ids.fixed_state, p + kFixedBytes, sizeof w - kFixedBytes);
+  return w;
+}
+
+const Identity& self() { return refresh_ids(t_ids); }
 
 std::string ipc_dir() {
   static std::once_flag once;

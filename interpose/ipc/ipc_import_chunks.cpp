@@ -5,12 +5,15 @@
 // that mapping: the second block of a chunk costs the exporter's answer
 // and no driver call. The mapping goes when its last block closes, as
 // before (no memory is kept past the closes). Address space of mappings
-// that went is kept for the next one of its size. Everything here runs
-// under the importer's mutex (ipc_import.cpp).
+// that went is kept for the next one of its size. A mutex of its own
+// guards the mappings, never held across a driver call: a chunk being
+// mapped is listed as not ready, and another open of it waits for it.
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -30,6 +33,7 @@ struct ChunkMap {
   CUdeviceptr va = 0;
   size_t bytes = 0;
   uint64_t blocks = 0;  // blocks open through it
+  bool ready = false;   // false while one thread maps it
 };
 
 // Reserved ranges no mapping uses, kept for the next of their size: a
@@ -37,14 +41,49 @@ struct ChunkMap {
 // space only, no memory).
 constexpr size_t kSpareRanges = 8;
 
+std::mutex g_chunk_mutex;
+std::condition_variable* g_chunk_cv = nullptr;  // a chunk's mapping made, or given up
 std::map<ChunkKey, ChunkMap>* g_chunks = nullptr;
 std::vector<std::pair<CUdeviceptr, size_t>>* g_spare = nullptr;
 
+// REQUIRES g_chunk_mutex. All of it or (out of memory: throws) none.
 void ensure() {
   if (g_chunks) return;
+  auto* cv = new std::condition_variable();
   auto* spare = new std::vector<std::pair<CUdeviceptr, size_t>>();
   g_chunks = new std::map<ChunkKey, ChunkMap>();
   g_spare = spare;
+  g_chunk_cv = cv;
+}
+
+// Whether the reply's piece is a part of its chunk that can be mapped.
+bool piece_valid(const ReplyPiece& piece) {
+  const uint64_t end = piece.chunk_offset + piece.bytes;
+  return piece.bytes != 0 && piece.chunk_bytes != 0 && piece.chunk_bytes % kGranuleBytes == 0 &&
+         piece.chunk_offset % kGranuleBytes == 0 && piece.bytes % kGranuleBytes == 0 &&
+         piece.chunk_offset <= piece.chunk_bytes && piece.bytes <= piece.chunk_bytes - piece.chunk_offset &&
+         end <= piece.chunk_bytes && piece.chunk_bytes <= uint64_t(SIZE_MAX);
+}
+
+// REQUIRES g_chunk_mutex (held by `lock`). The chunk's mapping for one
+// more block (true, *va), waiting for another thread's that is under way;
+// or false: none, and this thread's claim to make it is listed.
+bool mapped_or_claim(std::unique_lock<std::mutex>& lock, const ChunkKey& key, size_t bytes, CUdeviceptr* va,
+                     CUresult* r) {
+  for (;;) {
+    auto it = g_chunks->find(key);
+    if (it == g_chunks->end()) break;
+    if (it->second.ready) {
+      // The same id is the same memory: its size cannot differ.
+      *r = it->second.bytes == bytes ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+      if (*r == CUDA_SUCCESS) ++it->second.blocks;
+      *va = it->second.va;
+      return true;
+    }
+    g_chunk_cv->wait(lock);
+  }
+  g_chunks->emplace(key, ChunkMap{0, bytes, 0, false});
+  return false;
 }
 
 void warn_refused(const char* call, CUresult r, size_t bytes) {
@@ -92,84 +131,87 @@ CUresult map_chunk(const RealDriver* real, int fd, size_t bytes, int device, CUd
 }  // namespace
 
 CUresult reserve_range(size_t bytes, CUdeviceptr* va) {
-  ensure();
-  for (size_t i = 0; i < g_spare->size(); ++i)
-    if ((*g_spare)[i].second == bytes) {
-      *va = (*g_spare)[i].first;
-      (*g_spare)[i] = g_spare->back();
-      g_spare->pop_back();
-      return CUDA_SUCCESS;
-    }
+  {
+    std::lock_guard<std::mutex> guard(g_chunk_mutex);
+    if (g_spare)
+      for (size_t i = 0; i < g_spare->size(); ++i)
+        if ((*g_spare)[i].second == bytes) {
+          *va = (*g_spare)[i].first;
+          (*g_spare)[i] = g_spare->back();
+          g_spare->pop_back();
+          return CUDA_SUCCESS;
+        }
+  }
   return driver::address_reserve(real_driver(), va, bytes, kGranuleBytes, 0, 0);
 }
 
 void unreserve_range(CUdeviceptr va, size_t bytes) {
-  try {
-    ensure();
-    if (g_spare->size() < kSpareRanges) {
-      g_spare->push_back({va, bytes});
-      return;
+  {
+    std::lock_guard<std::mutex> guard(g_chunk_mutex);
+    try {
+      ensure();
+      if (g_spare->size() < kSpareRanges) {
+        g_spare->push_back({va, bytes});
+        return;
+      }
+    } catch (...) {
     }
-  } catch (...) {
   }
   driver::address_free(real_driver(), va, bytes);
 }
 
 CUresult chunk_acquire(const ChunkKey& key, const ReplyPiece& piece, int fd, int device, CUdeviceptr* chunk_va,
                        OpenTimes* times) {
-  const uint64_t end = piece.chunk_offset + piece.bytes;
-  if (piece.bytes == 0 || piece.chunk_bytes == 0 || piece.chunk_bytes % kGranuleBytes ||
-      piece.chunk_offset % kGranuleBytes || piece.bytes % kGranuleBytes || piece.chunk_offset > piece.chunk_bytes ||
-      piece.bytes > piece.chunk_bytes - piece.chunk_offset || end > piece.chunk_bytes ||
-      piece.chunk_bytes > uint64_t(SIZE_MAX))
-    return CUDA_ERROR_INVALID_VALUE;
-  ensure();
-  auto it = g_chunks->find(key);
-  if (it != g_chunks->end()) {
-    // The same id is the same memory: its size cannot differ.
-    if (it->second.bytes != piece.chunk_bytes) return CUDA_ERROR_INVALID_VALUE;
-    ++it->second.blocks;
-    *chunk_va = it->second.va;
+  if (!piece_valid(piece)) return CUDA_ERROR_INVALID_VALUE;
+  const size_t bytes = size_t(piece.chunk_bytes);
+  std::unique_lock<std::mutex> lock(g_chunk_mutex);
+  CUresult r = CUDA_SUCCESS;
+  try {
+    ensure();
+    if (mapped_or_claim(lock, key, bytes, chunk_va, &r)) return r;
+  } catch (...) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  lock.unlock();
+  const RealDriver* real = real_driver();
+  CUdeviceptr va = 0;
+  r = driver::has_vmm_import(real) ? reserve_range(bytes, &va) : CUDA_ERROR_NOT_SUPPORTED;
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_SUPPORTED) warn_refused("cuMemAddressReserve", r, bytes);
+  const bool reserved = r == CUDA_SUCCESS;
+  if (reserved) r = map_chunk(real, fd, bytes, device, va, times);
+  lock.lock();
+  auto it = g_chunks->find(key);  // the claim: nothing else removes it
+  if (r == CUDA_SUCCESS && it != g_chunks->end()) {
+    it->second = ChunkMap{va, bytes, 1, true};
+    g_chunk_cv->notify_all();
+    *chunk_va = va;
     return CUDA_SUCCESS;
   }
-  const RealDriver* real = real_driver();
-  if (!driver::has_vmm_import(real)) return CUDA_ERROR_NOT_SUPPORTED;
-  const size_t bytes = size_t(piece.chunk_bytes);
-  CUdeviceptr va = 0;
-  CUresult r = reserve_range(bytes, &va);
-  if (r != CUDA_SUCCESS) {
-    warn_refused("cuMemAddressReserve", r, bytes);
-    return r;
-  }
-  r = map_chunk(real, fd, bytes, device, va, times);
-  if (r == CUDA_SUCCESS) {
-    try {
-      (*g_chunks)[key] = ChunkMap{va, bytes, 1};
-    } catch (...) {
-      driver::unmap(real, va, bytes);
-      r = CUDA_ERROR_OUT_OF_MEMORY;
-    }
-  }
-  if (r != CUDA_SUCCESS) {
-    unreserve_range(va, bytes);
-    return r == CUDA_ERROR_OUT_OF_MEMORY ? r : CUDA_ERROR_MAP_FAILED;
-  }
-  *chunk_va = va;
-  return CUDA_SUCCESS;
+  if (it != g_chunks->end()) g_chunks->erase(it);
+  g_chunk_cv->notify_all();
+  lock.unlock();
+  if (r == CUDA_SUCCESS) driver::unmap(real, va, bytes);
+  if (reserved) unreserve_range(va, bytes);
+  if (r == CUDA_ERROR_NOT_SUPPORTED) return r;
+  return r == CUDA_ERROR_OUT_OF_MEMORY ? r : CUDA_ERROR_MAP_FAILED;
 }
 
-void chunk_release(const ChunkKey& key) {
-  if (!g_chunks) return;
+bool chunk_release(const ChunkKey& key) {
+  std::unique_lock<std::mutex> lock(g_chunk_mutex);
+  if (!g_chunks) return false;
   auto it = g_chunks->find(key);
-  if (it == g_chunks->end() || --it->second.blocks > 0) return;
+  if (it == g_chunks->end() || !it->second.ready || --it->second.blocks > 0) return false;
   const ChunkMap m = it->second;
   g_chunks->erase(it);
+  lock.unlock();
   driver::unmap(real_driver(), m.va, m.bytes);
   unreserve_range(m.va, m.bytes);
+  return true;
 }
 
 void chunks_forget() {
   // A forked child: the parent's mappings are not its own to unmap.
+  std::lock_guard<std::mutex> guard(g_chunk_mutex);
   if (g_chunks) g_chunks->clear();
   if (g_spare) g_spare->clear();
 }

@@ -45,9 +45,9 @@ struct Wire {
 static_assert(sizeof(Wire) == sizeof(CUipcMemHandle), "a pagefast handle fills a CUipcMemHandle exactly");
 
 uint32_t checksum(const Wire& w);
-// A handle of this process for a block of `bytes` at `offset` in its first
-// granule on `device`: export_id and check still to set.
-Wire make_handle(int device, uint64_t bytes, uint64_t offset);
+// The handle of this process's export `export_id`, a block of `bytes` at
+// `offset` in its first granule on `device`, its checksum set.
+Wire make_handle(int device, uint64_t export_id, uint64_t bytes, uint64_t offset);
 
 // ---- the reply to an open --------------------------------------------------------
 
@@ -136,10 +136,13 @@ struct HolderKey {
   }
 };
 
-// An open request: on success the reply has the pieces, *fds the chunks'
-// descriptors (the caller sends and closes them) and `holder` one more
-// hold; else the reply's status and reason say why.
-void open_export(const wire::Request& request, const HolderKey& holder, Reply* reply, std::vector<int>* fds);
+struct ChunkLease;
+// An open request: on success the reply has the pieces, leases[i] the
+// descriptor of piece i's chunk (the caller sends them, then gives them
+// back: return_chunk_fds) and `holder` one more hold; else the reply's
+// status and reason say why, and nothing is leased. `leases` has room for
+// kMaxPieces.
+void open_export(const wire::Request& request, const HolderKey& holder, Reply* reply, ChunkLease* leases);
 // One hold of `holder` ends (a close), or all of them (release-all, its
 // death, the end of an unidentified holder's connection). A block the
 // program freed meanwhile goes back to the pool once no one holds it.
@@ -161,11 +164,19 @@ TagControl tag_control_handler();
 
 // ---- the chunks' descriptors (ipc_chunk_fds.cpp) ------------------------------------
 
-// A descriptor of the exported chunk, the caller's own copy to send and
-// close, and the chunk's id (*id_out, never reused: a chunk released and a
-// new one with the same handle value get different ids); made by the
-// driver's export at the chunk's first open.
-CUresult chunk_fd(const RealDriver* real, uint64_t chunk, int* fd_out, uint64_t* id_out);
+// The exported descriptor of a chunk, lent until return_chunk_fds: it
+// stays open that long even if the pool releases the chunk meanwhile (the
+// last lease then closes it). `id` names the chunk to importers, never
+// reused (a chunk released and a new one with the same handle value get
+// different ids). Made by the driver's export at the chunk's first lease,
+// with no lock held; a lease of a chunk being exported waits for it.
+struct ChunkLease {
+  int fd = -1;
+  uint64_t id = 0;
+  void* entry = nullptr;  // ipc_chunk_fds.cpp's record
+};
+CUresult lease_chunk_fd(const RealDriver* real, uint64_t chunk, ChunkLease* out);
+void return_chunk_fds(ChunkLease* leases, size_t count);
 
 // ---- who connects (ipc_peers.cpp) --------------------------------------------------
 

@@ -45,29 +45,31 @@ void end_connection(Server& s, Connection& c, uint64_t now) {
 // false: the reply did not go out whole (the connection ends).
 bool serve_open(Server& s, Connection& c, const Request& req, uint64_t now) {
   Reply& reply = *s.reply;
-  std::vector<int> fds;
-  open_export(req, c.holder, &reply, &fds);
+  ChunkLease* leases = s.leases;
+  open_export(req, c.holder, &reply, leases);
+  const uint32_t count = reply.header.status == CUDA_SUCCESS ? reply.header.piece_count : 0;
   const size_t bytes = sizeof(wire::ReplyHeader) + size_t(reply.header.piece_count) * sizeof(ReplyPiece);
   iovec iov{&reply, bytes};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPieces)];
-  if (!fds.empty()) {
+  if (count) {
     std::memset(control, 0, sizeof control);
     msg.msg_control = control;
-    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * count);
     cmsghdr* cm = CMSG_FIRSTHDR(&msg);
     cm->cmsg_level = SOL_SOCKET;
     cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-    std::memcpy(CMSG_DATA(cm), fds.data(), sizeof(int) * fds.size());
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * count);
+    for (uint32_t i = 0; i < count; ++i) std::memcpy(CMSG_DATA(cm) + i * sizeof(int), &leases[i].fd, sizeof(int));
   }
   ssize_t sent;
   do {
     sent = ::sendmsg(c.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
   } while (sent < 0 && errno == EINTR);
-  for (int fd : fds) ::close(fd);
+  // The importer has its own copies now (or none: the reply did not go).
+  return_chunk_fds(leases, count);
   const bool ok = reply.header.status == CUDA_SUCCESS;
   if (sent != ssize_t(bytes)) {
     // The importer did not get it (gone, or not reading): the hold this
@@ -117,42 +119,62 @@ Served serve(Server& s, Connection& c, const Request& req, const wire::TagName* 
   }
 }
 
-// The bytes of the request being read: a Request, and a TagName after it
-// once its header says the op carries one.
-size_t request_bytes(const Connection& c) {
-  if (c.got < sizeof(Request)) return sizeof(Request);
+// The bytes of the request that starts at `at` (whole or not): a Request,
+// and a TagName after it once its header says the op carries one.
+size_t request_bytes(const unsigned char* at, size_t have) {
+  if (have < sizeof(Request)) return sizeof(Request);
   Request req;
-  std::memcpy(&req, c.buf, sizeof req);
+  std::memcpy(&req, at, sizeof req);
   return sizeof(Request) + (wire::carries_tag(req.op) ? sizeof(wire::TagName) : 0);
 }
 
-// Reads and serves what a connection sent; false when it ends.
-bool serve_connection(Server& s, Connection& c, short events, uint64_t now) {
-  if (events & (POLLERR | POLLNVAL)) return false;
-  for (int round = 0; round < kRequestsPerRound; ++round) {
-    const ssize_t got = ::recv(c.fd, c.buf + c.got, request_bytes(c) - c.got, MSG_DONTWAIT);
-    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
-    if (got <= 0) return false;
-    c.last_active_ns = now;
-    c.got += size_t(got);
-    if (c.got < request_bytes(c)) continue;
+// Serves the whole requests in the connection's buffer (at most *budget);
+// false when the connection ends. What is left of a request waits.
+bool serve_buffered(Server& s, Connection& c, uint64_t now, int* budget) {
+  size_t at = 0;
+  bool keep = true;
+  while (keep && *budget > 0) {
+    const size_t need = request_bytes(c.buf + at, c.got - at);
+    if (c.got - at < need) break;
     Request req;
-    std::memcpy(&req, c.buf, sizeof req);
+    std::memcpy(&req, c.buf + at, sizeof req);
     wire::TagName tag;
-    const bool tagged = c.got > sizeof req;
-    if (tagged) std::memcpy(&tag, c.buf + sizeof req, sizeof tag);
-    c.got = 0;
+    const bool tagged = need > sizeof req;
+    if (tagged) std::memcpy(&tag, c.buf + at + sizeof req, sizeof tag);
+    at += need;
+    --*budget;
     switch (serve(s, c, req, tagged ? &tag : nullptr, now)) {
       case Served::Keep: break;
-      case Served::End: return false;
+      case Served::End: keep = false; break;
       case Served::HandedOver:
         // The background thread owns the descriptor now. A connection
         // bound hold would not survive it (none is expected on a
         // pagefast-ctl connection).
         if (!c.holder.identified()) release_holder(c.holder);
         c.fd = -1;
-        return false;
+        keep = false;
+        break;
     }
+  }
+  std::memmove(c.buf, c.buf + at, c.got - at);
+  c.got -= at;
+  return keep;
+}
+
+// Reads and serves what a connection sent; false when it ends. A read that
+// did not fill the buffer took all there was: no second read to learn it.
+bool serve_connection(Server& s, Connection& c, short events, uint64_t now) {
+  if (events & (POLLERR | POLLNVAL)) return false;
+  int budget = kRequestsPerRound;
+  while (budget > 0) {
+    const size_t room = sizeof c.buf - c.got;
+    const ssize_t got = ::recv(c.fd, c.buf + c.got, room, MSG_DONTWAIT);
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
+    if (got <= 0) return false;
+    c.last_active_ns = now;
+    c.got += size_t(got);
+    if (!serve_buffered(s, c, now, &budget)) return false;
+    if (size_t(got) < room) return true;
   }
   return true;
 }

@@ -46,8 +46,9 @@ struct Connection {
   Peer peer;  // as SO_PEERCRED gave it, for the log
   uint64_t last_active_ns = 0;
   size_t got = 0;
-  // One request: a Request, and a TagName after it for a tagged op.
-  unsigned char buf[sizeof(Request) + sizeof(wire::TagName)];
+  // Requests read and not yet served (a Request, and a TagName after it
+  // for a tagged op): room for several, so that one read takes what came.
+  unsigned char buf[8 * sizeof(Request) + sizeof(wire::TagName)];
 };
 
 struct Watch {
@@ -65,6 +66,7 @@ struct Server {
   uint64_t listen_again_ns = 0;      // while resting after an accept error
   std::map<HolderKey, Watch> watch;  // identified holders: when to look for their death
   Reply* reply = nullptr;
+  ChunkLease* leases = nullptr;  // kMaxPieces: the descriptors of the open being answered
   bool warned_peer = false, warned_total = false, warned_accept = false;
 };
 

@@ -122,6 +122,7 @@ bool start_server() {
   server->max_connections = connection_limit();
   server->idle_ns = idle_limit();
   server->reply = new Reply();
+  server->leases = new ChunkLease[kMaxPieces];
   const int err = start_service_thread(nullptr, &server_main, server, "pagefast-ipc");
   if (err != 0) {
     log::write(LogLevel::Warn, "CUDA IPC: cannot start the exporter thread: {}", std::strerror(err));

@@ -31,6 +31,10 @@
  *   'T' `value` threads, each `bytes` rounds over every kept handle: open,
  *       read it whole, check its bytes, close; check = 1 if every open,
  *       read and close succeeded with the right bytes
+ *   'U' two threads: A opens and closes kept handle 0 `bytes` times, B opens
+ *       kept handle 1, reads and checks it whole a few times and closes it,
+ *       until its open fails or A is done; check = 1 if every open of A
+ *       and close succeeded and B never read a wrong byte; value = B's opens
  *   'Q' exit
  * The struct formats: "<BBBB4xQQ64s" and "<iiQQ" on x86-64. */
 struct ipc_request {

@@ -128,6 +128,66 @@ def case_open_stress():
     t.quit()
 
 
+def case_open_stress_exporters():
+    """Eight threads open, read and close blocks of two exporters at once:
+    opens of one exporter's blocks go on while the other's are asked for
+    and mapped (no lock of the importer is held across either). Every open
+    reads its block's bytes, every mapping made is unmapped once all
+    closed, and no descriptor is left but one link to each exporter."""
+    t1, t2, imp = Target(ENV), Target(ENV), Importer(ENV)
+    a, b, c = three_blocks(t1)
+    check(t2.ask(f"alloc 0 {MiB} 51") == "ok" and t2.ask(f"alloc 1 {MiB} 52") == "ok" and
+          t2.ask("alloc 2 1000 53") == "ok", "the second exporter's blocks")
+    kept = [(a, MiB, 0x41), (b, MiB, 0x42), (c, 6 * MiB, 0x43), (t2.handle(0), MiB, 0x51), (t2.handle(1), MiB, 0x52),
+            (t2.handle(2), 1000, 0x53)]
+    for slot, (h, nbytes, byte) in enumerate(kept):
+        check(imp.call("H", handle=h, slot=slot, nbytes=nbytes, expect=byte)[0] == CUDA_SUCCESS, f"kept {slot}")
+    fds_before = imp.call("F")[2]
+    n = counts(imp)
+    rc, ok, _, _ = imp.call("T", value=8, nbytes=40)
+    check(rc == CUDA_SUCCESS and ok == 1, "8 threads x 40 rounds over both exporters: every open, read and close right")
+    got = made(imp, n)
+    check(got.get("cuMemMap", 0) == got.get("cuMemUnmap", 0) and got.get("cuMemMap", 0) > 0,
+          f"every mapping made was unmapped ({got})")
+    fds_after = imp.call("F")[2]
+    check(fds_after <= fds_before + 2, f"no descriptor left but a link to each exporter ({fds_before} before, "
+          f"{fds_after} after)")
+    imp.quit()
+    t1.quit()
+    t2.quit()
+
+
+def case_release_race():
+    """One thread of the importer opens and closes a block A of the
+    exporter (its close is often the importer's last of that exporter, so
+    a release-all goes out) while another opens a block B of the same
+    chunk and reads it whole, over and over; meanwhile the exporter frees B
+    and allocates and fills new blocks where B's memory would come back.
+    B's hold must never be ended by A's release-all while B is open or
+    being opened: every byte B's thread read while it had B open is B's.
+    Five fresh pairs of processes, under a limit that leaves the exporter
+    B's memory (in A's live chunk, so the same physical memory) to reuse
+    once nothing holds it. Counting an open under way before its request
+    goes out is what keeps it: without, most runs read a wrong byte."""
+    env = {"PAGEFAST_CONF": "chunk_size:4M,limit:8M"}
+    for attempt in range(5):
+        t, imp = Target(env), Importer(env)
+        check(t.ask(f"alloc 0 {MiB} 41") == "ok" and t.ask(f"alloc 1 {MiB} 42") == "ok", "blocks A and B")
+        a, b = t.handle(0), t.handle(1)
+        check(imp.call("H", handle=a, slot=0, nbytes=MiB, expect=0x41)[0] == CUDA_SUCCESS and
+              imp.call("H", handle=b, slot=1, nbytes=MiB, expect=0x42)[0] == CUDA_SUCCESS, "A and B kept")
+        imp.p.stdin.write(safety.REQUEST.pack(ord("U"), 0, 0, 0, 0, 20000, b""))
+        imp.p.stdin.flush()
+        time.sleep(0.3)  # both threads at work
+        freed = t.ask("free 1")
+        churn = t.ask(f"churn 3 {MiB} 1")
+        rc, ok, b_opens, _ = imp.call_reply()
+        check(rc == CUDA_SUCCESS and ok == 1,
+              f"round {attempt}: B read right whenever open ({b_opens} opens of B; {freed}; {churn})")
+        imp.quit()
+        t.quit()
+
+
 def case_link_kept():
     """After the importer's last close the link to the exporter stays (the
     next open needs no connection) and the exporter has been told that the

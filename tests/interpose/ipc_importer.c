@@ -78,6 +78,68 @@ static int stress_run(unsigned threads, uint64_t rounds) {
   return ok;
 }
 
+/* 'U': thread A opens and closes kept handle 0 (its close is often this
+ * process's last import of the exporter: a release-all goes out) while
+ * thread B opens kept handle 1, reads it whole 64 times, checks its bytes
+ * and closes it, until its open fails (the exporter freed it and it
+ * is gone) or A has done its rounds. */
+struct race {
+  uint64_t rounds;
+  int a_done, b_done; /* __atomic */
+  int a_ok;
+  uint64_t b_opens, b_wrong;
+};
+
+static void* race_a(void* arg) {
+  struct race* r = (struct race*)arg;
+  r->a_ok = cuCtxSetCurrent(g_ctx) == CUDA_SUCCESS;
+  for (uint64_t i = 0; i < r->rounds && r->a_ok && !__atomic_load_n(&r->b_done, __ATOMIC_ACQUIRE); ++i) {
+    CUdeviceptr p = 0;
+    r->a_ok = cuIpcOpenMemHandle(&p, g_kept[0].handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) == CUDA_SUCCESS &&
+              cuIpcCloseMemHandle(p) == CUDA_SUCCESS;
+  }
+  __atomic_store_n(&r->a_done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+static void* race_b(void* arg) {
+  struct race* r = (struct race*)arg;
+  const struct kept* b = &g_kept[1];
+  unsigned char* bytes = (unsigned char*)malloc(b->bytes);
+  if (!bytes || cuCtxSetCurrent(g_ctx) != CUDA_SUCCESS) ++r->b_wrong;
+  while (bytes && !__atomic_load_n(&r->a_done, __ATOMIC_ACQUIRE)) {
+    CUdeviceptr p = 0;
+    if (cuIpcOpenMemHandle(&p, b->handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != CUDA_SUCCESS) break;
+    ++r->b_opens;
+    for (int k = 0; k < 64; ++k) {
+      int right = cuMemcpyDtoH(bytes, p, b->bytes) == CUDA_SUCCESS;
+      for (uint64_t i = 0; right && i < b->bytes; ++i) right = bytes[i] == b->expect;
+      if (!right) ++r->b_wrong;
+    }
+    if (cuIpcCloseMemHandle(p) != CUDA_SUCCESS) ++r->b_wrong;
+  }
+  free(bytes);
+  __atomic_store_n(&r->b_done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+static int race_run(uint64_t rounds, uint64_t* b_opens) {
+  struct race r;
+  memset(&r, 0, sizeof r);
+  r.rounds = rounds;
+  pthread_t a, b;
+  if (pthread_create(&a, NULL, race_a, &r) != 0) return 0;
+  if (pthread_create(&b, NULL, race_b, &r) != 0) {
+    __atomic_store_n(&r.b_done, 1, __ATOMIC_RELEASE);
+    pthread_join(a, NULL);
+    return 0;
+  }
+  pthread_join(a, NULL);
+  pthread_join(b, NULL);
+  *b_opens = r.b_opens;
+  return r.a_ok && r.b_wrong == 0;
+}
+
 static uint64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -178,6 +240,10 @@ int main(int argc, char** argv) {
         case 'T':
           reply.rc = CUDA_SUCCESS;
           reply.check = stress_run(request.value, request.bytes);
+          break;
+        case 'U':
+          reply.rc = CUDA_SUCCESS;
+          reply.check = race_run(request.bytes, &reply.value);
           break;
         case 'Q': return 0;
         default: reply.rc = CUDA_ERROR_INVALID_VALUE;

@@ -135,6 +135,10 @@ class Importer:
     def call(self, op, handle=b"", slot=0, offset=0, nbytes=0, expect=0, value=0):
         self.p.stdin.write(REQUEST.pack(ord(op), expect, value, slot, offset, nbytes, handle))
         self.p.stdin.flush()
+        return self.call_reply()
+
+    def call_reply(self):
+        """The answer to the request written last."""
         data = b""
         while len(data) < REPLY.size:
             wait_readable(self.p.stdout.fileno(), "the importer")
@@ -794,6 +798,53 @@ def case_forged():
               f"block {n}: the real handle opens, reads and closes")
     check(all(t.ask(f"check {n} {b}") == "check 1" for n, b in [(0, "41"), (1, "42"), (2, "43")]),
           "the exporter's blocks are untouched")
+    imp.quit()
+    t.quit()
+
+
+def read_replies(s, count):
+    """`count` reply headers from socket s (until the exporter stops
+    answering): their sequence numbers."""
+    seqs, data = [], b""
+    try:
+        while len(seqs) < count:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+            while len(data) >= WIRE_REPLY.size:
+                head = WIRE_REPLY.unpack(data[:WIRE_REPLY.size])
+                data = data[WIRE_REPLY.size:]
+                seqs.append(head[3] if head[0] == REPLY_MAGIC else -1)
+    except socket.timeout:
+        pass
+    return seqs
+
+
+def case_requests_split():
+    """The exporter reads what a connection sent as it comes: a request in
+    pieces is served once whole, several in one write are each served, in
+    order, and a piece left over waits for the rest."""
+    t = Target()
+    check(t.ask(f"alloc 0 {MiB} 41") == "ok", "a pool (and with it the socket)")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(HANG_S)
+    s.connect(t.socket_name())
+    status = [WIRE_REQUEST.pack(REQUEST_MAGIC, WIRE_VERSION, 5, 0, seq, 0, 0, 0) for seq in range(1, 13)]
+    for piece in (status[0][:7], status[0][7:30], status[0][30:]):
+        s.sendall(piece)
+        time.sleep(0.05)  # each piece on its own
+    check(read_replies(s, 1) == [1], "a request sent in three pieces is answered once, when whole")
+    s.sendall(b"".join(status[1:11]))  # more than the exporter reads at once
+    check(read_replies(s, 10) == list(range(2, 12)), "ten requests in one write: ten answers, in order")
+    s.sendall(status[11] + status[0][:20])
+    check(read_replies(s, 1) == [12], "a request and part of the next: the whole one answered")
+    s.sendall(status[0][20:])
+    check(read_replies(s, 1) == [1], "... and the next once its rest came")
+    s.close()
+    imp = Importer()
+    check(imp.open(t.handle(0)) == CUDA_SUCCESS and imp.reads(0, MiB, 0x41) and imp.close() == CUDA_SUCCESS,
+          "an importer opens, reads and closes")
     imp.quit()
     t.quit()
 
