@@ -255,7 +255,7 @@ class Arena {
     bool fill_pending = false;  // ... and it is fresh memory: kept must still go in
     // The kept contents: the chunk's live ranges (every granule not in a
     // free block), each in host memory of its own; empty when discarded.
-    std::vector<KeptPiece> kept;
+    std::vector<KeptPiece> kept{};
   };
   // A stitch map undone by sleep, mapped again by wake.
   struct SleepingMap {
