@@ -7,16 +7,16 @@
 namespace pagefast::policy {
 
 bool Arena::begin_growth(Granules step, PendingGrowth* out) {
-  if (asleep_ || step.count() == 0 || step > settings_.chunk_granules) return false;
+  if (sleep_.asleep() || step.count() == 0 || step > settings_.chunk_granules) return false;
   if (settings_.limit_granules != kNoLimitGranules) return false;
-  if (!spare_blocks_.reserve(1)) return false;
+  if (!runs_.reserve(1)) return false;
   uint64_t addr = 0;
   if (address_space_.take(step, AddressSpace::End::Low, &addr) != ProviderStatus::Ok) return false;
   if (!page_map_.ensure(addr, step)) {
     address_space_.give(addr, step);
     return false;
   }
-  *out = PendingGrowth{addr, step, peers_};
+  *out = PendingGrowth{addr, step, chunks_.peers()};
   return true;
 }
 
@@ -37,7 +37,7 @@ void Arena::abandon_growth(const PendingGrowth& growth, const ChunkHandle* handl
     ++counters_.leaks;
     return;
   }
-  if (handle) release_or_keep(*handle);
+  if (handle) chunks_.release_or_keep(*handle);
   address_space_.give(growth.addr, growth.step);
 }
 
@@ -46,33 +46,17 @@ ProviderStatus Arena::finish_growth(const PendingGrowth& growth, ChunkHandle han
   // the sleep gate), so the arena is awake; the peers may have changed
   // while the chunk was opened: it gets the current set.
   ProviderStatus status = ProviderStatus::Ok;
-  if (peers_ != growth.peers)
-    status = provider_.set_access(growth.addr, growth.step, AccessSet{peers_, growth.peers & ~peers_});
-  if (status == ProviderStatus::Ok) {
-    try {
-      chunks_.emplace(growth.addr, Chunk{handle, growth.step});
-      opened_.emplace(growth.addr, growth.step);
-    } catch (const std::bad_alloc&) {
-      chunks_.erase(growth.addr);
-      status = ProviderStatus::OutOfMemory;
-    }
-  }
+  const uint64_t peers = chunks_.peers();
+  if (peers != growth.peers)
+    status = provider_.set_access(growth.addr, growth.step, AccessSet{peers, growth.peers & ~peers});
+  if (status == ProviderStatus::Ok && !chunks_.add(growth.addr, handle, growth.step))
+    status = ProviderStatus::OutOfMemory;
   if (status != ProviderStatus::Ok) {
     abandon_growth(growth, &handle, true);
     return status;
   }
-  Block* block = new_block(growth.addr, growth.step, BlockState::Free);
-  if (Block* left = neighbour_ending_at(growth.addr); left && !left->big) {
-    left->addr_next = block;
-    block->addr_prev = left;
-  }
-  if (Block* right = neighbour_starting_at(growth.addr + growth.step.bytes()); right && !right->big) {
-    right->addr_prev = block;
-    block->addr_next = right;
-  }
-  mapped_ += growth.step;
+  runs_.add_run(growth.addr, growth.step, false);
   ++counters_.growths;
-  insert_free(block);
   return ProviderStatus::Ok;
 }
 

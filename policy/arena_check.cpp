@@ -1,6 +1,7 @@
 // policy/arena_check.cpp: the arena's own report: one line of numbers
 // (describe), the home runs block by block (layout) and the consistency
 // check the tests run after every step (check).
+#include <map>
 #include <string>
 
 #include "policy/arena.h"
@@ -8,18 +9,20 @@
 namespace pagefast::policy {
 
 std::string Arena::describe() const {
-  return "mapped " + std::to_string(mapped_.count()) + " free " + std::to_string(bins_.total().count()) + " in " +
-         std::to_string(bins_.block_count()) + " blocks, lent " + std::to_string(lent_.count()) + ", free stitched " +
-         std::to_string(free_stitched_.count()) + ", chunks " + std::to_string(chunks_.size()) + " (granules)";
+  const FreeBins& bins = runs_.bins();
+  return "mapped " + std::to_string(mapped().count()) + " free " + std::to_string(bins.total().count()) + " in " +
+         std::to_string(bins.block_count()) + " blocks, lent " + std::to_string(lent().count()) + ", free stitched " +
+         std::to_string(free_stitched().count()) + ", chunks " + std::to_string(chunk_count()) + " (granules)";
 }
 
 std::string Arena::layout() const {
+  const ChunkTable::Map& chunks = chunks_.all();
   // One letter per block state and its length in granules, runs between
   // brackets: "[U98 F30 S1] [Q12 F116]"; big chunks' runs start with "big".
   static const char kLetter[] = {'-', 'F', 'U', 'Q', 'C', 'L', 'S'};
   std::string out;
   uint64_t run_end = 0;
-  for (auto it = chunks_.begin(); it != chunks_.end(); ++it) {
+  for (auto it = chunks.begin(); it != chunks.end(); ++it) {
     if (it->first < run_end) continue;
     Span* span = page_map_.lookup(it->first);
     const Block* b = arena_block_of(span);
@@ -43,9 +46,11 @@ std::string Arena::layout() const {
 }
 
 std::string Arena::check() const {
+  const ChunkTable::Map& chunks = chunks_.all();
+  const std::map<uint64_t, Granules>& ranges = chunks_.opened();
   Granules free_seen, lent_seen, covered;
   uint64_t run_end = 0;
-  for (auto it = chunks_.begin(); it != chunks_.end(); ++it) {
+  for (auto it = chunks.begin(); it != chunks.end(); ++it) {
     const uint64_t chunk_end = it->first + it->second.granules.bytes();
     covered += it->second.granules;
     if (it->first < run_end) continue;  // inside a run already walked
@@ -77,21 +82,21 @@ std::string Arena::check() const {
     // A big chunk is a run of its own.
     if (run_big && cursor != chunk_end) return "a big chunk's run is not exactly its chunk";
     // The run must end exactly at the end of a chunk.
-    auto last = chunks_.upper_bound(cursor - 1);
+    auto last = chunks.upper_bound(cursor - 1);
     --last;
     if (last->first + last->second.granules.bytes() != cursor) return "run does not end at a chunk end";
   }
-  if (covered != mapped_) return "mapped count differs from chunks";
-  if (free_seen != bins_.total() + big_bins_.total()) return "free count differs from the bins";
-  if (lent_seen != lent_) return "lent count differs";
+  if (covered != mapped()) return "mapped count differs from chunks";
+  if (free_seen != runs_.free()) return "free count differs from the bins";
+  if (lent_seen != lent()) return "lent count differs";
   // Every chunk's home mapping is an opened range (peer access re-applies
   // to them); the other opened ranges are stitches, each at its address.
-  for (const auto& chunk : chunks_) {
-    auto opened = opened_.find(chunk.first);
-    if (opened == opened_.end() || opened->second != chunk.second.granules) return "a chunk is not an opened range";
+  for (const auto& chunk : chunks) {
+    auto opened = ranges.find(chunk.first);
+    if (opened == ranges.end() || opened->second != chunk.second.granules) return "a chunk is not an opened range";
   }
-  for (const auto& range : opened_) {
-    if (chunks_.count(range.first)) continue;
+  for (const auto& range : ranges) {
+    if (chunks.count(range.first)) continue;
     Span* span = page_map_.lookup(range.first);
     const Block* b = arena_block_of(span);
     if (!b || !b->stitch || b->addr() != range.first || b->granules() != range.second)

@@ -1,14 +1,14 @@
 // policy/arena_kept.cpp: the kept contents of an asleep range read in
-// place (Arena::read_kept, arena.h): what a sleep with keep copied to host
-// memory, for a program that asks for its data while it sleeps
+// place (ArenaSleep::read_kept, arena_sleep.h): what a sleep with keep copied
+// to host memory, for a program that asks for its data while it sleeps
 // (torch_memory_saver's get_cpu_backup, docs/SLEEP.md).
 #include <cstring>
 
-#include "policy/arena.h"
+#include "policy/arena_sleep.h"
 
 namespace pagefast::policy {
 
-Arena::KeptRead Arena::read_kept(uint64_t addr, uint64_t bytes, void* out) const {
+ArenaSleep::KeptRead ArenaSleep::read_kept(uint64_t addr, uint64_t bytes, void* out) const {
   char* to = static_cast<char*>(out);
   const uint64_t end = addr + bytes;
   // Each step copies the run of `at` that lies in one kept piece: first
@@ -21,10 +21,9 @@ Arena::KeptRead Arena::read_kept(uint64_t addr, uint64_t bytes, void* out) const
       if (m.addr + m.granules.bytes() < limit) limit = m.addr + m.granules.bytes();
       break;
     }
-    auto next = chunks_.upper_bound(home);
-    if (next == chunks_.begin()) return KeptRead::Missing;
-    const auto& [chunk_home, chunk] = *std::prev(next);
-    if (home >= chunk_home + chunk.granules.bytes()) return KeptRead::Missing;
+    auto it = chunks_.containing(home);
+    if (it == chunks_.all().end()) return KeptRead::Missing;
+    const auto& [chunk_home, chunk] = *it;
     if (!chunk.asleep) return KeptRead::Resident;
     const uint64_t offset = home - chunk_home;
     const KeptPiece* piece = nullptr;

@@ -1,5 +1,5 @@
-// policy/arena_sleep.cpp: the arena's half of sleep and wake (arena.h,
-// docs/POOL.md "Sleep and wake"): physical memory goes, records and
+// policy/arena_sleep.cpp: the arena's sleep (arena_sleep.h, docs/POOL.md
+// "Sleep and wake"): physical memory goes, records and
 // addresses stay. Every step that fails leaves a consistent arena: a chunk
 // is either resident (mapped at home, open) or asleep (unmapped; released,
 // or its handle kept; or, in wake, mapped at home with its contents still
@@ -11,7 +11,7 @@
 // arena_wake.cpp.
 #include <cstring>
 
-#include "policy/arena.h"
+#include "policy/arena_sleep.h"
 
 namespace pagefast::policy {
 
@@ -25,11 +25,11 @@ bool shares(const std::vector<ChunkHandle>& shared, ChunkHandle handle) {
 
 }  // namespace
 
-bool Arena::unmap_stitches_for_sleep(std::vector<uint64_t>* pinned) {
+bool ArenaSleep::unmap_stitches_for_sleep(std::vector<uint64_t>* pinned) {
   // A stitch map the driver refuses to unmap pins its chunk (resident).
   bool all_listed = true;
-  for (const auto& range : opened_) {
-    if (chunks_.count(range.first)) continue;
+  for (const auto& range : chunks_.opened()) {
+    if (chunks_.all().count(range.first)) continue;
     Span* span = page_map_.lookup(range.first);
     Block* b = arena_block_of(span);
     if (!b || !b->stitch) continue;
@@ -56,11 +56,11 @@ bool Arena::unmap_stitches_for_sleep(std::vector<uint64_t>* pinned) {
   return all_listed;
 }
 
-Arena::SleepResult Arena::sleep(unsigned keep_modes, Clock& clock, const std::vector<ChunkHandle>& shared) {
+ArenaSleep::SleepResult ArenaSleep::sleep(unsigned keep_modes, Clock& clock, const std::vector<ChunkHandle>& shared) {
   SleepResult result;
   // Asleep already (a sleep again): what stayed resident is looked at
   // again, so that a chunk kept for an importer that let go goes now.
-  if (!asleep_ && !unreleased_.empty()) retry_releases();
+  if (!asleep_ && chunks_.has_unreleased()) chunks_.retry_releases();
   // Stitches first: a chunk is released only once no mapping of it is left.
   std::vector<uint64_t> pinned;
   const bool keep_all_resident = !unmap_stitches_for_sleep(&pinned);
@@ -72,7 +72,7 @@ Arena::SleepResult Arena::sleep(unsigned keep_modes, Clock& clock, const std::ve
     // which is a legal sleep.
     for (Chunk* chunk : batch.chunks) chunk->kept.clear();
     result = SleepResult();
-    for (const auto& entry : chunks_) result.resident_chunks += entry.second.asleep ? 0 : 1;
+    for (const auto& entry : chunks_.all()) result.resident_chunks += entry.second.asleep ? 0 : 1;
     asleep_ = true;
     return result;
   }
@@ -86,12 +86,12 @@ Arena::SleepResult Arena::sleep(unsigned keep_modes, Clock& clock, const std::ve
   return result;
 }
 
-void Arena::choose_going(unsigned keep_modes, bool all_resident, const std::vector<uint64_t>& pinned,
-                         const std::vector<ChunkHandle>& shared, CopyBatch* batch, SleepResult* result) {
-  batch->chunks.reserve(chunks_.size());
-  batch->homes.reserve(chunks_.size());
-  batch->first.reserve(chunks_.size() + 1);
-  for (auto& entry : chunks_) {
+void ArenaSleep::choose_going(unsigned keep_modes, bool all_resident, const std::vector<uint64_t>& pinned,
+                              const std::vector<ChunkHandle>& shared, CopyBatch* batch, SleepResult* result) {
+  batch->chunks.reserve(chunks_.all().size());
+  batch->homes.reserve(chunks_.all().size());
+  batch->first.reserve(chunks_.all().size() + 1);
+  for (auto& entry : chunks_.all()) {
     Chunk& chunk = entry.second;
     if (chunk.asleep) continue;
     bool is_pinned = chunk.unreleasable || all_resident;
@@ -113,7 +113,7 @@ void Arena::choose_going(unsigned keep_modes, bool all_resident, const std::vect
   batch->first.push_back(batch->pieces.size());
 }
 
-void Arena::release_going(const CopyBatch& batch, SleepResult* result) {
+void ArenaSleep::release_going(const CopyBatch& batch, SleepResult* result) {
   const std::vector<HostCopy>& copies = batch.pieces;
   const std::vector<size_t>& first = batch.first;
   for (size_t i = 0; i < batch.chunks.size(); ++i) {
@@ -144,7 +144,7 @@ void Arena::release_going(const CopyBatch& batch, SleepResult* result) {
   }
 }
 
-void Arena::plan_copies(uint64_t home, Chunk& chunk, unsigned keep_modes, std::vector<HostCopy>* copies) {
+void ArenaSleep::plan_copies(uint64_t home, Chunk& chunk, unsigned keep_modes, std::vector<HostCopy>* copies) {
   const bool to_disk = (keep_modes & kSleepToDisk) != 0;
   chunk.kept.clear();
   live_pieces(home, chunk, &chunk.kept, false, to_disk);
@@ -158,10 +158,10 @@ void Arena::plan_copies(uint64_t home, Chunk& chunk, unsigned keep_modes, std::v
   }
 }
 
-void Arena::keep_sizes(std::vector<uint64_t>* out) const {
+void ArenaSleep::keep_sizes(std::vector<uint64_t>* out) const {
   if (asleep_) return;
   std::vector<KeptPiece> pieces;
-  for (const auto& entry : chunks_) {
+  for (const auto& entry : chunks_.all()) {
     if (entry.second.asleep || entry.second.unreleasable) continue;
     pieces.clear();
     live_pieces(entry.first, entry.second, &pieces, true);
@@ -169,8 +169,8 @@ void Arena::keep_sizes(std::vector<uint64_t>* out) const {
   }
 }
 
-void Arena::live_pieces(uint64_t home, const Chunk& chunk, std::vector<KeptPiece>* out, bool idle_is_free,
-                        bool by_block) const {
+void ArenaSleep::live_pieces(uint64_t home, const Chunk& chunk, std::vector<KeptPiece>* out, bool idle_is_free,
+                             bool by_block) const {
   const uint64_t end = home + chunk.granules.bytes();
   for (uint64_t addr = home; addr < end;) {
     const Block* b = arena_block_of(page_map_.lookup(addr));
@@ -194,7 +194,12 @@ void Arena::live_pieces(uint64_t home, const Chunk& chunk, std::vector<KeptPiece
   }
 }
 
-void Arena::free_kept(Chunk& chunk) {
+void ArenaSleep::peers_changed(const AccessSet& access) {
+  revoked_asleep_ = (revoked_asleep_ | access.revoked) & ~access.peers;
+  access_pending_ = true;
+}
+
+void ArenaSleep::free_kept(Chunk& chunk) {
   for (KeptPiece& piece : chunk.kept)
     if (piece.host) provider_.host_free(piece.host, piece.granules.bytes());
   chunk.kept.clear();

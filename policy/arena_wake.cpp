@@ -1,4 +1,4 @@
-// policy/arena_wake.cpp: the arena's half of wake (arena.h, docs/POOL.md
+// policy/arena_wake.cpp: the arena's wake (arena_sleep.h, docs/POOL.md
 // "Sleep and wake"; sleep is arena_sleep.cpp). Every step that fails
 // leaves a consistent arena: a chunk is either resident (mapped at home,
 // open) or asleep (unmapped; released, or its handle kept; or mapped at
@@ -12,17 +12,17 @@
 #include <cstdint>
 #include <vector>
 
-#include "policy/arena.h"
+#include "policy/arena_sleep.h"
 
 namespace pagefast::policy {
 
-bool Arena::bring_up(uint64_t home, Chunk& chunk) {
+bool ArenaSleep::bring_up(uint64_t home, Chunk& chunk) {
   ChunkHandle handle = chunk.handle;
   // Fresh memory: created now, its contents (if kept) still to go in.
   const bool fresh = !chunk.handle_kept;
   if (fresh && provider_.create_chunk(chunk.granules, &handle) != ProviderStatus::Ok) return false;
   auto undo = [&] {
-    if (fresh) release_or_keep(handle);
+    if (fresh) chunks_.release_or_keep(handle);
   };
   if (!chunk.home_mapped && provider_.map(home, handle, Granules(0), chunk.granules) != ProviderStatus::Ok) {
     undo();
@@ -37,7 +37,7 @@ bool Arena::bring_up(uint64_t home, Chunk& chunk) {
       chunk.fill_pending = !chunk.kept.empty();
     }
   };
-  if (provider_.set_access(home, chunk.granules, AccessSet{peers_, revoked_asleep_}) != ProviderStatus::Ok) {
+  if (provider_.set_access(home, chunk.granules, AccessSet{chunks_.peers(), revoked_asleep_}) != ProviderStatus::Ok) {
     if (!provider_.unmap(home, chunk.granules)) {
       // Mapped for good at its home: keep it as the chunk's memory; the
       // next wake opens (and fills) it.
@@ -52,7 +52,7 @@ bool Arena::bring_up(uint64_t home, Chunk& chunk) {
   return true;
 }
 
-void Arena::finish_wake(Chunk& chunk) {
+void ArenaSleep::finish_wake(Chunk& chunk) {
   for (const KeptPiece& piece : chunk.kept) kept_bytes_ -= piece.granules.bytes();
   free_kept(chunk);
   chunk.handle_kept = false;
@@ -62,14 +62,14 @@ void Arena::finish_wake(Chunk& chunk) {
   slept_ -= chunk.granules;
 }
 
-void Arena::undo_fill(uint64_t home, Chunk& chunk) {
+void ArenaSleep::undo_fill(uint64_t home, Chunk& chunk) {
   // The memory holds nothing worth keeping (fill_pending): give it back if
   // the driver lets go of the mapping; else the next wake fills it.
   if (!provider_.unmap(home, chunk.granules)) return;
   chunk.home_mapped = false;
   chunk.handle_kept = false;
   chunk.fill_pending = false;
-  release_or_keep(chunk.handle);
+  chunks_.release_or_keep(chunk.handle);
 }
 
 // Wake's chunks made as their copies go (Provider::copy_from_host_made):
@@ -77,15 +77,16 @@ void Arena::undo_fill(uint64_t home, Chunk& chunk) {
 // fill after the last (prepared()). The first chunk that cannot be brought
 // up stops it there: the rest stay asleep, untouched (`up` says which
 // were brought up).
-class Arena::WakeMaker : public CopyPreparer {
+class ArenaSleep::WakeMaker : public CopyPreparer {
  public:
-  WakeMaker(Arena& arena, CopyBatch& batch, Clock& clock) : up(batch.up), arena_(arena), batch_(batch), clock_(clock) {}
+  WakeMaker(ArenaSleep& sleep, CopyBatch& batch, Clock& clock)
+      : up(batch.up), sleep_(sleep), batch_(batch), clock_(clock) {}
   bool prepare(uint64_t i) override {
     while (chunk_ + 1 < batch_.chunks.size() && batch_.first[chunk_ + 1] <= i) ++chunk_;
     if (chunk_ != tried_) {
       tried_ = chunk_;
       const uint64_t t0 = clock_.now_ns();
-      if (!stopped && arena_.bring_up(batch_.homes[chunk_], *batch_.chunks[chunk_])) up[chunk_] = 1;
+      if (!stopped && sleep_.bring_up(batch_.homes[chunk_], *batch_.chunks[chunk_])) up[chunk_] = 1;
       else stopped = true;
       map_ns += clock_.now_ns() - t0;
     }
@@ -93,14 +94,14 @@ class Arena::WakeMaker : public CopyPreparer {
   }
   void prepared() override {
     const uint64_t t0 = clock_.now_ns();
-    for (auto& entry : arena_.chunks_) {
+    for (auto& entry : sleep_.chunks_.all()) {
       Chunk& chunk = entry.second;
       if (!chunk.asleep || needs_fill(chunk) || stopped) continue;
-      if (!arena_.bring_up(entry.first, chunk)) {
+      if (!sleep_.bring_up(entry.first, chunk)) {
         stopped = true;
         break;
       }
-      arena_.finish_wake(chunk);
+      sleep_.finish_wake(chunk);
       ++woken;
     }
     map_ns += clock_.now_ns() - t0;
@@ -112,32 +113,32 @@ class Arena::WakeMaker : public CopyPreparer {
   uint64_t map_ns = 0;
 
  private:
-  Arena& arena_;
+  ArenaSleep& sleep_;
   CopyBatch& batch_;
   Clock& clock_;
   size_t chunk_ = 0;
   size_t tried_ = SIZE_MAX;
 };
 
-ProviderStatus Arena::wake(Clock& clock, WakeResult* out) {
+ProviderStatus ArenaSleep::wake(Clock& clock, WakeResult* out) {
   WakeResult result;
   if (!asleep_) return ProviderStatus::Ok;
   CopyBatch batch;
   try {
     uint64_t pieces = 0;
-    for (auto& entry : chunks_) pieces += entry.second.asleep ? entry.second.kept.size() : 0;
+    for (auto& entry : chunks_.all()) pieces += entry.second.asleep ? entry.second.kept.size() : 0;
     batch.pieces.reserve(pieces);
-    batch.chunks.reserve(chunks_.size());
-    batch.homes.reserve(chunks_.size());
-    batch.first.reserve(chunks_.size() + 1);
-    batch.up.reserve(chunks_.size());
+    batch.chunks.reserve(chunks_.all().size());
+    batch.homes.reserve(chunks_.all().size());
+    batch.first.reserve(chunks_.all().size() + 1);
+    batch.up.reserve(chunks_.all().size());
   } catch (...) {
     return ProviderStatus::OutOfMemory;
   }
   // The chunks to fill and their copies; each chunk is brought up (mapped
   // and opened) just before its copies, so that the first chunks copy
   // while the next are made; those with nothing to fill after.
-  for (auto& entry : chunks_) {
+  for (auto& entry : chunks_.all()) {
     Chunk& chunk = entry.second;
     if (!chunk.asleep || !needs_fill(chunk)) continue;
     batch.first.push_back(batch.pieces.size());
@@ -170,7 +171,7 @@ ProviderStatus Arena::wake(Clock& clock, WakeResult* out) {
   return remap_stitches();
 }
 
-ProviderStatus Arena::settle_fills(const CopyBatch& batch, ProviderStatus status, WakeResult* result) {
+ProviderStatus ArenaSleep::settle_fills(const CopyBatch& batch, ProviderStatus status, WakeResult* result) {
   const std::vector<char>& up = batch.up;
   const std::vector<HostCopy>& fills = batch.pieces;
   const std::vector<size_t>& first = batch.first;
@@ -208,12 +209,12 @@ ProviderStatus Arena::settle_fills(const CopyBatch& batch, ProviderStatus status
   return status;
 }
 
-ProviderStatus Arena::remap_stitches() {
+ProviderStatus ArenaSleep::remap_stitches() {
   // Every chunk is back: the stitches map them again where they were.
   while (!sleeping_maps_.empty()) {
     const SleepingMap& m = sleeping_maps_.back();
-    auto chunk = chunks_.find(m.chunk_home_addr);
-    if (chunk == chunks_.end() ||
+    auto chunk = chunks_.all().find(m.chunk_home_addr);
+    if (chunk == chunks_.all().end() ||
         provider_.map(m.addr, chunk->second.handle, m.chunk_offset, m.granules) != ProviderStatus::Ok)
       return ProviderStatus::Failed;
     sleeping_maps_.pop_back();
@@ -222,8 +223,9 @@ ProviderStatus Arena::remap_stitches() {
   // Stitches (and, after a peer change while asleep, resident chunks) are
   // opened to the current set; opening an open range again is harmless.
   if (access_pending_ || revoked_asleep_) {
-    for (const auto& range : opened_)
-      if (provider_.set_access(range.first, range.second, AccessSet{peers_, revoked_asleep_}) != ProviderStatus::Ok)
+    for (const auto& range : chunks_.opened())
+      if (provider_.set_access(range.first, range.second, AccessSet{chunks_.peers(), revoked_asleep_}) !=
+          ProviderStatus::Ok)
         return ProviderStatus::Failed;
     access_pending_ = false;
   }
