@@ -33,10 +33,10 @@ constexpr uint16_t kVersion = 3;
 // version 2, which every op but an open is still taken with: they reach
 // processes of either version, and an older pagefast-ctl a newer process.
 constexpr uint16_t kControlVersion = 2;
-inline bool version_taken(uint16_t version, uint16_t op) {
-  return version == kVersion || (version == kControlVersion && op != 1 /* kOpOpen */);
-}
 constexpr uint16_t kOpOpen = 1;
+inline bool version_taken(uint16_t version, uint16_t op) {
+  return version == kVersion || (version == kControlVersion && op != kOpOpen);
+}
 constexpr uint16_t kOpClose = 2;
 // Control (pagefast-ctl, docs/POOL.md "Sleep and wake"): `arg` carries
 // sleep's flags; the reply's status is the answer, with no pieces.

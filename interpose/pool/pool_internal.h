@@ -96,10 +96,11 @@ void service_threads_after_fork_child();
 // opened for the caller. Returns the slot, or 0 when none is empty. Takes
 // the sleep's lock (waits for a sleep or wake under way).
 int reuse_tag_slot(const char* name, unsigned policy);
-// pagefast-ctl's requests (ipc::set_control): 3 sleep(flags), 4 wake, 5 status.
+// pagefast-ctl's requests (ipc::set_control; ops of ipc_wire.h): kOpSleep
+// (arg: the flags), kOpWake, kOpStatus.
 int control_op(uint16_t op, uint64_t arg);
 // pagefast-ctl's requests of one tag (ipc::set_tag_control; ipc_wire.h):
-// 7 sleep the tag (flags: PAGEFAST_SLEEP_KEEP, _FAIL, _DISCARD), 8 wake it;
+// kOpSleepTag (flags: PAGEFAST_SLEEP_KEEP, _FAIL, _DISCARD), kOpWakeTag;
 // answers as pagefast_sleep_tag / pagefast_wake_tag, with
 // ipc::wire::kControlNoTag (-3) for a tag no region opened.
 int tag_control_op(uint16_t op, uint64_t flags, const char* tag);
