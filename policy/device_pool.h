@@ -102,15 +102,13 @@ struct RangeInfo {
 
 // What the memory report shows for one pool, read without waiting: a part
 // whose lock is held (at exit, by a thread stopped anywhere) is marked busy
-// and left at zero. OomRecord: policy/oom_record.h; ClassOccupancy:
-// policy/small_blocks.h.
-struct PoolReport {
+// and left at zero. The arena's figures (chunks, mapped, free home runs
+// ...): ArenaFigures, policy/large_blocks.h; OomRecord:
+// policy/oom_record.h; ClassOccupancy: policy/small_blocks.h.
+struct PoolReport : ArenaFigures {
   PoolStats stats;
   bool arena_busy = false, classes_busy = false, caches_busy = false, oom_busy = false;
-  uint64_t chunks = 0;
-  Granules mapped, free_home, free_stitched, lent, largest_free_run;
-  uint64_t free_blocks = 0;  // free home runs
-  int class_count = 0;       // entries of `classes` used: classes with slabs
+  int class_count = 0;  // entries of `classes` used: classes with slabs
   ClassOccupancy classes[kClassCount];
   OomRecord last_oom;
 };

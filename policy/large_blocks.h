@@ -57,7 +57,7 @@ struct Shortfall {
 struct ArenaFigures {
   uint64_t chunks = 0;
   Granules mapped, free_home, free_stitched, lent, largest_free_run;
-  uint64_t free_blocks = 0;
+  uint64_t free_blocks = 0;  // free home runs
 };
 
 class LargeBlocks {

@@ -31,18 +31,7 @@ PoolReport DevicePool::report() {
   // stopped while holding one. A busy part is reported as busy.
   PoolReport r;
   r.stats = stats();
-  ArenaFigures arena;
-  if (large_.try_figures(&arena)) {
-    r.chunks = arena.chunks;
-    r.mapped = arena.mapped;
-    r.free_home = arena.free_home;
-    r.free_stitched = arena.free_stitched;
-    r.lent = arena.lent;
-    r.free_blocks = arena.free_blocks;
-    r.largest_free_run = arena.largest_free_run;
-  } else {
-    r.arena_busy = true;
-  }
+  if (!large_.try_figures(&r)) r.arena_busy = true;
   // Blocks sitting in the threads' bins are free too, only not central.
   uint64_t in_bins[kClassCount] = {};
   if (!registry_.count_bins(in_bins)) r.caches_busy = true;
