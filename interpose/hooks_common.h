@@ -15,7 +15,8 @@
 namespace pagefast::hook {
 
 // active()'s slow half: pass-through, or the first counted call of a thread.
-bool active_slow(Entry entry);
+// Out of line, so that no hook keeps registers for it on its fast path.
+__attribute__((noinline, cold)) bool active_slow(Entry entry);
 
 namespace {
 
