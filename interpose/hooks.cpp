@@ -282,13 +282,9 @@ CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flag
   PF_FORWARD_RETRIED(on, cuMemAllocManaged, (dptr, bytesize, flags));
 }
 
-CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
-  const bool on = active(Entry::cuMemGetInfo_v2);
-  const RealDriver* real = real_driver();
-  const CUresult result = PF_CALL_REAL(cuMemGetInfo_v2, (free_bytes, total_bytes));
-  if (on && result == CUDA_SUCCESS) pool::adjust_mem_info(free_bytes, total_bytes);
-  return result;
-}
+// cuMemGetInfo: the pool makes the driver's call and adds its idle memory
+// (pool_api.h mem_info).
+PF_COUNTED_HOOK(cuMemGetInfo_v2, (size_t* free_bytes, size_t* total_bytes), (free_bytes, total_bytes), pool::mem_info)
 
 // The pointer queries: a deferred own-VMM mapping at the address is
 // unmapped first (own_vmm.h before_query); pool memory is answered (or

@@ -130,9 +130,12 @@ bool try_ipc_open(CUdeviceptr* pdptr, const CUipcMemHandle& handle, unsigned fla
 bool try_ipc_close(CUdeviceptr dptr, CUresult* result);
 // Whether a stream capture is active anywhere in the process.
 bool capture_active();
-// cuMemGetInfo_v2, after the real call succeeded: add idle bytes to free,
-// apply the limit to total. Either pointer may be NULL.
-void adjust_mem_info(size_t* free_bytes, size_t* total_bytes);
+// cuMemGetInfo_v2 while pagefast is on: the driver's function `call`
+// (the hook's), and when it succeeded, idle bytes added to free and the
+// limit applied to total. Either pointer may be NULL. One function with
+// the call in it, so that the hook ends in a tail call of it.
+using MemGetInfoFn = CUresult (*)(size_t*, size_t*);
+CUresult mem_info(MemGetInfoFn call, size_t* free_bytes, size_t* total_bytes);
 // The driver answered a call CUDA_ERROR_OUT_OF_MEMORY: every byte pagefast
 // holds idle on `device` (its pool's, the own-VMM cache's) goes back to
 // the driver (policy/device_budget.h); kCurrentDevice: the calling

@@ -25,6 +25,10 @@
 #include "policy/config.h"
 #include "policy/format.h"
 
+namespace pagefast::policy {
+class DeviceBudget;
+}
+
 namespace pagefast::pool {
 
 class DeviceMemory;
@@ -45,6 +49,11 @@ struct Process {
   std::atomic<bool> retired[kMaxDevices] = {};
   // The devices the driver shows (cuDeviceGetCount), once asked; 0 before.
   std::atomic<int> device_count{0};
+  // The budget cuMemGetInfo answers from without asking for the device
+  // (devices.cpp mem_info): device 0's, once the driver showed one device
+  // and that device's memory was made; NULL before, once the device was
+  // reset, and in a forked child. Set and cleared under create_mutex.
+  std::atomic<policy::DeviceBudget*> info_budget{nullptr};
   policy::MonotonicClock* clock = nullptr;
   // Peer access granted: peer_grants[owner][accessor] counts the context
   // pairs (accessor's context -> owner's context) with peer access
