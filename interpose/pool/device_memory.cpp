@@ -44,7 +44,7 @@ policy::DevicePool* DeviceMemory::make_pool_locked(const RealDriver* real, CUdev
   const PoolConfig& config = g_process.config;
   std::string why;
   VmmProvider* provider = copier_.load(std::memory_order_acquire);
-  if (!provider) provider = VmmProvider::create(real, device, &g_process.gate, g_process.log, &kIpcEvents, &why);
+  if (!provider) provider = VmmProvider::create(real, device, &g_capture_gate, g_process.log, &kIpcEvents, &why);
   auto* budgeted = provider ? new (std::nothrow) policy::BudgetedProvider(*provider, config.limit_bytes) : nullptr;
   if (!budgeted) {
     unpoolable_.store(true, std::memory_order_release);
@@ -93,7 +93,7 @@ VmmProvider* DeviceMemory::copy_provider(const RealDriver* real) {
   std::string why;
   VmmProvider* made =
       provider_ ? provider_
-                : VmmProvider::create(real, CUdevice(device_), &g_process.gate, g_process.log, &kIpcEvents, &why);
+                : VmmProvider::create(real, CUdevice(device_), &g_capture_gate, g_process.log, &kIpcEvents, &why);
   // The calling thread's context (the program's) is where its copies run
   // when no pool noted one: also from a thread with none (the trim
   // thread's page-locking ahead, pagefast-ctl's sleep).

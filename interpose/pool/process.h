@@ -1,8 +1,9 @@
 // interpose/pool/process.h: the pool glue's process-wide state in one
 // object (docs/DESIGN.md "Who owns what"): the configuration, the on-switch,
-// the capture gate, the clock, and one entry per device ordinal holding that
-// device's DeviceMemory (interpose/pool/device_memory.h), made at the first
-// need and never destroyed.
+// the clock, and one entry per device ordinal holding that device's
+// DeviceMemory (interpose/pool/device_memory.h), made at the first need and
+// never destroyed. The capture gate stands apart (interpose/pool_api.h
+// CaptureGate), so that the hooks' capture bookkeeping is inline.
 //
 // Constant-initialised (no dynamic initialiser may run: a hook can be
 // reached from another library's constructor before ours), never destroyed
@@ -37,7 +38,6 @@ struct Process {
   std::atomic<bool> active{false};  // configured on, and not a forked child
   PoolConfig config;
   LogSink log = nullptr;
-  CaptureGate gate;
   std::atomic<const RealDriver*> real{nullptr};
   // Taken to make a device's memory or its pool, to retire it, and around
   // the peer grants.

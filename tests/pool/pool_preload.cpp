@@ -152,6 +152,60 @@ int capture_threads() {
   return 0;
 }
 
+// Synchronisations the pool made over a loop of pairs (relaxed mode
+// around them, as PyTorch's allocator calls during a capture).
+int syncs_over_pairs() {
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  if (cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS) return -1;
+  const int before = fakecuda_call_count("cuCtxSynchronize");
+  for (int i = 0; i < 400; ++i) {
+    CUdeviceptr p;
+    if (cuMemAlloc_v2(&p, 4096) != CUDA_SUCCESS || cuMemFree_v2(p) != CUDA_SUCCESS) return -1;
+  }
+  const int syncs = fakecuda_call_count("cuCtxSynchronize") - before;
+  return cuThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS ? syncs : -1;
+}
+
+// The count of captures through calls that begin or end nothing: a begin
+// the driver refuses, an end on the wrong thread (the stream still
+// captures), an end of a stream that never captured, a second end. While
+// a capture runs the pool never synchronises; once none runs, it does.
+int capture_odd() {
+  CUstream a, b, never;
+  CHECK_CU(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(cuStreamCreate(&never, CU_STREAM_NON_BLOCKING));
+  CUgraph graph = nullptr;
+  auto end_elsewhere = [&](CUstream stream) {
+    CUresult r = CUDA_ERROR_UNKNOWN;
+    std::thread([&] {
+      r = cuCtxSetCurrent(g_context);
+      if (r == CUDA_SUCCESS) r = cuStreamEndCapture(stream, &graph);
+    }).join();
+    return r;
+  };
+  CHECK_CU(cuStreamBeginCapture_v2(a, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  if (cuStreamBeginCapture_v2(a, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS)
+    return fail("capture_odd: a second begin of a capturing stream succeeded");
+  if (end_elsewhere(a) != CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD)
+    return fail("capture_odd: an end on another thread was not refused");
+  if (cuStreamEndCapture(never, &graph) == CUDA_SUCCESS) return fail("capture_odd: an end of no capture succeeded");
+  if (syncs_over_pairs() != 0) return fail("capture_odd: a synchronisation while a capture ran (after refused calls)");
+  CHECK_CU(cuStreamEndCapture(a, &graph));
+  CHECK_CU(cuStreamBeginCapture_v2(b, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  if (cuStreamEndCapture(a, &graph) == CUDA_SUCCESS) return fail("capture_odd: a second end succeeded");
+  if (syncs_over_pairs() != 0) return fail("capture_odd: a synchronisation while a capture ran (after a second end)");
+  CHECK_CU(cuStreamEndCapture(b, &graph));
+  CHECK_CU(cuStreamBeginCapture_v2(a, CU_STREAM_CAPTURE_MODE_RELAXED));
+  if (end_elsewhere(a) != CUDA_SUCCESS) return fail("capture_odd: a relaxed capture's end on another thread failed");
+  const int syncs = syncs_over_pairs();
+  const bool pooled = dlsym(RTLD_DEFAULT, "pagefast_is_active") != nullptr;
+  if (syncs < 0 || (pooled && syncs == 0))
+    return fail("capture_odd: no synchronisation once no capture ran (a capture left counted)");
+  std::printf("ok capture_odd syncs after %d\n", syncs);
+  return 0;
+}
+
 int capture() {
   CUstream stream;
   CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
@@ -189,7 +243,8 @@ int capture() {
     CHECK_CU(cuMemFree_v2(p));
   }
   std::printf("ok capture syncs after %d\n", fakecuda_call_count("cuCtxSynchronize") - syncs_before);
-  return capture_threads();
+  if (capture_threads()) return 1;
+  return capture_odd();
 }
 
 // Open descriptors of this process whose link names `target`.
