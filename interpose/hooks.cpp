@@ -1,21 +1,16 @@
 // interpose/hooks.cpp: what pagefast does in place of each table entry
 // for memory: cuMemAlloc and cuMemFree, the other allocations (retried
-// after an out-of-memory answer), the queries of pool memory, and graph
-// capture. Each hook counts the call, then either lets the pool answer or
-// forwards to the real driver with the same arguments. Pass-through mode
-// forwards everything untouched and counts nothing. The other hooks are
-// hooks_ipc.cpp, hooks_own_vmm.cpp and hooks_context.cpp; what they share
-// is hooks_common.h.
+// after an out-of-memory answer) and the queries of pool memory. Each hook
+// counts the call, then either lets the pool answer or forwards to the
+// real driver with the same arguments. Pass-through mode forwards
+// everything untouched and counts nothing. The other hooks are
+// hooks_capture.cpp (graph capture), hooks_ipc.cpp, hooks_own_vmm.cpp and
+// hooks_context.cpp; what they share is hooks_common.h.
 #include "interpose/hooks.h"
 
-#include <sched.h>
-
-#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
-#include <mutex>
-#include <vector>
 
 #include "interpose/driver.h"
 #include "interpose/hooks_common.h"
@@ -37,103 +32,6 @@ bool active_slow(Entry entry) {
 namespace {
 
 std::atomic<bool> g_first_alloc_done{false};
-
-// Streams being captured into a graph: kCaptureSlots slots, each taken
-// and given back with one compare-exchange (a capture begun and ended is
-// two of them, no lock); beyond them, rarely, a list under a spin lock. A
-// slot holds a stream's handle plus one (0: free), and a stream is in at
-// most one place.
-constexpr int kCaptureSlots = 64;
-std::atomic<uintptr_t> g_capture_slot[kCaptureSlots];  // zero-initialised: free
-std::atomic<int> g_capture_slots_used{0};              // slots ever taken: the ones searched
-std::atomic<int> g_capture_overflow{0};                // streams in the list
-
-// The list's lock: captures past the slots are rare, and the holder only
-// edits the list.
-class CaptureLock {
- public:
-  void lock() {
-    while (held_.exchange(true, std::memory_order_acquire))
-      while (held_.load(std::memory_order_relaxed)) sched_yield();
-  }
-  void unlock() { held_.store(false, std::memory_order_release); }
-
- private:
-  std::atomic<bool> held_{false};
-};
-CaptureLock g_capture_lock;  // constant-initialised
-std::vector<CUstream>& capturing() {
-  static auto* streams = new std::vector<CUstream>();  // never destroyed: used at exit
-  return *streams;
-}
-
-uintptr_t slot_value(CUstream stream) { return reinterpret_cast<uintptr_t>(stream) + 1; }
-
-void capture_listed(CUstream stream) {
-  for (int i = 0; i < kCaptureSlots; ++i) {
-    uintptr_t free_slot = 0;
-    if (g_capture_slot[i].load(std::memory_order_relaxed) == 0 &&
-        g_capture_slot[i].compare_exchange_strong(free_slot, slot_value(stream), std::memory_order_acq_rel)) {
-      int used = g_capture_slots_used.load(std::memory_order_relaxed);
-      while (used < i + 1 &&
-             !g_capture_slots_used.compare_exchange_weak(used, i + 1, std::memory_order_release,
-                                                         std::memory_order_relaxed)) {
-      }
-      return;
-    }
-  }
-  std::lock_guard<CaptureLock> lock(g_capture_lock);
-  capturing().push_back(stream);
-  g_capture_overflow.fetch_add(1, std::memory_order_release);
-}
-
-// Whether `stream` was listed (it is not any more).
-bool capture_unlisted(CUstream stream) {
-  const uintptr_t value = slot_value(stream);
-  const int used = g_capture_slots_used.load(std::memory_order_acquire);
-  for (int i = 0; i < used; ++i) {
-    uintptr_t expected = value;
-    if (g_capture_slot[i].load(std::memory_order_relaxed) == value &&
-        g_capture_slot[i].compare_exchange_strong(expected, 0, std::memory_order_acq_rel))
-      return true;
-  }
-  if (g_capture_overflow.load(std::memory_order_acquire) == 0) return false;
-  std::lock_guard<CaptureLock> lock(g_capture_lock);
-  std::vector<CUstream>& streams = capturing();
-  auto it = std::find(streams.begin(), streams.end(), stream);
-  if (it == streams.end()) return false;
-  streams.erase(it);
-  g_capture_overflow.fetch_sub(1, std::memory_order_relaxed);
-  return true;
-}
-
-// Called before the real begin: from this point the pool starts no new
-// synchronisation, and one already running has finished (on_capture_begin
-// waits for it), so no sync can overlap the capture's first call.
-void capture_announce() { pool::on_capture_begin(); }
-
-void capture_began(CUstream stream, CUresult result) {
-  if (result != CUDA_SUCCESS) {
-    pool::on_capture_end();  // the capture never started
-    return;
-  }
-  capture_listed(stream);
-}
-
-void capture_maybe_ended(CUstream stream, CUresult result) {
-  // A capture that ended well is over; after an error the driver is asked
-  // whether the stream still captures (an end on the wrong thread, say).
-  const RealDriver* real = real_driver();
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (result != CUDA_SUCCESS && driver::stream_is_capturing(real, stream, &status) == CUDA_SUCCESS &&
-      status == CU_STREAM_CAPTURE_STATUS_ACTIVE)
-    return;
-  if (capture_unlisted(stream)) pool::on_capture_end();
-}
-
-}  // namespace
-
-namespace {
 
 // What the driver answers when the pool does not: pool_api.h alloc_or's
 // and free_or's forward.
@@ -282,13 +180,9 @@ CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flag
   PF_FORWARD_RETRIED(on, cuMemAllocManaged, (dptr, bytesize, flags));
 }
 
-CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
-  const bool on = active(Entry::cuMemGetInfo_v2);
-  const RealDriver* real = real_driver();
-  const CUresult result = PF_CALL_REAL(cuMemGetInfo_v2, (free_bytes, total_bytes));
-  if (on && result == CUDA_SUCCESS) pool::adjust_mem_info(free_bytes, total_bytes);
-  return result;
-}
+// cuMemGetInfo: the pool makes the driver's call and adds its idle memory
+// (pool_api.h mem_info).
+PF_COUNTED_HOOK(cuMemGetInfo_v2, (size_t* free_bytes, size_t* total_bytes), (free_bytes, total_bytes), pool::mem_info)
 
 // The pointer queries: a deferred own-VMM mapping at the address is
 // unmapped first (own_vmm.h before_query); pool memory is answered (or
@@ -323,44 +217,5 @@ CUresult cuPointerGetAttributes(unsigned count, CUpointer_attribute* attributes,
       if (data[i]) pool::patch_pointer_attribute(data[i], attributes[i], ptr);
   return result;
 }
-
-// Capture entry points: forwarded, and tracked so that the pool never
-// synchronises while a graph is being captured.
-#define PF_CAPTURE_BEGIN(symbol, params, args)                          \
-  CUresult symbol params {                                             \
-    const bool on = active(Entry::symbol);                             \
-    const RealDriver* real = real_driver();                            \
-    if (!real || !real->symbol) return kMissing;                       \
-    if (on) capture_announce();                                        \
-    const CUresult result = real->symbol args;                         \
-    if (on) capture_began(stream, result);                             \
-    return result;                                                     \
-  }
-PF_CAPTURE_BEGIN(cuStreamBeginCapture, (CUstream stream), (stream))
-PF_CAPTURE_BEGIN(cuStreamBeginCapture_ptsz, (CUstream stream), (stream))
-PF_CAPTURE_BEGIN(cuStreamBeginCapture_v2, (CUstream stream, CUstreamCaptureMode mode), (stream, mode))
-PF_CAPTURE_BEGIN(cuStreamBeginCapture_v2_ptsz, (CUstream stream, CUstreamCaptureMode mode), (stream, mode))
-PF_CAPTURE_BEGIN(cuStreamBeginCaptureToGraph,
-                 (CUstream stream, CUgraph graph, const CUgraphNode* deps, const CUgraphEdgeData* edges,
-                  size_t deps_count, CUstreamCaptureMode mode),
-                 (stream, graph, deps, edges, deps_count, mode))
-PF_CAPTURE_BEGIN(cuStreamBeginCaptureToGraph_ptsz,
-                 (CUstream stream, CUgraph graph, const CUgraphNode* deps, const CUgraphEdgeData* edges,
-                  size_t deps_count, CUstreamCaptureMode mode),
-                 (stream, graph, deps, edges, deps_count, mode))
-#undef PF_CAPTURE_BEGIN
-
-#define PF_CAPTURE_END(symbol)                                          \
-  CUresult symbol(CUstream stream, CUgraph* graph) {                   \
-    const bool on = active(Entry::symbol);                             \
-    const RealDriver* real = real_driver();                            \
-    if (!real || !real->symbol) return kMissing;                       \
-    const CUresult result = real->symbol(stream, graph);               \
-    if (on) capture_maybe_ended(stream, result);                       \
-    return result;                                                     \
-  }
-PF_CAPTURE_END(cuStreamEndCapture)
-PF_CAPTURE_END(cuStreamEndCapture_ptsz)
-#undef PF_CAPTURE_END
 
 }  // namespace pagefast::hook

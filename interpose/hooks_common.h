@@ -15,7 +15,7 @@
 namespace pagefast::hook {
 
 // active()'s slow half: pass-through, or the first counted call of a thread.
-bool active_slow(Entry entry);
+__attribute__((noinline, cold)) bool active_slow(Entry entry);
 
 namespace {
 
@@ -43,6 +43,40 @@ inline bool active(Entry entry) {
   if (__builtin_expect(stats::count_call_fast(entry), 1)) return true;
   return active_slow(entry);
 }
+
+// A hook's fast path that calls nothing itself (it ends in a tail call):
+// the loaded driver, with the call counted, when pagefast is on and the
+// thread counts its calls (count_call_fast); NULL, with the call not
+// counted, otherwise: the hook then ends in a tail call of its slow twin,
+// which takes active() and real_driver() (PF_COUNTED_HOOK).
+inline const RealDriver* counted_driver(Entry entry) {
+  const RealDriver* real = g_loaded_driver.load(std::memory_order_acquire);
+  return __builtin_expect(real != nullptr, 1) && stats::count_call_fast(entry) ? real : nullptr;
+}
+
+// A hook whose work while pagefast is on is counted(real->symbol, args...):
+// a function that makes the driver's call itself, and whatever pagefast
+// does around it; pass-through forwards the call unchanged. The hook's
+// fast path does nothing but count the call and end in `counted` (a tail
+// call, or inline); its slow twin (symbol_slow) takes the first call of a
+// thread, pass-through and a driver not loaded yet. At namespace scope.
+#define PF_UNPAREN(...) __VA_ARGS__
+#define PF_COUNTED_HOOK(symbol, params, args, counted)         \
+  namespace {                                                  \
+  __attribute__((noinline)) CUresult symbol##_slow params {    \
+    const bool on = active(Entry::symbol);                     \
+    const RealDriver* real = real_driver();                    \
+    if (!real || !real->symbol) return kMissing;               \
+    if (!on) return real->symbol args;                         \
+    return counted(real->symbol, PF_UNPAREN args);             \
+  }                                                            \
+  }                                                            \
+  CUresult symbol params {                                     \
+    const RealDriver* real = counted_driver(Entry::symbol);    \
+    if (__builtin_expect(!real, 0)) return symbol##_slow args; \
+    if (!real->symbol) return kMissing;                        \
+    return counted(real->symbol, PF_UNPAREN args);             \
+  }
 
 // A driver call that can answer CUDA_ERROR_OUT_OF_MEMORY for lack of the
 // memory pagefast holds idle: on that answer (and only when pagefast is

@@ -10,6 +10,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -128,11 +129,27 @@ bool try_ipc_get_mem_handle(CUipcMemHandle* handle, CUdeviceptr dptr, CUresult* 
 // also with the pool off: a process may import what another exported.
 bool try_ipc_open(CUdeviceptr* pdptr, const CUipcMemHandle& handle, unsigned flags, CUresult* result);
 bool try_ipc_close(CUdeviceptr dptr, CUresult* result);
+// Stream captures against the pool's synchronisations (docs/POOL.md
+// "Never during a capture"): a count of the captures begun and not ended,
+// and of the syncs running. A sync announces itself, then looks for
+// captures (VmmProvider::synchronize); a capture announces itself, then
+// waits for the syncs running: both with sequentially consistent
+// read-modify-writes, so that no sync overlaps a capture.
+struct CaptureGate {
+  std::atomic<int> captures{0};
+  std::atomic<int> syncs_in_flight{0};
+};
+extern CaptureGate g_capture_gate;  // constant-initialised (pool.cpp)
 // Whether a stream capture is active anywhere in the process.
-bool capture_active();
-// cuMemGetInfo_v2, after the real call succeeded: add idle bytes to free,
-// apply the limit to total. Either pointer may be NULL.
-void adjust_mem_info(size_t* free_bytes, size_t* total_bytes);
+inline bool capture_active() { return g_capture_gate.captures.load(std::memory_order_acquire) > 0; }
+// on_capture_begin's rare path: a sync announced itself first.
+void wait_for_syncs_in_flight();
+// cuMemGetInfo_v2 while pagefast is on: the driver's function `call`
+// (the hook's), and when it succeeded, idle bytes added to free and the
+// limit applied to total. Either pointer may be NULL. One function with
+// the call in it, so that the hook ends in a tail call of it.
+using MemGetInfoFn = CUresult (*)(size_t*, size_t*);
+CUresult mem_info(MemGetInfoFn call, size_t* free_bytes, size_t* total_bytes);
 // The driver answered a call CUDA_ERROR_OUT_OF_MEMORY: every byte pagefast
 // holds idle on `device` (its pool's, the own-VMM cache's) goes back to
 // the driver (policy/device_budget.h); kCurrentDevice: the calling
@@ -166,9 +183,17 @@ void relieve_for_managed(size_t bytes);
 // memory under the headroom gives idle memory back (DeviceBudget::relieve).
 void relieve_headroom();
 // Stream capture began / ended somewhere in the process: while any capture
-// is active the pool never synchronises.
-void on_capture_begin();
-void on_capture_end();
+// is active the pool never synchronises. on_capture_begin comes before the
+// driver's call that begins it (and on_capture_end after it, when that
+// failed), so that from then on no sync starts, and a sync already running
+// has finished when it returns. Each on_capture_end ends one capture that
+// on_capture_begin counted. Inline: one read-modify-write each, and a load.
+inline void on_capture_begin() {
+  g_capture_gate.captures.fetch_add(1, std::memory_order_seq_cst);
+  if (__builtin_expect(g_capture_gate.syncs_in_flight.load(std::memory_order_seq_cst) > 0, 0))
+    wait_for_syncs_in_flight();
+}
+inline void on_capture_end() { g_capture_gate.captures.fetch_sub(1, std::memory_order_seq_cst); }
 
 // Peer access, after the real cuCtxEnablePeerAccess / cuCtxDisablePeerAccess
 // succeeded: device `accessor` (the caller's current context) may now / may

@@ -3,12 +3,21 @@
 
 namespace pagefast::policy {
 
+namespace {
+// The word of a holder that has none: it is always asked.
+const std::atomic<uint64_t> kAlwaysAsked{kNoLimit};
+}  // namespace
+
 bool DeviceBudget::add(Holder* holder) {
   std::lock_guard<std::mutex> guard(add_mutex_);
   const int n = holder_count_.load(std::memory_order_relaxed);
   if (!holder || n >= kMaxHolders) return false;
   holders_[n] = holder;
   holder_count_.store(n + 1, std::memory_order_release);
+  // Each list has fewer entries than holders_: its last stays NULL.
+  Word* words = holder->all_idle() ? idle_words_ : asked_words_;
+  while (words->load(std::memory_order_relaxed)) ++words;
+  words->store(holder->held_word() ? holder->held_word() : &kAlwaysAsked, std::memory_order_release);
   return true;
 }
 
@@ -77,27 +86,24 @@ uint64_t DeviceBudget::room_for(const Holder* holder) {
   return limit_bytes_ > others ? limit_bytes_ - others : 0;
 }
 
-void DeviceBudget::mem_info(uint64_t* free_bytes, uint64_t* total_bytes) {
+void DeviceBudget::mem_info_asked(uint64_t* free_bytes, uint64_t* total_bytes) {
   uint64_t idle = 0, in_use = 0;
   const int n = holder_count_.load(std::memory_order_acquire);
   for (int i = 0; i < n; ++i) {
+    Holder* holder = holders_[i];
+    const std::atomic<uint64_t>* word = holder->held_word();
+    const uint64_t word_held = word ? word->load(std::memory_order_relaxed) : kNoLimit;
+    if (word_held == 0) continue;
+    if (holder->all_idle()) {
+      idle += word_held;
+      continue;
+    }
     uint64_t held = 0, holder_idle = 0;
-    holders_[i]->figures(&held, &holder_idle);
+    holder->figures(&held, &holder_idle);
     idle += holder_idle;
     in_use += held > holder_idle ? held - holder_idle : 0;
   }
-  if (limit_bytes_) {
-    uint64_t left = limit_bytes_ > in_use ? limit_bytes_ - in_use : 0;
-    if (free_bytes && *free_bytes + idle < left) left = *free_bytes + idle;
-    if (free_bytes) *free_bytes = left;
-    if (total_bytes) *total_bytes = limit_bytes_;
-    return;
-  }
-  if (free_bytes) {
-    uint64_t free_now = *free_bytes + idle;
-    if (total_bytes && free_now > *total_bytes) free_now = *total_bytes;
-    *free_bytes = free_now;
-  }
+  answer_mem_info(idle, in_use, free_bytes, total_bytes);
 }
 
 void DeviceBudget::set_idle_limit(uint64_t bytes, uint64_t relearn_ns) {

@@ -70,6 +70,25 @@ class Holder {
   // much (kAllIdle: all of it). May call the driver (and wait for the
   // device); never from a destructor. Returns the bytes released.
   virtual uint64_t release(uint64_t bytes) = 0;
+
+  // What the budget reads before it asks (mem_info, on every cuMemGetInfo):
+  // a word that reads 0 whenever the holder holds nothing, so that the
+  // budget asks only a holder that holds something; with all_idle, the
+  // word is both figures exactly (all the holder holds is idle, as the
+  // own-VMM cache's), and the budget never asks. NULL: always asked.
+  const std::atomic<uint64_t>* held_word() const { return held_word_; }
+  bool all_idle() const { return all_idle_; }
+
+ protected:
+  // Before the holder is added to a budget; the word outlives the holder.
+  void set_held_word(const std::atomic<uint64_t>* word, bool all_idle) {
+    held_word_ = word;
+    all_idle_ = word && all_idle;
+  }
+
+ private:
+  const std::atomic<uint64_t>* held_word_ = nullptr;
+  bool all_idle_ = false;
 };
 
 // The other pagefast processes on the same device (interpose/ipc/ipc_neighbours.cpp).
@@ -157,8 +176,24 @@ class DeviceBudget {
   // (a call refused for lack of it gets it back: reclaim); under a limit
   // the total is the limit, and free what the holders' memory in use (on
   // the device: an asleep pool's blocks are not) leaves of it, never more
-  // than the device could back.
-  void mem_info(uint64_t* free_bytes, uint64_t* total_bytes);
+  // than the device could back. A holder is asked for its figures only
+  // when its word says it holds something, not all of it idle
+  // (Holder::held_word).
+  void mem_info(uint64_t* free_bytes, uint64_t* total_bytes) {
+    if (!mem_info_from_words(free_bytes, total_bytes)) mem_info_asked(free_bytes, total_bytes);
+  }
+  // mem_info when no holder needs asking (each holds nothing or only idle
+  // memory): inline, no call, from the words add() copied. false, with
+  // nothing written, otherwise.
+  bool mem_info_from_words(uint64_t* free_bytes, uint64_t* total_bytes) const {
+    for (const Word* w = asked_words_; const std::atomic<uint64_t>* word = w->load(std::memory_order_acquire); ++w)
+      if (word->load(std::memory_order_relaxed)) return false;
+    uint64_t idle = 0;
+    for (const Word* w = idle_words_; const std::atomic<uint64_t>* word = w->load(std::memory_order_acquire); ++w)
+      idle += word->load(std::memory_order_relaxed);
+    answer_mem_info(idle, 0, free_bytes, total_bytes);
+    return true;
+  }
 
   // How many bytes a growth may take of free_bytes and leave the headroom.
   uint64_t room_above_headroom(uint64_t free_bytes) const {
@@ -178,12 +213,37 @@ class DeviceBudget {
  private:
   // Asks the holders in order, `skip` left out, until `bytes` came back.
   uint64_t ask(uint64_t bytes, const Holder* skip = nullptr);
+  // mem_info with every holder that holds something, not all of it idle,
+  // asked for its figures.
+  void mem_info_asked(uint64_t* free_bytes, uint64_t* total_bytes);
+  // mem_info's answer from the holders' idle memory and memory in use.
+  void answer_mem_info(uint64_t idle, uint64_t in_use, uint64_t* free_bytes, uint64_t* total_bytes) const {
+    if (limit_bytes_) {
+      uint64_t left = limit_bytes_ > in_use ? limit_bytes_ - in_use : 0;
+      if (free_bytes && *free_bytes + idle < left) left = *free_bytes + idle;
+      if (free_bytes) *free_bytes = left;
+      if (total_bytes) *total_bytes = limit_bytes_;
+      return;
+    }
+    if (free_bytes) {
+      uint64_t free_now = *free_bytes + idle;
+      if (total_bytes && free_now > *total_bytes) free_now = *total_bytes;
+      *free_bytes = free_now;
+    }
+  }
 
   const uint64_t headroom_bytes_;
   const uint64_t limit_bytes_;
-  std::mutex add_mutex_;  // add() alone: the readers go by holder_count_
+  std::mutex add_mutex_;  // add() alone: the readers go by the counts
   Holder* holders_[kMaxHolders] = {};
   std::atomic<int> holder_count_{0};
+  // The holders' words (Holder::held_word) as add() found them, for
+  // mem_info_from_words, each list ended by NULL: the all-idle holders'
+  // (summed), and the others' (0: nothing to ask; a holder without a word
+  // has one that never reads 0). Written under add_mutex_.
+  using Word = std::atomic<const std::atomic<uint64_t>*>;
+  Word idle_words_[kMaxHolders + 1] = {};
+  Word asked_words_[kMaxHolders + 1] = {};
   // REQUIRES: give_back_mutex_. The idle memory kept: `bound` and what
   // the program showed it takes back (learned_bytes_), kNoLimit on overflow.
   uint64_t keep_bytes(uint64_t bound) const;

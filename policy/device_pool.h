@@ -263,6 +263,9 @@ class DevicePool final {
   uint64_t limit_bytes() const { return settings_.config.limit_bytes; }
   // Lock-free (the budget reads it for the own-VMM cache's room).
   uint64_t mapped_bytes() const { return large_.mapped_bytes(); }
+  // The word mapped_bytes reads (0: the pool holds nothing, idle or in
+  // use), for the device's budget to keep (Holder::held_word).
+  const std::atomic<uint64_t>* mapped_bytes_word() const { return large_.mapped_bytes_word(); }
 
   // The memory report's figures (policy/pool_report.cpp). Try-locks only,
   // no provider call: safe at process exit.

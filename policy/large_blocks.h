@@ -137,6 +137,7 @@ class LargeBlocks {
 
   // Lock-free.
   uint64_t mapped_bytes() const { return mapped_bytes_.load(std::memory_order_relaxed); }
+  const std::atomic<uint64_t>* mapped_bytes_word() const { return &mapped_bytes_; }
   // Free in home runs, as the last hold of the device lock left it.
   uint64_t free_bytes() const { return free_bytes_.load(std::memory_order_relaxed); }
   uint64_t last_growth_ns() const { return last_growth_ns_.load(std::memory_order_relaxed); }

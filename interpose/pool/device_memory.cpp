@@ -44,7 +44,7 @@ policy::DevicePool* DeviceMemory::make_pool_locked(const RealDriver* real, CUdev
   const PoolConfig& config = g_process.config;
   std::string why;
   VmmProvider* provider = copier_.load(std::memory_order_acquire);
-  if (!provider) provider = VmmProvider::create(real, device, &g_process.gate, g_process.log, &kIpcEvents, &why);
+  if (!provider) provider = VmmProvider::create(real, device, &g_capture_gate, g_process.log, &kIpcEvents, &why);
   auto* budgeted = provider ? new (std::nothrow) policy::BudgetedProvider(*provider, config.limit_bytes) : nullptr;
   if (!budgeted) {
     unpoolable_.store(true, std::memory_order_release);
@@ -70,6 +70,7 @@ policy::DevicePool* DeviceMemory::make_pool_locked(const RealDriver* real, CUdev
   fallback_ = fallback;
   made->set_budget(&budget_, &pool_shares_[0]);
   made->set_grow_ahead(&wake_grow_ahead);
+  pool_shares_[0].set_pool(made);
   budget_.add(&pool_shares_[0]);
   budget_.set_idle_limit(idle_limit(config, settings.device_total_bytes), config.release_delay_ns);
   budget_.set_neighbours(&neighbours_);
@@ -92,7 +93,7 @@ VmmProvider* DeviceMemory::copy_provider(const RealDriver* real) {
   std::string why;
   VmmProvider* made =
       provider_ ? provider_
-                : VmmProvider::create(real, CUdevice(device_), &g_process.gate, g_process.log, &kIpcEvents, &why);
+                : VmmProvider::create(real, CUdevice(device_), &g_capture_gate, g_process.log, &kIpcEvents, &why);
   // The calling thread's context (the program's) is where its copies run
   // when no pool noted one: also from a thread with none (the trim
   // thread's page-locking ahead, pagefast-ctl's sleep).
@@ -118,6 +119,7 @@ policy::DevicePool* DeviceMemory::tagged_pool_made(int slot, policy::Clock& cloc
   auto* made =
       new (std::nothrow) policy::DevicePool(*budgeted_, clock, policy::global_page_map(), settings, g_process.log);
   policy::ThreadCache* cache = made ? made->attach_thread() : nullptr;
+  if (cache) pool_shares_[slot].set_pool(made);
   if (!cache || !budget_.add(&pool_shares_[slot])) {
     if (!tagged_failed_.exchange(true))
       log_line(LogLevel::Warn,
@@ -258,6 +260,12 @@ uint64_t DeviceMemory::PoolShare::release(uint64_t bytes) {
   return p && !retired_device(owner_->device()) ? p->release(bytes) : 0;
 }
 
+DeviceMemory::CacheShare::CacheShare(int device) : device_(device) {
+  // Configured (active) without a cache: none is made later.
+  static const std::atomic<uint64_t> kNothing{0};
+  const std::atomic<uint64_t>* word = own_vmm::cached_bytes_word(device);
+  set_held_word(word || !active() ? word : &kNothing, true);
+}
 uint64_t DeviceMemory::CacheShare::held_bytes() { return own_vmm::cached_bytes(device_); }
 uint64_t DeviceMemory::CacheShare::idle_bytes() { return own_vmm::cached_bytes(device_); }
 void DeviceMemory::CacheShare::figures(uint64_t* held, uint64_t* idle) {

@@ -132,6 +132,9 @@ class DeviceMemory {
       owner_ = owner;
       slot_ = slot;
     }
+    // Before the share is added to the budget: the pool's mapped bytes are
+    // its held word (a retired pool's stays: it is asked, and answers 0).
+    void set_pool(const policy::DevicePool* pool) { set_held_word(pool->mapped_bytes_word(), false); }
     uint64_t held_bytes() override;
     uint64_t idle_bytes() override;
     void figures(uint64_t* held, uint64_t* idle) override;
@@ -141,10 +144,12 @@ class DeviceMemory {
     const DeviceMemory* owner_ = nullptr;
     int slot_ = 0;
   };
-  // The own-VMM cache's share of this device.
+  // The own-VMM cache's share of this device: all idle, its word the
+  // cache's bytes of the device (where there is no cache, a word of 0 once
+  // the pool glue is configured; before that, asked).
   class CacheShare final : public policy::Holder {
    public:
-    explicit CacheShare(int device) : device_(device) {}
+    explicit CacheShare(int device);
     uint64_t held_bytes() override;
     uint64_t idle_bytes() override;
     // The cache's memory is all idle: one reading for both.

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <type_traits>
 
 #include "interpose/driver.h"
 #include "interpose/ipc/ipc.h"
@@ -114,6 +115,7 @@ void on_device_reset(int device) {
   if (device < 0 || device >= kMaxDevices || !active()) return;
   std::lock_guard<std::mutex> guard(g_process.create_mutex);
   if (g_process.retired[device].exchange(true)) return;
+  if (device == 0) g_process.info_budget.store(nullptr, std::memory_order_release);
   own_vmm::on_device_reset(device);
   DeviceMemory* memory = device_memory_locked(device);
   // The old pool object stays (leaked on purpose): another thread may be
@@ -141,6 +143,7 @@ void configure(const PoolConfig& config, LogSink log) {
 
 void after_fork_child() {
   g_process.active.store(false, std::memory_order_release);
+  g_process.info_budget.store(nullptr, std::memory_order_release);
   own_vmm::switch_off();
   service_threads_after_fork_child();
 }
@@ -219,36 +222,50 @@ void relieve_headroom() {
 namespace {
 
 // The device whose memory cuMemGetInfo just answered for (it succeeded: a
-// context is current). With one device shown by the driver, that device,
-// without a call; else the driver's cuCtxGetDevice (which may lock).
-bool info_device(const RealDriver* real, CUdevice* device) {
+// context is current): with one device shown by the driver, that device,
+// without a call; else the driver's cuCtxGetDevice (which may lock); -1
+// when it fails.
+int info_device(const RealDriver* real) {
   int count = g_process.device_count.load(std::memory_order_relaxed);
   if (__builtin_expect(count == 0, 0) && driver::device_count(real, &count) == CUDA_SUCCESS && count > 0)
     g_process.device_count.store(count, std::memory_order_relaxed);
-  if (count == 1) {
-    *device = 0;
-    return true;
+  if (count == 1) return 0;
+  CUdevice device = 0;
+  return driver::ctx_get_device(real, &device) == CUDA_SUCCESS ? int(device) : -1;
+}
+
+// mem_info's whole way after the driver's answer: the device asked for,
+// its memory made, its holders asked. With one device shown, that
+// device's budget becomes the one the next calls answer from at once.
+__attribute__((noinline)) CUresult mem_info_asked(size_t* free_bytes, size_t* total_bytes) {
+  if (!active()) return CUDA_SUCCESS;
+  const int device = info_device(loaded_driver());
+  // The device's budget answers (DeviceBudget::mem_info): its pools' and
+  // the own-VMM cache's idle memory, and its limit, which holds before the
+  // first allocation too.
+  DeviceMemory* memory = device_memory(device);
+  if (!memory) memory = device_memory_made(device);
+  if (!memory || retired_device(device)) return CUDA_SUCCESS;
+  if (device == 0 && g_process.device_count.load(std::memory_order_relaxed) == 1 &&
+      g_process.info_budget.load(std::memory_order_relaxed) != &memory->budget()) {
+    std::lock_guard<std::mutex> guard(g_process.create_mutex);
+    if (active() && !retired_device(0)) g_process.info_budget.store(&memory->budget(), std::memory_order_release);
   }
-  return driver::ctx_get_device(real, device) == CUDA_SUCCESS;
+  memory->budget().mem_info(free_bytes, total_bytes);
+  return CUDA_SUCCESS;
 }
 
 }  // namespace
 
-void adjust_mem_info(size_t* free_bytes, size_t* total_bytes) {
-  if (!active()) return;
-  const RealDriver* real = loaded_driver();
-  CUdevice device = 0;
-  if (!info_device(real, &device)) return;
-  // The device's budget answers (DeviceBudget::mem_info): its pools' and
-  // the own-VMM cache's idle memory, and its limit, which holds before the
-  // first allocation too.
-  DeviceMemory* memory = device_memory(int(device));
-  if (__builtin_expect(!memory, 0)) memory = device_memory_made(int(device));
-  if (!memory || retired_device(int(device))) return;
-  uint64_t free_now = free_bytes ? *free_bytes : 0, total = total_bytes ? *total_bytes : 0;
-  memory->budget().mem_info(free_bytes ? &free_now : nullptr, total_bytes ? &total : nullptr);
-  if (free_bytes) *free_bytes = size_t(free_now);
-  if (total_bytes) *total_bytes = size_t(total);
+CUresult mem_info(MemGetInfoFn call, size_t* free_bytes, size_t* total_bytes) {
+  const CUresult result = call(free_bytes, total_bytes);
+  if (result != CUDA_SUCCESS) return result;
+  // The one device the driver shows, with no holder to ask
+  // (DeviceBudget::mem_info_from_words): inline, no call.
+  static_assert(std::is_same<size_t, uint64_t>::value, "cuMemGetInfo's figures are the budget's words");
+  policy::DeviceBudget* budget = g_process.info_budget.load(std::memory_order_acquire);
+  if (__builtin_expect(budget && budget->mem_info_from_words(free_bytes, total_bytes), 1)) return CUDA_SUCCESS;
+  return mem_info_asked(free_bytes, total_bytes);
 }
 
 namespace {

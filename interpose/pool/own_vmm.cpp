@@ -365,7 +365,7 @@ uint64_t decay_step() {
   return policy::footprint_step_ns(g_config.release_delay_ns);  // as the pools' steps
 }
 
-uint64_t cached_bytes(int device) { return g_cache ? g_cache->cached_bytes(device) : 0; }
+const BytesWord* cached_bytes_word(int device) { return g_cache ? g_cache->cached_bytes_word(device) : nullptr; }
 
 std::string stats_json() {
   if (!g_cache) return "null";

@@ -77,7 +77,15 @@ void before_query(CUdeviceptr ptr);
 // Cached memory of `device` released to the driver (UINT64_MAX: all), at
 // the budget's request (the device's CacheShare).
 uint64_t trim(int device, uint64_t bytes);
-uint64_t cached_bytes(int device);
+// The word of the cache's bytes of `device`, NULL when there is no cache
+// (yet): the cache is never destroyed, so the word can be kept (the
+// device's budget reads it on every cuMemGetInfo).
+using BytesWord = std::atomic<uint64_t>;
+const BytesWord* cached_bytes_word(int device);
+inline uint64_t cached_bytes(int device) {
+  const BytesWord* word = cached_bytes_word(device);
+  return word ? word->load(std::memory_order_relaxed) : 0;
+}
 // {"cached_bytes": .., "create_hits": .., ...}, or "null" when off.
 std::string stats_json();
 

@@ -352,8 +352,6 @@ bool try_free_async(CUdeviceptr dptr, CUstream stream, CUresult* result) {
   return free_span(span, dptr, result);
 }
 
-bool capture_active() { return g_process.gate.captures.load(std::memory_order_acquire) > 0; }
-
 void free_on_behalf(const uint64_t* blocks, size_t count) {
   if (!active()) return;
   ThreadCache* temporary[kMaxDevices] = {};
@@ -381,16 +379,12 @@ void forget_context(int device, CUcontext context) {
   if (memory && memory->pool()) memory->provider()->forget_context(context);
 }
 
-void on_capture_begin() {
-  g_process.gate.captures.fetch_add(1, std::memory_order_seq_cst);
+CaptureGate g_capture_gate;
+
+void wait_for_syncs_in_flight() {
   // A sync that started before this capture was announced may still run:
   // wait for it, so none overlaps the capture from here on.
-  while (g_process.gate.syncs_in_flight.load(std::memory_order_seq_cst) > 0) sched_yield();
-}
-
-void on_capture_end() {
-  if (g_process.gate.captures.load(std::memory_order_relaxed) > 0)
-    g_process.gate.captures.fetch_sub(1, std::memory_order_seq_cst);
+  while (g_capture_gate.syncs_in_flight.load(std::memory_order_seq_cst) > 0) sched_yield();
 }
 
 }  // namespace pagefast::pool

@@ -1,8 +1,9 @@
 // interpose/pool/process.h: the pool glue's process-wide state in one
 // object (docs/DESIGN.md "Who owns what"): the configuration, the on-switch,
-// the capture gate, the clock, and one entry per device ordinal holding that
-// device's DeviceMemory (interpose/pool/device_memory.h), made at the first
-// need and never destroyed.
+// the clock, and one entry per device ordinal holding that device's
+// DeviceMemory (interpose/pool/device_memory.h), made at the first need and
+// never destroyed. The capture gate stands apart (interpose/pool_api.h
+// CaptureGate), so that the hooks' capture bookkeeping is inline.
 //
 // Constant-initialised (no dynamic initialiser may run: a hook can be
 // reached from another library's constructor before ours), never destroyed
@@ -25,6 +26,10 @@
 #include "policy/config.h"
 #include "policy/format.h"
 
+namespace pagefast::policy {
+class DeviceBudget;
+}
+
 namespace pagefast::pool {
 
 class DeviceMemory;
@@ -33,7 +38,6 @@ struct Process {
   std::atomic<bool> active{false};  // configured on, and not a forked child
   PoolConfig config;
   LogSink log = nullptr;
-  CaptureGate gate;
   std::atomic<const RealDriver*> real{nullptr};
   // Taken to make a device's memory or its pool, to retire it, and around
   // the peer grants.
@@ -45,6 +49,11 @@ struct Process {
   std::atomic<bool> retired[kMaxDevices] = {};
   // The devices the driver shows (cuDeviceGetCount), once asked; 0 before.
   std::atomic<int> device_count{0};
+  // The budget cuMemGetInfo answers from without asking for the device
+  // (devices.cpp mem_info): device 0's, once the driver showed one device
+  // and that device's memory was made; NULL before, once the device was
+  // reset, and in a forked child. Set and cleared under create_mutex.
+  std::atomic<policy::DeviceBudget*> info_budget{nullptr};
   policy::MonotonicClock* clock = nullptr;
   // Peer access granted: peer_grants[owner][accessor] counts the context
   // pairs (accessor's context -> owner's context) with peer access

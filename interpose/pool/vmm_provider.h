@@ -14,8 +14,9 @@
 // device (cuCtxSynchronize, pushing a context that is not current), and
 // refuses while any stream capture is active in the process: a sync then
 // would invalidate the capture. The capture count and the count of syncs
-// in flight form a handshake with on_capture_begin (pool.cpp): a capture
-// that announces itself first waits for syncs already running.
+// in flight form a handshake with on_capture_begin (the CaptureGate of
+// interpose/pool_api.h): a capture that announces itself first waits for
+// syncs already running.
 //
 // Sleep's copies (host_copy.cpp) run on a few short-lived copy threads
 // with a context of this device made current, into host memory that stays
@@ -30,16 +31,12 @@
 #include <string>
 
 #include "interpose/pool/host_memory.h"
+#include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
 #include "policy/config.h"
 #include "policy/provider.h"
 
 namespace pagefast::pool {
-
-struct CaptureGate {
-  std::atomic<int> captures{0};
-  std::atomic<int> syncs_in_flight{0};
-};
 
 class VmmProvider final : public policy::Provider {
  public:

@@ -166,6 +166,9 @@ class Cache {
   // cached (so it is known within one step). Returns the bytes released.
   uint64_t decay_step(uint64_t now_ns, uint64_t delay_ns, uint64_t floor_bytes, int max_handles);
   uint64_t cached_bytes(int device);
+  // The word cached_bytes reads, for a reader that keeps it (the device's
+  // budget, on every cuMemGetInfo): lives as long as the cache.
+  const std::atomic<uint64_t>* cached_bytes_word(int device) { return &cached_bytes_[device]; }
   // Tests: every handle's deferred_maps equals its deferred mappings in
   // maps_ (flush_handle trusts it).
   bool deferred_counts_consistent();

@@ -17,6 +17,8 @@
 //   threads    blocks freed on other threads; threads exit; nothing leaks
 //   meminfo    cuMemGetInfo counts idle pool memory as free (and the limit)
 //   meminfo_devices  two devices: cuMemGetInfo answers for the current one
+//   meminfo_threads  cuMemGetInfo on many threads while the pool grows and
+//              the primary context is reset
 //   capacity   N-byte blocks until out of memory, per size (prints counts)
 //   faults     driver calls failing (fakecuda_set_fail) never break data
 //   capi       pagefast_pool_stats_get / pagefast_pool_trim
@@ -37,6 +39,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -149,6 +152,60 @@ int capture_threads() {
   return 0;
 }
 
+// Synchronisations the pool made over a loop of pairs (relaxed mode
+// around them, as PyTorch's allocator calls during a capture).
+int syncs_over_pairs() {
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  if (cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS) return -1;
+  const int before = fakecuda_call_count("cuCtxSynchronize");
+  for (int i = 0; i < 400; ++i) {
+    CUdeviceptr p;
+    if (cuMemAlloc_v2(&p, 4096) != CUDA_SUCCESS || cuMemFree_v2(p) != CUDA_SUCCESS) return -1;
+  }
+  const int syncs = fakecuda_call_count("cuCtxSynchronize") - before;
+  return cuThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS ? syncs : -1;
+}
+
+// The count of captures through calls that begin or end nothing: a begin
+// the driver refuses, an end on the wrong thread (the stream still
+// captures), an end of a stream that never captured, a second end. While
+// a capture runs the pool never synchronises; once none runs, it does.
+int capture_odd() {
+  CUstream a, b, never;
+  CHECK_CU(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(cuStreamCreate(&never, CU_STREAM_NON_BLOCKING));
+  CUgraph graph = nullptr;
+  auto end_elsewhere = [&](CUstream stream) {
+    CUresult r = CUDA_ERROR_UNKNOWN;
+    std::thread([&] {
+      r = cuCtxSetCurrent(g_context);
+      if (r == CUDA_SUCCESS) r = cuStreamEndCapture(stream, &graph);
+    }).join();
+    return r;
+  };
+  CHECK_CU(cuStreamBeginCapture_v2(a, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  if (cuStreamBeginCapture_v2(a, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS)
+    return fail("capture_odd: a second begin of a capturing stream succeeded");
+  if (end_elsewhere(a) != CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD)
+    return fail("capture_odd: an end on another thread was not refused");
+  if (cuStreamEndCapture(never, &graph) == CUDA_SUCCESS) return fail("capture_odd: an end of no capture succeeded");
+  if (syncs_over_pairs() != 0) return fail("capture_odd: a synchronisation while a capture ran (after refused calls)");
+  CHECK_CU(cuStreamEndCapture(a, &graph));
+  CHECK_CU(cuStreamBeginCapture_v2(b, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  if (cuStreamEndCapture(a, &graph) == CUDA_SUCCESS) return fail("capture_odd: a second end succeeded");
+  if (syncs_over_pairs() != 0) return fail("capture_odd: a synchronisation while a capture ran (after a second end)");
+  CHECK_CU(cuStreamEndCapture(b, &graph));
+  CHECK_CU(cuStreamBeginCapture_v2(a, CU_STREAM_CAPTURE_MODE_RELAXED));
+  if (end_elsewhere(a) != CUDA_SUCCESS) return fail("capture_odd: a relaxed capture's end on another thread failed");
+  const int syncs = syncs_over_pairs();
+  const bool pooled = dlsym(RTLD_DEFAULT, "pagefast_is_active") != nullptr;
+  if (syncs < 0 || (pooled && syncs == 0))
+    return fail("capture_odd: no synchronisation once no capture ran (a capture left counted)");
+  std::printf("ok capture_odd syncs after %d\n", syncs);
+  return 0;
+}
+
 int capture() {
   CUstream stream;
   CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
@@ -186,7 +243,8 @@ int capture() {
     CHECK_CU(cuMemFree_v2(p));
   }
   std::printf("ok capture syncs after %d\n", fakecuda_call_count("cuCtxSynchronize") - syncs_before);
-  return capture_threads();
+  if (capture_threads()) return 1;
+  return capture_odd();
 }
 
 // Open descriptors of this process whose link names `target`.
@@ -426,6 +484,57 @@ int meminfo() {
   std::printf("ok meminfo total %zu free0 %zu free1 %zu free2 %zu\n", total0, free0, free1, free2);
   if (free1 > free0 - (100u << 20) + (2u << 20)) return fail("meminfo: allocation not counted");
   if (free2 + (2u << 20) < free0) return fail("meminfo: idle pool memory not counted as free");
+  return 0;
+}
+
+// cuMemGetInfo on many threads while the device's budget it answers from
+// is found (the first calls race to make and keep it), while the pool
+// grows and gives back (`pooled`; else no pool is made), and while the
+// primary context is reset: every answer that succeeds is the budget's
+// (total: the limit; free within it) or, once the device is retired, the
+// driver's own; after the reset, every thread gets the driver's own (no
+// answer from a retired device's budget).
+int meminfo_threads(bool pooled) {
+  constexpr int kThreads = 8;
+  size_t free_now = 0, limit = 0, device_total = 0;
+  CHECK_CU(cuMemGetInfo_v2(&free_now, &limit));  // the limit under limit:1G
+  CHECK_CU(cuDeviceTotalMem_v2(&device_total, 0));
+  std::atomic<int> phase{0}, done{0}, bad{0}, unadjusted{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&] {
+      if (cuCtxSetCurrent(g_context) != CUDA_SUCCESS) return void(bad.fetch_add(1));
+      for (int n = 0; phase.load() < 2; ++n) {
+        size_t free_bytes = 0, total = 0;
+        if (cuMemGetInfo_v2(&free_bytes, &total) != CUDA_SUCCESS) continue;  // the context being reset
+        if (total != limit && total != device_total) bad.fetch_add(1);
+        if (free_bytes > total) bad.fetch_add(1);
+      }
+      done.fetch_add(1);
+      while (phase.load() < 3) std::this_thread::yield();
+      size_t free_bytes = 0, total = 0;
+      if (cuMemGetInfo_v2(&free_bytes, &total) != CUDA_SUCCESS || total != device_total) unadjusted.fetch_add(1);
+    });
+  for (int i = 0; pooled && i < 200; ++i) {
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc_v2(&p, (1u << 20) * size_t(1 + i % 8)));
+    CHECK_CU(cuMemFree_v2(p));
+  }
+  if (!pooled) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the threads ask meanwhile
+  phase.store(1);
+  CUdevice device;
+  CHECK_CU(cuDeviceGet(&device, 0));
+  CHECK_CU(cuDevicePrimaryCtxReset(device));
+  CUcontext context = nullptr;
+  CHECK_CU(cuDevicePrimaryCtxRetain(&context, device));  // back, retired for the pool
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  phase.store(2);
+  while (done.load() < kThreads) std::this_thread::yield();
+  phase.store(3);
+  for (std::thread& t : threads) t.join();
+  std::printf("ok meminfo_threads total %zu device %zu\n", limit, device_total);
+  if (bad.load()) return fail("meminfo_threads: an answer was neither the budget's nor the driver's");
+  if (unadjusted.load()) return fail("meminfo_threads: after the reset, an answer was not the driver's own");
   return 0;
 }
 
@@ -998,6 +1107,7 @@ int main(int argc, char** argv) {
   if (c == "threads") return threads();
   if (c == "meminfo") return meminfo();
   if (c == "meminfo_devices") return meminfo_devices();
+  if (c == "meminfo_threads") return meminfo_threads(argc > 2 && std::string(argv[2]) == "pooled");
   if (c == "capacity") return capacity(argc > 2 ? argv[2] : "20971520");
   if (c == "faults") return faults();
   if (c == "capi") return capi();

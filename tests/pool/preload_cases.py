@@ -106,6 +106,14 @@ def case_meminfo(build):
         total0, free0, total1, free1 = map(int, m.groups())
         check(total0 == GiB and free0 == GiB - 100 * MiB, f"device 0: limit - 100 MiB in use ({total0}, {free0})")
         check(total1 == GiB and free1 == GiB, f"device 1: the whole limit, nothing in use there ({total1}, {free1})")
+    # Many threads asking while the device is reset, with a pool growing
+    # and giving back, and with none.
+    for arg in ["pooled", "none"]:
+        r = run(build, ["meminfo_threads", arg], preload=False)
+        expect_ok(r, "meminfo_threads", f"without pagefast ({arg})")
+        for conf in ["limit:1G", "limit:1G,vmm_cache:off", ""]:
+            r = run(build, ["meminfo_threads", arg], env={"PAGEFAST_CONF": conf} if conf else {})
+            expect_ok(r, "meminfo_threads", f"pagefast [{conf or 'default'}] ({arg})")
 
 
 def counts(text):
