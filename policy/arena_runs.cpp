@@ -62,23 +62,26 @@ Block* HomeRuns::split_front(Block* block, Granules front) {
   return block;
 }
 
+// `right`, the block after `left` in address order, becomes part of
+// `left`; its record is recycled.
+void HomeRuns::absorb(Block* left, Block* right) {
+  left->set_range(left->addr(), left->granules() + right->granules());
+  left->addr_next = right->addr_next;
+  if (right->addr_next) right->addr_next->addr_prev = left;
+  recycle(right);
+}
+
 void HomeRuns::insert_free(Block* block) {
   Block* prev = block->addr_prev;
   if (prev && prev->load_state() == BlockState::Free) {
     bins_of(prev).remove(prev);
-    prev->set_range(prev->addr(), prev->granules() + block->granules());
-    prev->addr_next = block->addr_next;
-    if (block->addr_next) block->addr_next->addr_prev = prev;
-    recycle(block);
+    absorb(prev, block);
     block = prev;
   }
   Block* next = block->addr_next;
   if (next && next->load_state() == BlockState::Free) {
     bins_of(next).remove(next);
-    block->set_range(block->addr(), block->granules() + next->granules());
-    block->addr_next = next->addr_next;
-    if (next->addr_next) next->addr_next->addr_prev = block;
-    recycle(next);
+    absorb(block, next);
   }
   mark_ends(block);
   bins_of(block).insert(block);

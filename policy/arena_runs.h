@@ -63,6 +63,7 @@ class HomeRuns {
  private:
   FreeBins& bins_of(const Block* b) { return b->big ? big_bins_ : bins_; }
   void mark_ends(Block* block);
+  void absorb(Block* left, Block* right);
   // Cuts `block` after its first `front` granules: the rest, a new free
   // block linked after it (on no bins, not in the page map).
   Block* split_rest(Block* block, Granules front);
