@@ -9,8 +9,8 @@
 //
 // A hook's fast path calls nothing but the driver: the thread's call
 // counter (counted_driver), the gate's count (one read-modify-write and a
-// load), the stream taken into or out of the first slot (one
-// compare-exchange). The rest is out of line: the other slots and the
+// load), the stream taken into or out of the first entry (one
+// compare-exchange). The rest is out of line: the other entries and the
 // list, an end the driver refused, and a slow twin of each hook for the
 // first call of a thread, pass-through and a driver not loaded yet.
 #include <sched.h>
@@ -30,17 +30,17 @@
 namespace pagefast::hook {
 namespace {
 
-// Streams being captured into a graph: kCaptureSlots slots, each taken
+// Streams being captured into a graph: kCaptureEntries entries, each taken
 // and given back with one compare-exchange (a capture begun and ended is
-// two of them, no lock); beyond them, rarely, a list under a spin lock. A
-// slot holds a stream's handle plus one (0: free), and a stream is in at
+// two of them, no lock); beyond them, rarely, a list under a spin lock. An
+// entry holds a stream's handle plus one (0: free), and a stream is in at
 // most one place.
-constexpr int kCaptureSlots = 64;
-std::atomic<uintptr_t> g_capture_slot[kCaptureSlots];  // zero-initialised: free
-std::atomic<int> g_capture_slots_used{0};              // slots ever taken: the ones searched
-std::atomic<int> g_capture_overflow{0};                // streams in the list
+constexpr int kCaptureEntries = 64;
+std::atomic<uintptr_t> g_capture_entry[kCaptureEntries];  // zero-initialised: free
+std::atomic<int> g_capture_entries_used{0};               // entries ever taken: the ones searched
+std::atomic<int> g_capture_overflow{0};                   // streams in the list
 
-// The list's lock: captures past the slots are rare, and the holder only
+// The list's lock: captures past the entries are rare, and the holder only
 // edits the list.
 class CaptureLock {
  public:
@@ -59,17 +59,17 @@ std::vector<CUstream>& capturing() {
   return *streams;
 }
 
-uintptr_t slot_value(CUstream stream) { return reinterpret_cast<uintptr_t>(stream) + 1; }
+uintptr_t entry_value(CUstream stream) { return reinterpret_cast<uintptr_t>(stream) + 1; }
 
-// Lists `stream` in the first free slot, else in the list.
+// Lists `stream` in the first free entry, else in the list.
 __attribute__((noinline)) void capture_listed_slow(CUstream stream) {
-  for (int i = 0; i < kCaptureSlots; ++i) {
-    uintptr_t free_slot = 0;
-    if (g_capture_slot[i].load(std::memory_order_relaxed) == 0 &&
-        g_capture_slot[i].compare_exchange_strong(free_slot, slot_value(stream), std::memory_order_acq_rel)) {
-      int used = g_capture_slots_used.load(std::memory_order_relaxed);
-      while (used < i + 1 && !g_capture_slots_used.compare_exchange_weak(used, i + 1, std::memory_order_release,
-                                                                         std::memory_order_relaxed)) {
+  for (int i = 0; i < kCaptureEntries; ++i) {
+    uintptr_t free_entry = 0;
+    if (g_capture_entry[i].load(std::memory_order_relaxed) == 0 &&
+        g_capture_entry[i].compare_exchange_strong(free_entry, entry_value(stream), std::memory_order_acq_rel)) {
+      int used = g_capture_entries_used.load(std::memory_order_relaxed);
+      while (used < i + 1 && !g_capture_entries_used.compare_exchange_weak(used, i + 1, std::memory_order_release,
+                                                                           std::memory_order_relaxed)) {
       }
       return;
     }
@@ -79,26 +79,26 @@ __attribute__((noinline)) void capture_listed_slow(CUstream stream) {
   g_capture_overflow.fetch_add(1, std::memory_order_release);
 }
 
-// The first slot when it is free and known to the searches, else the way
+// The first entry when it is free and known to the searches, else the way
 // above.
 inline void capture_listed(CUstream stream) {
-  uintptr_t free_slot = 0;
-  if (__builtin_expect(g_capture_slots_used.load(std::memory_order_relaxed) > 0, 1) &&
-      g_capture_slot[0].load(std::memory_order_relaxed) == 0 &&
-      g_capture_slot[0].compare_exchange_strong(free_slot, slot_value(stream), std::memory_order_acq_rel))
+  uintptr_t free_entry = 0;
+  if (__builtin_expect(g_capture_entries_used.load(std::memory_order_relaxed) > 0, 1) &&
+      g_capture_entry[0].load(std::memory_order_relaxed) == 0 &&
+      g_capture_entry[0].compare_exchange_strong(free_entry, entry_value(stream), std::memory_order_acq_rel))
     return;
   capture_listed_slow(stream);
 }
 
-// Whether `stream` was listed (it is not any more): every slot ever taken,
+// Whether `stream` was listed (it is not any more): every entry ever taken,
 // then the list.
 __attribute__((noinline)) bool capture_unlisted_slow(CUstream stream) {
-  const uintptr_t value = slot_value(stream);
-  const int used = g_capture_slots_used.load(std::memory_order_acquire);
+  const uintptr_t value = entry_value(stream);
+  const int used = g_capture_entries_used.load(std::memory_order_acquire);
   for (int i = 0; i < used; ++i) {
     uintptr_t expected = value;
-    if (g_capture_slot[i].load(std::memory_order_relaxed) == value &&
-        g_capture_slot[i].compare_exchange_strong(expected, 0, std::memory_order_acq_rel))
+    if (g_capture_entry[i].load(std::memory_order_relaxed) == value &&
+        g_capture_entry[i].compare_exchange_strong(expected, 0, std::memory_order_acq_rel))
       return true;
   }
   if (g_capture_overflow.load(std::memory_order_acquire) == 0) return false;
@@ -111,11 +111,11 @@ __attribute__((noinline)) bool capture_unlisted_slow(CUstream stream) {
   return true;
 }
 
-// The first slot, else the way above.
+// The first entry, else the way above.
 inline bool capture_unlisted(CUstream stream) {
-  uintptr_t expected = slot_value(stream);
-  if (__builtin_expect(g_capture_slot[0].load(std::memory_order_relaxed) == expected, 1) &&
-      g_capture_slot[0].compare_exchange_strong(expected, 0, std::memory_order_acq_rel))
+  uintptr_t expected = entry_value(stream);
+  if (__builtin_expect(g_capture_entry[0].load(std::memory_order_relaxed) == expected, 1) &&
+      g_capture_entry[0].compare_exchange_strong(expected, 0, std::memory_order_acq_rel))
     return true;
   return capture_unlisted_slow(stream);
 }

@@ -99,7 +99,7 @@ int reuse() {
   return 0;
 }
 
-// Captures on many threads at once, more than the hooks' capture slots
+// Captures on many threads at once, more than the hooks' capture entries
 // (64) so that the list beyond them is used too: every capture ends well,
 // and once all ended the pool synchronises again (the count of captures is
 // back to zero, none was lost or ended twice).
