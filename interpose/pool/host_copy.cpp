@@ -241,8 +241,8 @@ bool plan_batch(Batch& b, uint64_t count, uint64_t bytes, uint64_t* take_ns) {
     const uint64_t before = b.pieces.size();
     for (uint64_t n = 0; n < buffer->pieces;) {
       uint64_t end = n + 1, bytes = HostMemory::piece_bytes(*buffer, n);
-      while (!b.to_host && end < buffer->pieces && end - n < kWakeMerge && HostMemory::pinned(*buffer, n) &&
-             HostMemory::pinned(*buffer, end))
+      const uint64_t most = !b.to_host && HostMemory::pinned(*buffer, n) ? kWakeMerge : 1;
+      while (end < buffer->pieces && end - n < most && HostMemory::pinned(*buffer, end))
         bytes += HostMemory::piece_bytes(*buffer, end++);
       b.pieces.push_back(Piece{i, n, n * HostMemory::kPieceBytes, bytes});
       n = end;
