@@ -103,6 +103,25 @@ def case_open_calls():
     t.quit()
 
 
+def hold(imp, kept):
+    """The importer opens and holds each (handle, bytes, byte) of `kept`,
+    its bytes checked."""
+    for slot, (h, nbytes, byte) in enumerate(kept):
+        check(imp.call("H", handle=h, slot=slot, nbytes=nbytes, expect=byte)[0] == CUDA_SUCCESS, f"kept {slot}")
+
+
+def open_on_threads(imp, what):
+    """8 threads x 40 rounds open, read and close the held handles again;
+    every mapping made meanwhile is unmapped. Returns the driver calls made."""
+    n = counts(imp)
+    rc, ok, _, _ = imp.call("T", value=8, nbytes=40)
+    check(rc == CUDA_SUCCESS and ok == 1, what)
+    got = made(imp, n)
+    check(got.get("cuMemMap", 0) == got.get("cuMemUnmap", 0) and got.get("cuMemMap", 0) > 0,
+          f"every mapping made was unmapped ({got})")
+    return got
+
+
 def case_open_stress():
     """Eight threads open, read and close blocks of the same chunks at
     once, each in its own order: every open reads its block's bytes, and
@@ -111,15 +130,8 @@ def case_open_stress():
     a, b, c = three_blocks(t)
     check(t.ask("alloc 3 1000 44") == "ok" and t.ask("alloc 4 1000 45") == "ok", "two small blocks")
     d, e = t.handle(3), t.handle(4)
-    for slot, (h, nbytes, byte) in enumerate([(a, MiB, 0x41), (b, MiB, 0x42), (c, 6 * MiB, 0x43), (d, 1000, 0x44),
-                                              (e, 1000, 0x45)]):
-        check(imp.call("H", handle=h, slot=slot, nbytes=nbytes, expect=byte)[0] == CUDA_SUCCESS, f"kept {slot}")
-    n = counts(imp)
-    rc, ok, _, _ = imp.call("T", value=8, nbytes=40)
-    check(rc == CUDA_SUCCESS and ok == 1, "8 threads x 40 rounds: every open, read and close right")
-    got = made(imp, n)
-    check(got.get("cuMemMap", 0) == got.get("cuMemUnmap", 0) and got.get("cuMemMap", 0) > 0,
-          f"every mapping made was unmapped ({got})")
+    hold(imp, [(a, MiB, 0x41), (b, MiB, 0x42), (c, 6 * MiB, 0x43), (d, 1000, 0x44), (e, 1000, 0x45)])
+    got = open_on_threads(imp, "8 threads x 40 rounds: every open, read and close right")
     check(got.get("cuMemImportFromShareableHandle", 0) == got.get("cuMemMap", 0),
           f"one import per mapping ({got})")
     check(all(t.ask(f"check {i} {b}") == "check 1" for i, b in enumerate(["41", "42", "43", "44", "45"])),
@@ -140,15 +152,9 @@ def case_open_stress_exporters():
           t2.ask("alloc 2 1000 53") == "ok", "the second exporter's blocks")
     kept = [(a, MiB, 0x41), (b, MiB, 0x42), (c, 6 * MiB, 0x43), (t2.handle(0), MiB, 0x51), (t2.handle(1), MiB, 0x52),
             (t2.handle(2), 1000, 0x53)]
-    for slot, (h, nbytes, byte) in enumerate(kept):
-        check(imp.call("H", handle=h, slot=slot, nbytes=nbytes, expect=byte)[0] == CUDA_SUCCESS, f"kept {slot}")
+    hold(imp, kept)
     fds_before = imp.call("F")[2]
-    n = counts(imp)
-    rc, ok, _, _ = imp.call("T", value=8, nbytes=40)
-    check(rc == CUDA_SUCCESS and ok == 1, "8 threads x 40 rounds over both exporters: every open, read and close right")
-    got = made(imp, n)
-    check(got.get("cuMemMap", 0) == got.get("cuMemUnmap", 0) and got.get("cuMemMap", 0) > 0,
-          f"every mapping made was unmapped ({got})")
+    open_on_threads(imp, "8 threads x 40 rounds over both exporters: every open, read and close right")
     fds_after = imp.call("F")[2]
     check(fds_after <= fds_before + 2, f"no descriptor left but a link to each exporter ({fds_before} before, "
           f"{fds_after} after)")
