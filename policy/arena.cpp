@@ -19,11 +19,6 @@ Arena::Arena(Provider& provider, PageMap& page_map, DevicePool* owner, const Are
       stitches_(provider, page_map, address_space_, runs_, chunks_, counters_),
       sleep_(provider, page_map, chunks_) {}
 
-Granules Arena::room_under_limit() const {
-  const Granules mapped = chunks_.mapped();
-  return mapped >= settings_.limit_granules ? Granules(0) : settings_.limit_granules - mapped;
-}
-
 Block* Arena::take(Granules granules, BlockState state) {
   // A request over a chunk first tries the big chunks' runs, if one fits
   // leaving at most an eighth of it unused; smaller requests never do.
@@ -41,16 +36,16 @@ void Arena::put_back(Block* block) {
 
 bool Arena::put_back_tail(Block* block, Granules keep) { return runs_.put_back_tail(block, keep); }
 
-ProviderStatus Arena::grow(Granules min_granules, Granules max_step) {
+ProviderStatus Arena::grow(Granules min_granules, Granules max_step, Granules ceiling) {
   if (sleep_.asleep()) return ProviderStatus::Failed;
   if (min_granules.count() == 0) return ProviderStatus::OutOfMemory;
   // Whole free big chunks go back first, so that under a limit they make
   // room for the one that replaces them.
   const bool big = settings_.big_chunks && min_granules > settings_.chunk_granules;
   if (big) release_big_for(min_granules);
-  const Granules room = room_under_limit();
-  if (room < min_granules) return ProviderStatus::OutOfMemory;
   const Granules mapped = chunks_.mapped();
+  const Granules room = mapped >= ceiling ? Granules(0) : ceiling - mapped;
+  if (room < min_granules) return ProviderStatus::OutOfMemory;
   Granules base = settings_.chunk_granules;
   if (settings_.ramp && mapped < base) base = max_granules(mapped, Granules(1));
   Granules step = max_granules(base, min_granules);

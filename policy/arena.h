@@ -66,8 +66,7 @@ struct ArenaSettings {
   // program whose shapes change take what it needs now, not the sum of
   // every size it has seen.
   bool big_chunks = false;
-  Granules limit_granules = kNoLimitGranules;  // most physical memory held
-  uint64_t range_bytes = 0;                    // address space reserved at a time
+  uint64_t range_bytes = 0;  // address space reserved at a time
 };
 
 class Arena {
@@ -91,17 +90,21 @@ class Arena {
   bool put_back_tail(Block* block, Granules keep);
 
   // Creates, maps and opens a chunk of max(chunk, min_granules) granules,
-  // clipped to the limit; on OutOfMemory retries with exactly min_granules.
+  // clipped so that the arena maps at most `ceiling` granules after it
+  // (the device's limit, which its budget keeps: LargeBlocks::ceiling);
+  // on OutOfMemory retries with exactly min_granules.
   // Any failure leaves nothing behind (no mapping, no handle, no block).
   // A step never exceeds
   // max(min_granules, max_step): the caller's bound (the headroom,
   // LargeBlocks::grow_locked).
-  ProviderStatus grow(Granules min_granules, Granules max_step = Granules(UINT64_MAX >> kGranuleShift));
+  ProviderStatus grow(Granules min_granules, Granules max_step = Granules(UINT64_MAX >> kGranuleShift),
+                      Granules ceiling = kNoLimitGranules);
 
   // Growth ahead (policy/grow_ahead.h) in three steps, so that the driver's
   // calls run without the device lock (arena_ahead.cpp): begin_growth,
   // under the lock, takes the lowest free addresses for `step` (at most a
-  // chunk; never while asleep, nor under a limit) and notes the peers; the
+  // chunk; never while asleep; the caller asks none under a limit) and
+  // notes the peers; the
   // caller then creates, maps and opens the chunk (create_ahead, no lock);
   // finish_growth, under the lock again, makes it the arena's (a free run
   // that coalesces with its neighbours; access set again if the peers
@@ -177,9 +180,6 @@ class Arena {
   // The longest free home run: scans only the highest non-empty bin.
   Granules largest_free() const { return runs_.largest_free(); }
   const ArenaCounters& counters() const { return counters_; }
-  Granules limit() const { return settings_.limit_granules; }
-  // Granules that growth may still add under the limit (all if none).
-  Granules room_under_limit() const;
 
   // The physical memory behind granules [offset, offset + granules) of a
   // Used or SlabBacking block (home or stitched), in address order: one

@@ -8,7 +8,6 @@ namespace pagefast::policy {
 
 bool Arena::begin_growth(Granules step, PendingGrowth* out) {
   if (sleep_.asleep() || step.count() == 0 || step > settings_.chunk_granules) return false;
-  if (settings_.limit_granules != kNoLimitGranules) return false;
   if (!runs_.reserve(1)) return false;
   uint64_t addr = 0;
   if (address_space_.take(step, AddressSpace::End::Low, &addr) != ProviderStatus::Ok) return false;

@@ -11,7 +11,7 @@ ProviderStatus BudgetedProvider::create_chunk(Granules granules, ChunkHandle* ch
     // The bytes are counted before the driver is asked, so that two
     // growths at once cannot both pass the limit.
     std::lock_guard<std::mutex> guard(mutex_);
-    if (limit_bytes_ && held_bytes_ + bytes > limit_bytes_) return ProviderStatus::OutOfMemory;
+    if (budget_.room_under_limit(held_bytes_) < bytes) return ProviderStatus::OutOfMemory;
     held_bytes_ += bytes;
   }
   const ProviderStatus status = inner_.create_chunk(granules, chunk);

@@ -3,9 +3,10 @@
 // hold together under the device's limit (policy/device_budget.h): a
 // create_chunk that would take the bytes its chunks hold over the limit is
 // refused (out of memory), before the driver is asked. It asks the budget
-// nothing: create_chunk runs under the growing pool's device lock, and the
-// budget's holders are pools whose locks another growing pool may hold
-// (device_budget.h "Lock rule"). Making room is the pool's own step,
+// its limit alone (immutable, no lock), never for room: create_chunk runs
+// under the growing pool's device lock, and the budget's holders are pools
+// whose locks another growing pool may hold (device_budget.h "Lock
+// rule"). Making room is the pool's own step,
 // outside its locks, before it tries again (DevicePool::obtain). Every
 // other call goes to the provider underneath unchanged.
 //
@@ -17,14 +18,15 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "policy/device_budget.h"
 #include "policy/provider.h"
 
 namespace pagefast::policy {
 
 class BudgetedProvider final : public Provider {
  public:
-  // limit_bytes 0: no limit.
-  BudgetedProvider(Provider& inner, uint64_t limit_bytes) : inner_(inner), limit_bytes_(limit_bytes) {}
+  // The cap is the budget's limit (none: no cap), read at each growth.
+  BudgetedProvider(Provider& inner, const DeviceBudget& budget) : inner_(inner), budget_(budget) {}
 
   ProviderStatus create_chunk(Granules granules, ChunkHandle* chunk) override;
   bool release_chunk(ChunkHandle chunk) override;
@@ -57,7 +59,7 @@ class BudgetedProvider final : public Provider {
 
  private:
   Provider& inner_;
-  const uint64_t limit_bytes_;
+  const DeviceBudget& budget_;
   std::mutex mutex_;
   uint64_t held_bytes_ = 0;                        // under mutex_
   std::unordered_map<uint64_t, uint64_t> chunks_;  // handle -> bytes, under mutex_

@@ -195,6 +195,22 @@ class DeviceBudget {
     return true;
   }
 
+  // The limit's and the headroom's answers for one holder's own steps (the
+  // pool's growth, prewarm and record of an out-of-memory answer ask them
+  // here: neither figure is kept anywhere else). Immutable: no lock.
+  // What may still be added to `held_bytes` under the limit (kNoLimit
+  // without one).
+  uint64_t room_under_limit(uint64_t held_bytes) const {
+    if (!limit_bytes_) return kNoLimit;
+    return held_bytes >= limit_bytes_ ? 0 : limit_bytes_ - held_bytes;
+  }
+  // `bytes`, no more than the limit.
+  uint64_t within_limit(uint64_t bytes) const { return limit_bytes_ && bytes > limit_bytes_ ? limit_bytes_ : bytes; }
+  // Whether a growth of growth_bytes, with free_bytes free on the device,
+  // would leave less than the headroom free.
+  bool cuts_headroom(uint64_t free_bytes, uint64_t growth_bytes) const {
+    return headroom_bytes_ && free_bytes < headroom_bytes_ + growth_bytes;
+  }
   // How many bytes a growth may take of free_bytes and leave the headroom.
   uint64_t room_above_headroom(uint64_t free_bytes) const {
     return free_bytes > headroom_bytes_ ? free_bytes - headroom_bytes_ : 0;

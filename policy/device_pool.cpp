@@ -12,19 +12,20 @@ constexpr int kSlowAttempts = 4;
 
 }  // namespace
 
-DevicePool::DevicePool(Provider& provider, Clock& clock, PageMap& page_map, const PoolSettings& settings, LogSink log)
+DevicePool::DevicePool(Provider& provider, Clock& clock, PageMap& page_map, const PoolSettings& settings,
+                       DeviceBudget& budget, LogSink log)
     : provider_(provider),
       clock_(clock),
       page_map_(page_map),
       settings_(settings),
       log_(log),
-      large_(provider, clock, page_map, this, settings, log),
+      large_(provider, clock, page_map, this, settings, budget, log),
       small_(large_, page_map, this),
       quarantine_(provider, clock),
       registry_(quarantine_, this),
       gate_(quarantine_, clock, registry_, small_, large_, settings),
       release_(settings.config.release_delay_ns, settings.config.release_threshold_bytes),
-      oom_(settings.config.limit_bytes) {}
+      budget_(budget) {}
 
 // ---- small blocks --------------------------------------------------------
 
@@ -95,7 +96,7 @@ AllocStatus DevicePool::alloc_small_slow(ThreadCache& cache, int class_index, Re
 AllocStatus DevicePool::refuse_beyond_device(Granules granules, Request request) {
   // Requests no pool on this device could ever hold: the driver answers,
   // and idle memory is not thrown away for them.
-  if (settings_.config.limit_bytes && granules.bytes() > settings_.config.limit_bytes) {
+  if (budget_.within_limit(granules.bytes()) < granules.bytes()) {
     oom_.note(granules, false, large_.shortfall(), false);
     oom_.note_request(request.bytes);
     return AllocStatus::OutOfMemory;

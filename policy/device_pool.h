@@ -115,7 +115,11 @@ struct PoolReport : ArenaFigures {
 
 class DevicePool final {
  public:
-  DevicePool(Provider& provider, Clock& clock, PageMap& page_map, const PoolSettings& settings, LogSink log);
+  // `budget`: the device's (device_budget.h), which this pool and its
+  // parts ask for the limit and the headroom; a holder in it once
+  // join_budget() was called.
+  DevicePool(Provider& provider, Clock& clock, PageMap& page_map, const PoolSettings& settings, DeviceBudget& budget,
+             LogSink log);
   // Frees host records. Production pools are never destroyed (process exit
   // must not touch them); tests destroy theirs once no thread uses them.
   ~DevicePool();
@@ -237,15 +241,14 @@ class DevicePool final {
   PoolStats stats();
   int device() const { return settings_.device; }
   const PoolSettings& settings() const { return settings_; }
-  // The device's budget and this pool's holder in it (device_budget.h):
-  // a growth or a wake that the limit or the driver refused asks the
-  // budget for room, with no lock of this pool held, and is tried once
-  // more. Set once, before the first allocation; without one (tests of a
-  // pool alone) there is no one else to ask.
-  void set_budget(DeviceBudget* budget, const Holder* self) {
-    budget_ = budget;
+  // This pool's holder in its budget (device_budget.h): a growth or a
+  // wake that the limit or the driver refused asks the budget for room,
+  // with no lock of this pool held, and is tried once more. Set once,
+  // before the first allocation; until then (tests of a pool alone) there
+  // is no one else to ask, and nothing is given back at a free.
+  void join_budget(const Holder* self) {
     budget_self_ = self;
-    give_back_mark_ = budget ? budget->give_back_mark_word() : &kNoGiveBackMark;
+    give_back_mark_ = budget_.give_back_mark_word();
   }
   // Growth ahead (policy/grow_ahead.h, docs/POOL.md "Growth ahead"): a
   // slow path that took arena memory asks `wake` (a service thread's,
@@ -260,7 +263,7 @@ class DevicePool final {
   // Idle bytes for cuMemGetInfo and in-use bytes for the limit.
   uint64_t idle_bytes();
   uint64_t in_use_bytes();
-  uint64_t limit_bytes() const { return settings_.config.limit_bytes; }
+  uint64_t limit_bytes() const { return budget_.limit_bytes(); }
   // Lock-free (the budget reads it for the own-VMM cache's room).
   uint64_t mapped_bytes() const { return large_.mapped_bytes(); }
   // The word mapped_bytes reads (0: the pool holds nothing, idle or in
@@ -351,8 +354,8 @@ class DevicePool final {
   ReleasePolicy release_;
   SleepGate sleep_;
   OomRecorder oom_;
-  DeviceBudget* budget_ = nullptr;
-  const Holder* budget_self_ = nullptr;
+  DeviceBudget& budget_;
+  const Holder* budget_self_ = nullptr;  // joined: the holder's own
   static constexpr std::atomic<uint64_t> kNoGiveBackMark{kNoLimit};
   const std::atomic<uint64_t>* give_back_mark_ = &kNoGiveBackMark;
   // Growth ahead: the step computed now (0: none) and the ask.

@@ -11,7 +11,7 @@ Granules DevicePool::ahead_step() {
   // Not under a limit (a step must never take the pool over it while a
   // growth on demand runs beside it), nor for a region's pool, which ramps
   // its growth from small (docs/SLEEP.md).
-  if (!ahead_wake_ || config.grow_ahead <= 0 || config.limit_bytes || settings_.slot != 0) return Granules(0);
+  if (!ahead_wake_ || config.grow_ahead <= 0 || budget_.limit_bytes() || settings_.slot != 0) return Granules(0);
   const Granules chunk = max_granules(granules_ceil(config.chunk_bytes), Granules(1));
   const uint64_t free_bytes = large_.free_bytes();
   if (free_bytes >= chunk.bytes()) return Granules(0);  // no step could be wanted: no registry walk
@@ -22,7 +22,7 @@ Granules DevicePool::ahead_step() {
 
 uint64_t DevicePool::ahead_ceiling() {
   return grow_ahead_ceiling(registry_.peak_in_use_bytes(), settings_.config.grow_ahead,
-                            budget_ ? budget_->idle_limit() : kNoLimit);
+                            budget_self_ ? budget_.idle_limit() : kNoLimit);
 }
 
 void DevicePool::maybe_ask_ahead(Granules request) {

@@ -160,7 +160,7 @@ SleepStatus DevicePool::wake() {
   // limit the device's other pools make room first, and when the limit or
   // the driver refused it they release what it needs, and wake tries once
   // more; each with no lock of this pool held (device_budget.h).
-  if (budget_ && sleep_.asleep()) budget_->make_room(budget_self_, asleep_bytes_.load(std::memory_order_acquire));
+  if (budget_self_ && sleep_.asleep()) budget_.make_room(budget_self_, asleep_bytes_.load(std::memory_order_acquire));
   Arena::WakeResult result;
   const uint64_t start = clock_.now_ns();
   ProviderStatus woken = wake_once(&result);

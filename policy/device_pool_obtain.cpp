@@ -23,7 +23,7 @@ Block* DevicePool::obtain(ThreadCache* cache, Granules granules, bool for_slab, 
   // A growth may come next: under a limit the device's other holders (the
   // own-VMM cache, the other pools) release what would take them all over
   // it first, with no lock of this pool held.
-  if (budget_ && settings_.config.limit_bytes) budget_->make_room(budget_self_, granules.bytes());
+  if (budget_self_ && budget_.limit_bytes()) budget_.make_room(budget_self_, granules.bytes());
   GrowthNote note;
   bool grew = false;
   if (Block* b = large_.stitch_or_grow(granules, state, fresh, &grew, &note)) {
@@ -38,9 +38,9 @@ Block* DevicePool::obtain(ThreadCache* cache, Granules granules, bool for_slab, 
 }
 
 uint64_t DevicePool::room_from_budget(uint64_t bytes) {
-  if (!budget_) return 0;
-  const uint64_t given = budget_->make_room(budget_self_, bytes);
-  return given ? given : budget_->reclaim_for(budget_self_, bytes);
+  if (!budget_self_) return 0;
+  const uint64_t given = budget_.make_room(budget_self_, bytes);
+  return given ? given : budget_.reclaim_for(budget_self_, bytes);
 }
 
 Block* DevicePool::reclaim_before_growth(ThreadCache* cache, Granules granules, BlockState state,
@@ -91,14 +91,14 @@ Block* DevicePool::obtain_under_pressure(ThreadCache* cache, Granules granules, 
     // pagefast processes on the device: each asked with this pool's locks
     // left, then once more.
     uint64_t given = attempt == 0 ? room_from_budget(granules.bytes()) : 0;
-    if (!given && attempt <= 1 && budget_) {
-      given = budget_->from_neighbours(granules.bytes());
+    if (!given && attempt <= 1 && budget_self_) {
+      given = budget_.from_neighbours(granules.bytes());
       attempt = 1;
     }
     if (!given) break;
   }
-  oom_.note(granules, for_slab, shortfall, !settings_.config.limit_bytes);
-  if (settings_.config.limit_bytes) {
+  oom_.note(granules, for_slab, shortfall, !budget_.limit_bytes());
+  if (budget_.limit_bytes()) {
     *status = AllocStatus::OutOfMemory;
   } else {
     *status = AllocStatus::Forward;

@@ -29,7 +29,7 @@ void DevicePool::seal_local_quarantine(ThreadCache& cache) {
   }
   // Called with no lock of this pool held (free()): the device's idle
   // memory beyond the budget's bound goes back now.
-  if (budget_) budget_->give_back_idle(clock_);
+  if (budget_self_) budget_.give_back_idle(clock_);
 }
 
 void DevicePool::share_local_quarantine(ThreadCache& cache, bool may_trim) {

@@ -18,7 +18,6 @@ ArenaSettings arena_settings(const PoolSettings& s) {
   a.chunk_granules = max_granules(granules_ceil(s.config.chunk_bytes), Granules(1));
   a.big_chunks = s.config.big_chunks;
   a.ramp = s.slot != 0;
-  if (s.config.limit_bytes) a.limit_granules = granules_floor(s.config.limit_bytes);
   uint64_t range = s.config.reserve_bytes;
   if (!range) {
     range = kAutoReserveFactor * s.device_total_bytes;
@@ -29,10 +28,11 @@ ArenaSettings arena_settings(const PoolSettings& s) {
 }
 
 LargeBlocks::LargeBlocks(Provider& provider, Clock& clock, PageMap& page_map, DevicePool* owner,
-                         const PoolSettings& settings, LogSink log)
+                         const PoolSettings& settings, const DeviceBudget& budget, LogSink log)
     : provider_(provider),
       clock_(clock),
       settings_(settings),
+      budget_(budget),
       log_(log),
       arena_(provider, page_map, owner, arena_settings(settings)) {
   mirror_figures();
@@ -46,11 +46,11 @@ void LargeBlocks::prewarm() {
   const uint64_t target_bytes = prewarm_target_bytes();
   if (target_bytes < asked_bytes && log_) {
     char line[256];
-    const uint64_t limit_bytes = settings_.config.limit_bytes;
+    const uint64_t limit_bytes = budget_.limit_bytes();
     std::snprintf(
         line, sizeof line, "prewarm %s is more than device %d has free beside the headroom of %s%s%s; prewarming %s",
         format_bytes(asked_bytes, ByteStyle::Exact).c_str(), settings_.device,
-        format_bytes(settings_.config.headroom_bytes, ByteStyle::Exact).c_str(), limit_bytes ? " or the limit of " : "",
+        format_bytes(budget_.headroom_bytes(), ByteStyle::Exact).c_str(), limit_bytes ? " or the limit of " : "",
         limit_bytes ? format_bytes(limit_bytes, ByteStyle::Exact).c_str() : "",
         format_bytes(target_bytes, ByteStyle::Exact).c_str());
     log_(LogLevel::Warn, line);
@@ -68,16 +68,13 @@ void LargeBlocks::prewarm() {
 }
 
 uint64_t LargeBlocks::prewarm_target_bytes() {
-  uint64_t target_bytes = settings_.config.prewarm_bytes;
-  if (settings_.config.limit_bytes && target_bytes > settings_.config.limit_bytes)
-    target_bytes = settings_.config.limit_bytes;
+  uint64_t target_bytes = budget_.within_limit(settings_.config.prewarm_bytes);
   // What the device has free now, less the headroom. A provider that
   // cannot tell its free memory keeps no headroom either (growth never
   // gives back for it): then the device's total is the cap.
   uint64_t free_bytes = 0;
   if (provider_.device_free_bytes(&free_bytes)) {
-    const uint64_t room_bytes =
-        free_bytes > settings_.config.headroom_bytes ? free_bytes - settings_.config.headroom_bytes : 0;
+    const uint64_t room_bytes = budget_.room_above_headroom(free_bytes);
     if (target_bytes > room_bytes) target_bytes = room_bytes;
   } else if (settings_.device_total_bytes && target_bytes > settings_.device_total_bytes) {
     target_bytes = settings_.device_total_bytes;
@@ -86,22 +83,19 @@ uint64_t LargeBlocks::prewarm_target_bytes() {
 }
 
 bool LargeBlocks::growth_cuts_headroom(Granules granules) {
-  const uint64_t headroom = settings_.config.headroom_bytes;
   uint64_t free_bytes = 0;
-  return headroom && provider_.device_free_bytes(&free_bytes) && free_bytes < headroom + granules.bytes();
+  return budget_.headroom_bytes() && provider_.device_free_bytes(&free_bytes) &&
+         budget_.cuts_headroom(free_bytes, granules.bytes());
 }
 
 Granules LargeBlocks::growth_step_within_headroom(Granules granules) {
-  const uint64_t headroom = settings_.config.headroom_bytes;
   uint64_t free_bytes = 0;
-  if (!headroom || !provider_.device_free_bytes(&free_bytes)) return Granules(UINT64_MAX >> kGranuleShift);
+  if (!budget_.headroom_bytes() || !provider_.device_free_bytes(&free_bytes))
+    return Granules(UINT64_MAX >> kGranuleShift);
   const Granules before = arena_.resident();
   // Growing would cut into the headroom: chunks left wholly free, which
   // this request could not use, go back to the driver first, one by one.
-  auto room = [&] {
-    const uint64_t now_free = free_bytes + (before - arena_.resident()).bytes();
-    return now_free > headroom ? now_free - headroom : 0;
-  };
+  auto room = [&] { return budget_.room_above_headroom(free_bytes + (before - arena_.resident()).bytes()); };
   while (room() < granules.bytes() && arena_.release_free_chunks(1) > 0) {
   }
   if (arena_.resident() < before) headroom_releases_.fetch_add(1, std::memory_order_relaxed);
@@ -116,7 +110,7 @@ ProviderStatus LargeBlocks::grow_locked(Granules granules) {
 
 ProviderStatus LargeBlocks::grow_by_locked(Granules granules, Granules max_step) {
   const uint64_t start = clock_.now_ns();
-  const ProviderStatus status = arena_.grow(granules, max_step);
+  const ProviderStatus status = arena_.grow(granules, max_step, ceiling());
   note_growth(start, status);
   return status;
 }
@@ -199,7 +193,7 @@ Block* LargeBlocks::take_under_pressure(Granules granules, BlockState state, Sho
     // Idle memory plus a chunk of the shortfall: the largest request that
     // succeeds is bounded by idle plus device memory, not by the layout.
     const Granules missing = granules - arena_.free_home();
-    if (missing <= arena_.room_under_limit() && grow_locked(missing) == ProviderStatus::Ok) {
+    if (missing <= room_under_limit() && grow_locked(missing) == ProviderStatus::Ok) {
       b = arena_.take(granules, state);
       if (!b) b = arena_.stitch(granules, 0, state);
     }
@@ -221,14 +215,23 @@ Block* LargeBlocks::take_under_pressure(Granules granules, BlockState state, Sho
   mirror_mapped();
   *shortfall =
       Shortfall{(mapped_before - arena_.mapped()).bytes(), (arena_.free_home() + arena_.free_stitched()).bytes(),
-                settings_.config.limit_bytes ? arena_.room_under_limit().bytes() : kUnlimited};
+                shortfall_room_bytes(), budget_.limit_bytes()};
   return nullptr;
 }
 
 Shortfall LargeBlocks::shortfall() {
   DeviceLock guard(*this);
-  return Shortfall{0, (arena_.free_home() + arena_.free_stitched()).bytes(),
-                   settings_.config.limit_bytes ? arena_.room_under_limit().bytes() : kUnlimited};
+  return Shortfall{0, (arena_.free_home() + arena_.free_stitched()).bytes(), shortfall_room_bytes(),
+                   budget_.limit_bytes()};
+}
+
+Granules LargeBlocks::room_under_limit() const {
+  const Granules mapped = arena_.mapped(), most = ceiling();
+  return mapped >= most ? Granules(0) : most - mapped;
+}
+
+uint64_t LargeBlocks::shortfall_room_bytes() const {
+  return budget_.limit_bytes() ? room_under_limit().bytes() : kUnlimited;
 }
 
 // ---- giving back -------------------------------------------------------------

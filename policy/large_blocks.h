@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "policy/arena.h"
+#include "policy/device_budget.h"
 #include "policy/log_sink.h"
 #include "policy/pool_settings.h"
 #include "policy/pool_stats.h"
@@ -51,6 +52,7 @@ struct Shortfall {
   uint64_t released_bytes = 0;          // idle memory released to the driver first
   uint64_t free_bytes = 0;              // free in the arena after that
   uint64_t room_under_limit_bytes = 0;  // growth still allowed by the limit; kUnlimited: none
+  uint64_t limit_bytes = 0;             // the device's limit (its budget's); 0: none
 };
 
 // The arena's figures for the memory report.
@@ -62,11 +64,14 @@ struct ArenaFigures {
 
 class LargeBlocks {
  public:
-  // `owner`: the pool whose spans the arena's blocks are (Span::pool).
+  // `owner`: the pool whose spans the arena's blocks are (Span::pool);
+  // `budget`: the device's, asked for the limit and the headroom.
   LargeBlocks(Provider& provider, Clock& clock, PageMap& page_map, DevicePool* owner, const PoolSettings& settings,
-              LogSink log);
+              const DeviceBudget& budget, LogSink log);
   LargeBlocks(const LargeBlocks&) = delete;
   LargeBlocks& operator=(const LargeBlocks&) = delete;
+  // The device's budget: the limit and the headroom, for the pool's parts.
+  const DeviceBudget& budget() const { return budget_; }
 
   // Maps prewarm_bytes in chunk steps, capped to the limit and to what the
   // device has free less the headroom (one warning when capped).
@@ -180,9 +185,17 @@ class LargeBlocks {
     LargeBlocks& owner_;
   };
 
+  // REQUIRES: the device lock. The most the arena may map under the
+  // budget's limit (kNoLimitGranules without one), and what is left of it.
+  Granules ceiling() const { return granules_floor(budget_.within_limit(kNoLimit)); }
+  Granules room_under_limit() const;
+  // The shortfall's room under the limit (kUnlimited without one).
+  uint64_t shortfall_room_bytes() const;
+
   Provider& provider_;
   Clock& clock_;
   const PoolSettings settings_;
+  const DeviceBudget& budget_;
   const LogSink log_;
   std::mutex mutex_;  // the device lock
   Arena arena_;

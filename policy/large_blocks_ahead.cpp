@@ -11,7 +11,9 @@ bool LargeBlocks::grow_ahead(Granules step, uint64_t ceiling_bytes) {
   Arena::PendingGrowth growth;
   {
     DeviceLock guard(*this);
-    if (arena_.resident().bytes() + step.bytes() > ceiling_bytes) return false;
+    // Never under a limit: a step must not take the pool over it while a
+    // growth on demand runs beside it.
+    if (budget_.limit_bytes() || arena_.resident().bytes() + step.bytes() > ceiling_bytes) return false;
     if (!arena_.begin_growth(step, &growth)) return false;
   }
   const uint64_t start = clock_.now_ns();

@@ -15,7 +15,7 @@ void OomRecorder::note(Granules needed, bool for_slab, const Shortfall& shortfal
   o.needed_bytes = needed.bytes();
   o.for_slab = for_slab;
   o.request_pending = true;
-  o.limit_bytes = limit_bytes_;
+  o.limit_bytes = shortfall.limit_bytes;
   o.released_bytes = shortfall.released_bytes;
   o.free_bytes = shortfall.free_bytes;
   o.room_under_limit_bytes = shortfall.room_under_limit_bytes;

@@ -32,7 +32,7 @@ struct OomRecord {
 
 class OomRecorder {
  public:
-  explicit OomRecorder(uint64_t limit_bytes) : limit_bytes_(limit_bytes) {}
+  OomRecorder() = default;
   OomRecorder(const OomRecorder&) = delete;
   OomRecorder& operator=(const OomRecorder&) = delete;
 
@@ -53,7 +53,6 @@ class OomRecorder {
   uint64_t passthroughs() const { return passthroughs_.load(std::memory_order_relaxed); }
 
  private:
-  const uint64_t limit_bytes_;
   std::atomic<uint64_t> ooms_{0};
   std::atomic<uint64_t> passthroughs_{0};
   std::mutex mutex_;

@@ -46,8 +46,8 @@ SyncGate::SyncGate(Quarantine& quarantine, Clock& clock, ThreadRegistry& registr
       large_(large),
       idle_share_(uint64_t(settings.config.idle_share)),
       chunk_bytes_(settings.config.chunk_bytes),
-      limits_(large_limits(settings.device_total_bytes, settings.config.limit_bytes)),
-      allowance_(make_allowance(settings.config.slack_ns, settings.device_total_bytes, settings.config.limit_bytes)),
+      limits_(large_limits(settings.device_total_bytes, large.budget().limit_bytes())),
+      allowance_(make_allowance(settings.config.slack_ns, settings.device_total_bytes, large.budget().limit_bytes())),
       allowance_bytes_(allowance_.bytes()),
       seal_bytes_(limits_.batch_bytes) {}
 

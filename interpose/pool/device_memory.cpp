@@ -19,11 +19,11 @@ namespace {
 // shared, and that a chunk went back to the driver.
 constexpr VmmProvider::Events kIpcEvents{&ipc::set_device_shareable, &ipc::forget_chunk};
 
-// keep_idle's bound: that percent of the device (of the limit, under
-// one), never under a chunk or the prewarm (which is meant to stay).
-uint64_t idle_limit(const PoolConfig& config, uint64_t device_bytes) {
+// keep_idle's bound: that percent of the device (of the budget's limit,
+// under one), never under a chunk or the prewarm (which is meant to stay).
+uint64_t idle_limit(const PoolConfig& config, const policy::DeviceBudget& budget, uint64_t device_bytes) {
   if (config.keep_idle_percent >= 100) return policy::kNoLimit;
-  const uint64_t memory = config.limit_bytes && config.limit_bytes < device_bytes ? config.limit_bytes : device_bytes;
+  const uint64_t memory = budget.within_limit(device_bytes);
   uint64_t bytes = memory / 100 * uint64_t(config.keep_idle_percent);
   if (bytes < config.chunk_bytes) bytes = config.chunk_bytes;
   return bytes < config.prewarm_bytes ? config.prewarm_bytes : bytes;
@@ -31,6 +31,8 @@ uint64_t idle_limit(const PoolConfig& config, uint64_t device_bytes) {
 
 }  // namespace
 
+// The device's limit and headroom are the budget's from here on: every
+// part asks it (policy/device_budget.h), none keeps its own.
 DeviceMemory::DeviceMemory(int device, const PoolConfig& config)
     : device_(device), budget_(config.headroom_bytes, config.limit_bytes), cache_share_(device) {
   for (int slot = 0; slot < region::kMaxSlots; ++slot) pool_shares_[slot].set(this, slot);
@@ -45,7 +47,7 @@ policy::DevicePool* DeviceMemory::make_pool_locked(const RealDriver* real, CUdev
   std::string why;
   VmmProvider* provider = copier_.load(std::memory_order_acquire);
   if (!provider) provider = VmmProvider::create(real, device, &g_capture_gate, g_process.log, &kIpcEvents, &why);
-  auto* budgeted = provider ? new (std::nothrow) policy::BudgetedProvider(*provider, config.limit_bytes) : nullptr;
+  auto* budgeted = provider ? new (std::nothrow) policy::BudgetedProvider(*provider, budget_) : nullptr;
   if (!budgeted) {
     unpoolable_.store(true, std::memory_order_release);
     log_line(LogLevel::Info, "device %d is not pooled: %s; its allocations go to the driver", device_,
@@ -56,8 +58,8 @@ policy::DevicePool* DeviceMemory::make_pool_locked(const RealDriver* real, CUdev
   settings.config = config;
   settings.device_total_bytes = provider->device_total_bytes();
   settings.device = device_;
-  auto* made =
-      new (std::nothrow) policy::DevicePool(*budgeted, clock, policy::global_page_map(), settings, g_process.log);
+  auto* made = new (std::nothrow)
+      policy::DevicePool(*budgeted, clock, policy::global_page_map(), settings, budget_, g_process.log);
   policy::ThreadCache* fallback = made ? made->attach_thread() : nullptr;
   if (!fallback) {
     unpoolable_.store(true, std::memory_order_release);
@@ -68,11 +70,11 @@ policy::DevicePool* DeviceMemory::make_pool_locked(const RealDriver* real, CUdev
   copier_.store(provider, std::memory_order_release);
   budgeted_ = budgeted;
   fallback_ = fallback;
-  made->set_budget(&budget_, &pool_shares_[0]);
+  made->join_budget(&pool_shares_[0]);
   made->set_grow_ahead(&wake_grow_ahead);
   pool_shares_[0].set_pool(made);
   budget_.add(&pool_shares_[0]);
-  budget_.set_idle_limit(idle_limit(config, settings.device_total_bytes), config.release_delay_ns);
+  budget_.set_idle_limit(idle_limit(config, budget_, settings.device_total_bytes), config.release_delay_ns);
   budget_.set_neighbours(&neighbours_);
   for (int accessor = 0; accessor < kMaxDevices; ++accessor)
     if (peer_grants[accessor] > 0) made->add_peer(accessor);  // no mapping yet: no driver call
@@ -80,7 +82,7 @@ policy::DevicePool* DeviceMemory::make_pool_locked(const RealDriver* real, CUdev
   pool_.store(made, std::memory_order_release);
   log_line(LogLevel::Info, "device %d pooled: chunk %s, release threshold %s, limit %s, prewarm %s, reserve %s",
            device_, human_bytes(config.chunk_bytes).c_str(), human_bytes(config.release_threshold_bytes).c_str(),
-           config.limit_bytes ? human_bytes(config.limit_bytes).c_str() : "none",
+           budget_.limit_bytes() ? human_bytes(budget_.limit_bytes()).c_str() : "none",
            human_bytes(config.prewarm_bytes).c_str(),
            config.reserve_bytes ? human_bytes(config.reserve_bytes).c_str() : "auto");
   return made;
@@ -116,8 +118,8 @@ policy::DevicePool* DeviceMemory::tagged_pool_made(int slot, policy::Clock& cloc
   settings.device_total_bytes = provider_->device_total_bytes();
   settings.device = device_;
   settings.slot = slot;
-  auto* made =
-      new (std::nothrow) policy::DevicePool(*budgeted_, clock, policy::global_page_map(), settings, g_process.log);
+  auto* made = new (std::nothrow)
+      policy::DevicePool(*budgeted_, clock, policy::global_page_map(), settings, budget_, g_process.log);
   policy::ThreadCache* cache = made ? made->attach_thread() : nullptr;
   if (cache) pool_shares_[slot].set_pool(made);
   if (!cache || !budget_.add(&pool_shares_[slot])) {
@@ -132,7 +134,7 @@ policy::DevicePool* DeviceMemory::tagged_pool_made(int slot, policy::Clock& cloc
   // (create_mutex is held, so no grant changes meanwhile).
   for (int accessor = 0; accessor < kMaxDevices; ++accessor)
     if (g_process.peer_grants[device_][accessor] > 0) made->add_peer(accessor);  // no mapping yet: no driver call
-  made->set_budget(&budget_, &pool_shares_[slot]);
+  made->join_budget(&pool_shares_[slot]);
   tagged_[slot].cache = cache;
   tagged_[slot].pool.store(made, std::memory_order_release);
   const char* name = "";

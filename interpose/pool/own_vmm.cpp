@@ -67,13 +67,11 @@ class SeamDriver final : public policy::own_vmm::Driver {
   uint64_t cache_room(int device) override {
     // The cache holds at most release_threshold, and under a limit no
     // more than the device's budget leaves it beside the pool.
+    // (The budget keeps the limit: without one, room_for_cache is kNoLimit.)
     uint64_t room = g_config.release_threshold_bytes;
-    if (g_config.limit_bytes) {
-      DeviceMemory* memory = device_memory_made(device);
-      const uint64_t left = memory ? memory->room_for_cache() : g_config.limit_bytes;
-      if (left < room) room = left;
-    }
-    return room;
+    DeviceMemory* memory = device_memory_made(device);
+    const uint64_t left = memory ? memory->room_for_cache() : 0;  // no host memory for a budget: nothing kept
+    return left < room ? left : room;
   }
   uint64_t current_context() override {
     const RealDriver* real = real_driver();

@@ -17,25 +17,30 @@
 namespace pagefast::policy::test {
 
 // An Arena alone on a FakeProvider, with a private page map, 64-granule
-// ranges and the given chunk (and limit) in granules.
+// ranges and the given chunk in granules. A limit (granules; 0: none) is
+// the ceiling grow() passes, as LargeBlocks passes the budget's.
 struct ArenaUnderTest {
   explicit ArenaUnderTest(uint64_t chunk_granules, uint64_t limit_granules = 0, uint64_t capacity = 256 * kMiB,
                           FakeProvider::Backing backing = FakeProvider::Backing::None, bool big_chunks = false)
       : provider(capacity, backing),
         page_map(new PageMap()),
-        arena(provider, *page_map, nullptr, settings(chunk_granules, limit_granules, big_chunks)) {}
+        arena(provider, *page_map, nullptr, settings(chunk_granules, big_chunks)),
+        ceiling(limit_granules ? Granules(limit_granules) : kNoLimitGranules) {}
   ~ArenaUnderTest() { page_map->destroy_leaves_for_tests(); }
-  static ArenaSettings settings(uint64_t chunk, uint64_t limit, bool big_chunks = false) {
+  static ArenaSettings settings(uint64_t chunk, bool big_chunks = false) {
     ArenaSettings s;
     s.chunk_granules = Granules(chunk);
     s.big_chunks = big_chunks;
-    if (limit) s.limit_granules = Granules(limit);
     s.range_bytes = 64 * kGranuleBytes;
     return s;
+  }
+  ProviderStatus grow(Granules min_granules) {
+    return arena.grow(min_granules, Granules(UINT64_MAX >> kGranuleShift), ceiling);
   }
   FakeProvider provider;
   std::unique_ptr<PageMap> page_map;
   Arena arena;
+  const Granules ceiling;
 };
 
 // Two chunks of two granules; one granule of each lent to a stitch, the
@@ -65,7 +70,8 @@ struct PartsUnderTest {
       : provider(capacity_bytes, FakeProvider::Backing::None),
         page_map(new PageMap()),
         settings(make_settings(config, capacity_bytes)),
-        large(provider, clock, *page_map, nullptr, settings, nullptr),
+        budget(config.headroom_bytes, config.limit_bytes),
+        large(provider, clock, *page_map, nullptr, settings, budget, nullptr),
         small(large, *page_map, nullptr),
         quarantine(provider, clock),
         registry(quarantine, nullptr),
@@ -93,6 +99,7 @@ struct PartsUnderTest {
   FakeClock clock;
   std::unique_ptr<PageMap> page_map;
   const PoolSettings settings;
+  DeviceBudget budget;  // the limit and the headroom, as the device's budget keeps them
   LargeBlocks large;
   SmallBlocks small;
   Quarantine quarantine;
@@ -107,8 +114,9 @@ struct PoolUnderTest {
                 uint64_t device_total_bytes = 0, bool reports_free = false)
       : provider(capacity_bytes, backing),
         page_map(new PageMap()),
+        budget(config.headroom_bytes, config.limit_bytes),
         pool(provider, clock, *page_map, settings(config, device_total_bytes ? device_total_bytes : capacity_bytes),
-             nullptr) {
+             budget, nullptr) {
     provider.set_reports_free(reports_free);
     pool.prewarm();
   }
@@ -137,6 +145,7 @@ struct PoolUnderTest {
   FakeProvider provider;
   FakeClock clock;
   std::unique_ptr<PageMap> page_map;
+  DeviceBudget budget;  // the limit and the headroom (not joined: no other holder to ask)
   DevicePool pool;
 };
 

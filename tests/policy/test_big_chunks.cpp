@@ -136,17 +136,17 @@ TEST_CASE("big chunks: whole free big chunks are released before a big growth, u
 TEST_CASE("big chunks: under a limit, the whole free big chunks released make room for the growth",
           "[arena][big][limit]") {
   ArenaUnderTest t = big_arena(20);
-  REQUIRE(t.arena.grow(Granules(12)) == ProviderStatus::Ok);
-  REQUIRE(t.arena.grow(Granules(1)) == ProviderStatus::Ok);  // an ordinary chunk: 16 of 20 held
+  REQUIRE(t.grow(Granules(12)) == ProviderStatus::Ok);
+  REQUIRE(t.grow(Granules(1)) == ProviderStatus::Ok);  // an ordinary chunk: 16 of 20 held
   Block* small = t.arena.take(Granules(1));
   REQUIRE(small);
   // 14 more would pass the limit; with the free 12 released it fits.
-  REQUIRE(t.arena.grow(Granules(14)) == ProviderStatus::Ok);
+  REQUIRE(t.grow(Granules(14)) == ProviderStatus::Ok);
   CHECK(t.arena.counters().big_releases == 1);
   CHECK(t.arena.mapped() == Granules(18));
   CHECK(t.arena.take(Granules(14)) != nullptr);
   // Nothing free to release: the limit refuses, and nothing changes.
-  CHECK(t.arena.grow(Granules(6)) == ProviderStatus::OutOfMemory);
+  CHECK(t.grow(Granules(6)) == ProviderStatus::OutOfMemory);
   CHECK(t.arena.mapped() == Granules(18));
   CHECK(t.arena.check() == "");
   CHECK(t.provider.violations() == 0);

@@ -145,7 +145,8 @@ TEST_CASE("a growth logs at debug where the held memory was; peak_mapped_bytes k
   FakeProvider provider(2 * kGiB, FakeProvider::Backing::None);
   FakeClock clock;
   std::unique_ptr<PageMap> page_map(new PageMap());
-  DevicePool pool(provider, clock, *page_map, PoolUnderTest::settings(config_with(64 * kMiB), 2 * kGiB),
+  DeviceBudget budget(kDefaultHeadroomBytes);  // config_with's limit and headroom
+  DevicePool pool(provider, clock, *page_map, PoolUnderTest::settings(config_with(64 * kMiB), 2 * kGiB), budget,
                   record_growth_line);
   {
     Attached cache(pool);

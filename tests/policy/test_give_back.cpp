@@ -51,15 +51,15 @@ struct OtherProcess final : Neighbours {
 struct Device {
   Device(uint64_t capacity, uint64_t chunk, uint64_t limit, uint64_t idle_limit)
       : inner(capacity, FakeProvider::Backing::None),
-        budgeted(inner, limit),
         budget(0, limit),
+        budgeted(inner, budget),
         page_map(new PageMap()) {
     PoolSettings s;
     s.config = config_with(chunk, limit);
     s.device_total_bytes = capacity;
-    pool.reset(new DevicePool(budgeted, clock, *page_map, s, nullptr));
+    pool.reset(new DevicePool(budgeted, clock, *page_map, s, budget, nullptr));
     holder.pool = pool.get();
-    pool->set_budget(&budget, &holder);
+    pool->join_budget(&holder);
     REQUIRE(budget.add(&holder));
     budget.set_idle_limit(idle_limit, kRelearnNs);
   }
@@ -82,8 +82,8 @@ struct Device {
     for (uint64_t p : held) REQUIRE(free(cache, p) == FreeStatus::Ok);
   }
   FakeProvider inner;
-  BudgetedProvider budgeted;
   DeviceBudget budget;
+  BudgetedProvider budgeted;
   FakeClock clock;
   std::unique_ptr<PageMap> page_map;
   PoolHolder holder;

@@ -127,7 +127,8 @@ TEST_CASE("a pool's mapped bytes as its word give the answer its figures give", 
   s.config = config_with(32 * kMiB, 0);
   s.device_total_bytes = 1 * kGiB;
   {
-    DevicePool pool(provider, clock, *page_map, s, nullptr);
+    DeviceBudget none(s.config.headroom_bytes, s.config.limit_bytes);
+    DevicePool pool(provider, clock, *page_map, s, none, nullptr);
     PoolShare with(&pool, true), without(&pool, false);
     DeviceBudget by_word(0), asked(0), limited_word(0, 512 * kMiB), limited_asked(0, 512 * kMiB);
     REQUIRE(by_word.add(&with));

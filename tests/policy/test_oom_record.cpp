@@ -8,14 +8,14 @@ using namespace pagefast;
 using namespace pagefast::policy;
 
 TEST_CASE("oom record: an answer is counted and recorded, its request follows") {
-  OomRecorder oom(64 * kMiB);
+  OomRecorder oom;
   OomRecord r;
   REQUIRE(oom.try_read(&r));
   CHECK(r.count == 0);
   oom.note_request(1000);  // no answer noted: left alone
   REQUIRE(oom.try_read(&r));
   CHECK(r.request_bytes == 0);
-  oom.note(Granules(3), true, Shortfall{4 * kMiB, 2 * kMiB, 0}, false);
+  oom.note(Granules(3), true, Shortfall{4 * kMiB, 2 * kMiB, 0, 64 * kMiB}, false);
   CHECK(oom.ooms() == 1);
   REQUIRE(oom.try_read(&r));
   CHECK(r.count == 1);
@@ -34,7 +34,7 @@ TEST_CASE("oom record: an answer is counted and recorded, its request follows") 
 }
 
 TEST_CASE("oom record: a withdrawn answer puts the one before back") {
-  OomRecorder oom(0);
+  OomRecorder oom;
   oom.note(Granules(1), false, Shortfall{0, 0, kUnlimited}, true);
   oom.note_request(100);
   oom.count_passthrough();

@@ -37,8 +37,8 @@ struct PoolHolder final : Holder {
 struct Pools {
   Pools(int count, uint64_t capacity, uint64_t chunk, uint64_t limit)
       : inner(capacity, FakeProvider::Backing::Host),
-        budgeted(inner, limit),
         budget(0, limit),
+        budgeted(inner, budget),
         page_map(new PageMap()),
         holders(count) {
     for (int i = 0; i < count; ++i) {
@@ -46,9 +46,9 @@ struct Pools {
       s.config = config_with(chunk, limit);
       s.device_total_bytes = capacity;
       s.slot = i;
-      pools.emplace_back(new DevicePool(budgeted, clock, *page_map, s, nullptr));
+      pools.emplace_back(new DevicePool(budgeted, clock, *page_map, s, budget, nullptr));
       holders[i].pool = pools[i].get();
-      pools[i]->set_budget(&budget, &holders[i]);
+      pools[i]->join_budget(&holders[i]);
       REQUIRE(budget.add(&holders[i]));
     }
   }
@@ -61,8 +61,8 @@ struct Pools {
     return span ? pool.free(cache, span, addr) : FreeStatus::Invalid;
   }
   FakeProvider inner;
-  BudgetedProvider budgeted;
   DeviceBudget budget;
+  BudgetedProvider budgeted;
   FakeClock clock;
   std::unique_ptr<PageMap> page_map;
   std::vector<PoolHolder> holders;
@@ -94,8 +94,8 @@ struct DeviceCache final : Holder {
 
 TEST_CASE("a pool growing under the limit has the own-VMM cache release what would go over it", "[budget][limit]") {
   FakeProvider inner(1 * kGiB, FakeProvider::Backing::None);
-  BudgetedProvider budgeted(inner, 768 * kMiB);
   DeviceBudget budget(0, 768 * kMiB);
+  BudgetedProvider budgeted(inner, budget);
   DeviceCache cache(inner, 512 * kMiB);
   PoolHolder share;
   FakeClock clock;
@@ -104,9 +104,9 @@ TEST_CASE("a pool growing under the limit has the own-VMM cache release what wou
   s.config = config_with(256 * kMiB, 768 * kMiB);
   s.device_total_bytes = 1 * kGiB;
   {
-    DevicePool pool(budgeted, clock, *page_map, s, nullptr);
+    DevicePool pool(budgeted, clock, *page_map, s, budget, nullptr);
     share.pool = &pool;
-    pool.set_budget(&budget, &share);
+    pool.join_budget(&share);
     REQUIRE(budget.add(&cache));
     REQUIRE(budget.add(&share));
     ThreadCache* c = pool.attach_thread();
@@ -130,7 +130,8 @@ TEST_CASE("a pool growing under the limit has the own-VMM cache release what wou
 
 TEST_CASE("a budgeted provider keeps what its pools hold under the limit, and asks no one", "[budget][limit]") {
   FakeProvider inner(1 * kGiB, FakeProvider::Backing::None);
-  BudgetedProvider provider(inner, 512 * kMiB);
+  DeviceBudget limited(0, 512 * kMiB);
+  BudgetedProvider provider(inner, limited);
   ChunkHandle a{}, b{}, c{};
   REQUIRE(provider.create_chunk(granules_of(384 * kMiB), &a) == ProviderStatus::Ok);
   CHECK(provider.held_bytes() == 384 * kMiB);
@@ -145,7 +146,8 @@ TEST_CASE("a budgeted provider keeps what its pools hold under the limit, and as
   CHECK(provider.create_chunk(granules_of(2 * kMiB), &c) == ProviderStatus::OutOfMemory);
   CHECK(provider.held_bytes() == 256 * kMiB);
   // Without a limit, none.
-  BudgetedProvider unlimited(inner, 0);
+  DeviceBudget none(0);
+  BudgetedProvider unlimited(inner, none);
   CHECK(unlimited.create_chunk(granules_of(512 * kMiB), &c) == ProviderStatus::Ok);
 }
 

@@ -79,7 +79,9 @@ TEST_CASE("figures during sleep and wake: reserved stays, counters never go back
   FakeClock clock;
   PageMap* page_map = new PageMap();
   {
-    DevicePool pool(provider, clock, *page_map, PoolUnderTest::settings(config_with(64 * kMiB), 2 * kGiB), nullptr);
+    DeviceBudget budget(kDefaultHeadroomBytes);  // config_with's limit and headroom
+    DevicePool pool(provider, clock, *page_map, PoolUnderTest::settings(config_with(64 * kMiB), 2 * kGiB), budget,
+                    nullptr);
     ThreadCache* cache = pool.attach_thread();
     std::vector<uint64_t> blocks;
     for (int i = 0; i < 6; ++i) {
@@ -139,13 +141,14 @@ struct GrownPool {
   TappedProvider provider;
   FakeClock clock;
   PageMap* page_map = new PageMap();
+  DeviceBudget budget{kDefaultHeadroomBytes};  // config_with's limit and headroom
   DevicePool* pool = nullptr;
   ThreadCache* cache = nullptr;
   std::vector<uint64_t> blocks;
 
   explicit GrownPool(int count) {
-    pool =
-        new DevicePool(provider, clock, *page_map, PoolUnderTest::settings(config_with(64 * kMiB), 2 * kGiB), nullptr);
+    pool = new DevicePool(provider, clock, *page_map, PoolUnderTest::settings(config_with(64 * kMiB), 2 * kGiB), budget,
+                          nullptr);
     cache = pool->attach_thread();
     for (int i = 0; i < count; ++i) alloc();
   }

@@ -150,7 +150,9 @@ int main(int argc, char** argv) {
   PoolSettings settings;
   settings.config = config.pool;
   settings.device_total_bytes = device_bytes;
-  auto pool = std::make_unique<DevicePool>(provider, clock, *page_map, settings, nullptr);
+  // The device's limit and headroom, as the library's budget keeps them.
+  DeviceBudget budget(config.pool.headroom_bytes, config.pool.limit_bytes);
+  auto pool = std::make_unique<DevicePool>(provider, clock, *page_map, settings, budget, nullptr);
   pool->prewarm();
 
   std::map<uint32_t, ThreadCache*> caches;  // trace thread -> its cache
