@@ -99,13 +99,19 @@ def main():
         print("ok (valgrind not installed: the instruction count is not checked)")
         return
     tool = os.path.join(source, "tools", "bench", "hit-instructions")
-    run = subprocess.run([sys.executable, tool, "--build", build, "--sizes", "512", "--pairs", "200", "--warm", "200"],
-                         capture_output=True, text=True, timeout=600)
+    run = subprocess.run([sys.executable, tool, "--build", build, "--sizes", "512", "--pairs", "200", "--warm", "200",
+                          "--parts"], capture_output=True, text=True, timeout=600)
     row = [line for line in run.stdout.splitlines() if line.startswith("| alloc | 512 |")]
-    if run.returncode != 0 or not row or float(row[0].split("|")[3]) <= 0:
+    # "426.0 = library 279.1 + driver 130.8 + loop 16.0": the parts add up,
+    # and the driver (cuCtxGetCurrent at least) and the library both count.
+    cell = row[0].split("|")[3].split() if row else []
+    if run.returncode != 0 or len(cell) != 10 or float(cell[0]) <= 0:
         sys.exit("FAIL hit-instructions: %s%s" % (run.stdout, run.stderr))
+    total, library, driver, loop = float(cell[0]), float(cell[3]), float(cell[6]), float(cell[9])
+    if library <= 0 or driver <= 0 or loop < 0 or abs(library + driver + loop - total) > 0.5:
+        sys.exit("FAIL hit-instructions --parts: %s" % row[0])
     bounded = optimised(build)
-    if bounded and float(row[0].split("|")[3]) > HIT_PAIR_CEILING:
+    if bounded and total > HIT_PAIR_CEILING:
         sys.exit("FAIL hit-instructions: a pool-hit pair over %d instructions: %s" % (HIT_PAIR_CEILING, row[0]))
     print("ok hit-instructions: " + row[0])
     # A forwarded call, the driver alone against the driver under pagefast:
@@ -113,6 +119,15 @@ def main():
     run = subprocess.run([sys.executable, tool, "--build", build, "--sizes", "4096", "--pairs", "100", "--warm", "50",
                           "--calls", ",".join(FORWARD_ADDED_CEILING), "--lib", "none", "--lib", lib],
                          capture_output=True, text=True, timeout=600)
+    # Without the library, its part of the driver's own call is nothing:
+    # the split finds every instruction in the driver and the loop.
+    none = subprocess.run([sys.executable, tool, "--build", build, "--sizes", "4096", "--pairs", "100", "--warm", "50",
+                           "--calls", "info", "--lib", "none", "--parts"], capture_output=True, text=True, timeout=600)
+    row = [line for line in none.stdout.splitlines() if line.startswith("| info | 4096 |")]
+    cell = row[0].split("|")[3].split() if row else []
+    if none.returncode != 0 or len(cell) != 10 or abs(float(cell[3])) > 0.5 or float(cell[6]) <= 0:
+        sys.exit("FAIL hit-instructions --parts without the library: %s%s" % (none.stdout, none.stderr))
+    print("ok hit-instructions --parts without the library: " + row[0])
     for calls, ceiling in FORWARD_ADDED_CEILING.items():
         row = [line for line in run.stdout.splitlines() if line.startswith("| %s | 4096 |" % calls)]
         cells = row[0].split("|") if row else []
