@@ -176,13 +176,6 @@ CUresult guarded(Call call) {
   }
 }
 
-// A call the cache answered and noted in the ledger (success only: a
-// failed call is noted nowhere).
-CUresult noted(CUresult r) {
-  if (r == CUDA_SUCCESS) noted_by_cache();
-  return r;
-}
-
 bool cacheable(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAllocationProp* prop,
                unsigned long long flags) {
   return handle && prop && bytes && flags == 0 && prop->type == CU_MEM_ALLOCATION_TYPE_PINNED &&
@@ -218,8 +211,12 @@ CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemA
                 unsigned long long flags) {
   const RealDriver* real = real_driver();
   if (!driver::has(real, &RealDriver::cuMemCreate)) return kMissing;
-  if (!cacheable(handle, bytes, prop, flags)) return driver::create(real, handle, bytes, prop, flags);
-  return noted(guarded([&] {
+  if (!cacheable(handle, bytes, prop, flags)) {
+    const CUresult r = driver::create(real, handle, bytes, prop, flags);
+    if (r == CUDA_SUCCESS) created(*handle, bytes, prop);
+    return r;
+  }
+  const CUresult r = guarded([&] {
     const std::string key(reinterpret_cast<const char*>(prop), sizeof *prop);
     const int device = prop->location.id;
     uint64_t cached = 0;
@@ -234,11 +231,14 @@ CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemA
       r = retried_out_of_memory(device, r, [&] { return driver::create(real, handle, bytes, prop, flags); });
     if (r == CUDA_SUCCESS) g_cache->note_created(*handle, bytes, key, device);
     return r;
-  }));
+  });
+  if (r == CUDA_SUCCESS) created(*handle, bytes, prop, true);  // the cache noted it: its slot
+  return r;
 }
 
 CUresult release(CUmemGenericAllocationHandle handle) {
-  const CUresult r = noted(guarded([&] { return CUresult(g_cache->release(handle)); }));
+  // The cache notes what it answers and what it forwards.
+  const CUresult r = guarded([&] { return CUresult(g_cache->release(handle)); });
   // Cached: the trim thread lets it decay (a program that never calls
   // cuMemAlloc has no pool to start it); over keep_idle, it goes back now.
   start_trim_thread(g_config);
@@ -248,11 +248,11 @@ CUresult release(CUmemGenericAllocationHandle handle) {
 
 CUresult map(CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAllocationHandle handle,
              unsigned long long flags) {
-  return noted(guarded([&] { return CUresult(g_cache->map(ptr, bytes, offset, handle, flags)); }));
+  return guarded([&] { return CUresult(g_cache->map(ptr, bytes, offset, handle, flags)); });
 }
 
 CUresult unmap(CUdeviceptr ptr, size_t bytes) {
-  return noted(guarded([&] { return CUresult(g_cache->unmap(ptr, bytes)); }));
+  return guarded([&] { return CUresult(g_cache->unmap(ptr, bytes)); });
 }
 
 CUresult set_access(CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count) {
@@ -281,10 +281,12 @@ CUresult retain(CUmemGenericAllocationHandle* handle, void* addr) {
       }) != CUDA_SUCCESS)
     return CUDA_ERROR_OUT_OF_MEMORY;
   if (answered) {
-    *handle = h;
-    return noted(CUDA_SUCCESS);
+    *handle = h;  // the cache noted it
+    return CUDA_SUCCESS;
   }
-  return driver::retain_handle(real_driver(), handle, addr);
+  const CUresult r = driver::retain_handle(real_driver(), handle, addr);
+  if (r == CUDA_SUCCESS) retained(*handle);
+  return r;
 }
 
 // The cache's answer to an export or a properties query of `handle` (*out;
@@ -303,8 +305,10 @@ static bool cache_answers(CUmemGenericAllocationHandle handle, bool exporting, C
 CUresult export_handle(void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
                        unsigned long long flags) {
   CUresult answer = CUDA_SUCCESS;
-  if (cache_answers(handle, true, &answer)) return answer;
-  return driver::export_handle(real_driver(), shareable, handle, type, flags);
+  if (!cache_answers(handle, true, &answer))
+    answer = driver::export_handle(real_driver(), shareable, handle, type, flags);
+  if (answer == CUDA_SUCCESS) exported(handle, shareable, type);
+  return answer;
 }
 
 CUresult properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) {
