@@ -211,12 +211,8 @@ CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemA
                 unsigned long long flags) {
   const RealDriver* real = real_driver();
   if (!driver::has(real, &RealDriver::cuMemCreate)) return kMissing;
-  if (!cacheable(handle, bytes, prop, flags)) {
-    const CUresult r = driver::create(real, handle, bytes, prop, flags);
-    if (r == CUDA_SUCCESS) created(*handle, bytes, prop);
-    return r;
-  }
-  const CUresult r = guarded([&] {
+  const bool by_cache = cacheable(handle, bytes, prop, flags);
+  const CUresult r = !by_cache ? driver::create(real, handle, bytes, prop, flags) : guarded([&] {
     const std::string key(reinterpret_cast<const char*>(prop), sizeof *prop);
     const int device = prop->location.id;
     uint64_t cached = 0;
@@ -226,18 +222,17 @@ CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemA
     }
     // Out of memory: the device's idle memory goes back (its budget), then
     // the neighbours', each time once more (interpose/pool_api.h).
-    CUresult r = driver::create(real, handle, bytes, prop, flags);
-    if (r == CUDA_ERROR_OUT_OF_MEMORY)
-      r = retried_out_of_memory(device, r, [&] { return driver::create(real, handle, bytes, prop, flags); });
-    if (r == CUDA_SUCCESS) g_cache->note_created(*handle, bytes, key, device);
-    return r;
+    CUresult got = driver::create(real, handle, bytes, prop, flags);
+    if (got == CUDA_ERROR_OUT_OF_MEMORY)
+      got = retried_out_of_memory(device, got, [&] { return driver::create(real, handle, bytes, prop, flags); });
+    if (got == CUDA_SUCCESS) g_cache->note_created(*handle, bytes, key, device);
+    return got;
   });
-  if (r == CUDA_SUCCESS) created(*handle, bytes, prop, true);  // the cache noted it: its slot
+  if (r == CUDA_SUCCESS) created(*handle, bytes, prop, by_cache);  // the cache noted what it took: the slot only
   return r;
 }
 
 CUresult release(CUmemGenericAllocationHandle handle) {
-  // The cache notes what it answers and what it forwards.
   const CUresult r = guarded([&] { return CUresult(g_cache->release(handle)); });
   // Cached: the trim thread lets it decay (a program that never calls
   // cuMemAlloc has no pool to start it); over keep_idle, it goes back now.
