@@ -25,21 +25,18 @@ namespace pagefast::hook {
 // are counted and forwarded: one relaxed load and a branch more.
 // The calls that make, hold and drop the program's memory are also noted,
 // once they succeeded, in the ledger that sleep's answer reads
-// (policy/own_vmm/ledger.h): one acquire load more with the pool off.
+// (policy/own_vmm/ledger.h): here when forwarded with the cache off (one
+// acquire load more with the pool off), by the cache and its glue when on.
 // PF_OWN_VMM_BODY is that call as a lambda of the driver's handle value
 // (`*hp`: in for most, out for cuMemCreate): the hook makes it directly
 // until a handle of the program's slept, and through the translation after
 // (pool::own_vmm::translating(), own_vmm.h).
 #define PF_OWN_VMM_BODY(symbol, call, args, note)                                  \
   [&]([[maybe_unused]] CUmemGenericAllocationHandle* hp) -> CUresult {           \
-    CUresult result;                                                              \
-    if (active(Entry::symbol) && pool::own_vmm::on()) {                           \
-      result = pool::own_vmm::call args;                                          \
-    } else {                                                                      \
-      const RealDriver* real = real_driver();                                     \
-      if (!real || !real->symbol) return kMissing;                                \
-      result = real->symbol args;                                                 \
-    }                                                                             \
+    if (active(Entry::symbol) && pool::own_vmm::on()) return pool::own_vmm::call args; \
+    const RealDriver* real = real_driver();                                       \
+    if (!real || !real->symbol) return kMissing;                                  \
+    const CUresult result = real->symbol args;                                    \
     if (result == CUDA_SUCCESS) note;                                             \
     return result;                                                                \
   }
@@ -114,12 +111,8 @@ CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void*
   const bool on = active(Entry::cuMemRetainAllocationHandle);
   if (on && pool::owns_address(reinterpret_cast<CUdeviceptr>(addr))) return CUDA_ERROR_INVALID_VALUE;
   const auto plain = [&](CUmemGenericAllocationHandle* hp) {
-    CUresult result;
-    if (on && pool::own_vmm::on()) {
-      result = pool::own_vmm::retain(hp, addr);
-    } else {
-      result = driver::retain_handle(real_driver(), hp, addr);
-    }
+    if (on && pool::own_vmm::on()) return pool::own_vmm::retain(hp, addr);  // noted there
+    const CUresult result = driver::retain_handle(real_driver(), hp, addr);
     if (result == CUDA_SUCCESS) pool::own_vmm::retained(*hp);
     return result;
   };

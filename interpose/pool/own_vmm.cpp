@@ -174,13 +174,6 @@ CUresult guarded(Call call) {
   }
 }
 
-// A call the cache answered and noted in the ledger (success only: a
-// failed call is noted nowhere).
-CUresult noted(CUresult r) {
-  if (r == CUDA_SUCCESS) noted_by_cache();
-  return r;
-}
-
 bool cacheable(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAllocationProp* prop,
                unsigned long long flags) {
   return handle && prop && bytes && flags == 0 && prop->type == CU_MEM_ALLOCATION_TYPE_PINNED &&
@@ -216,8 +209,8 @@ CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemA
                 unsigned long long flags) {
   const RealDriver* real = real_driver();
   if (!driver::has(real, &RealDriver::cuMemCreate)) return kMissing;
-  if (!cacheable(handle, bytes, prop, flags)) return driver::create(real, handle, bytes, prop, flags);
-  return noted(guarded([&] {
+  const bool by_cache = cacheable(handle, bytes, prop, flags);
+  const CUresult r = !by_cache ? driver::create(real, handle, bytes, prop, flags) : guarded([&] {
     const std::string key(reinterpret_cast<const char*>(prop), sizeof *prop);
     const int device = prop->location.id;
     uint64_t cached = 0;
@@ -227,16 +220,18 @@ CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemA
     }
     // Out of memory: the device's idle memory goes back (its budget), then
     // the neighbours', each time once more (interpose/pool_api.h).
-    CUresult r = driver::create(real, handle, bytes, prop, flags);
-    if (r == CUDA_ERROR_OUT_OF_MEMORY)
-      r = retried_out_of_memory(device, r, [&] { return driver::create(real, handle, bytes, prop, flags); });
-    if (r == CUDA_SUCCESS) g_cache->note_created(*handle, bytes, key, device);
-    return r;
-  }));
+    CUresult got = driver::create(real, handle, bytes, prop, flags);
+    if (got == CUDA_ERROR_OUT_OF_MEMORY)
+      got = retried_out_of_memory(device, got, [&] { return driver::create(real, handle, bytes, prop, flags); });
+    if (got == CUDA_SUCCESS) g_cache->note_created(*handle, bytes, key, device);
+    return got;
+  });
+  if (r == CUDA_SUCCESS) created(*handle, bytes, prop, by_cache);  // the cache noted what it took: the slot only
+  return r;
 }
 
 CUresult release(CUmemGenericAllocationHandle handle) {
-  const CUresult r = noted(guarded([&] { return CUresult(g_cache->release(handle)); }));
+  const CUresult r = guarded([&] { return CUresult(g_cache->release(handle)); });
   // Cached: the trim thread lets it decay (a program that never calls
   // cuMemAlloc has no pool to start it); over keep_idle, it goes back now.
   start_trim_thread(g_config);
@@ -246,11 +241,11 @@ CUresult release(CUmemGenericAllocationHandle handle) {
 
 CUresult map(CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAllocationHandle handle,
              unsigned long long flags) {
-  return noted(guarded([&] { return CUresult(g_cache->map(ptr, bytes, offset, handle, flags)); }));
+  return guarded([&] { return CUresult(g_cache->map(ptr, bytes, offset, handle, flags)); });
 }
 
 CUresult unmap(CUdeviceptr ptr, size_t bytes) {
-  return noted(guarded([&] { return CUresult(g_cache->unmap(ptr, bytes)); }));
+  return guarded([&] { return CUresult(g_cache->unmap(ptr, bytes)); });
 }
 
 CUresult set_access(CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count) {
@@ -279,10 +274,12 @@ CUresult retain(CUmemGenericAllocationHandle* handle, void* addr) {
       }) != CUDA_SUCCESS)
     return CUDA_ERROR_OUT_OF_MEMORY;
   if (answered) {
-    *handle = h;
-    return noted(CUDA_SUCCESS);
+    *handle = h;  // the cache noted it
+    return CUDA_SUCCESS;
   }
-  return driver::retain_handle(real_driver(), handle, addr);
+  const CUresult r = driver::retain_handle(real_driver(), handle, addr);
+  if (r == CUDA_SUCCESS) retained(*handle);
+  return r;
 }
 
 // The cache's answer to an export or a properties query of `handle` (*out;
@@ -301,8 +298,10 @@ static bool cache_answers(CUmemGenericAllocationHandle handle, bool exporting, C
 CUresult export_handle(void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
                        unsigned long long flags) {
   CUresult answer = CUDA_SUCCESS;
-  if (cache_answers(handle, true, &answer)) return answer;
-  return driver::export_handle(real_driver(), shareable, handle, type, flags);
+  if (!cache_answers(handle, true, &answer))
+    answer = driver::export_handle(real_driver(), shareable, handle, type, flags);
+  if (answer == CUDA_SUCCESS) exported(handle, shareable, type);
+  return answer;
 }
 
 CUresult properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) {

@@ -17,10 +17,10 @@
 //
 // The ledger: one per process, of every handle of device memory the
 // program made or imported. The hooks note each successful call in it
-// (created ... unmapped below) while the pool is on; a call the cache
-// answered was noted by the cache already, under its lock (it decides
-// with the same facts), and its note here does nothing. Sleep reads what
-// stays resident (resident_bytes).
+// (created ... unmapped below) while the pool is on and the cache off;
+// with the cache on, the cache notes every call it answers under its lock
+// (it decides with the same facts), and its glue below notes the calls it
+// forwards. Sleep reads what stays resident (resident_bytes).
 #pragma once
 
 #include <cuda.h>
@@ -93,8 +93,10 @@ std::string stats_json();
 // successful cuMemCreate / cuMemExportToShareableHandle /
 // cuMemImportFromShareableHandle / cuMemRetainAllocationHandle /
 // cuMemRelease / cuMemMap / cuMemUnmap; `shareable` / `os_handle` as the
-// program passed them. Device memory only.
-void created(CUmemGenericAllocationHandle handle, size_t bytes, const CUmemAllocationProp* prop);
+// program passed them. Device memory only. `by_cache`: the cache noted the
+// creation (a cached handle, or one it will cache): only the region slot
+// of the call is noted.
+void created(CUmemGenericAllocationHandle handle, size_t bytes, const CUmemAllocationProp* prop, bool by_cache = false);
 void exported(CUmemGenericAllocationHandle handle, const void* shareable, CUmemAllocationHandleType type);
 void imported(CUmemGenericAllocationHandle handle, void* os_handle, CUmemAllocationHandleType type);
 void retained(CUmemGenericAllocationHandle handle);
@@ -154,13 +156,15 @@ bool disown(CUmemGenericAllocationHandle handle);
 void note_foreign(CUdeviceptr ptr);
 
 // Translation of the program's handle values (own_vmm_translate.cpp,
-// policy/own_vmm/sleep_book.h): once a handle slept, the hooks of the
-// calls that take or give a handle go through these, which translate the
-// value, answer for a handle asleep, and otherwise make the call through
-// `call` (the hook's own way: the cache or the driver, and the ledger's
-// note) with the driver's value. Until then translating() is false (one
-// relaxed load and a branch) and the hooks make their call directly; a
-// forked child never translates.
+// policy/own_vmm/sleep_book.h): while a handle sleeps, or a woken one's
+// value is an alias of the driver's, the hooks of the calls that take or
+// give a handle go through these, which translate the value, answer for a
+// handle asleep, and otherwise make the call through `call` (the hook's
+// own way: the cache or the driver, and the ledger's note) with the
+// driver's value. Before the first sleep, and again once the program
+// holds nothing of what slept (SleepBook::translates), translating() is
+// false (one relaxed load and a branch) and the hooks make their call
+// directly; a forked child never translates.
 extern std::atomic<bool> g_translating;
 inline bool translating() { return g_translating.load(std::memory_order_relaxed); }
 struct HandleCall {
@@ -191,8 +195,5 @@ CUresult translated_properties(CUmemAllocationProp* prop, CUmemGenericAllocation
 
 // The process's ledger (never destroyed), which the cache is made with.
 policy::own_vmm::Ledger& ledger();
-// The calling thread's call was answered by the cache, which noted it in
-// the ledger: the hook's note that follows does nothing.
-void noted_by_cache();
 
 }  // namespace pagefast::pool::own_vmm

@@ -3,11 +3,12 @@
 // hooks note the program's successful calls while the pool is on, unless
 // the own-VMM cache answered and noted the call itself; sleep (sleep.cpp)
 // reads what stays resident. Not on any hot path: each note follows a
-// driver call of microseconds.
+// driver call of microseconds. The hooks note only the calls they forward
+// with the cache off; with it on, the cache's glue (own_vmm.cpp) notes
+// what the cache forwarded, and the cache what it answered.
 #include <sys/stat.h>
 
 #include <cstdint>
-#include <utility>
 
 #include "interpose/driver.h"
 #include "interpose/pool/device_memory.h"
@@ -20,15 +21,8 @@
 namespace pagefast::pool::own_vmm {
 namespace {
 
-// Set by the cache's glue when the cache answered the thread's call and
-// noted it; the hook's note right after takes it back.
-thread_local bool t_noted = false;
-
-// Whether the hook's note goes into the ledger.
-bool noting() {
-  if (std::exchange(t_noted, false)) return false;
-  return active();
-}
+// Whether a note goes into the ledger (the pool on).
+bool noting() { return active(); }
 
 // The file behind a POSIX descriptor; false for any other handle type.
 bool share_key(int fd, CUmemAllocationHandleType type, policy::own_vmm::ShareKey* key) {
@@ -47,14 +41,12 @@ policy::own_vmm::Ledger& ledger() {
   return *own;
 }
 
-void noted_by_cache() { t_noted = true; }
-
-void created(CUmemGenericAllocationHandle handle, size_t bytes, const CUmemAllocationProp* prop) {
+void created(CUmemGenericAllocationHandle handle, size_t bytes, const CUmemAllocationProp* prop, bool by_cache) {
   // Device memory only: pinned host memory through cuMemCreate is no
   // device's, and sleep has nothing to say about it.
   // The region it was made in: also when the cache noted the creation
   // (a cached handle taken again belongs to the region that takes it).
-  const bool note = noting();
+  const bool note = !by_cache;
   if (!active() || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return;
   const int slot = region::current_own_vmm();
   if (note) ledger().created(handle, bytes, prop->location.id, slot);

@@ -203,6 +203,7 @@ SlotFigures g_figures[region::kMaxSlots];
 }  // namespace
 
 void mirror_figures() {
+  settle_translating();
   for (int slot = 0; slot < region::kMaxSlots; ++slot) {
     uint64_t asleep = 0, kept = 0;
     book().slot_bytes(slot, &asleep, &kept);

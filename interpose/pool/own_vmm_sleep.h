@@ -54,6 +54,10 @@ class DeviceContext {
 // driver's values) the program holds nothing of any more (the ledger
 // says) go.
 void prune_aliases(const uint64_t* driver, size_t count);
+// REQUIRES: book_mutex() held. Translation on while the book has
+// anything to translate (a handle asleep, an alias), off again once it has
+// none: the hooks then make their calls directly, as before any sleep.
+void settle_translating();
 // REQUIRES: book_mutex() held. After the book changed (sleep, wake, a
 // handle asleep released or unmapped for good): the per-slot figures that
 // slot_bytes reads without the lock (status and stats never wait for a

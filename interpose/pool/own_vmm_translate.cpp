@@ -80,6 +80,8 @@ void merge_access(std::string* access, const CUmemAccessDesc* desc, size_t count
 
 }  // namespace
 
+void settle_translating() { g_translating.store(book().translates(), std::memory_order_relaxed); }
+
 void prune_aliases(const uint64_t* driver, size_t count) {
   for (size_t i = 0; i < count; ++i) {
     const uint64_t program = book().to_program(driver[i]);
@@ -87,6 +89,7 @@ void prune_aliases(const uint64_t* driver, size_t count) {
     const policy::own_vmm::HandleFacts facts = ledger().facts(driver[i]);
     if (facts.refs == 0 && facts.maps == 0) book().drop_alias(program);
   }
+  settle_translating();
 }
 
 CUresult translated_create(CUmemGenericAllocationHandle* handle, HandleCall call) {

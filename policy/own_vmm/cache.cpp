@@ -30,11 +30,11 @@ bool Cache::take(uint64_t bytes, const std::string& prop, uint64_t* handle) {
   // so each handle meets its own deferred mapping.
   const uint64_t h = queue->second.begin()->second;
   queue->second.erase(queue->second.begin());
-  Handle& rec = handles_[h];
+  Handle& rec = *tracked(h);
   rec.cached = false;
   rec.cached_at_ns = 0;
-  const HandleFacts facts = ledger_.facts(h);
-  ledger_.taken(h);
+  const HandleFacts facts = ledger_.facts_held(h);
+  ledger_.taken_held(h);
   cached_bytes_[facts.device] -= facts.bytes;
   ++stats_.create_hits;
   *handle = h;
@@ -43,38 +43,34 @@ bool Cache::take(uint64_t bytes, const std::string& prop, uint64_t* handle) {
 
 void Cache::note_created(uint64_t handle, uint64_t bytes, const std::string& prop, int device) {
   std::lock_guard<std::mutex> guard(mutex_);
-  Handle& rec = handles_[handle];
-  rec = Handle{};
-  rec.key = key_of(bytes, prop);
-  ledger_.created(handle, bytes, device);
-  ledger_.keep(handle);
+  ledger_.created_held(handle, bytes, device);
+  ledger_.keep_held(handle, key_of(bytes, prop));
 }
 
 int Cache::release(uint64_t handle) {
   std::unique_lock<std::mutex> guard(mutex_);
-  auto it = handles_.find(handle);
-  if (it == handles_.end()) {
+  if (!tracked(handle)) {
     guard.unlock();
     const int r = driver_.release(handle);
     if (r == kOk) ledger_.released(handle);
     return r;
   }
-  const HandleFacts facts = ledger_.facts(handle);
+  const HandleFacts facts = ledger_.facts_held(handle);
   if (facts.refs <= 0) return kInvalidValue;  // released already
   // A reference an import of its own export added: the driver holds it,
   // besides the one the cache keeps, and drops it.
   const bool imported = facts.imports > 0;
   const int r = imported ? driver_.release(handle) : kOk;
-  if (r == kOk) ledger_.released(handle);
+  if (r == kOk) ledger_.released_held(handle);
   if (imported) return r;
   if (facts.refs > 1 || facts.maps > 0) return kOk;
   return retire(handle);
 }
 
 int Cache::retire(uint64_t handle) {
-  Handle& rec = handles_[handle];
+  Handle& rec = *tracked(handle);
   if (!rec.shared) {
-    const HandleFacts facts = ledger_.facts(handle);
+    const HandleFacts facts = ledger_.facts_held(handle);
     const uint64_t room = driver_.cache_room(facts.device);
     std::atomic<uint64_t>& held = cached_bytes_[facts.device];
     if (room >= held.load(std::memory_order_relaxed) && room - held.load(std::memory_order_relaxed) >= facts.bytes) {
@@ -102,7 +98,7 @@ void Cache::retire_orphans(std::vector<uint64_t>* unmapped) {
   std::sort(unmapped->begin(), unmapped->end());
   unmapped->erase(std::unique(unmapped->begin(), unmapped->end()), unmapped->end());
   for (uint64_t handle : *unmapped) {
-    const HandleFacts facts = ledger_.facts(handle);
+    const HandleFacts facts = ledger_.facts_held(handle);
     if (facts.refs == 0 && facts.maps == 0) retire(handle);
   }
 }
@@ -112,8 +108,7 @@ int Cache::release_for_real(uint64_t handle) {
   const int r = driver_.release(handle);
   // A refused release leaves a handle nobody can name again: forget it
   // (at worst its memory stays until exit, as the driver would keep it).
-  handles_.erase(handle);
-  ledger_.let_go(handle);
+  ledger_.let_go_held(handle);
   return r;
 }
 
@@ -133,8 +128,7 @@ bool Cache::exact_cover(uint64_t addr, uint64_t bytes, std::vector<MapIt>* out) 
 bool Cache::flush_mapping(MapIt it) {
   if (driver_.unmap(it->first, it->second.bytes) != kOk) return false;
   deferred_count_.fetch_sub(1, std::memory_order_relaxed);
-  auto h = handles_.find(it->second.handle);
-  if (h != handles_.end()) --h->second.deferred_maps;
+  if (Handle* h = tracked(it->second.handle)) --h->deferred_maps;
   ++stats_.real_unmaps;
   maps_.erase(it);
   return true;
@@ -162,11 +156,10 @@ Cache::MapIt Cache::noted_deferred(uint64_t handle, const Handle& rec) {
 void Cache::flush_handle(uint64_t handle) {
   // Its one deferred mapping, where its last deferred unmap noted it (a
   // trim of thousands of cached pages stays linear); else a scan.
-  auto h = handles_.find(handle);
-  if (h != handles_.end()) {
-    if (h->second.deferred_maps == 0) return;
-    auto noted = noted_deferred(handle, h->second);
-    if (h->second.deferred_maps == 1 && noted != maps_.end()) {
+  if (const Handle* h = tracked(handle)) {
+    if (h->deferred_maps == 0) return;
+    auto noted = noted_deferred(handle, *h);
+    if (h->deferred_maps == 1 && noted != maps_.end()) {
       flush_mapping(noted);
       return;
     }
@@ -186,10 +179,10 @@ void Cache::flush_at(uint64_t addr) {
 
 int Cache::map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t handle, uint64_t flags) {
   std::unique_lock<std::mutex> lock(mutex_);
-  auto h = handles_.find(handle);
-  const bool tracked = h != handles_.end();
-  if (tracked && ledger_.facts(handle).refs <= 0) return kInvalidValue;  // released by the program
-  if (tracked && flags == 0) {
+  Handle* h = tracked(handle);
+  const bool is_tracked = h != nullptr;
+  if (is_tracked && ledger_.facts_held(handle).refs <= 0) return kInvalidValue;  // released by the program
+  if (is_tracked && flags == 0) {
     auto it = maps_.find(addr);
     if (it != maps_.end() && it->second.deferred && it->second.handle == handle && it->second.bytes == bytes &&
         it->second.offset == offset) {
@@ -198,8 +191,8 @@ int Cache::map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t handle, 
       // place only among the pages made ahead with it).
       it->second.seq = ++map_seq_;
       deferred_count_.fetch_sub(1, std::memory_order_relaxed);
-      --h->second.deferred_maps;
-      ledger_.mapped(addr, bytes, handle, offset);
+      --h->deferred_maps;
+      ledger_.mapped_held(addr, bytes, handle, offset);
       ++stats_.revived_maps;
       if (it->second.ahead) {
         it->second.ahead = false;
@@ -208,14 +201,14 @@ int Cache::map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t handle, 
       return kOk;
     }
   }
-  if (tracked && ahead_.enabled()) note_misdirected(handle, addr);
+  if (is_tracked && ahead_.enabled()) note_misdirected(handle, addr);
   ahead_.settle(lock, addr, bytes);
   // settle() may have waited, unlocked: the worker's pages went into
-  // handles_ meanwhile, and an insert may rehash it.
-  h = handles_.find(handle);
-  if (tracked && h == handles_.end()) {
+  // the ledger meanwhile (and a handle may have gone).
+  h = tracked(handle);
+  if (is_tracked && !h) {
     const int r = driver_.map(addr, bytes, offset, handle, flags);
-    if (r == kOk) ledger_.mapped(addr, bytes, handle, offset);
+    if (r == kOk) ledger_.mapped_held(addr, bytes, handle, offset);
     return r;
   }
   flush_overlap(addr, bytes);
@@ -226,15 +219,15 @@ int Cache::map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t handle, 
   // maps it and nowhere else. The H200 answered CUDA_ERROR_UNKNOWN to such
   // a map while the old mapping stayed (docs/DRIVER-FACTS.md), which
   // PyTorch raised as "CUDA driver error: unknown error".
-  if (tracked && h->second.deferred_maps > 0) flush_handle(handle);
+  if (is_tracked && h->deferred_maps > 0) flush_handle(handle);
   const int r = driver_.map(addr, bytes, offset, handle, flags);
-  if (r == kOk) ledger_.mapped(addr, bytes, handle, offset);
-  if (r == kOk && !tracked) {
+  if (r == kOk) ledger_.mapped_held(addr, bytes, handle, offset);
+  if (r == kOk && !is_tracked) {
     auto res = reservations_.upper_bound(addr);
     if (res != reservations_.begin() && addr < std::prev(res)->first + std::prev(res)->second)
       foreign_.insert(std::prev(res)->first);
   }
-  if (r == kOk && tracked) {
+  if (r == kOk && is_tracked) {
     Mapping m;
     m.bytes = bytes;
     m.offset = offset;
@@ -251,19 +244,22 @@ int Cache::unmap(uint64_t addr, uint64_t bytes) {
   std::vector<MapIt> cover;
   if (exact_cover(addr, bytes, &cover)) {
     bool deferrable = true;
-    for (MapIt it : cover) deferrable = deferrable && !handles_[it->second.handle].shared;
+    for (MapIt it : cover) {
+      const Handle* rec = tracked(it->second.handle);
+      deferrable = deferrable && rec && !rec->shared;
+    }
     if (deferrable) {
       std::vector<uint64_t> unmapped;  // retired after the loop: a release erases mappings
       for (MapIt it : cover) {
         it->second.deferred = true;
         deferred_count_.fetch_add(1, std::memory_order_relaxed);
         ++stats_.deferred_unmaps;
-        Handle& rec = handles_[it->second.handle];
+        Handle& rec = *tracked(it->second.handle);
         rec.deferred_at = it->first;
         ++rec.deferred_maps;
         unmapped.push_back(it->second.handle);
       }
-      ledger_.unmapped(addr, bytes);
+      ledger_.unmapped_held(addr, bytes);
       retire_orphans(&unmapped);
       return kOk;
     }
@@ -271,7 +267,7 @@ int Cache::unmap(uint64_t addr, uint64_t bytes) {
   flush_overlap(addr, bytes);
   const int r = driver_.unmap(addr, bytes);
   if (r != kOk) return r;
-  ledger_.unmapped(addr, bytes);
+  ledger_.unmapped_held(addr, bytes);
   const uint64_t end = addr + bytes;
   std::vector<uint64_t> unmapped;
   for (auto it = maps_.lower_bound(addr); it != maps_.end() && it->first < end;) {
@@ -345,21 +341,21 @@ bool Cache::retain(uint64_t addr, uint64_t* handle) {
     flush_mapping(it);  // the program unmapped it: the driver answers
     return false;
   }
-  ledger_.retained(it->second.handle);
+  ledger_.retained_held(it->second.handle);
   *handle = it->second.handle;
   return true;
 }
 
 bool Cache::check_handle(uint64_t handle, bool exporting, int* result) {
   std::lock_guard<std::mutex> guard(mutex_);
-  auto it = handles_.find(handle);
-  if (it == handles_.end()) return false;
-  if (ledger_.facts(handle).refs <= 0) {
+  Handle* rec = tracked(handle);
+  if (!rec) return false;
+  if (ledger_.facts_held(handle).refs <= 0) {
     *result = kInvalidValue;
     return true;
   }
-  if (exporting && !it->second.shared) {
-    it->second.shared = true;
+  if (exporting && !rec->shared) {
+    rec->shared = true;
     flush_handle(handle);
   }
   return false;

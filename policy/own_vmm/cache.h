@@ -52,9 +52,10 @@
 //   map / release / export / property queries, as the driver refuses a
 //   released handle.
 //
-// Thread-safe: one mutex, held across the driver calls made for the
-// program (these calls cost tens of microseconds; none is on a hot path),
-// and shared with growth ahead (one lock, one order). The mutex is never
+// Thread-safe: one mutex, the ledger's (one lock over the program's
+// handles), held across the driver calls made for the program (these
+// calls cost tens of microseconds; none is on a hot path), and shared
+// with growth ahead (one lock, one order). The mutex is never
 // held while calling into the device pool.
 //
 // Files: cache.cpp (handles, mappings, access), cache_ahead.cpp (where
@@ -203,23 +204,17 @@ class Cache {
         ledger_(ledger ? *ledger : *owned_ledger_),
         desc_bytes_(desc_bytes ? desc_bytes : 1),
         location_bytes_(location_bytes),
+        mutex_(ledger_.mutex()),
         ahead_(driver, mutex_, prefetch_pages, ahead_on_worker,
                [this](const AheadPage& page) { publish_ahead(page); }) {}
 
   // What the cache keeps of a handle it tracks (created with cacheable
-  // properties, or made ahead); its bytes, device, the program's
-  // references and mappings are the ledger's.
-  struct Handle {
-    std::string key;  // property bytes + size: the cache's key (key.h)
-    bool shared = false;
-    bool cached = false;
-    uint64_t cached_at_ns = 0;  // decay_step's clock when first seen cached; 0: not yet seen
-    // The address of its last deferred unmap (UINT64_MAX: none): retire()
-    // and flush_handle() find its deferred mapping without scanning every
-    // mapping.
-    uint64_t deferred_at = UINT64_MAX;
-    int deferred_maps = 0;  // its deferred mappings (almost always 0 or 1)
-  };
+  // properties, or made ahead) is the cache part of the handle's one
+  // record in the ledger (ledger.h CachePart); its bytes, device, the
+  // program's references and mappings are the same record's.
+  using Handle = CachePart;
+  // REQUIRES: mutex_. The cache part of a handle the cache tracks, else null.
+  Handle* tracked(uint64_t handle) { return ledger_.cache_part(handle); }
   struct Mapping {
     uint64_t bytes = 0;
     uint64_t offset = 0;
@@ -290,14 +285,15 @@ class Cache {
   Ledger& ledger_;
   const size_t desc_bytes_;
   const size_t location_bytes_;
-  std::mutex mutex_;
+  // The ledger's mutex: one lock over the program's handles, the cache's
+  // records and growth ahead's (ledger.h).
+  std::mutex& mutex_;
   std::map<uint64_t, uint64_t> reservations_;  // base -> bytes
   // Reservations where the program mapped a handle the cache does not
   // track: never kept at cuMemAddressFree (what is mapped there is unknown).
   std::set<uint64_t> foreign_;
   // Freed by the program, kept with their deferred mappings (base -> bytes).
   std::map<uint64_t, uint64_t> kept_ranges_;
-  std::unordered_map<uint64_t, Handle> handles_;
   std::map<uint64_t, Mapping> maps_;  // by address; tracked handles only
   // Per key, the cached handles by (order of a deferred mapping of theirs
   // (Mapping::seq), or UINT64_MAX; arrival): lowest first, because a

@@ -28,13 +28,13 @@ uint64_t Cache::pages_ahead(uint64_t from, uint64_t page, int device, uint64_t w
 }
 
 void Cache::note_misdirected(uint64_t handle, uint64_t addr) {
-  auto h = handles_.find(handle);
-  if (h == handles_.end()) return;
-  auto made = noted_deferred(handle, h->second);
+  const Handle* h = tracked(handle);
+  if (!h) return;
+  auto made = noted_deferred(handle, *h);
   if (made == maps_.end() || made->first == addr || !made->second.ahead) return;
   made->second.ahead = false;  // counted once
   ++stats_.ahead_misdirected;
-  const std::string& key = h->second.key;
+  const std::string& key = h->key;
   // Pages made ahead for this key miss more than they hit: growth ahead
   // stops for it. The pages already made and not taken stay cached (and
   // decay), but go last: in the order the program's pages first grew they
@@ -45,7 +45,7 @@ void Cache::note_misdirected(uint64_t handle, uint64_t addr) {
   if (queue == free_.end()) return;
   std::vector<uint64_t> untaken;
   for (auto it = queue->second.begin(); it != queue->second.end();) {
-    auto at = noted_deferred(it->second, handles_[it->second]);
+    auto at = noted_deferred(it->second, *tracked(it->second));
     if (it->first.first != UINT64_MAX && at != maps_.end() && at->second.ahead) {
       untaken.push_back(it->second);
       it = queue->second.erase(it);
@@ -64,12 +64,12 @@ void Cache::maybe_prefetch(uint64_t addr, uint64_t end, const std::string& descs
   --last;
   const Mapping& m = last->second;
   if (last->first < addr || last->first + m.bytes != end || m.deferred || m.offset != 0) return;
-  auto h = handles_.find(m.handle);
-  if (h == handles_.end() || h->second.shared) return;
-  const HandleFacts facts = ledger_.facts(m.handle);
+  const Handle* h = tracked(m.handle);
+  if (!h || h->shared) return;
+  const HandleFacts facts = ledger_.facts_held(m.handle);
   if (facts.bytes != m.bytes) return;
   const uint64_t page = m.bytes;
-  const std::string key = h->second.key;
+  const std::string key = h->key;
   if (ahead_.off(key)) return;
   const int next = ahead_.batch(key);
   const uint64_t pages = pages_ahead(end, page, facts.device, uint64_t(next));
@@ -81,8 +81,8 @@ void Cache::publish_ahead(const AheadPage& made) {
   const uint64_t at = made.at, page = made.bytes, handle = made.handle;
   const std::string& key = made.key;
   const int device = made.device;
-  Handle& rec = handles_[handle];
-  rec = Handle{};
+  ledger_.made_held(handle, page, device);  // kept: its cache part is fresh
+  Handle& rec = *tracked(handle);
   rec.key = key;
   rec.cached = true;
   rec.deferred_at = at;
@@ -96,7 +96,6 @@ void Cache::publish_ahead(const AheadPage& made) {
   map.ahead = true;
   apply_access(map, made.descs);
   deferred_count_.fetch_add(1, std::memory_order_relaxed);
-  ledger_.made(handle, page, device);
   cached_bytes_[device] += page;
   // A page finished after its key stopped growing ahead goes last, as the
   // untaken ones did then (note_misdirected).
@@ -106,9 +105,9 @@ void Cache::publish_ahead(const AheadPage& made) {
 
 void Cache::maybe_continue(uint64_t addr, const Mapping& m) {
   if (!ahead_.continues()) return;
-  auto h = handles_.find(m.handle);
-  if (h == handles_.end()) return;
-  const std::string key = h->second.key;
+  const Handle* h = tracked(m.handle);
+  if (!h) return;
+  const std::string key = h->key;
   if (ahead_.off(key)) return;
   // The pages ahead of this one not yet taken: made (published) or still
   // to be made by a live job of this key. The next batch goes after
@@ -130,7 +129,7 @@ void Cache::maybe_continue(uint64_t addr, const Mapping& m) {
   if (!ahead_.has_descs(key)) return;
   // Never more than prefetch_pages ahead of the program.
   const uint64_t want = std::min<uint64_t>(uint64_t(next), most - left);
-  const int device = ledger_.facts(m.handle).device;
+  const int device = ledger_.facts_held(m.handle).device;
   const uint64_t pages = pages_ahead(at, m.bytes, device, want);
   if (pages == 0) return;
   ahead_.queue_next(at, m.bytes, pages, key, device);

@@ -90,7 +90,7 @@ void Cache::free_empty_kept_ranges() {
 uint64_t Cache::drop_cached(FreeQueue& queue, FreeQueue::iterator it) {
   const uint64_t h = it->second;
   queue.erase(it);
-  const HandleFacts facts = ledger_.facts(h);
+  const HandleFacts facts = ledger_.facts_held(h);
   const uint64_t bytes = facts.bytes;
   cached_bytes_[facts.device] -= bytes;
   if (release_for_real(h) != kOk) return 0;
@@ -105,7 +105,7 @@ uint64_t Cache::trim(int device, uint64_t bytes) {
     // Highest addresses first: the end of a segment is the last to grow back.
     while (!queue.empty() && freed < bytes) {
       const auto last = std::prev(queue.end());
-      if (ledger_.facts(last->second).device != device) break;  // one key is one device (the location is in it)
+      if (ledger_.facts_held(last->second).device != device) break;  // one key is one device (the location is in it)
       freed += drop_cached(queue, last);
     }
     if (freed >= bytes) break;
@@ -130,7 +130,7 @@ uint64_t Cache::decay_step(uint64_t now_ns, uint64_t delay_ns, uint64_t floor_by
   std::vector<Aged> old;
   for (auto& [cache_key, queue] : free_)
     for (auto& [key, h] : queue) {
-      Handle& rec = handles_[h];
+      Handle& rec = *tracked(h);
       if (rec.cached_at_ns == 0) rec.cached_at_ns = now_ns ? now_ns : 1;
       else if (now_ns >= rec.cached_at_ns + delay_ns) old.push_back({rec.cached_at_ns, &queue, key});
     }
@@ -153,7 +153,7 @@ uint64_t Cache::decay_step(uint64_t now_ns, uint64_t delay_ns, uint64_t floor_by
 uint64_t Cache::cached_bytes(int device) { return cached_bytes_[device].load(std::memory_order_relaxed); }
 
 bool Cache::on_device(uint64_t handle, int device) {
-  const HandleFacts facts = ledger_.facts(handle);
+  const HandleFacts facts = ledger_.facts_held(handle);
   return facts.known && facts.device == device;
 }
 
@@ -161,7 +161,7 @@ void Cache::forget_device(int device) {
   std::unique_lock<std::mutex> lock(mutex_);
   ahead_.settle_all(lock);
   for (auto it = maps_.begin(); it != maps_.end();) {
-    if (handles_.count(it->second.handle) && on_device(it->second.handle, device)) {
+    if (tracked(it->second.handle) && on_device(it->second.handle, device)) {
       if (it->second.deferred) deferred_count_.fetch_sub(1, std::memory_order_relaxed);
       it = maps_.erase(it);
     } else {
@@ -171,16 +171,14 @@ void Cache::forget_device(int device) {
   for (auto& [cache_key, queue] : free_)
     for (auto it = queue.begin(); it != queue.end();)
       it = on_device(it->second, device) ? queue.erase(it) : std::next(it);
-  for (auto it = handles_.begin(); it != handles_.end();)
-    it = on_device(it->first, device) ? handles_.erase(it) : std::next(it);
+  ledger_.unkeep_all_held(device);
   cached_bytes_[device].store(0, std::memory_order_relaxed);
 }
 
 bool Cache::disown(uint64_t handle) {
   std::unique_lock<std::mutex> lock(mutex_);
   ahead_.settle_all(lock);
-  auto h = handles_.find(handle);
-  if (h == handles_.end()) return false;
+  if (!tracked(handle)) return false;
   for (auto it = maps_.begin(); it != maps_.end();) {
     if (it->second.handle != handle) {
       ++it;
@@ -193,7 +191,7 @@ bool Cache::disown(uint64_t handle) {
     }
     it = maps_.erase(it);
   }
-  handles_.erase(h);
+  ledger_.unkeep_held(handle);
   return true;
 }
 
@@ -217,8 +215,7 @@ void Cache::abandon() {
   free_.clear();
   // The program's handles stay in the ledger, noted from now on by the
   // glue; those the cache held for itself leave it.
-  for (auto& [handle, rec] : handles_) ledger_.let_go(handle);
-  handles_.clear();
+  ledger_.unkeep_all_held(-1);
   cached_bytes_.clear();
   deferred_count_.store(0, std::memory_order_relaxed);
 }
@@ -228,9 +225,9 @@ bool Cache::deferred_counts_consistent() {
   std::unordered_map<uint64_t, int> seen;
   for (auto& [addr, m] : maps_)
     if (m.deferred) ++seen[m.handle];
-  for (auto& [handle, rec] : handles_) {
+  for (uint64_t handle : ledger_.kept_handles()) {
     auto it = seen.find(handle);
-    if (rec.deferred_maps != (it == seen.end() ? 0 : it->second)) return false;
+    if (tracked(handle)->deferred_maps != (it == seen.end() ? 0 : it->second)) return false;
   }
   return true;
 }

@@ -5,6 +5,10 @@ namespace pagefast::policy::own_vmm {
 
 void Ledger::created(uint64_t handle, uint64_t bytes, int device, int slot) {
   std::lock_guard<std::mutex> guard(mutex_);
+  created_held(handle, bytes, device, slot);
+}
+
+void Ledger::created_held(uint64_t handle, uint64_t bytes, int device, int slot) {
   // A handle value the driver hands out again was released for real before.
   Handle& h = handles_[handle];
   h = Handle{};
@@ -63,12 +67,20 @@ void Ledger::imported(uint64_t handle, const ShareKey* key, int device) {
 
 void Ledger::retained(uint64_t handle) {
   std::lock_guard<std::mutex> guard(mutex_);
+  retained_held(handle);
+}
+
+void Ledger::retained_held(uint64_t handle) {
   auto it = handles_.find(handle);
   if (it != handles_.end()) ++it->second.refs;
 }
 
 void Ledger::released(uint64_t handle) {
   std::lock_guard<std::mutex> guard(mutex_);
+  released_held(handle);
+}
+
+void Ledger::released_held(uint64_t handle) {
   auto it = handles_.find(handle);
   if (it == handles_.end() || it->second.refs == 0) return;
   --it->second.refs;
@@ -103,6 +115,10 @@ std::vector<uint64_t> Ledger::bound_at(uint64_t addr, uint64_t bytes) {
 
 void Ledger::mapped(uint64_t addr, uint64_t bytes, uint64_t handle, uint64_t offset) {
   std::lock_guard<std::mutex> guard(mutex_);
+  mapped_held(addr, bytes, handle, offset);
+}
+
+void Ledger::mapped_held(uint64_t addr, uint64_t bytes, uint64_t handle, uint64_t offset) {
   auto it = handles_.find(handle);
   if (it == handles_.end()) return;
   ++it->second.maps;
@@ -112,6 +128,10 @@ void Ledger::mapped(uint64_t addr, uint64_t bytes, uint64_t handle, uint64_t off
 
 void Ledger::unmapped(uint64_t addr, uint64_t bytes) {
   std::lock_guard<std::mutex> guard(mutex_);
+  unmapped_held(addr, bytes);
+}
+
+void Ledger::unmapped_held(uint64_t addr, uint64_t bytes) {
   auto m = maps_.lower_bound(addr);
   while (m != maps_.end() && m->first - addr < bytes) {
     auto h = handles_.find(m->second.handle);
@@ -143,6 +163,10 @@ void Ledger::keep(uint64_t handle) {
 
 void Ledger::made(uint64_t handle, uint64_t bytes, int device) {
   std::lock_guard<std::mutex> guard(mutex_);
+  made_held(handle, bytes, device);
+}
+
+void Ledger::made_held(uint64_t handle, uint64_t bytes, int device) {
   Handle& h = handles_[handle];
   h = Handle{};
   h.bytes = bytes;
@@ -153,6 +177,10 @@ void Ledger::made(uint64_t handle, uint64_t bytes, int device) {
 
 void Ledger::taken(uint64_t handle) {
   std::lock_guard<std::mutex> guard(mutex_);
+  taken_held(handle);
+}
+
+void Ledger::taken_held(uint64_t handle) {
   auto it = handles_.find(handle);
   if (it == handles_.end()) return;
   it->second.refs = 1;
@@ -161,14 +189,57 @@ void Ledger::taken(uint64_t handle) {
 
 void Ledger::let_go(uint64_t handle) {
   std::lock_guard<std::mutex> guard(mutex_);
+  let_go_held(handle);
+}
+
+void Ledger::let_go_held(uint64_t handle) {
   auto it = handles_.find(handle);
   if (it == handles_.end()) return;
   it->second.kept = false;
+  it->second.cache = CachePart{};
   settle(it);
+}
+
+CachePart& Ledger::keep_held(uint64_t handle, const std::string& key) {
+  Handle& h = handles_.at(handle);
+  if (!h.kept) {
+    h.kept = true;
+    h.cache = CachePart{};
+    h.cache.key = key;
+  }
+  return h.cache;
+}
+
+CachePart* Ledger::cache_part(uint64_t handle) {
+  auto it = handles_.find(handle);
+  return it != handles_.end() && it->second.kept ? &it->second.cache : nullptr;
+}
+
+void Ledger::unkeep_all_held(int device) {
+  for (auto it = handles_.begin(); it != handles_.end();) {
+    auto next = std::next(it);
+    if (it->second.kept && (device < 0 || it->second.device == device)) {
+      it->second.kept = false;
+      it->second.cache = CachePart{};
+      settle(it);  // erases `it` alone, if anything
+    }
+    it = next;
+  }
+}
+
+std::vector<uint64_t> Ledger::kept_handles() const {
+  std::vector<uint64_t> out;
+  for (const auto& [handle, h] : handles_)
+    if (h.kept) out.push_back(handle);
+  return out;
 }
 
 HandleFacts Ledger::facts(uint64_t handle) {
   std::lock_guard<std::mutex> guard(mutex_);
+  return facts_held(handle);
+}
+
+HandleFacts Ledger::facts_held(uint64_t handle) const {
   HandleFacts f;
   auto it = handles_.find(handle);
   if (it == handles_.end()) return f;

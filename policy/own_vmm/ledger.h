@@ -36,14 +36,21 @@
 // memory: never slept). program_handles lists what sleep takes of a slot;
 // forget drops what sleep released, restore brings back what wake made.
 //
+// One record per handle: what the own-VMM cache keeps of a handle it
+// tracks (CachePart: its key, cached or not, its deferred mappings) is
+// part of the handle's record here, valid while pagefast keeps it (keep,
+// made, until let_go).
+//
 // Pure: handles and addresses are numbers. Thread-safe: one mutex, taken
-// by every call, never held while calling out (the cache calls in under
-// its own lock: the cache's lock, then this one).
+// by every public call and never held while calling out. The own-VMM cache
+// (cache.h) guards its own state with the same mutex (mutex()) and calls
+// the *_held forms under it: one lock over the program's handles.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -82,6 +89,18 @@ struct SlotHandle {
   bool shared = false;
   std::vector<LedgerMapping> maps;  // by address
   bool multicast = false;           // bound to a multicast object
+};
+
+// What the own-VMM cache keeps of a handle it tracks (cache.h).
+struct CachePart {
+  std::string key;  // property bytes + size: the cache's key (key.h)
+  bool shared = false;
+  bool cached = false;
+  uint64_t cached_at_ns = 0;  // decay_step's clock when first seen cached; 0: not yet seen
+  // The address of its last deferred unmap (UINT64_MAX: none): the cache
+  // finds its deferred mapping without scanning every mapping.
+  uint64_t deferred_at = UINT64_MAX;
+  int deferred_maps = 0;  // its deferred mappings (almost always 0 or 1)
 };
 
 class Ledger {
@@ -152,6 +171,34 @@ class Ledger {
   };
   Resident resident(int device);
 
+  // The one lock over the program's handles: every call above takes it;
+  // the cache holds it across its own calls and uses the forms below.
+  std::mutex& mutex() { return mutex_; }
+  // REQUIRES: mutex() held. The calls above, for the cache.
+  void created_held(uint64_t handle, uint64_t bytes, int device, int slot = 0);
+  void retained_held(uint64_t handle);
+  void released_held(uint64_t handle);
+  void mapped_held(uint64_t addr, uint64_t bytes, uint64_t handle, uint64_t offset = 0);
+  void unmapped_held(uint64_t addr, uint64_t bytes);
+  void made_held(uint64_t handle, uint64_t bytes, int device);
+  void taken_held(uint64_t handle);
+  void let_go_held(uint64_t handle);
+  HandleFacts facts_held(uint64_t handle) const;
+  // REQUIRES: mutex() held. `handle` is kept (a handle the program holds,
+  // or already kept): its cache part, fresh with `key` unless already kept.
+  CachePart& keep_held(uint64_t handle, const std::string& key);
+  // REQUIRES: mutex() held. The cache part of a kept handle, else null.
+  CachePart* cache_part(uint64_t handle);
+  // REQUIRES: mutex() held. The kept handles (in no order).
+  std::vector<uint64_t> kept_handles() const;
+  // REQUIRES: mutex() held. Kept no more, with no driver call (the cache
+  // forgets it: a device reset, sleep taking it); the record stays while
+  // the program holds something of it.
+  void unkeep_held(uint64_t handle) { let_go_held(handle); }
+  // REQUIRES: mutex() held. unkeep_held of every kept handle of `device`
+  // (device < 0: of every device). Allocates nothing.
+  void unkeep_all_held(int device);
+
  private:
   struct Handle {
     uint64_t bytes = 0;
@@ -162,6 +209,7 @@ class Ledger {
     uint64_t allocation = 0;  // handles of one allocation share it
     bool bytes_known = true;  // false: an import placed nowhere (its mappings tell)
     bool kept = false;        // pagefast keeps it (keep / made, until let_go)
+    CachePart cache;          // the cache's, while kept
     bool shared = false;      // exported or imported
     bool multicast = false;   // bound to a multicast object
     int slot = 0;             // region slot at creation

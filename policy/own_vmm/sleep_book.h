@@ -72,6 +72,10 @@ class SleepBook {
   void drop_alias(uint64_t program);
   // Whether no alias is left (the glue skips looking for one to drop).
   bool aliases_empty() const { return aliases_.empty(); }
+  // Whether any value needs translating (a handle asleep, or an alias):
+  // false again once the program holds nothing of what slept, when every
+  // value is the driver's as before the first sleep.
+  bool translates() const { return !asleep_.empty() || !aliases_.empty(); }
 
   // Sleep and wake.
   void put(AsleepHandle handle);

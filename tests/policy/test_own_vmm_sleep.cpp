@@ -58,6 +58,29 @@ TEST_CASE("own vmm sleep: values pass unchanged until a handle slept, then trans
   CHECK(book.to_program(0x20) == 0x20);
 }
 
+TEST_CASE("own vmm sleep: values need translating while a handle sleeps or has an alias, and no longer after") {
+  SleepBook book;
+  CHECK_FALSE(book.translates());
+  book.put(asleep(0x10, 3, 1, {{0x1000000, 4 * kMiB, 0, "rw"}}));
+  CHECK(book.translates());
+  book.woke(0x10, 0x20);
+  CHECK(book.translates());  // the alias 0x10 -> 0x20
+  book.drop_alias(0x10);
+  CHECK_FALSE(book.translates());
+  // Woken under its own value: nothing to translate.
+  book.put(asleep(0x30, 3, 1, {{0x2000000, 4 * kMiB, 0, "rw"}}));
+  book.woke(0x30, 0x30);
+  CHECK_FALSE(book.translates());
+  // A value of pagefast's own is an alias too.
+  book.put(asleep(0x40, 3, 1, {{0x3000000, 4 * kMiB, 0, "rw"}}));
+  const uint64_t own = book.adopt(0x40);
+  book.woke(0x40, 0x50);
+  book.drop_alias(0x40);
+  CHECK(book.translates());
+  book.drop_alias(own);
+  CHECK_FALSE(book.translates());
+}
+
 TEST_CASE("own vmm sleep: a new driver handle equal to a value the program holds gets a value of its own") {
   SleepBook book;
   book.put(asleep(0x10, 1, 1, {{0x1000000, 4 * kMiB, 0, "rw"}}));
