@@ -121,6 +121,45 @@ class DeviceMemory {
   // idle byte here goes back. Returns the bytes released.
   uint64_t give_back_for_neighbour();
 
+  // The one sleep of the device (device_sleep.cpp, docs/SLEEP.md), under
+  // sleep's lock: first the own-VMM cache's idle memory of the device goes
+  // back (once, through its holder of the budget); then for each slot asked
+  // its pool (with CUDA IPC's bracket: what another process maps stays)
+  // and the program's own VMM memory of the device in that slot
+  // (own_vmm::sleep_device), which stays resident where the pool could
+  // not sleep. Both sync every context that used the device, and copy on
+  // the device's copy threads.
+  // Each slot's answer is added to what the devices before this one said
+  // (the caller zeroes it once, and loops over the devices).
+  struct SlotSleep {
+    int slot = 0;
+    unsigned keep_modes = 0;  // policy::kSleepKeep with where; 0: discard
+    unsigned fail = 0;        // policy::kSleepFail, or 0
+    // The devices where the slot's pool refused (a capture or a failed
+    // sync: nothing of the slot changed there), and where it slept;
+    // answer: the others' folded (0, or 1: some memory stayed resident);
+    // had: the slot holds memory on some device.
+    int refused = 0;
+    int slept = 0;
+    int answer = 0;
+    bool had = false;
+  };
+  void sleep(SlotSleep* slots, int count);
+  // Wake of each slot asked: its own-VMM memory, then its pool. answer,
+  // folded over the devices: 0, or -1 (something of the slot still asleep
+  // on some device: call again); had: the slot has a pool on some device.
+  struct SlotWake {
+    int slot = 0;
+    int answer = 0;
+    bool had = false;
+  };
+  void wake(SlotWake* slots, int count);
+  // The driver's own stream-ordered pool (cudaMallocAsync) holds memory on
+  // the device, which pagefast cannot sleep: named in the log.
+  bool driver_pool_resident();
+  // The device's pools, and of them those asleep.
+  void pools_asleep(int* pools, int* asleep) const;
+
  private:
   // The budget's holder for the pool of one slot (0: the device's pool):
   // each pool is a holder of its own, so that the idle memory of any pool

@@ -32,6 +32,10 @@
 #include "policy/config.h"
 #include "policy/own_vmm/ledger.h"
 
+namespace pagefast::pool {
+class DeviceMemory;
+}
+
 namespace pagefast::pool::own_vmm {
 
 extern std::atomic<bool> g_on;
@@ -111,31 +115,32 @@ void bound_at(CUdeviceptr ptr, size_t bytes);
 // What of `device` the program still holds or maps (0 with the pool off).
 uint64_t resident_bytes(int device);
 
-// Sleep and wake of the program's own VMM memory by region slot
-// (own_vmm_sleep.cpp, docs/SLEEP.md): every handle the program created in
-// a region of `slot` (interpose/pool/region.h; 0: outside any region) on
-// any device. Sleep copies what keep asks to host memory, unmaps each of
-// the handle's mappings and releases the driver's memory; the program's
-// handle values and virtual addresses stay. Wake creates fresh memory of
-// the same properties, maps it where the mappings were with the same
-// access, and restores the contents; from then on the program's handle
-// values are translated to the driver's on every call that takes one.
-// The copies run on the device's copy threads into its host memory, kept
-// for the next sleep as the pool's are (own_vmm_copy.cpp).
-// Called under sleep's lock (sleep.cpp), one at a time.
+// Sleep and wake of the program's own VMM memory of one device by region
+// slot (own_vmm_sleep.cpp over policy/own_vmm/handle_sleep.h, docs/SLEEP.md):
+// every handle the program created on `memory`'s device in a region of
+// `slot` (interpose/pool/region.h; 0: outside any region). Called by the
+// device's sleep (DeviceMemory::sleep, device_sleep.cpp) after the pool
+// of that slot slept, under sleep's lock. Sleep synchronises every
+// context that used the device (the provider's rule, as the pool's),
+// copies what keep asks to host memory on the device's copy threads,
+// unmaps each of the handle's mappings and releases the driver's memory;
+// the program's handle values and virtual addresses stay. Wake creates
+// fresh memory of the same properties, maps it where the mappings were
+// with the same access, and restores the contents; from then on the
+// program's handle values are translated to the driver's on every call
+// that takes one.
 struct SleepAnswer {
-  int status = 0;               // 0 done, 1 some memory stayed resident (logged), -1 failed (nothing changed)
+  int status = 0;               // 0 done, 1 some memory stayed resident (logged)
   uint64_t slept_bytes = 0;     // released to the driver
   uint64_t kept_bytes = 0;      // of those, contents in host memory
   uint64_t resident_bytes = 0;  // of the slot's memory, what stayed (and why: the log)
 };
 // `keep_modes`: policy::kSleepKeep (the contents kept), with where
 // (policy::kSleepToDisk, kSleepHostRelease; sleep_gate.h); 0 discards.
-SleepAnswer sleep_slot(int slot, unsigned keep_modes);
-// 0 awake (also when not asleep); -1 the driver refused: still asleep
-// (the handles it could make again, with their contents, woke), call it
-// again.
-int wake_slot(int slot);
+SleepAnswer sleep_device(DeviceMemory& memory, int slot, unsigned keep_modes);
+// 0 awake (also when not asleep); -1 the driver refused: every handle of
+// the device's slot still asleep, call it again.
+int wake_device(DeviceMemory& memory, int slot);
 // The sizes of the next keep sleep's copies of the program's own VMM
 // memory on `device` (one per mapping of each handle it can sleep, in the
 // slots whose regions keep their contents in host memory kept between

@@ -51,15 +51,16 @@ void created(CUmemGenericAllocationHandle handle, size_t bytes, const CUmemAlloc
   const int slot = region::current_own_vmm();
   if (note) ledger().created(handle, bytes, prop->location.id, slot);
   else ledger().tag(handle, slot);
-  // Memory of a region that keeps its contents: the device's memory record
-  // and the provider its copies go through are made now, on the program's
-  // thread (its context: where the copies run), so that the trim thread
-  // page-locks ahead for it (prelock.cpp walks the records made).
-  if (slot > 0 && region::slot_policy(slot) == region::kKeep) {
-    DeviceMemory* memory = device_memory(prop->location.id);
-    if (!memory) memory = device_memory_made(prop->location.id);
-    if (memory && !memory->copy_provider_made()) memory->copy_provider(real_driver());
-  }
+  // Every device with the program's memory has its memory record: the
+  // device's sleep (DeviceMemory::sleep) is where that memory sleeps. Memory
+  // of a region that keeps its contents: the provider its copies go through
+  // is made now, on the program's thread (its context: where the copies
+  // run), so that the trim thread page-locks ahead for it (prelock.cpp
+  // walks the records made).
+  DeviceMemory* memory = device_memory(prop->location.id);
+  if (!memory) memory = device_memory_made(prop->location.id);
+  if (slot > 0 && region::slot_policy(slot) == region::kKeep && memory && !memory->copy_provider_made())
+    memory->copy_provider(real_driver());
 }
 
 void exported(CUmemGenericAllocationHandle handle, const void* shareable, CUmemAllocationHandleType type) {
@@ -79,6 +80,7 @@ void imported(CUmemGenericAllocationHandle handle, void* os_handle, CUmemAllocat
   policy::own_vmm::ShareKey key;
   const bool known = share_key(int(reinterpret_cast<uintptr_t>(os_handle)), type, &key);
   ledger().imported(handle, known ? &key : nullptr, prop.location.id);
+  if (!device_memory(prop.location.id)) device_memory_made(prop.location.id);
 }
 
 void retained(CUmemGenericAllocationHandle handle) {

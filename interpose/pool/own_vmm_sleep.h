@@ -1,46 +1,45 @@
-// interpose/pool/own_vmm_sleep.h: what sleep by slot of the program's own
-// VMM memory (own_vmm_sleep.cpp) and the translation of its handle values
-// (own_vmm_translate.cpp) share: the book (policy/own_vmm/sleep_book.h)
-// and the one mutex that guards it, held across sleep, wake and every
-// translated call (the book, then the cache's lock, then the ledger's).
+// interpose/pool/own_vmm_sleep.h: what sleep of the program's own VMM
+// memory (own_vmm_sleep.cpp, over policy/own_vmm/handle_sleep.h), its
+// driver and copies (own_vmm_copy.cpp) and the translation of its handle
+// values (own_vmm_translate.cpp) share: the book
+// (policy/own_vmm/sleep_book.h) and the one mutex that guards it, held
+// across sleep, wake and every translated call (the book's, then the
+// ledger's).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
 
-#include <vector>
-
 #include "interpose/real_driver.h"
+#include "policy/own_vmm/handle_sleep.h"
 #include "policy/own_vmm/sleep_book.h"
+#include "policy/provider.h"
+
+namespace pagefast::pool {
+class DeviceMemory;
+}
 
 namespace pagefast::pool::own_vmm {
 
 std::mutex& book_mutex();
 // REQUIRES: book_mutex() held.
 policy::own_vmm::SleepBook& book();
-// The contents of each handle (its mappings a device reads) into host
-// memory, one batch per device on its provider's copy threads
-// (own_vmm_copy.cpp); `mode`: where (0, policy::kSleepToDisk,
-// policy::kSleepHostRelease). Sets each handle's `host` (null: its copy
-// failed, nothing of it kept).
-void copy_out(const RealDriver* real, const std::vector<policy::own_vmm::AsleepHandle*>& handles, unsigned mode);
-// Back through the mappings made again; (*ok)[i]: handle i's contents are
-// all back. Its host copy is unchanged either way (free_host_copy after).
-void copy_in(const RealDriver* real, const std::vector<const policy::own_vmm::AsleepHandle*>& handles,
-             std::vector<char>* ok);
-// The mapping's recorded access set again (none recorded: nothing done).
-CUresult set_mapping_access(const RealDriver* real, const policy::own_vmm::AsleepMapping& m);
-// A handle's host copy (copy_out's; null: nothing), given back.
-void free_host_copy(void* host);
+// The provider a device's handles sync and copy through: the device's
+// (DeviceMemory::copy_provider); where none can be made, one that copies
+// with the driver's page-locked host memory, a mapping at a time, and
+// syncs the calling thread's context (own_vmm_copy.cpp).
+policy::Provider& copies_of(DeviceMemory& memory, const RealDriver* real);
+// A handle's host copy (the engine's; null: nothing), given back.
+inline void free_host_copy(void* host) { policy::own_vmm::HandleSleep::free_host(host); }
 
 // The context of `device` current on this thread for a scope: sleep and
 // wake may run on a thread with none (pagefast-ctl's, on pagefast-ipc-bg),
-// and the copies and the sync need one. Pushed when another (or none) is
-// current, popped at the end.
+// and the copies and the driver's calls need one. Pushed when another (or
+// none) is current, popped at the end.
 class DeviceContext {
  public:
-  DeviceContext(const RealDriver* real, int device);
+  DeviceContext(const RealDriver* real, DeviceMemory& memory);
   DeviceContext(const DeviceContext&) = delete;
   DeviceContext& operator=(const DeviceContext&) = delete;
   bool pushed() const { return pushed_; }

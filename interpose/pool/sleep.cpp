@@ -1,10 +1,10 @@
 // interpose/pool/sleep.cpp: the glue of sleep and wake (docs/SLEEP.md,
 // docs/POOL.md "Sleep and wake"): pagefast_sleep / pagefast_wake and their
-// tagged forms of the C API (interpose/pagefast.h) over every pool and the
-// program's own VMM memory, and pagefast-ctl's requests that reach them
-// through the control socket (interpose/ipc/). The policy is in
-// policy/device_pool.h; the own-VMM half in own_vmm_sleep.cpp; the
-// regions' C API and the tags' figures in tags.cpp.
+// tagged forms of the C API (interpose/pagefast.h), and pagefast-ctl's
+// requests that reach them through the control socket (interpose/ipc/):
+// a loop over the devices, each sleeping or waking its memory of the slots
+// asked (DeviceMemory::sleep, wake: device_sleep.cpp), and the answers
+// folded per slot. The regions' C API and the tags' figures are in tags.cpp.
 //
 // What sleeps is a set of slots (region.h): slot 0 is the memory made
 // outside any region (the device's pool, and the program's own VMM handles
@@ -16,12 +16,10 @@
 #include <mutex>
 #include <new>
 
-#include "interpose/driver.h"
 #include "interpose/ipc/ipc.h"
 #include "interpose/ipc/ipc_wire.h"
 #include "interpose/pagefast.h"
 #include "interpose/pool/device_memory.h"
-#include "interpose/pool/own_vmm.h"
 #include "interpose/pool/pool_internal.h"
 #include "interpose/pool/process.h"
 #include "interpose/pool/region.h"
@@ -42,22 +40,6 @@ int fold(int answer, int part) {
   return answer > part ? answer : part;
 }
 
-int answer_of(policy::SleepStatus status) {
-  switch (status) {
-    case policy::SleepStatus::Ok: return 0;
-    case policy::SleepStatus::Partial: return 1;
-    default: return -1;
-  }
-}
-
-// Whether any pool of the device is asleep (then the IPC's sleep state of
-// the device stays: ipc.h begin_sleep).
-bool any_asleep(const DeviceMemory& memory) {
-  bool asleep = false;
-  memory.each_pool([&asleep](int, policy::DevicePool* p) { asleep = asleep || p->asleep(); });
-  return asleep;
-}
-
 // The slot's keep flags: kSleepKeep as the call says, else as its
 // regions said (outside any region: discarded unless the call keeps), and
 // with it where its regions keep the contents (region.h: files, or host
@@ -70,48 +52,23 @@ unsigned keep_flags(int slot, unsigned flags) {
   return (policy & region::kKeep) ? policy::kSleepKeep | place : 0;
 }
 
-// REQUIRES: g_sleep_mutex. Sleeps one slot: its pool on each device, then
-// its own-VMM memory. Answers 0, 1 (some memory stayed resident) or -1
-// (nothing of the slot changed: every pool refused, a capture or a failed
-// sync). A pool that refused while another of the slot slept makes the
-// sleep partial (1): memory left the device, so never -1; the own-VMM
-// memory of the slot then stays resident too (a device could not be
-// synchronised). *any: set when the slot had a pool or own-VMM memory.
-int sleep_slot_locked(int slot, unsigned flags, bool* any) {
-  const unsigned keep_modes = keep_flags(slot, flags);
-  const unsigned pool_flags = keep_modes | (flags & policy::kSleepFail);
-  int answer = 0;
-  int refused = 0, slept = 0;
-  for (int d = 0; d < kMaxDevices; ++d) {
-    DeviceMemory* memory = device_memory(d);
-    policy::DevicePool* pool = memory && !retired_device(d) ? memory->pool_at(slot) : nullptr;
-    if (!pool) continue;
-    *any = true;
-    const int part = answer_of(pool->sleep(pool_flags, ipc::begin_sleep(d, pool)));
-    if (!any_asleep(*memory)) ipc::end_sleep(d);
-    if (part < 0) {
-      ++refused;
-      continue;
-    }
-    ++slept;
-    answer = fold(answer, part);
-  }
-  if (refused && !slept) return -1;
+// REQUIRES: g_sleep_mutex. A slot's answer over the devices: 0, 1 (some
+// memory stayed resident) or -1 (nothing of the slot changed: every pool
+// refused, a capture or a failed sync). A pool that refused while memory
+// of the slot slept on another device makes the sleep partial (1): memory
+// left a device, so never -1; the program's own VMM memory of the slot on
+// the device that refused stays resident with it.
+int slot_answer(const DeviceMemory::SlotSleep& s) {
+  if (s.refused && !s.slept) return -1;
+  if (!s.refused) return s.answer;
   const char* name = "(outside any region)";
-  if (slot) region::slot_info(slot, &name, nullptr);
-  if (refused) {
-    log_line(LogLevel::Warn,
-             "sleep of \"%s\": the pools of %d device(s) could not sleep (a stream capture, or a device that "
-             "could not be synchronised) and stay resident, with the program's own VMM memory of the tag; "
-             "the memory of %d other device(s) sleeps: a partial sleep (1)",
-             name, refused, slept);
-    answer = 1;
-  } else {
-    const own_vmm::SleepAnswer vmm = own_vmm::sleep_slot(slot, keep_modes);
-    if (vmm.slept_bytes || vmm.resident_bytes) *any = true;
-    answer = fold(answer, vmm.status);
-  }
-  return answer;
+  if (s.slot) region::slot_info(s.slot, &name, nullptr);
+  log_line(LogLevel::Warn,
+           "sleep of \"%s\": the pools of %d device(s) could not sleep (a stream capture, or a device that "
+           "could not be synchronised) and stay resident, with the program's own VMM memory of the tag there; "
+           "the memory of %d other device(s) sleeps: a partial sleep (1)",
+           name, s.refused, s.slept);
+  return 1;
 }
 
 // REQUIRES: g_sleep_mutex. The slot reads asleep (its sleep went ahead, or
@@ -126,47 +83,6 @@ void mark_asleep(int slot, unsigned flags) {
              open, (flags & policy::kSleepFail) ? " (fail, with PAGEFAST_SLEEP_FAIL)" : "");
 }
 
-// REQUIRES: g_sleep_mutex. Wakes one slot: its own-VMM memory, then its
-// pool on each device.
-int wake_slot_locked(int slot) {
-  int answer = own_vmm::wake_slot(slot) < 0 ? -1 : 0;
-  for (int d = 0; d < kMaxDevices; ++d) {
-    DeviceMemory* memory = device_memory(d);
-    policy::DevicePool* pool = memory && !retired_device(d) ? memory->pool_at(slot) : nullptr;
-    if (!pool) continue;
-    // wake answers Ok or Failed (or Busy); never Partial.
-    answer = fold(answer, answer_of(pool->wake()));
-    if (!any_asleep(*memory)) ipc::end_sleep(d);
-  }
-  if (answer == 0 && g_slots[slot].asleep.exchange(false, std::memory_order_acq_rel))
-    g_slots[slot].wakes.fetch_add(1, std::memory_order_relaxed);
-  return answer;
-}
-
-// What pagefast cannot sleep is named, never left resident silently: the
-// driver's own stream-ordered pool of each device with pagefast's memory
-// (cudaMallocAsync, PyTorch's backend:cudaMallocAsync). Returns whether
-// any such memory stays on a device.
-bool name_driver_pools() {
-  const RealDriver* real = loaded_driver();
-  bool any = false;
-  for (int d = 0; d < kMaxDevices; ++d) {
-    if (!device_memory(d) || retired_device(d)) continue;
-    CUmemoryPool pool = nullptr;
-    cuuint64_t reserved = 0;
-    if (driver::default_mem_pool(real, &pool, d) != CUDA_SUCCESS ||
-        driver::mem_pool_attribute(real, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) != CUDA_SUCCESS ||
-        reserved == 0)
-      continue;
-    any = true;
-    log_line(LogLevel::Warn,
-             "device %d: %.1f MiB of the driver's own stream-ordered pool (cudaMallocAsync) stay resident: "
-             "pagefast cannot sleep that memory",
-             d, double(reserved) / double(1 << 20));
-  }
-  return any;
-}
-
 // The slots of a tag (REQUIRES: g_sleep_mutex); 0, with a warning, when none.
 int tag_slots(const char* tag, int slots[region::kMaxPolicies]) {
   const int n = region::slots_of(tag, slots);
@@ -174,36 +90,70 @@ int tag_slots(const char* tag, int slots[region::kMaxPolicies]) {
   return n;
 }
 
-// REQUIRES: g_sleep_mutex. sleep_slots of `slots` (NULL: every slot, count unused).
+// REQUIRES: g_sleep_mutex. Sleeps `slots` (NULL: every slot, count
+// unused): each device's sleep (DeviceMemory::sleep), then the answers.
+// What pagefast cannot sleep is named, never left resident silently: the
+// driver's own stream-ordered pool of each device (cudaMallocAsync,
+// PyTorch's backend:cudaMallocAsync).
 int sleep_slots_locked(const int* slots, int count, unsigned flags) {
-  // What the own-VMM cache keeps idle goes back with the pools' idle memory.
-  if (own_vmm::on())
-    for (int d = 0; d < kMaxDevices; ++d) own_vmm::trim(d, UINT64_MAX);
+  const int n = slots ? count : region::slot_count();
+  DeviceMemory::SlotSleep asked[region::kMaxSlots];
+  for (int i = 0; i < n; ++i) {
+    asked[i].slot = slots ? slots[i] : i;
+    asked[i].keep_modes = keep_flags(asked[i].slot, flags);
+    asked[i].fail = flags & policy::kSleepFail;
+  }
+  bool driver_pools = false;
+  for (int d = 0; d < kMaxDevices; ++d) {
+    DeviceMemory* memory = device_memory(d);
+    if (!memory) continue;
+    memory->sleep(asked, n);
+    driver_pools = memory->driver_pool_resident() || driver_pools;
+  }
   int answer = 0;
   bool any = false, refused = false, slept = false;
-  const int n = slots ? count : region::slot_count();
   int parts[region::kMaxSlots];
   for (int i = 0; i < n; ++i) {
-    bool had = false;
-    parts[i] = sleep_slot_locked(slots ? slots[i] : i, flags, &had);
-    any = any || had;
+    parts[i] = slot_answer(asked[i]);
+    any = any || asked[i].had;
     if (parts[i] < 0) refused = true;
-    else slept = slept || had;
+    else slept = slept || asked[i].had;
     answer = parts[i] < 0 ? answer : fold(answer, parts[i]);
   }
   // A slot refused: -1 only where nothing else of the sleep left a device;
   // then no slot reads asleep (an empty one beside it neither).
   if (refused) answer = slept ? 1 : -1;
   for (int i = 0; i < n && !(refused && !slept); ++i)
-    if (parts[i] >= 0) mark_asleep(slots ? slots[i] : i, flags);
+    if (parts[i] >= 0) mark_asleep(asked[i].slot, flags);
   // Everything, and nothing to sleep: no pool at all (-1). A tag whose
   // regions hold nothing yet sleeps as asked: nothing to do (0).
   if (!any && !slots) return -1;
   if (answer == 0 && ipc::imports_across_sleep() > 0) answer = 1;
   // A sleep of everything answers 1 while the driver's pool holds memory;
   // a tagged sleep names it (its regions' cudaMallocAsync memory is there).
-  if (name_driver_pools() && !slots && answer == 0) answer = 1;
+  if (driver_pools && !slots && answer == 0) answer = 1;
   return answer;
+}
+
+// REQUIRES: g_sleep_mutex. Wakes `slots` (NULL: every slot): each
+// device's wake (DeviceMemory::wake); a slot all of whose memory woke
+// reads awake, and its wake counts.
+int wake_slots_locked(const int* slots, int count) {
+  const int n = slots ? count : region::slot_count();
+  DeviceMemory::SlotWake asked[region::kMaxSlots];
+  for (int i = 0; i < n; ++i) asked[i].slot = slots ? slots[i] : i;
+  for (int d = 0; d < kMaxDevices; ++d)
+    if (DeviceMemory* memory = device_memory(d)) memory->wake(asked, n);
+  int answer = 0;
+  bool any = false;
+  for (int i = 0; i < n; ++i) {
+    SlotState& state = g_slots[asked[i].slot];
+    any = any || asked[i].had || state.asleep.load(std::memory_order_acquire);
+    if (asked[i].answer == 0 && state.asleep.exchange(false, std::memory_order_acq_rel))
+      state.wakes.fetch_add(1, std::memory_order_relaxed);
+    answer = fold(answer, asked[i].answer);
+  }
+  return any || slots ? answer : -1;
 }
 
 // Runs act(slots, count) under g_sleep_mutex on the slots of `tag`
@@ -232,18 +182,7 @@ int sleep_slots(const char* tag, unsigned flags) {
 }
 
 int wake_slots(const char* tag) {
-  return with_slots(tag, [](const int* slots, int count) {
-    int answer = 0;
-    bool any = false;
-    const int all = region::slot_count();
-    for (int i = 0; i < (slots ? count : all); ++i) {
-      const int slot = slots ? slots[i] : i;
-      for (int d = 0; d < kMaxDevices && !any; ++d) any = device_memory(d) && device_memory(d)->pool_at(slot);
-      any = any || g_slots[slot].asleep.load(std::memory_order_acquire);
-      answer = fold(answer, wake_slot_locked(slot));
-    }
-    return any || slots ? answer : -1;
-  });
+  return with_slots(tag, [](const int* slots, int count) { return wake_slots_locked(slots, count); });
 }
 
 }  // namespace
@@ -315,19 +254,18 @@ int device_sleep_state(int device) {
   const DeviceMemory* memory = device_memory(device);
   if (!memory || !active()) return 0;
   int pools = 0, asleep = 0;
-  memory->each_pool([&](int, policy::DevicePool* p) {
-    ++pools;
-    asleep += p->asleep() ? 1 : 0;
-  });
+  memory->pools_asleep(&pools, &asleep);
   return asleep == 0 ? 0 : (asleep == pools ? 1 : 2);
 }
 
 int asleep_count() {
   if (!active()) return 0;
   int n = 0;
-  for (int d = 0; d < kMaxDevices; ++d)
-    if (const DeviceMemory* memory = device_memory(d))
-      memory->each_pool([&n](int, policy::DevicePool* p) { n += p->asleep() ? 1 : 0; });
+  for (int d = 0; d < kMaxDevices; ++d) {
+    int pools = 0, asleep = 0;
+    if (const DeviceMemory* memory = device_memory(d)) memory->pools_asleep(&pools, &asleep);
+    n += asleep;
+  }
   return n;
 }
 
