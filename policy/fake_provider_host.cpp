@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "policy/fake_provider.h"
+#include "policy/sleep_gate.h"
 
 namespace pagefast::policy {
 namespace {
@@ -83,7 +84,9 @@ void FakeProvider::copy_from_host(HostCopy* copies, uint64_t count) {
       copy.status = ProviderStatus::Failed;
       continue;
     }
-    if (copy_one(copy, false) && backing_ == Backing::Host) std::memset(copy.host, 0xDB, copy.bytes);
+    // Held (kSleepHoldHost): a wake that copies all or none may undo it.
+    if (copy_one(copy, false) && backing_ == Backing::Host && !(copy.mode & kSleepHoldHost))
+      std::memset(copy.host, 0xDB, copy.bytes);
   }
 }
 
