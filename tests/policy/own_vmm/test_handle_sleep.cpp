@@ -80,7 +80,8 @@ class ProviderDriver final : public SleepDriver {
     return true;
   }
   bool map(uint64_t addr, uint64_t bytes, uint64_t offset, uint64_t handle) override {
-    if (p_.map(addr, ChunkHandle{handle}, Granules(offset / kG), Granules(bytes / kG)) != ProviderStatus::Ok) return false;
+    if (p_.map(addr, ChunkHandle{handle}, Granules(offset / kG), Granules(bytes / kG)) != ProviderStatus::Ok)
+      return false;
     std::lock_guard<std::mutex> guard(mutex_);
     maps_[addr] = handle;
     return true;
