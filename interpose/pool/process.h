@@ -19,6 +19,7 @@
 #include <mutex>
 #include <string>
 
+#include "interpose/ipc/ipc_state.h"
 #include "interpose/pool/vmm_provider.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
@@ -62,6 +63,9 @@ struct Process {
   // The thread states' key (pool.cpp), made once.
   pthread_key_t thread_key{};
   pthread_once_t thread_key_once = PTHREAD_ONCE_INIT;
+
+  // Each module's state (docs/DESIGN.md "Process state").
+  ipc::State ipc;
 };
 
 extern Process g_process;
