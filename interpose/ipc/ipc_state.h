@@ -60,10 +60,10 @@ struct State {
     // exports_live).
     std::atomic<int> exports{0};
     std::mutex mutex;
-    std::map<uint64_t, detail::Export>* by_id = nullptr;      // export id -> export
-    std::map<uint64_t, uint64_t>* by_addr = nullptr;          // block base -> export id
+    std::map<uint64_t, detail::Export>* by_id = nullptr;                         // export id -> export
+    std::map<uint64_t, uint64_t>* by_addr = nullptr;                             // block base -> export id
     std::map<detail::HolderKey, std::map<uint64_t, uint64_t>>* holds = nullptr;  // holder -> id -> holds
-    detail::SleepState* sleep = nullptr;  // per device
+    detail::SleepState* sleep = nullptr;                                         // per device
     uint64_t next_export_id = 1;
   } registry;
 
@@ -80,7 +80,7 @@ struct State {
   // One exported descriptor per chunk (ipc_chunk_fds.cpp), under `mutex`.
   struct ChunkFds {
     std::mutex mutex;
-    std::condition_variable* done = nullptr;            // an export ended
+    std::condition_variable* done = nullptr;              // an export ended
     std::map<uint64_t, detail::ChunkFd*>* fds = nullptr;  // chunk handle -> its descriptor
     uint64_t next_id = 1;
   } chunk_fds;

@@ -23,6 +23,7 @@
 #include "interpose/pool/vmm_provider.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
+#include "interpose/trace_state.h"
 #include "policy/clock.h"
 #include "policy/config.h"
 #include "policy/format.h"
@@ -66,6 +67,7 @@ struct Process {
 
   // Each module's state (docs/DESIGN.md "Process state").
   ipc::State ipc;
+  trace::State trace;
 };
 
 extern Process g_process;
