@@ -23,6 +23,7 @@
 #include "interpose/pool/vmm_provider.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
+#include "interpose/stats_state.h"
 #include "interpose/trace_state.h"
 #include "policy/clock.h"
 #include "policy/config.h"
@@ -68,6 +69,7 @@ struct Process {
   // Each module's state (docs/DESIGN.md "Process state").
   ipc::State ipc;
   trace::State trace;
+  stats::State stats;
 };
 
 extern Process g_process;
