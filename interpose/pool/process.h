@@ -23,6 +23,7 @@
 #include "interpose/pool/vmm_provider.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
+#include "interpose/runtime_state.h"
 #include "interpose/stats_state.h"
 #include "interpose/trace_state.h"
 #include "policy/clock.h"
@@ -70,6 +71,7 @@ struct Process {
   ipc::State ipc;
   trace::State trace;
   stats::State stats;
+  runtime::State runtime;
 };
 
 extern Process g_process;
