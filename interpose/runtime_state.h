@@ -35,7 +35,7 @@ struct State {
   bool init_begun = false;  // under init_mutex
   HeldLine held[kHeldLines] = {};
   std::atomic<int> held_count{0};
-  std::atomic<bool> bannered{false};  // the first allocation's banner was written
+  std::atomic<bool> bannered{false};      // the first allocation's banner was written
   std::atomic<bool> numa_checked{false};  // ... and the binding checked against its device
 };
 
