@@ -39,21 +39,16 @@
 
 namespace pagefast::runtime {
 
-std::atomic<bool> g_ready{false};
-bool g_passthrough = true;
-std::atomic<bool> g_passthrough_entered{false};
-
-namespace {
-
 // The constructor below may run before this file's dynamic initialisers,
-// so no global here has a constructor: state lives on the heap, made at
-// first use, and is never destroyed (late calls at exit still read it).
-struct State {
+// so nothing here has a constructor: the configuration lives on the heap,
+// made at first use, and is never destroyed (late calls at exit still
+// read it).
+struct Started {
   Config config;
   bool numa_ran = false;  // the binding's report is numa::last_report()
 };
-State* g_state = nullptr;
-std::recursive_mutex g_init_mutex;  // constant-initialised
+
+namespace {
 
 // The environment as the configuration reads it.
 struct EnvView {
@@ -85,30 +80,23 @@ void write_stats_at_exit(const Config& config) {
 // a process that never uses CUDA (a shell, a pyenv shim, grep) says
 // nothing at the default level, and a job says its binding once, from the
 // process that uses the GPU. At debug level they are written at once.
-// Fixed storage: the sink runs in the constructor.
-struct HeldLine {
-  LogLevel level;
-  char text[384];
-};
-constexpr int kHeldLines = 8;
-HeldLine g_held[kHeldLines];
-std::atomic<int> g_held_count{0};
+// Fixed storage (State::held): the sink runs in the constructor.
 
 void hold_numa_line(LogLevel level, const char* message) {
   if (log::enabled(LogLevel::Debug)) {
     log::emit(level, message);
     return;
   }
-  const int i = g_held_count.load(std::memory_order_relaxed);
+  const int i = state().held_count.load(std::memory_order_relaxed);
   if (i >= kHeldLines || !log::enabled(level)) return;
-  g_held[i].level = level;
-  std::snprintf(g_held[i].text, sizeof g_held[i].text, "%s", message);
-  g_held_count.store(i + 1, std::memory_order_release);
+  state().held[i].level = level;
+  std::snprintf(state().held[i].text, sizeof state().held[i].text, "%s", message);
+  state().held_count.store(i + 1, std::memory_order_release);
 }
 
 void say_held_lines() {
-  const int n = g_held_count.exchange(0, std::memory_order_acq_rel);
-  for (int i = 0; i < n; ++i) log::emit(g_held[i].level, g_held[i].text);
+  const int n = state().held_count.exchange(0, std::memory_order_acq_rel);
+  for (int i = 0; i < n; ++i) log::emit(state().held[i].level, state().held[i].text);
 }
 
 // The one line of what pagefast did (policy/summary.h), at level info, by
@@ -202,15 +190,12 @@ bool said_before(const Config& config) {
 }  // namespace
 
 void init_slow() {
-  // Recursive: a hook reached from inside init (a logger sink, say) must
-  // not deadlock; it sees pass-through until init is complete.
-  std::lock_guard<std::recursive_mutex> lock(g_init_mutex);
-  static bool started = false;
-  if (started) return;
-  started = true;
+  std::lock_guard<std::recursive_mutex> lock(state().init_mutex);
+  if (state().init_begun) return;
+  state().init_begun = true;
   pthread_atfork(nullptr, nullptr, &after_fork_child);
-  g_state = new State();
-  Config& g_config = g_state->config;
+  state().started = new Started();
+  Config& g_config = state().started->config;
   EnvView view{getauxval(AT_SECURE), {}};
   g_config = parse_config(&env_lookup, &view, environ);
   // numa/ reads PAGEFAST_SYSROOT itself: in secure execution the binding
@@ -244,7 +229,7 @@ void init_slow() {
   } else if (!g_config.passthrough) {
     if (!sysroot_hidden) {
       const numa::BindReport bound = numa::bind_at_start(g_config.numa, &hold_numa_line);
-      g_state->numa_ran = true;
+      state().started->numa_ran = true;
       // The processes this one starts inherit the affinity: they learn it
       // was pagefast's (docs/NUMA.md rule 5). A process with one thread
       // only: setenv races a getenv on another.
@@ -257,41 +242,40 @@ void init_slow() {
   // Traced in every mode, pass-through included: the trace is the
   // program's calls, whoever answers them.
   trace::configure(g_config.trace_path);
-  g_passthrough = g_config.passthrough;
-  g_ready.store(true, std::memory_order_release);
+  state().passthrough = g_config.passthrough;
+  state().ready.store(true, std::memory_order_release);
 }
 
 const Config& config() {
   ensure_init();
-  return g_state->config;
+  return state().started->config;
 }
 
 std::string numa_json() {
   ensure_init();
   // The latest word: check_device may have rebound after the first context.
-  if (g_state->numa_ran) return numa::last_report().json();
+  if (state().started->numa_ran) return numa::last_report().json();
   return "null";
 }
 
 void note_passthrough_entry() {
-  if (g_passthrough_entered.exchange(true, std::memory_order_relaxed)) return;
-  if (!g_state->config.error.empty() && g_state->config.stats_on) live::start_passthrough(g_state->config);
+  if (state().passthrough_entered.exchange(true, std::memory_order_relaxed)) return;
+  if (!state().started->config.error.empty() && state().started->config.stats_on)
+    live::start_passthrough(state().started->config);
 }
 
-bool driver_entered() { return g_passthrough_entered.load(std::memory_order_relaxed) || stats::any_activity(); }
+bool driver_entered() { return state().passthrough_entered.load(std::memory_order_relaxed) || stats::any_activity(); }
 
 bool on_first_alloc() {
-  static std::atomic<bool> bannered{false};
-  if (!bannered.exchange(true)) {
+  if (!state().bannered.exchange(true)) {
     say_held_lines();
     // The state's word first (docs/STATS.md "State words"): "active", or
     // "off" for pool:off, whose calls reach here to be counted.
-    log::write(LogLevel::Info, "{} (pid {}, version {}): {}", mode_name(mode_of(g_state->config)), getpid(),
-               PAGEFAST_VERSION, describe(g_state->config));
-    if (g_state->config.stats_on) live::start(g_state->config);
+    log::write(LogLevel::Info, "{} (pid {}, version {}): {}", mode_name(mode_of(state().started->config)), getpid(),
+               PAGEFAST_VERSION, describe(state().started->config));
+    if (state().started->config.stats_on) live::start(state().started->config);
   }
-  static std::atomic<bool> checked{false};
-  if (!g_state->numa_ran || checked.load()) return true;
+  if (!state().started->numa_ran || state().numa_checked.load()) return true;
   const RealDriver* real = real_driver();
   CUdevice device;
   char bus_id[32] = {0};
@@ -299,9 +283,9 @@ bool on_first_alloc() {
   // leaves the check for a later one.
   if (!driver::has(real, &RealDriver::cuCtxGetDevice, &RealDriver::cuDeviceGetPCIBusId)) return true;
   if (driver::ctx_get_device(real, &device) != CUDA_SUCCESS) return false;
-  if (checked.exchange(true)) return true;
+  if (state().numa_checked.exchange(true)) return true;
   if (driver::device_pci_bus_id(real, bus_id, sizeof bus_id - 1, device) == CUDA_SUCCESS)
-    numa::check_device(bus_id, g_state->config.numa, log::sink());
+    numa::check_device(bus_id, state().started->config.numa, log::sink());
   return true;
 }
 
@@ -310,15 +294,15 @@ namespace {
 __attribute__((constructor)) void on_load() { init_slow(); }
 
 __attribute__((destructor)) void on_unload() {
-  if (!g_ready.load(std::memory_order_acquire)) return;
+  if (!state().ready.load(std::memory_order_acquire)) return;
   live::stop_at_exit();
   trace::flush_at_exit();
   // As the trace: a process that never reached the driver through
   // pagefast (a launcher) leaves the files of the processes that did alone.
   if (!driver_entered()) return;
-  say_summary_at_exit(g_state->config);
-  write_stats_at_exit(g_state->config);
-  report::write_at_exit_if_requested(g_state->config);
+  say_summary_at_exit(state().started->config);
+  write_stats_at_exit(state().started->config);
+  report::write_at_exit_if_requested(state().started->config);
 }
 
 }  // namespace

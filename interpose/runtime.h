@@ -7,19 +7,18 @@
 #include <atomic>
 #include <string>
 
+#include "interpose/pool/process.h"
 #include "policy/config.h"
 
 namespace pagefast::runtime {
 
-extern std::atomic<bool> g_ready;
-extern bool g_passthrough;  // written once, before g_ready is set
-// A hook or a door ran in pass-through mode (which counts nothing).
-extern std::atomic<bool> g_passthrough_entered;
+// The runtime's state (runtime_state.h), in the process object.
+inline State& state() { return pool::g_process.runtime; }
 
 void init_slow();
 
 inline void ensure_init() {
-  if (__builtin_expect(!g_ready.load(std::memory_order_acquire), 0)) init_slow();
+  if (__builtin_expect(!state().ready.load(std::memory_order_acquire), 0)) init_slow();
 }
 // Asked by every hook and door: so in pass-through it also notes that the
 // program reached the driver through pagefast (driver_entered), and, when
@@ -29,9 +28,9 @@ inline void ensure_init() {
 void note_passthrough_entry();
 inline bool passthrough() {
   ensure_init();
-  if (__builtin_expect(g_passthrough, 0) && !g_passthrough_entered.load(std::memory_order_relaxed))
+  if (__builtin_expect(state().passthrough, 0) && !state().passthrough_entered.load(std::memory_order_relaxed))
     note_passthrough_entry();
-  return g_passthrough;
+  return state().passthrough;
 }
 
 // Whether the program called, or looked up through pagefast, any driver

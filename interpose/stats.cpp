@@ -10,16 +10,14 @@
 
 #include "interpose/log.h"
 #include "interpose/pool/own_vmm.h"
+#include "interpose/pool/process.h"
 #include "interpose/pool/region.h"
 #include "interpose/pool_api.h"
 #include "interpose/thread_records.h"
 #include "policy/json.h"
 
 namespace pagefast::stats {
-namespace {
-
-constexpr int kDoorCount = int(Door::kCount);
-constexpr int kCounterCount = kEntryCount + kDoorCount;
+namespace detail {
 
 // One block per live thread; only its owner writes, so a relaxed load and
 // store replace an atomic read-modify-write.
@@ -29,19 +27,25 @@ struct alignas(64) Block {
   Block* next;
 };
 
-ThreadRecords<Block> g_blocks;
-pthread_key_t g_key;
-pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
+}  // namespace detail
+
+namespace {
+
+using detail::Block;
+
+// The counters' state (stats_state.h), in the process object.
+State& state() { return pool::g_process.stats; }
+
 // Initial-exec: the library is preloaded (static TLS), and the hot path
 // counts every call; global-dynamic TLS would cost a __tls_get_addr call.
 __attribute__((tls_model("initial-exec"))) thread_local Block* t_block = nullptr;
 
-void make_key() { pthread_key_create(&g_key, &ThreadRecords<Block>::release); }
+void make_key() { pthread_key_create(&state().key, &ThreadRecords<Block>::release); }
 
 // A reused block keeps its counts: they are the process's, summed over
 // every block ever made.
 Block* acquire_block() {
-  return g_blocks.acquire([]() -> Block* {
+  return state().blocks.acquire([]() -> Block* {
     void* memory = std::calloc(1, sizeof(Block));
     if (!memory) return nullptr;
     Block* b = new (memory) Block();
@@ -50,38 +54,29 @@ Block* acquire_block() {
   });
 }
 
-// A fallback for threads whose block could not be made: shared, atomic.
-std::atomic<uint64_t> g_overflow[kCounterCount];
-
 inline void bump(int index) {
   Block* b = t_block;
   if (__builtin_expect(b == nullptr, 0)) {
-    pthread_once(&g_key_once, make_key);
+    pthread_once(&state().key_once, make_key);
     b = acquire_block();
     if (!b) {
-      g_overflow[index].fetch_add(1, std::memory_order_relaxed);
+      state().overflow[index].fetch_add(1, std::memory_order_relaxed);
       return;
     }
     t_block = b;
-    pthread_setspecific(g_key, b);
+    pthread_setspecific(state().key, b);
   }
   auto& c = b->counter[index];
   c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
 uint64_t sum(int index) {
-  uint64_t total = g_overflow[index].load(std::memory_order_relaxed);
-  for (Block* b = g_blocks.first(); b; b = b->next) total += b->counter[index].load(std::memory_order_relaxed);
+  uint64_t total = state().overflow[index].load(std::memory_order_relaxed);
+  for (Block* b = state().blocks.first(); b; b = b->next) total += b->counter[index].load(std::memory_order_relaxed);
   return total;
 }
 
 }  // namespace
-
-// stats:off turns call counting off (set once at init, before any hook).
-static bool g_count_calls = true;
-
-// A call made while counting is off: remembered once, for any_activity().
-static std::atomic<bool> g_uncounted_call{false};
 
 namespace detail {
 __thread std::atomic<uint64_t>* t_calls __attribute__((tls_model("initial-exec"))) = nullptr;
@@ -89,22 +84,22 @@ __thread std::atomic<uint64_t>* t_calls __attribute__((tls_model("initial-exec")
 // The thread's first counted call (its block made), or any call with
 // stats:off.
 void count_call_slow(Entry entry) {
-  if (__builtin_expect(g_count_calls, 1)) {
+  if (__builtin_expect(state().count_calls, 1)) {
     bump(int(entry));
     if (t_block) t_calls = t_block->counter;  // the inline path from now on
-  } else if (!g_uncounted_call.load(std::memory_order_relaxed)) {
-    g_uncounted_call.store(true, std::memory_order_relaxed);
+  } else if (!state().uncounted_call.load(std::memory_order_relaxed)) {
+    state().uncounted_call.store(true, std::memory_order_relaxed);
   }
 }
 }  // namespace detail
 
-void set_call_counting(bool on) { g_count_calls = on; }
+void set_call_counting(bool on) { state().count_calls = on; }
 void count_door(Door door) { bump(kEntryCount + int(door)); }
 uint64_t calls(Entry entry) { return sum(int(entry)); }
 uint64_t doors(Door door) { return sum(kEntryCount + int(door)); }
 
 bool any_activity() {
-  if (g_uncounted_call.load(std::memory_order_relaxed)) return true;
+  if (state().uncounted_call.load(std::memory_order_relaxed)) return true;
   for (int i = 0; i < kCounterCount; ++i)
     if (sum(i)) return true;
   return false;

@@ -11,13 +11,14 @@
 #include <vector>
 
 #include "interpose/entries.h"
+#include "interpose/stats_state.h"
 #include "policy/config.h"
 #include "policy/owner_add.h"
 #include "policy/pool_stats.h"
 
 namespace pagefast::stats {
 
-enum class Door : int { Symbol = 0, Dlsym = 1, ProcAddress = 2, kCount };
+// (Door: stats_state.h.)
 
 namespace detail {
 // This thread's call counters, indexed by Entry, from its first counted

@@ -10,7 +10,8 @@
 // record dropped and counted, and the writer turns the count into a "lost"
 // record.
 //
-// Nothing here has a constructor: every global is constant-initialised,
+// Nothing here has a constructor: the state is the process object's
+// (trace_state.h), constant-initialised;
 // the writer starts at the first traced call, and the destructor path
 // (flush_at_exit) uses plain file I/O.
 #include "interpose/trace.h"
@@ -38,19 +39,14 @@
 
 namespace pagefast::trace {
 
-std::atomic<bool> g_on{false};
-
-namespace {
-
-using trace_format::Op;
-using trace_format::Record;
-
 constexpr uint32_t kRingRecords = 1u << 16;   // 2 MiB of records a thread
 constexpr uint64_t kFullWaitNs = 50'000'000;  // a producer waits this long for room
 constexpr uint32_t kBatchRecords = 1u << 14;  // the writer's buffer: 512 KiB
 constexpr long kIdleSleepMinNs = 1'000'000;   // writer poll interval after work
 constexpr long kIdleSleepMaxNs = 8'000'000;   // ... backing off to this when idle
 constexpr int kExitJoinSeconds = 2;           // the destructor's patience with the writer
+
+namespace detail {
 
 struct Ring {
   // Producer side (the owning thread).
@@ -66,29 +62,22 @@ struct Ring {
   // Ownership and the list of all rings.
   std::atomic<bool> owned;
   Ring* next;
-  alignas(64) Record records[kRingRecords];
+  alignas(64) trace_format::Record records[kRingRecords];
 };
+
+}  // namespace detail
+
+namespace {
+
+using detail::Ring;
+using trace_format::Op;
+using trace_format::Record;
 
 enum WriterState : int { kNotStarted = 0, kRunning = 1, kFailed = 2, kStopped = 3 };
 
-char* g_path = nullptr;  // PAGEFAST_TRACE as given (strdup), "%p" etc. not yet expanded
-uint64_t g_start_mono_ns = 0;
-uint64_t g_start_wall_ns = 0;
-bool g_configured = false;
-bool g_forked = false;  // this process is a fork child of the traced one
+// The recorder's state (trace_state.h), in the process object.
+State& state() { return pool::g_process.trace; }
 
-ThreadRecords<Ring> g_rings;
-std::atomic<uint32_t> g_next_thread{0};
-std::atomic<int> g_writer_state{kNotStarted};
-std::atomic<bool> g_stop{false};
-std::mutex g_start_mutex;  // constant-initialised; taken by the first traced call only
-pthread_t g_writer;
-int g_fd = -1;
-Record* g_batch = nullptr;  // the writer's buffer; the destructor's after the writer is gone
-uint32_t g_batch_used = 0;
-bool g_write_failed = false;
-
-pthread_key_t g_key;
 __attribute__((tls_model("initial-exec"))) thread_local Ring* t_ring = nullptr;
 
 inline uint64_t clock_ns(clockid_t clock) {
@@ -96,7 +85,7 @@ inline uint64_t clock_ns(clockid_t clock) {
   clock_gettime(clock, &ts);  // the vDSO for both clocks used here: no system call
   return uint64_t(ts.tv_sec) * 1'000'000'000u + uint64_t(ts.tv_nsec);
 }
-inline uint64_t now_ns() { return clock_ns(CLOCK_MONOTONIC) - g_start_mono_ns; }
+inline uint64_t now_ns() { return clock_ns(CLOCK_MONOTONIC) - state().start_mono_ns; }
 
 // ---- the file ----
 
@@ -104,7 +93,7 @@ inline uint64_t now_ns() { return clock_ns(CLOCK_MONOTONIC) - g_start_mono_ns; }
 int open_trace_file() {
   std::string path;
   try {
-    path = files::expand_path(g_path);
+    path = files::expand_path(state().path);
   } catch (...) {
     return -1;
   }
@@ -122,8 +111,8 @@ int open_trace_file() {
   header.header_bytes = trace_format::kHeaderBytes;
   header.record_bytes = trace_format::kRecordBytes;
   header.pid = uint32_t(getpid());
-  header.start_wall_ns = g_start_wall_ns;
-  header.start_mono_ns = g_start_mono_ns;
+  header.start_wall_ns = state().start_wall_ns;
+  header.start_mono_ns = state().start_mono_ns;
   header.ring_records = kRingRecords;
   if (!files::write_all(fd, &header, sizeof header)) {
     log::write(LogLevel::Warn, "PAGEFAST_TRACE: writing '{}' failed: {}; not tracing", path, std::strerror(errno));
@@ -134,44 +123,45 @@ int open_trace_file() {
 }
 
 void batch_flush() {
-  if (g_batch_used && !g_write_failed && !files::write_all(g_fd, g_batch, size_t(g_batch_used) * sizeof(Record))) {
-    g_write_failed = true;  // keep draining, so that producers never stall on a dead file
+  if (state().batch_used && !state().write_failed &&
+      !files::write_all(state().fd, state().batch, size_t(state().batch_used) * sizeof(Record))) {
+    state().write_failed = true;  // keep draining, so that producers never stall on a dead file
     log::write(LogLevel::Warn, "PAGEFAST_TRACE: write failed: {}; the rest of the trace is dropped",
                std::strerror(errno));
   }
-  g_batch_used = 0;
+  state().batch_used = 0;
 }
 
 // The one consumer's pass over every ring: the writer thread's, or the
 // destructor's once the writer is gone. Returns the records taken.
 uint64_t drain_all() {
   uint64_t taken = 0;
-  for (Ring* ring = g_rings.first(); ring; ring = ring->next) {
+  for (Ring* ring = state().rings.first(); ring; ring = ring->next) {
     const uint64_t head = ring->head.load(std::memory_order_acquire);
     uint64_t tail = ring->tail.load(std::memory_order_relaxed);
     while (tail != head) {
-      if (g_batch_used == kBatchRecords) batch_flush();
+      if (state().batch_used == kBatchRecords) batch_flush();
       // Copy in contiguous runs, then let the producer reuse them.
       const uint32_t at = uint32_t(tail % kRingRecords);
       uint64_t run = head - tail;
       if (run > kRingRecords - at) run = kRingRecords - at;
-      if (run > kBatchRecords - g_batch_used) run = kBatchRecords - g_batch_used;
-      std::memcpy(g_batch + g_batch_used, ring->records + at, size_t(run) * sizeof(Record));
-      g_batch_used += uint32_t(run);
+      if (run > kBatchRecords - state().batch_used) run = kBatchRecords - state().batch_used;
+      std::memcpy(state().batch + state().batch_used, ring->records + at, size_t(run) * sizeof(Record));
+      state().batch_used += uint32_t(run);
       tail += run;
       taken += run;
       ring->tail.store(tail, std::memory_order_release);
     }
     const uint64_t lost = ring->lost.load(std::memory_order_relaxed);
     if (lost != ring->lost_written) {
-      if (g_batch_used == kBatchRecords) batch_flush();
+      if (state().batch_used == kBatchRecords) batch_flush();
       Record marker{};
       marker.t_ns = now_ns();
       marker.bytes = lost - ring->lost_written;
       marker.thread = ring->thread.load(std::memory_order_relaxed);
       marker.op = uint8_t(Op::Lost);
       marker.device = trace_format::kUnknownDevice;
-      g_batch[g_batch_used++] = marker;
+      state().batch[state().batch_used++] = marker;
       ring->lost_written = lost;
     }
   }
@@ -182,7 +172,7 @@ uint64_t drain_all() {
 void* writer_main(void*) {
   pthread_setname_np(pthread_self(), "pagefast-trace");
   long sleep_ns = kIdleSleepMinNs;
-  while (!g_stop.load(std::memory_order_acquire)) {
+  while (!state().stop.load(std::memory_order_acquire)) {
     if (drain_all()) {
       sleep_ns = kIdleSleepMinNs;
     } else if (sleep_ns < kIdleSleepMaxNs) {
@@ -198,31 +188,31 @@ void* writer_main(void*) {
 // The first traced call: open the file and start the writer. On failure
 // tracing turns off for good (one warning).
 void start_writer() {
-  std::lock_guard<std::mutex> lock(g_start_mutex);
-  if (g_writer_state.load(std::memory_order_acquire) != kNotStarted) return;
+  std::lock_guard<std::mutex> lock(state().start_mutex);
+  if (state().writer_state.load(std::memory_order_acquire) != kNotStarted) return;
   auto fail = [] {
-    g_on.store(false, std::memory_order_relaxed);
-    g_writer_state.store(kFailed, std::memory_order_release);
+    state().on.store(false, std::memory_order_relaxed);
+    state().writer_state.store(kFailed, std::memory_order_release);
   };
-  g_batch = static_cast<Record*>(std::malloc(size_t(kBatchRecords) * sizeof(Record)));
-  if (!g_batch) return fail();
-  g_fd = open_trace_file();
-  if (g_fd < 0) return fail();
-  const int err = start_service_thread(&g_writer, &writer_main, nullptr, "pagefast-trace");
+  state().batch = static_cast<Record*>(std::malloc(size_t(kBatchRecords) * sizeof(Record)));
+  if (!state().batch) return fail();
+  state().fd = open_trace_file();
+  if (state().fd < 0) return fail();
+  const int err = start_service_thread(&state().writer, &writer_main, nullptr, "pagefast-trace");
   if (err != 0) {
     log::write(LogLevel::Warn, "PAGEFAST_TRACE: cannot start the writer thread: {}; not tracing", std::strerror(err));
-    ::close(g_fd);
-    g_fd = -1;
+    ::close(state().fd);
+    state().fd = -1;
     return fail();
   }
-  g_writer_state.store(kRunning, std::memory_order_release);
+  state().writer_state.store(kRunning, std::memory_order_release);
 }
 
 // ---- the producers ----
 
 Ring* acquire_ring() {
   // Zeroed memory is a valid empty ring.
-  Ring* ring = g_rings.acquire([]() -> Ring* {
+  Ring* ring = state().rings.acquire([]() -> Ring* {
     void* memory = nullptr;
     if (posix_memalign(&memory, alignof(Ring), sizeof(Ring)) != 0) return nullptr;
     std::memset(memory, 0, sizeof(Ring));
@@ -230,7 +220,7 @@ Ring* acquire_ring() {
   });
   if (!ring) return nullptr;
   ring->device.forget();
-  ring->thread.store(g_next_thread.fetch_add(1, std::memory_order_relaxed), std::memory_order_relaxed);
+  ring->thread.store(state().next_thread.fetch_add(1, std::memory_order_relaxed), std::memory_order_relaxed);
   return ring;
 }
 
@@ -238,12 +228,12 @@ Ring* acquire_ring() {
 inline Ring* my_ring() {
   Ring* ring = t_ring;
   if (__builtin_expect(ring != nullptr, 1)) return ring;
-  if (g_writer_state.load(std::memory_order_acquire) == kNotStarted) start_writer();
+  if (state().writer_state.load(std::memory_order_acquire) == kNotStarted) start_writer();
   if (!on()) return nullptr;
   ring = acquire_ring();
   if (!ring) return nullptr;
   t_ring = ring;
-  pthread_setspecific(g_key, ring);
+  pthread_setspecific(state().key, ring);
   return ring;
 }
 
@@ -255,7 +245,7 @@ bool wait_for_room(Ring* ring, uint64_t head) {
     else sched_yield();
     ring->tail_seen = ring->tail.load(std::memory_order_acquire);
     if (head - ring->tail_seen < kRingRecords) return true;
-    if (g_writer_state.load(std::memory_order_relaxed) != kRunning) return false;
+    if (state().writer_state.load(std::memory_order_relaxed) != kRunning) return false;
     if (i % 16 == 0 && clock_ns(CLOCK_MONOTONIC) - start > kFullWaitNs) return false;
   }
 }
@@ -295,20 +285,20 @@ uint8_t current_device(Ring* ring) {
 void after_fork_child() {
   // The writer thread does not exist here and the file is the parent's:
   // the child records nothing (docs/TRACE.md "fork").
-  if (!g_configured) return;
-  g_forked = true;
-  g_on.store(false, std::memory_order_relaxed);
+  if (!state().configured) return;
+  state().forked = true;
+  state().on.store(false, std::memory_order_relaxed);
 }
 
 void configure(const std::string& path) {
-  if (path.empty() || g_configured) return;
-  g_path = strdup(path.c_str());
-  if (!g_path) return;
-  if (pthread_key_create(&g_key, &ThreadRecords<Ring>::release) != 0) return;
-  g_start_mono_ns = clock_ns(CLOCK_MONOTONIC);
-  g_start_wall_ns = clock_ns(CLOCK_REALTIME);
-  g_configured = true;
-  g_on.store(true, std::memory_order_release);
+  if (path.empty() || state().configured) return;
+  state().path = strdup(path.c_str());
+  if (!state().path) return;
+  if (pthread_key_create(&state().key, &ThreadRecords<Ring>::release) != 0) return;
+  state().start_mono_ns = clock_ns(CLOCK_MONOTONIC);
+  state().start_wall_ns = clock_ns(CLOCK_REALTIME);
+  state().configured = true;
+  state().on.store(true, std::memory_order_release);
 }
 
 CUresult traced_alloc(AllocFn real_alloc, CUdeviceptr* dptr, size_t bytes) {
@@ -348,26 +338,25 @@ CUresult traced_free(FreeFn real_free, CUdeviceptr dptr) {
 }
 
 void flush_at_exit() {
-  if (!g_configured || g_forked) return;
-  g_on.store(false, std::memory_order_relaxed);
+  if (!state().configured || state().forked) return;
+  state().on.store(false, std::memory_order_relaxed);
   // A process that traced no call writes no file: a child that inherits
   // PAGEFAST_TRACE and never allocates leaves the parent's file alone.
-  const int state = g_writer_state.load(std::memory_order_acquire);
-  if (state != kRunning) return;
-  g_stop.store(true, std::memory_order_release);
+  if (state().writer_state.load(std::memory_order_acquire) != kRunning) return;
+  state().stop.store(true, std::memory_order_release);
   timespec deadline;
   clock_gettime(CLOCK_REALTIME, &deadline);
   deadline.tv_sec += kExitJoinSeconds;
-  if (pthread_timedjoin_np(g_writer, nullptr, &deadline) != 0) {
+  if (pthread_timedjoin_np(state().writer, nullptr, &deadline) != 0) {
     // A writer stuck in write(2): leave it; two consumers must never drain.
     log::write(LogLevel::Warn, "PAGEFAST_TRACE: the writer did not finish in {} s; trace may be incomplete",
                kExitJoinSeconds);
     return;
   }
-  g_writer_state.store(kStopped, std::memory_order_release);
+  state().writer_state.store(kStopped, std::memory_order_release);
   drain_all();  // calls that passed on() just before it turned off
-  ::close(g_fd);
-  g_fd = -1;
+  ::close(state().fd);
+  state().fd = -1;
 }
 
 }  // namespace pagefast::trace

@@ -19,12 +19,12 @@
 #include <atomic>
 #include <string>
 
+#include "interpose/pool/process.h"
+
 namespace pagefast::trace {
 
-extern std::atomic<bool> g_on;
-
-// True while calls are being recorded.
-inline bool on() { return g_on.load(std::memory_order_relaxed); }
+// True while calls are being recorded (trace_state.h State::on).
+inline bool on() { return pool::g_process.trace.on.load(std::memory_order_relaxed); }
 
 // Called once at init with PAGEFAST_TRACE (empty: tracing stays off).
 // Opens nothing and starts nothing: that waits for the first traced call.

@@ -21,27 +21,19 @@
 
 namespace pagefast::ipc {
 
-std::atomic<int> g_exports{0};
-
 // ---- the registry (ipc_registry.h) -------------------------------------------------
 
 namespace detail {
 
-std::mutex g_export_mutex;
-std::map<uint64_t, Export>* g_by_id = nullptr;
-std::map<uint64_t, uint64_t>* g_by_addr = nullptr;
-std::map<HolderKey, std::map<uint64_t, uint64_t>>* g_holds = nullptr;
-SleepState* g_sleep = nullptr;
-
 void ensure_registry() {
-  if (g_by_id) return;
+  if (registry().by_id) return;
   SleepState* sleep = new SleepState[pool::kMaxDevices];
   auto* holds = new std::map<HolderKey, std::map<uint64_t, uint64_t>>();
   auto* by_addr = new std::map<uint64_t, uint64_t>();
-  g_by_id = new std::map<uint64_t, Export>();
-  g_sleep = sleep;
-  g_holds = holds;
-  g_by_addr = by_addr;
+  registry().by_id = new std::map<uint64_t, Export>();
+  registry().sleep = sleep;
+  registry().holds = holds;
+  registry().by_addr = by_addr;
 }
 
 }  // namespace detail
@@ -50,31 +42,28 @@ namespace {
 
 using namespace detail;
 
-uint64_t g_next_export_id = 1;
-std::atomic<bool> g_warned_unshareable{false};
-
-// REQUIRES g_export_mutex. Drops an export the program freed once nothing
+// REQUIRES registry().mutex. Drops an export the program freed once nothing
 // holds it; the block goes back to the pool (after the lock is dropped).
 void drop_if_done(std::map<uint64_t, Export>::iterator it, std::vector<uint64_t>* to_free) {
   Export& e = it->second;
   if (!e.freed || e.holders > 0) return;
   to_free->push_back(e.base_addr);
-  g_by_addr->erase(e.base_addr);
-  g_by_id->erase(it);
-  g_exports.fetch_sub(1, std::memory_order_relaxed);
+  registry().by_addr->erase(e.base_addr);
+  registry().by_id->erase(it);
+  registry().exports.fetch_sub(1, std::memory_order_relaxed);
 }
 
 // The export of the live block `found` names (the same one for the same
 // live allocation, every time): its id. Throws std::bad_alloc.
 uint64_t record_export(int device, policy::DevicePool* pool, policy::DevicePool::Export* found) {
-  std::lock_guard<std::mutex> guard(g_export_mutex);
+  std::lock_guard<std::mutex> guard(registry().mutex);
   ensure_registry();
-  const bool sleeping = pool_asleep(g_sleep[device], pool);
+  const bool sleeping = pool_asleep(registry().sleep[device], pool);
   const uint64_t addr = found->range.base_addr;
-  auto known = g_by_addr->lower_bound(addr);
-  if (known != g_by_addr->end() && known->first == addr) {
-    auto it = g_by_id->find(known->second);
-    if (it != g_by_id->end() && !it->second.freed && it->second.buffer_id == found->range.buffer_id) {
+  auto known = registry().by_addr->lower_bound(addr);
+  if (known != registry().by_addr->end() && known->first == addr) {
+    auto it = registry().by_id->find(known->second);
+    if (it != registry().by_id->end() && !it->second.freed && it->second.buffer_id == found->range.buffer_id) {
       // Pieces just read from the pool are current: a stale export is
       // fresh again (unless a sleep is under way, which may still
       // release them).
@@ -84,12 +73,12 @@ uint64_t record_export(int device, policy::DevicePool* pool, policy::DevicePool:
       }
       return it->first;
     }
-    if (it != g_by_id->end() && !it->second.freed) {
+    if (it != registry().by_id->end() && !it->second.freed) {
       // A stale export of an earlier block at this address (freed without
       // passing on_free: cannot happen while exports exist).
-      g_by_id->erase(it);
-      known = g_by_addr->erase(known);
-      g_exports.fetch_sub(1, std::memory_order_relaxed);
+      registry().by_id->erase(it);
+      known = registry().by_addr->erase(known);
+      registry().exports.fetch_sub(1, std::memory_order_relaxed);
     }
   }
   Export e{device,
@@ -100,17 +89,17 @@ uint64_t record_export(int device, policy::DevicePool* pool, policy::DevicePool:
            found->first_granule_addr,
            std::move(found->pieces)};
   e.stale = sleeping;
-  const uint64_t id = g_next_export_id;
+  const uint64_t id = registry().next_export_id;
   // Ids only grow, and `known` is where the address goes: no search.
-  g_by_id->emplace_hint(g_by_id->end(), id, std::move(e));
+  registry().by_id->emplace_hint(registry().by_id->end(), id, std::move(e));
   try {
-    g_by_addr->emplace_hint(known, addr, id);
+    registry().by_addr->emplace_hint(known, addr, id);
   } catch (...) {
-    g_by_id->erase(id);
+    registry().by_id->erase(id);
     throw;
   }
-  ++g_next_export_id;
-  g_exports.fetch_add(1, std::memory_order_relaxed);
+  ++registry().next_export_id;
+  registry().exports.fetch_add(1, std::memory_order_relaxed);
   return id;
 }
 
@@ -123,16 +112,16 @@ namespace detail {
 void release(uint64_t export_id, const HolderKey& holder) {
   std::vector<uint64_t> to_free;
   {
-    std::lock_guard<std::mutex> guard(g_export_mutex);
-    if (!g_holds) return;
-    auto mine = g_holds->find(holder);
-    if (mine == g_holds->end()) return;
+    std::lock_guard<std::mutex> guard(registry().mutex);
+    if (!registry().holds) return;
+    auto mine = registry().holds->find(holder);
+    if (mine == registry().holds->end()) return;
     auto held = mine->second.find(export_id);
     if (held == mine->second.end()) return;  // not held by this importer
     if (--held->second == 0) mine->second.erase(held);
-    if (mine->second.empty()) g_holds->erase(mine);
-    auto it = g_by_id->find(export_id);
-    if (it != g_by_id->end()) {
+    if (mine->second.empty()) registry().holds->erase(mine);
+    auto it = registry().by_id->find(export_id);
+    if (it != registry().by_id->end()) {
       if (it->second.holders > 0) --it->second.holders;
       drop_if_done(it, &to_free);
     }
@@ -143,33 +132,33 @@ void release(uint64_t export_id, const HolderKey& holder) {
 void release_holder(const HolderKey& holder) {
   std::vector<uint64_t> to_free;
   {
-    std::lock_guard<std::mutex> guard(g_export_mutex);
-    if (!g_holds) return;
-    auto mine = g_holds->find(holder);
-    if (mine == g_holds->end()) return;
+    std::lock_guard<std::mutex> guard(registry().mutex);
+    if (!registry().holds) return;
+    auto mine = registry().holds->find(holder);
+    if (mine == registry().holds->end()) return;
     for (const auto& held : mine->second) {
-      auto it = g_by_id->find(held.first);
-      if (it == g_by_id->end()) continue;
+      auto it = registry().by_id->find(held.first);
+      if (it == registry().by_id->end()) continue;
       it->second.holders = it->second.holders > held.second ? it->second.holders - held.second : 0;
       drop_if_done(it, &to_free);
     }
-    g_holds->erase(mine);
+    registry().holds->erase(mine);
   }
   free_held_blocks(to_free);
 }
 
 std::vector<HolderKey> identified_holders() {
   std::vector<HolderKey> out;
-  std::lock_guard<std::mutex> guard(g_export_mutex);
-  if (g_holds)
-    for (const auto& entry : *g_holds)
+  std::lock_guard<std::mutex> guard(registry().mutex);
+  if (registry().holds)
+    for (const auto& entry : *registry().holds)
       if (entry.first.identified()) out.push_back(entry.first);
   return out;
 }
 
 bool holds_any(const HolderKey& holder) {
-  std::lock_guard<std::mutex> guard(g_export_mutex);
-  return g_holds && g_holds->count(holder) > 0;
+  std::lock_guard<std::mutex> guard(registry().mutex);
+  return registry().holds && registry().holds->count(holder) > 0;
 }
 
 }  // namespace detail
@@ -180,7 +169,7 @@ CUresult get_handle(policy::DevicePool* pool, policy::Span* span, CUdeviceptr dp
   if (!handle) return CUDA_ERROR_INVALID_VALUE;
   const int device = pool->device();
   if (!device_shareable(device)) {
-    if (!g_warned_unshareable.exchange(true))
+    if (!ipc_state().warned_unshareable.exchange(true))
       log::write(LogLevel::Warn,
                  "cuIpcGetMemHandle on pool memory: device {} cannot share VMM memory through POSIX file "
                  "descriptors; run this program with PAGEFAST_CONF=pool:off to use CUDA IPC",
@@ -207,12 +196,12 @@ CUresult get_handle(policy::DevicePool* pool, policy::Span* span, CUdeviceptr dp
 }
 
 bool on_free(CUdeviceptr dptr, CUresult* result) {
-  std::lock_guard<std::mutex> guard(g_export_mutex);
-  if (!g_by_addr) return false;
-  auto known = g_by_addr->find(dptr);
-  if (known == g_by_addr->end()) return false;
-  auto it = g_by_id->find(known->second);
-  if (it == g_by_id->end()) return false;
+  std::lock_guard<std::mutex> guard(registry().mutex);
+  if (!registry().by_addr) return false;
+  auto known = registry().by_addr->find(dptr);
+  if (known == registry().by_addr->end()) return false;
+  auto it = registry().by_id->find(known->second);
+  if (it == registry().by_id->end()) return false;
   Export& e = it->second;
   if (e.freed) {
     *result = CUDA_ERROR_INVALID_VALUE;  // freed already: a double free
@@ -224,9 +213,9 @@ bool on_free(CUdeviceptr dptr, CUresult* result) {
     *result = CUDA_SUCCESS;
     return true;
   }
-  g_by_addr->erase(known);
-  g_by_id->erase(it);
-  g_exports.fetch_sub(1, std::memory_order_relaxed);
+  registry().by_addr->erase(known);
+  registry().by_id->erase(it);
+  registry().exports.fetch_sub(1, std::memory_order_relaxed);
   return false;
 }
 

@@ -30,13 +30,19 @@
 #include <utility>
 #include <vector>
 
+#include "interpose/ipc/ipc_state.h"
+#include "interpose/pool/process.h"
 #include "policy/device_pool.h"
 
 namespace pagefast::ipc {
 
 // Exports that the program has not freed, or freed while held: while there
-// are any, every pool free asks on_free first.
-extern std::atomic<int> g_exports;
+// are any, every pool free asks on_free first. The process object's
+// (ipc_state.h State::Registry::exports); `g_exports` names the same
+// object for the pool's free path (interpose/pool/pool.cpp) until it reads
+// exports_live(), and holds no state of its own.
+inline int exports_live() { return pool::g_process.ipc.registry.exports.load(std::memory_order_relaxed); }
+inline constexpr std::atomic<int>& g_exports = pool::g_process.ipc.registry.exports;
 
 // cuIpcGetMemHandle for a live pool block of `pool` (span = its page-map
 // entry): *result is CUDA_SUCCESS with the handle, or the error.
@@ -58,14 +64,16 @@ bool try_close(CUdeviceptr dptr, CUresult* result);
 // Whether a pool block's memory can be shared (its device's chunks are
 // created with POSIX file descriptor handles); set by the VMM provider.
 // The fork handler's part (interpose/runtime.cpp), in the child: the
-// process's own ids are read again at the next IPC call.
+// process's own ids are read again at the next IPC call, and the socket,
+// its threads and the importer's links are this process's own from their
+// next use (ipc_state.h).
 void after_fork_child();
 void set_device_shareable(int device, bool shareable);
 bool device_shareable(int device);
 
 // Freed-while-held blocks are given back to their pool through this, from
 // the exporter thread (set by interpose/pool/devices.cpp).
-using FreeHeld = void (*)(CUdeviceptr dptr);
+// (FreeHeld: ipc_state.h.)
 void set_free_held(FreeHeld free_held);
 
 // The pool releases a chunk: its exported descriptor, if any, is closed
@@ -79,12 +87,12 @@ void forget_chunk(uint64_t chunk);
 // starts the socket's thread (once; false with a warning if it cannot);
 // interpose/pool/devices.cpp calls it when a pool is made (PAGEFAST_CONF
 // control).
-using Control = int (*)(uint16_t op, uint64_t arg);
+// (Control: ipc_state.h.)
 void set_control(Control control);
 // The tagged ones (wire::kOpSleepTag, kOpWakeTag: ipc_wire.h), answered by
 // `control` (op, sleep's flags, the tag's name) on the same thread as
 // sleep and wake; a tag no region opened answers wire::kControlNoTag.
-using TagControl = int (*)(uint16_t op, uint64_t flags, const char* tag);
+// (TagControl: ipc_state.h.)
 void set_tag_control(TagControl control);
 bool start_control();
 

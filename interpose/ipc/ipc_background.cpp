@@ -25,14 +25,10 @@ namespace {
 // Sleep and wake requests queued or running on the background thread.
 constexpr size_t kControlJobs = 4;
 
-// Made at first use and never destroyed: a condition variable destroyed at
-// exit while the thread waits on it would hang the exit.
-std::mutex g_bg_mutex;
-std::condition_variable* g_bg_cv = nullptr;
-std::deque<ControlJob>* g_jobs = nullptr;
-std::vector<uint64_t>* g_frees = nullptr;
-size_t g_jobs_in_flight = 0;
-pid_t g_bg_pid = 0;  // the process whose background thread runs; a forked child has none
+// The queue (ipc_state.h State::Background): its containers made at first
+// use and never destroyed (a condition variable destroyed at exit while
+// the thread waits on it would hang the exit).
+State::Background& bg() { return ipc_state().background; }
 
 int run_control(const ControlJob& job) {
   if (wire::carries_tag(job.op)) {
@@ -44,42 +40,42 @@ int run_control(const ControlJob& job) {
 }
 
 void* bg_main(void*) {
-  std::unique_lock<std::mutex> lock(g_bg_mutex);
+  std::unique_lock<std::mutex> lock(bg().mutex);
   for (;;) {
-    g_bg_cv->wait(lock, [] { return !g_frees->empty() || !g_jobs->empty(); });
-    if (!g_frees->empty()) {
+    bg().cv->wait(lock, [] { return !bg().frees->empty() || !bg().jobs->empty(); });
+    if (!bg().frees->empty()) {
       std::vector<uint64_t> frees;
-      frees.swap(*g_frees);
+      frees.swap(*bg().frees);
       lock.unlock();
       hand_back_now(frees);
       lock.lock();
       continue;
     }
-    const ControlJob job = g_jobs->front();
-    g_jobs->pop_front();
+    const ControlJob job = bg().jobs->front();
+    bg().jobs->pop_front();
     lock.unlock();
     reply_control(job.fd, job.seq, run_control(job));
     ::close(job.fd);
     lock.lock();
-    --g_jobs_in_flight;
+    --bg().jobs_in_flight;
   }
 }
 
-// REQUIRES g_bg_mutex. Starts the thread once per process.
+// REQUIRES bg().mutex. Starts the thread once per process (the fork
+// handler clears `running` in a child: ipc_common.cpp after_fork_child).
 bool start_bg_locked() {
-  const pid_t pid = ::getpid();
-  if (g_bg_pid == pid) return true;
-  if (!g_jobs) {
-    g_bg_cv = new std::condition_variable();
-    g_jobs = new std::deque<ControlJob>();
-    g_frees = new std::vector<uint64_t>();
+  if (bg().running) return true;
+  if (!bg().jobs) {
+    bg().cv = new std::condition_variable();
+    bg().jobs = new std::deque<ControlJob>();
+    bg().frees = new std::vector<uint64_t>();
   }
   // A forked child inherits the parent's queue but not its thread.
-  g_jobs->clear();
-  g_frees->clear();
-  g_jobs_in_flight = 0;
+  bg().jobs->clear();
+  bg().frees->clear();
+  bg().jobs_in_flight = 0;
   if (start_service_thread(nullptr, &bg_main, nullptr, "pagefast-ipc-bg") != 0) return false;
-  g_bg_pid = pid;
+  bg().running = true;
   return true;
 }
 
@@ -114,26 +110,26 @@ void reply_tag_states(int fd, uint32_t seq) {
 // Hands a sleep or wake request (and its connection) to the background
 // thread; false if too many are queued or it cannot start.
 bool queue_control(const ControlJob& job) {
-  std::lock_guard<std::mutex> guard(g_bg_mutex);
-  if (g_jobs_in_flight >= kControlJobs || !start_bg_locked()) return false;
+  std::lock_guard<std::mutex> guard(bg().mutex);
+  if (bg().jobs_in_flight >= kControlJobs || !start_bg_locked()) return false;
   try {
-    g_jobs->push_back(job);
+    bg().jobs->push_back(job);
   } catch (...) {
     return false;
   }
-  ++g_jobs_in_flight;
-  g_bg_cv->notify_one();
+  ++bg().jobs_in_flight;
+  bg().cv->notify_one();
   return true;
 }
 
 void free_held_blocks(const std::vector<uint64_t>& addrs) {
   if (addrs.empty()) return;
   {
-    std::lock_guard<std::mutex> guard(g_bg_mutex);
+    std::lock_guard<std::mutex> guard(bg().mutex);
     if (start_bg_locked()) {
       try {
-        g_frees->insert(g_frees->end(), addrs.begin(), addrs.end());
-        g_bg_cv->notify_one();
+        bg().frees->insert(bg().frees->end(), addrs.begin(), addrs.end());
+        bg().cv->notify_one();
         return;
       } catch (...) {
       }

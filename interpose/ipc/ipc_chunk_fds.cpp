@@ -15,7 +15,7 @@
 #include "interpose/real_driver.h"
 
 namespace pagefast::ipc {
-namespace {
+namespace detail {
 
 // One exported descriptor per chunk, made at its first open and sent as
 // often as asked (SCM_RIGHTS gives the receiver its own copy): the driver's
@@ -39,20 +39,24 @@ struct ChunkFd {
   uint64_t leases = 0;     // sends under way (the exporting thread's own included)
   bool forgotten = false;  // the chunk was released: the last lease closes fd
 };
-std::mutex g_fd_mutex;
-std::condition_variable* g_fd_done = nullptr;         // an export ended
-std::map<uint64_t, ChunkFd*>* g_chunk_fds = nullptr;  // chunk handle -> its descriptor
-uint64_t g_next_chunk_id = 1;
 
-// REQUIRES g_fd_mutex. All of it or (out of memory: throws) none.
+}  // namespace detail
+
+namespace {
+
+using detail::ChunkFd;
+// The descriptors (ipc_state.h State::ChunkFds).
+State::ChunkFds& fds() { return detail::ipc_state().chunk_fds; }
+
+// REQUIRES fds().mutex. All of it or (out of memory: throws) none.
 void ensure() {
-  if (g_chunk_fds) return;
+  if (fds().fds) return;
   auto* done = new std::condition_variable();
-  g_chunk_fds = new std::map<uint64_t, ChunkFd*>();
-  g_fd_done = done;
+  fds().fds = new std::map<uint64_t, ChunkFd*>();
+  fds().done = done;
 }
 
-// REQUIRES g_fd_mutex.
+// REQUIRES fds().mutex.
 void end_lease(ChunkFd* entry) {
   if (--entry->leases > 0 || !entry->forgotten) return;
   ::close(entry->fd);
@@ -60,7 +64,7 @@ void end_lease(ChunkFd* entry) {
 }
 
 // The driver's export of `chunk` for the entry just listed (fd -1, one
-// lease: the caller's), made with g_fd_mutex released (`lock` held on
+// lease: the caller's), made with fds().mutex released (`lock` held on
 // return either way). false: refused (*r), the entry gone.
 bool export_listed(const RealDriver* real, uint64_t chunk, ChunkFd* entry, std::unique_lock<std::mutex>& lock,
                    CUresult* r) {
@@ -70,15 +74,15 @@ bool export_listed(const RealDriver* real, uint64_t chunk, ChunkFd* entry, std::
                              0);
   if (*r == CUDA_SUCCESS && fd >= 0) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
   lock.lock();
-  g_fd_done->notify_all();
+  fds().done->notify_all();
   if (*r == CUDA_SUCCESS && fd >= 0) {
     entry->fd = fd;
-    entry->id = g_next_chunk_id++;
+    entry->id = fds().next_id++;
     return true;
   }
   if (*r == CUDA_SUCCESS) *r = CUDA_ERROR_INVALID_VALUE;
   if (fd >= 0) ::close(fd);
-  g_chunk_fds->erase(chunk);  // nothing else removes an entry under way
+  fds().fds->erase(chunk);  // nothing else removes an entry under way
   delete entry;
   return false;
 }
@@ -88,27 +92,27 @@ bool export_listed(const RealDriver* real, uint64_t chunk, ChunkFd* entry, std::
 namespace detail {
 
 CUresult lease_chunk_fd(const RealDriver* real, uint64_t chunk, ChunkLease* out) {
-  std::unique_lock<std::mutex> lock(g_fd_mutex);
+  std::unique_lock<std::mutex> lock(fds().mutex);
   try {
     ensure();
   } catch (...) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   for (;;) {
-    auto it = g_chunk_fds->find(chunk);
-    if (it == g_chunk_fds->end()) break;
+    auto it = fds().fds->find(chunk);
+    if (it == fds().fds->end()) break;
     ChunkFd* entry = it->second;
     if (entry->fd >= 0) {
       ++entry->leases;
       *out = ChunkLease{entry->fd, entry->id, entry};
       return CUDA_SUCCESS;
     }
-    g_fd_done->wait(lock);  // another thread exports it now
+    fds().done->wait(lock);  // another thread exports it now
   }
   ChunkFd* entry = nullptr;
   try {
     entry = new ChunkFd();
-    (*g_chunk_fds)[chunk] = entry;
+    (*fds().fds)[chunk] = entry;
   } catch (...) {
     delete entry;
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -122,7 +126,7 @@ CUresult lease_chunk_fd(const RealDriver* real, uint64_t chunk, ChunkLease* out)
 
 void return_chunk_fds(ChunkLease* leases, size_t count) {
   if (count == 0) return;
-  std::lock_guard<std::mutex> guard(g_fd_mutex);
+  std::lock_guard<std::mutex> guard(fds().mutex);
   for (size_t i = 0; i < count; ++i) {
     if (leases[i].entry) end_lease(static_cast<ChunkFd*>(leases[i].entry));
     leases[i] = ChunkLease{};
@@ -132,17 +136,17 @@ void return_chunk_fds(ChunkLease* leases, size_t count) {
 }  // namespace detail
 
 void forget_chunk(uint64_t chunk) {
-  std::unique_lock<std::mutex> lock(g_fd_mutex);
-  if (!g_chunk_fds) return;
+  std::unique_lock<std::mutex> lock(fds().mutex);
+  if (!fds().fds) return;
   for (;;) {
-    auto it = g_chunk_fds->find(chunk);
-    if (it == g_chunk_fds->end()) return;
+    auto it = fds().fds->find(chunk);
+    if (it == fds().fds->end()) return;
     ChunkFd* entry = it->second;
     if (entry->fd < 0) {
-      g_fd_done->wait(lock);  // its export ends first
+      fds().done->wait(lock);  // its export ends first
       continue;
     }
-    g_chunk_fds->erase(it);
+    fds().fds->erase(it);
     entry->forgotten = true;
     ++entry->leases;
     end_lease(entry);  // closed now, or by the last send under way

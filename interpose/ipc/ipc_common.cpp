@@ -39,11 +39,11 @@ constexpr uint32_t kFnvBasis = 2166136261u;
 constexpr size_t kFixedBytes = offsetof(Wire, export_id);
 static_assert(offsetof(Wire, check) < kFixedBytes, "the checksum field lies in the fixed part");
 
-// Counts the forks this process came out of (the process's one fork
-// handler calls after_fork_child, interpose/runtime.cpp; it is registered
-// at load, before any IPC call), so that self() knows the pid it cached is
-// still its own without a getpid system call on every get, open and close.
-std::atomic<uint64_t> g_forks{0};
+// State::forks counts the forks this process came out of (the process's
+// one fork handler calls after_fork_child, interpose/runtime.cpp; it is
+// registered at load, before any IPC call), so that self() knows the pid
+// it cached is still its own without a getpid system call on every get,
+// open and close.
 
 // Per thread, read without a lock: this process's ids, and the checksum's
 // state after the fixed bytes of the last device's handles.
@@ -57,7 +57,7 @@ struct ThreadIds {
 __attribute__((tls_model("initial-exec"))) thread_local ThreadIds t_ids;
 
 const Identity& refresh_ids(ThreadIds& ids) {
-  const uint64_t forks = g_forks.load(std::memory_order_relaxed);
+  const uint64_t forks = ipc_state().forks.load(std::memory_order_relaxed);
   if (ids.me.pid != 0 && ids.forks == forks) return ids.me;
   ids.forks = forks;
   const int32_t pid = int32_t(::getpid());
@@ -106,9 +106,8 @@ Wire make_handle(int device, uint64_t export_id, uint64_t bytes, uint64_t offset
 const Identity& self() { return refresh_ids(t_ids); }
 
 std::string ipc_dir() {
-  static std::once_flag once;
-  static std::string* dir = nullptr;
-  std::call_once(once, [] {
+  State::Settings& s = ipc_state().settings;
+  std::call_once(s.dir_once, [&s] {
     const char* v = std::getenv(option_name(Opt::IpcDir));
     if (!v || !*v || hidden_in_secure_execution(Opt::IpcDir, getauxval(AT_SECURE))) return;
     std::string why;
@@ -117,9 +116,9 @@ std::string ipc_dir() {
                  option_name(Opt::IpcDir), v, why);
       return;
     }
-    dir = new std::string(v);
+    s.dir = new std::string(v);
   });
-  return dir ? *dir : std::string();
+  return s.dir ? *s.dir : std::string();
 }
 
 bool socket_address(uint32_t pid, uint64_t start_time, uint64_t pidns, sockaddr_un* addr, socklen_t* len) {
@@ -149,6 +148,18 @@ uint64_t now_ns() { return policy::monotonic_now_ns(); }
 
 }  // namespace detail
 
-void after_fork_child() { detail::g_forks.fetch_add(1, std::memory_order_relaxed); }
+// In the child, alone: what said "this process runs it" is cleared, so the
+// next use starts this process's own (the socket and its thread, the
+// background thread) or forgets the parent's (the importer's links and
+// imports); the ids are read again.
+void after_fork_child() {
+  State& s = detail::ipc_state();
+  s.forks.fetch_add(1, std::memory_order_relaxed);
+  s.background.running = false;
+  s.socket.serving.store(false, std::memory_order_relaxed);
+  s.socket.failed = false;
+  s.socket.path_owned.store(false, std::memory_order_relaxed);
+  s.imports.owned = false;
+}
 
 }  // namespace pagefast::ipc

@@ -25,9 +25,6 @@
 #include "policy/units.h"
 
 namespace pagefast::ipc::detail {
-namespace {
-
-using policy::kGranuleBytes;
 
 struct ChunkMap {
   CUdeviceptr va = 0;
@@ -36,24 +33,26 @@ struct ChunkMap {
   bool ready = false;   // false while one thread maps it
 };
 
+namespace {
+
+using policy::kGranuleBytes;
+
+// The mapped chunks and spare ranges (ipc_state.h State::ImportChunks).
+State::ImportChunks& chunks() { return ipc_state().import_chunks; }
+
 // Reserved ranges no mapping uses, kept for the next of their size: a
 // cuMemAddressReserve and a cuMemAddressFree less per chunk (address
 // space only, no memory).
 constexpr size_t kSpareRanges = 8;
 
-std::mutex g_chunk_mutex;
-std::condition_variable* g_chunk_cv = nullptr;  // a chunk's mapping made, or given up
-std::map<ChunkKey, ChunkMap>* g_chunks = nullptr;
-std::vector<std::pair<CUdeviceptr, size_t>>* g_spare = nullptr;
-
-// REQUIRES g_chunk_mutex. All of it or (out of memory: throws) none.
+// REQUIRES chunks().mutex. All of it or (out of memory: throws) none.
 void ensure() {
-  if (g_chunks) return;
+  if (chunks().chunks) return;
   auto* cv = new std::condition_variable();
   auto* spare = new std::vector<std::pair<CUdeviceptr, size_t>>();
-  g_chunks = new std::map<ChunkKey, ChunkMap>();
-  g_spare = spare;
-  g_chunk_cv = cv;
+  chunks().chunks = new std::map<ChunkKey, ChunkMap>();
+  chunks().spare = spare;
+  chunks().cv = cv;
 }
 
 // Whether the reply's piece is a part of its chunk that can be mapped.
@@ -65,14 +64,14 @@ bool piece_valid(const ReplyPiece& piece) {
          end <= piece.chunk_bytes && piece.chunk_bytes <= uint64_t(SIZE_MAX);
 }
 
-// REQUIRES g_chunk_mutex (held by `lock`). The chunk's mapping for one
+// REQUIRES chunks().mutex (held by `lock`). The chunk's mapping for one
 // more block (true, *va), waiting for another thread's that is under way;
 // or false: none, and this thread's claim to make it is listed.
 bool mapped_or_claim(std::unique_lock<std::mutex>& lock, const ChunkKey& key, size_t bytes, CUdeviceptr* va,
                      CUresult* r) {
   for (;;) {
-    auto it = g_chunks->find(key);
-    if (it == g_chunks->end()) break;
+    auto it = chunks().chunks->find(key);
+    if (it == chunks().chunks->end()) break;
     if (it->second.ready) {
       // The same id is the same memory: its size cannot differ.
       *r = it->second.bytes == bytes ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
@@ -80,9 +79,9 @@ bool mapped_or_claim(std::unique_lock<std::mutex>& lock, const ChunkKey& key, si
       *va = it->second.va;
       return true;
     }
-    g_chunk_cv->wait(lock);
+    chunks().cv->wait(lock);
   }
-  g_chunks->emplace(key, ChunkMap{0, bytes, 0, false});
+  chunks().chunks->emplace(key, ChunkMap{0, bytes, 0, false});
   return false;
 }
 
@@ -132,13 +131,13 @@ CUresult map_chunk(const RealDriver* real, int fd, size_t bytes, int device, CUd
 
 CUresult reserve_range(size_t bytes, CUdeviceptr* va) {
   {
-    std::lock_guard<std::mutex> guard(g_chunk_mutex);
-    if (g_spare)
-      for (size_t i = 0; i < g_spare->size(); ++i)
-        if ((*g_spare)[i].second == bytes) {
-          *va = (*g_spare)[i].first;
-          (*g_spare)[i] = g_spare->back();
-          g_spare->pop_back();
+    std::lock_guard<std::mutex> guard(chunks().mutex);
+    if (chunks().spare)
+      for (size_t i = 0; i < chunks().spare->size(); ++i)
+        if ((*chunks().spare)[i].second == bytes) {
+          *va = (*chunks().spare)[i].first;
+          (*chunks().spare)[i] = chunks().spare->back();
+          chunks().spare->pop_back();
           return CUDA_SUCCESS;
         }
   }
@@ -147,11 +146,11 @@ CUresult reserve_range(size_t bytes, CUdeviceptr* va) {
 
 void unreserve_range(CUdeviceptr va, size_t bytes) {
   {
-    std::lock_guard<std::mutex> guard(g_chunk_mutex);
+    std::lock_guard<std::mutex> guard(chunks().mutex);
     try {
       ensure();
-      if (g_spare->size() < kSpareRanges) {
-        g_spare->push_back({va, bytes});
+      if (chunks().spare->size() < kSpareRanges) {
+        chunks().spare->push_back({va, bytes});
         return;
       }
     } catch (...) {
@@ -164,7 +163,7 @@ CUresult chunk_acquire(const ChunkKey& key, const ReplyPiece& piece, int fd, int
                        OpenTimes* times) {
   if (!piece_valid(piece)) return CUDA_ERROR_INVALID_VALUE;
   const size_t bytes = size_t(piece.chunk_bytes);
-  std::unique_lock<std::mutex> lock(g_chunk_mutex);
+  std::unique_lock<std::mutex> lock(chunks().mutex);
   CUresult r = CUDA_SUCCESS;
   try {
     ensure();
@@ -180,15 +179,15 @@ CUresult chunk_acquire(const ChunkKey& key, const ReplyPiece& piece, int fd, int
   const bool reserved = r == CUDA_SUCCESS;
   if (reserved) r = map_chunk(real, fd, bytes, device, va, times);
   lock.lock();
-  auto it = g_chunks->find(key);  // the claim: nothing else removes it
-  if (r == CUDA_SUCCESS && it != g_chunks->end()) {
+  auto it = chunks().chunks->find(key);  // the claim: nothing else removes it
+  if (r == CUDA_SUCCESS && it != chunks().chunks->end()) {
     it->second = ChunkMap{va, bytes, 1, true};
-    g_chunk_cv->notify_all();
+    chunks().cv->notify_all();
     *chunk_va = va;
     return CUDA_SUCCESS;
   }
-  if (it != g_chunks->end()) g_chunks->erase(it);
-  g_chunk_cv->notify_all();
+  if (it != chunks().chunks->end()) chunks().chunks->erase(it);
+  chunks().cv->notify_all();
   lock.unlock();
   if (r == CUDA_SUCCESS) driver::unmap(real, va, bytes);
   if (reserved) unreserve_range(va, bytes);
@@ -197,12 +196,12 @@ CUresult chunk_acquire(const ChunkKey& key, const ReplyPiece& piece, int fd, int
 }
 
 bool chunk_release(const ChunkKey& key) {
-  std::unique_lock<std::mutex> lock(g_chunk_mutex);
-  if (!g_chunks) return false;
-  auto it = g_chunks->find(key);
-  if (it == g_chunks->end() || !it->second.ready || --it->second.blocks > 0) return false;
+  std::unique_lock<std::mutex> lock(chunks().mutex);
+  if (!chunks().chunks) return false;
+  auto it = chunks().chunks->find(key);
+  if (it == chunks().chunks->end() || !it->second.ready || --it->second.blocks > 0) return false;
   const ChunkMap m = it->second;
-  g_chunks->erase(it);
+  chunks().chunks->erase(it);
   lock.unlock();
   driver::unmap(real_driver(), m.va, m.bytes);
   unreserve_range(m.va, m.bytes);
@@ -211,9 +210,9 @@ bool chunk_release(const ChunkKey& key) {
 
 void chunks_forget() {
   // A forked child: the parent's mappings are not its own to unmap.
-  std::lock_guard<std::mutex> guard(g_chunk_mutex);
-  if (g_chunks) g_chunks->clear();
-  if (g_spare) g_spare->clear();
+  std::lock_guard<std::mutex> guard(chunks().mutex);
+  if (chunks().chunks) chunks().chunks->clear();
+  if (chunks().spare) chunks().spare->clear();
 }
 
 }  // namespace pagefast::ipc::detail

@@ -21,8 +21,6 @@
 namespace pagefast::ipc::detail {
 namespace {
 
-std::atomic<bool> g_warned_impostor{false};
-
 // Whether the process listening on fd is the exporter `key` names: this
 // user's, and (where this process can see it) that pid, started then.
 bool is_exporter(int fd, const ExporterKey& key, uint32_t* uid, int32_t* pid) {
@@ -157,7 +155,7 @@ int connect_to(const ExporterKey& key) {
   uint32_t uid = 0;
   int32_t pid = 0;
   if (!is_exporter(fd, key, &uid, &pid)) {
-    if (!g_warned_impostor.exchange(true))
+    if (!ipc_state().warned_impostor.exchange(true))
       log::write(LogLevel::Warn,
                  "CUDA IPC: the socket of process {}, {}, is held by another process (uid {}, pid {}), "
                  "not by the process the handle names: not trusting it; opens of that process's handles fail",

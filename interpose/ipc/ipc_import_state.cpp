@@ -12,14 +12,6 @@
 #include "interpose/ipc/ipc_internal.h"
 
 namespace pagefast::ipc::detail {
-namespace {
-
-// Links kept after their last import closed (the exporter told that this
-// process holds nothing of it): the next open of that exporter's blocks
-// needs no new connection, which costs a connect and the check of who
-// answers on both sides. The exporter closes a link idle for 30 s; the
-// next request then makes a new one.
-constexpr size_t kIdleLinks = 8;
 
 struct ExportKey {
   ExporterKey exporter;
@@ -30,35 +22,38 @@ struct ExportKey {
   }
 };
 
-std::mutex g_import_mutex;
-std::condition_variable* g_import_cv = nullptr;
-std::map<ExporterKey, Link>* g_links = nullptr;
-std::map<CUdeviceptr, Import>* g_imports = nullptr;  // handed-out pointer -> import
-// (exporter, export id) -> its pointer; 0 while one thread opens it.
-std::map<ExportKey, CUdeviceptr>* g_by_export = nullptr;
-pid_t g_import_owner = 0;
-uint64_t g_link_clock = 0;
+namespace {
+
+// Links kept after their last import closed (the exporter told that this
+// process holds nothing of it): the next open of that exporter's blocks
+// needs no new connection, which costs a connect and the check of who
+// answers on both sides. The exporter closes a link idle for 30 s; the
+// next request then makes a new one.
+constexpr size_t kIdleLinks = 8;
+
+// The links and imports (ipc_state.h State::Imports).
+State::Imports& imp() { return ipc_state().imports; }
 
 // Whether a link is unused: no thread holds it, nothing is open or being
 // opened through it.
 bool idle(const Link& link) { return link.users == 0 && !link.busy && link.imports == 0 && link.pending == 0; }
 
-// REQUIRES g_import_mutex. Closes the idle link used least recently while
+// REQUIRES imp().mutex. Closes the idle link used least recently while
 // more than kIdleLinks are idle.
 void trim_idle_links() {
   size_t count = 0;
-  auto oldest = g_links->end();
-  for (auto it = g_links->begin(); it != g_links->end(); ++it) {
+  auto oldest = imp().links->end();
+  for (auto it = imp().links->begin(); it != imp().links->end(); ++it) {
     if (!idle(it->second)) continue;
     ++count;
-    if (oldest == g_links->end() || it->second.last_use < oldest->second.last_use) oldest = it;
+    if (oldest == imp().links->end() || it->second.last_use < oldest->second.last_use) oldest = it;
   }
   if (count <= kIdleLinks) return;
   if (oldest->second.fd >= 0) ::close(oldest->second.fd);
-  g_links->erase(oldest);
+  imp().links->erase(oldest);
 }
 
-// REQUIRES g_import_mutex. A link nothing is done with any more: kept idle
+// REQUIRES imp().mutex. A link nothing is done with any more: kept idle
 // for the next open when its exporter was told that this process holds
 // nothing of it (`told`: that also ended any hold an open given up on
 // took, so their late answers are only read and dropped); else it ends.
@@ -66,61 +61,62 @@ void rest_link(const ExporterKey& key, Link* link, bool told) {
   if (!idle(*link)) return;
   if (link->fd >= 0 && told) {
     link->abandoned.clear();
-    link->last_use = ++g_link_clock;
+    link->last_use = ++imp().link_clock;
     trim_idle_links();
     return;
   }
   if (link->fd >= 0) ::close(link->fd);
-  g_links->erase(key);
+  imp().links->erase(key);
 }
 
 }  // namespace
 
-std::mutex& import_mutex() { return g_import_mutex; }
-std::condition_variable& import_cv() { return *g_import_cv; }
+std::mutex& import_mutex() { return imp().mutex; }
+std::condition_variable& import_cv() { return *imp().cv; }
 
 void own_state() {
-  if (!g_links) {
+  if (!imp().links) {
     auto* cv = new std::condition_variable();
     auto* by_export = new std::map<ExportKey, CUdeviceptr>();
     auto* imports = new std::map<CUdeviceptr, Import>();
-    g_links = new std::map<ExporterKey, Link>();
-    g_imports = imports;
-    g_by_export = by_export;
-    g_import_cv = cv;
+    imp().links = new std::map<ExporterKey, Link>();
+    imp().imports = imports;
+    imp().by_export = by_export;
+    imp().cv = cv;
   }
   // A forked child inherits its parent's links, whose connections say the
   // parent (SO_PEERCRED is fixed at connect), and its imports: it must
   // never speak for the parent, so it starts with none. (The parent's
   // other threads are not in the child: nothing of theirs is waited for.)
-  const pid_t pid = self().pid;
-  if (g_import_owner == pid) return;
-  for (auto& link : *g_links)
+  // The fork handler cleared `owned` (ipc_common.cpp after_fork_child).
+  if (imp().owned) return;
+  for (auto& link : *imp().links)
     if (link.second.fd >= 0) ::close(link.second.fd);
-  g_links->clear();
-  g_imports->clear();
-  g_by_export->clear();
+  imp().links->clear();
+  imp().imports->clear();
+  imp().by_export->clear();
   chunks_forget();
-  g_import_owner = pid;
+  imp().owned = true;
 }
 
 Link* use_link(const ExporterKey& key) {
-  auto it = g_links->find(key);
-  if (it == g_links->end()) it = g_links->emplace(key, Link()).first;  // may throw: the link of an import is there
+  auto it = imp().links->find(key);
+  if (it == imp().links->end())
+    it = imp().links->emplace(key, Link()).first;  // may throw: the link of an import is there
   Link* link = &it->second;
-  link->last_use = ++g_link_clock;
+  link->last_use = ++imp().link_clock;
   ++link->users;
   return link;
 }
 
 void own_link(std::unique_lock<std::mutex>& lock, Link* link) {
-  while (link->busy) g_import_cv->wait(lock);
+  while (link->busy) imp().cv->wait(lock);
   link->busy = true;
 }
 
 void free_link(Link* link) {
   link->busy = false;
-  g_import_cv->notify_all();
+  imp().cv->notify_all();
 }
 
 void leave_link(std::unique_lock<std::mutex>& lock, const ExporterKey& key, Link* link, uint64_t export_id,
@@ -145,55 +141,55 @@ bool open_again_or_claim(std::unique_lock<std::mutex>& lock, const ExporterKey& 
                          CUdeviceptr* pdptr) {
   const ExportKey ek{key, export_id};
   for (;;) {
-    auto it = g_by_export->find(ek);
-    if (it == g_by_export->end()) break;
-    auto open = it->second != 0 ? g_imports->find(it->second) : g_imports->end();
-    if (open != g_imports->end()) {
+    auto it = imp().by_export->find(ek);
+    if (it == imp().by_export->end()) break;
+    auto open = it->second != 0 ? imp().imports->find(it->second) : imp().imports->end();
+    if (open != imp().imports->end()) {
       // Opened here already: the same pointer, one more reference, as the
       // driver answers.
       ++open->second.refs;
       *pdptr = open->first;
       return true;
     }
-    g_import_cv->wait(lock);  // another thread opens it now
+    imp().cv->wait(lock);  // another thread opens it now
   }
-  g_by_export->emplace(ek, 0);
+  imp().by_export->emplace(ek, 0);
   return false;
 }
 
 bool claim_done(const ExporterKey& key, uint64_t export_id, CUdeviceptr ptr, const Import* import) {
   const ExportKey ek{key, export_id};
-  g_import_cv->notify_all();
+  imp().cv->notify_all();
   if (import) {
     try {
-      g_imports->emplace(ptr, *import);
-      (*g_by_export)[ek] = ptr;  // the claim's entry: no allocation
+      imp().imports->emplace(ptr, *import);
+      (*imp().by_export)[ek] = ptr;  // the claim's entry: no allocation
       return true;
     } catch (...) {
-      g_imports->erase(ptr);
+      imp().imports->erase(ptr);
     }
   }
-  g_by_export->erase(ek);
+  imp().by_export->erase(ek);
   return false;
 }
 
 bool drop_import(CUdeviceptr ptr, bool* last, Import* out) {
-  if (!g_imports) return false;
+  if (!imp().imports) return false;
   own_state();
-  auto it = g_imports->find(ptr);
-  if (it == g_imports->end()) return false;
+  auto it = imp().imports->find(ptr);
+  if (it == imp().imports->end()) return false;
   *last = --it->second.refs == 0;
   if (!*last) return true;
   *out = it->second;
-  g_by_export->erase(ExportKey{out->key, out->export_id});
-  g_imports->erase(it);
+  imp().by_export->erase(ExportKey{out->key, out->export_id});
+  imp().imports->erase(it);
   return true;
 }
 
 void import_totals(uint64_t* count, uint64_t* bytes) {
   *count = *bytes = 0;
-  if (!g_imports || g_import_owner != ::getpid()) return;
-  for (const auto& entry : *g_imports) {
+  if (!imp().imports || !imp().owned) return;
+  for (const auto& entry : *imp().imports) {
     ++*count;
     *bytes += entry.second.map_bytes;
   }

@@ -21,6 +21,9 @@
 
 namespace pagefast::ipc::detail {
 
+// CUDA IPC's state in the process object (ipc_state.h).
+inline State& ipc_state() { return pool::g_process.ipc; }
+
 // ---- the handle (docs/IPC.md "The handle") --------------------------------------
 
 constexpr char kMagic[8] = {'p', 'g', 'f', 's', 't', 'I', 'P', 'C'};

@@ -19,9 +19,7 @@
 namespace pagefast::ipc::detail {
 namespace {
 
-std::atomic<bool> g_warned_export{false};
-
-// REQUIRES g_export_mutex, the pool awake. Reads a stale export's pieces
+// REQUIRES registry().mutex, the pool awake. Reads a stale export's pieces
 // again from the pool; false if the block is not what was exported.
 bool refresh(Export& e) {
   if (!pool::pool_live(e.pool)) return false;  // retired (device reset)
@@ -45,10 +43,10 @@ bool refresh(Export& e) {
 // reason in *h when it cannot be opened (the hold not taken).
 bool hold_export(const wire::Request& request, const HolderKey& holder, wire::ReplyHeader* h,
                  policy::PieceList* pieces) {
-  std::lock_guard<std::mutex> guard(g_export_mutex);
-  if (!g_by_id) return false;
-  auto it = g_by_id->find(request.arg);
-  if (it == g_by_id->end() || it->second.freed) return false;
+  std::lock_guard<std::mutex> guard(registry().mutex);
+  if (!registry().by_id) return false;
+  auto it = registry().by_id->find(request.arg);
+  if (it == registry().by_id->end() || it->second.freed) return false;
   Export& e = it->second;
   // A device reset freed the block with its pool (retired, never touched
   // again): the handle names nothing any more, as one of the driver's own
@@ -59,7 +57,7 @@ bool hold_export(const wire::Request& request, const HolderKey& holder, wire::Re
   if (request.bytes != e.bytes || uint64_t(request.offset) != e.base_addr - e.first_granule_addr ||
       request.device != uint32_t(e.device))
     return false;
-  const SleepState& sleep = g_sleep[e.device];
+  const SleepState& sleep = registry().sleep[e.device];
   if (pool_asleep(sleep, e.pool)) {
     // Asleep: only memory that stayed resident can be opened.
     if (e.stale || !all_shared(sleep, e)) {
@@ -75,7 +73,7 @@ bool hold_export(const wire::Request& request, const HolderKey& holder, wire::Re
     return false;
   try {
     *pieces = e.pieces;
-    ++(*g_holds)[holder][request.arg];
+    ++(*registry().holds)[holder][request.arg];
   } catch (...) {
     h->status = CUDA_ERROR_OUT_OF_MEMORY;
     return false;
@@ -107,7 +105,7 @@ void open_export(const wire::Request& request, const HolderKey& holder, Reply* r
   if (r != CUDA_SUCCESS) {
     return_chunk_fds(leases, n);
     h.status = r;
-    if (!g_warned_export.exchange(true))
+    if (!ipc_state().warned_export.exchange(true))
       log::write(LogLevel::Warn,
                  "CUDA IPC: cuMemExportToShareableHandle answered {} for a pool chunk; another "
                  "process cannot open this process's pool blocks",

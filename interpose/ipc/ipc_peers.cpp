@@ -149,11 +149,13 @@ uint64_t pid_namespace_of(int32_t pid) {
 }
 
 bool proc_is_ours() {
-  static thread_local int32_t checked_pid = 0;
+  // Asked again after a fork (State::forks, counted by the fork handler).
+  static thread_local uint64_t checked_forks = ~uint64_t(0);
   static thread_local bool ours = false;
-  const int32_t pid = int32_t(::getpid());
-  if (checked_pid != pid) {
-    checked_pid = pid;
+  const uint64_t forks = ipc_state().forks.load(std::memory_order_relaxed);
+  if (checked_forks != forks) {
+    checked_forks = forks;
+    const int32_t pid = int32_t(::getpid());
     char target[32] = {};
     const ssize_t n = ::readlink("/proc/self", target, sizeof target - 1);
     ours = n > 0 && std::strtol(target, nullptr, 10) == long(pid);

@@ -2,7 +2,7 @@
 // holds, shared by its parts (internal to interpose/ipc/): ipc.cpp (the
 // handle, the registry and its holds), ipc_open.cpp (the answer to an
 // open) and ipc_sleep.cpp (what a sleep keeps resident). Everything here
-// is guarded by g_export_mutex.
+// is guarded by registry().mutex.
 #pragma once
 
 #include <atomic>
@@ -45,20 +45,17 @@ struct SleepState {
   std::vector<Kept> shared;  // the chunks each pool's last sleep kept
 };
 
-extern std::mutex g_export_mutex;
-extern std::map<uint64_t, Export>* g_by_id;      // export id -> export
-extern std::map<uint64_t, uint64_t>* g_by_addr;  // block base -> export id
-// holder -> export id -> its holds
-extern std::map<HolderKey, std::map<uint64_t, uint64_t>>* g_holds;
-extern SleepState* g_sleep;  // per device; made with the registry (no static destructor)
+// The registry's state (ipc_state.h State::Registry): `mutex` guards the
+// rest but `exports`; the containers are made together (ensure_registry).
+inline State::Registry& registry() { return ipc_state().registry; }
 
-// REQUIRES g_export_mutex. All of it or (out of memory: throws) none.
+// REQUIRES registry().mutex. All of it or (out of memory: throws) none.
 void ensure_registry();
-// REQUIRES g_export_mutex. Whether the memory of `pool`'s blocks may be
+// REQUIRES registry().mutex. Whether the memory of `pool`'s blocks may be
 // asleep: the pool is asleep, or its sleep call is under way (its gate may
 // not be closed yet, but what it releases was decided already).
 bool pool_asleep(const SleepState& s, const policy::DevicePool* pool);
-// REQUIRES g_export_mutex. Whether every chunk of `e` is one the sleeps of
+// REQUIRES registry().mutex. Whether every chunk of `e` is one the sleeps of
 // its device keep resident.
 bool all_shared(const SleepState& s, const Export& e);
 

@@ -15,17 +15,14 @@ namespace {
 
 using namespace detail;
 
-std::atomic<bool> g_shareable[pool::kMaxDevices];
-std::atomic<FreeHeld> g_free_held{nullptr};
+// What the library set (ipc_state.h State::Settings).
+State::Settings& settings() { return ipc_state().settings; }
 
 void free_held(const std::vector<uint64_t>& addrs) {
-  FreeHeld free_fn = g_free_held.load(std::memory_order_acquire);
+  FreeHeld free_fn = settings().free_held.load(std::memory_order_acquire);
   for (uint64_t addr : addrs)
     if (free_fn) free_fn(addr);
 }
-
-std::atomic<Control> g_control{nullptr};
-std::atomic<TagControl> g_tag_control{nullptr};
 
 }  // namespace
 
@@ -33,23 +30,24 @@ namespace detail {
 
 void hand_back_now(const std::vector<uint64_t>& addrs) { free_held(addrs); }
 
-Control control_handler() { return g_control.load(std::memory_order_acquire); }
-TagControl tag_control_handler() { return g_tag_control.load(std::memory_order_acquire); }
+Control control_handler() { return settings().control.load(std::memory_order_acquire); }
+TagControl tag_control_handler() { return settings().tag_control.load(std::memory_order_acquire); }
 
 }  // namespace detail
 
 void set_device_shareable(int device, bool shareable) {
-  if (device >= 0 && device < pool::kMaxDevices) g_shareable[device].store(shareable, std::memory_order_release);
+  if (device >= 0 && device < pool::kMaxDevices)
+    settings().shareable[device].store(shareable, std::memory_order_release);
 }
 
 bool device_shareable(int device) {
-  return device >= 0 && device < pool::kMaxDevices && g_shareable[device].load(std::memory_order_acquire);
+  return device >= 0 && device < pool::kMaxDevices && settings().shareable[device].load(std::memory_order_acquire);
 }
 
-void set_free_held(FreeHeld free_held) { g_free_held.store(free_held, std::memory_order_release); }
+void set_free_held(FreeHeld free_held) { settings().free_held.store(free_held, std::memory_order_release); }
 
-void set_control(Control control) { g_control.store(control, std::memory_order_release); }
-void set_tag_control(TagControl control) { g_tag_control.store(control, std::memory_order_release); }
+void set_control(Control control) { settings().control.store(control, std::memory_order_release); }
+void set_tag_control(TagControl control) { settings().tag_control.store(control, std::memory_order_release); }
 
 bool start_control() { return start_server(); }
 

@@ -36,13 +36,13 @@ using namespace detail;
 SleepShare begin_sleep(int device, const policy::DevicePool* pool) {
   SleepShare share(device, nullptr);
   if (device < 0 || device >= pool::kMaxDevices || !pool) return share;
-  std::lock_guard<std::mutex> guard(g_export_mutex);
+  std::lock_guard<std::mutex> guard(registry().mutex);
   try {
     ensure_registry();
   } catch (...) {
     return share;  // no registry: no export can exist
   }
-  SleepState& s = g_sleep[device];
+  SleepState& s = registry().sleep[device];
   s.beginning = pool;
   share.pool_ = pool;
   // What this pool kept in an earlier sleep is decided again.
@@ -51,7 +51,7 @@ SleepShare begin_sleep(int device, const policy::DevicePool* pool) {
     if (k.pool != pool) s.shared[kept++] = k;
   s.shared.resize(kept);
   try {
-    for (const auto& entry : *g_by_id) {
+    for (const auto& entry : *registry().by_id) {
       const Export& e = entry.second;
       if (e.device != device || e.pool != pool || e.holders == 0) continue;
       for (const policy::PhysicalPiece& p : e.pieces)
@@ -67,7 +67,7 @@ SleepShare begin_sleep(int device, const policy::DevicePool* pool) {
   }
   // An export no one holds may lose its memory in this sleep: its pieces
   // are read again after the wake.
-  for (auto& entry : *g_by_id)
+  for (auto& entry : *registry().by_id)
     if (entry.second.device == device && entry.second.pool == pool && !all_shared(s, entry.second))
       entry.second.stale = true;
   return share;
@@ -75,15 +75,15 @@ SleepShare begin_sleep(int device, const policy::DevicePool* pool) {
 
 SleepShare::~SleepShare() {
   if (!pool_) return;
-  std::lock_guard<std::mutex> guard(g_export_mutex);
-  if (g_sleep && g_sleep[device_].beginning == pool_) g_sleep[device_].beginning = nullptr;
+  std::lock_guard<std::mutex> guard(registry().mutex);
+  if (registry().sleep && registry().sleep[device_].beginning == pool_) registry().sleep[device_].beginning = nullptr;
 }
 
 void end_sleep(int device) {
-  std::lock_guard<std::mutex> guard(g_export_mutex);
-  if (device < 0 || device >= pool::kMaxDevices || !g_sleep) return;
-  g_sleep[device].beginning = nullptr;
-  g_sleep[device].shared.clear();
+  std::lock_guard<std::mutex> guard(registry().mutex);
+  if (device < 0 || device >= pool::kMaxDevices || !registry().sleep) return;
+  registry().sleep[device].beginning = nullptr;
+  registry().sleep[device].shared.clear();
 }
 
 }  // namespace pagefast::ipc

@@ -26,26 +26,16 @@ namespace {
 
 // ---- the socket ----------------------------------------------------------------------
 
-std::mutex g_start_mutex;
-// The process whose pagefast-ipc thread serves: read without the mutex by
-// every get once it runs.
-std::atomic<pid_t> g_server_pid{0};
-pid_t g_failed_pid = 0;  // the process that could not listen (and said so once)
-
-// The socket file to remove at exit (empty for an abstract socket), and
-// whose it is. Plain storage: no initialiser of ours may run after a hook
-// already has.
-char g_socket_path[sizeof(sockaddr_un::sun_path)];
-pid_t g_socket_owner = 0;
-ino_t g_socket_inode = 0;
-bool g_exit_registered = false;
+// The socket's state (ipc_state.h State::Socket); the fork handler clears
+// `serving`, `failed` and `path_owned` in a child (ipc_common.cpp).
+State::Socket& sock() { return ipc_state().socket; }
 
 // A forked child inherits this handler: only the process that made the
 // socket file removes it, and only while it is still that file.
 void remove_socket_file() {
-  if (!g_socket_path[0] || ::getpid() != g_socket_owner) return;
+  if (!sock().path[0] || !sock().path_owned.load(std::memory_order_relaxed)) return;
   struct stat st;
-  if (::lstat(g_socket_path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == g_socket_inode) ::unlink(g_socket_path);
+  if (::lstat(sock().path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == sock().inode) ::unlink(sock().path);
 }
 
 // Who holds the name this process wanted: for the warning.
@@ -83,11 +73,11 @@ size_t connection_limit() {
 
 bool start_server() {
   const pid_t pid = self().pid;
-  if (g_server_pid.load(std::memory_order_acquire) == pid) return true;
-  std::lock_guard<std::mutex> guard(g_start_mutex);
-  if (g_server_pid.load(std::memory_order_relaxed) == pid) return true;
-  if (g_failed_pid == pid) return false;  // said so once already
-  g_failed_pid = pid;
+  if (sock().serving.load(std::memory_order_acquire)) return true;
+  std::lock_guard<std::mutex> guard(sock().mutex);
+  if (sock().serving.load(std::memory_order_relaxed)) return true;
+  if (sock().failed) return false;  // said so once already
+  sock().failed = true;
   const Identity& me = self();
   sockaddr_un addr;
   socklen_t len = 0;
@@ -132,16 +122,16 @@ bool start_server() {
   }
   if (addr.sun_path[0]) {
     struct stat st;
-    std::memcpy(g_socket_path, addr.sun_path, sizeof g_socket_path);
-    g_socket_owner = pid;
-    g_socket_inode = ::lstat(addr.sun_path, &st) == 0 ? st.st_ino : 0;
-    if (!g_exit_registered) {
-      g_exit_registered = true;
+    std::memcpy(sock().path, addr.sun_path, sizeof sock().path);
+    sock().path_owned.store(true, std::memory_order_relaxed);
+    sock().inode = ::lstat(addr.sun_path, &st) == 0 ? st.st_ino : 0;
+    if (!sock().exit_registered) {
+      sock().exit_registered = true;
       std::atexit(&remove_socket_file);
     }
   }
-  g_failed_pid = 0;
-  g_server_pid.store(pid, std::memory_order_release);
+  sock().failed = false;
+  sock().serving.store(true, std::memory_order_release);
   return true;
 }
 

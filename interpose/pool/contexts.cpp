@@ -114,7 +114,7 @@ void after_context_destroy(const ContextDestroy& destroy, bool destroyed) {
   for (uint64_t block : blocks) {
     CUresult ignored;
     // A block an IPC importer still maps is kept until it closes (ipc.h).
-    if (ipc::g_exports.load(std::memory_order_relaxed) > 0 && ipc::on_free(block, &ignored)) continue;
+    if (ipc::exports_live() > 0 && ipc::on_free(block, &ignored)) continue;
     blocks[kept++] = block;
   }
   free_on_behalf(blocks.data(), kept);

@@ -19,9 +19,13 @@
 #include <mutex>
 #include <string>
 
+#include "interpose/ipc/ipc_state.h"
 #include "interpose/pool/vmm_provider.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
+#include "interpose/runtime_state.h"
+#include "interpose/stats_state.h"
+#include "interpose/trace_state.h"
 #include "policy/clock.h"
 #include "policy/config.h"
 #include "policy/format.h"
@@ -62,6 +66,12 @@ struct Process {
   // The thread states' key (pool.cpp), made once.
   pthread_key_t thread_key{};
   pthread_once_t thread_key_once = PTHREAD_ONCE_INIT;
+
+  // Each module's state (docs/DESIGN.md "Process state").
+  ipc::State ipc;
+  trace::State trace;
+  stats::State stats;
+  runtime::State runtime;
 };
 
 extern Process g_process;

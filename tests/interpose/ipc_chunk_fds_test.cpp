@@ -28,6 +28,10 @@
 using namespace pagefast;
 using namespace pagefast::ipc;
 
+// The process object that holds the descriptors' state (ipc_state.h): the
+// library's is in interpose/pool/devices.cpp, not linked here.
+pagefast::pool::Process pagefast::pool::g_process;
+
 namespace {
 
 constexpr int kChunks = 8;

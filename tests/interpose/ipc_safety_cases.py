@@ -545,7 +545,10 @@ def case_dir_rules():
 
 def case_fork_exit():
     """With PAGEFAST_IPC_DIR, a forked child that calls exit() leaves the
-    parent's socket file alone: importers still reach the parent."""
+    parent's socket file alone: importers still reach the parent. The fork
+    handler tells IPC of the fork in the child only: the parent's socket
+    thread and background thread (started by a pagefast-ctl wake before
+    the forks) still answer after several children came and went."""
     d = tempfile.mkdtemp()
     env = {"PAGEFAST_IPC_DIR": d}
     t = Target(env)
@@ -553,11 +556,21 @@ def case_fork_exit():
     h = t.handle(0)
     before = os.listdir(d)
     check(len(before) == 1, f"the socket file ({before})")
-    check(t.ask("fork-exit") == "child exit=0", "a forked child exits")
+    def ctl_here(*args):  # pagefast-ctl looks for the socket where the target made it
+        return subprocess.run([paths()["ctl"], *args], capture_output=True, text=True, timeout=HANG_S,
+                              env=dict(os.environ, **env))
+    r = ctl_here("wake", str(t.pid))
+    check(r.returncode == 0 and "done" in r.stdout, f"pagefast-ctl wake before the forks ({r.stdout})")
+    for i in range(3):
+        check(t.ask("fork-exit") == "child exit=0", f"forked child {i} exits")
     check(os.listdir(d) == before, f"the parent's socket file is still there ({os.listdir(d)})")
     imp = Importer(env)
     check(imp.open(h) == CUDA_SUCCESS and imp.reads(0, MiB, 0x41) and imp.close() == CUDA_SUCCESS,
           "an importer still opens the parent's block")
+    r = ctl_here("status", str(t.pid))
+    check(r.returncode == 0 and ": awake" in r.stdout, f"pagefast-ctl still reaches the parent ({r.stdout})")
+    r = ctl_here("wake", str(t.pid))
+    check(r.returncode == 0 and "done" in r.stdout, f"its background thread still answers a wake ({r.stdout})")
     imp.quit()
     t.quit()
     check(os.listdir(d) == [], "the parent removes it at its own exit")

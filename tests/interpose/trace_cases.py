@@ -6,6 +6,7 @@ The trace is decoded here with struct, straight from docs/TRACE.md, so the
 format is checked independently of the engine's reader.
 """
 import csv
+import json
 import os
 import re
 import stat
@@ -153,10 +154,15 @@ def case_trace_million():
     p = paths()
     with tempfile.TemporaryDirectory() as d:
         trace = os.path.join(d, "m.pftrace")
-        r = run([p["workload"], "threads", "4", "250000"], preload=True, env_extra={"PAGEFAST_TRACE": trace},
-                timeout=280)
+        stats = os.path.join(d, "m.json")
+        r = run([p["workload"], "threads", "4", "250000"], preload=True,
+                env_extra={"PAGEFAST_TRACE": trace, "PAGEFAST_STATS": stats}, timeout=280)
         check(r.returncode == 0 and "calls 2000000 failures 0" in r.stdout,
               f"4 threads x 250k alloc/free pairs ran ({r.stdout.strip()} {r.stderr[-300:]})")
+        # The call counters of the four threads' blocks (interpose/stats.cpp), summed at exit: none lost.
+        calls = json.load(open(stats))["calls"] if os.path.exists(stats) else {}
+        check(calls.get("cuMemAlloc_v2") == 1_000_000 and calls.get("cuMemFree_v2") == 1_000_000,
+              f"the stats count every call of every thread ({calls.get('cuMemAlloc_v2')}, {calls.get('cuMemFree_v2')})")
         header, records = decode(trace)
         lost = [x for x in records if x["op"] == "lost"]
         check(len(records) == 2_000_000, f"2,000,000 records ({len(records)})")
