@@ -71,13 +71,18 @@ class DirectCopies final : public policy::Provider {
   void host_free(void* host, uint64_t) override { driver::free_host(real_driver(), host); }
 };
 
-DirectCopies g_direct;
+// Made at the first sleep that needs it and never destroyed (a provider's
+// destructor at exit would run after the driver's): no static constructor.
+policy::Provider& direct_copies() {
+  static DirectCopies* const made = new DirectCopies;
+  return *made;
+}
 
 }  // namespace
 
 policy::Provider& copies_of(DeviceMemory& memory, const RealDriver* real) {
   if (VmmProvider* provider = memory.copy_provider(real)) return *provider;
-  return g_direct;
+  return direct_copies();
 }
 
 DeviceContext::DeviceContext(const RealDriver* real, DeviceMemory& memory) : real_(real) {
