@@ -76,11 +76,12 @@ class SeamDriver final : public policy::own_vmm::Driver {
   }
   bool wake_worker() override;
   uint64_t now_ns() override { return policy::monotonic_now_ns(); }
+  // The room of a device whose memory has not joined the cache.
+  policy::own_vmm::NoRoom no_room;
 };
 
 // Made once by configure(), never destroyed (hooks run at exit too).
 SeamDriver* g_driver = nullptr;
-policy::own_vmm::NoRoom* g_no_room = nullptr;
 policy::own_vmm::Cache* g_cache = nullptr;
 
 LogSink g_log = nullptr;
@@ -180,15 +181,14 @@ void configure(const PoolConfig& config, LogSink log) {
   g_log = log;
   if (!config.enabled || !config.vmm_cache) return;
   g_driver = new (std::nothrow) SeamDriver();
-  g_no_room = new (std::nothrow) policy::own_vmm::NoRoom();
-  if (g_driver && g_no_room)
+  if (g_driver)
     g_cache = new (std::nothrow) policy::own_vmm::Cache(*g_driver, ledger(), sizeof(CUmemAccessDesc),
                                                         sizeof(CUmemLocation), config.vmm_grow_ahead, true);
   if (!g_cache) return;
   // Until a device's memory joins with its budget's view, the cache keeps
   // nothing of that device (its budget could not be made: host out of
   // memory); the memory made before the cache joins now.
-  for (int device = 0; device < kMaxDevices; ++device) g_cache->join(device, g_no_room);
+  for (int device = 0; device < kMaxDevices; ++device) g_cache->join(device, &g_driver->no_room);
   {
     std::lock_guard<std::mutex> guard(g_process.create_mutex);
     for (int device = 0; device < kMaxDevices; ++device)
