@@ -34,9 +34,17 @@ uint64_t idle_limit(const PoolConfig& config, const policy::DeviceBudget& budget
 // The device's limit and headroom are the budget's from here on: every
 // part asks it (policy/device_budget.h), none keeps its own.
 DeviceMemory::DeviceMemory(int device, const PoolConfig& config)
-    : device_(device), budget_(config.headroom_bytes, config.limit_bytes), cache_share_(device) {
+    : device_(device),
+      budget_(config.headroom_bytes, config.limit_bytes),
+      cache_room_(&budget_, config.release_threshold_bytes) {
   for (int slot = 0; slot < region::kMaxSlots; ++slot) pool_shares_[slot].set(this, slot);
-  budget_.add(&cache_share_);
+  join_own_vmm();
+}
+
+void DeviceMemory::join_own_vmm() {
+  if (cache_holder_) return;
+  cache_holder_ = own_vmm::join(device_, &cache_room_);
+  if (cache_holder_) budget_.add(cache_holder_);
 }
 
 policy::DevicePool* DeviceMemory::make_pool_locked(const RealDriver* real, CUdevice device, policy::Clock& clock,
@@ -261,18 +269,5 @@ uint64_t DeviceMemory::PoolShare::release(uint64_t bytes) {
   policy::DevicePool* p = owner_->pool_at(slot_);
   return p && !retired_device(owner_->device()) ? p->release(bytes) : 0;
 }
-
-DeviceMemory::CacheShare::CacheShare(int device) : device_(device) {
-  // Configured (active) without a cache: none is made later.
-  static const std::atomic<uint64_t> kNothing{0};
-  const std::atomic<uint64_t>* word = own_vmm::cached_bytes_word(device);
-  set_held_word(word || !active() ? word : &kNothing, true);
-}
-uint64_t DeviceMemory::CacheShare::held_bytes() { return own_vmm::cached_bytes(device_); }
-uint64_t DeviceMemory::CacheShare::idle_bytes() { return own_vmm::cached_bytes(device_); }
-void DeviceMemory::CacheShare::figures(uint64_t* held, uint64_t* idle) {
-  *held = *idle = own_vmm::cached_bytes(device_);
-}
-uint64_t DeviceMemory::CacheShare::release(uint64_t bytes) { return own_vmm::trim(device_, bytes); }
 
 }  // namespace pagefast::pool

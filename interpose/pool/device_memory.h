@@ -6,7 +6,8 @@
 // cache's share of this device; the parts meet there and nowhere else:
 //
 //   hooks / glue ──> DeviceMemory ──> DeviceBudget ──> PoolShare (one a pool) ──> DevicePool
-//                                                  └─> CacheShare ──> the own-VMM cache
+//                                                  └─> the own-VMM cache's DeviceShare
+//   the own-VMM cache ──> CacheRoom (its budget view) ──> DeviceBudget::room_for
 //   DevicePool ──> BudgetedProvider (the limit) ──> VmmProvider ──> driver seam
 //   DevicePool ──> DeviceBudget (room, with none of its locks held)
 //
@@ -25,6 +26,7 @@
 #include "policy/budgeted_provider.h"
 #include "policy/device_budget.h"
 #include "policy/device_pool.h"
+#include "policy/own_vmm/device_share.h"
 
 namespace pagefast::pool {
 
@@ -107,9 +109,12 @@ class DeviceMemory {
   // free. free_now: the driver's free memory, read by a caller that saw
   // the budget hold idle memory first.
   void relieve_for_managed(uint64_t bytes, uint64_t free_now);
-  // What the own-VMM cache may keep of this device beside the pool
-  // under the limit (DeviceBudget::room_for).
-  uint64_t room_for_cache() { return budget_.room_for(&cache_share_); }
+  // REQUIRES: the process's create_mutex. Joins the own-VMM cache
+  // (own_vmm::join, policy/own_vmm/device_share.h): the cache gets this
+  // budget's view, and its holder of this device is added to the budget.
+  // Once; made with the device's memory, or by the cache's configure when
+  // this memory was made before the cache.
+  void join_own_vmm();
 
   // The pool's stats with the budget's counters.
   policy::PoolStats stats();
@@ -183,20 +188,20 @@ class DeviceMemory {
     const DeviceMemory* owner_ = nullptr;
     int slot_ = 0;
   };
-  // The own-VMM cache's share of this device: all idle, its word the
-  // cache's bytes of the device (where there is no cache, a word of 0 once
-  // the pool glue is configured; before that, asked).
-  class CacheShare final : public policy::Holder {
+  // The budget as the own-VMM cache sees it: the cache holds at most
+  // release_threshold, and under a limit no more than the budget leaves
+  // its holder beside the pools (DeviceBudget::room_for).
+  class CacheRoom final : public policy::own_vmm::BudgetView {
    public:
-    explicit CacheShare(int device);
-    uint64_t held_bytes() override;
-    uint64_t idle_bytes() override;
-    // The cache's memory is all idle: one reading for both.
-    void figures(uint64_t* held, uint64_t* idle) override;
-    uint64_t release(uint64_t bytes) override;
+    CacheRoom(policy::DeviceBudget* budget, uint64_t threshold) : budget_(budget), threshold_(threshold) {}
+    uint64_t room(const policy::Holder& share) override {
+      const uint64_t left = budget_->room_for(&share);
+      return left < threshold_ ? left : threshold_;
+    }
 
    private:
-    const int device_;
+    policy::DeviceBudget* const budget_;
+    const uint64_t threshold_;
   };
 
   // The other pagefast processes on this device, asked over their
@@ -215,7 +220,8 @@ class DeviceMemory {
   NeighbourShare neighbours_{this};
   std::once_flag bus_once_;
   char bus_id_[32] = {};
-  CacheShare cache_share_;
+  CacheRoom cache_room_;
+  policy::Holder* cache_holder_ = nullptr;    // the own-VMM cache's of this device, once joined
   PoolShare pool_shares_[region::kMaxSlots];  // [slot]
   std::atomic<policy::DevicePool*> pool_{nullptr};
   std::atomic<bool> unpoolable_{false};

@@ -46,7 +46,7 @@ void DeviceMemory::pools_asleep(int* pools, int* asleep) const {
 void DeviceMemory::sleep(SlotSleep* slots, int count) {
   // What the own-VMM cache keeps idle goes back with the pools' idle
   // memory, before a handle sleeps: every handle left is the program's.
-  if (own_vmm::on()) cache_share_.release(UINT64_MAX);
+  if (own_vmm::on() && cache_holder_) cache_holder_->release(policy::kAllIdle);
   for (int i = 0; i < count; ++i) {
     SlotSleep& s = slots[i];
     int answer = 0;

@@ -64,15 +64,6 @@ class SeamDriver final : public policy::own_vmm::Driver {
                               count ? reinterpret_cast<const CUmemAccessDesc*>(descs.data()) : nullptr, count);
   }
   int address_free(uint64_t addr, uint64_t bytes) override { return driver::address_free(real_driver(), addr, bytes); }
-  uint64_t cache_room(int device) override {
-    // The cache holds at most release_threshold, and under a limit no
-    // more than the device's budget leaves it beside the pool.
-    // (The budget keeps the limit: without one, room_for_cache is kNoLimit.)
-    uint64_t room = g_config.release_threshold_bytes;
-    DeviceMemory* memory = device_memory_made(device);
-    const uint64_t left = memory ? memory->room_for_cache() : 0;  // no host memory for a budget: nothing kept
-    return left < room ? left : room;
-  }
   uint64_t current_context() override {
     const RealDriver* real = real_driver();
     CUcontext ctx = nullptr;
@@ -85,6 +76,8 @@ class SeamDriver final : public policy::own_vmm::Driver {
   }
   bool wake_worker() override;
   uint64_t now_ns() override { return policy::monotonic_now_ns(); }
+  // The room of a device whose memory has not joined the cache.
+  policy::own_vmm::NoRoom no_room;
 };
 
 // Made once by configure(), never destroyed (hooks run at exit too).
@@ -188,10 +181,24 @@ void configure(const PoolConfig& config, LogSink log) {
   g_log = log;
   if (!config.enabled || !config.vmm_cache) return;
   g_driver = new (std::nothrow) SeamDriver();
-  g_cache = g_driver ? new (std::nothrow) policy::own_vmm::Cache(*g_driver, ledger(), sizeof(CUmemAccessDesc),
-                                                                 sizeof(CUmemLocation), config.vmm_grow_ahead, true)
-                     : nullptr;
-  if (g_cache) g_on.store(true, std::memory_order_release);
+  if (g_driver)
+    g_cache = new (std::nothrow) policy::own_vmm::Cache(*g_driver, ledger(), sizeof(CUmemAccessDesc),
+                                                        sizeof(CUmemLocation), config.vmm_grow_ahead, true);
+  if (!g_cache) return;
+  // Until a device's memory joins with its budget's view, the cache keeps
+  // nothing of that device (its budget could not be made: host out of
+  // memory); the memory made before the cache joins now.
+  for (int device = 0; device < kMaxDevices; ++device) g_cache->join(device, &g_driver->no_room);
+  {
+    std::lock_guard<std::mutex> guard(g_process.create_mutex);
+    for (int device = 0; device < kMaxDevices; ++device)
+      if (DeviceMemory* memory = device_memory(device)) memory->join_own_vmm();
+  }
+  g_on.store(true, std::memory_order_release);
+}
+
+policy::Holder* join(int device, policy::own_vmm::BudgetView* view) {
+  return g_cache ? g_cache->join(device, view) : nullptr;
 }
 
 void switch_off() {
@@ -349,8 +356,6 @@ void before_query(CUdeviceptr ptr) {
   if (on()) g_cache->before_query(ptr);
 }
 
-uint64_t trim(int device, uint64_t bytes) { return g_cache ? g_cache->trim(device, bytes) : 0; }
-
 uint64_t decay_step() {
   if (!on() || g_config.release_delay_ns == policy::kNoReleaseDelay) return policy::kFootprintMaxStepNs;
   const uint64_t now = policy::monotonic_now_ns();
@@ -361,8 +366,6 @@ uint64_t decay_step() {
   });
   return policy::footprint_step_ns(g_config.release_delay_ns);  // as the pools' steps
 }
-
-const BytesWord* cached_bytes_word(int device) { return g_cache ? g_cache->cached_bytes_word(device) : nullptr; }
 
 std::string stats_json() {
   if (!g_cache) return "null";

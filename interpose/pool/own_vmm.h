@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "policy/config.h"
+#include "policy/own_vmm/device_share.h"
 #include "policy/own_vmm/ledger.h"
 
 namespace pagefast::pool {
@@ -78,18 +79,11 @@ void mark_shared(CUmemGenericAllocationHandle handle);
 // a deferred mapping at `ptr` is unmapped for real first.
 void before_query(CUdeviceptr ptr);
 
-// Cached memory of `device` released to the driver (UINT64_MAX: all), at
-// the budget's request (the device's CacheShare).
-uint64_t trim(int device, uint64_t bytes);
-// The word of the cache's bytes of `device`, NULL when there is no cache
-// (yet): the cache is never destroyed, so the word can be kept (the
-// device's budget reads it on every cuMemGetInfo).
-using BytesWord = std::atomic<uint64_t>;
-const BytesWord* cached_bytes_word(int device);
-inline uint64_t cached_bytes(int device) {
-  const BytesWord* word = cached_bytes_word(device);
-  return word ? word->load(std::memory_order_relaxed) : 0;
-}
+// A device's memory joins the cache when it is made (policy/own_vmm/device_share.h):
+// `view` is its budget's, which the cache asks for its room on the device;
+// the answer is the cache's holder of the device for that budget (lives
+// as long as the process), NULL when there is no cache.
+policy::Holder* join(int device, policy::own_vmm::BudgetView* view);
 // {"cached_bytes": .., "create_hits": .., ...}, or "null" when off.
 std::string stats_json();
 

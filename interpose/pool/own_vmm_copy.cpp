@@ -104,7 +104,7 @@ void keep_sizes(int device, std::vector<uint64_t>* sizes) {
     if (region::slot_policy(slot) != region::kKeep) continue;
     for (const policy::own_vmm::SlotHandle& h : ledger().program_handles(slot)) {
       if (h.device != device || h.shared || h.multicast) continue;
-      for (const policy::own_vmm::LedgerMapping& m : h.maps) sizes->push_back(m.bytes);
+      for (const policy::own_vmm::SlotMapping& m : h.maps) sizes->push_back(m.bytes);
     }
   }
 }

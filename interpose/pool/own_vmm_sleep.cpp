@@ -139,7 +139,7 @@ SlotFigures g_figures[region::kMaxSlots];
 // is not asked for a provider or a context.
 bool any_of(int device, int slot, bool asleep) {
   if (asleep) {
-    for (const policy::own_vmm::AsleepHandle* h : book().slot_handles(slot))
+    for (const policy::own_vmm::SlotHandle* h : book().slot_handles(slot))
       if (h->device == device) return true;
     return false;
   }

@@ -202,7 +202,7 @@ CUresult translated_properties(CUmemAllocationProp* prop, CUmemGenericAllocation
   return by_handle(
       handle, [&](CUmemGenericAllocationHandle driver) { return call(&driver); },
       [&] {
-        const policy::own_vmm::AsleepHandle* asleep = book().find(handle);
+        const policy::own_vmm::SlotHandle* asleep = book().find(handle);
         if (!prop || asleep->prop.size() != sizeof *prop) return CUDA_ERROR_INVALID_VALUE;
         std::memcpy(prop, asleep->prop.data(), sizeof *prop);
         return CUDA_SUCCESS;

@@ -71,7 +71,7 @@ int Cache::retire(uint64_t handle) {
   Handle& rec = *tracked(handle);
   if (!rec.shared) {
     const HandleFacts facts = ledger_.facts_held(handle);
-    const uint64_t room = driver_.cache_room(facts.device);
+    const uint64_t room = room_on(facts.device);
     std::atomic<uint64_t>& held = cached_bytes_[facts.device];
     if (room >= held.load(std::memory_order_relaxed) && room - held.load(std::memory_order_relaxed) >= facts.bytes) {
       rec.cached = true;

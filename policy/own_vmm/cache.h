@@ -73,6 +73,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "policy/own_vmm/device_share.h"
 #include "policy/own_vmm/driver.h"
 #include "policy/own_vmm/growth_ahead.h"
 #include "policy/own_vmm/ledger.h"
@@ -167,9 +168,12 @@ class Cache {
   // cached (so it is known within one step). Returns the bytes released.
   uint64_t decay_step(uint64_t now_ns, uint64_t delay_ns, uint64_t floor_bytes, int max_handles);
   uint64_t cached_bytes(int device);
-  // The word cached_bytes reads, for a reader that keeps it (the device's
-  // budget, on every cuMemGetInfo): lives as long as the cache.
-  const std::atomic<uint64_t>* cached_bytes_word(int device) { return &cached_bytes_[device]; }
+  // A device's memory joins the cache when it is made (device_share.h):
+  // `view` is its budget's, which the cache asks for its room on the
+  // device; the answer is the cache's holder of the device, for that
+  // budget (it lives as long as the cache). NULL for an ordinal past
+  // the cache's devices. Joining again replaces the view.
+  Holder* join(int device, BudgetView* view);
   // Tests: every handle's deferred_maps equals its deferred mappings in
   // maps_ (flush_handle trusts it).
   bool deferred_counts_consistent();
@@ -275,6 +279,8 @@ class Cache {
   // mapping: if that mapping was made ahead, the page was misdirected.
   void note_misdirected(uint64_t handle, uint64_t addr);
 
+  // How many bytes the cache may hold on `device` now: its budget's view.
+  uint64_t room_on(int device) { return device >= 0 && device < PerDevice::kDevices ? shares_[device].room() : 0; }
   // Whether the ledger places `handle` on `device`.
   bool on_device(uint64_t handle, int device);
   // Frees kept ranges with no mapping left, for real.
@@ -327,6 +333,8 @@ class Cache {
     std::atomic<uint64_t> bytes_[kDevices + 1] = {};
   };
   PerDevice cached_bytes_;
+  // Per device, the cache's holder of its budget, with the budget's view.
+  DeviceShare shares_[PerDevice::kDevices];
   std::atomic<uint64_t> deferred_count_{0};
   CacheStats stats_;
   // Last: it holds a reference to mutex_ and calls publish_ahead.

@@ -16,7 +16,7 @@ uint64_t Cache::pages_ahead(uint64_t from, uint64_t page, int device, uint64_t w
   if (from < res->first || from >= res_end) return 0;
   uint64_t pages = want;
   if (pages > (res_end - from) / page) pages = (res_end - from) / page;
-  const uint64_t room = driver_.cache_room(device);
+  const uint64_t room = room_on(device);
   const uint64_t held = cached_bytes_[device];
   if (room < held) return 0;
   if (pages > (room - held) / page) pages = (room - held) / page;

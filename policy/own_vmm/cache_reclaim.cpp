@@ -152,6 +152,15 @@ uint64_t Cache::decay_step(uint64_t now_ns, uint64_t delay_ns, uint64_t floor_by
 
 uint64_t Cache::cached_bytes(int device) { return cached_bytes_[device].load(std::memory_order_relaxed); }
 
+Holder* Cache::join(int device, BudgetView* view) {
+  if (device < 0 || device >= PerDevice::kDevices) return nullptr;
+  shares_[device].join(this, device, &cached_bytes_[device], view);
+  return &shares_[device];
+}
+
+uint64_t DeviceShare::held_bytes() { return cache_ ? cache_->cached_bytes(device_) : 0; }
+uint64_t DeviceShare::release(uint64_t bytes) { return cache_ ? cache_->trim(device_, bytes) : 0; }
+
 bool Cache::on_device(uint64_t handle, int device) {
   const HandleFacts facts = ledger_.facts_held(handle);
   return facts.known && facts.device == device;

@@ -31,9 +31,6 @@ class Driver {
   // `descs`: the program's descriptor array, as bytes.
   virtual int set_access(uint64_t addr, uint64_t bytes, const std::string& descs) = 0;
   virtual int address_free(uint64_t addr, uint64_t bytes) = 0;
-  // How many bytes the cache may hold on `device` now (limit and
-  // release_threshold of the pool); UINT64_MAX for no bound.
-  virtual uint64_t cache_room(int device) = 0;
   // Growth ahead on a worker: the calling thread's context when a job is
   // queued, made current on the worker before it works on the job.
   virtual uint64_t current_context() { return 0; }

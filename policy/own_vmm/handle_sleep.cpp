@@ -35,13 +35,12 @@ const KeptPiece* piece_at(const KeptCopy& kept, uint64_t addr) {
 // reference retained to read it (a handle the program released while it
 // still maps it).
 struct HandleSleep::Going {
-  SlotHandle s;
-  AsleepHandle h;
+  SlotHandle h;  // the ledger's listing, completed for the book
   uint64_t retained = 0;
 };
 
 struct HandleSleep::Made {
-  const AsleepHandle* asleep = nullptr;
+  const SlotHandle* asleep = nullptr;
   uint64_t handle = 0;
   size_t mapped = 0;
 };
@@ -59,32 +58,32 @@ bool HandleSleep::prepare(const SlotHandle& s, int slot, Going* out, const char*
   if (s.multicast) return (*why = "bound to a multicast object: its memory cannot leave the device"), false;
   if (s.maps.empty()) return (*why = "mapped nowhere"), false;
   Going& g = *out;
-  g.s = s;
   // A handle the program released while it still maps it (its references
   // none: the driver's value names nothing any more, the mappings hold the
   // memory): a reference retained at a mapping gives the properties, and
   // goes with the program's in finish().
   if (s.refs == 0 && !driver_.retain_at(s.maps.front().addr, &g.retained))
     return (*why = "the driver did not retain it at its mapping"), false;
-  AsleepHandle& h = g.h;
+  SlotHandle& h = g.h;
   if (!driver_.properties(g.retained ? g.retained : s.handle, &h.prop)) {
     if (g.retained) driver_.release(g.retained);
     return (*why = "the driver did not give its properties"), false;
   }
+  h.handle = s.handle;
   h.program = book_.to_program(s.handle);
   h.slot = slot;
   h.device = s.device;
   h.refs = s.refs;
   h.bytes = s.bytes;
-  for (const LedgerMapping& m : s.maps)
-    h.maps.push_back(AsleepMapping{m.addr, m.bytes, m.offset, driver_.access_of(m.addr)});
+  h.maps = s.maps;
+  for (SlotMapping& m : h.maps) m.access = driver_.access_of(m.addr);
   return true;
 }
 
 // Unmaps every mapping of `g`, then lets the driver's references go.
 // false: it stays resident (`why`), mapped as it was.
 bool HandleSleep::finish(Going& g, bool keep, const char** why) {
-  AsleepHandle& h = g.h;
+  SlotHandle& h = g.h;
   const auto stay = [&](const char* reason) {
     free_host(h.host);
     h.host = nullptr;
@@ -96,19 +95,19 @@ bool HandleSleep::finish(Going& g, bool keep, const char** why) {
   for (size_t i = 0; i < h.maps.size(); ++i) {
     if (driver_.unmap(h.maps[i].addr, h.maps[i].bytes)) continue;
     for (size_t j = 0; j < i; ++j) {
-      const AsleepMapping& m = h.maps[j];
-      driver_.map(m.addr, m.bytes, m.offset, g.retained ? g.retained : g.s.handle);
+      const SlotMapping& m = h.maps[j];
+      driver_.map(m.addr, m.bytes, m.offset, g.retained ? g.retained : h.handle);
       driver_.set_access(m.addr, m.bytes, m.access);
     }
     return stay("the driver refused to unmap it");
   }
   // The driver's references: the cache's one, or each of the program's
   // (and the one retained in prepare()).
-  const int references = driver_.disown(g.s.handle) ? 1 : g.s.refs;
+  const int references = driver_.disown(h.handle) ? 1 : h.refs;
   for (int i = 0; i < references; ++i)
-    if (!driver_.release(g.s.handle)) break;
+    if (!driver_.release(h.handle)) break;
   if (g.retained) driver_.release(g.retained);
-  ledger_.forget(g.s.handle);
+  ledger_.forget(h.handle);
   return true;
 }
 
@@ -120,7 +119,7 @@ void HandleSleep::copy_out(std::vector<Going>& going, unsigned mode) {
   std::vector<size_t> first;  // each handle's first copy
   for (const Going& g : going) {
     first.push_back(copies.size());
-    for (const AsleepMapping& m : g.h.maps)
+    for (const SlotMapping& m : g.h.maps)
       if (!m.access.empty()) copies.push_back(HostCopy{m.addr, m.bytes, nullptr, mode, ProviderStatus::Failed});
   }
   first.push_back(copies.size());
@@ -176,7 +175,7 @@ HandleSleepAnswer HandleSleep::sleep(int device, int slot, unsigned keep_modes) 
   for (Going& g : going) {
     const char* why = "";
     if (!finish(g, keep, &why)) {
-      resident(g.s.bytes, why);
+      resident(g.h.bytes, why);
       continue;
     }
     answer.slept_bytes += g.h.bytes;
@@ -193,10 +192,10 @@ void HandleSleep::unmake(const Made& m) {
 }
 
 // Makes `h` again where it was, with its access; false: nothing stays.
-bool HandleSleep::make_again(const AsleepHandle& h, Made* made) {
+bool HandleSleep::make_again(const SlotHandle& h, Made* made) {
   made->asleep = &h;
   if (!driver_.create(h.bytes, h.prop, &made->handle)) return false;
-  for (const AsleepMapping& m : h.maps) {
+  for (const SlotMapping& m : h.maps) {
     if (!driver_.map(m.addr, m.bytes, m.offset, made->handle)) break;
     ++made->mapped;
     if (!driver_.set_access(m.addr, m.bytes, m.access)) break;
@@ -210,19 +209,19 @@ bool HandleSleep::make_again(const AsleepHandle& h, Made* made) {
 // provider's copies (the host copies held whole: kSleepHoldHost); a
 // mapping no device may write is opened to the handle's device for its
 // copy, and set as recorded after. false: some copy failed.
-bool HandleSleep::copy_in(const std::vector<const AsleepHandle*>& handles) {
+bool HandleSleep::copy_in(const std::vector<const SlotHandle*>& handles) {
   struct Planned {
-    const AsleepHandle* handle;
-    const AsleepMapping* mapping;
+    const SlotHandle* handle;
+    const SlotMapping* mapping;
     bool opened;
   };
   std::vector<HostCopy> copies;
   std::vector<Planned> planned;
   bool ok = true;
-  for (const AsleepHandle* h : handles) {
+  for (const SlotHandle* h : handles) {
     const KeptCopy* kept = static_cast<const KeptCopy*>(h->host);
     if (!kept) continue;
-    for (const AsleepMapping& m : h->maps) {
+    for (const SlotMapping& m : h->maps) {
       const KeptPiece* piece = m.access.empty() ? nullptr : piece_at(*kept, m.addr);
       if (!piece || piece->bytes != m.bytes) continue;
       const bool opened = !driver_.writable(m.access);
@@ -238,7 +237,7 @@ bool HandleSleep::copy_in(const std::vector<const AsleepHandle*>& handles) {
   for (size_t c = 0; c < copies.size(); ++c) {
     const Planned& p = planned[c];
     if (copies[c].status != ProviderStatus::Ok) ok = false;
-    const AsleepMapping& m = *p.mapping;
+    const SlotMapping& m = *p.mapping;
     if (p.opened && !driver_.set_access(m.addr, m.bytes, driver_.after_copy(m.access, p.handle->device))) ok = false;
   }
   return ok;
@@ -247,7 +246,7 @@ bool HandleSleep::copy_in(const std::vector<const AsleepHandle*>& handles) {
 // The driver's references of a woken handle become the program's: none
 // (it let it go while asleep: the mappings hold the memory) or each of
 // its retains again.
-void HandleSleep::settle_refs(const AsleepHandle& h, uint64_t handle) {
+void HandleSleep::settle_refs(const SlotHandle& h, uint64_t handle) {
   if (h.refs == 0) {
     driver_.release(handle);
     return;
@@ -261,8 +260,8 @@ void HandleSleep::settle_refs(const AsleepHandle& h, uint64_t handle) {
 }
 
 bool HandleSleep::wake(int device, int slot) {
-  std::vector<const AsleepHandle*> asleep;
-  for (const AsleepHandle* h : book_.slot_handles(slot))
+  std::vector<const SlotHandle*> asleep;
+  for (const SlotHandle* h : book_.slot_handles(slot))
     if (h->device == device) asleep.push_back(h);
   std::vector<Made> made(asleep.size());
   for (size_t i = 0; i < asleep.size(); ++i) {
@@ -279,10 +278,10 @@ bool HandleSleep::wake(int device, int slot) {
     return false;
   }
   for (size_t i = 0; i < asleep.size(); ++i) {
-    const AsleepHandle& h = *asleep[i];
+    const SlotHandle& h = *asleep[i];
     settle_refs(h, made[i].handle);
     ledger_.restore(made[i].handle, h.bytes, h.device, h.slot, h.refs);
-    for (const AsleepMapping& m : h.maps) {
+    for (const SlotMapping& m : h.maps) {
       ledger_.mapped(m.addr, m.bytes, made[i].handle, m.offset);
       driver_.mapped_again(m.addr);
     }

@@ -100,10 +100,10 @@ class HandleSleep {
   bool prepare(const SlotHandle& s, int slot, Going* out, const char** why);
   bool finish(Going& g, bool keep, const char** why);
   void copy_out(std::vector<Going>& going, unsigned mode);
-  bool make_again(const AsleepHandle& h, Made* made);
+  bool make_again(const SlotHandle& h, Made* made);
   void unmake(const Made& m);
-  bool copy_in(const std::vector<const AsleepHandle*>& handles);
-  void settle_refs(const AsleepHandle& h, uint64_t handle);
+  bool copy_in(const std::vector<const SlotHandle*>& handles);
+  void settle_refs(const SlotHandle& h, uint64_t handle);
 
   Ledger& ledger_;
   SleepBook& book_;

@@ -262,11 +262,19 @@ std::vector<SlotHandle> Ledger::program_handles(int slot) {
   for (const auto& [handle, h] : handles_)
     if (h.slot == slot && h.programs()) {
       at[handle] = out.size();
-      out.push_back(SlotHandle{handle, h.bytes, h.device, h.refs, h.shared, {}, h.multicast});
+      SlotHandle s;
+      s.handle = handle;
+      s.slot = slot;
+      s.device = h.device;
+      s.refs = h.refs;
+      s.bytes = h.bytes;
+      s.shared = h.shared;
+      s.multicast = h.multicast;
+      out.push_back(std::move(s));
     }
   for (const auto& [addr, m] : maps_) {
     auto it = at.find(m.handle);
-    if (it != at.end()) out[it->second].maps.push_back(LedgerMapping{addr, m.bytes, m.offset});
+    if (it != at.end()) out[it->second].maps.push_back(SlotMapping{addr, m.bytes, m.offset, std::string()});
   }
   return out;
 }

@@ -75,20 +75,33 @@ struct HandleFacts {
   bool shared = false;  // exported or imported
 };
 
-// One of the program's mappings, and a handle with them (program_handles).
-struct LedgerMapping {
+// One of the program's mappings of a handle: where, how much, from which
+// offset into the handle, and, for a handle asleep (sleep_book.h), the
+// access descriptors wake sets again (bytes; empty: none, or not asked).
+struct SlotMapping {
   uint64_t addr = 0;
   uint64_t bytes = 0;
   uint64_t offset = 0;
+  std::string access;
 };
+
+// A handle the program holds or maps in a region slot, with its mappings:
+// as the ledger lists what sleep takes of a slot (program_handles: the
+// driver's value, shared, multicast), and as the sleep book keeps it
+// asleep (sleep_book.h: the program's value, its properties and the host
+// copy of its contents).
 struct SlotHandle {
-  uint64_t handle = 0;
-  uint64_t bytes = 0;
+  uint64_t handle = 0;   // the driver's value (the last it had, once asleep)
+  uint64_t program = 0;  // the program's value (asleep: the book's key)
+  int slot = 0;
   int device = 0;
-  int refs = 0;
-  bool shared = false;
-  std::vector<LedgerMapping> maps;  // by address
-  bool multicast = false;           // bound to a multicast object
+  int refs = 0;  // the program's references
+  uint64_t bytes = 0;
+  bool shared = false;            // exported or imported
+  bool multicast = false;         // bound to a multicast object
+  std::string prop;               // asleep: the property bytes
+  std::vector<SlotMapping> maps;  // by address
+  void* host = nullptr;           // asleep: its contents (keep), or null
 };
 
 // What the own-VMM cache keeps of a handle it tracks (cache.h).

@@ -38,19 +38,19 @@ void SleepBook::drop_alias(uint64_t program) {
   aliases_.erase(it);
 }
 
-void SleepBook::put(AsleepHandle handle) {
+void SleepBook::put(SlotHandle handle) {
   ever_ = true;
   const uint64_t program = handle.program;
   drop_alias(program);
-  for (const AsleepMapping& m : handle.maps) places_[m.addr] = Place{m.bytes, program};
+  for (const SlotMapping& m : handle.maps) places_[m.addr] = Place{m.bytes, program};
   asleep_[program] = std::move(handle);
 }
 
-std::vector<const AsleepHandle*> SleepBook::slot_handles(int slot) const {
-  std::map<uint64_t, const AsleepHandle*> ordered;
+std::vector<const SlotHandle*> SleepBook::slot_handles(int slot) const {
+  std::map<uint64_t, const SlotHandle*> ordered;
   for (const auto& [program, h] : asleep_)
     if (h.slot == slot) ordered[program] = &h;
-  std::vector<const AsleepHandle*> out;
+  std::vector<const SlotHandle*> out;
   for (const auto& [program, h] : ordered) out.push_back(h);
   return out;
 }
@@ -58,14 +58,14 @@ std::vector<const AsleepHandle*> SleepBook::slot_handles(int slot) const {
 void SleepBook::woke(uint64_t program, uint64_t driver) {
   auto it = asleep_.find(program);
   if (it == asleep_.end()) return;
-  for (const AsleepMapping& m : it->second.maps) places_.erase(m.addr);
+  for (const SlotMapping& m : it->second.maps) places_.erase(m.addr);
   asleep_.erase(it);
   if (program == driver) return;
   aliases_[program] = driver;
   reverse_[driver] = program;
 }
 
-const AsleepHandle* SleepBook::find(uint64_t program) const {
+const SlotHandle* SleepBook::find(uint64_t program) const {
   auto it = asleep_.find(program);
   return it == asleep_.end() ? nullptr : &it->second;
 }
@@ -126,7 +126,7 @@ int SleepBook::access_records(uint64_t addr, uint64_t bytes, std::vector<std::st
   for (auto it = first; it != places_.end() && it->first < end; ++it) {
     auto h = asleep_.find(it->second.program);
     if (h == asleep_.end()) continue;
-    for (AsleepMapping& m : h->second.maps)
+    for (SlotMapping& m : h->second.maps)
       if (m.addr == it->first) out->push_back(&m.access);
   }
   return kOk;

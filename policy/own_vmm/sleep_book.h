@@ -32,28 +32,15 @@
 #include <unordered_map>
 #include <vector>
 
+#include "policy/own_vmm/ledger.h"
+
 namespace pagefast::policy::own_vmm {
 
 // CUDA_ERROR_ILLEGAL_STATE (the glue checks).
 constexpr int kIllegalState = 401;
 
-struct AsleepMapping {
-  uint64_t addr = 0;
-  uint64_t bytes = 0;
-  uint64_t offset = 0;  // into the handle
-  std::string access;   // the access descriptors to set again (bytes); empty: none
-};
-
-struct AsleepHandle {
-  uint64_t program = 0;  // the program's value
-  int slot = 0;
-  int device = 0;
-  int refs = 0;  // the program's references
-  uint64_t bytes = 0;
-  std::string prop;                 // the property bytes
-  std::vector<AsleepMapping> maps;  // where the program maps it
-  void* host = nullptr;             // its contents (keep), or null
-};
+// A handle asleep is a SlotHandle (ledger.h) keyed by its program value,
+// with its properties, mappings (and their access) and host copy.
 
 class SleepBook {
  public:
@@ -78,14 +65,14 @@ class SleepBook {
   bool translates() const { return !asleep_.empty() || !aliases_.empty(); }
 
   // Sleep and wake.
-  void put(AsleepHandle handle);
+  void put(SlotHandle handle);
   // Every handle asleep of `slot`, by program value.
-  std::vector<const AsleepHandle*> slot_handles(int slot) const;
+  std::vector<const SlotHandle*> slot_handles(int slot) const;
   // Wake made the handle again as `driver`: it is awake, and aliased when
   // the values differ.
   void woke(uint64_t program, uint64_t driver);
   bool asleep(uint64_t program) const { return asleep_.count(program) != 0; }
-  const AsleepHandle* find(uint64_t program) const;
+  const SlotHandle* find(uint64_t program) const;
 
   // Calls while asleep. Release: one reference less (kInvalidValue when
   // none is left); *gone set with the record's host copy when the program
@@ -124,7 +111,7 @@ class SleepBook {
   bool ever_ = false;
   std::unordered_map<uint64_t, uint64_t> aliases_;  // program -> driver (values differ)
   std::unordered_map<uint64_t, uint64_t> reverse_;  // driver -> program
-  std::unordered_map<uint64_t, AsleepHandle> asleep_;
+  std::unordered_map<uint64_t, SlotHandle> asleep_;
   Places places_;  // the mappings asleep, by address
   // pagefast's own values: from the top of the range down, skipping held ones.
   uint64_t next_own_ = UINT64_MAX - 1;

@@ -19,8 +19,8 @@ namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
 
-AsleepHandle asleep(uint64_t program, int slot, int refs, std::vector<AsleepMapping> maps, void* host = nullptr) {
-  AsleepHandle h;
+SlotHandle asleep(uint64_t program, int slot, int refs, std::vector<SlotMapping> maps, void* host = nullptr) {
+  SlotHandle h;
   h.program = program;
   h.slot = slot;
   h.refs = refs;
@@ -147,8 +147,8 @@ TEST_CASE("own vmm sleep: set access over whole mappings asleep gives their reco
   REQUIRE(book.access_records(0x1000000, 4 * kMiB, &records) == kOk);
   REQUIRE(records.size() == 2);
   for (std::string* access : records) *access = "rw";
-  for (const AsleepHandle* h : book.slot_handles(1))
-    for (const AsleepMapping& m : h->maps) CHECK(m.access == "rw");
+  for (const SlotHandle* h : book.slot_handles(1))
+    for (const SlotMapping& m : h->maps) CHECK(m.access == "rw");
 }
 
 TEST_CASE("own vmm sleep: bytes per slot, kept or not; the slot's handles in order") {

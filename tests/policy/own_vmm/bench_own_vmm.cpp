@@ -64,7 +64,6 @@ class BenchDriver final : public Driver {
     return kOk;
   }
   int address_free(uint64_t, uint64_t) override { return kOk; }
-  uint64_t cache_room(int) override { return UINT64_MAX; }
   bool wake_worker() override { return timed_; }
   uint64_t now_ns() override { return monotonic_now_ns(); }
 

@@ -25,7 +25,9 @@
 
 namespace own_vmm_test {
 
+using pagefast::policy::Holder;
 using pagefast::policy::monotonic_now_ns;
+using pagefast::policy::own_vmm::BudgetView;
 using pagefast::policy::own_vmm::Cache;
 using pagefast::policy::own_vmm::CacheStats;
 using pagefast::policy::own_vmm::Driver;
@@ -43,12 +45,22 @@ struct FakeMap {
   std::map<std::string, std::string> access;  // location -> flags
 };
 
+// A device's budget as the cache sees it (device_share.h): the room the
+// test sets, joined for a device (Cache::join).
+class FakeRoom final : public BudgetView {
+ public:
+  explicit FakeRoom(uint64_t bytes) : bytes_(bytes) {}
+  uint64_t room(const Holder&) override { return bytes_; }
+
+ private:
+  uint64_t bytes_;
+};
+
 class FakeDriver final : public Driver {
  public:
   std::map<uint64_t, FakeHandle> handles;
   std::map<uint64_t, FakeMap> maps;
   uint64_t next_handle = 0x100;
-  uint64_t room = UINT64_MAX;
   std::map<std::string, int> calls;
   std::string fail_op;  // the next call of this op fails (once)
 
@@ -146,7 +158,6 @@ class FakeDriver final : public Driver {
     if (fails("address_free")) return kFailed;
     return overlaps(addr, bytes) ? kInvalidValue : kOk;
   }
-  uint64_t cache_room(int) override { return room; }
   int total_calls() const {
     int n = 0;
     for (auto& [op, c] : calls) n += c;
@@ -272,7 +283,6 @@ class WorkerDriver final : public Driver {
     count("address_free");
     return fake.address_free(a, b);
   }
-  uint64_t cache_room(int) override { return fake.room; }
   bool wake_worker() override {
     ++woken;
     return worker;

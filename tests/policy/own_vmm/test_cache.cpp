@@ -214,7 +214,8 @@ TEST_CASE("own vmm: exported handles and a full cache go back to the driver") {
   REQUIRE(p.release(h) == kOk);
   CHECK(fake.calls["release"] == 1);
   CHECK(fake.handles.empty());
-  fake.room = kSeg / 2;
+  FakeRoom half(kSeg / 2);
+  cache.join(0, &half);
   REQUIRE(p.create(kSeg, kProp, &h) == kOk);
   REQUIRE(p.release(h) == kOk);
   CHECK(fake.handles.empty());

@@ -55,7 +55,8 @@ TEST_CASE("own vmm: what the cache gives back for real leaves the ledger") {
   CHECK(fake.handles.empty());
   for (uint64_t h = 0x100; h < 0x104; ++h) CHECK_FALSE(ledger.facts(h).known);
   // No room: the program's release goes to the driver, and the ledger forgets it.
-  fake.room = 0;
+  FakeRoom none(0);
+  cache.join(0, &none);
   uint64_t h = 0;
   REQUIRE(p.create(kSeg, kProp, &h) == kOk);
   REQUIRE(p.release(h) == kOk);

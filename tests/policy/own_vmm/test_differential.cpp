@@ -29,7 +29,8 @@ TEST_CASE("own vmm: differential against the driver, random programs") {
     FakeDriver direct_fake, cached_fake;
     Cache cache(cached_fake, 2, 1, seed % 2 ? 4 : 0);
     cache.note_reserved(kBase, uint64_t(kPositions) * 2 * kUnit);
-    if (seed % 5 == 0) cached_fake.room = 3 * kUnit;  // a small cache: releases go through too
+    FakeRoom small(3 * kUnit);
+    if (seed % 5 == 0) cache.join(0, &small);  // a small cache: releases go through too
     Program direct{direct_fake, nullptr}, cached{cached_fake, &cache};
     uint64_t handle[2][kSlots] = {};
     std::mt19937 rng(seed);

@@ -122,7 +122,8 @@ TEST_CASE("own vmm: growth ahead stays within the cache's room and undoes a fail
   cache.note_reserved(kBase, 100 * kSeg);
   Program p{fake, &cache};
   std::vector<uint64_t> hs;
-  fake.room = 3 * kSeg;
+  FakeRoom three(3 * kSeg);
+  cache.join(0, &three);
   REQUIRE(grow_page_by_page(p, 16, &hs) == 16);
   CHECK(cache.cached_bytes(0) <= 3 * kSeg);
   for (int i = 0; i < 16; ++i) CHECK(fake.maps[kBase + uint64_t(i) * kSeg].handle == hs[size_t(i)]);
