@@ -10,11 +10,14 @@
 //    not yet, then waits for the DMA of its previous piece, then starts
 //    this one's on its own non-blocking stream (the program's streams are
 //    not waited for): page-locking overlaps the DMA, and with several
-//    threads several copies are in flight, so the copy engines stay busy;
+//    threads several copies are in flight, so the copy engines stay busy.
+//    Each copy stays within its piece, both ways: a piece is page-locked
+//    on its own (cuMemHostRegister), and the driver refuses a copy whose
+//    host side runs from one registration into the next
+//    (docs/DRIVER-FACTS.md "Copies and page-locked host memory");
 //  - min(16, cores) threads while pieces are to be page-locked (the
 //    kernel's share of the work is CPU time: zeroing and locking pages),
-//    else min(8, cores/2), at least 2 (back to the device: 2, each with
-//    copies of up to 1 GiB); the calling thread is one of them,
+//    else min(8, cores/2), at least 2; the calling thread is one of them,
 //    the others are service threads (signals blocked) joined before the
 //    call returns.
 // Whatever fails degrades, piece by piece, and no content is lost: a
@@ -52,7 +55,6 @@ using host_copy::Batch;
 using host_copy::copy_thread_count;
 using host_copy::CopyThread;
 using host_copy::InFlight;
-using host_copy::kWakeMerge;
 using host_copy::Piece;
 using policy::HostCopy;
 using policy::ProviderStatus;
@@ -234,20 +236,10 @@ bool plan_batch(Batch& b, uint64_t count, uint64_t bytes, uint64_t* take_ns) {
       buffer->transient = (copy.mode & policy::kSleepHostRelease) != 0;
     }
     b.failed[i].store(false, std::memory_order_relaxed);
-    // Back to the device, a run of page-locked pieces goes as one copy of
-    // up to kWakeMerge pieces (a piece still pageable goes alone, through
-    // the staging buffer of a piece's size): the link runs at its rate
-    // with few long copies, as with one stream's 1 GiB cudaMemcpy.
-    const uint64_t before = b.pieces.size();
-    for (uint64_t n = 0; n < buffer->pieces;) {
-      uint64_t end = n + 1, bytes = HostMemory::piece_bytes(*buffer, n);
-      const uint64_t most = !b.to_host && HostMemory::pinned(*buffer, n) ? kWakeMerge : 1;
-      while (end < buffer->pieces && end - n < most && HostMemory::pinned(*buffer, end))
-        bytes += HostMemory::piece_bytes(*buffer, end++);
-      b.pieces.push_back(Piece{i, n, n * HostMemory::kPieceBytes, bytes});
-      n = end;
-    }
-    b.left[i].store(b.pieces.size() - before, std::memory_order_relaxed);
+    // One copy per piece: never across two page-locked pieces (above).
+    for (uint64_t n = 0; n < buffer->pieces; ++n)
+      b.pieces.push_back(Piece{i, n, n * HostMemory::kPieceBytes, HostMemory::piece_bytes(*buffer, n)});
+    b.left[i].store(buffer->pieces, std::memory_order_relaxed);
   }
   return true;
 }
@@ -263,7 +255,7 @@ bool needs_pinning(const Batch& b) {
 // Runs the batch's pieces on a few copy threads and this one. Returns the
 // time it took.
 uint64_t run_batch(Batch& b) {
-  const int threads = copy_thread_count(b.pieces.size(), needs_pinning(b), b.to_host);
+  const int threads = copy_thread_count(b.pieces.size(), needs_pinning(b));
   pthread_t started[VmmProvider::kMaxCopyThreads];
   int started_count = 0;
   for (int t = 1; t < threads; ++t)

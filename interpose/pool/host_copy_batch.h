@@ -18,16 +18,11 @@
 
 namespace pagefast::pool::host_copy {
 
-// Back to the device: pieces merged into copies of up to this many
-// (1 GiB), on at most kWakeThreads threads (one copy in flight on each:
-// the other's covers the gap between one copy's end and the next's start).
-constexpr uint64_t kWakeMerge = 32;
-constexpr int kWakeThreads = 2;
-
 // How many threads copy a batch of `pieces`: min(16, cores) while pieces
-// are to be page-locked, else min(8, cores/2), at least 2; back to the
-// device at most kWakeThreads.
-inline int copy_thread_count(uint64_t pieces, bool pinning, bool to_host) {
+// are to be page-locked, else min(8, cores/2), at least 2 (the H100's copy
+// back ran at 88-90% of the link with 32 MiB pieces on 8 threads,
+// docs/BENCHMARKS.md "Pause and resume against torch_memory_saver").
+inline int copy_thread_count(uint64_t pieces, bool pinning) {
   int cpus = 0;
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
@@ -35,7 +30,6 @@ inline int copy_thread_count(uint64_t pieces, bool pinning, bool to_host) {
   int n = pinning ? cpus : cpus / 2;
   if (!pinning && n > 8) n = 8;
   if (n < 2) n = 2;
-  if (!to_host && n > kWakeThreads) n = kWakeThreads;
   if (n > VmmProvider::kMaxCopyThreads) n = VmmProvider::kMaxCopyThreads;
   if (uint64_t(n) > pieces) n = int(pieces);
   return n < 1 ? 1 : n;

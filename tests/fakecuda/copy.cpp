@@ -42,6 +42,10 @@ CUresult check_side(uintptr_t addr, size_t bytes, Side side, Access access, Rang
   out->device = is_device_address(addr);
   if (out->device) return check_device_range(addr, bytes, access, -1, &out->identity);
   if (side == Side::kDevice || addr == 0) return CUDA_ERROR_INVALID_VALUE;
+  // Host memory: a range that starts in one cuMemHostRegister registration
+  // and runs past its end is refused, as the driver refused pagefast's
+  // copies back across page-locked pieces on an H100 (docs/DRIVER-FACTS.md).
+  if (host_range_crosses_registration(addr, bytes)) return CUDA_ERROR_INVALID_VALUE;
   return CUDA_SUCCESS;
 }
 

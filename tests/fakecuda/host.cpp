@@ -7,6 +7,8 @@
 // of a pointer that no registration starts at
 // (CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, also counted as a violation: a
 // caller that frees what it never registered has lost track of its memory).
+// A copy whose host side starts in a registration and runs past its end is
+// refused (copy.cpp check_side).
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -60,6 +62,16 @@ CUresult impl::cuMemHostUnregister(void* p) {
   g_registered_bytes -= it->second;
   table.erase(it);
   return CUDA_SUCCESS;
+}
+
+bool fake::host_range_crosses_registration(uintptr_t addr, size_t bytes) {
+  std::lock_guard<std::mutex> guard(g_host_mutex);
+  if (!g_registered) return false;
+  auto next = g_registered->upper_bound(addr);
+  if (next == g_registered->begin()) return false;
+  const auto& in = *std::prev(next);
+  const uintptr_t end = in.first + in.second;
+  return addr < end && addr + bytes > end;
 }
 
 extern "C" unsigned long long fakecuda_host_registered_bytes(void) {

@@ -344,6 +344,9 @@ CUresult check_capture_unsafe();
 CUresult capture_disposition(Stream* stream, bool* captured);
 
 void record_violation(const char* what, uintptr_t addr, size_t bytes);
+// Whether host [addr, addr + bytes) starts inside a cuMemHostRegister
+// registration and runs past its end (host.cpp).
+bool host_range_crosses_registration(uintptr_t addr, size_t bytes);
 unsigned long long violation_count();  // no lock needed
 
 }  // namespace fake
