@@ -62,8 +62,10 @@ struct PoolConfig {
   int idle_share = 15;
   // grow_ahead: while the program's memory grows, the pool maps its next
   // chunk on a service thread before it is needed, up to this percent
-  // over the peak in use (policy/grow_ahead.h); 0 (off): only on demand.
-  int grow_ahead = 10;
+  // over the peak in use (policy/grow_ahead.h); 0 (off, the default: on
+  // an H100 it made the seed loop's first pass slower and grew nothing
+  // ahead, docs/BENCHMARKS.md "Growth ahead"): only on demand.
+  int grow_ahead = 0;
   // keep_idle: the percent of the device's memory that its pools may keep
   // idle; a free that takes them over it gives the rest back to the driver
   // at once (policy/device_budget.h give_back_idle); 100: never at once.

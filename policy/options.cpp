@@ -182,7 +182,7 @@ constexpr OptionRow kRows[] = {
      "before the pool grows for a request under a chunk, it syncs and reuses its idle memory when that is more "
      "than this percent of what it holds (docs/POOL.md \"Footprint\")",
      "`0`: only `slack`'s allowance decides; lower holds less and syncs more (docs/BENCHMARKS.md)"},
-    {Opt::KeyGrowAhead, "grow_ahead", Scope::ConfKey, &kPercent, "0..100 (percent)", "10", false, kLib,
+    {Opt::KeyGrowAhead, "grow_ahead", Scope::ConfKey, &kPercent, "0..100 (percent)", "0", false, kLib,
      "while a program's memory grows, the pool maps its next chunk on the `pagefast-grow` thread before the "
      "program needs it, up to this percent over the most it has had in use (docs/POOL.md \"Growth ahead\")",
      "`0`: the pool grows only when a request finds no room, on the program's thread; not under a `limit`"},
