@@ -159,7 +159,7 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t bytes) {
 // A sleep may land between the program's cuMemMap and this call: the
 // mapping asleep then takes the access in its record, and wake sets it
 // (the translation). A call made while a sleep began meanwhile is made
-// again under the book's lock, so that the sleep's record of the access
+// again under the sleep mutex, so that the sleep's record of the access
 // is never older than the program's call.
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count) {
   const bool on = active(Entry::cuMemSetAccess);

@@ -62,7 +62,7 @@ class DeviceMemory {
   // wake (own_vmm_copy.cpp): the pool's, else one made for those copies
   // alone, which the pool takes when it is made. NULL when none can be
   // made. Takes the process's create_mutex the first time (lock order: the
-  // own-VMM book's mutex, then create_mutex).
+  // own-VMM sleep mutex, then create_mutex).
   VmmProvider* copy_provider(const RealDriver* real);
   // copy_provider's if it was made (or the pool's), else NULL; no lock.
   VmmProvider* copy_provider_made() const { return copier_.load(std::memory_order_acquire); }

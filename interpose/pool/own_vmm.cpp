@@ -203,7 +203,7 @@ policy::Holder* join(int device, policy::own_vmm::BudgetView* view) {
 
 void switch_off() {
   g_on.store(false, std::memory_order_relaxed);
-  g_translating.store(false, std::memory_order_relaxed);  // the book's lock may be held by a thread gone
+  g_translating.store(false, std::memory_order_relaxed);  // the sleep mutex may be held by a thread gone
 }
 
 // Sleep's (own_vmm_sleep.cpp). disown allocates nothing.

@@ -155,13 +155,13 @@ bool disown(CUmemGenericAllocationHandle handle);
 void note_foreign(CUdeviceptr ptr);
 
 // Translation of the program's handle values (own_vmm_translate.cpp,
-// policy/own_vmm/sleep_book.h): while a handle sleeps, or a woken one's
+// policy/own_vmm/ledger.h "Asleep"): while a handle sleeps, or a woken one's
 // value is an alias of the driver's, the hooks of the calls that take or
 // give a handle go through these, which translate the value, answer for a
 // handle asleep, and otherwise make the call through `call` (the hook's
 // own way: the cache or the driver, and the ledger's note) with the
 // driver's value. Before the first sleep, and again once the program
-// holds nothing of what slept (SleepBook::translates), translating() is
+// holds nothing of what slept (Ledger::translates), translating() is
 // false (one relaxed load and a branch) and the hooks make their call
 // directly; a forked child never translates.
 extern std::atomic<bool> g_translating;

@@ -1,8 +1,8 @@
 // interpose/pool/own_vmm_sleep.cpp: sleep and wake of the program's own
 // VMM memory of a device by region slot (own_vmm.h, docs/OWN-VMM.md
 // "Sleep and wake"): the engine (policy/own_vmm/handle_sleep.h) over the
-// ledger, the book, the driver seam (SeamSleepDriver below) and the
-// device's provider (own_vmm_copy.cpp), under the book's mutex.
+// ledger, the driver seam (SeamSleepDriver below) and the
+// device's provider (own_vmm_copy.cpp), under the sleep mutex.
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -126,21 +126,13 @@ class SeamSleepDriver final : public policy::own_vmm::SleepDriver {
   const RealDriver* real_;
 };
 
-// Per slot, what the book holds asleep and of it kept in host memory, as
-// the last change of the book left it: read without the book's lock.
-struct SlotFigures {
-  std::atomic<uint64_t> asleep{0};
-  std::atomic<uint64_t> kept{0};
-};
-SlotFigures g_figures[region::kMaxSlots];
-
-// REQUIRES: book_mutex() held. Whether `device` has handles of `slot` to
-// sleep (awake: the ledger's) or to wake (the book's): a device with none
-// is not asked for a provider or a context.
+// REQUIRES: sleep_mutex() held. Whether `device` has handles of `slot` to
+// sleep or to wake: a device with none is not asked for a provider or a
+// context.
 bool any_of(int device, int slot, bool asleep) {
   if (asleep) {
-    for (const policy::own_vmm::SlotHandle* h : book().slot_handles(slot))
-      if (h->device == device) return true;
+    for (const policy::own_vmm::SlotHandle& h : ledger().asleep_handles(slot))
+      if (h.device == device) return true;
     return false;
   }
   for (const policy::own_vmm::SlotHandle& h : ledger().program_handles(slot))
@@ -150,28 +142,18 @@ bool any_of(int device, int slot, bool asleep) {
 
 }  // namespace
 
-void mirror_figures() {
-  settle_translating();
-  for (int slot = 0; slot < region::kMaxSlots; ++slot) {
-    uint64_t asleep = 0, kept = 0;
-    book().slot_bytes(slot, &asleep, &kept);
-    g_figures[slot].asleep.store(asleep, std::memory_order_relaxed);
-    g_figures[slot].kept.store(kept, std::memory_order_relaxed);
-  }
-}
-
 SleepAnswer sleep_device(DeviceMemory& memory, int slot, unsigned keep_modes) {
   SleepAnswer answer;
   if (!active()) return answer;
   const RealDriver* real = real_driver();
-  std::lock_guard<std::mutex> guard(book_mutex());
+  std::lock_guard<std::mutex> guard(sleep_mutex());
   if (!any_of(memory.device(), slot, false)) return answer;
   // Before a handle leaves: the program's calls translate from here on.
   g_translating.store(true, std::memory_order_relaxed);
   try {
     const DeviceContext context(real, memory);
     SeamSleepDriver seam(real);
-    policy::own_vmm::HandleSleep engine(ledger(), book(), seam, copies_of(memory, real));
+    policy::own_vmm::HandleSleep engine(ledger(), seam, copies_of(memory, real));
     const policy::own_vmm::HandleSleepAnswer part = engine.sleep(memory.device(), slot, keep_modes);
     answer = SleepAnswer{part.status, part.slept_bytes, part.kept_bytes, part.resident_bytes};
   } catch (...) {
@@ -180,35 +162,35 @@ SleepAnswer sleep_device(DeviceMemory& memory, int slot, unsigned keep_modes) {
              slot_words(slot).c_str());
     answer.status = 1;
   }
-  mirror_figures();
+  settle_translating();
   return answer;
 }
 
 int wake_device(DeviceMemory& memory, int slot) {
   if (!active()) return 0;
   const RealDriver* real = real_driver();
-  std::lock_guard<std::mutex> guard(book_mutex());
+  std::lock_guard<std::mutex> guard(sleep_mutex());
   bool woke = false;
   try {
     if (!any_of(memory.device(), slot, true)) return 0;
     const DeviceContext context(real, memory);
     SeamSleepDriver seam(real);
-    policy::own_vmm::HandleSleep engine(ledger(), book(), seam, copies_of(memory, real));
+    policy::own_vmm::HandleSleep engine(ledger(), seam, copies_of(memory, real));
     woke = engine.wake(memory.device(), slot);
   } catch (...) {
     log_line(LogLevel::Warn, "%s: out of host memory; the program's own VMM memory is still asleep",
              slot_words(slot).c_str());
   }
-  mirror_figures();
+  settle_translating();
   return woke ? 0 : -1;
 }
 
 SlotBytes slot_bytes(int slot) {
   SlotBytes bytes;
   if (!active() || slot < 0 || slot >= region::kMaxSlots) return bytes;
-  // Never the book's lock: a sleep holds it across its copy.
-  bytes.asleep = g_figures[slot].asleep.load(std::memory_order_relaxed);
-  bytes.kept = g_figures[slot].kept.load(std::memory_order_relaxed);
+  // Never the sleep mutex (a sleep holds it across its copy): the ledger's
+  // lock, which is not.
+  ledger().slot_asleep(slot, &bytes.asleep, &bytes.kept);
   bytes.resident = ledger().slot_resident(slot);
   return bytes;
 }

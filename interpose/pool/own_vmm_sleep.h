@@ -1,10 +1,11 @@
 // interpose/pool/own_vmm_sleep.h: what sleep of the program's own VMM
 // memory (own_vmm_sleep.cpp, over policy/own_vmm/handle_sleep.h), its
 // driver and copies (own_vmm_copy.cpp) and the translation of its handle
-// values (own_vmm_translate.cpp) share: the book
-// (policy/own_vmm/sleep_book.h) and the one mutex that guards it, held
-// across sleep, wake and every translated call (the book's, then the
-// ledger's).
+// values (own_vmm_translate.cpp) share: the sleep mutex, held across a
+// sleep, a wake and every translated call, so that no call on a handle
+// runs while a sleep or wake takes it apart or makes it again. It guards
+// no state: the records asleep and the program's values are the ledger's
+// (policy/own_vmm/ledger.h), under the ledger's lock, taken under it.
 #pragma once
 
 #include <cstddef>
@@ -13,7 +14,6 @@
 
 #include "interpose/real_driver.h"
 #include "policy/own_vmm/handle_sleep.h"
-#include "policy/own_vmm/sleep_book.h"
 #include "policy/provider.h"
 
 namespace pagefast::pool {
@@ -22,9 +22,7 @@ class DeviceMemory;
 
 namespace pagefast::pool::own_vmm {
 
-std::mutex& book_mutex();
-// REQUIRES: book_mutex() held.
-policy::own_vmm::SleepBook& book();
+std::mutex& sleep_mutex();
 // The provider a device's handles sync and copy through: the device's
 // (DeviceMemory::copy_provider); where none can be made, one that copies
 // with the driver's page-locked host memory, a mapping at a time, and
@@ -49,18 +47,13 @@ class DeviceContext {
   const RealDriver* real_;
   bool pushed_ = false;
 };
-// REQUIRES: book_mutex() held. The aliases of those of `driver` (the
+// REQUIRES: sleep_mutex() held. The aliases of those of `driver` (the
 // driver's values) the program holds nothing of any more (the ledger
 // says) go.
 void prune_aliases(const uint64_t* driver, size_t count);
-// REQUIRES: book_mutex() held. Translation on while the book has
+// REQUIRES: sleep_mutex() held. Translation on while the ledger has
 // anything to translate (a handle asleep, an alias), off again once it has
 // none: the hooks then make their calls directly, as before any sleep.
 void settle_translating();
-// REQUIRES: book_mutex() held. After the book changed (sleep, wake, a
-// handle asleep released or unmapped for good): the per-slot figures that
-// slot_bytes reads without the lock (status and stats never wait for a
-// sleep's copy) are set from it.
-void mirror_figures();
 
 }  // namespace pagefast::pool::own_vmm

@@ -1,7 +1,7 @@
 // interpose/pool/own_vmm_translate.cpp: the translation of the program's
 // handle values once a handle slept, and the answers for a handle asleep
-// (own_vmm.h, policy/own_vmm/sleep_book.h, docs/OWN-VMM.md "Sleep and
-// wake"). Each call takes the book's mutex, so that no call on a handle
+// (own_vmm.h, policy/own_vmm/ledger.h "Asleep", docs/OWN-VMM.md "Sleep and
+// wake"). Each call takes the sleep mutex, so that no call on a handle
 // runs while sleep or wake takes it apart or makes it again.
 #include <cstring>
 #include <string>
@@ -14,21 +14,16 @@ namespace pagefast::pool::own_vmm {
 
 std::atomic<bool> g_translating{false};
 
-static_assert(policy::own_vmm::kIllegalState == CUDA_ERROR_ILLEGAL_STATE, "the book's answer is the driver's");
+static_assert(policy::own_vmm::kIllegalState == CUDA_ERROR_ILLEGAL_STATE, "the ledger's answer is the driver's");
 
-std::mutex& book_mutex() {
+std::mutex& sleep_mutex() {
   static std::mutex* mutex = new std::mutex();  // never destroyed: hooks run at exit
   return *mutex;
 }
 
-policy::own_vmm::SleepBook& book() {
-  static policy::own_vmm::SleepBook* own = new policy::own_vmm::SleepBook();
-  return *own;
-}
-
 namespace {
 
-// Out of host memory in the book: the call answers as the driver does
+// Out of host memory in the ledger: the call answers as the driver does
 // when out of memory (its own call, if made, stands).
 template <class Call>
 CUresult guarded(Call call) {
@@ -39,21 +34,21 @@ CUresult guarded(Call call) {
   }
 }
 
-// REQUIRES: book_mutex(). The driver's value of the program's `handle` in
+// REQUIRES: sleep_mutex(). The driver's value of the program's `handle` in
 // *driver (the same value when it never slept); false while it is asleep.
 bool driver_value(CUmemGenericAllocationHandle handle, CUmemGenericAllocationHandle* driver) {
   uint64_t value = 0;
-  const bool awake = book().to_driver(handle, &value);
+  const bool awake = ledger().to_driver(handle, &value);
   *driver = value;
   return awake;
 }
 
-// Under book_mutex(): awake(the driver's value) for a handle awake,
-// asleep() for one the book holds asleep.
+// Under sleep_mutex(): awake(the driver's value) for a handle awake,
+// asleep() for one asleep.
 template <typename Awake, typename Asleep>
 CUresult by_handle(CUmemGenericAllocationHandle handle, Awake awake, Asleep asleep) {
   return guarded([&]() -> CUresult {
-    std::lock_guard<std::mutex> guard(book_mutex());
+    std::lock_guard<std::mutex> guard(sleep_mutex());
     CUmemGenericAllocationHandle driver = 0;
     return driver_value(handle, &driver) ? awake(driver) : asleep();
   });
@@ -80,23 +75,23 @@ void merge_access(std::string* access, const CUmemAccessDesc* desc, size_t count
 
 }  // namespace
 
-void settle_translating() { g_translating.store(book().translates(), std::memory_order_relaxed); }
+void settle_translating() { g_translating.store(ledger().translates(), std::memory_order_relaxed); }
 
 void prune_aliases(const uint64_t* driver, size_t count) {
   for (size_t i = 0; i < count; ++i) {
-    const uint64_t program = book().to_program(driver[i]);
+    const uint64_t program = ledger().to_program(driver[i]);
     if (program == driver[i]) continue;  // no alias
     const policy::own_vmm::HandleFacts facts = ledger().facts(driver[i]);
-    if (facts.refs == 0 && facts.maps == 0) book().drop_alias(program);
+    if (facts.refs == 0 && facts.maps == 0) ledger().drop_alias(program);
   }
   settle_translating();
 }
 
 CUresult translated_create(CUmemGenericAllocationHandle* handle, HandleCall call) {
   return guarded([&]() -> CUresult {
-    std::lock_guard<std::mutex> guard(book_mutex());
+    std::lock_guard<std::mutex> guard(sleep_mutex());
     const CUresult r = call(handle);
-    if (r == CUDA_SUCCESS && handle) *handle = book().adopt(*handle);
+    if (r == CUDA_SUCCESS && handle) *handle = ledger().adopt(*handle);
     return r;
   });
 }
@@ -107,10 +102,10 @@ CUresult translated_import(CUmemGenericAllocationHandle* handle, HandleCall call
 
 CUresult translated_retain(CUmemGenericAllocationHandle* handle, void* addr, HandleCall call) {
   return guarded([&]() -> CUresult {
-    std::lock_guard<std::mutex> guard(book_mutex());
-    if (addr && book().overlaps(reinterpret_cast<uintptr_t>(addr), 1)) return CUDA_ERROR_ILLEGAL_STATE;
+    std::lock_guard<std::mutex> guard(sleep_mutex());
+    if (addr && ledger().overlaps_asleep(reinterpret_cast<uintptr_t>(addr), 1)) return CUDA_ERROR_ILLEGAL_STATE;
     const CUresult r = call(handle);
-    if (r == CUDA_SUCCESS && handle) *handle = book().to_program(*handle);
+    if (r == CUDA_SUCCESS && handle) *handle = ledger().to_program(*handle);
     return r;
   });
 }
@@ -125,10 +120,10 @@ CUresult translated_release(CUmemGenericAllocationHandle handle, HandleCall call
   return by_handle(handle, awake, [&] {
     bool gone = false;
     void* host = nullptr;
-    const int r = book().release(handle, &gone, &host);
+    const int r = ledger().release_asleep(handle, &gone, &host);
     if (gone) {
       free_host_copy(host);
-      mirror_figures();
+      settle_translating();
     }
     return CUresult(r);
   });
@@ -137,7 +132,7 @@ CUresult translated_release(CUmemGenericAllocationHandle handle, HandleCall call
 CUresult translated_map(CUdeviceptr ptr, size_t bytes, CUmemGenericAllocationHandle handle, HandleCall call) {
   const auto awake = [&](CUmemGenericAllocationHandle driver) {
     // The range a mapping asleep keeps: mapped, as the driver would say.
-    if (book().overlaps(ptr, bytes)) return CUDA_ERROR_INVALID_VALUE;
+    if (ledger().overlaps_asleep(ptr, bytes)) return CUDA_ERROR_INVALID_VALUE;
     return call(&driver);
   };
   return by_handle(handle, awake, illegal_state);
@@ -145,15 +140,15 @@ CUresult translated_map(CUdeviceptr ptr, size_t bytes, CUmemGenericAllocationHan
 
 CUresult translated_unmap(CUdeviceptr ptr, size_t bytes, HandleCall call) {
   return guarded([&]() -> CUresult {
-    std::lock_guard<std::mutex> guard(book_mutex());
+    std::lock_guard<std::mutex> guard(sleep_mutex());
     std::vector<void*> gone;
-    const int r = book().unmap(ptr, bytes, &gone);
+    const int r = ledger().unmap_asleep(ptr, bytes, &gone);
     for (void* host : gone) free_host_copy(host);
-    if (!gone.empty()) mirror_figures();
+    if (!gone.empty()) settle_translating();
     if (r >= 0) return CUresult(r);
     // The handles mapped there (read before: the call ends their mappings).
     const std::vector<uint64_t> mapped =
-        book().aliases_empty() ? std::vector<uint64_t>() : ledger().mapped_in(ptr, bytes);
+        ledger().aliases_empty() ? std::vector<uint64_t>() : ledger().mapped_in(ptr, bytes);
     CUmemGenericAllocationHandle none = 0;
     const CUresult result = call(&none);
     if (result == CUDA_SUCCESS) prune_aliases(mapped.data(), mapped.size());
@@ -163,9 +158,9 @@ CUresult translated_unmap(CUdeviceptr ptr, size_t bytes, HandleCall call) {
 
 CUresult translated_address_free(CUdeviceptr ptr, size_t bytes, HandleCall call) {
   return guarded([&]() -> CUresult {
-    std::lock_guard<std::mutex> guard(book_mutex());
+    std::lock_guard<std::mutex> guard(sleep_mutex());
     // Mappings asleep there: still mapped to the program, which must unmap first.
-    if (book().overlaps(ptr, bytes)) return CUDA_ERROR_INVALID_VALUE;
+    if (ledger().overlaps_asleep(ptr, bytes)) return CUDA_ERROR_INVALID_VALUE;
     CUmemGenericAllocationHandle none = 0;
     return call(&none);
   });
@@ -174,18 +169,18 @@ CUresult translated_address_free(CUdeviceptr ptr, size_t bytes, HandleCall call)
 CUresult translated_set_access(CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count,
                                HandleCall call) {
   return guarded([&]() -> CUresult {
-    std::lock_guard<std::mutex> guard(book_mutex());
-    std::vector<std::string*> records;
-    const int r = book().access_records(ptr, bytes, &records);
+    std::lock_guard<std::mutex> guard(sleep_mutex());
+    // Mappings asleep: their records take the access, which wake sets.
+    const bool valid = desc && count != 0;
+    const int r = ledger().access_asleep(ptr, bytes, [&](std::string* access) {
+      if (valid) merge_access(access, desc, count);
+    });
     if (r < 0) {
       CUmemGenericAllocationHandle none = 0;
       return call(&none);
     }
     if (r != 0) return CUresult(r);  // not whole mappings asleep
-    if (!desc || count == 0) return CUDA_ERROR_INVALID_VALUE;
-    // Mappings asleep: their records take the access, which wake sets.
-    for (std::string* access : records) merge_access(access, desc, count);
-    return CUDA_SUCCESS;
+    return valid ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   });
 }
 
@@ -202,9 +197,10 @@ CUresult translated_properties(CUmemAllocationProp* prop, CUmemGenericAllocation
   return by_handle(
       handle, [&](CUmemGenericAllocationHandle driver) { return call(&driver); },
       [&] {
-        const policy::own_vmm::SlotHandle* asleep = book().find(handle);
-        if (!prop || asleep->prop.size() != sizeof *prop) return CUDA_ERROR_INVALID_VALUE;
-        std::memcpy(prop, asleep->prop.data(), sizeof *prop);
+        std::string bytes;
+        if (!prop || !ledger().asleep_properties(handle, &bytes) || bytes.size() != sizeof *prop)
+          return CUDA_ERROR_INVALID_VALUE;
+        std::memcpy(prop, bytes.data(), sizeof *prop);
         return CUDA_SUCCESS;
       });
 }

@@ -10,7 +10,7 @@
 namespace pagefast::policy::own_vmm {
 namespace {
 
-// A handle's host copy (the book's opaque `host`): one piece per mapping
+// A handle's host copy (the record's opaque `host`): one piece per mapping
 // copied, in the provider's host memory.
 struct KeptPiece {
   uint64_t addr = 0;  // the mapping it was copied through
@@ -35,7 +35,7 @@ const KeptPiece* piece_at(const KeptCopy& kept, uint64_t addr) {
 // reference retained to read it (a handle the program released while it
 // still maps it).
 struct HandleSleep::Going {
-  SlotHandle h;  // the ledger's listing, completed for the book
+  SlotHandle h;  // the ledger's listing, completed for its record asleep
   uint64_t retained = 0;
 };
 
@@ -70,7 +70,7 @@ bool HandleSleep::prepare(const SlotHandle& s, int slot, Going* out, const char*
     return (*why = "the driver did not give its properties"), false;
   }
   h.handle = s.handle;
-  h.program = book_.to_program(s.handle);
+  h.program = ledger_.to_program(s.handle);
   h.slot = slot;
   h.device = s.device;
   h.refs = s.refs;
@@ -107,7 +107,6 @@ bool HandleSleep::finish(Going& g, bool keep, const char** why) {
   for (int i = 0; i < references; ++i)
     if (!driver_.release(h.handle)) break;
   if (g.retained) driver_.release(g.retained);
-  ledger_.forget(h.handle);
   return true;
 }
 
@@ -180,7 +179,7 @@ HandleSleepAnswer HandleSleep::sleep(int device, int slot, unsigned keep_modes) 
     }
     answer.slept_bytes += g.h.bytes;
     if (g.h.host) answer.kept_bytes += g.h.bytes;
-    book_.put(std::move(g.h));
+    ledger_.slept(std::move(g.h));
   }
   answer.status = answer.resident_bytes ? 1 : 0;
   return answer;
@@ -209,7 +208,7 @@ bool HandleSleep::make_again(const SlotHandle& h, Made* made) {
 // provider's copies (the host copies held whole: kSleepHoldHost); a
 // mapping no device may write is opened to the handle's device for its
 // copy, and set as recorded after. false: some copy failed.
-bool HandleSleep::copy_in(const std::vector<const SlotHandle*>& handles) {
+bool HandleSleep::copy_in(const std::vector<SlotHandle>& handles) {
   struct Planned {
     const SlotHandle* handle;
     const SlotMapping* mapping;
@@ -218,7 +217,8 @@ bool HandleSleep::copy_in(const std::vector<const SlotHandle*>& handles) {
   std::vector<HostCopy> copies;
   std::vector<Planned> planned;
   bool ok = true;
-  for (const SlotHandle* h : handles) {
+  for (const SlotHandle& handle : handles) {
+    const SlotHandle* h = &handle;
     const KeptCopy* kept = static_cast<const KeptCopy*>(h->host);
     if (!kept) continue;
     for (const SlotMapping& m : h->maps) {
@@ -260,12 +260,12 @@ void HandleSleep::settle_refs(const SlotHandle& h, uint64_t handle) {
 }
 
 bool HandleSleep::wake(int device, int slot) {
-  std::vector<const SlotHandle*> asleep;
-  for (const SlotHandle* h : book_.slot_handles(slot))
-    if (h->device == device) asleep.push_back(h);
+  std::vector<SlotHandle> asleep;
+  for (SlotHandle& h : ledger_.asleep_handles(slot))
+    if (h.device == device) asleep.push_back(std::move(h));
   std::vector<Made> made(asleep.size());
   for (size_t i = 0; i < asleep.size(); ++i) {
-    if (make_again(*asleep[i], &made[i])) continue;
+    if (make_again(asleep[i], &made[i])) continue;
     for (size_t j = 0; j < i; ++j) unmake(made[j]);
     driver_.wake_refused(slot, "the driver refused to make the program's own VMM memory again");
     return false;
@@ -278,15 +278,11 @@ bool HandleSleep::wake(int device, int slot) {
     return false;
   }
   for (size_t i = 0; i < asleep.size(); ++i) {
-    const SlotHandle& h = *asleep[i];
+    const SlotHandle& h = asleep[i];
     settle_refs(h, made[i].handle);
-    ledger_.restore(made[i].handle, h.bytes, h.device, h.slot, h.refs);
-    for (const SlotMapping& m : h.maps) {
-      ledger_.mapped(m.addr, m.bytes, made[i].handle, m.offset);
-      driver_.mapped_again(m.addr);
-    }
+    ledger_.woke(h.program, made[i].handle);  // its record awake, with its mappings
+    for (const SlotMapping& m : h.maps) driver_.mapped_again(m.addr);
     free_host(h.host);
-    book_.woke(h.program, made[i].handle);  // `h` goes with it
   }
   return true;
 }

@@ -5,7 +5,7 @@
 // and the policy tests drive both.
 //
 // Sleep of a device's handles of a slot, over the ledger (which handles,
-// their mappings) and the book (what slept, and the program's values):
+// their mappings; the records asleep and the program's values):
 // every context that used the device is synchronised first, as the pool
 // does (Provider::synchronize; refused or failed: every handle stays
 // resident); each handle's properties and each mapping's access are read;
@@ -23,9 +23,10 @@
 // whole: call again).
 //
 // Pure: handles, addresses, properties and access descriptors are numbers
-// and bytes (SleepDriver's); the host copies are the provider's. Not
-// thread-safe: the caller holds the book's lock (the glue's book mutex),
-// under which the ledger's calls take the ledger's.
+// and bytes (SleepDriver's); the host copies are the provider's. One sleep
+// or wake at a time, and none beside the program's calls on the handles it
+// takes: the caller serialises them (the glue's sleep mutex); the ledger's
+// calls take the ledger's lock, never held across a driver call or a copy.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +34,6 @@
 #include <vector>
 
 #include "policy/own_vmm/ledger.h"
-#include "policy/own_vmm/sleep_book.h"
 #include "policy/provider.h"
 
 namespace pagefast::policy::own_vmm {
@@ -82,8 +82,8 @@ class HandleSleep {
  public:
   // `provider`: the device's (the pool's, or one made for these copies):
   // its sync before a sleep, its copies and host memory.
-  HandleSleep(Ledger& ledger, SleepBook& book, SleepDriver& driver, Provider& provider)
-      : ledger_(ledger), book_(book), driver_(driver), provider_(provider) {}
+  HandleSleep(Ledger& ledger, SleepDriver& driver, Provider& provider)
+      : ledger_(ledger), driver_(driver), provider_(provider) {}
 
   // The program's handles of `device` in `slot`; keep_modes: kSleepKeep
   // (contents kept) with where (kSleepToDisk, kSleepHostRelease), 0
@@ -91,7 +91,7 @@ class HandleSleep {
   HandleSleepAnswer sleep(int device, int slot, unsigned keep_modes);
   // true: every handle of `device` in `slot` woke (also: none asleep).
   bool wake(int device, int slot);
-  // A handle's host copy (the book's opaque `host`, null: nothing) given back.
+  // A handle's host copy (the record's opaque `host`, null: nothing) given back.
   static void free_host(void* host);
 
  private:
@@ -102,11 +102,10 @@ class HandleSleep {
   void copy_out(std::vector<Going>& going, unsigned mode);
   bool make_again(const SlotHandle& h, Made* made);
   void unmake(const Made& m);
-  bool copy_in(const std::vector<const SlotHandle*>& handles);
+  bool copy_in(const std::vector<SlotHandle>& handles);
   void settle_refs(const SlotHandle& h, uint64_t handle);
 
   Ledger& ledger_;
-  SleepBook& book_;
   SleepDriver& driver_;
   Provider& provider_;
 };

@@ -36,6 +36,20 @@
 // memory: never slept). program_handles lists what sleep takes of a slot;
 // forget drops what sleep released, restore brings back what wake made.
 //
+// Asleep (docs/OWN-VMM.md "Sleep and wake"): sleep releases the driver's
+// handle and its record stays, keyed from then on by the program's value
+// (which outlives the driver's), with what wake needs to make it again
+// (its properties, mappings and their access, the host copy of its
+// contents); wake keys it by the new driver value again. The program's
+// values are translated: a woken handle keeps the program's value (an
+// alias of the driver's), and a new driver handle whose value the program
+// holds for another (asleep, or an alias: the driver reuses released
+// values) gets a value of pagefast's own. A value in no alias and asleep
+// nowhere is the driver's own and passes unchanged. Calls while asleep:
+// release and unmap are recorded (once the program holds nothing, wake
+// does not bring it back), and so is set access (wake sets it); the
+// properties come from the record.
+//
 // One record per handle: what the own-VMM cache keeps of a handle it
 // tracks (CachePart: its key, cached or not, its deferred mappings) is
 // part of the handle's record here, valid while pagefast keeps it (keep,
@@ -48,6 +62,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -63,6 +78,10 @@ struct ShareKey {
   bool operator<(const ShareKey& o) const { return device != o.device ? device < o.device : inode < o.inode; }
 };
 
+// CUDA_ERROR_ILLEGAL_STATE (the glue checks): map, export and retain of a
+// handle asleep.
+constexpr int kIllegalState = 401;
+
 // One handle, as the ledger knows it (known false: not recorded).
 struct HandleFacts {
   bool known = false;
@@ -76,7 +95,7 @@ struct HandleFacts {
 };
 
 // One of the program's mappings of a handle: where, how much, from which
-// offset into the handle, and, for a handle asleep (sleep_book.h), the
+// offset into the handle, and, for a handle asleep, the
 // access descriptors wake sets again (bytes; empty: none, or not asked).
 struct SlotMapping {
   uint64_t addr = 0;
@@ -87,12 +106,12 @@ struct SlotMapping {
 
 // A handle the program holds or maps in a region slot, with its mappings:
 // as the ledger lists what sleep takes of a slot (program_handles: the
-// driver's value, shared, multicast), and as the sleep book keeps it
-// asleep (sleep_book.h: the program's value, its properties and the host
+// driver's value, shared, multicast), and as the ledger lists its records
+// asleep (asleep_handles: the program's value, its properties and the host
 // copy of its contents).
 struct SlotHandle {
   uint64_t handle = 0;   // the driver's value (the last it had, once asleep)
-  uint64_t program = 0;  // the program's value (asleep: the book's key)
+  uint64_t program = 0;  // the program's value (asleep: its record's key)
   int slot = 0;
   int device = 0;
   int refs = 0;  // the program's references
@@ -177,6 +196,51 @@ class Ledger {
   // The bytes of `slot` the program holds or maps (every device).
   uint64_t slot_resident(int slot);
 
+  // Asleep and the translation of the program's values (above). Whether
+  // any handle ever slept (until then every value is the driver's).
+  bool ever();
+  // The driver's value for the program's; false when the handle is asleep.
+  bool to_driver(uint64_t program, uint64_t* driver);
+  // The program's value for a driver handle it already holds (retain).
+  uint64_t to_program(uint64_t driver);
+  // A handle the driver just handed out (create, import): the program's
+  // value for it, a value of pagefast's own when the driver's is held by
+  // the program for another handle.
+  uint64_t adopt(uint64_t driver);
+  // The program holds nothing of `program` any more: its alias goes.
+  void drop_alias(uint64_t program);
+  bool aliases_empty();
+  // Whether any value needs translating (a handle asleep, or an alias).
+  bool translates();
+  // Sleep released `h.handle`: its record (made from `h` when the ledger
+  // has none) sleeps under `h.program`, its mappings with it.
+  void slept(SlotHandle h);
+  // Every handle asleep of `slot`, by program value.
+  std::vector<SlotHandle> asleep_handles(int slot);
+  // Wake made the handle again as `driver`: its record is awake under it,
+  // with its references and mappings, aliased when the values differ.
+  void woke(uint64_t program, uint64_t driver);
+  bool asleep(uint64_t program);
+  // The property bytes of a handle asleep; false when not asleep.
+  bool asleep_properties(uint64_t program, std::string* prop);
+  size_t asleep_count();
+  // Release while asleep: one reference less (kInvalidValue when none is
+  // left); *gone set with the host copy when the program now holds
+  // nothing (the record goes; the caller frees the copy).
+  int release_asleep(uint64_t program, bool* gone, void** host);
+  // Unmap: -1 when no mapping asleep starts in [addr, addr + bytes) (the
+  // driver answers); kOk when such mappings tile the range exactly (they
+  // go; `gone` gets the host copies of handles the program now holds
+  // nothing of); else kInvalidValue.
+  int unmap_asleep(uint64_t addr, uint64_t bytes, std::vector<void*>* gone);
+  // Set access: as unmap_asleep, and where kOk `update` is applied to each
+  // mapping's access record (wake sets them), under the lock.
+  int access_asleep(uint64_t addr, uint64_t bytes, const std::function<void(std::string*)>& update);
+  // Whether a mapping asleep overlaps [addr, addr + bytes).
+  bool overlaps_asleep(uint64_t addr, uint64_t bytes);
+  // Bytes asleep of `slot`, and of those, kept in host memory.
+  void slot_asleep(int slot, uint64_t* asleep, uint64_t* kept);
+
   // `device`'s handles the program holds or maps: their bytes, and how many.
   struct Resident {
     uint64_t bytes = 0;
@@ -226,6 +290,11 @@ class Ledger {
     bool shared = false;      // exported or imported
     bool multicast = false;   // bound to a multicast object
     int slot = 0;             // region slot at creation
+    // Asleep (keyed by the program's value): its properties, mappings with
+    // their access, and the host copy of its contents (null: none).
+    std::string prop;
+    std::vector<SlotMapping> slept;
+    void* host = nullptr;
     bool programs() const { return refs != 0 || maps != 0; }
   };
   struct Export {
@@ -242,9 +311,23 @@ class Ledger {
   // pagefast holds it.
   void settle(std::unordered_map<uint64_t, Handle>::iterator it);
 
+  using Handles = std::unordered_map<uint64_t, Handle>;
+  using Places = std::map<uint64_t, Mapping>;  // mappings asleep: Mapping::handle the program's value
+  bool held(uint64_t value) const { return aliases_.count(value) || asleep_.count(value); }
+  // The mappings asleep that tile [addr, addr + bytes) exactly, from
+  // *first: kOk; -1 where none is there, kInvalidValue where they do not.
+  int tiled(uint64_t addr, uint64_t bytes, Places::iterator* first);
+  void drop_alias_held(uint64_t program);
+
   std::mutex mutex_;
-  std::unordered_map<uint64_t, Handle> handles_;
-  std::map<uint64_t, Mapping> maps_;  // by address
+  Handles handles_;  // awake, by the driver's value
+  Handles asleep_;   // asleep, by the program's value
+  Places places_;
+  std::unordered_map<uint64_t, uint64_t> aliases_;  // program -> driver (values differ)
+  std::unordered_map<uint64_t, uint64_t> reverse_;  // driver -> program
+  bool ever_ = false;
+  uint64_t next_own_ = UINT64_MAX - 1;  // pagefast's own values: down from the top, skipping held ones
+  std::map<uint64_t, Mapping> maps_;    // by address
   std::map<ShareKey, Export> exports_;
   uint64_t next_allocation_ = 1;
 };

@@ -1,7 +1,7 @@
 // tests/policy/test_own_vmm_sleep.cpp: the policy side of sleep by slot of
 // the program's own VMM memory (docs/OWN-VMM.md "Sleep and wake"): the
-// book's translation and records (policy/own_vmm/sleep_book.h), the
-// ledger's slots (policy/own_vmm/ledger.h) and the cache letting go of a
+// ledger's records asleep and its translation of the program's values, its
+// slots (policy/own_vmm/ledger.h) and the cache letting go of a
 // handle sleep takes (Cache::disown).
 #include <catch2/catch.hpp>
 
@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "policy/own_vmm/ledger.h"
-#include "policy/own_vmm/sleep_book.h"
 #include "tests/policy/own_vmm/fakes.h"
 
 using namespace pagefast::policy::own_vmm;
@@ -34,147 +33,150 @@ SlotHandle asleep(uint64_t program, int slot, int refs, std::vector<SlotMapping>
 }  // namespace
 
 TEST_CASE("own vmm sleep: values pass unchanged until a handle slept, then translate both ways") {
-  SleepBook book;
+  Ledger ledger;
   uint64_t d = 0;
-  CHECK_FALSE(book.ever());
-  CHECK(book.to_driver(0x10, &d));
+  CHECK_FALSE(ledger.ever());
+  CHECK(ledger.to_driver(0x10, &d));
   CHECK(d == 0x10);
-  CHECK(book.adopt(0x11) == 0x11);
-  book.put(asleep(0x10, 3, 1, {{0x1000000, 4 * kMiB, 0, "rw"}}));
-  CHECK(book.ever());
-  CHECK(book.asleep(0x10));
-  CHECK_FALSE(book.to_driver(0x10, &d));  // asleep: no driver value
-  book.woke(0x10, 0x20);
-  REQUIRE(book.to_driver(0x10, &d));
+  CHECK(ledger.adopt(0x11) == 0x11);
+  ledger.slept(asleep(0x10, 3, 1, {{0x1000000, 4 * kMiB, 0, "rw"}}));
+  CHECK(ledger.ever());
+  CHECK(ledger.asleep(0x10));
+  CHECK_FALSE(ledger.to_driver(0x10, &d));  // asleep: no driver value
+  ledger.woke(0x10, 0x20);
+  REQUIRE(ledger.to_driver(0x10, &d));
   CHECK(d == 0x20);
-  CHECK(book.to_program(0x20) == 0x10);
-  CHECK(book.to_program(0x11) == 0x11);  // never slept: the driver's own
+  CHECK(ledger.to_program(0x20) == 0x10);
+  CHECK(ledger.to_program(0x11) == 0x11);  // never slept: the driver's own
   // The program lets it go: the alias goes, the value is the driver's again.
-  CHECK_FALSE(book.aliases_empty());
-  book.drop_alias(0x10);
-  CHECK(book.aliases_empty());
-  REQUIRE(book.to_driver(0x10, &d));
+  CHECK_FALSE(ledger.aliases_empty());
+  ledger.drop_alias(0x10);
+  CHECK(ledger.aliases_empty());
+  REQUIRE(ledger.to_driver(0x10, &d));
   CHECK(d == 0x10);
-  CHECK(book.to_program(0x20) == 0x20);
+  CHECK(ledger.to_program(0x20) == 0x20);
 }
 
 TEST_CASE("own vmm sleep: values need translating while a handle sleeps or has an alias, and no longer after") {
-  SleepBook book;
-  CHECK_FALSE(book.translates());
-  book.put(asleep(0x10, 3, 1, {{0x1000000, 4 * kMiB, 0, "rw"}}));
-  CHECK(book.translates());
-  book.woke(0x10, 0x20);
-  CHECK(book.translates());  // the alias 0x10 -> 0x20
-  book.drop_alias(0x10);
-  CHECK_FALSE(book.translates());
+  Ledger ledger;
+  CHECK_FALSE(ledger.translates());
+  ledger.slept(asleep(0x10, 3, 1, {{0x1000000, 4 * kMiB, 0, "rw"}}));
+  CHECK(ledger.translates());
+  ledger.woke(0x10, 0x20);
+  CHECK(ledger.translates());  // the alias 0x10 -> 0x20
+  ledger.drop_alias(0x10);
+  CHECK_FALSE(ledger.translates());
   // Woken under its own value: nothing to translate.
-  book.put(asleep(0x30, 3, 1, {{0x2000000, 4 * kMiB, 0, "rw"}}));
-  book.woke(0x30, 0x30);
-  CHECK_FALSE(book.translates());
+  ledger.slept(asleep(0x30, 3, 1, {{0x2000000, 4 * kMiB, 0, "rw"}}));
+  ledger.woke(0x30, 0x30);
+  CHECK_FALSE(ledger.translates());
   // A value of pagefast's own is an alias too.
-  book.put(asleep(0x40, 3, 1, {{0x3000000, 4 * kMiB, 0, "rw"}}));
-  const uint64_t own = book.adopt(0x40);
-  book.woke(0x40, 0x50);
-  book.drop_alias(0x40);
-  CHECK(book.translates());
-  book.drop_alias(own);
-  CHECK_FALSE(book.translates());
+  ledger.slept(asleep(0x40, 3, 1, {{0x3000000, 4 * kMiB, 0, "rw"}}));
+  const uint64_t own = ledger.adopt(0x40);
+  ledger.woke(0x40, 0x50);
+  ledger.drop_alias(0x40);
+  CHECK(ledger.translates());
+  ledger.drop_alias(own);
+  CHECK_FALSE(ledger.translates());
 }
 
 TEST_CASE("own vmm sleep: a new driver handle equal to a value the program holds gets a value of its own") {
-  SleepBook book;
-  book.put(asleep(0x10, 1, 1, {{0x1000000, 4 * kMiB, 0, "rw"}}));
+  Ledger ledger;
+  ledger.slept(asleep(0x10, 1, 1, {{0x1000000, 4 * kMiB, 0, "rw"}}));
   // The driver reuses the released value 0x10 for a new handle.
-  const uint64_t own = book.adopt(0x10);
+  const uint64_t own = ledger.adopt(0x10);
   CHECK(own != 0x10);
   uint64_t d = 0;
-  REQUIRE(book.to_driver(own, &d));
+  REQUIRE(ledger.to_driver(own, &d));
   CHECK(d == 0x10);
-  CHECK(book.to_program(0x10) == own);
+  CHECK(ledger.to_program(0x10) == own);
   // Wake gives the slept handle another driver value; both stay distinct.
-  book.woke(0x10, 0x30);
-  REQUIRE(book.to_driver(0x10, &d));
+  ledger.woke(0x10, 0x30);
+  REQUIRE(ledger.to_driver(0x10, &d));
   CHECK(d == 0x30);
-  REQUIRE(book.to_driver(own, &d));
+  REQUIRE(ledger.to_driver(own, &d));
   CHECK(d == 0x10);
   // The same driver handle again (an import of it): the same value.
-  CHECK(book.adopt(0x10) == own);
+  CHECK(ledger.adopt(0x10) == own);
   // Let go, then handed out again by the driver: 0x10 is still the
-  // program's name of 0x30, so the new handle gets a value of its own.
-  book.drop_alias(own);
-  const uint64_t again = book.adopt(0x10);
+  // program's name of 0x30, so the new handle gets a value of its ledger.
+  ledger.drop_alias(own);
+  const uint64_t again = ledger.adopt(0x10);
   CHECK(again != 0x10);
-  REQUIRE(book.to_driver(again, &d));
+  REQUIRE(ledger.to_driver(again, &d));
   CHECK(d == 0x10);
-  REQUIRE(book.to_driver(0x10, &d));
+  REQUIRE(ledger.to_driver(0x10, &d));
   CHECK(d == 0x30);
 }
 
 TEST_CASE("own vmm sleep: release and unmap while asleep are recorded; the last one drops the record") {
-  SleepBook book;
+  Ledger ledger;
   int copy = 0;
-  book.put(asleep(0x10, 2, 2, {{0x1000000, 2 * kMiB, 0, "rw"}, {0x1200000, 2 * kMiB, 2 * kMiB, "rw"}}, &copy));
+  ledger.slept(asleep(0x10, 2, 2, {{0x1000000, 2 * kMiB, 0, "rw"}, {0x1200000, 2 * kMiB, 2 * kMiB, "rw"}}, &copy));
   bool gone = false;
   void* host = nullptr;
-  CHECK(book.release(0x10, &gone, &host) == kOk);
+  CHECK(ledger.release_asleep(0x10, &gone, &host) == kOk);
   CHECK_FALSE(gone);
-  CHECK(book.release(0x10, &gone, &host) == kOk);
+  CHECK(ledger.release_asleep(0x10, &gone, &host) == kOk);
   CHECK_FALSE(gone);  // still mapped: wake makes it again
-  CHECK(book.release(0x10, &gone, &host) == kInvalidValue);
-  CHECK(book.release(0x99, &gone, &host) == kInvalidValue);
+  CHECK(ledger.release_asleep(0x10, &gone, &host) == kInvalidValue);
+  CHECK(ledger.release_asleep(0x99, &gone, &host) == kInvalidValue);
   std::vector<void*> freed;
-  CHECK(book.unmap(0x5000000, 2 * kMiB, &freed) == -1);             // not asleep there: the driver's
-  CHECK(book.unmap(0x1000000, 1 * kMiB, &freed) == kInvalidValue);  // part of a mapping
-  CHECK(book.overlaps(0x1100000, 1));
-  CHECK(book.unmap(0x1000000, 2 * kMiB, &freed) == kOk);
+  CHECK(ledger.unmap_asleep(0x5000000, 2 * kMiB, &freed) == -1);             // not asleep there: the driver's
+  CHECK(ledger.unmap_asleep(0x1000000, 1 * kMiB, &freed) == kInvalidValue);  // part of a mapping
+  CHECK(ledger.overlaps_asleep(0x1100000, 1));
+  CHECK(ledger.unmap_asleep(0x1000000, 2 * kMiB, &freed) == kOk);
   CHECK(freed.empty());
-  CHECK_FALSE(book.overlaps(0x1000000, 2 * kMiB));
-  CHECK(book.overlaps(0x1000000, 2 * kMiB + 1));
-  CHECK(book.unmap(0x1200000, 2 * kMiB, &freed) == kOk);
+  CHECK_FALSE(ledger.overlaps_asleep(0x1000000, 2 * kMiB));
+  CHECK(ledger.overlaps_asleep(0x1000000, 2 * kMiB + 1));
+  CHECK(ledger.unmap_asleep(0x1200000, 2 * kMiB, &freed) == kOk);
   REQUIRE(freed.size() == 1);
   CHECK(freed[0] == &copy);
-  CHECK_FALSE(book.asleep(0x10));
-  CHECK(book.slot_handles(2).empty());
+  CHECK_FALSE(ledger.asleep(0x10));
+  CHECK(ledger.asleep_handles(2).empty());
 }
 
 TEST_CASE("own vmm sleep: set access over whole mappings asleep gives their records; wake reads them") {
-  SleepBook book;
-  book.put(asleep(0x10, 1, 1, {{0x1000000, 2 * kMiB, 0, ""}, {0x1200000, 2 * kMiB, 2 * kMiB, "r"}}));
-  std::vector<std::string*> records;
-  CHECK(book.access_records(0x5000000, 2 * kMiB, &records) == -1);             // not asleep there
-  CHECK(book.access_records(0x1000000, 1 * kMiB, &records) == kInvalidValue);  // part of a mapping
-  CHECK(records.empty());
-  REQUIRE(book.access_records(0x1000000, 4 * kMiB, &records) == kOk);
-  REQUIRE(records.size() == 2);
-  for (std::string* access : records) *access = "rw";
-  for (const SlotHandle* h : book.slot_handles(1))
-    for (const SlotMapping& m : h->maps) CHECK(m.access == "rw");
+  Ledger ledger;
+  ledger.slept(asleep(0x10, 1, 1, {{0x1000000, 2 * kMiB, 0, ""}, {0x1200000, 2 * kMiB, 2 * kMiB, "r"}}));
+  int records = 0;
+  const auto set = [&](std::string* access) {
+    ++records;
+    *access = "rw";
+  };
+  CHECK(ledger.access_asleep(0x5000000, 2 * kMiB, set) == -1);             // not asleep there
+  CHECK(ledger.access_asleep(0x1000000, 1 * kMiB, set) == kInvalidValue);  // part of a mapping
+  CHECK(records == 0);
+  REQUIRE(ledger.access_asleep(0x1000000, 4 * kMiB, set) == kOk);
+  REQUIRE(records == 2);
+  for (const SlotHandle& h : ledger.asleep_handles(1))
+    for (const SlotMapping& m : h.maps) CHECK(m.access == "rw");
 }
 
 TEST_CASE("own vmm sleep: bytes per slot, kept or not; the slot's handles in order") {
-  SleepBook book;
+  Ledger ledger;
   int copy = 0;
-  book.put(asleep(0x30, 1, 1, {{0x1000000, 4 * kMiB, 0, ""}}, &copy));
-  book.put(asleep(0x20, 1, 1, {{0x2000000, 4 * kMiB, 0, ""}}));
-  book.put(asleep(0x40, 2, 1, {{0x3000000, 4 * kMiB, 0, ""}}));
+  ledger.slept(asleep(0x30, 1, 1, {{0x1000000, 4 * kMiB, 0, ""}}, &copy));
+  ledger.slept(asleep(0x20, 1, 1, {{0x2000000, 4 * kMiB, 0, ""}}));
+  ledger.slept(asleep(0x40, 2, 1, {{0x3000000, 4 * kMiB, 0, ""}}));
   uint64_t sleeping = 0, kept = 0;
-  book.slot_bytes(1, &sleeping, &kept);
+  ledger.slot_asleep(1, &sleeping, &kept);
   CHECK(sleeping == 8 * kMiB);
   CHECK(kept == 4 * kMiB);
-  book.slot_bytes(2, &sleeping, &kept);
+  ledger.slot_asleep(2, &sleeping, &kept);
   CHECK(sleeping == 4 * kMiB);
   CHECK(kept == 0);
-  const auto handles = book.slot_handles(1);
+  const auto handles = ledger.asleep_handles(1);
   REQUIRE(handles.size() == 2);
-  CHECK(handles[0]->program == 0x20);
-  CHECK(handles[1]->program == 0x30);
+  CHECK(handles[0].program == 0x20);
+  CHECK(handles[1].program == 0x30);
   // An unmap over two handles' mappings side by side.
   std::vector<void*> freed;
-  book.put(asleep(0x50, 3, 0, {{0x4000000, 4 * kMiB, 0, ""}}));
-  book.put(asleep(0x51, 3, 0, {{0x4400000, 4 * kMiB, 0, ""}}));
-  CHECK(book.unmap(0x4000000, 8 * kMiB, &freed) == kOk);
+  ledger.slept(asleep(0x50, 3, 0, {{0x4000000, 4 * kMiB, 0, ""}}));
+  ledger.slept(asleep(0x51, 3, 0, {{0x4400000, 4 * kMiB, 0, ""}}));
+  CHECK(ledger.unmap_asleep(0x4000000, 8 * kMiB, &freed) == kOk);
   CHECK(freed.size() == 2);
-  CHECK(book.slot_handles(3).empty());
+  CHECK(ledger.asleep_handles(3).empty());
 }
 
 TEST_CASE("own vmm sleep: the ledger marks multicast-bound handles, by handle or by an address inside a mapping") {

@@ -22,7 +22,6 @@
 #include "policy/fake_provider.h"
 #include "policy/own_vmm/handle_sleep.h"
 #include "policy/own_vmm/ledger.h"
-#include "policy/own_vmm/sleep_book.h"
 #include "tests/policy/harness.h"
 
 using namespace pagefast::policy;
@@ -151,7 +150,6 @@ TEST_CASE("device sleep: the pool's chunks and the program's handles leave throu
   REQUIRE(t.alloc(*cache, 3 * kMiB, &block) == AllocStatus::Ok);
   fill(block, 3 * kMiB, 7);
   Ledger ledger;
-  SleepBook book;
   ProviderDriver driver(t.provider);
   const uint64_t base = reserve(t.provider, 8 * kG);
   const uint64_t a = driver.make(ledger, base, 2 * kG, 1);
@@ -159,7 +157,7 @@ TEST_CASE("device sleep: the pool's chunks and the program's handles leave throu
   fill(base, 2 * kG, 11);
   fill(base + 4 * kG, 2 * kG, 12);
   driver.cached.insert(b);  // the own-VMM cache held it: the driver's one reference goes
-  HandleSleep engine(ledger, book, driver, t.provider);
+  HandleSleep engine(ledger, driver, t.provider);
 
   const uint64_t syncs = t.provider.calls(Op::Sync);
   REQUIRE(t.pool.sleep(kSleepKeep) == SleepStatus::Ok);
@@ -170,7 +168,7 @@ TEST_CASE("device sleep: the pool's chunks and the program's handles leave throu
   CHECK(t.provider.calls(Op::Sync) >= syncs + 2);  // the pool's and the handles': the same rule
   CHECK(t.provider.used_bytes() == 0);             // every byte of both left the device
   CHECK(t.provider.live_maps() == 0);
-  CHECK(book.asleep_count() == 2);
+  CHECK(ledger.asleep_count() == 2);
   CHECK(ledger.program_handles(1).empty());
   CHECK(driver.refs(a) == 0);
   CHECK(driver.refs(b) == 0);
@@ -181,7 +179,7 @@ TEST_CASE("device sleep: the pool's chunks and the program's handles leave throu
   CHECK(check(block, 3 * kMiB, 7));
   CHECK(check(base, 2 * kG, 11));
   CHECK(check(base + 4 * kG, 2 * kG, 12));
-  CHECK(book.asleep_count() == 0);
+  CHECK(ledger.asleep_count() == 0);
   CHECK(ledger.program_handles(1).size() == 2);
   CHECK(driver.access_of(base + 4 * kG) == "r");  // set as recorded after its copy back
   CHECK(t.provider.live_host_buffers() == 0);
@@ -193,14 +191,13 @@ TEST_CASE("handle sleep: a copy that fails halfway leaves that handle resident a
           "[handle sleep]") {
   FakeProvider provider(1 * kGiB, FakeProvider::Backing::Host);
   Ledger ledger;
-  SleepBook book;
   ProviderDriver driver(provider);
   const uint64_t base = reserve(provider, 8 * kG);
   const uint64_t a = driver.make(ledger, base, 2 * kG, 2);
   const uint64_t b = driver.make(ledger, base + 4 * kG, 2 * kG, 2);
   fill(base, 2 * kG, 21);
   fill(base + 4 * kG, 2 * kG, 22);
-  HandleSleep engine(ledger, book, driver, provider);
+  HandleSleep engine(ledger, driver, provider);
   provider.set_copy_piece(kG);
   provider.fail(Op::Copy, 3, ProviderStatus::Failed);  // the second handle's second piece
   const HandleSleepAnswer answer = engine.sleep(0, 2, kSleepKeep);
@@ -214,7 +211,7 @@ TEST_CASE("handle sleep: a copy that fails halfway leaves that handle resident a
   REQUIRE(driver.refs(a) + driver.refs(b) == 1);
   const bool a_stayed = driver.refs(a) == 1;
   CHECK(check(a_stayed ? base : base + 4 * kG, 2 * kG, a_stayed ? 21 : 22));
-  CHECK(book.asleep_count() == 1);
+  CHECK(ledger.asleep_count() == 1);
   CHECK(provider.live_host_buffers() == 1);  // the slept handle's copy only: nothing of the failed one kept
   REQUIRE(engine.wake(0, 2));
   CHECK(check(base, 2 * kG, 21));
@@ -227,14 +224,13 @@ TEST_CASE("handle sleep: a wake the driver refuses, or whose copy back fails, le
           "[handle sleep]") {
   FakeProvider provider(1 * kGiB, FakeProvider::Backing::Host);
   Ledger ledger;
-  SleepBook book;
   ProviderDriver driver(provider);
   const uint64_t base = reserve(provider, 8 * kG);
   driver.make(ledger, base, 2 * kG, 3);
   driver.make(ledger, base + 4 * kG, 2 * kG, 3);
   fill(base, 2 * kG, 31);
   fill(base + 4 * kG, 2 * kG, 32);
-  HandleSleep engine(ledger, book, driver, provider);
+  HandleSleep engine(ledger, driver, provider);
   REQUIRE(engine.sleep(0, 3, kSleepKeep).slept_bytes == 4 * kG);
 
   // The driver makes the first handle, then refuses the second.
@@ -244,7 +240,7 @@ TEST_CASE("handle sleep: a wake the driver refuses, or whose copy back fails, le
   CHECK(driver.refusals.size() == 1);
   CHECK(provider.used_bytes() == 0);  // nothing stays made
   CHECK(provider.live_maps() == 0);
-  CHECK(book.asleep_count() == 2);
+  CHECK(ledger.asleep_count() == 2);
 
   // The copy back of the second handle fails halfway: all or none.
   provider.set_copy_piece(kG);
@@ -253,7 +249,7 @@ TEST_CASE("handle sleep: a wake the driver refuses, or whose copy back fails, le
   provider.clear_faults();
   CHECK(driver.refusals.size() == 2);
   CHECK(provider.used_bytes() == 0);
-  CHECK(book.asleep_count() == 2);
+  CHECK(ledger.asleep_count() == 2);
   CHECK(provider.live_host_buffers() == 2);  // each host copy held whole
 
   REQUIRE(engine.wake(0, 3));
@@ -267,11 +263,10 @@ TEST_CASE("handle sleep: a sync the provider refuses (a capture) or fails leaves
           "[handle sleep]") {
   FakeProvider provider(1 * kGiB, FakeProvider::Backing::Host);
   Ledger ledger;
-  SleepBook book;
   ProviderDriver driver(provider);
   const uint64_t base = reserve(provider, 4 * kG);
   driver.make(ledger, base, 2 * kG, 4);
-  HandleSleep engine(ledger, book, driver, provider);
+  HandleSleep engine(ledger, driver, provider);
   for (int failing = 0; failing < 2; ++failing) {
     if (failing) provider.set_sync_fails(true);
     else provider.set_sync_allowed(false);
@@ -280,7 +275,7 @@ TEST_CASE("handle sleep: a sync the provider refuses (a capture) or fails leaves
     CHECK(answer.slept_bytes == 0);
     CHECK(answer.resident_bytes == 2 * kG);
     CHECK(provider.used_bytes() == 2 * kG);
-    CHECK(book.asleep_count() == 0);
+    CHECK(ledger.asleep_count() == 0);
     provider.set_sync_allowed(true);
     provider.set_sync_fails(false);
   }
@@ -296,9 +291,8 @@ TEST_CASE("handle sleep: sleeps and wakes of one slot while other threads make, 
           "[handle sleep][threads]") {
   FakeProvider provider(4 * kGiB, FakeProvider::Backing::None);
   Ledger ledger;
-  SleepBook book;
   ProviderDriver driver(provider);
-  std::mutex book_mutex;  // the glue's: sleep, wake
+  std::mutex sleep_mutex;  // the glue's: sleep, wake
   const uint64_t base = reserve(provider, 64 * kG);
   for (int i = 0; i < 4; ++i) driver.make(ledger, base + uint64_t(i) * 2 * kG, kG, 5);
   std::atomic<bool> stop{false};
@@ -323,10 +317,10 @@ TEST_CASE("handle sleep: sleeps and wakes of one slot while other threads make, 
     });
   int cycles = 0;
   while (cycles < 200 || made.load() < 200) {
-    std::lock_guard<std::mutex> guard(book_mutex);
-    HandleSleep engine(ledger, book, driver, provider);
+    std::lock_guard<std::mutex> guard(sleep_mutex);
+    HandleSleep engine(ledger, driver, provider);
     REQUIRE(engine.sleep(0, 5, 0).slept_bytes == 4 * kG);
-    REQUIRE(book.asleep_count() == 4);
+    REQUIRE(ledger.asleep_count() == 4);
     REQUIRE(engine.wake(0, 5));
     REQUIRE(ledger.program_handles(5).size() == 4);
     // Woken under new values: the program's stay (aliases), as the glue's.
@@ -336,5 +330,99 @@ TEST_CASE("handle sleep: sleeps and wakes of one slot while other threads make, 
   for (std::thread& t : program) t.join();
   CHECK(ledger.program_handles(6).empty());
   CHECK(provider.used_bytes() == 4 * kG);
+  CHECK(provider.violations() == 0);
+}
+
+// The program's calls on the very handles that sleep and wake (the glue's
+// translated map, unmap, retain, release and export), each under the
+// glue's sleep mutex as the hooks make them: a call finds its handle awake
+// (the driver holds it, mapped where the program mapped it, its value the
+// program's) or asleep (its record and properties there, its mapping's
+// place kept), never half-way (unmapped, or released, or made and not yet
+// mapped back). Counted on the threads, checked after.
+TEST_CASE("handle sleep: the program's calls on handles that sleep and wake see each awake or asleep, never half-way",
+          "[handle sleep][threads]") {
+  FakeProvider provider(4 * kGiB, FakeProvider::Backing::None);
+  Ledger ledger;
+  ProviderDriver driver(provider);
+  std::mutex sleep_mutex;  // the glue's: sleep, wake, each translated call
+  const uint64_t base = reserve(provider, 64 * kG);
+  constexpr int kHandles = 4;
+  uint64_t program[kHandles], addr[kHandles];
+  for (int i = 0; i < kHandles; ++i) {
+    addr[i] = base + uint64_t(i) * 2 * kG;
+    program[i] = driver.make(ledger, addr[i], kG, 5);
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> awake_seen{0}, asleep_seen{0}, half_way{0};
+  const auto call = [&](int i, uint64_t scratch) {
+    std::lock_guard<std::mutex> guard(sleep_mutex);
+    uint64_t d = 0;
+    if (!ledger.to_driver(program[i], &d)) {
+      std::string prop;
+      const bool whole = ledger.asleep(program[i]) && ledger.asleep_properties(program[i], &prop) && prop == "prop" &&
+                         ledger.overlaps_asleep(addr[i], kG);
+      if (!whole) half_way.fetch_add(1);
+      asleep_seen.fetch_add(1);
+      return;
+    }
+    const HandleFacts facts = ledger.facts(d);
+    uint64_t at = 0;
+    std::string prop;
+    bool whole = driver.refs(d) >= 1 && facts.known && facts.maps == 1 && facts.refs == 1 &&
+                 ledger.to_program(d) == program[i] && !ledger.overlaps_asleep(addr[i], kG);
+    whole = whole && driver.retain_at(addr[i], &at) && at == d;  // retain
+    if (at == d) ledger.retained(d);
+    whole = whole && driver.map(scratch, kG, 0, d);  // map
+    if (whole) ledger.mapped(scratch, kG, d, 0);
+    whole = whole && driver.properties(d, &prop);  // export's check: the driver knows the handle
+    if (whole) {
+      ledger.unmapped(scratch, kG);  // unmap
+      whole = driver.unmap(scratch, kG);
+    }
+    if (at == d) {
+      ledger.released(d);  // release the retained reference
+      whole = driver.release(d) && whole;
+    }
+    if (!whole) half_way.fetch_add(1);
+    awake_seen.fetch_add(1);
+  };
+  std::vector<std::thread> program_threads;
+  for (int w = 0; w < 3; ++w)
+    program_threads.emplace_back([&, w] {
+      const uint64_t scratch = base + 32 * kG + uint64_t(w) * 2 * kG;
+      uint64_t seed = 0x9e3779b97f4a7c15ull * uint64_t(w + 1);
+      while (!stop.load()) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        call(int((seed >> 33) % kHandles), scratch);
+      }
+    });
+  // Each sleep and each wake is followed by a call of the program's before
+  // the next, so that both states are met every cycle.
+  const auto after = [&](std::atomic<int>& seen) {
+    const int before = seen.load();
+    while (seen.load() == before) std::this_thread::yield();
+  };
+  for (int cycle = 0; cycle < 100; ++cycle) {
+    {
+      std::lock_guard<std::mutex> guard(sleep_mutex);
+      HandleSleep engine(ledger, driver, provider);
+      REQUIRE(engine.sleep(0, 5, 0).slept_bytes == kHandles * kG);
+    }
+    after(asleep_seen);
+    {
+      std::lock_guard<std::mutex> guard(sleep_mutex);
+      HandleSleep engine(ledger, driver, provider);
+      REQUIRE(engine.wake(0, 5));
+    }
+    after(awake_seen);
+  }
+  stop.store(true);
+  for (std::thread& t : program_threads) t.join();
+  CHECK(half_way.load() == 0);
+  CHECK(awake_seen.load() >= 100);
+  CHECK(asleep_seen.load() >= 100);
+  CHECK(ledger.program_handles(5).size() == kHandles);
+  CHECK(provider.used_bytes() == kHandles * kG);
   CHECK(provider.violations() == 0);
 }
