@@ -18,6 +18,7 @@
 #include <mutex>
 
 #include "interpose/driver_state.h"
+#include "interpose/hooks_state.h"
 #include "interpose/ipc/ipc_state.h"
 #include "interpose/live/publisher_state.h"
 #include "interpose/log_state.h"
@@ -68,6 +69,7 @@ struct Process {
   driver::State driver;
   log::State logger;  // the log (log.cpp); `log` above is the pool glue's sink
   live::State live;
+  hook::State hook;
   ipc::State ipc;
   trace::State trace;
   stats::State stats;
