@@ -22,6 +22,7 @@
 #include "interpose/ipc/ipc_state.h"
 #include "interpose/live/publisher_state.h"
 #include "interpose/log_state.h"
+#include "interpose/pool/glue_state.h"
 #include "interpose/pool_api.h"
 #include "interpose/runtime_state.h"
 #include "interpose/stats_state.h"
@@ -70,6 +71,9 @@ struct Process {
   log::State logger;  // the log (log.cpp); `log` above is the pool glue's sink
   live::State live;
   hook::State hook;
+  ContextsState contexts;
+  ServiceState service;
+  PrelockState prelock;
   ipc::State ipc;
   trace::State trace;
   stats::State stats;
