@@ -23,6 +23,7 @@
 #include "interpose/live/publisher_state.h"
 #include "interpose/log_state.h"
 #include "interpose/pool/glue_state.h"
+#include "interpose/pool/slots_state.h"
 #include "interpose/pool_api.h"
 #include "interpose/runtime_state.h"
 #include "interpose/stats_state.h"
@@ -74,6 +75,7 @@ struct Process {
   ContextsState contexts;
   ServiceState service;
   PrelockState prelock;
+  SlotsState slots;
   ipc::State ipc;
   trace::State trace;
   stats::State stats;
