@@ -26,7 +26,7 @@
 #include "interpose/pool/sleep_state.h"
 #include "interpose/pool_api.h"
 #include "policy/device_pool.h"
-#include "policy/page_map.h"
+#include "policy/state.h"
 
 namespace pagefast::pool {
 namespace {
