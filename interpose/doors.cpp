@@ -25,10 +25,8 @@ void* const kHookAddress[kEntryCount] = {
 
 // Door 1 counts an entry once, at its first call through the symbol: that
 // is when the program "took" the exported pointer.
-std::atomic<bool> g_symbol_bound[kEntryCount];
-
 inline void note_symbol(Entry entry) {
-  auto& bound = g_symbol_bound[int(entry)];
+  auto& bound = pool::g_process.driver.symbol_bound[int(entry)];
   if (__builtin_expect(!bound.load(std::memory_order_relaxed), 0) && !bound.exchange(true) && !runtime::passthrough())
     stats::count_door(stats::Door::Symbol);
 }

@@ -31,8 +31,6 @@ bool active_slow(Entry entry) {
 
 namespace {
 
-std::atomic<bool> g_first_alloc_done{false};
-
 // What the driver answers when the pool does not: pool_api.h alloc_or's
 // and free_or's forward.
 CUresult forward_alloc(CUdeviceptr* dptr, size_t bytesize) {
@@ -45,8 +43,8 @@ CUresult forward_free(CUdeviceptr dptr) { PF_FORWARD(cuMemFree_v2, (dptr)); }
 // byte; the pool answers the rest, or forwards what it does not take (too
 // large, unpoolable, no context).
 __attribute__((noinline)) CUresult alloc_counted(CUdeviceptr* dptr, size_t bytesize) {
-  if (__builtin_expect(!g_first_alloc_done.load(std::memory_order_relaxed), 0) && runtime::on_first_alloc())
-    g_first_alloc_done.store(true, std::memory_order_relaxed);
+  if (__builtin_expect(!pool::g_process.hook.first_alloc_done.load(std::memory_order_relaxed), 0) && runtime::on_first_alloc())
+    pool::g_process.hook.first_alloc_done.store(true, std::memory_order_relaxed);
   if (!dptr || !bytesize) return forward_alloc(dptr, bytesize);
   return pool::alloc_or(dptr, bytesize, &forward_alloc);
 }
@@ -72,7 +70,7 @@ __attribute__((noinline)) CUresult free_untraced(CUdeviceptr dptr) {
 CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   if (__builtin_expect(trace::on(), 0)) return trace::traced_alloc(&alloc_untraced, dptr, bytesize);
   if (__builtin_expect(!stats::count_call_fast(Entry::cuMemAlloc_v2), 0)) return alloc_untraced(dptr, bytesize);
-  if (__builtin_expect(!g_first_alloc_done.load(std::memory_order_relaxed) || !dptr || !bytesize, 0))
+  if (__builtin_expect(!pool::g_process.hook.first_alloc_done.load(std::memory_order_relaxed) || !dptr || !bytesize, 0))
     return alloc_counted(dptr, bytesize);
   return pool::alloc_or(dptr, bytesize, &forward_alloc);
 }

@@ -24,6 +24,8 @@
 #include "interpose/driver.h"
 #include "interpose/hooks.h"
 #include "interpose/hooks_common.h"
+#include "interpose/hooks_state.h"
+#include "interpose/pool/process_state.h"
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
 
@@ -35,28 +37,11 @@ namespace {
 // two of them, no lock); beyond them, rarely, a list under a spin lock. An
 // entry holds a stream's handle plus one (0: free), and a stream is in at
 // most one place.
-constexpr int kCaptureEntries = 64;
-std::atomic<uintptr_t> g_capture_entry[kCaptureEntries];  // zero-initialised: free
-std::atomic<int> g_capture_entries_used{0};               // entries ever taken: the ones searched
-std::atomic<int> g_capture_overflow{0};                   // streams in the list
-
-// The list's lock: captures past the entries are rare, and the holder only
-// edits the list.
-class CaptureLock {
- public:
-  void lock() {
-    while (held_.exchange(true, std::memory_order_acquire))
-      while (held_.load(std::memory_order_relaxed)) sched_yield();
-  }
-  void unlock() { held_.store(false, std::memory_order_release); }
-
- private:
-  std::atomic<bool> held_{false};
-};
-CaptureLock g_capture_lock;  // constant-initialised
-std::vector<CUstream>& capturing() {
-  static auto* streams = new std::vector<CUstream>();  // never destroyed: used at exit
-  return *streams;
+State& state() { return pool::g_process.hook; }
+std::vector<CUstream>& capturing() {  // REQUIRES: capture_lock
+  State& st = state();
+  if (!st.capturing) st.capturing = new std::vector<CUstream>();  // never destroyed: used at exit
+  return *st.capturing;
 }
 
 uintptr_t entry_value(CUstream stream) { return reinterpret_cast<uintptr_t>(stream) + 1; }
@@ -65,27 +50,27 @@ uintptr_t entry_value(CUstream stream) { return reinterpret_cast<uintptr_t>(stre
 __attribute__((noinline)) void capture_listed_slow(CUstream stream) {
   for (int i = 0; i < kCaptureEntries; ++i) {
     uintptr_t free_entry = 0;
-    if (g_capture_entry[i].load(std::memory_order_relaxed) == 0 &&
-        g_capture_entry[i].compare_exchange_strong(free_entry, entry_value(stream), std::memory_order_acq_rel)) {
-      int used = g_capture_entries_used.load(std::memory_order_relaxed);
-      while (used < i + 1 && !g_capture_entries_used.compare_exchange_weak(used, i + 1, std::memory_order_release,
-                                                                           std::memory_order_relaxed)) {
+    if (state().capture_entry[i].load(std::memory_order_relaxed) == 0 &&
+        state().capture_entry[i].compare_exchange_strong(free_entry, entry_value(stream), std::memory_order_acq_rel)) {
+      int used = state().capture_entries_used.load(std::memory_order_relaxed);
+      while (used < i + 1 && !state().capture_entries_used.compare_exchange_weak(used, i + 1, std::memory_order_release,
+                                                                                 std::memory_order_relaxed)) {
       }
       return;
     }
   }
-  std::lock_guard<CaptureLock> lock(g_capture_lock);
+  std::lock_guard<CaptureLock> lock(state().capture_lock);
   capturing().push_back(stream);
-  g_capture_overflow.fetch_add(1, std::memory_order_release);
+  state().capture_overflow.fetch_add(1, std::memory_order_release);
 }
 
 // The first entry when it is free and known to the searches, else the way
 // above.
 inline void capture_listed(CUstream stream) {
   uintptr_t free_entry = 0;
-  if (__builtin_expect(g_capture_entries_used.load(std::memory_order_relaxed) > 0, 1) &&
-      g_capture_entry[0].load(std::memory_order_relaxed) == 0 &&
-      g_capture_entry[0].compare_exchange_strong(free_entry, entry_value(stream), std::memory_order_acq_rel))
+  if (__builtin_expect(state().capture_entries_used.load(std::memory_order_relaxed) > 0, 1) &&
+      state().capture_entry[0].load(std::memory_order_relaxed) == 0 &&
+      state().capture_entry[0].compare_exchange_strong(free_entry, entry_value(stream), std::memory_order_acq_rel))
     return;
   capture_listed_slow(stream);
 }
@@ -94,28 +79,28 @@ inline void capture_listed(CUstream stream) {
 // then the list.
 __attribute__((noinline)) bool capture_unlisted_slow(CUstream stream) {
   const uintptr_t value = entry_value(stream);
-  const int used = g_capture_entries_used.load(std::memory_order_acquire);
+  const int used = state().capture_entries_used.load(std::memory_order_acquire);
   for (int i = 0; i < used; ++i) {
     uintptr_t expected = value;
-    if (g_capture_entry[i].load(std::memory_order_relaxed) == value &&
-        g_capture_entry[i].compare_exchange_strong(expected, 0, std::memory_order_acq_rel))
+    if (state().capture_entry[i].load(std::memory_order_relaxed) == value &&
+        state().capture_entry[i].compare_exchange_strong(expected, 0, std::memory_order_acq_rel))
       return true;
   }
-  if (g_capture_overflow.load(std::memory_order_acquire) == 0) return false;
-  std::lock_guard<CaptureLock> lock(g_capture_lock);
+  if (state().capture_overflow.load(std::memory_order_acquire) == 0) return false;
+  std::lock_guard<CaptureLock> lock(state().capture_lock);
   std::vector<CUstream>& streams = capturing();
   auto it = std::find(streams.begin(), streams.end(), stream);
   if (it == streams.end()) return false;
   streams.erase(it);
-  g_capture_overflow.fetch_sub(1, std::memory_order_relaxed);
+  state().capture_overflow.fetch_sub(1, std::memory_order_relaxed);
   return true;
 }
 
 // The first entry, else the way above.
 inline bool capture_unlisted(CUstream stream) {
   uintptr_t expected = entry_value(stream);
-  if (__builtin_expect(g_capture_entry[0].load(std::memory_order_relaxed) == expected, 1) &&
-      g_capture_entry[0].compare_exchange_strong(expected, 0, std::memory_order_acq_rel))
+  if (__builtin_expect(state().capture_entry[0].load(std::memory_order_relaxed) == expected, 1) &&
+      state().capture_entry[0].compare_exchange_strong(expected, 0, std::memory_order_acq_rel))
     return true;
   return capture_unlisted_slow(stream);
 }

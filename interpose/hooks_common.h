@@ -50,7 +50,7 @@ inline bool active(Entry entry) {
 // counted, otherwise: the hook then ends in a tail call of its slow twin,
 // which takes active() and real_driver() (PF_COUNTED_HOOK).
 inline const RealDriver* counted_driver(Entry entry) {
-  const RealDriver* real = g_loaded_driver.load(std::memory_order_acquire);
+  const RealDriver* real = loaded_table();
   return __builtin_expect(real != nullptr, 1) && stats::count_call_fast(entry) ? real : nullptr;
 }
 

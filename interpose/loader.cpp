@@ -48,10 +48,6 @@ __attribute__((PF_NO_SANITIZE)) DlsymFn real_dlsym() {
 
 namespace {
 
-RealDriver g_driver;
-std::atomic<int> g_state{0};  // 0 not tried, 1 loaded, 2 unavailable
-std::mutex g_load_mutex;
-
 bool load(RealDriver* d) {
   DlsymFn sym = real_dlsym();
   if (!sym) return false;
@@ -75,19 +71,18 @@ bool load(RealDriver* d) {
 
 }  // namespace
 
-std::atomic<const RealDriver*> g_loaded_driver{nullptr};
-
 const RealDriver* real_driver_slow() {
-  const int state = g_state.load(std::memory_order_acquire);
-  if (state == 1) return &g_driver;
+  driver::State& d = pool::g_process.driver;
+  const int state = d.load_state.load(std::memory_order_acquire);
+  if (state == 1) return &d.table;
   if (state == 2) return nullptr;
-  std::lock_guard<std::mutex> lock(g_load_mutex);
-  if (g_state.load(std::memory_order_relaxed) == 0) {
-    const bool loaded = load(&g_driver);
-    g_state.store(loaded ? 1 : 2, std::memory_order_release);
-    if (loaded) g_loaded_driver.store(&g_driver, std::memory_order_release);
+  std::lock_guard<std::mutex> lock(d.load_mutex);
+  if (d.load_state.load(std::memory_order_relaxed) == 0) {
+    const bool loaded = load(&d.table);
+    d.load_state.store(loaded ? 1 : 2, std::memory_order_release);
+    if (loaded) d.loaded.store(&d.table, std::memory_order_release);
   }
-  return g_state.load(std::memory_order_relaxed) == 1 ? &g_driver : nullptr;
+  return d.load_state.load(std::memory_order_relaxed) == 1 ? &d.table : nullptr;
 }
 
 }  // namespace pagefast

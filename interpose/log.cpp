@@ -23,14 +23,12 @@
 #include <mutex>
 
 #include "interpose/files.h"
+#include "interpose/pool/process_state.h"
 
 namespace pagefast::log {
 namespace {
 
-spdlog::logger* g_logger = nullptr;
-std::atomic<int> g_level{int(LogLevel::Warn)};
-std::atomic<bool> g_off{false};
-char g_rank[16] = {0};  // " r3", or "" without a local rank; set once by init
+State& state() { return pool::g_process.logger; }
 
 spdlog::level::level_enum to_spdlog(LogLevel level) {
   switch (level) {
@@ -65,10 +63,10 @@ const char* env_lookup(const char* name, void*) { return std::getenv(name); }
 }  // namespace
 
 std::string init(const Config& config) {
-  g_level.store(int(config.log_level));
-  g_off.store(config.log_off);
+  state().level.store(int(config.log_level));
+  state().off.store(config.log_off);
   const std::string rank = files::local_rank(&env_lookup, nullptr);
-  if (!rank.empty()) std::snprintf(g_rank, sizeof g_rank, " r%s", rank.c_str());
+  if (!rank.empty()) std::snprintf(state().rank, sizeof state().rank, " r%s", rank.c_str());
   std::string refused;
   if (config.log_off) return refused;
   try {
@@ -82,23 +80,23 @@ std::string init(const Config& config) {
     if (!sink) sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
     // Deliberately leaked: see the file comment.
     auto* logger = new spdlog::logger("pagefast", std::move(sink));
-    logger->set_pattern(std::string("pagefast[%P") + g_rank + " %H:%M:%S.%e]: %l: %v");
+    logger->set_pattern(std::string("pagefast[%P") + state().rank + " %H:%M:%S.%e]: %l: %v");
     logger->set_level(to_spdlog(config.log_level));
     logger->flush_on(spdlog::level::debug);
-    g_logger = logger;
+    state().logger = logger;
   } catch (...) {
-    g_logger = nullptr;
+    state().logger = nullptr;
   }
   return refused;
 }
 
 bool enabled(LogLevel level) {
-  return !g_off.load(std::memory_order_relaxed) && int(level) <= g_level.load(std::memory_order_relaxed);
+  return !state().off.load(std::memory_order_relaxed) && int(level) <= state().level.load(std::memory_order_relaxed);
 }
 
 void emit(LogLevel level, const char* message) {
   if (!enabled(level)) return;
-  if (!g_logger) {
+  if (!state().logger) {
     // Before init (or if spdlog failed): one plain line still gets out,
     // with the same prefix.
     static const char* const kNames[] = {"error", "warning", "info", "debug"};
@@ -106,12 +104,12 @@ void emit(LogLevel level, const char* message) {
     clock_gettime(CLOCK_REALTIME, &now);
     struct tm local;
     localtime_r(&now.tv_sec, &local);
-    std::fprintf(stderr, "pagefast[%d%s %02d:%02d:%02d.%03ld]: %s: %s\n", int(getpid()), g_rank, local.tm_hour,
+    std::fprintf(stderr, "pagefast[%d%s %02d:%02d:%02d.%03ld]: %s: %s\n", int(getpid()), state().rank, local.tm_hour,
                  local.tm_min, local.tm_sec, now.tv_nsec / 1000000, kNames[int(level)], message);
     return;
   }
   try {
-    g_logger->log(to_spdlog(level), "{}", message);
+    state().logger->log(to_spdlog(level), "{}", message);
   } catch (...) {
   }
 }

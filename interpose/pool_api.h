@@ -16,8 +16,8 @@
 
 #include "interpose/pagefast.h"
 #include "policy/config.h"
-#include "policy/page_map.h"
 #include "policy/pool_stats.h"
+#include "policy/state.h"
 
 namespace pagefast::policy {
 class DevicePool;

@@ -10,30 +10,19 @@
 
 #include <atomic>
 
-#include "interpose/entries.h"
+#include "interpose/pool/process_state.h"
+#include "interpose/real_driver_table.h"
 
 namespace pagefast {
 
-struct RealDriver {
-#define PF_REAL_FIELD(symbol, proc, since, until, ptds, pfn, ...) pfn symbol;
-  PAGEFAST_ENTRIES(PF_REAL_FIELD)
-#undef PF_REAL_FIELD
-#define PF_REAL_ONLY_FIELD(symbol, pfn) pfn symbol;
-  PAGEFAST_REAL_ONLY(PF_REAL_ONLY_FIELD)
-#undef PF_REAL_ONLY_FIELD
-  void* handle;
-  // The real address of each replaced entry, indexed by Entry, to recognise
-  // what the driver's own cuGetProcAddress hands out.
-  void* entry_address[kEntryCount];
-};
-
 // The loaded driver, or NULL when libcuda.so.1 cannot be opened. Loads on
 // first use; thread-safe; never calls a CUDA function. Every forwarded call
-// asks it: once loaded, one acquire load inline.
-extern std::atomic<const RealDriver*> g_loaded_driver;  // set once loaded (loader.cpp)
+// asks it: once loaded, one acquire load inline (of the process object's
+// driver part, interpose/driver_state.h).
 const RealDriver* real_driver_slow();
+inline const RealDriver* loaded_table() { return pool::g_process.driver.loaded.load(std::memory_order_acquire); }
 inline const RealDriver* real_driver() {
-  const RealDriver* loaded = g_loaded_driver.load(std::memory_order_acquire);
+  const RealDriver* loaded = loaded_table();
   return __builtin_expect(loaded != nullptr, 1) ? loaded : real_driver_slow();
 }
 

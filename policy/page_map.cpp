@@ -4,6 +4,8 @@
 
 #include <sys/mman.h>
 
+#include "policy/state.h"
+
 namespace pagefast::policy {
 
 bool PageMap::ensure(uint64_t addr, Granules granules) {
@@ -33,6 +35,6 @@ void PageMap::destroy_leaves_for_tests() {
     if (Leaf* leaf = root.exchange(nullptr, std::memory_order_acq_rel)) munmap(leaf, sizeof(Leaf));
 }
 
-PageMap g_global_page_map;
+State g_state;
 
 }  // namespace pagefast::policy

@@ -76,11 +76,8 @@ class PageMap {
   std::atomic<Leaf*> root_[uint64_t(1) << kRootBits];
 };
 
-// The process-wide map that the driver entry points consult. Constant-
-// initialised (constexpr constructor, trivial destructor: in .bss, no guard
-// variable, nothing run at exit): usable before any constructor has run.
-// Inline, so a lookup on the hot paths is the lookup alone.
-extern PageMap g_global_page_map;
-inline PageMap& global_page_map() { return g_global_page_map; }
+// The process-wide map that the driver entry points consult is policy's
+// state's (policy/state.h global_page_map). Constant-initialised: a
+// constexpr constructor and a trivial destructor.
 
 }  // namespace pagefast::policy

@@ -3,18 +3,19 @@
 
 #include <sched.h>
 
+#include "policy/state.h"
+
 namespace pagefast::policy {
 namespace {
 
-// A number per thread, never reused (a thread id may be): made at the
-// thread's first close or wait, never on the awake path.
-std::atomic<uint64_t> g_next_thread{1};
+// A number per thread (State::next_thread), made at the thread's first
+// close or wait, never on the awake path.
 __thread uint64_t t_thread __attribute__((tls_model("initial-exec"))) = 0;
 
 __thread bool t_no_wait __attribute__((tls_model("initial-exec"))) = false;  // SleepGate::NoWait
 
 uint64_t thread_number() {
-  if (!t_thread) t_thread = g_next_thread.fetch_add(1, std::memory_order_relaxed);
+  if (!t_thread) t_thread = g_state.next_thread.fetch_add(1, std::memory_order_relaxed);
   return t_thread;
 }
 

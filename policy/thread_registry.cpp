@@ -6,16 +6,11 @@
 
 #include <new>
 
+#include "policy/state.h"
+
 namespace pagefast::policy {
-namespace {
-
-// Buffer ids are process-wide: unique over all devices, never reused.
-std::atomic<uint64_t> g_next_buffer_id{kBufferIdBase};
-
-}  // namespace
-
 void take_buffer_ids(ThreadCache& cache) {
-  cache.next_buffer_id = g_next_buffer_id.fetch_add(kBufferIdBatch, std::memory_order_relaxed);
+  cache.next_buffer_id = g_state.next_buffer_id.fetch_add(kBufferIdBatch, std::memory_order_relaxed);
   cache.buffer_id_end = cache.next_buffer_id + kBufferIdBatch;
 }
 

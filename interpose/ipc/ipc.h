@@ -38,11 +38,9 @@ namespace pagefast::ipc {
 
 // Exports that the program has not freed, or freed while held: while there
 // are any, every pool free asks on_free first. The process object's
-// (ipc_state.h State::Registry::exports); `g_exports` names the same
-// object for the pool's free path (interpose/pool/pool.cpp) until it reads
-// exports_live(), and holds no state of its own.
+// (ipc_state.h State::Registry::exports), read by the pool's free path
+// (interpose/pool/pool.cpp): one relaxed load.
 inline int exports_live() { return pool::g_process.ipc.registry.exports.load(std::memory_order_relaxed); }
-inline constexpr std::atomic<int>& g_exports = pool::g_process.ipc.registry.exports;
 
 // cuIpcGetMemHandle for a live pool block of `pool` (span = its page-map
 // entry): *result is CUDA_SUCCESS with the handle, or the error.

@@ -14,7 +14,7 @@
 #include "interpose/pool_api.h"
 #include "interpose/real_driver.h"
 #include "policy/device_pool.h"
-#include "policy/page_map.h"
+#include "policy/state.h"
 
 namespace pagefast::ipc::detail {
 namespace {

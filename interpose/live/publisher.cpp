@@ -13,6 +13,7 @@
 #include "interpose/entries.h"
 #include "interpose/live/segment.h"
 #include "interpose/log.h"
+#include "interpose/pool/process_state.h"
 #include "interpose/pool_api.h"
 #include "interpose/runtime.h"
 #include "interpose/service_thread.h"
@@ -22,11 +23,7 @@
 namespace pagefast::live {
 namespace {
 
-// Heap state, never destroyed (the thread may run during exit).
-Writer* g_writer = nullptr;
-std::mutex g_start_mutex;  // constant-initialised
-std::atomic<bool> g_started{false};
-std::atomic<bool> g_stopping{false};
+State& state() { return pool::g_process.live; }
 
 std::string command_line() {
   std::string out;
@@ -70,11 +67,11 @@ void publish_once() {
     u.devices.push_back(f);
   }
   u.tags = stats::tags();
-  g_writer->publish(u);
+  state().writer->publish(u);
 }
 
 void* run(void*) {
-  while (!g_stopping.load(std::memory_order_acquire)) {
+  while (!state().stopping.load(std::memory_order_acquire)) {
     publish_once();
     timespec ts{0, long(kPublishIntervalMs) * 1000000L};
     while (nanosleep(&ts, &ts) != 0) {
@@ -85,10 +82,10 @@ void* run(void*) {
 
 // Creates the segment once; false when it could not be (one warning).
 bool create_segment(const Config& config) {
-  if (g_started.load(std::memory_order_acquire)) return false;
-  std::lock_guard<std::mutex> guard(g_start_mutex);
-  if (g_started.load(std::memory_order_relaxed)) return false;
-  g_started.store(true, std::memory_order_release);
+  if (state().started.load(std::memory_order_acquire)) return false;
+  std::lock_guard<std::mutex> guard(state().start_mutex);
+  if (state().started.load(std::memory_order_relaxed)) return false;
+  state().started.store(true, std::memory_order_release);
   auto* writer = new Writer();
   std::string error;
   Identity who = own_identity();
@@ -100,7 +97,7 @@ bool create_segment(const Config& config) {
     delete writer;
     return false;
   }
-  g_writer = writer;
+  state().writer = writer;
   return true;
 }
 
@@ -108,14 +105,14 @@ bool create_segment(const Config& config) {
 
 void start_passthrough(const Config& config) {
   if (!create_segment(config)) return;
-  g_writer->publish(Update{});
+  state().writer->publish(Update{});
 }
 
 // A forked child has the mapping but no thread and is not the segment's
 // maker: it neither publishes nor removes (Writer::remove checks the pid).
 // A child of a process that never started publishing starts as any process.
 void after_fork_child() {
-  if (g_started.load(std::memory_order_acquire)) g_stopping.store(true, std::memory_order_relaxed);
+  if (state().started.load(std::memory_order_acquire)) state().stopping.store(true, std::memory_order_relaxed);
 }
 
 void start(const Config& config) {
@@ -129,9 +126,9 @@ void start(const Config& config) {
 }
 
 void stop_at_exit() {
-  g_stopping.store(true, std::memory_order_release);
-  std::lock_guard<std::mutex> guard(g_start_mutex);
-  if (g_writer) g_writer->remove();
+  state().stopping.store(true, std::memory_order_release);
+  std::lock_guard<std::mutex> guard(state().start_mutex);
+  if (state().writer) state().writer->remove();
 }
 
 }  // namespace pagefast::live

@@ -11,7 +11,7 @@
 // memo is re-checked only every kRevalidateEvery allocations) tags its
 // blocks with a number no live context has, so at worst those blocks stay
 // until the program frees them; no destroy ever frees another context's
-// block. After 65535 numbers, or with kTrackedContexts contexts alive at
+// block. After 65535 numbers, or with ContextsState::kTracked contexts alive at
 // once, a new context gets none: its blocks stay with the pool until freed
 // (one info line).
 #include <mutex>
@@ -27,51 +27,40 @@
 namespace pagefast::pool {
 namespace {
 
-constexpr int kTrackedContexts = 64;
 constexpr uint32_t kLastTag = 0xffff;
+using Tracked = ContextsState::Tracked;
 
-struct Tracked {
-  CUcontext context;
-  int device;
-  policy::ContextTag tag;
-};
+ContextsState& state() { return g_process.contexts; }
 
-// Constant-initialised: a hook may run before any constructor.
-std::mutex g_mutex;
-Tracked g_tracked[kTrackedContexts];
-int g_count = 0;
-uint32_t g_next_tag = 1;
-bool g_full_logged = false;
-
-// REQUIRES: g_mutex. The index of `context`'s record, or -1.
+// REQUIRES: state().mutex. The index of `context`'s record, or -1.
 int find_locked(CUcontext context) {
-  for (int i = 0; i < g_count; ++i)
-    if (g_tracked[i].context == context) return i;
+  for (int i = 0; i < state().count; ++i)
+    if (state().tracked[i].context == context) return i;
   return -1;
 }
 
-void remove_locked(int index) { g_tracked[index] = g_tracked[--g_count]; }
+void remove_locked(int index) { state().tracked[index] = state().tracked[--state().count]; }
 
 }  // namespace
 
 policy::ContextTag context_tag(CUcontext context, int device) {
-  std::lock_guard<std::mutex> guard(g_mutex);
+  std::lock_guard<std::mutex> guard(state().mutex);
   const int found = find_locked(context);
-  if (found >= 0 && g_tracked[found].device == device) return g_tracked[found].tag;
+  if (found >= 0 && state().tracked[found].device == device) return state().tracked[found].tag;
   // A record for another device: that context is gone (destroyed where no
   // hook saw it) and the driver made this one at its address.
   if (found >= 0) remove_locked(found);
-  if (g_count == kTrackedContexts || g_next_tag > kLastTag) {
-    if (!g_full_logged) {
-      g_full_logged = true;
+  if (state().count == ContextsState::kTracked || state().next_tag > kLastTag) {
+    if (!state().full_logged) {
+      state().full_logged = true;
       log_line(LogLevel::Info,
                "too many CUDA contexts to follow: blocks allocated in a context made from now on stay with "
                "pagefast's pool when the context is destroyed, until the program frees them");
     }
     return policy::kNoContextTag;
   }
-  const auto tag = policy::ContextTag(g_next_tag++);
-  g_tracked[g_count++] = Tracked{context, device, tag};
+  const auto tag = policy::ContextTag(state().next_tag++);
+  state().tracked[state().count++] = Tracked{context, device, tag};
   return tag;
 }
 
@@ -79,11 +68,11 @@ ContextDestroy before_context_destroy(CUcontext context) {
   ContextDestroy destroy;
   destroy.context = context;
   if (!active() || !context) return destroy;
-  std::lock_guard<std::mutex> guard(g_mutex);
+  std::lock_guard<std::mutex> guard(state().mutex);
   const int found = find_locked(context);
   if (found < 0) return destroy;
-  destroy.device = g_tracked[found].device;
-  destroy.tag = g_tracked[found].tag;
+  destroy.device = state().tracked[found].device;
+  destroy.tag = state().tracked[found].tag;
   remove_locked(found);
   return destroy;
 }
@@ -93,9 +82,9 @@ void after_context_destroy(const ContextDestroy& destroy, bool destroyed) {
   if (!destroyed) {
     // The driver refused (a primary context, an unknown handle): the
     // context lives on, and so does its record, unless it got a new one.
-    std::lock_guard<std::mutex> guard(g_mutex);
-    if (destroy.tag && find_locked(destroy.context) < 0 && g_count < kTrackedContexts)
-      g_tracked[g_count++] = Tracked{destroy.context, destroy.device, policy::ContextTag(destroy.tag)};
+    std::lock_guard<std::mutex> guard(state().mutex);
+    if (destroy.tag && find_locked(destroy.context) < 0 && state().count < ContextsState::kTracked)
+      state().tracked[state().count++] = Tracked{destroy.context, destroy.device, policy::ContextTag(destroy.tag)};
     return;
   }
   forget_context(destroy.device, destroy.context);

@@ -279,8 +279,7 @@ CUresult free_result(FreeStatus status) { return status == FreeStatus::Ok ? CUDA
 // (false: not the pool's).
 bool free_span(policy::Span* span, CUdeviceptr dptr, CUresult* result) {
   // An exported block an importer still maps is kept (ipc.h).
-  if (__builtin_expect(ipc::g_exports.load(std::memory_order_relaxed) > 0, 0) && ipc::on_free(dptr, result))
-    return true;
+  if (__builtin_expect(ipc::exports_live() > 0, 0) && ipc::on_free(dptr, result)) return true;
   DevicePool* pool = span->pool;
   ThreadState* ts = t_state;
   ThreadCache* cache = ts ? ts->caches[pool->device()] : nullptr;
@@ -327,7 +326,7 @@ CUresult free_or(CUdeviceptr dptr, FreeForward forward) {
   DevicePool* pool = span->pool;
   ThreadState* ts = t_state;
   ThreadCache* cache = ts ? ts->caches[pool->device()] : nullptr;
-  if (__builtin_expect(ipc::g_exports.load(std::memory_order_relaxed) > 0 || !cache || pool->settings().slot != 0, 0))
+  if (__builtin_expect(ipc::exports_live() > 0 || !cache || pool->settings().slot != 0, 0))
     return free_other(span, dptr, forward);
   const DevicePool::FreeStep step = pool->free_step(*cache, span, dptr);
   if (__builtin_expect(step == DevicePool::FreeStep::Done, 1)) return CUDA_SUCCESS;

@@ -54,18 +54,14 @@ uint64_t digest(const std::vector<uint64_t>& sizes) {
   return h ^ sizes.size();
 }
 
-// The trim thread's alone: each device's digest of the round before. A
-// layout page-locked for is one that stood still for a round: a region
-// still growing (its blocks' runs merging) would otherwise have buffers
-// made for every size its runs pass through.
-uint64_t g_last_digest[kMaxDevices];
-
 }  // namespace
 
 bool prelock_step() {
   const PoolConfig& config = g_process.config;
   if (config.sleep_prelock_percent <= 0 || !config.sleep_host_keep) return false;
-  static const uint64_t host_bytes = host_memory_bytes();
+  PrelockState& state = g_process.prelock;  // the trim thread's alone
+  if (!state.host_bytes) state.host_bytes = host_memory_bytes();
+  const uint64_t host_bytes = state.host_bytes;
   const uint64_t bound = host_bytes / 100 * uint64_t(config.sleep_prelock_percent);
   // What every device's sleeps hold now: the bound is the process's.
   uint64_t held = 0;
@@ -89,8 +85,12 @@ bool prelock_step() {
     if (!provider && !sizes.empty()) provider = memory->copy_provider(real_driver());
     if (!provider) continue;
     const uint64_t now = digest(sizes);
-    const bool settled = now == g_last_digest[d];
-    g_last_digest[d] = now;
+    // Each device's digest of the round before: a layout page-locked for is
+    // one that stood still for a round (a region still growing, its blocks'
+    // runs merging, would otherwise have buffers made for every size its
+    // runs pass through).
+    const bool settled = now == state.last_digest[d];
+    state.last_digest[d] = now;
     if (!settled && !sizes.empty()) continue;
     // This device may hold what it holds now and what the others leave.
     const uint64_t mine = provider->host_memory_figures().mapped_bytes;

@@ -39,14 +39,14 @@ __thread int t_depth __attribute__((tls_model("initial-exec"))) = 0;
 __thread int t_regions __attribute__((tls_model("initial-exec"))) = 0;  // entries that are regions
 __thread unsigned t_excess __attribute__((tls_model("initial-exec"))) = 0;
 
-// Thread exit closes the thread's open regions: a pthread key, set at the
-// thread's first region, whose destructor ends them all.
-pthread_key_t g_exit_key;
-pthread_once_t g_exit_key_once = PTHREAD_ONCE_INIT;
+// The slots' one table (slots_state.h), shared with the sleep.
+SlotsState& state() { return g_process.slots; }
+
+// Thread exit closes the thread's open regions (SlotsState::exit_key).
 __thread bool t_exit_keyed __attribute__((tls_model("initial-exec"))) = false;
 
 void close_at_exit(void*);
-void make_exit_key() { pthread_key_create(&g_exit_key, &close_at_exit); }
+void make_exit_key() { pthread_key_create(&state().exit_key, &close_at_exit); }
 
 // A refused begin: a marker the matching end pops; the allocations
 // meanwhile carry the tag of the region open around it (none: untagged).
@@ -55,32 +55,16 @@ void push_refused() {
   else ++t_excess;
 }
 
-struct Slot {
-  // The last byte stays 0 (names are at most kTagMaxChars): a lock-free reader
-  // racing with the slot's reuse reads a name that ends.
-  char name[kMaxNameBytes];
-  unsigned policy;
-  std::atomic<int> open;        // threads' regions of this slot open now
-  std::atomic<int64_t> begins;  // regions of this slot begun so far (under g_mutex)
-};
-
-// Constant-initialised; slots are filled under g_mutex and published by
-// g_count (release); a slot changes (name, keep) only when an empty tag's
-// slot is reused (take_over, under g_mutex).
-Slot g_slots[kMaxSlots];
-std::atomic<int> g_count{1};
-std::mutex g_mutex;
-
-// REQUIRES: g_mutex. A region of `slot` opens.
+// REQUIRES: state().mutex. A region of `slot` opens.
 void open_locked(int slot) {
-  g_slots[slot].open.fetch_add(1, std::memory_order_acq_rel);
-  g_slots[slot].begins.fetch_add(1, std::memory_order_relaxed);
+  state().slots[slot].open.fetch_add(1, std::memory_order_acq_rel);
+  state().slots[slot].begins.fetch_add(1, std::memory_order_relaxed);
 }
 
 int find_locked(const char* name, unsigned policy) {
-  const int count = g_count.load(std::memory_order_relaxed);
+  const int count = state().count.load(std::memory_order_relaxed);
   for (int s = 1; s < count; ++s)
-    if (g_slots[s].policy == policy && std::strcmp(g_slots[s].name, name) == 0) return s;
+    if (state().slots[s].policy == policy && std::strcmp(state().slots[s].name, name) == 0) return s;
   return 0;
 }
 
@@ -93,8 +77,8 @@ void close_at_exit(void*) {
 // Once per thread, at its first region (not on the allocation path).
 void key_thread() {
   if (t_exit_keyed) return;
-  pthread_once(&g_exit_key_once, &make_exit_key);
-  t_exit_keyed = pthread_setspecific(g_exit_key, reinterpret_cast<void*>(1)) == 0;
+  pthread_once(&state().exit_key_once, &make_exit_key);
+  t_exit_keyed = pthread_setspecific(state().exit_key, reinterpret_cast<void*>(1)) == 0;
 }
 
 }  // namespace
@@ -114,19 +98,19 @@ int begin(const char* name, unsigned policy, bool pool_only, const char** why) {
   }
   int slot = 0;
   {
-    std::lock_guard<std::mutex> guard(g_mutex);
+    std::lock_guard<std::mutex> guard(state().mutex);
     slot = find_locked(name, policy);
-    const int count = g_count.load(std::memory_order_relaxed);
+    const int count = state().count.load(std::memory_order_relaxed);
     if (!slot && count < kMaxSlots) {
-      std::memcpy(g_slots[count].name, name, std::strlen(name) + 1);
-      g_slots[count].policy = policy;
+      std::memcpy(state().slots[count].name, name, std::strlen(name) + 1);
+      state().slots[count].policy = policy;
       slot = count;
-      g_count.store(count + 1, std::memory_order_release);
+      state().count.store(count + 1, std::memory_order_release);
     }
     if (slot) open_locked(slot);
   }
   // Every slot made: the slot of an empty tag, if any (tags.cpp; opened
-  // there under g_mutex).
+  // there under state().mutex).
   if (!slot) slot = reuse_tag_slot(name, policy);
   if (!slot) {
     *why = "too many tags (" PAGEFAST_TAG_TEXT(PAGEFAST_MAX_TAGS) " pairs of name and policy, none of them empty)";
@@ -152,7 +136,7 @@ int end() {
   if (t_depth == 0) return -1;
   const int entry = t_stack[--t_depth];
   if (!(entry & kRefused)) {
-    g_slots[entry & kSlotMask].open.fetch_sub(1, std::memory_order_acq_rel);
+    state().slots[entry & kSlotMask].open.fetch_sub(1, std::memory_order_acq_rel);
     --t_regions;
   }
   follow(t_depth ? t_stack[t_depth - 1] : 0);
@@ -162,44 +146,44 @@ int end() {
 int slots_of(const char* name, int out[kMaxPolicies]) {
   if (!name) return 0;
   int n = 0;
-  const int count = g_count.load(std::memory_order_acquire);
+  const int count = state().count.load(std::memory_order_acquire);
   for (int s = 1; s < count && n < kMaxPolicies; ++s)
-    if (std::strcmp(g_slots[s].name, name) == 0) out[n++] = s;
+    if (std::strcmp(state().slots[s].name, name) == 0) out[n++] = s;
   return n;
 }
 
-int slot_count() { return g_count.load(std::memory_order_acquire); }
+int slot_count() { return state().count.load(std::memory_order_acquire); }
 
 bool slot_info(int slot, const char** name, bool* keep) {
   if (slot <= 0 || slot >= slot_count()) return false;
-  if (name) *name = g_slots[slot].name;
-  if (keep) *keep = (g_slots[slot].policy & kKeep) != 0;
+  if (name) *name = state().slots[slot].name;
+  if (keep) *keep = (state().slots[slot].policy & kKeep) != 0;
   return true;
 }
 
-unsigned slot_policy(int slot) { return slot > 0 && slot < slot_count() ? g_slots[slot].policy : 0; }
+unsigned slot_policy(int slot) { return slot > 0 && slot < slot_count() ? state().slots[slot].policy : 0; }
 
 int open_count(int slot) {
   if (slot <= 0 || slot >= slot_count()) return 0;
-  return g_slots[slot].open.load(std::memory_order_acquire);
+  return state().slots[slot].open.load(std::memory_order_acquire);
 }
 
 int64_t idle_since(int slot) {
   if (slot <= 0 || slot >= slot_count()) return -1;
-  std::lock_guard<std::mutex> guard(g_mutex);
-  if (g_slots[slot].open.load(std::memory_order_acquire) != 0) return -1;
-  return g_slots[slot].begins.load(std::memory_order_relaxed);
+  std::lock_guard<std::mutex> guard(state().mutex);
+  if (state().slots[slot].open.load(std::memory_order_acquire) != 0) return -1;
+  return state().slots[slot].begins.load(std::memory_order_relaxed);
 }
 
 int take_over(int slot, int64_t begins, const char* name, unsigned policy) {
   if (slot <= 0 || slot >= slot_count() || !pagefast::policy::good_tag(name)) return 0;
-  std::lock_guard<std::mutex> guard(g_mutex);
+  std::lock_guard<std::mutex> guard(state().mutex);
   // Another thread made the pair meanwhile: its slot.
   if (const int made = find_locked(name, policy)) {
     open_locked(made);
     return made;
   }
-  Slot& s = g_slots[slot];
+  SlotsState::Slot& s = state().slots[slot];
   if (s.open.load(std::memory_order_acquire) != 0 || s.begins.load(std::memory_order_relaxed) != begins) return 0;
   std::memcpy(s.name, name, std::strlen(name) + 1);
   s.policy = policy;
@@ -207,6 +191,6 @@ int take_over(int slot, int64_t begins, const char* name, unsigned policy) {
   return slot;
 }
 
-void after_fork_child() { new (&g_mutex) std::mutex(); }
+void after_fork_child() { new (&state().mutex) std::mutex(); }
 
 }  // namespace pagefast::pool::region

@@ -23,7 +23,7 @@
 namespace pagefast::pool {
 namespace {
 
-std::atomic<bool> g_trim_started{false};
+ServiceState& state() { return g_process.service; }
 
 // Process exit is no place for driver calls (the runtime tears the context
 // down in its own exit handler): the service threads' steps, which call
@@ -34,11 +34,6 @@ std::atomic<bool> g_trim_started{false};
 // kExitWaitMs, then leaves the thread be. (Flags rather than a timed mutex:
 // pthread_mutex_clocklock would need glibc 2.30, docs/PACKAGING.md.)
 constexpr int kExitWaitMs = 2000;
-std::atomic<bool> g_steps_stop{false};
-// Steps under way on pagefast's threads that call the driver: the trim
-// thread's and the pagefast-vmm worker's (own_vmm.cpp).
-std::atomic<int> g_steps_busy{0};
-pthread_once_t g_exit_once = PTHREAD_ONCE_INIT;
 
 void sleep_ns(uint64_t ns) {
   timespec ts{time_t(ns / 1000000000), long(ns % 1000000000)};
@@ -47,9 +42,9 @@ void sleep_ns(uint64_t ns) {
 }
 
 void stop_steps_at_exit() {
-  g_steps_stop.store(true, std::memory_order_seq_cst);
+  state().steps_stop.store(true, std::memory_order_seq_cst);
   for (int ms = 0; ms < kExitWaitMs; ++ms) {
-    if (g_steps_busy.load(std::memory_order_seq_cst) == 0) return;
+    if (state().steps_busy.load(std::memory_order_seq_cst) == 0) return;
     sleep_ns(1000 * 1000);
   }
 }
@@ -58,23 +53,23 @@ void stop_steps_at_exit() {
 
 // A forked child has none of these threads (a step under way in the parent
 // at the fork left the count raised there): its exit must not wait for one.
-void service_threads_after_fork_child() { g_steps_busy.store(0, std::memory_order_relaxed); }
+void service_threads_after_fork_child() { state().steps_busy.store(0, std::memory_order_relaxed); }
 
 void register_exit_stop() {
-  pthread_once(&g_exit_once, [] { std::atexit(&stop_steps_at_exit); });
+  pthread_once(&state().exit_once, [] { std::atexit(&stop_steps_at_exit); });
 }
 
 // The count is raised before the stop is read, and the stop raised before
 // the count is read (both seq_cst): either the exit handler sees the step,
 // or the step sees the stop.
 bool enter_step() {
-  g_steps_busy.fetch_add(1, std::memory_order_seq_cst);
-  return !g_steps_stop.load(std::memory_order_seq_cst);
+  state().steps_busy.fetch_add(1, std::memory_order_seq_cst);
+  return !state().steps_stop.load(std::memory_order_seq_cst);
 }
 
-void leave_step() { g_steps_busy.fetch_sub(1, std::memory_order_seq_cst); }
+void leave_step() { state().steps_busy.fetch_sub(1, std::memory_order_seq_cst); }
 
-bool exit_stopping() { return g_steps_stop.load(std::memory_order_relaxed); }
+bool exit_stopping() { return state().steps_stop.load(std::memory_order_relaxed); }
 
 namespace {
 
@@ -139,7 +134,7 @@ void start_trim_thread(const PoolConfig& config, bool for_prelock) {
   if (config.release_delay_ns == policy::kNoReleaseDelay && !config.headroom_bytes &&
       !(for_prelock && config.sleep_prelock_percent && config.sleep_host_keep))
     return;
-  if (g_trim_started.exchange(true)) return;
+  if (state().trim_started.exchange(true)) return;
   register_exit_stop();
   start_service_thread(nullptr, &service_main, const_cast<ServiceLoop*>(&kTrimLoop), "pagefast-trim");
 }
@@ -154,18 +149,15 @@ namespace {
 // create, map and access of a chunk, which the program's thread then does
 // not wait for (DevicePool::grow_ahead holds no pool lock across them).
 // pthread's objects, not std::condition_variable: nothing of ours has a
-// destructor at exit (one would wait there for the thread that waits on it).
-std::atomic<int> g_grow_state{0};                          // 0 not started, 1 running, -1 could not start
-pthread_mutex_t g_grow_mutex = PTHREAD_MUTEX_INITIALIZER;  // guards g_grow_wanted and the start
-pthread_cond_t g_grow_cv = PTHREAD_COND_INITIALIZER;
-bool g_grow_wanted = false;
+// destructor at exit (one would wait there for the thread that waits on it):
+// ServiceState's grow_*.
 
 void* grow_main(void*) {
   while (true) {
-    pthread_mutex_lock(&g_grow_mutex);
-    while (!g_grow_wanted) pthread_cond_wait(&g_grow_cv, &g_grow_mutex);
-    g_grow_wanted = false;
-    pthread_mutex_unlock(&g_grow_mutex);
+    pthread_mutex_lock(&state().grow_mutex);
+    while (!state().grow_wanted) pthread_cond_wait(&state().grow_cv, &state().grow_mutex);
+    state().grow_wanted = false;
+    pthread_mutex_unlock(&state().grow_mutex);
     const bool on = enter_step();
     if (on)
       for (int d = 0; d < kMaxDevices; ++d) {
@@ -190,17 +182,17 @@ void* grow_main(void*) {
 }  // namespace
 
 void wake_grow_ahead() {
-  pthread_mutex_lock(&g_grow_mutex);
-  if (g_grow_state.load(std::memory_order_relaxed) == 0) {
+  pthread_mutex_lock(&state().grow_mutex);
+  if (state().grow_state.load(std::memory_order_relaxed) == 0) {
     register_exit_stop();
     const bool started = start_service_thread(nullptr, &grow_main, nullptr, "pagefast-grow") == 0;
-    g_grow_state.store(started ? 1 : -1, std::memory_order_relaxed);
+    state().grow_state.store(started ? 1 : -1, std::memory_order_relaxed);
   }
   // Not started: the pool grows on demand only.
-  const bool running = g_grow_state.load(std::memory_order_relaxed) > 0;
-  if (running) g_grow_wanted = true;
-  pthread_mutex_unlock(&g_grow_mutex);
-  if (running) pthread_cond_signal(&g_grow_cv);
+  const bool running = state().grow_state.load(std::memory_order_relaxed) > 0;
+  if (running) state().grow_wanted = true;
+  pthread_mutex_unlock(&state().grow_mutex);
+  if (running) pthread_cond_signal(&state().grow_cv);
 }
 
 }  // namespace pagefast::pool

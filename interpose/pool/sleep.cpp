@@ -26,13 +26,12 @@
 #include "interpose/pool/sleep_state.h"
 #include "interpose/pool_api.h"
 #include "policy/device_pool.h"
-#include "policy/page_map.h"
+#include "policy/state.h"
 
 namespace pagefast::pool {
 namespace {
 
-std::mutex g_sleep_mutex;  // sleep_mutex()
-SlotState g_slots[region::kMaxSlots];
+SlotsState& state() { return g_process.slots; }
 
 // The answers of the parts folded into one: -1 beats 1 beats 0.
 int fold(int answer, int part) {
@@ -52,7 +51,7 @@ unsigned keep_flags(int slot, unsigned flags) {
   return (policy & region::kKeep) ? policy::kSleepKeep | place : 0;
 }
 
-// REQUIRES: g_sleep_mutex. A slot's answer over the devices: 0, 1 (some
+// REQUIRES: state().sleep_mutex. A slot's answer over the devices: 0, 1 (some
 // memory stayed resident) or -1 (nothing of the slot changed: every pool
 // refused, a capture or a failed sync). A pool that refused while memory
 // of the slot slept on another device makes the sleep partial (1): memory
@@ -71,11 +70,11 @@ int slot_answer(const DeviceMemory::SlotSleep& s) {
   return 1;
 }
 
-// REQUIRES: g_sleep_mutex. The slot reads asleep (its sleep went ahead, or
+// REQUIRES: state().sleep_mutex. The slot reads asleep (its sleep went ahead, or
 // it held nothing to sleep), and its sleep counts.
 void mark_asleep(int slot, unsigned flags) {
-  g_slots[slot].asleep.store(true, std::memory_order_release);
-  g_slots[slot].sleeps.fetch_add(1, std::memory_order_relaxed);
+  state().slots[slot].sleep.asleep.store(true, std::memory_order_release);
+  state().slots[slot].sleep.sleeps.fetch_add(1, std::memory_order_relaxed);
   const char* name = "";
   if (const int open = region::open_count(slot); open && region::slot_info(slot, &name, nullptr))
     log_line(LogLevel::Info,
@@ -83,14 +82,14 @@ void mark_asleep(int slot, unsigned flags) {
              open, (flags & policy::kSleepFail) ? " (fail, with PAGEFAST_SLEEP_FAIL)" : "");
 }
 
-// The slots of a tag (REQUIRES: g_sleep_mutex); 0, with a warning, when none.
+// The slots of a tag (REQUIRES: state().sleep_mutex); 0, with a warning, when none.
 int tag_slots(const char* tag, int slots[region::kMaxPolicies]) {
   const int n = region::slots_of(tag, slots);
   if (n == 0) log_line(LogLevel::Warn, "sleep or wake of the tag \"%s\": no region ever had that tag", tag);
   return n;
 }
 
-// REQUIRES: g_sleep_mutex. Sleeps `slots` (NULL: every slot, count
+// REQUIRES: state().sleep_mutex. Sleeps `slots` (NULL: every slot, count
 // unused): each device's sleep (DeviceMemory::sleep), then the answers.
 // What pagefast cannot sleep is named, never left resident silently: the
 // driver's own stream-ordered pool of each device (cudaMallocAsync,
@@ -135,7 +134,7 @@ int sleep_slots_locked(const int* slots, int count, unsigned flags) {
   return answer;
 }
 
-// REQUIRES: g_sleep_mutex. Wakes `slots` (NULL: every slot): each
+// REQUIRES: state().sleep_mutex. Wakes `slots` (NULL: every slot): each
 // device's wake (DeviceMemory::wake); a slot all of whose memory woke
 // reads awake, and its wake counts.
 int wake_slots_locked(const int* slots, int count) {
@@ -147,7 +146,7 @@ int wake_slots_locked(const int* slots, int count) {
   int answer = 0;
   bool any = false;
   for (int i = 0; i < n; ++i) {
-    SlotState& state = g_slots[asked[i].slot];
+    SlotState& state = slot_state(asked[i].slot);
     any = any || asked[i].had || state.asleep.load(std::memory_order_acquire);
     if (asked[i].answer == 0 && state.asleep.exchange(false, std::memory_order_acq_rel))
       state.wakes.fetch_add(1, std::memory_order_relaxed);
@@ -156,7 +155,7 @@ int wake_slots_locked(const int* slots, int count) {
   return any || slots ? answer : -1;
 }
 
-// Runs act(slots, count) under g_sleep_mutex on the slots of `tag`
+// Runs act(slots, count) under state().sleep_mutex on the slots of `tag`
 // (slots NULL: every slot; the tag's do not go to another tag while the
 // lock is held): -1 at once in a forked child, before the lock (a thread
 // of the parent may have held it at the fork, and the child has no such
@@ -164,7 +163,7 @@ int wake_slots_locked(const int* slots, int count) {
 template <typename Act>
 int with_slots(const char* tag, Act act) {
   if (!active()) return -1;
-  std::lock_guard<std::mutex> guard(g_sleep_mutex);
+  std::lock_guard<std::mutex> guard(state().sleep_mutex);
   if (!active()) return -1;
   int tagged[region::kMaxPolicies];
   const int count = tag ? tag_slots(tag, tagged) : 0;
@@ -188,12 +187,12 @@ int wake_slots(const char* tag) {
 }  // namespace
 
 void sleep_after_fork_child() {
-  new (&g_sleep_mutex) std::mutex();
+  new (&state().sleep_mutex) std::mutex();
   region::after_fork_child();
 }
 
-std::mutex& sleep_mutex() { return g_sleep_mutex; }
-SlotState& slot_state(int slot) { return g_slots[slot]; }
+std::mutex& sleep_mutex() { return state().sleep_mutex; }
+SlotState& slot_state(int slot) { return state().slots[slot].sleep; }
 
 int sleep_all(unsigned flags) { return sleep_slots(nullptr, flags); }
 int wake_all() { return wake_slots(nullptr); }
@@ -218,7 +217,7 @@ int kept_read(const void* device_ptr, size_t bytes, void* out) {
   if (!span || retired_device(span->pool->device())) return -2;
   if (bytes == 0) return 0;
   // Under the sleep lock: no wake gives the kept pieces back meanwhile.
-  std::lock_guard<std::mutex> guard(g_sleep_mutex);
+  std::lock_guard<std::mutex> guard(state().sleep_mutex);
   switch (span->pool->read_kept(addr, bytes, out)) {
     case policy::Arena::KeptRead::Copied: return 0;
     case policy::Arena::KeptRead::Resident: return 1;
