@@ -26,8 +26,6 @@
 
 namespace pagefast::pool::own_vmm {
 
-std::atomic<bool> g_on{false};
-
 namespace {
 
 static_assert(policy::own_vmm::kOk == CUDA_SUCCESS, "the cache's success code is the driver's");
@@ -38,8 +36,9 @@ static_assert(offsetof(CUmemAccessDesc, flags) == sizeof(CUmemLocation), "a desc
 constexpr size_t kMaxDescs = 4096;
 using driver::kMissing;
 
-PoolConfig g_config;
+}  // namespace
 
+// The cache's driver: the seam's calls (own_vmm_state.h names it).
 class SeamDriver final : public policy::own_vmm::Driver {
  public:
   int create(uint64_t bytes, const std::string& prop_bytes, uint64_t* handle) override {
@@ -80,13 +79,9 @@ class SeamDriver final : public policy::own_vmm::Driver {
   policy::own_vmm::NoRoom no_room;
 };
 
-// Made once by configure(), never destroyed (hooks run at exit too).
-SeamDriver* g_driver = nullptr;
-policy::own_vmm::Cache* g_cache = nullptr;
+namespace {
 
-LogSink g_log = nullptr;
-
-// Growth ahead's worker, one `pagefast-vmm` thread (policy/own_vmm/growth_ahead.h):
+// Growth ahead's worker (g_process.vmm.worker), one `pagefast-vmm` thread (policy/own_vmm/growth_ahead.h):
 // started at the first job, never in a constructor; all signals blocked.
 // One, not two: two threads opening pages at once slow each other (60 and
 // 72 us a page against 38-45 alone, docs/DRIVER-FACTS.md), so the page the
@@ -97,7 +92,6 @@ LogSink g_log = nullptr;
 // it is making, so that no driver call of its overlaps the driver's
 // teardown. A forked child never has it: the cache is off there
 // (switch_off). The cache requires this: one worker (GrowthAhead::work_one).
-std::atomic<int> g_worker{0};  // 0 not started, 1 running, -1 could not start
 constexpr uint64_t kWorkerIdleNs = 100ull * 1000 * 1000;
 // A decay step releases at most this many handles (30-34 us each on the
 // H200, under the cache's lock), as the pool's releases at most 8 chunks.
@@ -108,7 +102,7 @@ void* worker_main(void*) {
     if (!enter_step()) break;
     bool worked = false;
     try {
-      worked = g_on.load(std::memory_order_acquire) && g_cache->work_one();
+      worked = g_process.vmm.on.load(std::memory_order_acquire) && g_process.vmm.cache->work_one();
     } catch (...) {
       // Out of host memory publishing a page: the program's next call
       // finds the same condition and gives the cache up.
@@ -116,7 +110,7 @@ void* worker_main(void*) {
     leave_step();
     if (!worked) {
       try {
-        g_cache->wait_for_work(kWorkerIdleNs);
+        g_process.vmm.cache->wait_for_work(kWorkerIdleNs);
       } catch (...) {
       }
     }
@@ -125,35 +119,20 @@ void* worker_main(void*) {
   return nullptr;
 }
 
-bool SeamDriver::wake_worker() {
-  int state = g_worker.load(std::memory_order_acquire);
-  if (state == 1) return !exit_stopping();
-  if (state < 0) return false;
-  // Under the cache's lock: one thread gets here at a time.
-  register_exit_stop();
-  if (start_service_thread(nullptr, &worker_main, nullptr, "pagefast-vmm") != 0) {
-    g_worker.store(-1, std::memory_order_release);
-    if (g_log)
-      g_log(LogLevel::Warn, "could not start the pagefast-vmm thread; growth ahead runs on the program's thread");
-    return false;
-  }
-  g_worker.store(1, std::memory_order_release);
-  return true;
-}
-
 // An exception (out of host memory in a record) stops the cache for good:
 // the driver gets the program's view back (abandon) and every later call
 // is forwarded; one log line. The call that failed answers OUT_OF_MEMORY.
 CUresult give_up() {
   bool expected = true;
-  if (g_on.compare_exchange_strong(expected, false)) {
+  if (g_process.vmm.on.compare_exchange_strong(expected, false)) {
     try {
-      g_cache->abandon();
+      g_process.vmm.cache->abandon();
     } catch (...) {
     }
-    if (g_log)
-      g_log(LogLevel::Warn,
-            "the own-VMM cache ran out of host memory and stopped; the program's VMM calls go to the driver");
+    if (g_process.vmm.log)
+      g_process.vmm.log(
+          LogLevel::Warn,
+          "the own-VMM cache ran out of host memory and stopped; the program's VMM calls go to the driver");
   }
   return CUDA_ERROR_OUT_OF_MEMORY;
 }
@@ -176,40 +155,58 @@ bool cacheable(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAl
 
 }  // namespace
 
+bool SeamDriver::wake_worker() {
+  int state = g_process.vmm.worker.load(std::memory_order_acquire);
+  if (state == 1) return !exit_stopping();
+  if (state < 0) return false;
+  // Under the cache's lock: one thread gets here at a time.
+  register_exit_stop();
+  if (start_service_thread(nullptr, &worker_main, nullptr, "pagefast-vmm") != 0) {
+    g_process.vmm.worker.store(-1, std::memory_order_release);
+    if (g_process.vmm.log)
+      g_process.vmm.log(LogLevel::Warn,
+                        "could not start the pagefast-vmm thread; growth ahead runs on the program's thread");
+    return false;
+  }
+  g_process.vmm.worker.store(1, std::memory_order_release);
+  return true;
+}
+
 void configure(const PoolConfig& config, LogSink log) {
-  g_config = config;
-  g_log = log;
+  g_process.vmm.config = config;
+  g_process.vmm.log = log;
   if (!config.enabled || !config.vmm_cache) return;
-  g_driver = new (std::nothrow) SeamDriver();
-  if (g_driver)
-    g_cache = new (std::nothrow) policy::own_vmm::Cache(*g_driver, ledger(), sizeof(CUmemAccessDesc),
-                                                        sizeof(CUmemLocation), config.vmm_grow_ahead, true);
-  if (!g_cache) return;
+  g_process.vmm.driver = new (std::nothrow) SeamDriver();
+  if (g_process.vmm.driver)
+    g_process.vmm.cache = new (std::nothrow) policy::own_vmm::Cache(
+        *g_process.vmm.driver, ledger(), sizeof(CUmemAccessDesc), sizeof(CUmemLocation), config.vmm_grow_ahead, true);
+  if (!g_process.vmm.cache) return;
   // Until a device's memory joins with its budget's view, the cache keeps
   // nothing of that device (its budget could not be made: host out of
   // memory); the memory made before the cache joins now.
-  for (int device = 0; device < kMaxDevices; ++device) g_cache->join(device, &g_driver->no_room);
+  for (int device = 0; device < kMaxDevices; ++device)
+    g_process.vmm.cache->join(device, &g_process.vmm.driver->no_room);
   {
     std::lock_guard<std::mutex> guard(g_process.create_mutex);
     for (int device = 0; device < kMaxDevices; ++device)
       if (DeviceMemory* memory = device_memory(device)) memory->join_own_vmm();
   }
-  g_on.store(true, std::memory_order_release);
+  g_process.vmm.on.store(true, std::memory_order_release);
 }
 
 policy::Holder* join(int device, policy::own_vmm::BudgetView* view) {
-  return g_cache ? g_cache->join(device, view) : nullptr;
+  return g_process.vmm.cache ? g_process.vmm.cache->join(device, view) : nullptr;
 }
 
 void switch_off() {
-  g_on.store(false, std::memory_order_relaxed);
-  g_translating.store(false, std::memory_order_relaxed);  // the sleep mutex may be held by a thread gone
+  g_process.vmm.on.store(false, std::memory_order_relaxed);
+  g_process.vmm.translating.store(false, std::memory_order_relaxed);  // the sleep mutex may be held by a thread gone
 }
 
 // Sleep's (own_vmm_sleep.cpp). disown allocates nothing.
-bool disown(CUmemGenericAllocationHandle handle) { return on() && g_cache->disown(handle); }
+bool disown(CUmemGenericAllocationHandle handle) { return on() && g_process.vmm.cache->disown(handle); }
 void note_foreign(CUdeviceptr ptr) {
-  if (on()) guarded([&] { return g_cache->note_foreign(ptr), CUDA_SUCCESS; });
+  if (on()) guarded([&] { return g_process.vmm.cache->note_foreign(ptr), CUDA_SUCCESS; });
 }
 
 CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAllocationProp* prop,
@@ -221,7 +218,7 @@ CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemA
     const std::string key(reinterpret_cast<const char*>(prop), sizeof *prop);
     const int device = prop->location.id;
     uint64_t cached = 0;
-    if (g_cache->take(bytes, key, &cached)) {
+    if (g_process.vmm.cache->take(bytes, key, &cached)) {
       *handle = cached;
       return CUDA_SUCCESS;
     }
@@ -230,7 +227,7 @@ CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemA
     CUresult got = driver::create(real, handle, bytes, prop, flags);
     if (got == CUDA_ERROR_OUT_OF_MEMORY)
       got = retried_out_of_memory(device, got, [&] { return driver::create(real, handle, bytes, prop, flags); });
-    if (got == CUDA_SUCCESS) g_cache->note_created(*handle, bytes, key, device);
+    if (got == CUDA_SUCCESS) g_process.vmm.cache->note_created(*handle, bytes, key, device);
     return got;
   });
   if (r == CUDA_SUCCESS) created(*handle, bytes, prop, by_cache);  // the cache noted what it took: the slot only
@@ -238,45 +235,45 @@ CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemA
 }
 
 CUresult release(CUmemGenericAllocationHandle handle) {
-  const CUresult r = guarded([&] { return CUresult(g_cache->release(handle)); });
+  const CUresult r = guarded([&] { return CUresult(g_process.vmm.cache->release(handle)); });
   // Cached: the trim thread lets it decay (a program that never calls
   // cuMemAlloc has no pool to start it); over keep_idle, it goes back now.
-  start_trim_thread(g_config);
+  start_trim_thread(g_process.vmm.config);
   if (r == CUDA_SUCCESS) give_back_idle();
   return r;
 }
 
 CUresult map(CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAllocationHandle handle,
              unsigned long long flags) {
-  return guarded([&] { return CUresult(g_cache->map(ptr, bytes, offset, handle, flags)); });
+  return guarded([&] { return CUresult(g_process.vmm.cache->map(ptr, bytes, offset, handle, flags)); });
 }
 
 CUresult unmap(CUdeviceptr ptr, size_t bytes) {
-  return guarded([&] { return CUresult(g_cache->unmap(ptr, bytes)); });
+  return guarded([&] { return CUresult(g_process.vmm.cache->unmap(ptr, bytes)); });
 }
 
 CUresult set_access(CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count) {
   if ((!desc && count) || count > kMaxDescs) {
     // Not a call the driver accepts: it answers, after the deferred
     // mappings there are gone (so it answers for what the program sees).
-    g_cache->before_query(ptr);
+    g_process.vmm.cache->before_query(ptr);
     return driver::set_access(real_driver(), ptr, bytes, desc, count);
   }
   return guarded([&] {
     const std::string descs(reinterpret_cast<const char*>(desc), count * sizeof(CUmemAccessDesc));
-    return CUresult(g_cache->set_access(ptr, bytes, descs));
+    return CUresult(g_process.vmm.cache->set_access(ptr, bytes, descs));
   });
 }
 
 CUresult address_free(CUdeviceptr ptr, size_t bytes) {
-  return guarded([&] { return CUresult(g_cache->address_free(ptr, bytes)); });
+  return guarded([&] { return CUresult(g_process.vmm.cache->address_free(ptr, bytes)); });
 }
 
 CUresult retain(CUmemGenericAllocationHandle* handle, void* addr) {
   uint64_t h = 0;
   bool answered = false;
   if (guarded([&] {
-        answered = handle && g_cache->retain(reinterpret_cast<uint64_t>(addr), &h);
+        answered = handle && g_process.vmm.cache->retain(reinterpret_cast<uint64_t>(addr), &h);
         return CUDA_SUCCESS;
       }) != CUDA_SUCCESS)
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -295,7 +292,7 @@ static bool cache_answers(CUmemGenericAllocationHandle handle, bool exporting, C
   int result = 0;
   bool answered = false;
   const CUresult r = guarded([&] {
-    answered = g_cache->check_handle(handle, exporting, &result);
+    answered = g_process.vmm.cache->check_handle(handle, exporting, &result);
     return CUDA_SUCCESS;
   });
   *out = r != CUDA_SUCCESS ? CUDA_ERROR_OUT_OF_MEMORY : CUresult(result);
@@ -324,7 +321,7 @@ bool take_range(CUdeviceptr* base, size_t bytes, size_t alignment, CUdeviceptr h
   uint64_t got = 0;
   bool taken = false;
   guarded([&] {
-    taken = g_cache->take_range(bytes, alignment, hint, flags, &got);
+    taken = g_process.vmm.cache->take_range(bytes, alignment, hint, flags, &got);
     return CUDA_SUCCESS;
   });
   if (taken) *base = got;
@@ -334,7 +331,7 @@ bool take_range(CUdeviceptr* base, size_t bytes, size_t alignment, CUdeviceptr h
 void note_reserved(CUdeviceptr base, size_t bytes) {
   if (on())
     guarded([&] {
-      g_cache->note_reserved(base, bytes);
+      g_process.vmm.cache->note_reserved(base, bytes);
       return CUDA_SUCCESS;
     });
 }
@@ -342,34 +339,35 @@ void note_reserved(CUdeviceptr base, size_t bytes) {
 void mark_shared(CUmemGenericAllocationHandle handle) {
   int ignored = 0;
   guarded([&] {
-    g_cache->check_handle(handle, true, &ignored);
+    g_process.vmm.cache->check_handle(handle, true, &ignored);
     return CUDA_SUCCESS;
   });
 }
 
 void on_device_reset(int device) {
-  if (on()) g_cache->forget_device(device);  // allocates nothing
+  if (on()) g_process.vmm.cache->forget_device(device);  // allocates nothing
   ledger().forget_device(device);
 }
 
 void before_query(CUdeviceptr ptr) {
-  if (on()) g_cache->before_query(ptr);
+  if (on()) g_process.vmm.cache->before_query(ptr);
 }
 
 uint64_t decay_step() {
-  if (!on() || g_config.release_delay_ns == policy::kNoReleaseDelay) return policy::kFootprintMaxStepNs;
+  if (!on() || g_process.vmm.config.release_delay_ns == policy::kNoReleaseDelay) return policy::kFootprintMaxStepNs;
   const uint64_t now = policy::monotonic_now_ns();
-  const uint64_t floor = g_config.release_threshold_bytes == kUnlimited ? 0 : g_config.release_threshold_bytes;
+  const uint64_t floor =
+      g_process.vmm.config.release_threshold_bytes == kUnlimited ? 0 : g_process.vmm.config.release_threshold_bytes;
   guarded([&] {
-    g_cache->decay_step(now, g_config.release_delay_ns, floor, kDecayHandlesPerStep);
+    g_process.vmm.cache->decay_step(now, g_process.vmm.config.release_delay_ns, floor, kDecayHandlesPerStep);
     return CUDA_SUCCESS;
   });
-  return policy::footprint_step_ns(g_config.release_delay_ns);  // as the pools' steps
+  return policy::footprint_step_ns(g_process.vmm.config.release_delay_ns);  // as the pools' steps
 }
 
 std::string stats_json() {
-  if (!g_cache) return "null";
-  const policy::own_vmm::CacheStats s = g_cache->stats();
+  if (!g_process.vmm.cache) return "null";
+  const policy::own_vmm::CacheStats s = g_process.vmm.cache->stats();
   std::string out = "{";
   auto field = [&out](const char* name, uint64_t value) {
     if (out.size() > 1) out += ", ";

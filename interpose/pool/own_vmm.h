@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "interpose/pool/process_state.h"
 #include "policy/config.h"
 #include "policy/own_vmm/device_share.h"
 #include "policy/own_vmm/ledger.h"
@@ -39,8 +40,7 @@ class DeviceMemory;
 
 namespace pagefast::pool::own_vmm {
 
-extern std::atomic<bool> g_on;
-inline bool on() { return g_on.load(std::memory_order_relaxed); }
+inline bool on() { return g_process.vmm.on.load(std::memory_order_relaxed); }
 
 // From pool::configure: on when the pool and vmm_cache are both on.
 void configure(const PoolConfig& config, LogSink log);
@@ -164,8 +164,7 @@ void note_foreign(CUdeviceptr ptr);
 // holds nothing of what slept (Ledger::translates), translating() is
 // false (one relaxed load and a branch) and the hooks make their call
 // directly; a forked child never translates.
-extern std::atomic<bool> g_translating;
-inline bool translating() { return g_translating.load(std::memory_order_relaxed); }
+inline bool translating() { return g_process.vmm.translating.load(std::memory_order_relaxed); }
 struct HandleCall {
   CUresult (*fn)(const void* context, CUmemGenericAllocationHandle* handle);
   const void* context;

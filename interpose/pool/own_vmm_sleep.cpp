@@ -149,7 +149,7 @@ SleepAnswer sleep_device(DeviceMemory& memory, int slot, unsigned keep_modes) {
   std::lock_guard<std::mutex> guard(sleep_mutex());
   if (!any_of(memory.device(), slot, false)) return answer;
   // Before a handle leaves: the program's calls translate from here on.
-  g_translating.store(true, std::memory_order_relaxed);
+  g_process.vmm.translating.store(true, std::memory_order_relaxed);
   try {
     const DeviceContext context(real, memory);
     SeamSleepDriver seam(real);

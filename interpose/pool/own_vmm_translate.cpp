@@ -12,8 +12,6 @@
 
 namespace pagefast::pool::own_vmm {
 
-std::atomic<bool> g_translating{false};
-
 static_assert(policy::own_vmm::kIllegalState == CUDA_ERROR_ILLEGAL_STATE, "the ledger's answer is the driver's");
 
 std::mutex& sleep_mutex() {
@@ -75,7 +73,7 @@ void merge_access(std::string* access, const CUmemAccessDesc* desc, size_t count
 
 }  // namespace
 
-void settle_translating() { g_translating.store(ledger().translates(), std::memory_order_relaxed); }
+void settle_translating() { g_process.vmm.translating.store(ledger().translates(), std::memory_order_relaxed); }
 
 void prune_aliases(const uint64_t* driver, size_t count) {
   for (size_t i = 0; i < count; ++i) {

@@ -23,6 +23,7 @@
 #include "interpose/live/publisher_state.h"
 #include "interpose/log_state.h"
 #include "interpose/pool/glue_state.h"
+#include "interpose/pool/own_vmm_state.h"
 #include "interpose/pool/slots_state.h"
 #include "interpose/pool_api.h"
 #include "interpose/runtime_state.h"
@@ -76,6 +77,7 @@ struct Process {
   ServiceState service;
   PrelockState prelock;
   SlotsState slots;
+  own_vmm::State vmm;  // the own-VMM glue (own_vmm_state.h)
   ipc::State ipc;
   trace::State trace;
   stats::State stats;
