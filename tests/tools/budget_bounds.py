@@ -26,31 +26,22 @@ import re
 import sys
 import tempfile
 
+from driver_seam import library_sources  # the same walk, comments out
+
 ALLOWED = {
     "policy/config.h", "policy/config.cpp", "policy/options.h", "policy/options.cpp",
     "interpose/pool/device_memory.cpp", "interpose/pool/service_threads.cpp",
 }
 READ = re.compile(r"(?:config|\bpool)\s*(?:\.|->)\s*(limit_bytes|headroom_bytes)\b")
-COMMENT = re.compile(r"//.*$")
 
 
 def offences(root):
     found = []
-    for top in ("interpose", "policy"):
-        for dirpath, _, names in os.walk(os.path.join(root, top)):
-            for name in sorted(names):
-                if not name.endswith((".cpp", ".h", ".cc", ".hpp")):
-                    continue
-                path = os.path.join(dirpath, name)
-                rel = os.path.relpath(path, root).replace(os.sep, "/")
-                if rel in ALLOWED:
-                    continue
-                with open(path, encoding="utf-8", errors="replace") as f:
-                    for number, line in enumerate(f, 1):
-                        code = COMMENT.sub("", line)
-                        for m in READ.finditer(code):
-                            found.append(f"{rel}:{number}: reads the configuration's {m.group(1)}; ask the "
-                                         f"device's budget (policy/device_budget.h)")
+    for rel, text in library_sources(root, ALLOWED):
+        for number, line in enumerate(text.split("\n"), 1):
+            for m in READ.finditer(line):
+                found.append(f"{rel}:{number}: reads the configuration's {m.group(1)}; ask the "
+                             f"device's budget (policy/device_budget.h)")
     return found
 
 

@@ -97,8 +97,10 @@ def file_offenders(rel, text):
     return sorted(found)
 
 
-def offenders(source):
-    found = []
+def library_sources(source, skip=()):
+    """(path relative to source, text with comments out, line numbers kept)
+    of every C or C++ source under interpose/ and policy/ but `skip`; also
+    the walk of tests/tools/budget_bounds.py."""
     for top in ("interpose", "policy"):
         for root, _, names in os.walk(os.path.join(source, top)):
             for name in sorted(names):
@@ -106,12 +108,17 @@ def offenders(source):
                     continue
                 path = os.path.join(root, name)
                 rel = os.path.relpath(path, source).replace(os.sep, "/")
-                if rel in SEAM:
+                if rel in skip:
                     continue
                 with open(path, encoding="utf-8", errors="replace") as f:
-                    text = strip_comments(f.read())
-                for number, what in file_offenders(rel, text):
-                    found.append("%s:%d: %s" % (rel, number, what))
+                    yield rel, strip_comments(f.read())
+
+
+def offenders(source):
+    found = []
+    for rel, text in library_sources(source, SEAM):
+        for number, what in file_offenders(rel, text):
+            found.append("%s:%d: %s" % (rel, number, what))
     return found
 
 
