@@ -363,4 +363,26 @@ struct Worker {
   std::thread thread;
 };
 
+// The program's side of the threads cases: `rounds` times a segment of
+// `pages` pages grown through the cache (its worker growing ahead),
+// `grown()` called, then each page unmapped and released; then `done`
+// set, the other `threads` joined and the worker's queue drained.
+template <typename Grown>
+void grow_and_shrink(Cache& cache, WorkerProgram& p, int rounds, int pages, std::atomic<bool>& done,
+                     std::vector<std::thread>& threads, Grown grown) {
+  Worker worker(cache);
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<uint64_t> hs(static_cast<size_t>(pages));
+    for (int i = 0; i < pages; ++i) REQUIRE(p.grow(kBase + uint64_t(i) * kSeg, &hs[size_t(i)]) == kOk);
+    grown();
+    for (int i = 0; i < pages; ++i) {
+      REQUIRE(cache.unmap(kBase + uint64_t(i) * kSeg, kSeg) == kOk);
+      REQUIRE(cache.release(hs[size_t(i)]) == kOk);
+    }
+  }
+  done.store(true);
+  for (auto& t : threads) t.join();
+  while (cache.pending_pages() != 0) std::this_thread::yield();
+}
+
 }  // namespace own_vmm_test

@@ -165,21 +165,8 @@ TEST_CASE("own vmm: hook notes and cache calls and growth ahead and trims share 
       (void)cache.stats();
     }
   });
-  {
-    Worker worker(cache);
-    for (int round = 0; round < kRounds; ++round) {
-      std::vector<uint64_t> hs(kPages);
-      for (int i = 0; i < kPages; ++i) REQUIRE(p.grow(kBase + uint64_t(i) * kSeg, &hs[size_t(i)]) == kOk);
-      CHECK(ledger.resident(0).handles >= uint64_t(kPages));
-      for (int i = 0; i < kPages; ++i) {
-        REQUIRE(cache.unmap(kBase + uint64_t(i) * kSeg, kSeg) == kOk);
-        REQUIRE(cache.release(hs[size_t(i)]) == kOk);
-      }
-    }
-    done.store(true);
-    for (auto& t : threads) t.join();
-    while (cache.pending_pages() != 0) std::this_thread::yield();
-  }
+  grow_and_shrink(cache, p, kRounds, kPages, done, threads,
+                  [&] { CHECK(ledger.resident(0).handles >= uint64_t(kPages)); });
   CHECK(wrong.load() == 0);
   CHECK(cache.deferred_counts_consistent());
   // Nothing is the program's; what the cache keeps is its own.

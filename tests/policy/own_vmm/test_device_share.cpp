@@ -138,20 +138,7 @@ TEST_CASE("own vmm: the budget asks and releases the cache's memory while the pr
       if (free_bytes != 10 * kSeg || total != 40 * kSeg) ++wrong;
     }
   });
-  {
-    Worker worker(cache);
-    for (int round = 0; round < kRounds; ++round) {
-      std::vector<uint64_t> hs(kPages);
-      for (int i = 0; i < kPages; ++i) REQUIRE(p.grow(kBase + uint64_t(i) * kSeg, &hs[size_t(i)]) == kOk);
-      for (int i = 0; i < kPages; ++i) {
-        REQUIRE(cache.unmap(kBase + uint64_t(i) * kSeg, kSeg) == kOk);
-        REQUIRE(cache.release(hs[size_t(i)]) == kOk);
-      }
-    }
-    done.store(true);
-    for (auto& t : threads) t.join();
-    while (cache.pending_pages() != 0) std::this_thread::yield();
-  }
+  grow_and_shrink(cache, p, kRounds, kPages, done, threads, [] {});
   CHECK(wrong.load() == 0);
   CHECK(cache.deferred_counts_consistent());
   const uint64_t held = cache.cached_bytes(0);
