@@ -134,7 +134,7 @@ void configure(const PoolConfig& config, LogSink log) {
   g_process.config = config;
   g_process.log = log;
   if (!config.enabled) return;
-  own_vmm::configure(config, log);
+  own_vmm::configure();
   ipc::set_free_held(&free_held_block);
   ipc::set_control(&control_op);
   ipc::set_tag_control(&tag_control_op);

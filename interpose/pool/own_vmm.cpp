@@ -129,10 +129,9 @@ CUresult give_up() {
       g_process.vmm.cache->abandon();
     } catch (...) {
     }
-    if (g_process.vmm.log)
-      g_process.vmm.log(
-          LogLevel::Warn,
-          "the own-VMM cache ran out of host memory and stopped; the program's VMM calls go to the driver");
+    if (g_process.log)
+      g_process.log(LogLevel::Warn,
+                    "the own-VMM cache ran out of host memory and stopped; the program's VMM calls go to the driver");
   }
   return CUDA_ERROR_OUT_OF_MEMORY;
 }
@@ -163,18 +162,17 @@ bool SeamDriver::wake_worker() {
   register_exit_stop();
   if (start_service_thread(nullptr, &worker_main, nullptr, "pagefast-vmm") != 0) {
     g_process.vmm.worker.store(-1, std::memory_order_release);
-    if (g_process.vmm.log)
-      g_process.vmm.log(LogLevel::Warn,
-                        "could not start the pagefast-vmm thread; growth ahead runs on the program's thread");
+    if (g_process.log)
+      g_process.log(LogLevel::Warn,
+                    "could not start the pagefast-vmm thread; growth ahead runs on the program's thread");
     return false;
   }
   g_process.vmm.worker.store(1, std::memory_order_release);
   return true;
 }
 
-void configure(const PoolConfig& config, LogSink log) {
-  g_process.vmm.config = config;
-  g_process.vmm.log = log;
+void configure() {
+  const PoolConfig& config = g_process.config;
   if (!config.enabled || !config.vmm_cache) return;
   g_process.vmm.driver = new (std::nothrow) SeamDriver();
   if (g_process.vmm.driver)
@@ -238,7 +236,7 @@ CUresult release(CUmemGenericAllocationHandle handle) {
   const CUresult r = guarded([&] { return CUresult(g_process.vmm.cache->release(handle)); });
   // Cached: the trim thread lets it decay (a program that never calls
   // cuMemAlloc has no pool to start it); over keep_idle, it goes back now.
-  start_trim_thread(g_process.vmm.config);
+  start_trim_thread(g_process.config);
   if (r == CUDA_SUCCESS) give_back_idle();
   return r;
 }
@@ -354,15 +352,15 @@ void before_query(CUdeviceptr ptr) {
 }
 
 uint64_t decay_step() {
-  if (!on() || g_process.vmm.config.release_delay_ns == policy::kNoReleaseDelay) return policy::kFootprintMaxStepNs;
+  if (!on() || g_process.config.release_delay_ns == policy::kNoReleaseDelay) return policy::kFootprintMaxStepNs;
   const uint64_t now = policy::monotonic_now_ns();
   const uint64_t floor =
-      g_process.vmm.config.release_threshold_bytes == kUnlimited ? 0 : g_process.vmm.config.release_threshold_bytes;
+      g_process.config.release_threshold_bytes == kUnlimited ? 0 : g_process.config.release_threshold_bytes;
   guarded([&] {
-    g_process.vmm.cache->decay_step(now, g_process.vmm.config.release_delay_ns, floor, kDecayHandlesPerStep);
+    g_process.vmm.cache->decay_step(now, g_process.config.release_delay_ns, floor, kDecayHandlesPerStep);
     return CUDA_SUCCESS;
   });
-  return policy::footprint_step_ns(g_process.vmm.config.release_delay_ns);  // as the pools' steps
+  return policy::footprint_step_ns(g_process.config.release_delay_ns);  // as the pools' steps
 }
 
 std::string stats_json() {

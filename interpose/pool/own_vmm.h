@@ -42,8 +42,10 @@ namespace pagefast::pool::own_vmm {
 
 inline bool on() { return g_process.vmm.on.load(std::memory_order_relaxed); }
 
-// From pool::configure: on when the pool and vmm_cache are both on.
-void configure(const PoolConfig& config, LogSink log);
+// From pool::configure, after it set the process object's configuration
+// and log sink (which the own-VMM glue reads there): on when the pool and
+// vmm_cache are both on.
+void configure();
 // The device's primary context was reset or destroyed: the cache, then the
 // ledger, forget that device's handles (no driver call; the driver answers
 // for them).

@@ -7,9 +7,6 @@
 
 #include <atomic>
 
-#include "policy/config.h"
-#include "policy/log_sink.h"
-
 namespace pagefast::policy::own_vmm {
 class Cache;
 }
@@ -24,10 +21,8 @@ struct State {
   // Something sleeps or has an alias: the program's calls translate
   // (own_vmm.h translating(); own_vmm_translate.cpp).
   std::atomic<bool> translating{false};
-  PoolConfig config;  // configure()'s copy
   SeamDriver* driver = nullptr;
   policy::own_vmm::Cache* cache = nullptr;
-  LogSink log = nullptr;
   // Growth ahead's `pagefast-vmm` thread: 0 not started, 1 running, -1
   // could not start (own_vmm.cpp).
   std::atomic<int> worker{0};
