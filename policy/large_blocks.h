@@ -185,8 +185,9 @@ class LargeBlocks {
     LargeBlocks& owner_;
   };
 
-  // REQUIRES: the device lock. The most the arena may map under the
-  // budget's limit (kNoLimitGranules without one), and what is left of it.
+  // The most the arena may map under the budget's limit (kNoLimitGranules
+  // without one: the budget's figure, no lock), and, REQUIRES the device
+  // lock, what is left of it.
   Granules ceiling() const { return granules_floor(budget_.within_limit(kNoLimit)); }
   Granules room_under_limit() const;
   // The shortfall's room under the limit (kUnlimited without one).
