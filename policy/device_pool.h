@@ -132,7 +132,12 @@ class DevicePool final {
   // allocation.
   void prewarm();
 
-  // NULL on host out-of-memory. The cache belongs to the calling thread.
+  // NULL on host out-of-memory. attach_own_thread: the cache is the
+  // calling thread's own, used by no other thread (its hit needs no locked
+  // instruction, owner_lock.h); attach_thread: a cache that threads may
+  // share, one at a time under a lock of their own (a region's, the
+  // device's fallback cache, a temporary one).
+  ThreadCache* attach_own_thread();
   ThreadCache* attach_thread();
   // Flushes the cache (no provider call) and recycles it. Any thread.
   void detach_thread(ThreadCache* cache);

@@ -32,7 +32,7 @@ __attribute__((always_inline)) inline AllocStatus DevicePool::alloc(ThreadCache&
   return alloc_miss(cache, request_bytes, addr, context);
 }
 
-// REQUIRES: cache.lock held, the cache's batch not full. Pushes the freed
+// REQUIRES: cache.lock held (or its quick section), the cache's batch not full. Pushes the freed
 // block and counts it; true when the batch is to be sealed now.
 __attribute__((always_inline)) inline bool DevicePool::quarantine_locked(ThreadCache& cache, Span* span, uint32_t index,
                                                                          uint64_t bytes) {
@@ -74,13 +74,13 @@ __attribute__((always_inline)) inline DevicePool::FreeStep DevicePool::free_step
   // The block is this free's now. A busy lock (a drainer holds it) or a
   // full batch (a seal found no host memory for the next): free_finish
   // pushes it, waiting for the lock.
-  if (__builtin_expect(!cache.lock.try_lock(), 0)) return FreeStep::Push;
+  if (__builtin_expect(!cache.lock.enter_quick(), 0)) return FreeStep::Push;
   if (__builtin_expect(cache.quarantine->full(), 0)) {
-    cache.lock.unlock();
+    cache.lock.leave_quick();
     return FreeStep::Push;
   }
   const bool seal = quarantine_locked(cache, span, index, bytes);
-  cache.lock.unlock();
+  cache.lock.leave_quick();
   return __builtin_expect(seal, 0) ? FreeStep::Seal : FreeStep::Done;
 }
 

@@ -10,7 +10,8 @@ DevicePool::~DevicePool() = default;
 
 // ---- thread caches ---------------------------------------------------------
 
-ThreadCache* DevicePool::attach_thread() { return registry_.attach(); }
+ThreadCache* DevicePool::attach_own_thread() { return registry_.attach(true); }
+ThreadCache* DevicePool::attach_thread() { return registry_.attach(false); }
 
 void DevicePool::detach_thread(ThreadCache* cache) {
   drain(*cache);

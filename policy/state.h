@@ -24,6 +24,10 @@ struct State {
   // A number per thread, never reused (a thread id may be): made at the
   // thread's first close or wait (sleep_gate.cpp).
   std::atomic<uint64_t> next_thread{1};
+  // The thread caches' asymmetric barrier (owner_lock.cpp): which one (0
+  // not decided yet), and the page of the TLB shootdown.
+  std::atomic<int> barrier{0};
+  std::atomic<void*> barrier_page{nullptr};
 };
 
 extern State g_state;  // page_map.cpp

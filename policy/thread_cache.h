@@ -5,9 +5,11 @@
 //
 // Why a lock at all: other threads must be able to take a cache's memory
 // back when the pool runs out (an idle thread would otherwise strand it)
-// and flush it when the thread exits. The owner takes its OwnerLock on
-// every operation: uncontended, that is one exchange and one store, a few
-// nanoseconds; a drainer holds it only while it copies entries out.
+// and flush it when the thread exits. The owner's hit takes its OwnerLock
+// as a quick section (owner_lock.h: two plain stores and a load where the
+// kernel offers the asymmetric barrier, else one exchange and one store);
+// its other operations lock it; a drainer holds it only while it copies
+// entries out.
 // Lock order: cache -> size-class lock -> device lock. Nothing is held
 // across a synchronize().
 //
@@ -17,40 +19,16 @@
 // too.
 #pragma once
 
-#include <sched.h>
-
 #include <atomic>
 #include <cstdint>
 
 #include "policy/blocks.h"
 #include "policy/owner_add.h"
+#include "policy/owner_lock.h"
 #include "policy/quarantine.h"
 #include "policy/size_classes.h"
-#include "policy/spin.h"
 
 namespace pagefast::policy {
-
-class OwnerLock {
- public:
-  // Spins before yielding: the holder never waits on anything while holding.
-  static constexpr int kSpinsBeforeYield = 64;
-
-  void lock() {
-    int spins = 0;
-    while (held_.exchange(1, std::memory_order_acquire)) {
-      while (held_.load(std::memory_order_relaxed)) {
-        if (++spins > kSpinsBeforeYield) sched_yield();
-        else cpu_relax();
-      }
-    }
-  }
-  void unlock() { held_.store(0, std::memory_order_release); }
-  // For readers that must never wait (the report at process exit).
-  bool try_lock() { return held_.exchange(1, std::memory_order_acquire) == 0; }
-
- private:
-  std::atomic<uint32_t> held_{0};
-};
 
 // Large blocks a thread keeps for itself: how much is set per pool
 // (LargeLimits in device_pool.h, scaled with the device). As many entries as a
@@ -154,10 +132,17 @@ inline bool lock_for_pop(ThreadCache& cache) {
     cache.lock.lock();
     return true;
   }
-  if (__builtin_expect(!cache.lock.try_lock(), 0)) return false;
+  if (__builtin_expect(!cache.lock.enter_quick(), 0)) return false;
   if (__builtin_expect(cache.next_buffer_id != cache.buffer_id_end, 1)) return true;
-  cache.lock.unlock();
+  cache.lock.leave_quick();
   return false;
+}
+
+// Ends what lock_for_pop<kHit> began.
+template <bool kHit>
+inline void unlock_after_pop(ThreadCache& cache) {
+  if (kHit) cache.lock.leave_quick();
+  else cache.lock.unlock();
 }
 
 // A hit of size class `class_index`: the newest entry of its bin; false
@@ -167,7 +152,7 @@ inline bool pop_small(ThreadCache& cache, int class_index, AllocRequest request,
   if (!lock_for_pop<kHit>(cache)) return false;
   SmallBin& bin = cache.bins[class_index];
   if (__builtin_expect(bin.count == 0, 0)) {
-    cache.lock.unlock();
+    unlock_after_pop<kHit>(cache);
     return false;
   }
   const SmallEntry entry = bin.entries[--bin.count];
@@ -176,7 +161,7 @@ inline bool pop_small(ThreadCache& cache, int class_index, AllocRequest request,
   hand_out_small<kHit>(cache, entry, request);
   owner_add(cache.hits, 1);
   owner_add(cache.cached_bytes, uint64_t(0) - block_bytes);
-  cache.lock.unlock();
+  unlock_after_pop<kHit>(cache);
   *addr = block_addr;
   return true;
 }
@@ -213,11 +198,11 @@ inline bool pop_large(ThreadCache& cache, Granules granules, AllocRequest reques
     cache.large_granules -= granules;
     owner_add(cache.cached_bytes, uint64_t(0) - granules.bytes());
     hand_out_large<kHit>(cache, block, request, true);
-    cache.lock.unlock();
+    unlock_after_pop<kHit>(cache);
     *addr = block->addr();
     return true;
   }
-  cache.lock.unlock();
+  unlock_after_pop<kHit>(cache);
   return false;
 }
 

@@ -21,7 +21,7 @@ ThreadRegistry::~ThreadRegistry() {
   }
 }
 
-ThreadCache* ThreadRegistry::attach() {
+ThreadCache* ThreadRegistry::attach(bool own) {
   std::lock_guard<std::mutex> guard(mutex_);
   ThreadCache* cache = spare_caches_;
   if (cache) {
@@ -38,6 +38,8 @@ ThreadCache* ThreadRegistry::attach() {
     all_caches_ = cache;
   }
   cache->pool = owner_;
+  if (own) cache->lock.own();
+  else cache->lock.disown();
   cache->registry_prev = nullptr;
   cache->registry_next = registry_;
   if (registry_) registry_->registry_prev = cache;
@@ -52,6 +54,7 @@ void ThreadRegistry::detach(ThreadCache* cache) {
   folded_freed_.fetch_add(cache->freed_bytes.load(std::memory_order_relaxed), std::memory_order_relaxed);
   cache->freed_bytes.store(0, std::memory_order_relaxed);
   cache->lock.unlock();
+  cache->lock.disown();
   if (cache->registry_prev) cache->registry_prev->registry_next = cache->registry_next;
   else registry_ = cache->registry_next;
   if (cache->registry_next) cache->registry_next->registry_prev = cache->registry_prev;

@@ -29,8 +29,10 @@ class ThreadRegistry {
   ThreadRegistry(const ThreadRegistry&) = delete;
   ThreadRegistry& operator=(const ThreadRegistry&) = delete;
 
-  // NULL on host out-of-memory.
-  ThreadCache* attach();
+  // NULL on host out-of-memory. `own`: the calling thread's own cache, the
+  // only one to take its quick sections (owner_lock.h); else any thread
+  // may use it, one at a time under a lock of the caller's.
+  ThreadCache* attach(bool own);
   // REQUIRES: the cache drained and folded. Its freed total joins the
   // folded one and the record is kept for the next attach.
   void detach(ThreadCache* cache);

@@ -83,7 +83,7 @@ ThreadState* thread_state() {
 }
 
 ThreadCache* cache_of(ThreadState* ts, DevicePool* pool, int device) {
-  if (!ts->caches[device]) ts->caches[device] = pool->attach_thread();
+  if (!ts->caches[device]) ts->caches[device] = pool->attach_own_thread();
   return ts->caches[device];
 }
 
@@ -113,7 +113,9 @@ FreeStatus free_on_shared(DevicePool* pool, policy::Span* span, uint64_t addr) {
   DeviceMemory* memory = device_memory(pool->device());
   const int slot = pool->settings().slot;
   std::lock_guard<std::mutex> guard(memory->shared_mutex(slot));
-  return pool->free(*memory->shared_cache(slot), span, addr);
+  policy::ThreadCache& cache = *memory->shared_cache(slot);
+  policy::OwnerLock::Borrow borrow(cache.lock);  // its owner while the mutex is held
+  return pool->free(cache, span, addr);
 }
 
 // A free of a region's block (its pool's shared cache), or the first free
@@ -148,7 +150,9 @@ __attribute__((noinline)) bool alloc_in_region(int slot, int device, uint64_t by
       // which fails at once) are not held up behind it.
       policy::SleepGate::NoWait no_wait;
       std::lock_guard<std::mutex> guard(memory->shared_mutex(slot));
-      status = pool->alloc(*memory->shared_cache(slot), bytes, &addr, context);
+      policy::ThreadCache& cache = *memory->shared_cache(slot);
+      policy::OwnerLock::Borrow borrow(cache.lock);
+      status = pool->alloc(cache, bytes, &addr, context);
     }
     if (status != AllocStatus::OutOfMemory || !pool->asleep() || !pool->wait_for_wake()) break;
   }

@@ -151,7 +151,7 @@ struct PoolUnderTest {
 
 // A thread cache released when the scope ends.
 struct Attached {
-  explicit Attached(DevicePool& p) : pool(p), cache(p.attach_thread()) {}
+  explicit Attached(DevicePool& p) : pool(p), cache(p.attach_own_thread()) {}
   ~Attached() {
     if (cache) pool.detach_thread(cache);
   }

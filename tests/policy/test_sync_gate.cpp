@@ -28,7 +28,7 @@ TEST_CASE("sync gate: the fixed limits and an empty quarantine") {
   CHECK(t.gate.limits().batch_bytes == expected.batch_bytes);
   CHECK(t.gate.seal_bytes() == expected.batch_bytes);
   CHECK_FALSE(t.gate.adaptive());
-  ThreadCache* cache = t.registry.attach();
+  ThreadCache* cache = t.registry.attach(true);
   REQUIRE(cache);
   CHECK_FALSE(t.gate.due(*cache, Granules(0)));
   CHECK(t.gate.sync_if_waiting(cache));
@@ -39,7 +39,7 @@ TEST_CASE("sync gate: the fixed limits and an empty quarantine") {
 
 TEST_CASE("sync gate: a retired block goes to the freeing thread's cache, or central") {
   PartsUnderTest t(config_with(2 * kGranuleBytes));
-  ThreadCache* cache = t.registry.attach();
+  ThreadCache* cache = t.registry.attach(true);
   REQUIRE(cache);
   Block* block = grown_block(t, Granules(1));
   REQUIRE(block);
@@ -69,7 +69,7 @@ TEST_CASE("sync gate: a batch over the allowance is due") {
   PoolConfig config = config_with(2 * kGranuleBytes);
   config.slack_ns = kNoSlack;
   PartsUnderTest t(config, 1 * kGiB);
-  ThreadCache* cache = t.registry.attach();
+  ThreadCache* cache = t.registry.attach(true);
   REQUIRE(cache);
   const Granules batch = granules_floor(t.gate.limits().batch_bytes);
   Block* block = grown_block(t, batch);

@@ -14,8 +14,8 @@ TEST_CASE("thread registry: a detached cache's record serves the next attach") {
   FakeClock clock;
   Quarantine quarantine(provider, clock);
   ThreadRegistry registry(quarantine, nullptr);
-  ThreadCache* a = registry.attach();
-  ThreadCache* b = registry.attach();
+  ThreadCache* a = registry.attach(true);
+  ThreadCache* b = registry.attach(true);
   REQUIRE(a);
   REQUIRE(b);
   CHECK(a != b);
@@ -27,7 +27,7 @@ TEST_CASE("thread registry: a detached cache's record serves the next attach") {
   attached = 0;
   registry.for_each([&](ThreadCache&) { ++attached; });
   CHECK(attached == 1);
-  CHECK(registry.attach() == a);
+  CHECK(registry.attach(true) == a);
   registry.detach(a);
   registry.detach(b);
 }
@@ -37,7 +37,7 @@ TEST_CASE("thread registry: in use, hits and freed bytes survive folds and detac
   FakeClock clock;
   Quarantine quarantine(provider, clock);
   ThreadRegistry registry(quarantine, nullptr);
-  ThreadCache* cache = registry.attach();
+  ThreadCache* cache = registry.attach(true);
   REQUIRE(cache);
   owner_add(cache->in_use_delta, 3 * kMiB);
   owner_add(cache->hits, 5);
@@ -74,8 +74,8 @@ TEST_CASE("thread registry: the report's bin counts skip a busy cache") {
   FakeClock clock;
   Quarantine quarantine(provider, clock);
   ThreadRegistry registry(quarantine, nullptr);
-  ThreadCache* a = registry.attach();
-  ThreadCache* b = registry.attach();
+  ThreadCache* a = registry.attach(true);
+  ThreadCache* b = registry.attach(true);
   a->bins[3].count = 2;
   b->bins[3].count = 5;
   uint64_t in_bins[kClassCount] = {};
