@@ -59,6 +59,13 @@ def synthetic_csv(path, benches):
                 for label, f in [("without", 1.0), ("with", 0.5)]:
                     for m, v in [("first_s", 0.03), ("second_s", 0.012), ("after_empty_cache_s", 0.024)]:
                         rows.append(("seed", f"{name}/{label}", "1000x4MiB", m, v * f))
+        if "apart" in benches:
+            for c, base in [("driver", 60000), ("cudaMallocAsync", 330), ("pagefast", 45)]:
+                for s in (512, 1 << 30):
+                    for m, f in [("alloc_p50_ns", 1.0), ("free_p50_ns", 1.1), ("alloc_p99_ns", 3.0), ("free_p99_ns", 3.1),
+                                 ("clock_p50_ns", 0.0), ("ctx_get_current_p50_ns", 0.0), ("instructions_per_pair", 0.0)]:
+                        v = {"clock_p50_ns": 20 + rep, "ctx_get_current_p50_ns": 8, "instructions_per_pair": -1}.get(m)
+                        rows.append(("apart", c, s, m, v if v is not None else base * f + rep))
         if "train" in benches and rep < 2:
             for model, v in [("resnet18", 0.01596), ("transformer", 0.02959)]:
                 rows.append(("train", f"{model}/without", "step", "s", v))
@@ -124,6 +131,17 @@ def case_from_csv_same_bytes():
         for name in os.listdir(out_a):
             assert open(os.path.join(out_a, name), "rb").read() == open(os.path.join(out_b, name), "rb").read(), name
         assert md_a == md_b
+
+
+def case_apart_table():
+    # alloc_bench's apart mode through run.py: one row per size and allocator,
+    # the medians of the repeats, the ones that did not run left out.
+    with tempfile.TemporaryDirectory() as tmp:
+        _, md, _ = from_csv(tmp, {"apart"}, extra=["--only", "apart"])
+        assert "### the alloc and the free timed apart" in md, md
+        assert "| 512 | pagefast | 46.0 | 50.5 | 136.0 | 140.5 | 21.0 | 8.0 | -1.0 |" in md, md
+        assert "| 1073741824 | driver | 60001.0 | 66001.0 |" in md, md
+        assert "pagefast-before" not in md
 
 
 def case_log_ticks():

@@ -83,7 +83,7 @@ MODELS = ["resnet18", "transformer"]
 # --only's names and the bench column of the rows each one writes.
 SECTIONS = {"alloc": "pairs", "threads": "threads", "cold": "cold", "gather": "gather", "seed": "seed",
             "train": "train", "overhead": "overhead", "passthrough": "passthrough", "big": "big", "vmm": "vmm",
-            "jax": "jax", "hf": "hf"}
+            "jax": "jax", "hf": "hf", "apart": "apart"}
 # What forwarding costs. Every configuration runs the same number
 # of pairs (BENCH_REPEATS) in fresh processes, interleaved; the variants
 # tell pagefast's own start-up work (NUMA binding, the live-stats thread)
@@ -120,6 +120,11 @@ HF_LABELS = [("without", {}), ("with", None), ("with vmm_cache:off", {"PAGEFAST_
              ("with vmm_grow_ahead:0", {"PAGEFAST_CONF": "vmm_grow_ahead:0"})]
 HF_METRICS = ["first_step_s", "regrow_step_s", "median_step_s", "peak_reserved_mib"]
 OVERHEAD_CONFIGS = ["stats on", "stats off", "trace on"]
+# The alloc and the free timed apart (alloc_bench's apart mode): the
+# driver's cuMemAlloc_v2/cuMemFree_v2 through the runtime's door, alone and
+# under pagefast (a pool hit), and cudaMallocAsync through the runtime.
+APART_METRICS = ["alloc_p50_ns", "free_p50_ns", "alloc_p99_ns", "free_p99_ns", "clock_p50_ns",
+                 "ctx_get_current_p50_ns", "instructions_per_pair"]
 OVERHEAD_SIZES = "512,65536,4194304,67108864"
 
 
@@ -183,6 +188,19 @@ def measure(args, t, only):
                 for res in results(run(argv + ["pairs"], dict(env, **warm)).stdout):
                     t.add("pairs", name, res["bytes"], "p50_ns", res["p50_ns"])
                     t.add("pairs", name, res["bytes"], "p99_ns", res["p99_ns"])
+
+    if "apart" in only:
+        configs = [("driver", [bench, "driver"], {}), ("cudaMallocAsync", [bench, "cudaMallocAsync"], {}),
+                   ("pagefast", [bench, "driver"],
+                    dict(pf, BENCH_LABEL="pagefast", **({"PAGEFAST_CONF": args.conf} if args.conf else {})))]
+        if args.before:
+            configs.append(("pagefast-before", [bench, "driver"], {"LD_PRELOAD": args.before, "BENCH_LABEL": "pagefast"}))
+        for _ in range(args.repeats):
+            for name, argv, env in shuffled(configs):
+                extra = {"BENCH_REPEATS": "300"} if name == "driver" else {}
+                for res in results(run(argv + ["apart"], dict(env, **extra)).stdout):
+                    for metric in APART_METRICS:
+                        t.add("apart", name, res["bytes"], metric, res[metric])
 
     if "threads" in only:
         for _ in range(args.repeats):
@@ -349,6 +367,20 @@ def tables(t, sections):
         for k in sorted({int(k) for b, c, k, m, v in t.rows if b == bench and c == "pagefast-before"}):
             b50, n50 = t.median(bench, "pagefast-before", str(k), "p50_ns"), t.median(bench, "pagefast", str(k), "p50_ns")
             md.append(f"| {k} | {b50:.0f} | {n50:.0f} | {n50 / b50:.3f} |")
+        md.append("")
+
+    if "apart" in sections:
+        configs = [c for c in ("driver", "cudaMallocAsync", "pagefast", "pagefast-before")
+                   if any(b == "apart" and cc == c for b, cc, k, m, v in t.rows)]
+        md += ["### the alloc and the free timed apart (ns, median of per-process p50; each call between two clock "
+               "reads, whose own cost is the clock column; instructions: user-space, per pair, where the kernel "
+               "counts them, -1 where not)", "",
+               "| bytes | allocator | alloc p50 | free p50 | alloc p99 | free p99 | clock p50 | cuCtxGetCurrent p50 | "
+               "instructions per pair |", "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for k in sorted({int(k) for b, c, k, m, v in t.rows if b == "apart"}):
+            for c in configs:
+                v = [t.median("apart", c, str(k), m) for m in APART_METRICS]
+                md.append(f"| {k} | {c} | " + " | ".join(f"{x:.1f}" for x in v) + " |")
         md.append("")
 
     if "threads" in sections:

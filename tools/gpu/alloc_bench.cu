@@ -10,6 +10,14 @@
 //           requested), cuMemMap each at the segment's end, one
 //           cuMemSetAccess, then cuMemUnmap + cuMemRelease each; p50 per
 //           round (ns) and the first round alone (BENCH_PAGES, default 16)
+//   apart   the alloc and the free timed apart (each call between two
+//           clock reads), with what two clock reads back to back cost and
+//           what the driver's cuCtxGetCurrent costs, p50 per size; and,
+//           where the kernel lets a process count its own instructions
+//           (perf_event_open), the user-space instructions of one pair (a
+//           loop of 2N pairs less one of N, over N). API "driver" takes
+//           cuMemAlloc_v2/cuMemFree_v2 through the runtime's door, as the
+//           pool-hit pair of tools/bench/hit-instructions.
 // BENCH_REPEATS=N: the number of pairs per size in every configuration
 // (without it, plain cudaMalloc runs 300 and the rest 3000: compare like
 // with like, e.g. pool:off against cudaMalloc, with the same N).
@@ -21,6 +29,10 @@
 // p50 hides a sync every few pairs).
 #include <cuda.h>
 #include <cuda_runtime.h>
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "check.cuh"
 
@@ -186,6 +198,73 @@ static void vmm_segments(const char* label) {
               page, first, pct(ns, 0.5));
 }
 
+// A counter of this thread's user-space instructions; -1 where the kernel
+// refuses (perf_event_paranoid, a container's filter).
+static int instruction_counter() {
+  perf_event_attr attr;
+  std::memset(&attr, 0, sizeof attr);
+  attr.size = sizeof attr;
+  attr.type = PERF_TYPE_HARDWARE;
+  attr.config = PERF_COUNT_HW_INSTRUCTIONS;
+  attr.disabled = 1;
+  attr.exclude_kernel = 1;
+  attr.exclude_hv = 1;
+  return int(syscall(__NR_perf_event_open, &attr, 0, -1, -1, 0));
+}
+
+static long long instructions_of_pairs(int fd, size_t bytes, int n) {
+  ioctl(fd, PERF_EVENT_IOC_RESET, 0);
+  ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
+  for (int i = 0; i < n; ++i) release(alloc(bytes));
+  ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
+  long long count = 0;
+  if (read(fd, &count, sizeof count) != sizeof count) return -1;
+  return count;
+}
+
+static void apart(const char* label, int repeats) {
+  std::vector<size_t> sizes = {512, 65536, 4u << 20, 64u << 20, 256u << 20, 1u << 30};
+  std::vector<double> clock_ns(repeats), current_ns(repeats);
+  for (int i = 0; i < repeats; ++i) {
+    auto t0 = Clock::now();
+    clock_ns[i] = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+  }
+  auto get_current = reinterpret_cast<CtxGetCurrentFn>(driver_entry("cuCtxGetCurrent"));
+  void* ctx = nullptr;
+  for (int i = 0; i < repeats; ++i) {
+    auto t0 = Clock::now();
+    get_current(&ctx);
+    current_ns[i] = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+  }
+  const int fd = instruction_counter();
+  for (size_t bytes : sizes) {
+    const int n = bytes >= (256u << 20) ? std::max(200, repeats / 10) : repeats;
+    const auto warm_end = Clock::now() + std::chrono::milliseconds(100);
+    while (Clock::now() < warm_end) release(alloc(bytes));
+    std::vector<double> alloc_ns(n), free_ns(n);
+    for (int i = 0; i < n; ++i) {
+      auto t0 = Clock::now();
+      void* p = alloc(bytes);
+      auto t1 = Clock::now();
+      release(p);
+      auto t2 = Clock::now();
+      alloc_ns[i] = std::chrono::duration<double, std::nano>(t1 - t0).count();
+      free_ns[i] = std::chrono::duration<double, std::nano>(t2 - t1).count();
+    }
+    double per_pair = -1;
+    if (fd >= 0) {
+      const long long one = instructions_of_pairs(fd, bytes, n), two = instructions_of_pairs(fd, bytes, 2 * n);
+      if (one >= 0 && two >= 0) per_pair = double(two - one) / n;
+    }
+    std::printf(
+        "RESULT alloc=%s mode=apart bytes=%zu alloc_p50_ns=%.1f free_p50_ns=%.1f alloc_p99_ns=%.1f "
+        "free_p99_ns=%.1f clock_p50_ns=%.1f ctx_get_current_p50_ns=%.1f instructions_per_pair=%.1f\n",
+        label, bytes, pct(alloc_ns, 0.5), pct(free_ns, 0.5), pct(alloc_ns, 0.99), pct(free_ns, 0.99),
+        pct(clock_ns, 0.5), pct(current_ns, 0.5), per_pair);
+  }
+  if (fd >= 0) close(fd);
+}
+
 static double throughput(int threads, size_t bytes, int per_thread) {
   std::atomic<int> ready{0};
   std::atomic<bool> go{false};
@@ -212,6 +291,12 @@ int main(int argc, char** argv) {
   const char* label_env = std::getenv("BENCH_LABEL");
   std::string label = label_env ? label_env : api;
   g_async = api == "cudaMallocAsync";
+  if (api == "driver") {
+    CK(cudaSetDevice(0));
+    CK(cudaFree(nullptr));
+    g_cu_alloc = reinterpret_cast<MemAllocFn>(driver_entry("cuMemAlloc"));
+    g_cu_free = reinterpret_cast<MemFreeFn>(driver_entry("cuMemFree"));
+  }
   CK(cudaSetDevice(0));
   CK(cudaFree(nullptr));  // context up before timing
   if (g_async) {
@@ -241,6 +326,9 @@ int main(int argc, char** argv) {
     std::printf("RESULT alloc=%s mode=overhead clock_p50_ns=%.1f ctx_get_current_p50_ns=%.1f\n", label.c_str(),
                 pct(clock_ns, 0.5), pct(current_ns, 0.5));
     pairs(label.c_str(), 3000);
+  } else if (mode == "apart") {
+    const char* repeats = std::getenv("BENCH_REPEATS");
+    apart(label.c_str(), repeats ? std::atoi(repeats) : 5000);
   } else if (mode == "pairs") {
     const char* repeats = std::getenv("BENCH_REPEATS");
     pairs(label.c_str(), repeats ? std::atoi(repeats) : api == "cudaMalloc" && !std::getenv("LD_PRELOAD") ? 300 : 3000);
