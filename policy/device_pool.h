@@ -53,8 +53,14 @@
 // the sleep gate's locks are taken alone. The device's budget is asked
 // with none of them held (room_from_budget): it takes other pools' locks.
 //
+// A thread cache's lock is an OwnerLock (owner_lock.h): a thread other
+// than the cache's owner that takes it runs the asymmetric barrier and
+// waits for the owner's quick section, with the locks before it in the
+// order held; the quick section waits for nothing.
+//
 // Thread safety: alloc/free take the calling thread's ThreadCache (from
-// attach_thread). Any thread may free any block; anything else, any thread.
+// attach_own_thread, or a shared one under its users' mutex). Any thread
+// may free any block; anything else, any thread.
 #pragma once
 
 #include <atomic>
