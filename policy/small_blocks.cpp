@@ -77,17 +77,20 @@ void SmallBlocks::release_slabs(Slab** slabs, int count) {
 }
 
 void SmallBlocks::drain_bins(ThreadCache& cache) {
+  // One lock for every class: a thread other than the owner pays the
+  // owner lock's barrier per lock (owner_lock.h). The entries go to their
+  // centres under it, as the lock order allows (a thread cache's lock ->
+  // a size-class lock -> the device lock).
+  cache.lock.lock();
   for (int c = 0; c < kClassCount; ++c) {
-    SmallEntry entries[kMaxCacheBlocks];
-    cache.lock.lock();
     SmallBin& bin = cache.bins[c];
     const int n = int(bin.count);
-    for (int i = 0; i < n; ++i) entries[i] = bin.entries[i];
+    if (n == 0) continue;
     bin.count = 0;
     owner_add(cache.cached_bytes, uint64_t(0) - uint64_t(n) * kSizeClasses[c].block_bytes);
-    cache.lock.unlock();
-    if (n) put_back(entries, n, c);
+    put_back(bin.entries, n, c);
   }
+  cache.lock.unlock();
 }
 
 void SmallBlocks::release_all_empty() {
