@@ -57,6 +57,7 @@ int decide() {
 }  // namespace
 
 void asymmetric_barrier() {
+  g_state.barriers_run.fetch_add(1, std::memory_order_relaxed);
   if (decide() == kMembarrier) {
     if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return;
     // A child of fork may have to register again.
@@ -71,6 +72,8 @@ void asymmetric_barrier() {
   // pass a scheduling point, the slowest barrier there is.
   membarrier(MEMBARRIER_CMD_GLOBAL);
 }
+
+uint64_t barriers_run() { return g_state.barriers_run.load(std::memory_order_relaxed); }
 
 BarrierKind barrier_kind() { return decide() == kMembarrier ? BarrierKind::Membarrier : BarrierKind::Shootdown; }
 

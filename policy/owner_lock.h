@@ -53,6 +53,8 @@ void asymmetric_barrier();
 // static constructor): membarrier, or the TLB shootdown.
 enum class BarrierKind { Membarrier, Shootdown };
 BarrierKind barrier_kind();
+// How many barriers this process ran (a drain's cost, for the tests).
+uint64_t barriers_run();
 // Tests: run the other barrier from now on. Returns the one before.
 BarrierKind set_barrier_kind_for_test(BarrierKind kind);
 // This thread's token (the address of a thread-local): what an owner is

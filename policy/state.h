@@ -28,6 +28,7 @@ struct State {
   // not decided yet), and the page of the TLB shootdown.
   std::atomic<int> barrier{0};
   std::atomic<void*> barrier_page{nullptr};
+  std::atomic<uint64_t> barriers_run{0};
 };
 
 extern State g_state;  // page_map.cpp
