@@ -107,6 +107,15 @@ struct PartsUnderTest {
   SyncGate gate;
 };
 
+// A thread registry alone over its quarantine, on a provider without
+// backing (test_thread_registry.cpp, test_owner_lock.cpp).
+struct RegistryUnderTest {
+  FakeProvider provider{64 * kMiB, FakeProvider::Backing::None};
+  FakeClock clock;
+  Quarantine quarantine{provider, clock};
+  ThreadRegistry registry{quarantine, nullptr};
+};
+
 struct PoolUnderTest {
   // reports_free: the provider tells its free memory from the start (the
   // headroom applies to prewarm too).

@@ -83,10 +83,8 @@ int race(int locks) {
 }  // namespace
 
 TEST_CASE("owner lock: a thread's own cache is owned by it, a shared one by none", "[owner-lock]") {
-  FakeProvider provider(64 * kMiB, FakeProvider::Backing::None);
-  FakeClock clock;
-  Quarantine quarantine(provider, clock);
-  ThreadRegistry registry(quarantine, nullptr);
+  RegistryUnderTest t;
+  ThreadRegistry& registry = t.registry;
   ThreadCache* own = registry.attach(true);
   ThreadCache* shared = registry.attach(false);
   REQUIRE(own);

@@ -10,10 +10,8 @@ using namespace pagefast::policy;
 using namespace pagefast::policy::test;
 
 TEST_CASE("thread registry: a detached cache's record serves the next attach") {
-  FakeProvider provider(64 * kMiB, FakeProvider::Backing::None);
-  FakeClock clock;
-  Quarantine quarantine(provider, clock);
-  ThreadRegistry registry(quarantine, nullptr);
+  RegistryUnderTest t;
+  ThreadRegistry& registry = t.registry;
   ThreadCache* a = registry.attach(true);
   ThreadCache* b = registry.attach(true);
   REQUIRE(a);
@@ -33,10 +31,8 @@ TEST_CASE("thread registry: a detached cache's record serves the next attach") {
 }
 
 TEST_CASE("thread registry: in use, hits and freed bytes survive folds and detaches") {
-  FakeProvider provider(64 * kMiB, FakeProvider::Backing::None);
-  FakeClock clock;
-  Quarantine quarantine(provider, clock);
-  ThreadRegistry registry(quarantine, nullptr);
+  RegistryUnderTest t;
+  ThreadRegistry& registry = t.registry;
   ThreadCache* cache = registry.attach(true);
   REQUIRE(cache);
   owner_add(cache->in_use_delta, 3 * kMiB);
@@ -70,10 +66,8 @@ TEST_CASE("thread registry: in use, hits and freed bytes survive folds and detac
 }
 
 TEST_CASE("thread registry: the report's bin counts skip a busy cache") {
-  FakeProvider provider(64 * kMiB, FakeProvider::Backing::None);
-  FakeClock clock;
-  Quarantine quarantine(provider, clock);
-  ThreadRegistry registry(quarantine, nullptr);
+  RegistryUnderTest t;
+  ThreadRegistry& registry = t.registry;
   ThreadCache* a = registry.attach(true);
   ThreadCache* b = registry.attach(true);
   a->bins[3].count = 2;
