@@ -70,14 +70,14 @@ class OwnerLock {
   // for the owner's quick section.
   void lock() {
     take();
-    if (PF_OWNER_LOCK_ASYMMETRIC && owner_.load(std::memory_order_relaxed) != owner_token()) wait_for_owner();
+    if (foreign()) wait_for_owner();
   }
   void unlock() { held_.store(0, std::memory_order_release); }
   // For readers that must never wait (the report at process exit): false
   // when held, or when the owner is inside a quick section.
   bool try_lock() {
     if (held_.exchange(1, std::memory_order_acquire) != 0) return false;
-    if (PF_OWNER_LOCK_ASYMMETRIC && owner_.load(std::memory_order_relaxed) != owner_token() && !owner_idle()) {
+    if (foreign() && !owner_idle()) {
       unlock();
       return false;
     }
@@ -127,6 +127,8 @@ class OwnerLock {
   };
 
  private:
+  // Whether a lock taken now must wait for the owner's quick section.
+  bool foreign() const { return PF_OWNER_LOCK_ASYMMETRIC && !owned_by_caller(); }
   void take() {
     int spins = 0;
     while (held_.exchange(1, std::memory_order_acquire)) {
