@@ -222,20 +222,36 @@ static long long instructions_of_pairs(int fd, size_t bytes, int n) {
   return count;
 }
 
-static void apart(const char* label, int repeats) {
-  std::vector<size_t> sizes = {512, 65536, 4u << 20, 64u << 20, 256u << 20, 1u << 30};
-  std::vector<double> clock_ns(repeats), current_ns(repeats);
-  for (int i = 0; i < repeats; ++i) {
+// What two clock reads back to back and the driver's cuCtxGetCurrent
+// cost, p50 of n of each: the parts of a timed call that are not its own.
+struct Overheads {
+  double clock_p50_ns, ctx_get_current_p50_ns;
+};
+static Overheads overheads(int n) {
+  std::vector<double> clock_ns(n), current_ns(n);
+  for (int i = 0; i < n; ++i) {
     auto t0 = Clock::now();
     clock_ns[i] = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
   }
   auto get_current = reinterpret_cast<CtxGetCurrentFn>(driver_entry("cuCtxGetCurrent"));
   void* ctx = nullptr;
-  for (int i = 0; i < repeats; ++i) {
+  for (int i = 0; i < n; ++i) {
     auto t0 = Clock::now();
     get_current(&ctx);
     current_ns[i] = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
   }
+  return Overheads{pct(clock_ns, 0.5), pct(current_ns, 0.5)};
+}
+
+// alloc() and release() through cuMemAlloc_v2/cuMemFree_v2 (see g_cu_alloc).
+static void use_driver_entries() {
+  g_cu_alloc = reinterpret_cast<MemAllocFn>(driver_entry("cuMemAlloc"));
+  g_cu_free = reinterpret_cast<MemFreeFn>(driver_entry("cuMemFree"));
+}
+
+static void apart(const char* label, int repeats) {
+  std::vector<size_t> sizes = {512, 65536, 4u << 20, 64u << 20, 256u << 20, 1u << 30};
+  const Overheads overhead = overheads(repeats);
   const int fd = instruction_counter();
   for (size_t bytes : sizes) {
     const int n = bytes >= (256u << 20) ? std::max(200, repeats / 10) : repeats;
@@ -260,7 +276,7 @@ static void apart(const char* label, int repeats) {
         "RESULT alloc=%s mode=apart bytes=%zu alloc_p50_ns=%.1f free_p50_ns=%.1f alloc_p99_ns=%.1f "
         "free_p99_ns=%.1f clock_p50_ns=%.1f ctx_get_current_p50_ns=%.1f instructions_per_pair=%.1f\n",
         label, bytes, pct(alloc_ns, 0.5), pct(free_ns, 0.5), pct(alloc_ns, 0.99), pct(free_ns, 0.99),
-        pct(clock_ns, 0.5), pct(current_ns, 0.5), per_pair);
+        overhead.clock_p50_ns, overhead.ctx_get_current_p50_ns, per_pair);
   }
   if (fd >= 0) close(fd);
 }
@@ -294,8 +310,7 @@ int main(int argc, char** argv) {
   if (api == "driver") {
     CK(cudaSetDevice(0));
     CK(cudaFree(nullptr));
-    g_cu_alloc = reinterpret_cast<MemAllocFn>(driver_entry("cuMemAlloc"));
-    g_cu_free = reinterpret_cast<MemFreeFn>(driver_entry("cuMemFree"));
+    use_driver_entries();
   }
   CK(cudaSetDevice(0));
   CK(cudaFree(nullptr));  // context up before timing
@@ -309,22 +324,10 @@ int main(int argc, char** argv) {
   if (mode == "driver") {
     // The same pairs, through the driver API (see g_cu_alloc), and what the
     // clock and cuCtxGetCurrent cost alone, for the breakdown.
-    g_cu_alloc = reinterpret_cast<MemAllocFn>(driver_entry("cuMemAlloc"));
-    g_cu_free = reinterpret_cast<MemFreeFn>(driver_entry("cuMemFree"));
-    auto get_current = reinterpret_cast<CtxGetCurrentFn>(driver_entry("cuCtxGetCurrent"));
-    std::vector<double> clock_ns(3000), current_ns(3000);
-    for (int i = 0; i < 3000; ++i) {
-      auto t0 = Clock::now();
-      clock_ns[i] = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
-    }
-    void* ctx = nullptr;
-    for (int i = 0; i < 3000; ++i) {
-      auto t0 = Clock::now();
-      get_current(&ctx);
-      current_ns[i] = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
-    }
+    use_driver_entries();
+    const Overheads overhead = overheads(3000);
     std::printf("RESULT alloc=%s mode=overhead clock_p50_ns=%.1f ctx_get_current_p50_ns=%.1f\n", label.c_str(),
-                pct(clock_ns, 0.5), pct(current_ns, 0.5));
+                overhead.clock_p50_ns, overhead.ctx_get_current_p50_ns);
     pairs(label.c_str(), 3000);
   } else if (mode == "apart") {
     const char* repeats = std::getenv("BENCH_REPEATS");
