@@ -169,7 +169,7 @@ void DevicePool::push_waiting(ThreadCache& cache, Span* span, uint64_t addr) {
   uint64_t bytes;
   if (span->kind == SpanKind::Slab) {
     const Slab* slab = static_cast<const Slab*>(span);
-    index = uint32_t((addr - slab->base_addr()) / slab->block_bytes);
+    index = uint32_t(slab->block_index(addr - slab->base_addr()));
     bytes = slab->block_bytes;
   } else {
     bytes = static_cast<const Block*>(span)->granules().bytes();
@@ -200,7 +200,7 @@ bool DevicePool::range_of(const Span* span, uint64_t addr, RangeInfo* info) {
     if (!slab->active.load(std::memory_order_acquire)) return false;
     const uint64_t base = slab->base_addr();
     if (addr < base) return false;
-    const uint64_t index = (addr - base) / slab->block_bytes;
+    const uint64_t index = slab->block_index(addr - base);
     if (index >= slab->block_count) return false;
     const SlabBlockInfo& block = slab->info[index];
     if (block.live.load(std::memory_order_acquire) != 1) return false;

@@ -60,7 +60,7 @@ __attribute__((always_inline)) inline DevicePool::FreeStep DevicePool::free_step
     const uint64_t base = slab->base_addr();
     if (addr < base) return FreeStep::Invalid;
     const uint64_t offset = addr - base;
-    const uint64_t at = offset / slab->block_bytes;
+    const uint64_t at = slab->block_index(offset);
     if (at >= slab->block_count || at * slab->block_bytes != offset) return FreeStep::Invalid;
     // The exchange makes two racing frees of one block one success.
     if (slab->info[at].live.exchange(0, std::memory_order_acq_rel) != 1) return FreeStep::Invalid;

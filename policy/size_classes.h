@@ -30,6 +30,7 @@ constexpr int kClassesPerDoubling = 8;
 // A slab spans at most this many granules; more would let one small class
 // pin too much memory.
 constexpr uint64_t kMaxSlabGranules = 16;
+static_assert(kMaxSlabGranules * kGranuleBytes < (uint64_t(1) << 32), "Slab::block_index is exact inside a slab");
 // A slab geometry is accepted once its tail waste is below 1/256 of it
 // (else the least wasteful up to kMaxSlabGranules): the tail is memory
 // that no request of the class can use, so it counts against capacity.

@@ -159,7 +159,7 @@ Slab* SlabCentral::take_record(DevicePool* pool) {
   }
   slab->pool = pool;
   slab->class_index = uint8_t(class_index_);
-  slab->block_bytes = c.block_bytes;
+  slab->set_block_bytes(c.block_bytes);
   slab->block_count = c.blocks_per_slab;
   std::lock_guard<std::mutex> guard(mutex_);
   slab->all_next = all_records_;

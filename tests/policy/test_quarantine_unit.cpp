@@ -98,7 +98,7 @@ struct Blocks {
   static constexpr uint64_t kBase = uint64_t(1) << 40;
   static constexpr uint32_t kBytes = 4096;
   Blocks() {
-    slab.block_bytes = kBytes;
+    slab.set_block_bytes(kBytes);
     slab.base_addr_.store(kBase);
   }
   uint64_t addr(int i) const { return kBase + uint64_t(i) * kBytes; }

@@ -84,3 +84,26 @@ TEST_CASE("small blocks: occupancy counts blocks in the centres and the bins") {
   CHECK(rows[0].blocks_in_use == 0);
   t.small.drain_bins(cache);
 }
+
+TEST_CASE("small blocks: a slab's block index is the quotient for every offset inside it") {
+  // Slab::block_index replaces a divide on the free's path by a multiply:
+  // it must agree with the divide for every class and every offset a slab
+  // can have (each 512-byte step of a slab of the most granules, and the
+  // bytes on either side of each block's start), and for the largest
+  // offsets below 2^32.
+  for (const SizeClass& c : kSizeClasses) {
+    Slab slab;
+    slab.set_block_bytes(c.block_bytes);
+    const uint64_t slab_bytes = kMaxSlabGranules * kGranuleBytes;
+    uint64_t wrong = 0;
+    for (uint64_t offset = 0; offset < slab_bytes; offset += kMinAlignBytes)
+      wrong += slab.block_index(offset) != offset / c.block_bytes;
+    for (uint64_t start = c.block_bytes; start < slab_bytes; start += c.block_bytes)
+      wrong += slab.block_index(start - 1) != start / c.block_bytes - 1 ||
+               slab.block_index(start + 1) != start / c.block_bytes;
+    for (uint64_t offset = (uint64_t(1) << 32) - 4096; offset < (uint64_t(1) << 32); ++offset)
+      wrong += slab.block_index(offset) != offset / c.block_bytes;
+    INFO("class of " << c.block_bytes << " bytes");
+    CHECK(wrong == 0);
+  }
+}
