@@ -18,6 +18,7 @@
 #include "interpose/log.h"
 #include "interpose/pool_api.h"
 #include "policy/device_pool.h"
+#include "policy/units.h"
 
 namespace pagefast::ipc {
 
@@ -51,6 +52,25 @@ void drop_if_done(std::map<uint64_t, Export>::iterator it, std::vector<uint64_t>
   registry().by_addr->erase(e.base_addr);
   registry().by_id->erase(it);
   registry().exports.fetch_sub(1, std::memory_order_relaxed);
+}
+
+// A get again of a block exported already: the id of its export when that
+// answers as it is (the same allocation, not freed, its pieces current:
+// not stale), else 0 (a first get, or one that must read the pieces
+// again: record_export). `range` was read without a lock (range_of): the
+// export's buffer id tells a block freed and made again at its address
+// apart. The pieces are not read, so the device lock is not taken.
+uint64_t current_export(const policy::DevicePool* pool, const policy::RangeInfo& range) {
+  if (registry().exports.load(std::memory_order_relaxed) == 0) return 0;
+  std::lock_guard<std::mutex> guard(registry().mutex);
+  if (!registry().by_addr) return 0;
+  auto known = registry().by_addr->find(range.base_addr);
+  if (known == registry().by_addr->end()) return 0;
+  auto it = registry().by_id->find(known->second);
+  if (it == registry().by_id->end()) return 0;
+  const Export& e = it->second;
+  if (e.freed || e.stale || e.pool != pool || e.buffer_id != range.buffer_id || e.bytes != range.bytes) return 0;
+  return it->first;
 }
 
 // The export of the live block `found` names (the same one for the same
@@ -101,6 +121,29 @@ uint64_t record_export(int device, policy::DevicePool* pool, policy::DevicePool:
   ++registry().next_export_id;
   registry().exports.fetch_add(1, std::memory_order_relaxed);
   return id;
+}
+
+// get_handle of a block with no current export: its pieces read from the
+// pool (under the device lock), then recorded (or made current again).
+CUresult first_handle(int device, policy::DevicePool* pool, policy::Span* span, CUdeviceptr dptr,
+                      CUipcMemHandle* handle) {
+  policy::DevicePool::Export found;
+  try {
+    if (!pool->export_of(span, dptr, &found)) return CUDA_ERROR_INVALID_VALUE;
+  } catch (...) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (found.pieces.empty() || found.pieces.size() > size_t(kMaxPieces)) return CUDA_ERROR_INVALID_VALUE;
+  if (!start_server()) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t export_id = 0;
+  try {
+    export_id = record_export(device, pool, &found);
+  } catch (...) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  const Wire w = make_handle(device, export_id, found.range.bytes, found.range.base_addr - found.first_granule_addr);
+  std::memcpy(handle, &w, sizeof w);
+  return CUDA_SUCCESS;
 }
 
 }  // namespace
@@ -176,21 +219,12 @@ CUresult get_handle(policy::DevicePool* pool, policy::Span* span, CUdeviceptr dp
                  device);
     return CUDA_ERROR_INVALID_VALUE;
   }
-  policy::DevicePool::Export found;
-  try {
-    if (!pool->export_of(span, dptr, &found)) return CUDA_ERROR_INVALID_VALUE;
-  } catch (...) {
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  if (found.pieces.empty() || found.pieces.size() > size_t(kMaxPieces)) return CUDA_ERROR_INVALID_VALUE;
-  if (!start_server()) return CUDA_ERROR_INVALID_VALUE;
-  uint64_t export_id = 0;
-  try {
-    export_id = record_export(device, pool, &found);
-  } catch (...) {
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  const Wire w = make_handle(device, export_id, found.range.bytes, found.range.base_addr - found.first_granule_addr);
+  policy::RangeInfo range;
+  if (!policy::DevicePool::range_of(span, dptr, &range)) return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t export_id = current_export(pool, range);
+  if (export_id == 0) return first_handle(device, pool, span, dptr, handle);
+  if (!start_server()) return CUDA_ERROR_INVALID_VALUE;  // a forked child's first use
+  const Wire w = make_handle(device, export_id, range.bytes, range.base_addr & (policy::kGranuleBytes - 1));
   std::memcpy(handle, &w, sizeof w);
   return CUDA_SUCCESS;
 }

@@ -72,13 +72,13 @@ size_t connection_limit() {
 }  // namespace
 
 bool start_server() {
-  const pid_t pid = self().pid;
-  if (sock().serving.load(std::memory_order_acquire)) return true;
+  if (sock().serving.load(std::memory_order_acquire)) return true;  // every get once it runs: one load
   std::lock_guard<std::mutex> guard(sock().mutex);
   if (sock().serving.load(std::memory_order_relaxed)) return true;
   if (sock().failed) return false;  // said so once already
   sock().failed = true;
   const Identity& me = self();
+  const pid_t pid = me.pid;
   sockaddr_un addr;
   socklen_t len = 0;
   if (!me.start_time || !socket_address(uint32_t(pid), me.start_time, me.pidns, &addr, &len)) {

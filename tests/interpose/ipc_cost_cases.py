@@ -140,6 +140,32 @@ def case_open_stress():
     t.quit()
 
 
+def case_get_threads():
+    """Threads meet in the exporter's cuIpcGetMemHandle (ipc_target
+    get-threads): four get the handles of blocks A, B, C and two small ones
+    over and over, one of them held open by an importer, while four make,
+    export (twice) and free blocks of three sizes and the main thread
+    sleeps and wakes the pools 20 times. Every get of a live block answers
+    its handle (the same bytes; an error only around a sleep), every new
+    block a new export, and the importer reads A's bytes after it all."""
+    t, imp = Target(ENV), Importer(ENV)
+    a, _, _ = three_blocks(t)
+    check(t.ask("alloc 3 1000 44") == "ok" and t.ask("alloc 4 1000 45") == "ok", "two small blocks")
+    check(imp.open(a) == CUDA_SUCCESS and imp.reads(0, MiB, 0x41), "the importer holds A open")
+    answer = t.ask("get-threads 4 1500 20")
+    words = answer.split()
+    check(len(words) == 10 and words[1] == "ok" and int(words[2]) > 6000 and int(words[5]) >= 20,
+          f"every get answered the block's own handle ({answer}; {t.stderr()[-600:]})")
+    check(imp.reads(0, MiB, 0x41) and imp.close() == CUDA_SUCCESS, "A kept its bytes for the importer")
+    check(all(t.ask(f"check {i} {b}") == "check 1" for i, b in enumerate(["41", "42", "43", "44", "45"])),
+          "the exporter's blocks are untouched")
+    for n, nbytes, byte in [(1, MiB, 0x42), (2, 6 * MiB, 0x43), (3, 1000, 0x44)]:
+        check(imp.open(t.handle(n)) == CUDA_SUCCESS and imp.reads(0, nbytes, byte) and imp.close() == CUDA_SUCCESS,
+              f"block {n}'s handle opens with its bytes after the sleeps")
+    imp.quit()
+    t.quit()
+
+
 def case_open_stress_exporters():
     """Eight threads open, read and close blocks of two exporters at once:
     opens of one exporter's blocks go on while the other's are asked for

@@ -815,6 +815,39 @@ def case_forged():
     t.quit()
 
 
+def case_reused():
+    """A get again of a live block answers its export as it is, and a block
+    freed and made again at its address gets a new export: a new handle
+    (the same on a get again), the old one opens nothing (no importer held
+    it), the new one opens with the new block's bytes. Small blocks (a
+    slab's) and a large one."""
+    t, imp = Target(), Importer()
+    for n, nbytes in [(0, 1000), (1, 3 * MiB)]:
+        check(t.ask(f"alloc {n} {nbytes} 41") == "ok", f"block {n}, {nbytes} bytes")
+        old = t.handle(n)
+        check(t.handle(n) == old and t.handle(n) == old, f"block {n}: a get again gives the same handle")
+        where = t.ask(f"addr {n}")
+        # Freed and made again until the block lands where the exported one
+        # was: the pool hands a freed block out again once its quarantine
+        # batch (64 frees) was retired.
+        made = 0
+        while made < 1000:
+            made += 1
+            if t.ask(f"free {n}") != "free CUDA_SUCCESS" or t.ask(f"alloc {n} {nbytes} 42") != "ok" or \
+                    t.ask(f"addr {n}") == where:
+                break
+        check(t.ask(f"addr {n}") == where, f"block {n} made again at its address ({where}, {made} frees)")
+        new = t.handle(n)
+        check(new != old and new[40:48] != old[40:48], f"block {n}: another export, another handle")
+        check(t.handle(n) == new, f"block {n}: the new handle again on a get again")
+        rc = imp.open(old)
+        check(rc == CUDA_ERROR_INVALID_VALUE, f"block {n}: the old handle opens nothing (rc {rc})")
+        check(imp.open(new) == CUDA_SUCCESS and imp.reads(0, nbytes, 0x42) and imp.close() == CUDA_SUCCESS,
+              f"block {n}: the new handle opens with the new bytes")
+    imp.quit()
+    t.quit()
+
+
 def read_replies(s, count):
     """`count` reply headers from socket s (until the exporter stops
     answering): their sequence numbers."""

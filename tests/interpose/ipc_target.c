@@ -6,6 +6,7 @@
  *   alloc N BYTES BYTE   cuMemAlloc block N (0-31), filled: "ok"
  *   handle N             cuIpcGetMemHandle of block N: "handle HEX" or "error NAME"
  *   free N               cuMemFree of block N: "free NAME"
+ *   addr N               block N's address: "addr HEX"
  *   fill N BYTE          every byte of block N: "ok"
  *   check N BYTE         whether every byte of block N is BYTE: "check 0|1"
  *   churn COUNT BYTES N  COUNT new blocks filled with 0x99 and kept (memory a
@@ -35,12 +36,26 @@
  *   fds                  open descriptors (-1 if /proc/self/fd cannot be
  *                        opened): "fds N"
  *   hog / unhog          takes every free descriptor / gives them back
+ *   get-threads T R S    threads meeting in cuIpcGetMemHandle: T threads get
+ *                        the handles of the blocks made (each must be the
+ *                        block's handle as the main thread got it first), T
+ *                        threads R times make a block, get its handle twice
+ *                        (the same, naming the block's size and offset) and
+ *                        free it (every such export a new one), while the
+ *                        main thread sleeps (keep) and wakes the pools S
+ *                        times (a get or an alloc may fail only around a
+ *                        sleep; at least S sleeps, more until the last
+ *                        block is freed): "get-threads ok|failed GETS
+ *                        WRONG sleeps SLEEPS refused-asleep FAILED_GETS
+ *                        exports NEW_EXPORTS"
  *   quit
  * Started with cuInit and a context, before any allocation (no pool yet),
  * it prints "ready". */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +65,7 @@
 #include "ipc_common.h"
 
 #define BLOCKS 32
+#define MAX_THREADS 16
 
 static CUdeviceptr g_block[BLOCKS];
 static size_t g_bytes[BLOCKS];
@@ -98,6 +114,130 @@ static int tag_api(const char* symbol, const char* tag, unsigned flags, int with
   return with_flags ? ((int (*)(const char*, unsigned))fn)(tag, flags) : ((int (*)(const char*))fn)(tag);
 }
 
+static CUcontext g_ctx;
+
+/* get-threads: the blocks' handles as first got, the rounds, and the sleeps
+ * (odd while one is under way). */
+static CUipcMemHandle g_reference[BLOCKS];
+static unsigned long long g_rounds;
+static atomic_ullong g_sleep_epoch;
+static atomic_ullong g_gets, g_wrong, g_stop, g_slept, g_cycling;
+static unsigned long long g_ids[MAX_THREADS][4096];
+
+/* Whether a failure seen between epochs e1 and e2 may be a sleep's. */
+static int around_sleep(unsigned long long e1) { return (e1 & 1) || atomic_load(&g_sleep_epoch) != e1; }
+
+static void* getter(void* arg) {
+  (void)arg;
+  cuCtxSetCurrent(g_ctx);
+  while (!atomic_load(&g_stop)) {
+    for (int n = 0; n < BLOCKS; ++n) {
+      if (!g_block[n]) continue;
+      const unsigned long long e1 = atomic_load(&g_sleep_epoch);
+      CUipcMemHandle h;
+      const CUresult rc = cuIpcGetMemHandle(&h, g_block[n]);
+      atomic_fetch_add(&g_gets, 1);
+      if (rc != CUDA_SUCCESS && around_sleep(e1)) atomic_fetch_add(&g_slept, 1);
+      if (rc == CUDA_SUCCESS ? memcmp(&h, &g_reference[n], sizeof h) != 0 : !around_sleep(e1)) {
+        fprintf(stderr, "get-threads: block %d answered %s%s\n", n, name(rc), rc ? "" : " with another handle");
+        atomic_fetch_add(&g_wrong, 1);
+      }
+    }
+  }
+  return NULL;
+}
+
+static void* cycler(void* arg) {
+  const int t = (int)(long)arg;
+  static const size_t sizes[3] = {1000, 100000, 3 << 20};
+  cuCtxSetCurrent(g_ctx);
+  for (unsigned long long i = 0; i < g_rounds; ++i) {
+    const size_t bytes = sizes[(i + t) % 3];
+    const unsigned long long e1 = atomic_load(&g_sleep_epoch);
+    CUdeviceptr d = 0;
+    CUipcMemHandle h1, h2;
+    CUresult rc = cuMemAlloc(&d, bytes);
+    if (rc == CUDA_SUCCESS) rc = cuIpcGetMemHandle(&h1, d);
+    if (rc == CUDA_SUCCESS) rc = cuIpcGetMemHandle(&h2, d);
+    atomic_fetch_add(&g_gets, 2);
+    unsigned long long fields[3] = {0, 0, 0}; /* export id, size, offset */
+    if (rc == CUDA_SUCCESS) memcpy(fields, h1.reserved + 40, sizeof fields);
+    if (rc == CUDA_SUCCESS
+            ? memcmp(&h1, &h2, sizeof h1) != 0 || fields[1] != bytes || fields[2] != (d & ((2u << 20) - 1))
+            : !around_sleep(e1)) {
+      fprintf(stderr, "get-threads: a new block of %zu bytes answered %s\n", bytes, name(rc));
+      atomic_fetch_add(&g_wrong, 1);
+    }
+    g_ids[t][i] = fields[0];
+    if (d && cuMemFree(d) != CUDA_SUCCESS) atomic_fetch_add(&g_wrong, 1);
+  }
+  atomic_fetch_sub(&g_cycling, 1);
+  return NULL;
+}
+
+/* The exports the cyclers made (every one a new id), or -1 if one came twice. */
+static long ids_unique(int threads) {
+  static unsigned long long all[MAX_THREADS * 4096];
+  size_t count = 0;
+  for (int t = 0; t < threads; ++t)
+    for (unsigned long long i = 0; i < g_rounds; ++i)
+      if (g_ids[t][i]) all[count++] = g_ids[t][i];
+  for (size_t i = 0; i < count; ++i) /* few thousand: a sort is not needed */
+    for (size_t j = i + 1; j < count; ++j)
+      if (all[i] == all[j]) return -1;
+  return (long)count;
+}
+
+static void get_threads(int threads, unsigned long long rounds, unsigned long long sleeps) {
+  pthread_t getters[MAX_THREADS], cyclers[MAX_THREADS];
+  int ok = threads > 0 && threads <= MAX_THREADS && rounds <= 4096;
+  g_rounds = rounds;
+  atomic_store(&g_gets, 0);
+  atomic_store(&g_wrong, 0);
+  atomic_store(&g_stop, 0);
+  atomic_store(&g_slept, 0);
+  atomic_store(&g_cycling, (unsigned long long)threads);
+  for (int n = 0; ok && n < BLOCKS; ++n)
+    if (g_block[n]) ok = cuIpcGetMemHandle(&g_reference[n], g_block[n]) == CUDA_SUCCESS;
+  if (!ok) {
+    printf("get-threads failed 0 0\n");
+    return;
+  }
+  for (int t = 0; t < threads; ++t) {
+    pthread_create(&getters[t], NULL, getter, NULL);
+    pthread_create(&cyclers[t], NULL, cycler, (void*)(long)t);
+  }
+  unsigned long long s = 0;
+  for (; s < sleeps || atomic_load(&g_cycling) > 0; ++s) { /* at least `sleeps`, until the cyclers are done */
+    atomic_fetch_add(&g_sleep_epoch, 1);
+    const int slept = api("pagefast_sleep", 1, 1);
+    usleep(2000);
+    const int woke = api("pagefast_wake", 0, 0);
+    atomic_fetch_add(&g_sleep_epoch, 1);
+    if (slept < 0 || woke != 0) {
+      fprintf(stderr, "get-threads: sleep answered %d, wake %d\n", slept, woke);
+      atomic_fetch_add(&g_wrong, 1);
+    }
+    usleep(2000);
+  }
+  for (int t = 0; t < threads; ++t) pthread_join(cyclers[t], NULL);
+  atomic_store(&g_stop, 1);
+  for (int t = 0; t < threads; ++t) pthread_join(getters[t], NULL);
+  for (int n = 0; n < BLOCKS; ++n) { /* every block's handle as it was, the sleeps over */
+    CUipcMemHandle h;
+    if (g_block[n] && (cuIpcGetMemHandle(&h, g_block[n]) != CUDA_SUCCESS || memcmp(&h, &g_reference[n], sizeof h)))
+      atomic_fetch_add(&g_wrong, 1);
+  }
+  const long exports = ids_unique(threads);
+  if (exports < 0) {
+    fprintf(stderr, "get-threads: an export id was given twice\n");
+    atomic_fetch_add(&g_wrong, 1);
+  }
+  printf("get-threads %s %llu %llu sleeps %llu refused-asleep %llu exports %ld\n",
+         atomic_load(&g_wrong) ? "failed" : "ok", atomic_load(&g_gets), atomic_load(&g_wrong), s, atomic_load(&g_slept),
+         exports);
+}
+
 static int all_equal(int n, unsigned char value) {
   static unsigned char buffer[8 << 20];
   if (g_bytes[n] > sizeof buffer || cuMemcpyDtoH(buffer, g_block[n], g_bytes[n]) != CUDA_SUCCESS) return 0;
@@ -130,6 +270,8 @@ static void command(const char* line) {
     }
   } else if (!strcmp(verb, "free")) {
     printf("free %s\n", name(cuMemFree(g_block[n])));
+  } else if (!strcmp(verb, "addr")) {
+    printf("addr %llx\n", (unsigned long long)g_block[n]);
   } else if (!strcmp(verb, "fill")) {
     sscanf(line, "%31s %llu %llx", verb, &a, &b);
     const CUresult rc = cuMemsetD8(g_block[n], (unsigned char)b, g_bytes[n]);
@@ -205,6 +347,9 @@ static void command(const char* line) {
     printf("reset %s\n", name(rc));
   } else if (!strcmp(verb, "fds")) {
     printf("fds %d\n", ipc_open_fds());
+  } else if (!strcmp(verb, "get-threads")) {
+    sscanf(line, "%31s %llu %llu %llu", verb, &a, &b, &c);
+    get_threads((int)a, b, c);
   } else if (!strcmp(verb, "hog")) {
     while (g_hogged < 65536) {
       const int fd = dup(0);
@@ -227,6 +372,7 @@ int main(void) {
     fprintf(stderr, "ipc_target: no CUDA context\n");
     return 1;
   }
+  g_ctx = ctx;
   setvbuf(stdout, NULL, _IOLBF, 0);
   printf("ready\n");
   char line[256];
