@@ -28,16 +28,37 @@ namespace detail {
 
 namespace {
 
-uint32_t fnv1a(uint32_t h, const unsigned char* p, size_t bytes) {
-  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 16777619u;
-  return h;
+// The checksum: a multiply-xorshift mix over the handle's eight 64-bit
+// words (the checksum's own field zero), folded to 32 bits. Each step is
+// a bijection of the state, so two handles that differ in one word differ
+// in the 64-bit state; the fold ends in a full avalanche.
+constexpr uint64_t kMixSeed = 0x243f6a8885a308d3ull;
+constexpr uint64_t kMixMul = 0x9e3779b97f4a7c15ull;  // odd
+inline uint64_t mix(uint64_t h, uint64_t word) {
+  h = (h ^ word) * kMixMul;
+  return h ^ (h >> 32);
 }
-constexpr uint32_t kFnvBasis = 2166136261u;
-// The bytes of a handle before export_id (magic, version, flags, device,
+inline uint32_t fold(uint64_t h) {
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  return uint32_t(h) ^ uint32_t(h >> 32);
+}
+inline uint64_t word_at(const Wire& w, size_t index) {
+  uint64_t word;
+  std::memcpy(&word, reinterpret_cast<const unsigned char*>(&w) + 8 * index, sizeof word);
+  return word;
+}
+constexpr size_t kWords = sizeof(Wire) / 8;
+static_assert(sizeof(Wire) % 8 == 0, "the checksum reads whole words");
+// The words of a handle before export_id (magic, version, flags, device,
 // pid, the checksum's own zeros, start time, pid namespace) are the same
 // for every handle one process makes for one device.
-constexpr size_t kFixedBytes = offsetof(Wire, export_id);
-static_assert(offsetof(Wire, check) < kFixedBytes, "the checksum field lies in the fixed part");
+constexpr size_t kFixedWords = offsetof(Wire, export_id) / 8;
+static_assert(offsetof(Wire, export_id) % 8 == 0 && offsetof(Wire, check) < offsetof(Wire, export_id),
+              "the checksum field lies in the fixed words");
+static_assert(offsetof(Wire, bytes) == offsetof(Wire, export_id) + 8 && offsetof(Wire, offset) + 8 == sizeof(Wire),
+              "export_id, bytes and offset are the last three words");
 
 // State::forks counts the forks this process came out of (the process's
 // one fork handler calls after_fork_child, interpose/runtime.cpp; it is
@@ -52,7 +73,7 @@ struct ThreadIds {
   uint64_t forks = ~uint64_t(0);
   uint64_t fixed_forks = ~uint64_t(0);
   uint32_t fixed_device = ~0u;
-  uint32_t fixed_state = 0;
+  uint64_t fixed_state = 0;
 };
 __attribute__((tls_model("initial-exec"))) thread_local ThreadIds t_ids;
 
@@ -76,7 +97,9 @@ const Identity& refresh_ids(ThreadIds& ids) {
 uint32_t checksum(const Wire& w) {
   Wire copy = w;
   copy.check = 0;
-  return fnv1a(kFnvBasis, reinterpret_cast<const unsigned char*>(&copy), sizeof copy);
+  uint64_t h = kMixSeed;
+  for (size_t i = 0; i < kWords; ++i) h = mix(h, word_at(copy, i));
+  return fold(h);
 }
 
 Wire make_handle(int device, uint64_t export_id, uint64_t bytes, uint64_t offset) {
@@ -92,14 +115,15 @@ Wire make_handle(int device, uint64_t export_id, uint64_t bytes, uint64_t offset
   w.export_id = export_id;
   w.bytes = bytes;
   w.offset = offset;
-  // checksum(w), with the fixed bytes' state kept from the last handle.
-  const unsigned char* p = reinterpret_cast<const unsigned char*>(&w);
+  // checksum(w), with the fixed words' state kept from the last handle.
   if (ids.fixed_forks != ids.forks || ids.fixed_device != w.device) {
-    ids.fixed_state = fnv1a(kFnvBasis, p, kFixedBytes);
+    uint64_t h = kMixSeed;
+    for (size_t i = 0; i < kFixedWords; ++i) h = mix(h, word_at(w, i));
+    ids.fixed_state = h;
     ids.fixed_forks = ids.forks;
     ids.fixed_device = w.device;
   }
-  w.check = fnv1a(ids.fixed_state, p + kFixedBytes, sizeof w - kFixedBytes);
+  w.check = fold(mix(mix(mix(ids.fixed_state, export_id), bytes), offset));
   return w;
 }
 

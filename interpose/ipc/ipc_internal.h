@@ -27,7 +27,9 @@ inline State& ipc_state() { return pool::g_process.ipc; }
 // ---- the handle (docs/IPC.md "The handle") --------------------------------------
 
 constexpr char kMagic[8] = {'p', 'g', 'f', 's', 't', 'I', 'P', 'C'};
-constexpr uint16_t kHandleVersion = 1;
+// 2: the checksum is a mix of 64-bit words (ipc_common.cpp), no longer
+// FNV-1a of the bytes. A handle of another version is refused.
+constexpr uint16_t kHandleVersion = 2;
 
 // The 64 bytes of a pagefast IPC handle, little-endian as the hosts that
 // run CUDA are. Untrusted when received: every field is checked before
@@ -38,7 +40,7 @@ struct Wire {
   uint16_t flags;
   uint32_t device;      // the exporter's device ordinal
   uint32_t pid;         // the exporter, in its pid namespace
-  uint32_t check;       // FNV-1a of every other byte
+  uint32_t check;       // checksum(): every other byte, by 64-bit words
   uint64_t start_time;  // the exporter's start, clock ticks after boot
   uint64_t pidns;       // the inode of the exporter's pid namespace
   uint64_t export_id;

@@ -187,14 +187,32 @@ def socket_basename(pid, uid=None):
     return f"pagefast-ipc.{uid}.{os.stat(f'/proc/{pid}/ns/pid').st_ino}.{pid}.{start_ticks(pid)}"
 
 
+M64 = (1 << 64) - 1
+
+
+def handle_checksum(data):
+    """The handle's checksum as the library makes it (interpose/ipc/
+    ipc_common.cpp, handle version 2): a multiply-xorshift mix over its
+    eight 64-bit words, folded to 32 bits."""
+    h = 0x243F6A8885A308D3
+    for (word,) in struct.iter_unpack("<Q", data):
+        h = ((h ^ word) * 0x9E3779B97F4A7C15) & M64
+        h ^= h >> 32
+    h ^= h >> 33
+    h = (h * 0xFF51AFD7ED558CCD) & M64
+    h ^= h >> 33
+    return (h ^ (h >> 32)) & 0xFFFFFFFF
+
+
 def fnv1a(data):
+    """The checksum of handle version 1 (FNV-1a over the bytes)."""
     h = 2166136261
     for b in data:
         h = ((h ^ b) * 16777619) & 0xFFFFFFFF
     return h
 
 
-def forge(handle, **fields):
+def forge(handle, checksum=handle_checksum, **fields):
     """The handle with fields replaced and its checksum made right again."""
     names = ["magic", "version", "flags", "device", "pid", "check", "start_time", "pidns", "export_id", "bytes",
              "offset"]
@@ -202,7 +220,7 @@ def forge(handle, **fields):
     values.update(fields)
     values["check"] = 0
     raw = HANDLE.pack(*[values[n] for n in names])
-    values["check"] = fnv1a(raw)
+    values["check"] = checksum(raw)
     return HANDLE.pack(*[values[n] for n in names])
 
 
@@ -773,12 +791,21 @@ def case_control_thread():
     t.quit()
 
 
+def driver_opens(imp):
+    """The importer's calls of the (fake) driver's cuIpcOpenMemHandle(_v2)."""
+    return sum(imp.call("N", handle=name.ljust(64, b"\0"))[2]
+               for name in [b"cuIpcOpenMemHandle", b"cuIpcOpenMemHandle_v2"])
+
+
 def case_forged():
     """Handles with forged fields (checksum made right) never open: sizes
-    that wrap or exceed the block, another offset, device, export, flags or
-    process; the real handles still open. Both a block at the start of its
-    chunk and a small one inside a granule (where the size 2^64-1 wraps the
-    end of the block past zero)."""
+    that wrap or exceed the block, another offset, device, export, flags,
+    version or process; pagefast answers them without asking the driver.
+    A handle whose checksum is wrong, or one of handle version 1 (an older
+    pagefast's, FNV-1a), is not pagefast's: the driver is asked, and
+    refuses it. The real handles still open. Both a block at the start of
+    its chunk and a small one inside a granule (where the size 2^64-1 wraps
+    the end of the block past zero)."""
     t, imp = Target(), Importer()
     check(t.ask(f"alloc 0 {MiB} 41") == "ok" and t.ask("alloc 1 1000 42") == "ok" and
           t.ask("alloc 2 1000 43") == "ok", "a 1 MiB block and two small ones")
@@ -800,11 +827,25 @@ def case_forged():
             "device 1": {"device": 1},
             "another export": {"export_id": fields["export_id"] + 1000},
             "flags 1": {"flags": 1},
+            "version 1": {"version": 1},
+            "version 3": {"version": 3},
             "pid 0": {"pid": 0},
         }
+        check(fields["version"] == 2 and forge(h) == h, f"block {n}: handle version 2, its checksum as the test makes it")
         for label, change in variants.items():
+            before = driver_opens(imp)
             rc = imp.open(forge(h, **change))
-            check(rc == CUDA_ERROR_INVALID_VALUE, f"block {n}, {label}: CUDA_ERROR_INVALID_VALUE (got {rc})")
+            check(rc == CUDA_ERROR_INVALID_VALUE and driver_opens(imp) == before,
+                  f"block {n}, {label}: CUDA_ERROR_INVALID_VALUE, pagefast's answer (got {rc})")
+            if rc == CUDA_SUCCESS:
+                imp.close()
+        others = {"checksum wrong": h[:20] + bytes([h[20] ^ 1]) + h[21:],
+                  "version 1 with its FNV-1a checksum": forge(h, checksum=fnv1a, version=1)}
+        for label, handle in others.items():
+            before = driver_opens(imp)
+            rc = imp.open(handle)
+            check(rc == CUDA_ERROR_INVALID_VALUE and driver_opens(imp) == before + 1,
+                  f"block {n}, {label}: not pagefast's, the driver's answer (got {rc})")
             if rc == CUDA_SUCCESS:
                 imp.close()
         check(imp.open(h) == CUDA_SUCCESS and imp.reads(0, nbytes, byte) and imp.close() == CUDA_SUCCESS,
