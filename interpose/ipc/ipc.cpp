@@ -9,7 +9,7 @@
 #include "interpose/ipc/ipc.h"
 
 #include <cstring>
-#include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -28,13 +28,17 @@ namespace detail {
 
 void ensure_registry() {
   if (registry().by_id) return;
-  SleepState* sleep = new SleepState[pool::kMaxDevices];
-  auto* holds = new std::map<HolderKey, std::map<uint64_t, uint64_t>>();
-  auto* by_addr = new std::map<uint64_t, uint64_t>();
-  registry().by_id = new std::map<uint64_t, Export>();
-  registry().sleep = sleep;
-  registry().holds = holds;
-  registry().by_addr = by_addr;
+  auto nodes = std::make_unique<RegistryNodes>();
+  auto sleep = std::make_unique<SleepState[]>(pool::kMaxDevices);
+  auto holds = std::make_unique<HolderMap>(HolderMap::allocator_type(&nodes->holders));
+  auto by_addr = std::make_unique<AddrMap>(AddrMap::allocator_type(&nodes->pairs));
+  auto by_id = std::make_unique<ExportMap>(ExportMap::allocator_type(&nodes->exports));
+  // Never freed, as the rest of the process's state.
+  registry().nodes = nodes.release();
+  registry().sleep = sleep.release();
+  registry().holds = holds.release();
+  registry().by_addr = by_addr.release();
+  registry().by_id = by_id.release();
 }
 
 }  // namespace detail
@@ -45,7 +49,7 @@ using namespace detail;
 
 // REQUIRES registry().mutex. Drops an export the program freed once nothing
 // holds it; the block goes back to the pool (after the lock is dropped).
-void drop_if_done(std::map<uint64_t, Export>::iterator it, std::vector<uint64_t>* to_free) {
+void drop_if_done(ExportMap::iterator it, std::vector<uint64_t>* to_free) {
   Export& e = it->second;
   if (!e.freed || e.holders > 0) return;
   to_free->push_back(e.base_addr);

@@ -73,7 +73,10 @@ bool hold_export(const wire::Request& request, const HolderKey& holder, wire::Re
     return false;
   try {
     *pieces = e.pieces;
-    ++(*registry().holds)[holder][request.arg];
+    auto mine = registry().holds->find(holder);
+    if (mine == registry().holds->end())
+      mine = registry().holds->emplace(holder, HoldMap(registry().nodes->hold_allocator())).first;
+    ++mine->second[request.arg];
   } catch (...) {
     h->status = CUDA_ERROR_OUT_OF_MEMORY;
     return false;

@@ -13,6 +13,7 @@
 
 #include "interpose/ipc/ipc_internal.h"
 #include "policy/device_pool.h"
+#include "policy/node_recycler.h"
 
 namespace pagefast::ipc::detail {
 
@@ -43,6 +44,16 @@ struct SleepState {
     policy::ChunkHandle chunk;
   };
   std::vector<Kept> shared;  // the chunks each pool's last sleep kept
+};
+
+// Where the registry's maps take their nodes (ipc_state.h ExportMap ...):
+// one recycler per node size (by_addr's and a holder's maps have the same
+// nodes). Used under registry().mutex only, never freed, as the maps.
+struct RegistryNodes {
+  policy::NodeRecycler exports;  // by_id
+  policy::NodeRecycler pairs;    // by_addr, and each holder's HoldMap
+  policy::NodeRecycler holders;  // holds
+  HoldMap::allocator_type hold_allocator() { return HoldMap::allocator_type(&pairs); }
 };
 
 // The registry's state (ipc_state.h State::Registry): `mutex` guards the

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "interpose/pool_api.h"
+#include "policy/node_recycler.h"
 
 namespace pagefast::ipc {
 
@@ -50,6 +51,17 @@ struct ExporterKey;
 struct ExportKey;
 struct Link;
 struct Import;
+struct RegistryNodes;
+
+// The export registry's maps take their nodes from recyclers
+// (policy/node_recycler.h, RegistryNodes in ipc_registry.h): a get, an
+// open or a close in the steady state makes no heap allocation.
+template <typename K, typename V>
+using RecycledMap = std::map<K, V, std::less<K>, policy::RecyclingAllocator<std::pair<const K, V>>>;
+using ExportMap = RecycledMap<uint64_t, Export>;    // export id -> export
+using AddrMap = RecycledMap<uint64_t, uint64_t>;    // block base -> export id
+using HoldMap = RecycledMap<uint64_t, uint64_t>;    // export id -> holds
+using HolderMap = RecycledMap<HolderKey, HoldMap>;  // holder -> its holds
 }  // namespace detail
 
 struct State {
@@ -60,10 +72,11 @@ struct State {
     // exports_live).
     std::atomic<int> exports{0};
     std::mutex mutex;
-    std::map<uint64_t, detail::Export>* by_id = nullptr;                         // export id -> export
-    std::map<uint64_t, uint64_t>* by_addr = nullptr;                             // block base -> export id
-    std::map<detail::HolderKey, std::map<uint64_t, uint64_t>>* holds = nullptr;  // holder -> id -> holds
-    detail::SleepState* sleep = nullptr;                                         // per device
+    detail::ExportMap* by_id = nullptr;
+    detail::AddrMap* by_addr = nullptr;
+    detail::HolderMap* holds = nullptr;
+    detail::RegistryNodes* nodes = nullptr;  // the maps' nodes
+    detail::SleepState* sleep = nullptr;     // per device
     uint64_t next_export_id = 1;
   } registry;
 
