@@ -18,7 +18,7 @@ import tempfile
 
 # Instructions of one cuIpcGetMemHandle of a 1000-byte pool block on the
 # fake driver (gcc 12, -O3): 1393 a block's first, 617 again (commit
-# fa3f2eb: a get again without the pool's pieces, the checksum by words,
+# c7f417a: a get again without the pool's pieces, the checksum by words,
 # the registry's nodes recycled; before, 1684 and 1072; before the export's
 # pieces stopped being a heap vector and the checksum's fixed bytes were
 # kept, 2314 and 1581).
