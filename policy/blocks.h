@@ -62,6 +62,10 @@ struct Block : Span {
   std::atomic<uint64_t> addr_{0};
   std::atomic<uint64_t> granules_{0};
   std::atomic<uint8_t> state{uint8_t(BlockState::Spare)};
+  // 1 while CUDA IPC has an export of the live allocation
+  // (DevicePool::mark_exported): its free is IPC's to decide first, so the
+  // hit leaves it to the slow path (free_step's `exported_aside`).
+  std::atomic<uint8_t> exported{0};
   // Of the live allocation, for cuMemGetAddressRange and BUFFER_ID.
   std::atomic<uint64_t> requested_bytes{0};
   std::atomic<uint64_t> buffer_id{0};
@@ -106,9 +110,11 @@ struct SlabBlockInfo {
   std::atomic<uint64_t> buffer_id{0};
   std::atomic<uint32_t> requested_bytes{0};
   std::atomic<uint8_t> live{0};                        // 1 while the program owns it
+  std::atomic<uint8_t> exported{0};                    // as Block::exported
   std::atomic<ContextTag> context_tag{kNoContextTag};  // as Block::context_tag
 };
-// The context tag fits the padding: a small block still costs 16 bytes.
+// The export mark and the context tag fit the padding: a small block still
+// costs 16 bytes.
 static_assert(sizeof(SlabBlockInfo) == 16, "a small block's host record is 16 bytes");
 
 struct Slab : Span {

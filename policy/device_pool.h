@@ -159,12 +159,20 @@ class DevicePool final {
   // free() in two steps: free_step, the hit (checks, the live flag, the
   // push; no call, no wait); then, for Seal and Push only, free_finish (the
   // batch sealed, or the block pushed, waiting for the cache's lock, onto
-  // a new batch if need be). Invalid changed nothing.
-  enum class FreeStep { Done, Seal, Push, Invalid };
-  FreeStep free_step(ThreadCache& cache, Span* span, uint64_t addr);
+  // a new batch if need be). Invalid changed nothing. With
+  // `exported_aside`, a block marked exported (mark_exported) is Exported:
+  // nothing changed, its free is the caller's slow path.
+  enum class FreeStep { Done, Seal, Push, Invalid, Exported };
+  FreeStep free_step(ThreadCache& cache, Span* span, uint64_t addr, bool exported_aside = false);
   void free_finish(FreeStep step, ThreadCache& cache, Span* span, uint64_t addr);
   // Lock-free; false when addr is pool memory but in no live allocation.
   static bool range_of(const Span* span, uint64_t addr, RangeInfo* info);
+  // Lock-free: marks the live allocation that starts at `addr` as exported
+  // through CUDA IPC, or no longer (ignored for an address that starts no
+  // block of `span`). The caller keeps the mark in step with its export
+  // records (interpose/ipc/ipc.cpp, under its registry's lock): while it is
+  // on, free_step with exported_aside leaves the block's free to the caller.
+  static void mark_exported(Span* span, uint64_t addr, bool exported);
   // For CUDA IPC: the live allocation holding addr (its range) and the
   // physical memory of the granules that cover it, in address order.
   // false when addr is in no live allocation or out of host memory.

@@ -51,7 +51,7 @@ __attribute__((always_inline)) inline bool DevicePool::quarantine_locked(ThreadC
 }
 
 __attribute__((always_inline)) inline DevicePool::FreeStep DevicePool::free_step(ThreadCache& cache, Span* span,
-                                                                                 uint64_t addr) {
+                                                                                 uint64_t addr, bool exported_aside) {
   uint64_t bytes;
   uint32_t index = 0;
   if (span->kind == SpanKind::Slab) {
@@ -62,13 +62,18 @@ __attribute__((always_inline)) inline DevicePool::FreeStep DevicePool::free_step
     const uint64_t offset = addr - base;
     const uint64_t at = slab->block_index(offset);
     if (at >= slab->block_count || at * slab->block_bytes != offset) return FreeStep::Invalid;
+    if (exported_aside && __builtin_expect(slab->info[at].exported.load(std::memory_order_relaxed), 0))
+      return FreeStep::Exported;
     // The exchange makes two racing frees of one block one success.
     if (slab->info[at].live.exchange(0, std::memory_order_acq_rel) != 1) return FreeStep::Invalid;
     bytes = slab->block_bytes;
     index = uint32_t(at);
   } else {
     Block* block = static_cast<Block*>(span);
-    if (block->addr() != addr || !block->quarantine_if_used()) return FreeStep::Invalid;
+    if (block->addr() != addr) return FreeStep::Invalid;
+    if (exported_aside && __builtin_expect(block->exported.load(std::memory_order_relaxed), 0))
+      return FreeStep::Exported;
+    if (!block->quarantine_if_used()) return FreeStep::Invalid;
     bytes = block->granules().bytes();
   }
   // The block is this free's now. A busy lock (a drainer holds it) or a

@@ -18,6 +18,7 @@
 #include "interpose/log.h"
 #include "interpose/pool_api.h"
 #include "policy/device_pool.h"
+#include "policy/state.h"
 #include "policy/units.h"
 
 namespace pagefast::ipc {
@@ -47,11 +48,20 @@ namespace {
 
 using namespace detail;
 
+// REQUIRES registry().mutex. The pool's mark of a live block that has an
+// export (DevicePool::mark_exported): on from the record's making to its
+// erasing, so that the block's free comes here first (on_free) while the
+// frees of the others stay pool hits.
+void mark(uint64_t addr, bool exported) {
+  policy::DevicePool::mark_exported(policy::global_page_map().lookup(addr), addr, exported);
+}
+
 // REQUIRES registry().mutex. Drops an export the program freed once nothing
 // holds it; the block goes back to the pool (after the lock is dropped).
 void drop_if_done(ExportMap::iterator it, std::vector<uint64_t>* to_free) {
   Export& e = it->second;
   if (!e.freed || e.holders > 0) return;
+  mark(e.base_addr, false);
   to_free->push_back(e.base_addr);
   registry().by_addr->erase(e.base_addr);
   registry().by_id->erase(it);
@@ -95,6 +105,7 @@ uint64_t record_export(int device, policy::DevicePool* pool, policy::DevicePool:
         it->second.pieces = found->pieces;
         it->second.stale = false;
       }
+      mark(addr, true);
       return it->first;
     }
     if (it != registry().by_id->end() && !it->second.freed) {
@@ -124,6 +135,7 @@ uint64_t record_export(int device, policy::DevicePool* pool, policy::DevicePool:
   }
   ++registry().next_export_id;
   registry().exports.fetch_add(1, std::memory_order_relaxed);
+  mark(addr, true);
   return id;
 }
 
@@ -251,6 +263,7 @@ bool on_free(CUdeviceptr dptr, CUresult* result) {
     *result = CUDA_SUCCESS;
     return true;
   }
+  mark(dptr, false);
   registry().by_addr->erase(known);
   registry().by_id->erase(it);
   registry().exports.fetch_sub(1, std::memory_order_relaxed);

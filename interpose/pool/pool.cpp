@@ -321,8 +321,11 @@ __attribute__((noinline)) CUresult free_finished(DevicePool* pool, ThreadCache* 
 
 // No current context needed: the driver frees a cuMemAlloc block on such a
 // thread too (docs/GPU-CHECK.md, run 3), and so does the pool. The hit
-// (a block of the device's pool, the thread's cache, no export) keeps no
-// frame: every other way out is a tail call.
+// (a block of the device's pool, the thread's cache, not exported) keeps
+// no frame: every other way out is a tail call. A block CUDA IPC exported
+// carries a mark (DevicePool::mark_exported) that sends its free to
+// free_other, where IPC decides first; the frees of every other block stay
+// hits while exports live.
 CUresult free_or(CUdeviceptr dptr, FreeForward forward) {
   if (__builtin_expect(!active(), 0)) return forward(dptr);
   policy::Span* span = live_span(dptr);
@@ -330,11 +333,11 @@ CUresult free_or(CUdeviceptr dptr, FreeForward forward) {
   DevicePool* pool = span->pool;
   ThreadState* ts = t_state;
   ThreadCache* cache = ts ? ts->caches[pool->device()] : nullptr;
-  if (__builtin_expect(ipc::exports_live() > 0 || !cache || pool->settings().slot != 0, 0))
-    return free_other(span, dptr, forward);
-  const DevicePool::FreeStep step = pool->free_step(*cache, span, dptr);
+  if (__builtin_expect(!cache || pool->settings().slot != 0, 0)) return free_other(span, dptr, forward);
+  const DevicePool::FreeStep step = pool->free_step(*cache, span, dptr, true);
   if (__builtin_expect(step == DevicePool::FreeStep::Done, 1)) return CUDA_SUCCESS;
   if (step == DevicePool::FreeStep::Invalid) return free_refused(dptr, forward);
+  if (step == DevicePool::FreeStep::Exported) return free_other(span, dptr, forward);
   return free_finished(pool, cache, step, span, dptr);
 }
 

@@ -281,3 +281,50 @@ TEST_CASE("blocks_of_context names the live blocks of one context, small and lar
   CHECK(found.empty());
   CHECK(t.pool.check() == "");
 }
+
+TEST_CASE("a block marked exported is left to the caller by the free's hit, the others are not", "[pool][semantics]") {
+  // DevicePool::mark_exported (CUDA IPC's export records, interpose/ipc):
+  // free_step with exported_aside answers Exported for a marked block and
+  // changes nothing; the pool's own free (the slow path, after IPC
+  // decided) frees it as any other; an unmarked block is a hit either way.
+  PoolUnderTest t(512 * kMiB, FakeProvider::Backing::None, config_with(64 * kMiB));
+  Attached cache(t.pool);
+  // free_step with its second step where it asks for one (DevicePool::free).
+  auto hit = [&](uint64_t addr) {
+    Span* span = t.page_map->lookup(addr);
+    const DevicePool::FreeStep step = t.pool.free_step(*cache, span, addr, true);
+    if (step == DevicePool::FreeStep::Seal || step == DevicePool::FreeStep::Push)
+      t.pool.free_finish(step, *cache, span, addr);
+    return step;
+  };
+  for (uint64_t bytes : {uint64_t(1000), uint64_t(64 * kKiB), 3 * kMiB}) {
+    uint64_t marked = 0, other = 0;
+    REQUIRE(t.alloc(*cache, bytes, &marked) == AllocStatus::Ok);
+    REQUIRE(t.alloc(*cache, bytes, &other) == AllocStatus::Ok);
+    Span* span = t.page_map->lookup(marked);
+    REQUIRE(span != nullptr);
+    DevicePool::mark_exported(span, marked + 512, true);  // no block starts there: ignored
+    const DevicePool::FreeStep first_step = hit(marked);
+    CHECK((first_step != DevicePool::FreeStep::Exported && first_step != DevicePool::FreeStep::Invalid));
+    REQUIRE(t.alloc(*cache, bytes, &marked) == AllocStatus::Ok);
+    span = t.page_map->lookup(marked);
+    DevicePool::mark_exported(span, marked, true);
+    CHECK(hit(marked) == DevicePool::FreeStep::Exported);
+    RangeInfo range{};
+    CHECK(DevicePool::range_of(span, marked, &range));  // still live
+    CHECK(range.base_addr == marked);
+    const DevicePool::FreeStep other_step = hit(other);
+    CHECK((other_step != DevicePool::FreeStep::Exported && other_step != DevicePool::FreeStep::Invalid));
+    // The slow path's free: the pool frees the marked block as any other.
+    CHECK(t.free(*cache, marked) == FreeStatus::Ok);
+    CHECK(t.free(*cache, marked) == FreeStatus::Invalid);
+    // Its mark taken off (as IPC does when it drops the export), a block
+    // at that address is a hit again.
+    DevicePool::mark_exported(span, marked, false);
+    uint64_t again = 0;
+    REQUIRE(t.alloc(*cache, bytes, &again) == AllocStatus::Ok);
+    const DevicePool::FreeStep again_step = hit(again);
+    CHECK((again_step != DevicePool::FreeStep::Exported && again_step != DevicePool::FreeStep::Invalid));
+  }
+  CHECK(t.pool.check() == "");
+}

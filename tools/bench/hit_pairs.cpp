@@ -12,7 +12,10 @@
 // cuMemFreeAsync on stream 0, the driver's own pool), attribute
 // (cuPointerGetAttribute of a driver block's memory type), range
 // (cuMemGetAddressRange of a driver block), info (cuMemGetInfo), capture
-// (cuStreamBeginCapture + cuStreamEndCapture on a stream of its own).
+// (cuStreamBeginCapture + cuStreamEndCapture on a stream of its own);
+// or exported: alloc's pool-hit pairs while another block of the pool has
+// a CUDA IPC handle (cuIpcGetMemHandle, made before the warm-up): the
+// export's bookkeeping must not reach the other blocks' frees.
 // Only measured_pairs() is meant to be counted
 // (--toggle-collect=measured_pairs); the warm-up fills the pool and the
 // thread's cache first, so every measured pair is a hit.
@@ -42,7 +45,7 @@ using BeginCaptureFn = CUresult (*)(CUstream, CUstreamCaptureMode);
 using EndCaptureFn = CUresult (*)(CUstream, CUgraph*);
 using GraphDestroyFn = CUresult (*)(CUgraph);
 
-enum class Calls { Alloc, Async, Attribute, Range, Info, Capture };
+enum class Calls { Alloc, Async, Attribute, Range, Info, Capture, Exported };
 Calls g_calls = Calls::Alloc;
 AllocFn g_alloc = nullptr;
 FreeFn g_free = nullptr;
@@ -84,7 +87,8 @@ inline bool forwarded(size_t bytes) {
       if (graph && g_graph_destroy) g_graph_destroy(graph);
       return ok;
     }
-    case Calls::Alloc: break;
+    case Calls::Alloc:
+    case Calls::Exported: break;
   }
   return false;
 }
@@ -103,7 +107,7 @@ Fn resolve(void* lib, const char* name) {
 inline long run_pairs(size_t bytes, long pairs) {
   long failures = 0;
   for (long i = 0; i < pairs; ++i) {
-    if (g_calls != Calls::Alloc) {
+    if (g_calls != Calls::Alloc && g_calls != Calls::Exported) {
       failures += !forwarded(bytes);
       continue;
     }
@@ -123,14 +127,15 @@ __attribute__((noipa)) long measured_pairs(size_t bytes, long pairs) { return ru
 
 int main(int argc, char** argv) {
   if (argc != 4 && argc != 5) {
-    std::fprintf(stderr,
-                 "usage: hit_pairs BYTES WARM_PAIRS MEASURED_PAIRS [alloc|async|attribute|range|info|capture]\n");
+    std::fprintf(
+        stderr,
+        "usage: hit_pairs BYTES WARM_PAIRS MEASURED_PAIRS [alloc|async|attribute|range|info|capture|exported]\n");
     return 2;
   }
   const std::string calls = argc == 5 ? argv[4] : "alloc";
-  const char* names[] = {"alloc", "async", "attribute", "range", "info", "capture"};
+  const char* names[] = {"alloc", "async", "attribute", "range", "info", "capture", "exported"};
   bool known = false;
-  for (int i = 0; i < 6; ++i)
+  for (int i = 0; i < 7; ++i)
     if (calls == names[i]) g_calls = Calls(i), known = true;
   if (!known) {
     std::fprintf(stderr, "hit_pairs: unknown calls %s\n", calls.c_str());
@@ -171,9 +176,18 @@ int main(int argc, char** argv) {
   }
   // The queries' block is the driver's own: cuMemAllocAsync's pool (never
   // pagefast's, under or without it).
-  if (g_calls != Calls::Alloc && (g_alloc_async(&g_block, bytes, nullptr) != CUDA_SUCCESS ||
-                                  stream_create(&g_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)) {
+  const bool forwards = g_calls != Calls::Alloc && g_calls != Calls::Exported;
+  if (forwards && (g_alloc_async(&g_block, bytes, nullptr) != CUDA_SUCCESS ||
+                   stream_create(&g_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)) {
     std::fprintf(stderr, "hit_pairs: no driver block or stream\n");
+    return 2;
+  }
+  // The exported block: of another size than the pairs', live to the end.
+  CUipcMemHandle handle;
+  auto ipc_get = resolve<CUresult (*)(CUipcMemHandle*, CUdeviceptr)>(lib, "cuIpcGetMemHandle");
+  if (g_calls == Calls::Exported &&
+      (g_alloc(&g_block, bytes + 4096) != CUDA_SUCCESS || ipc_get(&handle, g_block) != CUDA_SUCCESS)) {
+    std::fprintf(stderr, "hit_pairs: no exported block\n");
     return 2;
   }
   long failures = warm_pairs(bytes, warm);
