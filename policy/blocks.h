@@ -155,6 +155,23 @@ struct Slab : Span {
   Slab* all_next = nullptr;  // every record of the class, for teardown
 };
 
+// The CUDA IPC export mark (Block::exported, SlabBlockInfo::exported) of
+// the block of `span` that starts at `addr`; NULL for an address that
+// starts none (DevicePool::mark_exported, exported).
+inline std::atomic<uint8_t>* export_mark(const Span* span, uint64_t addr) {
+  if (!span) return nullptr;
+  if (span->kind == SpanKind::Slab) {
+    const Slab* slab = static_cast<const Slab*>(span);
+    const uint64_t base = slab->base_addr();
+    if (addr < base) return nullptr;
+    const uint64_t at = slab->block_index(addr - base);
+    if (at >= slab->block_count || at * slab->block_bytes != addr - base) return nullptr;
+    return &slab->info[at].exported;
+  }
+  Block* block = static_cast<Block*>(const_cast<Span*>(span));
+  return block->addr() == addr ? &block->exported : nullptr;
+}
+
 // The arena block under a span: a block is its own, a slab's is the block
 // it cuts (NULL for a slab not backed yet, or for no span).
 inline Block* arena_block_of(Span* span) {

@@ -194,21 +194,6 @@ void DevicePool::push_waiting(ThreadCache& cache, Span* span, uint64_t addr) {
   lost_blocks_.fetch_add(1, std::memory_order_relaxed);
 }
 
-void DevicePool::mark_exported(Span* span, uint64_t addr, bool exported) {
-  if (!span) return;
-  if (span->kind == SpanKind::Slab) {
-    Slab* slab = static_cast<Slab*>(span);
-    const uint64_t base = slab->base_addr();
-    if (addr < base) return;
-    const uint64_t at = slab->block_index(addr - base);
-    if (at >= slab->block_count || at * slab->block_bytes != addr - base) return;
-    slab->info[at].exported.store(exported ? 1 : 0, std::memory_order_relaxed);
-    return;
-  }
-  Block* block = static_cast<Block*>(span);
-  if (block->addr() == addr) block->exported.store(exported ? 1 : 0, std::memory_order_relaxed);
-}
-
 bool DevicePool::range_of(const Span* span, uint64_t addr, RangeInfo* info) {
   if (span->kind == SpanKind::Slab) {
     const Slab* slab = static_cast<const Slab*>(span);

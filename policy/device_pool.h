@@ -172,7 +172,15 @@ class DevicePool final {
   // block of `span`). The caller keeps the mark in step with its export
   // records (interpose/ipc/ipc.cpp, under its registry's lock): while it is
   // on, free_step with exported_aside leaves the block's free to the caller.
-  static void mark_exported(Span* span, uint64_t addr, bool exported);
+  static void mark_exported(Span* span, uint64_t addr, bool exported) {
+    if (std::atomic<uint8_t>* mark = export_mark(span, addr)) mark->store(exported ? 1 : 0, std::memory_order_relaxed);
+  }
+  // Lock-free: the mark of the block that starts at `addr` (false for an
+  // address that starts no block of `span`).
+  static bool exported(const Span* span, uint64_t addr) {
+    const std::atomic<uint8_t>* mark = export_mark(span, addr);
+    return mark && mark->load(std::memory_order_relaxed) != 0;
+  }
   // For CUDA IPC: the live allocation holding addr (its range) and the
   // physical memory of the granules that cover it, in address order.
   // false when addr is in no live allocation or out of host memory.

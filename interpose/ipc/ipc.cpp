@@ -237,7 +237,8 @@ CUresult get_handle(policy::DevicePool* pool, policy::Span* span, CUdeviceptr dp
   }
   policy::RangeInfo range;
   if (!policy::DevicePool::range_of(span, dptr, &range)) return CUDA_ERROR_INVALID_VALUE;
-  const uint64_t export_id = current_export(pool, range);
+  // A block without the pool's export mark has no export to look up.
+  const uint64_t export_id = policy::DevicePool::exported(span, range.base_addr) ? current_export(pool, range) : 0;
   if (export_id == 0) return first_handle(device, pool, span, dptr, handle);
   if (!start_server()) return CUDA_ERROR_INVALID_VALUE;  // a forked child's first use
   const Wire w = make_handle(device, export_id, range.bytes, range.base_addr & (policy::kGranuleBytes - 1));
