@@ -282,8 +282,9 @@ CUresult free_result(FreeStatus status) { return status == FreeStatus::Ok ? CUDA
 // exported block, a region's block, the thread's first free of the device
 // (false: not the pool's).
 bool free_span(policy::Span* span, CUdeviceptr dptr, CUresult* result) {
-  // An exported block an importer still maps is kept (ipc.h).
-  if (__builtin_expect(ipc::exports_live() > 0, 0) && ipc::on_free(dptr, result)) return true;
+  // An exported block an importer still maps is kept (ipc.h); only a block
+  // with the export mark can have an export.
+  if (__builtin_expect(DevicePool::exported(span, dptr), 0) && ipc::on_free(dptr, result)) return true;
   DevicePool* pool = span->pool;
   ThreadState* ts = t_state;
   ThreadCache* cache = ts ? ts->caches[pool->device()] : nullptr;
