@@ -59,7 +59,9 @@ def pool_env(extra=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PAGEFAST") and k != "LD_PRELOAD"}
     env["LD_LIBRARY_PATH"] = p["fake"]
     env.setdefault("FAKECUDA_TOTAL_MEM", "8G")
-    env["LD_PRELOAD"] = p["lib"]
+    # CASES_PRELOAD: another build of the library with what it needs before
+    # it (the sanitizer runtimes: tests/sanitize/meson.build).
+    env["LD_PRELOAD"] = os.environ.get("CASES_PRELOAD") or p["lib"]
     env["PAGEFAST_LOG"] = "warn"
     env.update(extra or {})
     return env
