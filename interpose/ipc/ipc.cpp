@@ -73,9 +73,9 @@ void drop_if_done(ExportMap::iterator it, std::vector<uint64_t>* to_free) {
 // not stale), else 0 (a first get, or one that must read the pieces
 // again: record_export). `range` was read without a lock (range_of): the
 // export's buffer id tells a block freed and made again at its address
-// apart. The pieces are not read, so the device lock is not taken.
+// apart. The pieces are not read, so the device lock is not taken. Asked
+// only for a block with the pool's export mark, so an export exists.
 uint64_t current_export(const policy::DevicePool* pool, const policy::RangeInfo& range) {
-  if (registry().exports.load(std::memory_order_relaxed) == 0) return 0;
   std::lock_guard<std::mutex> guard(registry().mutex);
   if (!registry().by_addr) return 0;
   auto known = registry().by_addr->find(range.base_addr);
@@ -139,6 +139,13 @@ uint64_t record_export(int device, policy::DevicePool* pool, policy::DevicePool:
   return id;
 }
 
+// The handle of export `export_id` of the block `range`, written out.
+CUresult write_handle(int device, uint64_t export_id, const policy::RangeInfo& range, CUipcMemHandle* handle) {
+  const Wire w = make_handle(device, export_id, range.bytes, range.base_addr & (policy::kGranuleBytes - 1));
+  std::memcpy(handle, &w, sizeof w);
+  return CUDA_SUCCESS;
+}
+
 // get_handle of a block with no current export: its pieces read from the
 // pool (under the device lock), then recorded (or made current again).
 CUresult first_handle(int device, policy::DevicePool* pool, policy::Span* span, CUdeviceptr dptr,
@@ -157,9 +164,7 @@ CUresult first_handle(int device, policy::DevicePool* pool, policy::Span* span, 
   } catch (...) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  const Wire w = make_handle(device, export_id, found.range.bytes, found.range.base_addr - found.first_granule_addr);
-  std::memcpy(handle, &w, sizeof w);
-  return CUDA_SUCCESS;
+  return write_handle(device, export_id, found.range, handle);
 }
 
 }  // namespace
@@ -241,9 +246,7 @@ CUresult get_handle(policy::DevicePool* pool, policy::Span* span, CUdeviceptr dp
   const uint64_t export_id = policy::DevicePool::exported(span, range.base_addr) ? current_export(pool, range) : 0;
   if (export_id == 0) return first_handle(device, pool, span, dptr, handle);
   if (!start_server()) return CUDA_ERROR_INVALID_VALUE;  // a forked child's first use
-  const Wire w = make_handle(device, export_id, range.bytes, range.base_addr & (policy::kGranuleBytes - 1));
-  std::memcpy(handle, &w, sizeof w);
-  return CUDA_SUCCESS;
+  return write_handle(device, export_id, range, handle);
 }
 
 bool on_free(CUdeviceptr dptr, CUresult* result) {
