@@ -13,22 +13,17 @@ import re
 import subprocess
 import sys
 
-from sanitize_cases import runtimes
+from sanitize_cases import SANITIZER_OPTIONS, preload
 
 
 def main():
     script, case = sys.argv[1], sys.argv[2]
     build = sys.argv[sys.argv.index("--build") + 1]
     lib = sys.argv[sys.argv.index("--lib") + 1]
-    rt = runtimes(lib)
-    if not any("asan" in r for r in rt):
-        print(f"FAIL {lib} does not link the AddressSanitizer runtime ({rt})")
+    libs = preload(lib)
+    if libs is None:
         return 1
-    env = dict(os.environ)
-    # The library leaks on purpose at exit (no driver call in a destructor).
-    env.update({"CASES_PRELOAD": " ".join(rt + [lib]),
-                "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:halt_on_error=1",
-                "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"})
+    env = dict(os.environ, CASES_PRELOAD=" ".join(libs), **SANITIZER_OPTIONS)
     run = subprocess.run([sys.executable, script, case, "--build", build], env=env, capture_output=True, text=True,
                          timeout=600)
     out = run.stdout + run.stderr

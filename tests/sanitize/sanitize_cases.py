@@ -14,25 +14,33 @@ import sys
 CASES = ["reuse", "capture", "sizes", "fork", "threads", "meminfo", "faults", "capi", "devices", "peers"]
 
 
-def runtimes(lib):
+# The library leaks on purpose at exit (no driver call in a destructor).
+SANITIZER_OPTIONS = {"ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:halt_on_error=1",
+                     "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"}
+
+
+def preload(lib):
+    """What LD_PRELOAD needs for `lib`: its sanitizer runtimes, then it; None
+    (a FAIL line printed) when it does not link AddressSanitizer's."""
     out = subprocess.run(["ldd", lib], capture_output=True, text=True).stdout
-    return re.findall(r"=> (\S*lib(?:asan|ubsan)\S*)", out)
+    rt = re.findall(r"=> (\S*lib(?:asan|ubsan)\S*)", out)
+    if not any("asan" in r for r in rt):
+        print(f"FAIL {lib} does not link the AddressSanitizer runtime ({rt})")
+        return None
+    return rt + [lib]
 
 
 def main():
     build = sys.argv[sys.argv.index("--build") + 1]
     lib = sys.argv[sys.argv.index("--lib") + 1]
-    rt = runtimes(lib)
-    if not any("asan" in r for r in rt):
-        print(f"FAIL {lib} does not link the AddressSanitizer runtime ({rt})")
+    libs = preload(lib)
+    if libs is None:
         return 1
     env = {k: v for k, v in os.environ.items()
            if not (k.startswith("PAGEFAST") or k.startswith("FAKECUDA") or k == "LD_PRELOAD")}
-    # The pool leaks on purpose at exit (no driver call in a destructor).
+    env.update(SANITIZER_OPTIONS)
     env.update({"LD_LIBRARY_PATH": os.path.join(build, "tests", "fakecuda"),
-                "LD_PRELOAD": " ".join(rt + [lib]),
-                "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:halt_on_error=1",
-                "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
+                "LD_PRELOAD": " ".join(libs),
                 "PAGEFAST_STATS": "stderr"})
     exe = os.path.join(build, "tests", "pool", "pool_preload")
     failures = 0

@@ -91,6 +91,19 @@ def exported_pairs(tool, build):
           % (counts["exported"], counts["alloc"]))
 
 
+def pool_hits(build, env, stats, calls):
+    """200 pairs of hit-pairs `calls` (alloc, or exported: with another
+    block exported) under the library: every one a pool hit, by its stats."""
+    run = subprocess.run([os.path.join(build, "tools", "bench", "hit-pairs"), "512", "100", "100", calls],
+                         env=env, capture_output=True, text=True, timeout=120)
+    if run.returncode != 0 or "failures=0" not in run.stdout:
+        sys.exit("FAIL hit-pairs %s: %s%s" % (calls, run.stdout, run.stderr))
+    device = json.load(open(stats))["pool"]["devices"][0]
+    if device["hits"] < 200 or device["passthroughs"] != 0:
+        sys.exit("FAIL the %s pairs were not pool hits: %s" % (calls, device))
+    print("ok hit-pairs %s: %d hits" % (calls, device["hits"]))
+
+
 def main():
     build = sys.argv[sys.argv.index("--build") + 1]
     source = sys.argv[sys.argv.index("--source") + 1]
@@ -99,22 +112,8 @@ def main():
         stats = os.path.join(tmp, "stats.json")
         env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(build, "tests", "fakecuda"),
                    LD_PRELOAD=lib, PAGEFAST_STATS=stats)
-        run = subprocess.run([os.path.join(build, "tools", "bench", "hit-pairs"), "512", "100", "100"],
-                             env=env, capture_output=True, text=True, timeout=120)
-        if run.returncode != 0 or "failures=0" not in run.stdout:
-            sys.exit("FAIL hit-pairs: %s%s" % (run.stdout, run.stderr))
-        device = json.load(open(stats))["pool"]["devices"][0]
-        if device["hits"] < 200 or device["passthroughs"] != 0:
-            sys.exit("FAIL the pairs were not pool hits: %s" % device)
-        print("ok hit-pairs: %d hits" % device["hits"])
-        run = subprocess.run([os.path.join(build, "tools", "bench", "hit-pairs"), "512", "100", "100", "exported"],
-                             env=env, capture_output=True, text=True, timeout=120)
-        if run.returncode != 0 or "failures=0" not in run.stdout:
-            sys.exit("FAIL hit-pairs exported: %s%s" % (run.stdout, run.stderr))
-        device = json.load(open(stats))["pool"]["devices"][0]
-        if device["hits"] < 200 or device["passthroughs"] != 0:
-            sys.exit("FAIL the pairs with a block exported were not pool hits: %s" % device)
-        print("ok hit-pairs exported: %d hits" % device["hits"])
+        for calls in ["alloc", "exported"]:
+            pool_hits(build, env, stats, calls)
         # The forwarded calls' loops run with and without the library, and
         # pagefast answers none of them from its pool.
         for calls in ["async", "attribute", "range", "info", "capture"]:
